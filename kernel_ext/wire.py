@@ -1,0 +1,88 @@
+"""Wire format shared by the host (rlm) and the kernel side (kernel_ext). Defined once.
+
+Bridge (kernel -> host request, host -> kernel reply), over Jupyter comms:
+  * the kernel opens one comm with target BRIDGE_TARGET and sends requests as comm_msg
+    data {"v": 1, "kind": "request", "id": str, "method": str, "params": {...}} on IOPub;
+  * the host answers with a comm_msg on the CONTROL channel, data
+    {"v": 1, "kind": "reply", "id": str, "ok": bool, "result": ..., "error": str|None}.
+The host validates every request with `parse_request` (untrusted input).
+
+Snapshot manifest: MANIFEST_NAME inside the snapshot dir; see kernel_ext.snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BRIDGE_TARGET = "rlm.bridge"
+WIRE_VERSION = 1
+MAX_METHOD_LEN = 64
+MAX_ID_LEN = 64
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+MANIFEST_NAME = "manifest.json"
+MANIFEST_VERSION = 1
+
+# Methods the host understands. Params are validated by each handler.
+METHODS = frozenset(
+    {
+        "ping",
+        "final",
+        "llm_query",
+        "llm_query_batched",
+        "rlm_query",
+        "compact.run",
+        "compact.status",
+        "goal.get",
+        "goal.complete",
+        "goal.block",
+        "heartbeat.create",
+        "heartbeat.list",
+        "heartbeat.pause",
+        "heartbeat.resume",
+        "heartbeat.delete",
+        "cron.add",
+        "cron.list",
+        "cron.cancel",
+        "file_ops",
+    }
+)
+
+
+class WireError(ValueError):
+    """A bridge message that does not follow the wire format."""
+
+
+def make_request(req_id: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"v": WIRE_VERSION, "kind": "request", "id": req_id, "method": method, "params": params}
+
+
+def make_reply(req_id: str, ok: bool, result: Any = None, error: str | None = None) -> dict[str, Any]:
+    return {"v": WIRE_VERSION, "kind": "reply", "id": req_id, "ok": ok, "result": result, "error": error}
+
+
+def parse_request(data: Any) -> tuple[str, str, dict[str, Any]]:
+    """Validate a request from the kernel. Returns (id, method, params) or raises WireError."""
+    if not isinstance(data, dict):
+        raise WireError("request is not an object")
+    if data.get("v") != WIRE_VERSION or data.get("kind") != "request":
+        raise WireError("not a version-1 request")
+    req_id, method, params = data.get("id"), data.get("method"), data.get("params", {})
+    if not isinstance(req_id, str) or not 0 < len(req_id) <= MAX_ID_LEN:
+        raise WireError("bad request id")
+    if not isinstance(method, str) or len(method) > MAX_METHOD_LEN or method not in METHODS:
+        raise WireError(f"unknown method {str(method)[:MAX_METHOD_LEN]!r}")
+    if not isinstance(params, dict):
+        raise WireError("params is not an object")
+    return req_id, method, params
+
+
+def parse_reply(data: Any) -> tuple[str, bool, Any, str | None]:
+    """Validate a reply from the host (kernel side). Returns (id, ok, result, error)."""
+    if not isinstance(data, dict) or data.get("v") != WIRE_VERSION or data.get("kind") != "reply":
+        raise WireError("not a version-1 reply")
+    req_id = data.get("id")
+    if not isinstance(req_id, str) or not 0 < len(req_id) <= MAX_ID_LEN:
+        raise WireError("bad reply id")
+    err = data.get("error")
+    return req_id, bool(data.get("ok")), data.get("result"), err if isinstance(err, str) else None

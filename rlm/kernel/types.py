@@ -1,0 +1,86 @@
+"""What executing a cell produces, as the agent loop, the session log and export see it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class Output:
+    """One output of a cell, in nbformat's shape.
+
+    kind: "stream" (name=stdout|stderr, text), "execute_result" / "display_data"
+    (data: mime bundle; payloads over the inline limit are written to artifacts and
+    replaced by {"mime": ..., "artifact": "artifacts/<file>"} references in `refs`),
+    or "error" (ename, evalue, traceback).
+    """
+
+    kind: str
+    name: str | None = None
+    text: str | None = None
+    data: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+    refs: dict[str, str] | None = None  # mime -> artifact path relative to the session dir
+    ename: str | None = None
+    evalue: str | None = None
+    traceback: list[str] | None = None
+
+
+@dataclass
+class RestoreReport:
+    """What came back after a kernel restart: the model is told exactly this."""
+
+    restored: list[str] = field(default_factory=list)
+    failed: list[dict[str, str]] = field(default_factory=list)  # {name, reason}
+    skipped: list[dict[str, str]] = field(default_factory=list)  # {name, reason}
+    snapshot_found: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RestoreReport:
+        return cls(**{k: d[k] for k in ("restored", "failed", "skipped", "snapshot_found") if k in d})
+
+
+@dataclass
+class CellResult:
+    """The structured result of one execute.
+
+    status: "ok" | "error" | "timeout" | "died" | "interrupted".
+    `died_cause` says how the kernel died ("exit code 1", "signal SIGKILL", ...);
+    `restart` is set when the host restarted the kernel because of this cell.
+    `shaped` is the text the model sees; `full_output_path` holds every byte (relative to
+    the session dir) when shaping elided anything.
+    """
+
+    status: str
+    outputs: list[Output] = field(default_factory=list)
+    execution_count: int | None = None
+    duration_s: float = 0.0
+    died_cause: str | None = None
+    restart: RestoreReport | None = None
+    shaped: str = ""
+    full_output_path: str | None = None
+    chars_total: int = 0
+    elided_chars: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CellResult:
+        d = dict(d)
+        outs = [Output(**o) for o in d.pop("outputs", [])]
+        restart = d.pop("restart", None)
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        return cls(
+            outputs=outs,
+            restart=RestoreReport.from_dict(restart) if restart else None,
+            **known,
+        )

@@ -1,0 +1,87 @@
+"""The model seam's vocabulary. Everything above the seam speaks only these types."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    synthetic: bool = False  # parsed from a fenced code block, not native tool calling
+
+    def to_message(self) -> dict[str, Any]:
+        import json
+
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": json.dumps(self.arguments)},
+        }
+
+
+@dataclass
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass
+class Completion:
+    content: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+    finish_reason: str = "stop"
+
+
+StreamCallback = Callable[[str], None]
+
+
+class LLM(Protocol):
+    """What the loop, compaction and recursion call. Built by rlm.llm.get_llm(spec)."""
+
+    spec: str
+    native_tools: bool  # False: the model writes fenced code blocks instead of tool calls
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        on_text: StreamCallback | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion: ...
+
+    def context_window(self) -> int | None: ...
+
+
+PYTHON_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "python",
+        "description": (
+            "Run Python code in the persistent IPython kernel. Variables persist between "
+            "calls. Returns stdout, stderr, the value of the last expression and errors."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "Python source"}},
+            "required": ["code"],
+        },
+    },
+}
