@@ -1,0 +1,126 @@
+"""Exact token counting with tiktoken, offline.
+
+tiktoken downloads its encoding files on first use and this machine has no network. The
+litellm wheel ships the cl100k_base and o200k_base files in
+`litellm/litellm_core_utils/tokenizers/`, named as tiktoken's cache expects (sha1 of the
+download URL). We locate that folder with `importlib.util.find_spec` (which does NOT
+import litellm: importing it takes seconds and may reach the network) and point
+`TIKTOKEN_CACHE_DIR` at it, unless the variable already names a folder holding the file.
+
+`o200k_base` (GPT-4o family) is the default encoding: the counts steer compaction, so
+they must be exact for number tables and base64, where chars/4 is 2-3x off. For other
+providers they are a close estimate, which is what compaction needs.
+
+Message counts follow OpenAI's chat accounting (3 tokens per message, 1 for a `name`,
+3 to prime the reply). Per-message counts are cached in a bounded dict keyed by a hash of
+the message's canonical JSON (never by `id()`, which is reused after garbage collection).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import RlmError
+
+DEFAULT_ENCODING = "o200k_base"
+_URLS = {
+    "cl100k_base": "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken",
+    "o200k_base": "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken",
+}
+_PER_MESSAGE = 3
+_PER_NAME = 1
+_REPLY_PRIMING = 3
+_CACHE_MAX = 200_000
+_message_cache: dict[bytes, int] = {}
+
+
+def _bundled_dir() -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+
+
+def _cache_key(name: str) -> str:
+    return hashlib.sha1(_URLS[name].encode()).hexdigest()
+
+
+@lru_cache(maxsize=4)
+def get_encoding(name: str = DEFAULT_ENCODING) -> Any:
+    """The tiktoken encoding `name`, loaded from local files only."""
+    if name not in _URLS:
+        raise RlmError(f"unknown encoding {name!r}; use one of {', '.join(_URLS)}")
+    key = _cache_key(name)
+    current = os.environ.get("TIKTOKEN_CACHE_DIR")
+    if not (current and (Path(current) / key).is_file()):
+        bundled = _bundled_dir()
+        if bundled is None or not (bundled / key).is_file():
+            raise RlmError(
+                f"tiktoken encoding {name} is not available offline: expected {key} in "
+                f"litellm's tokenizers folder; reinstall litellm (pip install -e .)"
+            )
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
+    import tiktoken
+
+    return tiktoken.get_encoding(name)
+
+
+def count_text(text: str, encoding: str = DEFAULT_ENCODING) -> int:
+    """Exact number of tokens in `text` (special-token strings count as plain text)."""
+    if not text:
+        return 0
+    return len(get_encoding(encoding).encode(text, disallowed_special=()))
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    parts: list[str] = [str(message.get("role", ""))]
+    content = message.get("content")
+    if isinstance(content, str):
+        parts.append(content)
+    elif isinstance(content, list):  # multi-part content: count the text parts
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+    for call in message.get("tool_calls") or ():
+        fn = call.get("function", {}) if isinstance(call, dict) else {}
+        parts.append(str(fn.get("name", "")))
+        parts.append(str(fn.get("arguments", "")))
+    if message.get("tool_call_id"):
+        parts.append(str(message["tool_call_id"]))
+    return "\n".join(parts)
+
+
+def count_message(message: dict[str, Any], encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens one chat message costs in a prompt, cached by content hash."""
+    blob = json.dumps(message, sort_keys=True, default=str).encode()
+    key = hashlib.blake2b(blob + encoding.encode(), digest_size=16).digest()
+    hit = _message_cache.get(key)
+    if hit is not None:
+        return hit
+    n = _PER_MESSAGE + count_text(_message_text(message), encoding)
+    if message.get("name"):
+        n += _PER_NAME
+    if len(_message_cache) >= _CACHE_MAX:
+        _message_cache.clear()
+    _message_cache[key] = n
+    return n
+
+
+def count_messages(messages: list[dict[str, Any]], encoding: str = DEFAULT_ENCODING) -> int:
+    """Tokens a whole prompt costs: the messages plus the reply priming."""
+    if not messages:
+        return 0
+    return _REPLY_PRIMING + sum(count_message(m, encoding) for m in messages)
+
+
+def count_tokens(messages: list[dict[str, Any]] | str, encoding: str = DEFAULT_ENCODING) -> int:
+    """`count_text` for a string, `count_messages` for a message list."""
+    if isinstance(messages, str):
+        return count_text(messages, encoding)
+    return count_messages(messages, encoding)
