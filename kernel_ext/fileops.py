@@ -1,0 +1,128 @@
+"""Record the files the user's code reads and writes, with a `sys.addaudithook` hook.
+
+The hook runs on every `open` in the process, so it is kept cheap: one flag check, one
+string test against a few prefixes, one set insertion. Audit hooks cannot be removed, so
+`uninstall` only clears the module-level `_enabled` flag that the hook checks first.
+
+Recorded events: `open` (mode decides read vs modified; writes, appends, `+` and `x`
+count as modified), `os.rename` / `os.replace` (source and destination modified),
+`os.remove` / `os.unlink` (modified), `shutil.copyfile` (source read, destination
+modified), `shutil.move`/`shutil.rmtree` (modified). pandas and numpy readers/writers go
+through `open`, so they are covered. Paths under the Python installation (stdlib,
+site-packages), the snapshot dir, /proc, /dev, /sys and the kernel's runtime files are
+ignored. Each set is capped at `MAX_PATHS` entries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import sysconfig
+from typing import Any
+
+MAX_PATHS = 1000
+
+_enabled = False
+_hook_added = False
+_read: set[str] = set()
+_modified: set[str] = set()
+_ignored_prefixes: tuple[str, ...] = ("/proc/", "/dev/", "/sys/")
+_WRITE_CHARS = frozenset("wax+")
+
+
+def _compute_ignored() -> tuple[str, ...]:
+    prefixes = {"/proc/", "/dev/", "/sys/"}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        p = sysconfig.get_paths().get(key)
+        if p:
+            prefixes.add(os.path.realpath(p) + os.sep)
+            prefixes.add(p + os.sep)
+    for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
+        prefixes.add(os.path.join(p, "lib") + os.sep)
+    for env in ("RLM_SNAPSHOT_DIR", "JUPYTER_RUNTIME_DIR"):
+        v = os.environ.get(env)
+        if v:
+            prefixes.add(os.path.abspath(v).rstrip(os.sep) + os.sep)
+    sess = os.environ.get("RLM_SESSION_DIR")
+    if sess:
+        for sub in ("runtime", "snapshot"):
+            prefixes.add(os.path.join(os.path.abspath(sess), sub) + os.sep)
+    try:
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        prefixes.add(os.path.abspath(jupyter_runtime_dir()) + os.sep)
+    except Exception:  # noqa: BLE001 - optional dependency
+        pass
+    home = os.path.expanduser("~")
+    for sub in (".ipython", ".cache", ".config/matplotlib", ".matplotlib"):
+        prefixes.add(os.path.join(home, sub) + os.sep)
+    return tuple(sorted(prefixes))
+
+
+def _record(target: set[str], path: Any) -> None:
+    if isinstance(path, int) or len(target) >= MAX_PATHS:
+        return
+    try:
+        p = os.fsdecode(path)
+    except TypeError:
+        return
+    if not p:
+        return
+    if p[0] != "/":
+        p = os.path.abspath(p)
+    if p.startswith(_ignored_prefixes):
+        return
+    target.add(p)
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if not _enabled:
+        return
+    if event == "open":
+        path, mode = args[0], args[1]
+        if path is None:
+            return
+        if isinstance(mode, str):
+            _record(_modified if _WRITE_CHARS.intersection(mode) else _read, path)
+        elif isinstance(mode, int):  # os.open flags
+            writing = mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+            _record(_modified if writing else _read, path)
+        else:
+            _record(_read, path)
+    elif event in ("os.rename", "shutil.copyfile", "shutil.move"):
+        if event == "shutil.copyfile":
+            _record(_read, args[0])
+        else:
+            _record(_modified, args[0])
+        _record(_modified, args[1])
+    elif event in ("os.remove", "shutil.rmtree"):
+        _record(_modified, args[0])
+
+
+def install(ip: Any) -> None:
+    global _enabled, _hook_added, _ignored_prefixes
+    _ignored_prefixes = _compute_ignored()
+    if not _hook_added:
+        sys.addaudithook(_hook)
+        _hook_added = True
+    _enabled = True
+
+
+def uninstall(ip: Any) -> None:
+    global _enabled
+    _enabled = False
+
+
+def file_ops() -> dict[str, list[str]]:
+    return {"read": sorted(_read), "modified": sorted(_modified)}
+
+
+def file_ops_json() -> str:
+    return json.dumps(file_ops())
+
+
+def reset_file_ops() -> str:
+    _read.clear()
+    _modified.clear()
+    return "{}"
