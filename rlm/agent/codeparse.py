@@ -1,0 +1,77 @@
+"""Turn a model reply into python tool calls.
+
+Models with native tool calling send `python(code)` calls. Others (small local models)
+write fenced code blocks; this module turns those into the same `ToolCall`s, and finds a
+text `FINAL(...)` answer for models that cannot call `final()` from the kernel.
+
+Forgiving by design: ```python, ```py, ```ipython and bare ``` fences all count when their
+body looks like code; an unterminated last fence still runs (small models get cut off by
+max_tokens); a FINAL(...) written in the same reply as code is ignored, because the model
+has not seen that code's output yet.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from rlm.llm.types import ToolCall
+
+_FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
+_CODE_LANGS = {"python", "py", "python3", "ipython", "repl", ""}
+_FINAL = re.compile(r"FINAL\((.*)\)\s*$", re.S)
+_FINAL_VAR = re.compile(r"FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)")
+
+
+def _looks_like_code(body: str) -> bool:
+    stripped = body.strip()
+    if not stripped:
+        return False
+    try:
+        compile(stripped, "<fence>", "exec")
+        return True
+    except SyntaxError:
+        # IPython magics and shell escapes are not Python but are still cells.
+        return stripped.startswith(("%", "!"))
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """Code bodies of the fenced blocks in `text`, in order."""
+    blocks = []
+    for m in _FENCE.finditer(text):
+        lang, body = m.group(1).lower(), m.group(2)
+        if lang in _CODE_LANGS and (lang or _looks_like_code(body)) and body.strip():
+            blocks.append(body.rstrip() + "\n")
+    return blocks
+
+
+def code_tool_calls(text: str) -> list[ToolCall]:
+    """Synthetic python tool calls for the fenced blocks in a reply."""
+    return [
+        ToolCall(id=f"fenced_{uuid.uuid4().hex[:10]}", name="python", arguments={"code": b},
+                 synthetic=True)
+        for b in fenced_blocks(text)
+    ]
+
+
+def text_final(text: str) -> tuple[str, str] | None:
+    """A FINAL(answer) or FINAL_VAR(name) written as text, outside code fences.
+
+    Returns ("answer", text) or ("var", name), or None.
+    """
+    outside = _FENCE.sub("", text)
+    m = _FINAL_VAR.search(outside)
+    if m:
+        return ("var", m.group(1))
+    idx = outside.rfind("FINAL(")
+    if idx < 0:
+        return None
+    m = _FINAL.match(outside[idx:].strip())
+    if not m:
+        # FINAL( without a closing paren at the end: take the rest of the line.
+        rest = outside[idx + len("FINAL("):].split("\n", 1)[0]
+        return ("answer", rest.rstrip(") ").strip())
+    answer = m.group(1).strip()
+    if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'":
+        answer = answer[1:-1]
+    return ("answer", answer)

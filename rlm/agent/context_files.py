@@ -1,0 +1,100 @@
+"""`rlm run --context FILE`: big inputs go into kernel variables, not into the prompt.
+
+Each file becomes one variable named after its stem (`sales.csv` -> `sales`): CSV/TSV and
+Parquet load as pandas DataFrames, JSON as parsed objects, anything else as text (or bytes
+when it is not UTF-8). The model sees only names, types, sizes and a short preview.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import ConfigError
+from rlm.session.entries import CustomEntry
+
+PREVIEW_CHARS = 400
+
+_LOADERS = {
+    ".csv": "import pandas as _pd\n{name} = _pd.read_csv({path!r})\ndel _pd\n",
+    ".tsv": "import pandas as _pd\n{name} = _pd.read_csv({path!r}, sep='\\t')\ndel _pd\n",
+    ".parquet": "import pandas as _pd\n{name} = _pd.read_parquet({path!r})\ndel _pd\n",
+    ".json": "import json as _j\nwith open({path!r}) as _f:\n    {name} = _j.load(_f)\ndel _j, _f\n",
+}
+_TEXT = (
+    "with open({path!r}, 'rb') as _f:\n    {name} = _f.read()\ndel _f\n"
+    "try:\n    {name} = {name}.decode('utf-8')\nexcept UnicodeDecodeError:\n    pass\n"
+)
+
+_DESCRIBE = r"""
+def _rlm_describe(names, n):
+    import json as _json
+    out = []
+    for name in names:
+        v = globals()[name]
+        kind = type(v).__module__ + "." + type(v).__qualname__
+        if hasattr(v, "shape") and hasattr(v, "head"):
+            size = f"{v.shape[0]} rows x {v.shape[1]} columns"
+            prev = "columns: " + ", ".join(map(str, list(v.columns)[:40])) + "\n" + v.head(3).to_string()[:n]
+        elif isinstance(v, (str, bytes)):
+            size = f"{len(v):,} {'characters' if isinstance(v, str) else 'bytes'}"
+            prev = repr(v[:n])
+        else:
+            try:
+                size = f"{len(v):,} items"
+            except TypeError:
+                size = ""
+            prev = repr(v)[:n]
+        out.append({"name": name, "type": kind, "size": size, "preview": prev})
+    return _json.dumps(out)
+"""
+
+
+def variable_name(path: Path, taken: set[str]) -> str:
+    base = re.sub(r"\W", "_", path.stem).strip("_").lower() or "data"
+    if base[0].isdigit() or keyword.iskeyword(base):
+        base = "data_" + base
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}_{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
+    """Load each file into a kernel variable; append a context_vars entry describing them."""
+    names: list[str] = []
+    taken: set[str] = set()
+    for raw in paths:
+        path = Path(raw).expanduser().resolve()
+        if not path.is_file():
+            raise ConfigError(f"--context {raw}: no such file")
+        name = variable_name(path, taken)
+        code = _LOADERS.get(path.suffix.lower(), _TEXT).format(name=name, path=str(path))
+        res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
+        if not res.ok:
+            raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
+        names.append(name)
+    agent.session.append(CustomEntry(
+        custom_type="context_vars",
+        data={"names": names, "files": [str(p) for p in paths]},
+        display=True,
+        content=describe_variables(agent, names, origin="loaded from the files you were given"),
+    ))
+    return names
+
+
+def describe_variables(agent: Any, names: list[str], *, origin: str) -> str:
+    code = _DESCRIBE + f"print(_rlm_describe({names!r}, {PREVIEW_CHARS}))\ndel _rlm_describe\n"
+    res = agent.executor.execute(code, timeout=60)
+    lines = [f"<context_variables>\nThese kernel variables hold your input ({origin}); "
+             "read them through code, in slices:"]
+    try:
+        for d in json.loads(res.shaped.strip().splitlines()[-1]):
+            lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
+    except (ValueError, IndexError, KeyError):
+        lines += [f"- {n}" for n in names]
+    return "\n".join(lines) + "\n</context_variables>"

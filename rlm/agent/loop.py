@@ -1,0 +1,394 @@
+"""The agent loop: context -> model -> cells -> kernel -> results -> events.
+
+A turn is one model call and the cells it asked for. `Agent.run(prompt)` appends the
+prompt, then repeats turns until a final answer (`final()` / `final_var()` from the
+kernel, or a text FINAL(...) fallback), a reply without code, or a limit; before it
+stops, continuation hooks (goals, autonomous mode) may hand it a new message instead.
+Everything the model sees is projected from the session log (rlm.session.context), so a
+resumed session sees exactly what the live one did.
+
+The loop only yields `rlm.events` dataclasses; it never prints.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rlm.agent import notices
+from rlm.agent.codeparse import code_tool_calls, text_final
+from rlm.agent.prompts import system_prompt
+from rlm.agent.recursion import Recursion, TokenBudget
+from rlm.config import Config
+from rlm.errors import ContextOverflow, RlmError
+from rlm.events import (
+    CellFinished,
+    CellStarted,
+    Event,
+    FinalAnswer,
+    ModelReply,
+    ModelText,
+    Notice,
+    RunEnded,
+    TurnStarted,
+)
+from rlm.kernel.types import CellResult, RestoreReport
+from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
+from rlm.session.entries import CustomEntry, MessageEntry
+
+Handler = Callable[[dict[str, Any]], Any]
+# A continuation hook is asked when the run would end; it returns a message to keep going.
+Continuation = Callable[["Agent", str], str | None]
+# A turn hook runs after every turn (compaction, goal accounting, ...); may yield events.
+TurnHook = Callable[["Agent"], list[Event] | None]
+
+
+class Agent:
+    """One session's agent: its model, its executor (kernel) and its log."""
+
+    def __init__(
+        self,
+        session: Any,
+        config: Config,
+        *,
+        executor: Any = None,
+        llm: LLM | None = None,
+        llm_factory: Callable[[str], LLM] | None = None,
+        depth: int = 0,
+        budget: TokenBudget | None = None,
+    ):
+        from rlm.llm import get_llm
+
+        self.session = session
+        self.config = config
+        self._llm_factory = llm_factory or (lambda spec: get_llm(spec, config))
+        self.llm = llm or self._llm_factory(config.model or "")
+        self.executor = executor
+        self.depth = depth
+        self.budget = budget or TokenBudget(config.token_budget)
+        self.recursion = Recursion(self, self._llm_factory)
+        self.tokens_used = 0
+        self.turns = 0
+        self.turn_active = False
+        self.continuations: list[Continuation] = []
+        self.turn_hooks: list[TurnHook] = []
+        self.overflow_hook: Callable[[Agent, MessageEntry], str] | None = None
+        self.on_cell_output: Callable[[Any], None] | None = None
+        self._final: tuple[str, str] | None = None
+        self._stop = threading.Event()
+        self._interrupts = 0
+        self.handlers: dict[str, Handler] = {
+            "ping": lambda p: {"pong": True, **p},
+            "final": self._on_final,
+            "llm_query": self.recursion.llm_query,
+            "llm_query_batched": self.recursion.llm_query_batched,
+            "rlm_query": self.recursion.rlm_query,
+        }
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> RestoreReport | None:
+        """Start the kernel (restoring its snapshot) unless an executor was given."""
+        if self.executor is not None:
+            self.executor.set_bridge_handler(self.handle_bridge)
+            return None
+        from rlm.kernel import Kernel
+
+        self.executor = Kernel(self.session.dir, self.config, bridge_handler=self.handle_bridge)
+        report = self.executor.start()
+        if report.snapshot_found:
+            self.session.append(
+                CustomEntry(
+                    custom_type="kernel_restored",
+                    data=report.to_dict(),
+                    display=True,
+                    content=notices.restored_on_start(report),
+                )
+            )
+        return report
+
+    def close(self) -> None:
+        ex, self.executor = self.executor, None
+        if ex is not None and hasattr(ex, "stop"):
+            ex.stop()
+
+    def __enter__(self) -> Agent:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ bridge
+    def handle_bridge(self, method: str, params: dict[str, Any]) -> Any:
+        handler = self.handlers.get(method)
+        if handler is None:
+            raise RlmError(f"{method} is not available in this session")
+        return handler(params)
+
+    def _on_final(self, params: dict[str, Any]) -> dict[str, Any]:
+        value = params.get("value", params.get("answer"))
+        text = value if isinstance(value, str) else json.dumps(value, default=str)
+        self._final = (text, str(params.get("kind") or "final"))
+        return {"ok": True}
+
+    def run_child(self, task: str, context: Any) -> str | None:
+        """rlm_query: run a child agent with its own kernel and session to completion."""
+        from rlm.agent.session_run import run_child
+
+        return run_child(self, task, context)
+
+    def charge(self, usage: Usage, *, sub: bool = False) -> None:
+        self.tokens_used += usage.total
+        self.budget.charge(usage)
+
+    # ------------------------------------------------------------- interrupts
+    def interrupt(self) -> None:
+        """Ctrl-C: once interrupts the running cell, twice ends the turn."""
+        self._interrupts += 1
+        if self.executor is not None:
+            try:
+                self.executor.interrupt()
+            except Exception:  # noqa: BLE001 - a dead kernel is reported by execute
+                pass
+        if self._interrupts >= 2:
+            self._stop.set()
+
+    # --------------------------------------------------------------------- run
+    def run(self, prompt: str | None) -> Iterator[Event]:
+        """Append `prompt` (if any) as a user message and work until the run ends."""
+        if self.executor is None:
+            self.start()
+        self._stop.clear()
+        self._interrupts = 0
+        self._final = None
+        if prompt:
+            self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
+        started, turns = time.monotonic(), 0
+        while True:
+            limit = self._limit_hit(turns, started)
+            if limit:
+                yield from self._end(f"limit:{limit[0]}", turns, detail=limit[1])
+                return
+            if self._stop.is_set():
+                yield from self._end("interrupted", turns)
+                return
+            turns += 1
+            self.turns += 1
+            outcome = yield from self._turn(turns)
+            for hook in self.turn_hooks:
+                yield from hook(self) or []
+            if outcome is None:
+                continue
+            reason, answer = outcome
+            follow = self._continuation(reason, answer)
+            if follow is None:
+                yield from self._end(reason, turns, final=answer)
+                return
+            self._final = None
+            self.session.append(MessageEntry(message={"role": "user", "content": follow}))
+            yield Notice("continuing: " + follow.splitlines()[0][:120])
+
+    def _end(self, reason: str, turns: int, *, final: str | None = None,
+             detail: str | None = None) -> Iterator[Event]:
+        if final is not None:
+            self.session.append(CustomEntry(custom_type="final", data={"answer": final, "reason": reason}))
+        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail)
+
+    def _continuation(self, reason: str, answer: str | None) -> str | None:
+        if self._stop.is_set() or reason.startswith(("error", "interrupted")):
+            return None
+        for hook in self.continuations:
+            msg = hook(self, reason)
+            if msg:
+                return msg
+        return None
+
+    def _limit_hit(self, turns: int, started: float) -> tuple[str, str] | None:
+        c = self.config
+        if c.max_turns is not None and turns >= c.max_turns:
+            return ("turns", f"{turns} of {c.max_turns} turns used")
+        if c.max_tokens is not None and self.tokens_used >= c.max_tokens:
+            return ("tokens", f"{self.tokens_used} of {c.max_tokens} tokens used")
+        if c.max_wall_s is not None and time.monotonic() - started >= c.max_wall_s:
+            return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
+        if self.budget.limit is not None and self.budget.remaining == 0:
+            return ("token_budget", f"{self.budget.spent} of {self.budget.limit} tokens used")
+        return None
+
+    # -------------------------------------------------------------------- turn
+    def _turn(self, turn: int) -> Iterator[Event]:
+        """One model call and its cells. Returns (reason, answer) when the run may end."""
+        yield TurnStarted(turn)
+        self.turn_active = True
+        try:
+            completion = yield from self._call_model()
+            if completion is None:
+                return ("interrupted", None) if self._stop.is_set() else ("error", None)
+            return (yield from self._act(completion))
+        finally:
+            self.turn_active = False
+
+    def _call_model(self) -> Iterator[Event]:
+        from rlm.session.context import build_messages
+
+        native = getattr(self.llm, "native_tools", True)
+        for attempt in range(2):
+            messages = build_messages(
+                self.session.branch(),
+                system_prompt=system_prompt(self.config, native_tools=native),
+                native_tools=native,
+            )
+            try:
+                completion = yield from self._in_thread(
+                    lambda emit, messages=messages: self.llm.complete(
+                        messages,
+                        tools=[PYTHON_TOOL] if native else None,
+                        on_text=lambda d: emit(ModelText(d)),
+                        temperature=self.config.temperature,
+                    )
+                )
+                return completion
+            except ContextOverflow as e:
+                entry = self.session.append(MessageEntry(
+                    message={"role": "assistant", "content": ""}, error=f"context overflow: {e}",
+                    model=getattr(self.llm, "spec", None)))
+                decision = self.overflow_hook(self, entry) if self.overflow_hook else "report"
+                if decision == "retry" and attempt == 0:
+                    yield Notice("context overflow: compacted, retrying once", "warning")
+                    continue
+                yield Notice(notices.overflow_report(e), "warning")
+                return None
+        return None
+
+    def _act(self, completion: Completion) -> Iterator[Event]:
+        calls = [c for c in completion.tool_calls if c.name == "python"]
+        if not calls:
+            calls = code_tool_calls(completion.content)
+        self.charge(completion.usage)
+        message: dict[str, Any] = {"role": "assistant", "content": completion.content}
+        if calls:
+            message["tool_calls"] = [c.to_message() for c in calls]
+        self.session.append(MessageEntry(
+            message=message, usage=completion.usage.to_dict(), model=completion.model or None))
+        yield ModelReply(completion.content, [str(c.arguments.get("code", "")) for c in calls],
+                         completion.usage.to_dict())
+        if not calls:
+            return (yield from self._answer_without_code(completion.content))
+        for i, call in enumerate(calls):
+            if self._stop.is_set():
+                self._record_skipped(call, "not run: the turn was interrupted")
+                continue
+            yield from self._run_cell(call, i)
+            if self._final is not None:
+                for rest in calls[i + 1:]:
+                    self._record_skipped(rest, "not run: final() was called")
+                answer, kind = self._final
+                yield FinalAnswer(answer, kind)
+                return ("final", answer)
+        return None
+
+    def _answer_without_code(self, content: str) -> Iterator[Event]:
+        found = text_final(content)
+        if found is None:
+            answer = content.strip()
+            yield FinalAnswer(answer, "reply")
+            return ("no_code", answer)
+        kind, value = found
+        if kind == "var":
+            value = self._read_var(value)
+        yield FinalAnswer(value, "text")
+        return ("final", value)
+
+    def _read_var(self, name: str) -> str:
+        res = self.executor.execute(f"print(str({name}), end='')", timeout=30)
+        return res.shaped if res.ok else f"[FINAL_VAR: {name} is not defined]"
+
+    # -------------------------------------------------------------------- cells
+    def _run_cell(self, call: ToolCall, index: int) -> Iterator[Event]:
+        code = str(call.arguments.get("code", ""))
+        yield CellStarted(code, index)
+        pre_notice = ""
+        if hasattr(self.executor, "is_alive") and not self.executor.is_alive():
+            report = self.executor.restart("the kernel was not running")
+            pre_notice = notices.restarted("was found dead before this cell", report)
+        result: CellResult = yield from self._execute(code)
+        content = pre_notice + notices.cell_content(result)
+        self.session.append(MessageEntry(
+            message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content},
+            cell=result.to_dict()))
+        yield CellFinished(code, result.status, content, result.duration_s, result)
+        if result.restart is not None:
+            from rlm.events import KernelRestarted
+
+            yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
+                                  [f["name"] for f in result.restart.failed + result.restart.skipped])
+
+    def _execute(self, code: str) -> Iterator[Event]:
+        timeout = self.config.cell_timeout
+        if getattr(self.executor, "run_in_caller_thread", False):
+            return self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)
+            yield  # pragma: no cover - makes this a generator
+        return (yield from self._in_thread(
+            lambda emit: self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)))
+
+    def _record_skipped(self, call: ToolCall, why: str) -> None:
+        self.session.append(MessageEntry(
+            message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": why},
+            cell=CellResult(status="interrupted", shaped=why).to_dict()))
+
+    # ------------------------------------------------------------------ helpers
+    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any]) -> Iterator[Event]:
+        """Run fn on a worker thread, yielding the events it emits; Ctrl-C stays responsive."""
+        q: queue.Queue[tuple[str, Any]] = queue.Queue()
+
+        def work() -> None:
+            try:
+                q.put(("done", fn(lambda ev: q.put(("event", ev)))))
+            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+                q.put(("error", e))
+
+        threading.Thread(target=work, name="rlm-turn", daemon=True).start()
+        while True:
+            try:
+                kind, value = q.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            except KeyboardInterrupt:
+                self.interrupt()
+                continue
+            if kind == "event":
+                yield value
+            elif kind == "done":
+                return value
+            else:
+                raise value
+
+
+def run_task(
+    task: str,
+    *,
+    model: str | None = None,
+    config: Config | None = None,
+    context_files: list[Any] | None = None,
+    on_event: Callable[[Event], None] | None = None,
+) -> Any:
+    """Run one task in a fresh session and return a `RunResult` (for scripts and tests)."""
+    from rlm.agent.session_run import RunResult, new_session_agent
+
+    cfg = (config or Config()).with_overrides(model=model)
+    agent, session = new_session_agent(task, cfg)
+    events: list[Event] = []
+    with agent:
+        if context_files:
+            from rlm.agent.context_files import load_context_files
+
+            load_context_files(agent, context_files)
+        for ev in agent.run(task):
+            events.append(ev)
+            if on_event:
+                on_event(ev)
+    return RunResult.from_events(session, events)

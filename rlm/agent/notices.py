@@ -1,0 +1,72 @@
+"""What the model is told when something happens to its kernel. Never lies.
+
+A restore notice lists exactly what came back and what did not; it says nothing about
+names it does not know about.
+"""
+
+from __future__ import annotations
+
+from rlm.kernel.types import CellResult, RestoreReport
+
+MAX_NAMES = 200
+
+
+def _names(items: list[str]) -> str:
+    shown = ", ".join(items[:MAX_NAMES])
+    more = len(items) - MAX_NAMES
+    return shown + (f" (+{more} more)" if more > 0 else "")
+
+
+def _lost(report: RestoreReport) -> list[str]:
+    return [f"{f['name']} ({f.get('reason', 'failed')})" for f in report.failed + report.skipped]
+
+
+def restore_lines(report: RestoreReport) -> list[str]:
+    if not report.snapshot_found:
+        return ["No snapshot existed: the kernel starts empty; nothing was restored."]
+    lines = [
+        "Restored from the last snapshot: " + (_names(report.restored) if report.restored else "nothing") + "."
+    ]
+    lost = _lost(report)
+    if lost:
+        lines.append("Not restored: " + _names(lost) + ".")
+    return lines
+
+
+def restarted(how: str, report: RestoreReport) -> str:
+    """Notice for a kernel that died or was restarted during or before a cell."""
+    body = [f"The kernel {how} and was restarted."]
+    body += restore_lines(report)
+    body.append(
+        "Snapshots are taken after each successful cell: anything the failed cell defined "
+        "is gone. Check with code before relying on a name."
+    )
+    return "<kernel_restarted>\n" + "\n".join(body) + "\n</kernel_restarted>\n"
+
+
+def restored_on_start(report: RestoreReport) -> str:
+    """Notice appended when a session resumes and its kernel comes back from a snapshot."""
+    body = ["This session was resumed in a new kernel."] + restore_lines(report)
+    return "<ipython_state_restored>\n" + "\n".join(body) + "\n</ipython_state_restored>"
+
+
+def cell_content(result: CellResult) -> str:
+    """The text the model sees for a cell result."""
+    text = result.shaped if result.shaped.strip() else "(no output)"
+    if result.status == "timeout":
+        text += "\n[the cell timed out and was stopped]"
+    if result.restart is not None:
+        how = {
+            "died": f"died ({result.died_cause or 'unknown cause'})",
+            "timeout": "did not stop after an interrupt (cell timeout)",
+        }.get(result.status, f"was restarted ({result.status})")
+        text = restarted(how, result.restart) + text
+    return text
+
+
+def overflow_report(err: Exception) -> str:
+    return (
+        f"The model's context window overflowed again after compaction ({err}). "
+        "Use a model with a larger context window (--model), lower --keep-recent-tokens, "
+        "or start a new session from a summary."
+    )

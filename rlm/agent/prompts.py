@@ -1,0 +1,38 @@
+"""Prompts are package data (rlm/prompts/*.md), reviewed like code."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+from rlm.config import Config
+
+
+@cache
+def load_prompt(name: str) -> str:
+    return resources.files("rlm.prompts").joinpath(f"{name}.md").read_text(encoding="utf-8")
+
+
+def system_prompt(config: Config, *, native_tools: bool) -> str:
+    """The system prompt for the session's model.
+
+    Models without native tool calling (small local models) get the fenced-code variant
+    with one worked example (rlm/prompts/system_small.md), which they need to behave.
+    """
+    name = "system" if native_tools else "system_small"
+    try:
+        text = load_prompt(name)
+    except FileNotFoundError:
+        text = load_prompt("system")
+    return text.format_map(
+        _Defaults(
+            output_budget=config.output_budget_chars,
+            cell_timeout=int(config.cell_timeout),
+            max_turns=config.max_turns if config.max_turns is not None else "unlimited",
+        )
+    )
+
+
+class _Defaults(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"

@@ -1,0 +1,98 @@
+"""Recursion from the kernel: llm_query, llm_query_batched and rlm_query.
+
+These run on the host, called through the bridge while a cell waits. Every token they
+spend is charged to the run that owns the cell, and to a `TokenBudget` shared by the
+whole rlm_query tree, so a budget bounds the parent and all its children together.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rlm.errors import LimitReached, RlmError
+from rlm.llm.types import LLM, Usage
+
+if TYPE_CHECKING:
+    from rlm.agent.loop import Agent
+
+MAX_PROMPT_CHARS = 2_000_000
+MAX_BATCH = 1000
+
+
+@dataclass
+class TokenBudget:
+    """Tokens spent by a run tree (parent + rlm_query children). Thread-safe."""
+
+    limit: int | None = None
+    spent: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def charge(self, usage: Usage) -> None:
+        with self._lock:
+            self.spent += usage.total
+
+    @property
+    def remaining(self) -> int | None:
+        return None if self.limit is None else max(0, self.limit - self.spent)
+
+    def check(self, what: str) -> None:
+        if self.limit is not None and self.spent >= self.limit:
+            raise LimitReached("token budget", f"{self.spent} of {self.limit} tokens used before {what}")
+
+
+class Recursion:
+    """Host-side handlers for the kernel's sub-call helpers of one agent."""
+
+    def __init__(self, agent: Agent, llm_factory: Callable[[str], LLM]):
+        self.agent = agent
+        self._factory = llm_factory
+        self._llms: dict[str, LLM] = {}
+        self._lock = threading.Lock()
+
+    def _llm(self, model: str | None) -> LLM:
+        cfg = self.agent.config
+        spec = model or cfg.sub_model or cfg.model or ""
+        with self._lock:
+            if spec not in self._llms:
+                self._llms[spec] = self._factory(spec)
+            return self._llms[spec]
+
+    def llm_query(self, params: dict[str, Any]) -> str:
+        prompt = params.get("prompt")
+        if not isinstance(prompt, str):
+            raise RlmError("llm_query(prompt): prompt must be a string")
+        if len(prompt) > MAX_PROMPT_CHARS:
+            raise RlmError(f"llm_query prompt is {len(prompt)} chars; slice it below {MAX_PROMPT_CHARS}")
+        self.agent.budget.check("llm_query")
+        llm = self._llm(params.get("model"))
+        c = llm.complete([{"role": "user", "content": prompt}], temperature=self.agent.config.temperature)
+        self.agent.charge(c.usage, sub=True)
+        return c.content
+
+    def llm_query_batched(self, params: dict[str, Any]) -> list[str]:
+        prompts = params.get("prompts")
+        if not isinstance(prompts, list) or not all(isinstance(p, str) for p in prompts):
+            raise RlmError("llm_query_batched(prompts): prompts must be a list of strings")
+        if len(prompts) > MAX_BATCH:
+            raise RlmError(f"llm_query_batched got {len(prompts)} prompts; at most {MAX_BATCH} per call")
+        model = params.get("model")
+        workers = max(1, min(self.agent.config.batch_concurrency, len(prompts) or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
+            return list(pool.map(lambda p: self.llm_query({"prompt": p, "model": model}), prompts))
+
+    def rlm_query(self, params: dict[str, Any]) -> str | None:
+        task = params.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise RlmError("rlm_query(task, context=None): task must be a non-empty string")
+        agent = self.agent
+        if agent.depth >= agent.config.max_depth:
+            raise RlmError(
+                f"rlm_query depth limit reached (depth {agent.depth}, max_depth "
+                f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth"
+            )
+        agent.budget.check("rlm_query")
+        return agent.run_child(task, params.get("context"))

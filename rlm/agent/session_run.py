@@ -1,0 +1,144 @@
+"""Building agents for sessions: new runs, resumed runs and rlm_query children."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rlm.config import Config
+from rlm.errors import ConfigError
+from rlm.events import CellFinished, Event, FinalAnswer, RunEnded
+from rlm.paths import private_dir
+from rlm.session.entries import new_id
+
+# Provider keys and the model used when one is set but no model is configured.
+_KEY_DEFAULTS = (
+    ("OPENAI_API_KEY", "openai/gpt-4o-mini"),
+    ("ANTHROPIC_API_KEY", "anthropic/claude-3-5-haiku-latest"),
+    ("GEMINI_API_KEY", "gemini/gemini-2.0-flash"),
+    ("OPENROUTER_API_KEY", "openrouter/openai/gpt-4o-mini"),
+)
+
+
+def default_model() -> str:
+    """`local` unless a provider key is set; then that provider's small model."""
+    for key, model in _KEY_DEFAULTS:
+        if os.environ.get(key):
+            return model
+    return "local"
+
+
+def resolve_model(config: Config) -> Config:
+    return config if config.model else replace(config, model=default_model())
+
+
+@dataclass
+class RunResult:
+    session_id: str
+    session_path: str
+    final: str | None
+    turns: int
+    reason: str
+    cells: list[str] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    @classmethod
+    def from_events(cls, session: Any, events: list[Event]) -> RunResult:
+        end = next((e for e in reversed(events) if isinstance(e, RunEnded)), None)
+        final = end.final if end else None
+        if final is None:
+            final = next((e.answer for e in reversed(events) if isinstance(e, FinalAnswer)), None)
+        return cls(
+            session_id=session.id,
+            session_path=str(session.path),
+            final=final,
+            turns=end.turns if end else 0,
+            reason=end.reason if end else "unknown",
+            cells=[e.code for e in events if isinstance(e, CellFinished)],
+            events=events,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "session_id": self.session_id,
+            "session_path": self.session_path,
+            "final": self.final,
+            "turns": self.turns,
+            "reason": self.reason,
+            "cells": len(self.cells),
+        }
+
+
+def new_session_agent(task: str | None, config: Config, **agent_kw: Any) -> tuple[Any, Any]:
+    from rlm.agent.loop import Agent
+    from rlm.session.store import SessionStore
+
+    config = resolve_model(config)
+    session = SessionStore.create(config.home, model=config.model or "", task=task)
+    return Agent(session, config, **agent_kw), session
+
+
+def open_session_agent(session_id: str, config: Config, *, leaf: str | None = None,
+                       **agent_kw: Any) -> tuple[Any, Any]:
+    from rlm.agent.loop import Agent
+    from rlm.session.store import SessionStore
+
+    session = SessionStore.open(session_id, config.home)
+    if not config.model:
+        config = replace(config, model=session.header.model or default_model())
+    if leaf:
+        session.set_leaf(leaf)
+    return Agent(session, config, **agent_kw), session
+
+
+def run_child(parent: Any, task: str, context: Any) -> str | None:
+    """Run an rlm_query child to completion: own kernel, own session under the parent's."""
+    from rlm.agent.loop import Agent
+    from rlm.session.store import SessionStore
+
+    cfg = parent.config
+    child_model = cfg.sub_model or cfg.model
+    if not child_model:
+        raise ConfigError("rlm_query needs a model: set --sub-model or --model")
+    child_cfg = replace(cfg, model=child_model)
+    child_dir = private_dir(parent.session.dir / "children" / new_id())
+    session = SessionStore.create(cfg.home, model=child_model, task=task,
+                                  parent_session=parent.session.id, session_dir=child_dir)
+    child = Agent(session, child_cfg, llm_factory=parent._llm_factory,
+                  depth=parent.depth + 1, budget=parent.budget)
+    try:
+        with child:
+            if context is not None:
+                _put_context(child, context)
+            end = None
+            for ev in child.run(task):
+                if isinstance(ev, RunEnded):
+                    end = ev
+        return end.final if end else None
+    finally:
+        parent.tokens_used += child.tokens_used
+
+
+def _put_context(agent: Any, context: Any) -> None:
+    from rlm.agent.context_files import describe_variables
+    from rlm.paths import write_private_atomic
+    from rlm.session.entries import CustomEntry
+
+    path = agent.session.dir / "context.json"
+    write_private_atomic(path, json.dumps(context, default=str).encode())
+    res = agent.executor.execute(
+        f"import json as _j\nwith open({str(path)!r}) as _f:\n    context = _j.load(_f)\ndel _j, _f\n",
+        timeout=120,
+    )
+    if not res.ok:
+        raise RuntimeError(f"could not load the rlm_query context: {res.shaped[:500]}")
+    agent.session.append(CustomEntry(
+        custom_type="context_vars", data={"names": ["context"]}, display=True,
+        content=describe_variables(agent, ["context"], origin="passed by the parent agent")))
+
+
+def session_path(session: Any) -> Path:
+    return Path(session.path)
