@@ -1,0 +1,358 @@
+"""Export a session branch to a Jupyter notebook (nbformat v4).
+
+Cell mapping, in branch order:
+
+- the first user message -> markdown "**Task:** ..."; later user messages -> "**User:** ..."
+- an assistant message -> its prose (content without the fenced code the cells came from) as
+  markdown, and one code cell per tool call, placed where its fence was in the prose
+- a tool message -> the outputs of its code cell, rebuilt from the `cell` field
+  (CellResult.to_dict()); mime payloads kept as artifacts are read back and embedded
+- a compaction -> markdown "### Compaction summary (trigger, N tokens before)"
+- a cell that killed or timed out the kernel, or a `kernel_restored` entry -> markdown
+  "⚠ Kernel restarted: ..." right after the cell where it happened
+- `final` -> markdown "**Final answer:** ..."; `notebook_import` -> the imported code cells
+
+Cells that raised carry the `raises-exception` tag so nbclient re-runs the notebook top to
+bottom. Every string written is scanned for secrets (see `redact`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+import rlm
+from rlm.paths import write_private_atomic
+from rlm.session.entries import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+    ModelChangeEntry,
+    SessionHeader,
+)
+
+REDACTED = "[redacted]"
+_SECRET_ENV_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_APIKEY")
+_SECRET_PATTERNS = re.compile(
+    r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub
+    r"|github_pat_[A-Za-z0-9_]{30,}"
+    r"|AKIA[0-9A-Z]{16}"  # AWS access key id
+    r"|AIza[0-9A-Za-z_\-]{35}"  # Google
+    r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+    r"|gsk_[A-Za-z0-9]{30,}"  # Groq
+)
+_FENCE = re.compile(r"```[ \t]*(?:python|py|python3|ipython)?[ \t]*\n(.*?)```", re.DOTALL)
+_TEXT_MIMES = ("text/", "image/svg+xml")
+_PRELUDE = (
+    "# rlm: stand-ins for the agent's kernel helpers, so this notebook re-runs outside rlm\n"
+    "try:\n    final\nexcept NameError:\n"
+    "    def final(value):\n        return value\n"
+    "try:\n    final_var\nexcept NameError:\n"
+    "    def final_var(name):\n        return globals()[name]\n"
+)
+
+
+def export_session(store_or_path: Any, out_path: str | Path | None = None,
+                   leaf: str | None = None) -> Path:
+    """Write the branch ending at `leaf` (default: the current leaf) as a notebook.
+
+    `store_or_path` is a SessionStore, or a session id / directory / session.jsonl path.
+    Returns the path written (default: ./<session id>.ipynb).
+    """
+    store = _open_store(store_or_path)
+    nb = build_notebook(store.branch(leaf), store.header, Path(store.dir))
+    out = Path(out_path) if out_path else Path.cwd() / f"{store.header.id}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    write_private_atomic(out, nbformat.writes(nb).encode() + b"\n")
+    return out
+
+
+def _open_store(store_or_path: Any) -> Any:
+    if hasattr(store_or_path, "branch") and hasattr(store_or_path, "header"):
+        return store_or_path
+    from rlm.config import load_config
+    from rlm.session.store import SessionStore
+
+    return SessionStore.open(store_or_path, load_config().home)
+
+
+def build_notebook(branch: list[Entry], header: SessionHeader | None,
+                   session_dir: Path) -> nbformat.NotebookNode:
+    """Pure apart from reading artifacts: the notebook for one branch, validated, redacted."""
+    builder = _Builder(session_dir)
+    for entry in branch:
+        builder.add(entry)
+    if not builder.saw_task and header is not None and header.task:
+        builder.cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
+    if builder.uses_helpers:
+        builder.cells.insert(0, _prelude_cell())
+    nb = new_notebook(cells=builder.cells, metadata=_metadata(header))
+    redact(nb)
+    nbformat.validate(nb)
+    return nb
+
+
+def _metadata(header: SessionHeader | None) -> dict[str, Any]:
+    return {
+        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+        "language_info": {"name": "python", "version": platform.python_version(),
+                          "mimetype": "text/x-python", "file_extension": ".py"},
+        "rlm": {
+            "session_id": header.id if header else None,
+            "model": header.model if header else None,
+            "rlm_version": rlm.__version__,
+        },
+    }
+
+
+def _prelude_cell() -> nbformat.NotebookNode:
+    cell = new_code_cell(_PRELUDE, id="rlm-prelude")
+    cell.metadata["tags"] = ["rlm-prelude"]
+    return cell
+
+
+class _Builder:
+    """Turns entries into cells; code cells wait for their tool result by tool_call_id."""
+
+    def __init__(self, session_dir: Path):
+        self.session_dir = session_dir
+        self.cells: list[nbformat.NotebookNode] = []
+        self.pending: dict[str, nbformat.NotebookNode] = {}
+        self.saw_task = False
+        self.uses_helpers = False
+        self.ids: set[str] = set()
+
+    def _append(self, cell: nbformat.NotebookNode) -> nbformat.NotebookNode:
+        base, n = cell.id, 1
+        while cell.id in self.ids:
+            cell.id = f"{base[:58]}-{n}"
+            n += 1
+        self.ids.add(cell.id)
+        self.cells.append(cell)
+        return cell
+
+    def _md(self, text: str, entry: Entry, n: int = 0) -> None:
+        if text.strip():
+            self._append(new_markdown_cell(text.strip(), id=_cell_id(entry, "m", n)))
+
+    def add(self, entry: Entry) -> None:
+        if isinstance(entry, MessageEntry):
+            self._message(entry)
+        elif isinstance(entry, CompactionEntry):
+            head = f"### Compaction summary ({entry.trigger}, {entry.tokens_before:,} tokens before)"
+            self._md(f"{head}\n\n{entry.summary}", entry)
+        elif isinstance(entry, BranchSummaryEntry):
+            self._md(f"### Branch summary\n\n{entry.summary}", entry)
+        elif isinstance(entry, ModelChangeEntry):
+            self._md(f"*Model changed to `{entry.model}`.*", entry)
+        elif isinstance(entry, CustomEntry):
+            self._custom(entry)
+
+    def _message(self, entry: MessageEntry) -> None:
+        msg, role = entry.message, entry.role
+        if entry.error:
+            return
+        if role == "user":
+            label = "User" if self.saw_task else "Task"
+            self.saw_task = True
+            self._md(f"**{label}:** {_text(msg.get('content'))}", entry)
+        elif role == "assistant":
+            self._assistant(entry)
+        elif role == "tool":
+            self._tool(entry)
+
+    def _assistant(self, entry: MessageEntry) -> None:
+        calls = [(c.get("id") or f"call{i}", _call_code(c))
+                 for i, c in enumerate(entry.message.get("tool_calls") or [])]
+        calls = [(cid, code) for cid, code in calls if code is not None]
+        prose = _text(entry.message.get("content"))
+        pos, n = 0, 0
+        for m in _FENCE.finditer(prose):
+            if n < len(calls) and m.group(1).strip() == calls[n][1].strip():
+                self._md(prose[pos:m.start()], entry, n)
+                self._code(entry, *calls[n], n)
+                pos, n = m.end(), n + 1
+        self._md(prose[pos:], entry, n)
+        for i in range(n, len(calls)):
+            self._code(entry, *calls[i], i)
+
+    def _code(self, entry: Entry, call_id: str, code: str, n: int) -> None:
+        cell = new_code_cell(code, id=_cell_id(entry, "c", n))
+        if re.search(r"\bfinal(_var)?\s*\(", code):
+            self.uses_helpers = True
+        self.pending[call_id] = self._append(cell)
+
+    def _tool(self, entry: MessageEntry) -> None:
+        cell = self.pending.pop(str(entry.message.get("tool_call_id")), None)
+        if cell is None:
+            cell = self._append(new_code_cell("# (code not recorded)", id=_cell_id(entry, "c", 0)))
+        self._fill(cell, entry.cell or {}, entry)
+
+    def _fill(self, cell: nbformat.NotebookNode, result: dict[str, Any], entry: Entry) -> None:
+        count = result.get("execution_count")
+        cell.execution_count = count if isinstance(count, int) else None
+        cell.outputs = [o for o in (self._output(d, count) for d in result.get("outputs") or [])
+                        if o is not None]
+        status = result.get("status", "ok")
+        cell.metadata["rlm"] = {"entry_id": entry.id, "status": status,
+                                "duration_s": result.get("duration_s")}
+        if status != "ok":
+            cell.metadata["tags"] = ["raises-exception"]
+        if status in ("died", "timeout") or result.get("restart"):
+            cause = result.get("died_cause") or status
+            self._restart_note(cause, result.get("restart"), entry)
+
+    def _restart_note(self, cause: str, report: dict[str, Any] | None, entry: Entry) -> None:
+        if report is None:
+            self._md(f"⚠ Kernel died: {cause}; not restarted.", entry, 99)
+            return
+        restored = ", ".join(report.get("restored") or []) or "nothing"
+        lost = [d.get("name", "?") for d in (report.get("failed") or []) + (report.get("skipped") or [])]
+        self._md(f"⚠ Kernel restarted: {cause}; restored: {restored}; "
+                 f"lost: {', '.join(lost) or 'nothing'}", entry, 99)
+
+    def _custom(self, entry: CustomEntry) -> None:
+        data = entry.data if isinstance(entry.data, dict) else {}
+        if entry.custom_type == "kernel_restored":
+            report = data.get("report", data)
+            self._restart_note(str(data.get("cause") or "restart"), report, entry)
+        elif entry.custom_type == "final":
+            answer = data.get("answer", entry.data if not data else "")
+            self._md(f"**Final answer:** {_text(answer)}", entry)
+        elif entry.custom_type == "notebook_import":
+            self._md(f"*Imported from notebook `{data.get('path', '?')}`:*", entry)
+            for i, item in enumerate(data.get("cells") or []):
+                cell = self._append(new_code_cell(item.get("code", ""), id=_cell_id(entry, "c", i)))
+                self._fill(cell, item.get("cell") or {}, entry)
+
+    def _output(self, d: dict[str, Any], count: Any) -> nbformat.NotebookNode | None:
+        kind = d.get("kind")
+        if kind == "stream":
+            text = d.get("text") or ""
+            for path in (d.get("refs") or {}).values():
+                text = _read_artifact(self.session_dir, path, "text/plain") or text
+            return new_output("stream", name=d.get("name") or "stdout", text=text)
+        if kind == "error":
+            return new_output("error", ename=d.get("ename") or "Error",
+                              evalue=d.get("evalue") or "", traceback=d.get("traceback") or [])
+        if kind not in ("execute_result", "display_data"):
+            return None
+        data = self._bundle(d)
+        extra = {"execution_count": count if isinstance(count, int) else None} \
+            if kind == "execute_result" else {}
+        return new_output(kind, data=data, metadata=d.get("metadata") or {}, **extra)
+
+    def _bundle(self, d: dict[str, Any]) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        refs = d.get("refs") or {}
+        for mime, value in (d.get("data") or {}).items():
+            if mime not in refs and not _is_ref(value):
+                data[mime] = value
+        for mime, path in refs.items():
+            value = _read_artifact(self.session_dir, path, mime)
+            if value is not None:
+                data[mime] = value
+        if not data:
+            missing = ", ".join(refs.values()) or "no data"
+            data["text/plain"] = f"[output not available: {missing}]"
+        return data
+
+
+def _is_ref(value: Any) -> bool:
+    return isinstance(value, dict) and "artifact" in value
+
+
+def _read_artifact(session_dir: Path, rel: str, mime: str) -> Any:
+    """An artifact as nbformat wants it: text, parsed JSON, or base64 for binary mimes."""
+    path = (session_dir / rel).resolve()
+    if not path.is_relative_to(session_dir.resolve()) or not path.is_file():
+        return None
+    raw = path.read_bytes()
+    if mime == "application/json" or mime.endswith("+json"):
+        return json.loads(raw)
+    if mime.startswith(_TEXT_MIMES):
+        return raw.decode("utf-8", errors="replace")
+    try:  # already base64 text (as the kernel sent it)?
+        text = raw.decode("ascii").strip()
+        base64.b64decode(text, validate=True)
+        return text
+    except ValueError:
+        return base64.b64encode(raw).decode("ascii")
+
+
+def _call_code(call: dict[str, Any]) -> str | None:
+    fn = call.get("function") or call
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return args
+    if isinstance(args, dict) and isinstance(args.get("code"), str):
+        return args["code"]
+    return None
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, list):  # OpenAI content parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def _cell_id(entry: Entry, kind: str, n: int) -> str:
+    return re.sub(r"[^A-Za-z0-9_-]", "-", f"{entry.id}-{kind}{n}")[:64]
+
+
+# ---------------------------------------------------------------- secrets
+
+
+def secret_values(environ: dict[str, str] | None = None) -> list[str]:
+    """Values of env vars whose names look secret (…_KEY, …_TOKEN, …), longest first."""
+    env = os.environ if environ is None else environ
+    vals = {v for k, v in env.items()
+            if k.upper().endswith(_SECRET_ENV_SUFFIXES) and len(v) >= 6}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact_text(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _SECRET_PATTERNS.sub(REDACTED, text)
+
+
+def redact(node: Any, secrets: list[str] | None = None) -> Any:
+    """Redact every string in a notebook in place (binary mime payloads are left alone)."""
+    secrets = secret_values() if secrets is None else secrets
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if isinstance(value, str):
+                if not _binary_mime(key):
+                    node[key] = redact_text(value, secrets)
+            else:
+                redact(value, secrets)
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            if isinstance(value, str):
+                node[i] = redact_text(value, secrets)
+            else:
+                redact(value, secrets)
+    return node
+
+
+def _binary_mime(key: str) -> bool:
+    return "/" in key and key.startswith(("image/", "audio/", "video/")) and key != "image/svg+xml"
