@@ -1,0 +1,194 @@
+"""The three compaction triggers (requested, threshold, overflow) and their guards.
+
+How the agent loop drives it:
+- set `turn_active` (or pass `turn_active_fn`) while the model is working, so that
+  `compact.run` from a cell (`request`) is accepted only then;
+- call `after_turn(kernel)` after every model step whose cells have run, before the next
+  model call: a pending request runs first (even with automatic compaction disabled),
+  else the threshold check;
+- on `ContextOverflow`, append the error entry and call `on_overflow(entry.id, entry.model,
+  kernel)`: "retry" means compacted (or the error does not count): call the model again;
+  "report" means tell the user `overflow_message` and stop;
+- call `note_assistant_ok()` after every normal assistant message (resets the overflow
+  state machine).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from rlm.compaction.core import perform_compaction
+from rlm.compaction.plan import (
+    CompactionSettings,
+    context_tokens,
+    is_normal_assistant,
+    latest_compaction_index,
+    should_compact,
+)
+from rlm.llm.types import LLM
+from rlm.session.entries import CompactionEntry, MessageEntry
+
+SCHEDULED_NOTE = (
+    "Compaction is scheduled for the end of this turn; you resume automatically afterwards. "
+    "Continue working normally."
+)
+
+
+class CompactionController:
+    """Triggers + guards around one `perform_compaction` core. One per running session."""
+
+    def __init__(
+        self,
+        session: Any,
+        llm: LLM | Callable[[], LLM],
+        settings: CompactionSettings,
+        window_fn: Callable[[], int | None],
+        *,
+        current_model_fn: Callable[[], str | None] | None = None,
+        turn_active_fn: Callable[[], bool] | None = None,
+    ):
+        self.session = session
+        self._llm = llm
+        self.settings = settings
+        self.window_fn = window_fn
+        self.current_model_fn = current_model_fn
+        self.turn_active = False
+        self.turn_active_fn = turn_active_fn or (lambda: self.turn_active)
+        self.overflow_state = "idle"  # idle -> attempted -> reported
+        self.overflow_message: str | None = None
+        self._pending: str | None = None
+        self._has_pending = False
+        self._lock = threading.Lock()  # request() comes from the bridge thread
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def llm(self) -> LLM:
+        if hasattr(self._llm, "complete"):
+            return self._llm  # type: ignore[return-value]
+        self._llm = self._llm()  # type: ignore[operator]
+        return self._llm  # type: ignore[return-value]
+
+    @property
+    def pending(self) -> bool:
+        return self._has_pending
+
+    def _take_pending(self) -> tuple[bool, str | None]:
+        with self._lock:
+            had, instr = self._has_pending, self._pending
+            self._has_pending, self._pending = False, None
+        return had, instr
+
+    def _compact(self, trigger: str, kernel: Any, instructions: str | None = None):
+        return perform_compaction(
+            self.session,
+            self.llm,
+            self.settings,
+            trigger=trigger,
+            instructions=instructions,
+            kernel=kernel,
+        )
+
+    # ------------------------------------------------------------ compact.run / status
+    def request(self, instructions: str | None = None) -> dict[str, Any]:
+        """`compact.run(instructions)` from the kernel: scheduled for the end of the turn."""
+        if not self.turn_active_fn():
+            return {
+                "scheduled": False,
+                "reason": "compact.run is accepted only while the model is working; "
+                "use `rlm compact SESSION` between runs",
+            }
+        branch = self.session.branch()
+        c = latest_compaction_index(branch)
+        if not any(isinstance(e, MessageEntry) for e in branch[c + 1 :]):
+            return {"scheduled": False, "reason": "already compacted: nothing new to summarize"}
+        with self._lock:
+            self._pending = instructions or None
+            self._has_pending = True
+        return {"scheduled": True, "note": SCHEDULED_NOTE}
+
+    def status(self) -> dict[str, Any]:
+        """`compact.status()`: usage vs window and the last compaction."""
+        branch = self.session.branch()
+        tokens = context_tokens(branch)
+        window = self.window_fn()
+        c = latest_compaction_index(branch)
+        last = None
+        if c >= 0:
+            e = branch[c]
+            assert isinstance(e, CompactionEntry)
+            last = {
+                "id": e.id,
+                "timestamp": e.timestamp,
+                "trigger": e.trigger,
+                "tokens_before": e.tokens_before,
+                "first_kept_entry_id": e.first_kept_entry_id,
+            }
+        return {
+            "tokens": tokens,
+            "context_window": window,
+            "percent": round(100.0 * tokens / window, 1) if window else None,
+            "reserve_tokens": self.settings.reserve_tokens,
+            "scheduled": self._has_pending,
+            "last_compaction": last,
+        }
+
+    # ----------------------------------------------------------------- triggers
+    def after_turn(self, kernel: Any = None) -> CompactionEntry | None:
+        """Run a pending request, else compact when over the threshold."""
+        had, instructions = self._take_pending()
+        if had:
+            return self._compact("requested", kernel, instructions)
+        if not self.settings.enabled:
+            return None
+        branch = self.session.branch()
+        c = latest_compaction_index(branch)
+        # stale guard: only usage reported after the latest compaction may trigger
+        if not any(is_normal_assistant(e) for e in branch[c + 1 :]):
+            return None
+        if not should_compact(context_tokens(branch), self.window_fn(), self.settings):
+            return None
+        return self._compact("threshold", kernel)
+
+    def note_assistant_ok(self) -> None:
+        self.overflow_state = "idle"
+        self.overflow_message = None
+
+    def on_overflow(self, error_entry_id: str, model: str | None, kernel: Any = None) -> str:
+        """"retry" (compacted, or the error does not count) or "report" (tell the user)."""
+        if not self._overflow_counts(error_entry_id, model):
+            return "retry"
+        if self.overflow_state != "idle":
+            self.overflow_state = "reported"
+            self.overflow_message = self._report(model, "even after compaction")
+            return "report"
+        self.overflow_state = "attempted"
+        had, instructions = self._take_pending()
+        if not (self.settings.enabled or had):
+            self.overflow_state = "reported"
+            self.overflow_message = self._report(model, "and automatic compaction is disabled")
+            return "report"
+        if self._compact("overflow", kernel, instructions) is None:
+            self.overflow_state = "reported"
+            self.overflow_message = self._report(model, "and compaction could not shorten it")
+            return "report"
+        return "retry"
+
+    def _overflow_counts(self, error_entry_id: str, model: str | None) -> bool:
+        current = self.current_model_fn() if self.current_model_fn else None
+        if current and model and model != current:
+            return False  # the error came from the model used before a switch
+        branch = self.session.branch()
+        ids = [e.id for e in branch]
+        if error_entry_id not in ids:
+            return True
+        return ids.index(error_entry_id) > latest_compaction_index(branch)
+
+    def _report(self, model: str | None, why: str) -> str:
+        name = model or "the current model"
+        return (
+            f"The conversation no longer fits the context window of {name} {why}. "
+            "Switch to a model with a larger context window (--model, or --context-window "
+            "if the window is set too low), or lower --keep-recent-tokens, then resume."
+        )

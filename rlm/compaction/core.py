@@ -1,0 +1,165 @@
+"""`perform_compaction`: the one core every trigger calls.
+
+It plans, summarises, appends the `compaction` entry and then, when a live kernel was
+given, a hidden `ipython_state` notice built from a fresh namespace listing. It never
+restarts, clears or otherwise touches the kernel: the listing and the file-ops query are
+read-only. When the listing fails (dead kernel, busy past the timeout) nothing is said
+about names: silence rather than something false.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm.compaction.plan import (
+    CompactionSettings,
+    Preparation,
+    Skip,
+    context_tokens,
+    format_file_lists,
+    plan_compaction,
+)
+from rlm.compaction.summarize import summarize
+from rlm.errors import KernelBusy, KernelDied, RlmError
+from rlm.llm.types import LLM
+from rlm.session.entries import CompactionEntry, CustomEntry, Entry
+
+LISTING_TIMEOUT_S = 5.0
+MAX_LISTED_NAMES = 500
+
+
+def perform_compaction(
+    session: Any,
+    llm: LLM,
+    settings: CompactionSettings,
+    *,
+    trigger: str,
+    instructions: str | None = None,
+    kernel: Any = None,
+) -> CompactionEntry | None:
+    """Compact the current branch of `session`; None (and a hidden outcome entry) if skipped.
+
+    A failed summary call is also recorded as a skipped outcome; nothing else is written.
+    """
+    branch = session.branch()
+    plan = plan_compaction(
+        branch, settings, file_ops=_file_ops(kernel), tokens_before=context_tokens(branch)
+    )
+    if isinstance(plan, Skip):
+        _outcome(session, trigger, plan.reason)
+        return None
+    try:
+        summary = summarize(plan, llm, settings, instructions)
+    except RlmError as e:
+        _outcome(session, trigger, f"summarization failed: {e}")
+        return None
+    entry = _compaction_entry(plan, summary, trigger, instructions)
+    session.append(entry)
+    if kernel is not None:
+        state = ipython_state_entry(kernel, _previous_names(branch))
+        if state is not None:
+            session.append(state)
+    return entry
+
+
+def _compaction_entry(
+    plan: Preparation, summary: str, trigger: str, instructions: str | None
+) -> CompactionEntry:
+    return CompactionEntry(
+        summary=summary + format_file_lists(plan.read_files, plan.modified_files),
+        first_kept_entry_id=plan.first_kept_entry_id,
+        tokens_before=plan.tokens_before,
+        details={"read_files": plan.read_files, "modified_files": plan.modified_files},
+        trigger=trigger,
+        instructions=instructions,
+    )
+
+
+def _outcome(session: Any, trigger: str, reason: str) -> None:
+    session.append(
+        CustomEntry(
+            custom_type="compaction_outcome",
+            data={"trigger": trigger, "compacted": False, "reason": reason},
+            display=True,
+            content=None,  # a notice for the user, never sent to the model
+        )
+    )
+
+
+def _file_ops(kernel: Any) -> dict[str, Any] | None:
+    if kernel is None or not hasattr(kernel, "file_ops"):
+        return None
+    try:
+        ops = kernel.file_ops()
+    except (RlmError, OSError, TimeoutError):
+        return None
+    return ops if isinstance(ops, dict) else None
+
+
+def _previous_names(branch: list[Entry]) -> set[str] | None:
+    for e in reversed(branch):
+        if isinstance(e, CustomEntry) and e.custom_type == "ipython_state":
+            data = e.data if isinstance(e.data, dict) else {}
+            return {n["name"] for n in data.get("names", []) if isinstance(n, dict)}
+    return None
+
+
+# ---------------------------------------------------------------- <ipython_state>
+
+
+def ipython_state_entry(kernel: Any, previous_names: set[str] | None) -> CustomEntry | None:
+    """The hidden notice from a live listing; None when the kernel cannot answer."""
+    try:
+        listing = kernel.list_namespace(timeout=LISTING_TIMEOUT_S)
+    except (KernelDied, KernelBusy, TimeoutError):
+        return None
+    names = [n for n in (listing or {}).get("names", []) if isinstance(n, dict) and "name" in n]
+    removed = sorted(previous_names - {n["name"] for n in names}) if previous_names else []
+    return CustomEntry(
+        custom_type="ipython_state",
+        data={"persisted": True, "names": names, "removed": removed},
+        display=False,
+        content=format_ipython_state(names, removed),
+    )
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, int) or n < 0:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def _line(n: dict[str, Any]) -> str:
+    size = _size(n.get("bytes"))
+    return f"- {n['name']}: {n.get('type', '?')}" + (f", {size}" if size else "")
+
+
+def format_ipython_state(names: list[dict[str, Any]], removed: list[str]) -> str:
+    """The `<ipython_state>` text the model sees after a compaction."""
+    lines = [
+        "<ipython_state>",
+        "The IPython kernel persisted through this compaction (it was not restarted): "
+        "every name below is still defined with its current value. Reuse them; do not "
+        "recompute or redefine them.",
+    ]
+    if names:
+        lines.append(f"Defined names ({len(names)}):")
+        lines += [_line(n) for n in names[:MAX_LISTED_NAMES]]
+        if len(names) > MAX_LISTED_NAMES:
+            lines.append(f"- ... and {len(names) - MAX_LISTED_NAMES} more (run %who to see all)")
+    else:
+        lines.append("No user-defined names.")
+    fragile = [n for n in names if n.get("restorable") is False]
+    if fragile:
+        lines.append(
+            "These would NOT survive a kernel restart (not snapshotted); keep how to rebuild them:"
+        )
+        lines += [f"- {n['name']}: {n.get('reason') or 'not snapshotted'}" for n in fragile]
+    if removed:
+        lines.append("Removed since the previous state notice: " + ", ".join(removed))
+    lines.append("</ipython_state>")
+    return "\n".join(lines)

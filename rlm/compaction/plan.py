@@ -1,0 +1,367 @@
+"""Pure compaction planning: when to compact, where to cut, what to summarise.
+
+Nothing here touches the network, the kernel or the session file. The input is a branch
+(root -> leaf list of session entries); the output is a `Preparation` (or a `Skip` that
+says why there is nothing to do). `summarize.py` makes the one LLM call; `core.py` appends
+the entries.
+
+Rules (Prime's design on pi's skeleton):
+- Rolling: the region starts at the previous compaction's `first_kept_entry_id`, so the
+  survivors of the last compaction are re-distilled together with the previous summary.
+- Cut point: walk back from the newest entry, accumulating tokens until `keep_recent`;
+  only user / assistant messages, model-visible custom entries and branch summaries are
+  valid cut points, never a `tool` (cell result) message: a result stays with its call.
+- Split turn: when the cut is not at a turn start, the turn's prefix is summarised apart
+  from the history before it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.config import Config
+from rlm.session.entries import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+)
+
+TOOL_RESULT_MAX_CHARS = 2000
+# custom entries whose content is superseded by the fresh notice written after compaction
+SUPERSEDED_CUSTOM = frozenset({"ipython_state"})
+
+
+@dataclass
+class CompactionSettings:
+    enabled: bool = True
+    reserve_tokens: int = 16384
+    keep_recent_tokens: int = 20000
+
+    @classmethod
+    def from_config(cls, config: Config) -> CompactionSettings:
+        return cls(
+            enabled=config.compaction_enabled,
+            reserve_tokens=config.reserve_tokens,
+            keep_recent_tokens=config.keep_recent_tokens,
+        )
+
+
+@dataclass
+class Preparation:
+    """What one compaction will summarise and keep."""
+
+    first_kept_entry_id: str
+    history: list[Entry]  # summarised and dropped from the context
+    turn_prefix: list[Entry]  # split turn: the start of the turn whose end is kept
+    is_split_turn: bool
+    tokens_before: int
+    previous_summary: str | None
+    read_files: list[str] = field(default_factory=list)
+    modified_files: list[str] = field(default_factory=list)
+
+    @property
+    def history_text(self) -> str:
+        return serialize_entries(self.history)
+
+    @property
+    def prefix_text(self) -> str:
+        return serialize_entries(self.turn_prefix)
+
+
+@dataclass
+class Skip:
+    reason: str
+
+
+# ---------------------------------------------------------------- accounting
+
+
+def should_compact(context_tokens: int, window: int | None, settings: CompactionSettings) -> bool:
+    """True when the context no longer leaves `reserve_tokens` free in the window."""
+    if not settings.enabled or not window or window <= 0:
+        return False
+    return context_tokens > window - settings.reserve_tokens
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, dict):
+                parts.append(f"[{part.get('type', 'part')}]")
+        return "\n".join(parts)
+    return "" if content is None else str(content)
+
+
+def is_normal_assistant(entry: Entry) -> bool:
+    return isinstance(entry, MessageEntry) and entry.role == "assistant" and not entry.error
+
+
+def entry_message(entry: Entry) -> dict[str, Any] | None:
+    """The chat message an entry costs in the prompt (None: it never reaches the model).
+
+    Mirrors the projection in rlm.session.context closely enough for token accounting.
+    """
+    if isinstance(entry, MessageEntry):
+        return None if entry.error else entry.message
+    if isinstance(entry, CompactionEntry):
+        return {"role": "user", "content": f"<summary>\n{entry.summary}\n</summary>"}
+    if isinstance(entry, BranchSummaryEntry):
+        return {"role": "user", "content": f"<branch_summary>\n{entry.summary}\n</branch_summary>"}
+    if isinstance(entry, CustomEntry) and entry.content is not None:
+        return {"role": "user", "content": entry.content}
+    return None
+
+
+def entry_tokens(entry: Entry) -> int:
+    msg = entry_message(entry)
+    if msg is None:
+        return 0
+    from rlm.llm.tokens import count_message
+
+    return count_message(msg)
+
+
+def latest_compaction_index(branch: Sequence[Entry]) -> int:
+    for i in range(len(branch) - 1, -1, -1):
+        if isinstance(branch[i], CompactionEntry):
+            return i
+    return -1
+
+
+def _index_of(branch: Sequence[Entry], entry_id: str | None, default: int) -> int:
+    if entry_id is None:
+        return default
+    for i, e in enumerate(branch):
+        if e.id == entry_id:
+            return i
+    return default
+
+
+def projected_indices(branch: Sequence[Entry]) -> list[int]:
+    """Indices of the entries the model sees: latest summary, its survivors, what came after."""
+    c = latest_compaction_index(branch)
+    if c < 0:
+        idx: Iterable[int] = range(len(branch))
+    else:
+        comp = branch[c]
+        assert isinstance(comp, CompactionEntry)
+        kept = _index_of(branch, comp.first_kept_entry_id, c + 1)
+        idx = [c, *range(min(kept, c), c), *range(c + 1, len(branch))]
+    return [i for i in idx if entry_message(branch[i]) is not None]
+
+
+def context_tokens(branch: Sequence[Entry]) -> int:
+    """Tokens the next prompt costs (without the system prompt).
+
+    The latest normal assistant message's usage (input + output), if it is newer than the
+    latest compaction, plus the local count of what came after it; floored by the local
+    tiktoken count of everything projected, so an under-reporting provider cannot let the
+    history grow unbounded.
+    """
+    proj = projected_indices(branch)
+    counts = {i: entry_tokens(branch[i]) for i in proj}
+    local = sum(counts.values())
+    c = latest_compaction_index(branch)
+    for i in range(len(branch) - 1, c, -1):
+        e = branch[i]
+        if is_normal_assistant(e) and e.usage:  # type: ignore[union-attr]
+            u = e.usage  # type: ignore[union-attr]
+            reported = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
+            trailing = sum(n for j, n in counts.items() if j > i)
+            return max(reported + trailing, local)
+    return local
+
+
+# ---------------------------------------------------------------- cut point
+
+
+def _is_turn_start(entry: Entry) -> bool:
+    if isinstance(entry, MessageEntry):
+        return entry.role == "user" and not entry.error
+    if isinstance(entry, BranchSummaryEntry):
+        return True
+    return isinstance(entry, CustomEntry) and entry.content is not None
+
+
+def _is_cut_point(entry: Entry) -> bool:
+    if isinstance(entry, MessageEntry):
+        return not entry.error and entry.role in ("user", "assistant")
+    return _is_turn_start(entry)
+
+
+def find_cut_point(
+    branch: Sequence[Entry], start: int, end: int, keep_recent: int
+) -> tuple[int, int]:
+    """(first kept index, turn start index or -1 when the cut does not split a turn)."""
+    cuts = [i for i in range(start, end) if _is_cut_point(branch[i])]
+    if not cuts:
+        return start, -1
+    cut = cuts[0]
+    acc = 0
+    for i in range(end - 1, start - 1, -1):
+        acc += entry_tokens(branch[i])
+        if acc >= keep_recent:
+            later = [c for c in cuts if c >= i]
+            cut = later[0] if later else cuts[-1]
+            break
+    turn_start = -1
+    if not _is_turn_start(branch[cut]):
+        turn_start = next((i for i in range(cut, start - 1, -1) if _is_turn_start(branch[i])), -1)
+    # keep invisible entries (model changes, hidden notices) that sit just before the cut
+    while cut > start and entry_message(branch[cut - 1]) is None:
+        cut -= 1
+    return cut, turn_start
+
+
+# ---------------------------------------------------------------- preparation
+
+
+def merge_file_ops(
+    previous: dict[str, Any] | None, new: dict[str, Any] | None
+) -> tuple[list[str], list[str]]:
+    """(read-only files, modified files), sorted; a modified file is not listed as read."""
+    read: set[str] = set()
+    modified: set[str] = set()
+    for src in (previous or {}, new or {}):
+        read.update(src.get("read_files", src.get("read", [])) or [])
+        modified.update(src.get("modified_files", src.get("modified", [])) or [])
+    return sorted(read - modified), sorted(modified)
+
+
+def plan_compaction(
+    branch: Sequence[Entry],
+    settings: CompactionSettings,
+    *,
+    previous: CompactionEntry | None = None,
+    file_ops: dict[str, Any] | None = None,
+    tokens_before: int | None = None,
+) -> Preparation | Skip:
+    """Plan one compaction of `branch`; `Skip` says why there is nothing to do.
+
+    `previous` defaults to the latest compaction on the branch. `file_ops` are the kernel's
+    {"read": [...], "modified": [...]}; they are merged with the previous details.
+    """
+    if not branch:
+        return Skip("the session is empty")
+    c = latest_compaction_index(branch)
+    if c >= 0 and not any(isinstance(e, MessageEntry) for e in branch[c + 1 :]):
+        return Skip("already compacted: no new messages since the last compaction")
+    if previous is None and c >= 0:
+        previous = branch[c]  # type: ignore[assignment]
+    start = 0
+    if previous is not None:
+        pc = _index_of(branch, previous.id, c)
+        start = _index_of(branch, previous.first_kept_entry_id, pc + 1)
+    end = len(branch)
+    cut, turn_start = find_cut_point(branch, start, end, settings.keep_recent_tokens)
+    history_end = turn_start if turn_start >= 0 else cut
+    history = [e for e in branch[start:history_end] if _summarisable(e)]
+    prefix = [e for e in branch[history_end:cut] if _summarisable(e)] if turn_start >= 0 else []
+    if not history and not prefix:
+        return Skip(
+            "nothing to summarize: everything since the last compaction fits in "
+            f"keep_recent_tokens ({settings.keep_recent_tokens})"
+        )
+    read, modified = merge_file_ops(previous.details if previous else None, file_ops)
+    return Preparation(
+        first_kept_entry_id=branch[cut].id,
+        history=history,
+        turn_prefix=prefix,
+        is_split_turn=turn_start >= 0,
+        tokens_before=context_tokens(branch) if tokens_before is None else tokens_before,
+        previous_summary=previous.summary if previous else None,
+        read_files=read,
+        modified_files=modified,
+    )
+
+
+def prepare_compaction(
+    branch: Sequence[Entry],
+    settings: CompactionSettings,
+    *,
+    previous: CompactionEntry | None = None,
+    file_ops: dict[str, Any] | None = None,
+    tokens_before: int | None = None,
+) -> Preparation | None:
+    """`plan_compaction` without the reason: None when there is nothing to do."""
+    plan = plan_compaction(
+        branch, settings, previous=previous, file_ops=file_ops, tokens_before=tokens_before
+    )
+    return plan if isinstance(plan, Preparation) else None
+
+
+# ---------------------------------------------------------------- serialization
+
+
+def _summarisable(entry: Entry) -> bool:
+    if isinstance(entry, CustomEntry) and entry.custom_type in SUPERSEDED_CUSTOM:
+        return False
+    return not isinstance(entry, CompactionEntry) and entry_message(entry) is not None
+
+
+def _call_text(call: dict[str, Any]) -> str:
+    fn = call.get("function") or {}
+    name = fn.get("name", "?")
+    raw = fn.get("arguments", "")
+    try:
+        args = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        args = raw
+    if name == "python" and isinstance(args, dict) and isinstance(args.get("code"), str):
+        return str(args["code"])
+    return f"{name}({raw if isinstance(raw, str) else json.dumps(raw)})"
+
+
+def truncate_result(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters truncated]"
+
+
+def serialize_entry(entry: Entry) -> list[str]:
+    if isinstance(entry, BranchSummaryEntry):
+        return [f"[Branch summary]: {entry.summary}"]
+    if isinstance(entry, CustomEntry):
+        return [] if entry.content is None else [f"[Context]: {entry.content}"]
+    if not isinstance(entry, MessageEntry) or entry.error:
+        return []
+    msg = entry.message
+    text = _text_of(msg.get("content"))
+    if entry.role == "user":
+        return [f"[User]: {text}"]
+    if entry.role == "tool":
+        return [f"[Tool result]: {truncate_result(text)}"]
+    if entry.role == "assistant":
+        out = [f"[Assistant]: {text}"] if text.strip() else []
+        calls = msg.get("tool_calls") or []
+        if calls:
+            out.append("[Assistant tool calls]:\n" + "\n\n".join(_call_text(c) for c in calls))
+        return out
+    return [f"[{entry.role or 'Message'}]: {text}"] if text else []
+
+
+def serialize_entries(entries: Iterable[Entry]) -> str:
+    """The `<conversation>` body: tagged blocks separated by blank lines."""
+    parts: list[str] = []
+    for e in entries:
+        parts.extend(serialize_entry(e))
+    return "\n\n".join(parts)
+
+
+def format_file_lists(read: Sequence[str], modified: Sequence[str]) -> str:
+    out = ""
+    if read:
+        out += "\n\n<read-files>\n" + "\n".join(read) + "\n</read-files>"
+    if modified:
+        out += "\n\n<modified-files>\n" + "\n".join(modified) + "\n</modified-files>"
+    return out
