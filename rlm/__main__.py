@@ -1,0 +1,5 @@
+import sys
+
+from rlm.cli.main import main
+
+sys.exit(main())

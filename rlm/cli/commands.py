@@ -1,0 +1,264 @@
+"""The work behind `rlm run|chat|resume|sessions|log|tree|state|export|compact|demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from rlm.cli.render import Renderer, print_json
+from rlm.config import Config, load_config
+from rlm.errors import ConfigError, SessionError
+
+_CONFIG_FLAGS = (
+    "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
+    "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
+    "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled",
+)
+_UNLIMITED = ("max_turns", "max_tokens")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    flags = {k: getattr(args, k, None) for k in _CONFIG_FLAGS}
+    cfg = load_config(**{k: v for k, v in flags.items() if v is not None and v != -1})
+    for k in _UNLIMITED:
+        if flags.get(k) == -1:
+            cfg = replace(cfg, **{k: None})
+    return cfg
+
+
+# ------------------------------------------------------------------ running
+def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespace,
+           setup: Any = None) -> int:
+    """Run one prompt with rendering; print the --json summary; return the exit code."""
+    from rlm.agent.session_run import RunResult
+    from rlm.longrun.attach import attach_longrun
+
+    render = Renderer(quiet=bool(getattr(args, "json", False)))
+    events = []
+    with agent:
+        attach_longrun(agent, args)
+        agent.on_cell_output = None
+        if setup is not None:
+            setup(agent)
+        for ev in agent.run(prompt):
+            events.append(ev)
+            render(ev)
+    result = RunResult.from_events(session, events)
+    if getattr(args, "json", False):
+        print_json(result.to_json())
+    else:
+        render.console.print(f"[dim]session {session.id}: {session.path}[/dim]")
+    return 0 if result.reason in ("final", "no_code") else 3
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from rlm.agent.session_run import new_session_agent
+
+    cfg = config_from_args(args)
+    if args.detach:
+        from rlm.longrun.attach import run_detached
+
+        return run_detached(args, cfg)
+    agent, session = new_session_agent(args.task, cfg)
+
+    def setup(a: Any) -> None:
+        if args.notebook:
+            from rlm.notebook.from_notebook import import_notebook
+
+            import_notebook(Path(args.notebook), a.executor, a.session)
+        if args.context:
+            from rlm.agent.context_files import load_context_files
+
+            load_context_files(a, args.context)
+
+    return _drive(agent, session, args.task, args, setup)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from rlm.agent.session_run import open_session_agent
+
+    agent, session = open_session_agent(args.session, config_from_args(args), leaf=args.from_entry)
+    prompt = args.task
+    if prompt is None and getattr(args, "from_entry", None) is None:
+        last = session.branch()[-1:] if session.branch() else []
+        if last and getattr(last[0], "role", "") == "user":
+            prompt = None  # the last prompt was never answered: continue it
+        else:
+            prompt = "Continue."
+    return _drive(agent, session, prompt, args)
+
+
+def cmd_chat(args: argparse.Namespace) -> int:
+    from rlm.agent.session_run import new_session_agent, open_session_agent
+    from rlm.cli.chat import chat_loop
+
+    cfg = config_from_args(args)
+    if args.session:
+        agent, session = open_session_agent(args.session, cfg)
+    else:
+        agent, session = new_session_agent(None, cfg)
+    return chat_loop(agent, session, args)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rlm.agent.session_run import new_session_agent
+    from rlm.demo import DEMO_TASK, make_sales_dataset
+
+    cfg = load_config(model=args.model or None, max_turns=args.max_turns)
+    if not cfg.model:
+        cfg = replace(cfg, model="local")
+    agent, session = new_session_agent(DEMO_TASK, cfg)
+    data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
+    render = Renderer(quiet=args.json)
+    render.console.print(f"[bold]rlm demo[/bold] · model {cfg.model} · data {data}")
+    args.context = [str(data)]
+    code = _drive(agent, session, DEMO_TASK, args, setup=lambda a: _load(a, [data]))
+    try:
+        from rlm.notebook.export import export_session
+
+        nb = export_session(session.path)
+        render.console.print(f"notebook: {nb}")
+    except Exception as e:  # noqa: BLE001 - the demo's answer matters more than its export
+        render.console.print(f"[yellow]notebook export failed: {e}[/yellow]")
+    return code
+
+
+def _load(agent: Any, paths: list[Path]) -> None:
+    from rlm.agent.context_files import load_context_files
+
+    load_context_files(agent, paths)
+
+
+# ---------------------------------------------------------------- inspecting
+def _open(session_id: str) -> Any:
+    from rlm.session.store import SessionStore
+
+    return SessionStore.open(session_id, load_config().home)
+
+
+def cmd_sessions(args: argparse.Namespace) -> int:
+    from rlm.session.store import list_sessions
+
+    rows = []
+    for s in list_sessions(load_config().home):
+        rows.append({"id": s.id, "path": str(s.path), "model": s.header.model,
+                     "task": s.header.task, "created": s.header.timestamp,
+                     "entries": len(s.entries)})
+    if args.json:
+        print_json(rows)
+        return 0
+    for r in rows:
+        task = (r["task"] or "").replace("\n", " ")[:60]
+        print(f"{r['id']}  {r['created'][:19]}  {r['entries']:>5} entries  {r['model']:<24} {task}")
+    if not rows:
+        print("no sessions yet: rlm run \"your task\"")
+    return 0
+
+
+def _entry_text(e: Any) -> str:
+    if e.type == "message":
+        m = e.message
+        text = m.get("content") or ""
+        for tc in m.get("tool_calls") or []:
+            try:
+                code = json.loads(tc["function"]["arguments"]).get("code", "")
+            except (KeyError, ValueError, TypeError):
+                code = str(tc)
+            text += f"\n[python]\n{code}"
+        return f"{m.get('role')}: {text}" + (f" [error: {e.error}]" if e.error else "")
+    if e.type == "compaction":
+        return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"
+    if e.type == "custom":
+        return f"{e.custom_type}: {e.content if e.content is not None else json.dumps(e.data)}"
+    if e.type == "branch_summary":
+        return f"branch summary: {e.summary}"
+    return f"{e.type}: {getattr(e, 'model', '')}"
+
+
+def cmd_log(args: argparse.Namespace) -> int:
+    s = _open(args.session)
+    branch = s.branch()
+    if args.json:
+        print_json([e.to_dict() for e in branch])
+        return 0
+    for e in branch:
+        if e.type == "custom" and not e.display and not args.all:
+            continue
+        print(f"--- {e.id} {e.timestamp[11:19]}")
+        print(_entry_text(e))
+    return 0
+
+
+def cmd_tree(args: argparse.Namespace) -> int:
+    s = _open(args.session)
+    children: dict[str | None, list[Any]] = {}
+    for e in s.entries:
+        children.setdefault(e.parent_id, []).append(e)
+    if args.json:
+        print_json({k or "root": [c.id for c in v] for k, v in children.items()})
+        return 0
+    on_branch = {e.id for e in s.branch()}
+
+    def walk(pid: str | None, depth: int) -> None:
+        kids = children.get(pid, [])
+        for c in kids:
+            mark = "*" if c.id in on_branch else " "
+            label = _entry_text(c).replace("\n", " ")[:70]
+            fork = " (branch)" if len(kids) > 1 else ""
+            print(f"{mark} {'  ' * depth}{c.id} {label}{fork}")
+            walk(c.id, depth + (1 if len(kids) > 1 else 0))
+
+    walk(None, 0)
+    return 0
+
+
+def cmd_state(args: argparse.Namespace) -> int:
+    from rlm.kernel.state import session_state
+
+    s = _open(args.session)
+    state = session_state(s.dir)
+    if args.json:
+        print_json(state)
+        return 0
+    print(f"source: {state['source']} ({state.get('detail', '')})")
+    for n in state["names"]:
+        mark = "" if n.get("restorable", True) else f"  [not restorable: {n.get('reason')}]"
+        print(f"  {n['name']:<24} {n.get('type', ''):<28} {n.get('bytes') or 0:>12,} B{mark}")
+    if not state["names"]:
+        print("  (no names)")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from rlm.notebook.export import export_session
+
+    s = _open(args.session)
+    out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch)
+    print(out)
+    return 0
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    from rlm.compaction.cli import compact_session
+
+    s = _open(args.session)
+    cfg = load_config(model=args.model)
+    entry = compact_session(s, cfg, instructions=args.instructions)
+    if entry is None:
+        print("nothing to compact", file=sys.stderr)
+        return 1
+    print(f"compacted: {entry.tokens_before} tokens summarised; first kept entry {entry.first_kept_entry_id}")
+    return 0
+
+
+def require_session(session_id: str) -> Any:
+    try:
+        return _open(session_id)
+    except SessionError:
+        raise
+    except FileNotFoundError as e:
+        raise ConfigError(f"no session {session_id!r}: see `rlm sessions`") from e

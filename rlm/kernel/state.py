@@ -1,0 +1,84 @@
+"""`rlm state`: what a session's kernel holds, from the live kernel if it runs, else the
+snapshot manifest. The answer always says which (`source`: "live" | "snapshot" | "none").
+
+A live kernel is found through the connection file the host wrote under
+`<session_dir>/runtime/`; a second client attaches to it (Jupyter kernels accept several)
+and asks for the namespace listing with a short timeout, so a busy kernel falls back to the
+snapshot with the reason given.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from kernel_ext.wire import MANIFEST_NAME
+
+LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
+
+
+def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | None:
+    from jupyter_client import BlockingKernelClient
+
+    kc = BlockingKernelClient(connection_file=str(conn_file))
+    kc.load_connection_file()
+    kc.start_channels()
+    try:
+        if not kc.is_alive():
+            return None
+        msg_id = kc.execute("", silent=True, store_history=False,
+                            user_expressions={"ns": LISTING_EXPR})
+        reply = kc.get_shell_msg(timeout=timeout)
+        while reply["parent_header"].get("msg_id") != msg_id:
+            reply = kc.get_shell_msg(timeout=timeout)
+        expr = reply["content"].get("user_expressions", {}).get("ns", {})
+        if expr.get("status") != "ok":
+            return None
+        text = expr["data"]["text/plain"]
+        data = json.loads(json.loads(text) if text.startswith(("'", '"')) else text)
+        return list(data.get("names", []))
+    except Exception:  # noqa: BLE001 - any failure means "not live"; we fall back
+        return None
+    finally:
+        kc.stop_channels()
+
+
+def _kernel_pid_alive(runtime: Path) -> bool:
+    import os
+
+    pid_file = runtime / "kernel.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+        os.kill(pid, 0)
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
+    path = session_dir / "snapshot" / MANIFEST_NAME
+    if not path.is_file():
+        return None
+    manifest = json.loads(path.read_text())
+    names = []
+    for name, e in sorted((manifest.get("names") or manifest.get("entries") or {}).items()):
+        restorable = e.get("kind") != "skipped"
+        names.append({"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
+                      "restorable": restorable, "reason": e.get("reason")})
+    return names
+
+
+def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
+    runtime = session_dir / "runtime"
+    conns = sorted(runtime.glob("kernel*.json")) if runtime.is_dir() else []
+    why = "no kernel is running for this session"
+    if conns and _kernel_pid_alive(runtime):
+        names = _live_listing(conns[-1], timeout)
+        if names is not None:
+            return {"source": "live", "detail": "asked the running kernel", "names": names}
+        why = "the kernel is running but busy or not answering"
+    snap = snapshot_names(session_dir)
+    if snap is not None:
+        return {"source": "snapshot", "detail": f"{why}; read the last snapshot", "names": snap}
+    return {"source": "none", "detail": f"{why}, and no snapshot exists", "names": []}
