@@ -1,0 +1,288 @@
+"""One persistent goal per session thread, kept outside the message list.
+
+Every change appends a `thread_goal_state` custom entry (display False, content None: the
+goal reaches the model only through continuation messages). The current goal is the data of
+the last such entry on the branch, so branching and compaction need no special cases: a
+compaction appends entries, it never removes the goal's.
+
+Who may do what:
+- the user (CLI, slash commands): set, pause, resume, clear, raise_budget;
+- the host loop: account (tokens and time at each normal assistant message), continuation;
+- the model (kernel bridge, `handle`): goal.get, goal.complete, goal.block(reason) — never
+  the budget, never pause/resume.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict, dataclass, fields
+from html import escape
+from typing import Any, Protocol
+
+from rlm.errors import RlmError
+from rlm.longrun.clock import Clock, SystemClock, iso
+from rlm.session.entries import CustomEntry, Entry
+
+GOAL_ENTRY = "thread_goal_state"
+MAX_OBJECTIVE = 4000
+STATUSES = ("active", "paused", "blocked", "budget_limited", "complete")
+FINISH_HINT = (
+    "Continue working toward the goal; call goal.complete() when done "
+    "or goal.block(reason) if you cannot proceed."
+)
+
+
+class GoalError(RlmError):
+    """A goal operation that is not allowed in the goal's current state, or bad input."""
+
+
+class SessionLike(Protocol):
+    def append(self, entry: Entry) -> Any: ...
+
+    def branch(self, leaf: str | None = None) -> list[Entry]: ...
+
+
+@dataclass
+class GoalState:
+    goal_id: str
+    objective: str
+    status: str = "active"
+    token_budget: int | None = None
+    tokens_used: int = 0
+    time_used_s: float = 0.0
+    continuations: int = 0
+    created_at: str = ""
+    updated_at: str = ""
+    last_reason: str | None = None
+
+    @property
+    def remaining_tokens(self) -> int | None:
+        if self.token_budget is None:
+            return None
+        return max(0, self.token_budget - self.tokens_used)
+
+    @property
+    def budget_exhausted(self) -> bool:
+        return self.token_budget is not None and self.tokens_used >= self.token_budget
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GoalState:
+        if not isinstance(d, dict) or not isinstance(d.get("goal_id"), str):
+            raise ValueError("goal state has no goal_id")
+        if d.get("status") not in STATUSES:
+            raise ValueError(f"unknown goal status {d.get('status')!r}")
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def check_objective(objective: Any) -> str:
+    if not isinstance(objective, str) or not objective.strip():
+        raise GoalError("a goal needs a non-empty objective, e.g. rlm goal SESSION set 'ship v1'")
+    text = objective.strip()
+    if len(text) > MAX_OBJECTIVE:
+        raise GoalError(f"the objective is {len(text)} characters; the limit is {MAX_OBJECTIVE}")
+    return text
+
+
+def check_budget(budget: Any) -> int | None:
+    if budget is None:
+        return None
+    if isinstance(budget, bool) or not isinstance(budget, int) or budget <= 0:
+        raise GoalError(f"a token budget must be a positive integer, not {budget!r}")
+    return budget
+
+
+def current_goal(branch: list[Entry]) -> GoalState | None:
+    """The goal in force at the end of `branch` (root -> leaf): the last goal entry wins."""
+    for entry in reversed(branch):
+        if isinstance(entry, CustomEntry) and entry.custom_type == GOAL_ENTRY:
+            data = entry.data or {}
+            goal = data.get("goal") if isinstance(data, dict) else None
+            return GoalState.from_dict(goal) if goal is not None else None
+    return None
+
+
+def _usage_tokens(usage: Any) -> int:
+    """input + output tokens (cache tokens are part of input, never added twice)."""
+    if usage is None:
+        return 0
+    if isinstance(usage, dict):
+        return int(usage.get("input_tokens", 0) or 0) + int(usage.get("output_tokens", 0) or 0)
+    return int(getattr(usage, "input_tokens", 0) or 0) + int(
+        getattr(usage, "output_tokens", 0) or 0
+    )
+
+
+class GoalManager:
+    """Reads and changes the session's goal. Stateless apart from the session itself."""
+
+    def __init__(self, session: SessionLike, clock: Clock | None = None):
+        self.session = session
+        self.clock = clock or SystemClock()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def get(self) -> GoalState | None:
+        return current_goal(self.session.branch())
+
+    def _require(self, *allowed: str) -> GoalState:
+        goal = self.get()
+        if goal is None:
+            raise GoalError("there is no goal in this session; set one with `rlm goal SESSION set`")
+        if allowed and goal.status not in allowed:
+            raise GoalError(f"the goal is {goal.status}; this needs it {' or '.join(allowed)}")
+        return goal
+
+    def _save(self, goal: GoalState | None, event: str) -> GoalState | None:
+        if goal is not None:
+            goal.updated_at = iso(self.clock.now())
+        data = {"version": 1, "event": event, "goal": goal.to_dict() if goal else None}
+        self.session.append(
+            CustomEntry(custom_type=GOAL_ENTRY, data=data, display=False, content=None)
+        )
+        return goal
+
+    # -- user --------------------------------------------------------------------------------
+
+    def set(self, objective: str, token_budget: int | None = None) -> GoalState:
+        """Start a new goal (replacing any current one)."""
+        now = iso(self.clock.now())
+        goal = GoalState(
+            goal_id=uuid.uuid4().hex[:12],
+            objective=check_objective(objective),
+            token_budget=check_budget(token_budget),
+            created_at=now,
+            updated_at=now,
+            last_reason="set by the user",
+        )
+        self._save(goal, "set")
+        return goal
+
+    def pause(self) -> GoalState:
+        goal = self._require("active")
+        goal.status, goal.last_reason = "paused", "paused by the user"
+        self._save(goal, "pause")
+        return goal
+
+    def resume(self) -> GoalState:
+        """paused/blocked -> active; a goal whose budget is spent stays budget_limited."""
+        goal = self._require("paused", "blocked", "budget_limited")
+        if goal.budget_exhausted:
+            goal.status = "budget_limited"
+            goal.last_reason = "resume refused: token budget spent; raise it first"
+        else:
+            goal.status, goal.last_reason = "active", "resumed by the user"
+        self._save(goal, "resume")
+        return goal
+
+    def clear(self) -> None:
+        self._require()
+        self._save(None, "clear")
+
+    def raise_budget(self, token_budget: int) -> GoalState:
+        """User only. A budget_limited goal with room left becomes active again."""
+        goal = self._require()
+        budget = check_budget(token_budget)
+        assert budget is not None
+        if budget <= goal.tokens_used:
+            raise GoalError(
+                f"the new budget ({budget}) must exceed the tokens already used "
+                f"({goal.tokens_used})"
+            )
+        goal.token_budget = budget
+        goal.last_reason = f"budget raised to {budget} by the user"
+        if goal.status == "budget_limited":
+            goal.status = "active"
+        self._save(goal, "raise_budget")
+        return goal
+
+    # -- host loop ---------------------------------------------------------------------------
+
+    def account(self, usage: Any, elapsed_s: float = 0.0) -> GoalState | None:
+        """Charge one normal assistant message. No-op unless the goal is active."""
+        goal = self.get()
+        if goal is None or goal.status != "active":
+            return goal
+        goal.tokens_used += _usage_tokens(usage)
+        goal.time_used_s = round(goal.time_used_s + max(0.0, elapsed_s), 3)
+        if goal.budget_exhausted:
+            goal.status = "budget_limited"
+            goal.last_reason = (
+                f"token budget of {goal.token_budget} reached ({goal.tokens_used} used)"
+            )
+        self._save(goal, "account")
+        return goal
+
+    def continuation_message(self, record: bool = True) -> str | None:
+        """The `<goal_context>` to present after an assistant turn, or None if not active.
+
+        With `record` (the default) the continuation is counted and persisted.
+        """
+        goal = self.get()
+        if goal is None or goal.status != "active":
+            return None
+        if record:
+            goal.continuations += 1
+            self._save(goal, "continue")
+        return render_goal_context(goal)
+
+    # -- model (kernel bridge) ---------------------------------------------------------------
+
+    def handle(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """goal.get / goal.complete / goal.block(reason). Raises GoalError otherwise."""
+        params = dict(params or {})
+        name = method.removeprefix("goal.")
+        allowed = {"get": set(), "complete": {"summary"}, "block": {"reason"}}.get(name)
+        if allowed is None:
+            raise GoalError(
+                f"goal.{name} is not available from the kernel; the model can only call "
+                "goal.get(), goal.complete() and goal.block(reason)"
+            )
+        extra = sorted(set(params) - allowed)
+        if extra:
+            hint = " (only the user can change the budget)" if "token_budget" in extra else ""
+            raise GoalError(f"goal.{name}() does not accept {', '.join(extra)}{hint}")
+        if name == "get":
+            return self._reply(self.get())
+        if name == "complete":
+            goal = self._require("active", "paused", "blocked", "budget_limited")
+            goal.status = "complete"
+            goal.last_reason = str(params.get("summary") or "completed by the model")[:1000]
+            self._save(goal, "complete")
+            return self._reply(goal)
+        reason = params.get("reason")
+        if not isinstance(reason, str) or not reason.strip():
+            raise GoalError("goal.block(reason) needs a non-empty reason")
+        goal = self._require("active")
+        goal.status, goal.last_reason = "blocked", reason.strip()[:1000]
+        self._save(goal, "block")
+        return self._reply(goal)
+
+    @staticmethod
+    def _reply(goal: GoalState | None) -> dict[str, Any]:
+        return {
+            "goal": goal.to_dict() if goal else None,
+            "remaining_tokens": goal.remaining_tokens if goal else None,
+        }
+
+
+def render_goal_context(goal: GoalState) -> str:
+    if goal.token_budget is None:
+        budget = f"no token budget ({goal.tokens_used} tokens used)"
+    else:
+        budget = (
+            f"{goal.remaining_tokens} of {goal.token_budget} tokens remaining "
+            f"({goal.tokens_used} used)"
+        )
+    return (
+        "<goal_context>\n"
+        f"<objective>{escape(goal.objective)}</objective>\n"
+        f"<status>{goal.status}</status>\n"
+        f"<budget>{budget}</budget>\n"
+        f"<continuation>{goal.continuations}</continuation>\n"
+        f"{FINISH_HINT}\n"
+        "</goal_context>"
+    )
