@@ -1,0 +1,45 @@
+"""Fenced-code parsing and the text FINAL fallback used by small models."""
+
+from rlm.agent.codeparse import code_tool_calls, fenced_blocks, text_final
+
+
+def test_python_and_bare_fences_become_cells_in_order():
+    reply = "Look first.\n```python\nimport pandas as pd\nprint(1)\n```\nthen\n```\nx = 2\n```\n"
+    assert fenced_blocks(reply) == ["import pandas as pd\nprint(1)\n", "x = 2\n"]
+
+
+def test_non_code_fences_are_ignored():
+    reply = "```text\nnot code at all, just words\n```\n```json\n{\"a\": 1}\n```\n"
+    assert fenced_blocks(reply) == []
+
+
+def test_bare_fence_with_prose_is_not_run():
+    assert fenced_blocks("```\nthe region with most sales is East\n```") == []
+
+
+def test_unterminated_last_fence_still_runs():
+    assert fenced_blocks("```python\nprint(3)") == ["print(3)\n"]
+
+
+def test_magics_in_bare_fence_count_as_cells():
+    assert fenced_blocks("```\n%timeit sum(range(10))\n```") == ["%timeit sum(range(10))\n"]
+
+
+def test_tool_calls_are_synthetic_python_calls():
+    calls = code_tool_calls("```py\nprint(1)\n```")
+    assert [(c.name, c.arguments, c.synthetic) for c in calls] == [
+        ("python", {"code": "print(1)\n"}, True)
+    ]
+    assert calls[0].id.startswith("fenced_")
+
+
+def test_text_final_forms():
+    assert text_final("The answer: FINAL(42)") == ("answer", "42")
+    assert text_final('FINAL("East")') == ("answer", "East")
+    assert text_final("FINAL_VAR(result)") == ("var", "result")
+    assert text_final("FINAL_VAR('result')") == ("var", "result")
+    assert text_final("no final here") is None
+
+
+def test_final_inside_code_fence_is_not_a_text_final():
+    assert text_final("```python\nprint('FINAL(1)')\n```") is None

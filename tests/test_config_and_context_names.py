@@ -1,0 +1,39 @@
+"""Config precedence (defaults < TOML < env < flags) and --context variable names."""
+
+from pathlib import Path
+
+import pytest
+
+from rlm.agent.context_files import variable_name
+from rlm.config import load_config
+from rlm.errors import ConfigError
+
+
+def test_precedence(tmp_path, monkeypatch):
+    (tmp_path / "rlm.toml").write_text('model = "from-toml"\ncell_timeout = 12\nmax_turns = 7\n')
+    assert load_config().model == "from-toml"
+    assert load_config().cell_timeout == 12
+    monkeypatch.setenv("RLM_MODEL", "from-env")
+    assert load_config().model == "from-env"
+    cfg = load_config(model="from-flag", max_turns=None)
+    assert cfg.model == "from-flag" and cfg.max_turns == 7
+
+
+def test_unknown_setting_is_a_clear_error(tmp_path):
+    (tmp_path / "rlm.toml").write_text("modle = 'typo'\n")
+    with pytest.raises(ConfigError, match="unknown setting.*modle"):
+        load_config()
+
+
+def test_bad_toml_names_the_file(tmp_path):
+    (tmp_path / "rlm.toml").write_text("model = \n")
+    with pytest.raises(ConfigError, match="rlm.toml"):
+        load_config()
+
+
+def test_variable_names_are_identifiers_and_unique():
+    taken: set[str] = set()
+    assert variable_name(Path("sales.csv"), taken) == "sales"
+    assert variable_name(Path("sales.json"), taken) == "sales_2"
+    assert variable_name(Path("2024 report.txt"), taken) == "data_2024_report"
+    assert variable_name(Path("class.txt"), taken) == "data_class"
