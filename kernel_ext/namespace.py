@@ -1,0 +1,203 @@
+"""Which names in the kernel belong to the user, how big they are, and what a cell touched.
+
+Pure helpers shared by the snapshot module and the namespace listing. No I/O.
+
+The touched-name rule (see `cell_names` and `referenced_globals`): after a cell, a name is
+re-pickled when it
+  1. appears anywhere in the cell's AST (Load, Store or Del; `import` aliases; def/class
+     names; `global` statements; except/match captures) — this covers mutation through
+     `df["x"] = ...`, `lst.append(...)`, `obj.attr = ...`;
+  2. is new, deleted, or bound to an object with a different id() than at the last snapshot;
+  3. is a global that a touched function/class/instance defined in `__main__` refers to
+     (its code's co_names, nested code objects included, transitively);
+  4. shares its object (same id) with a touched name (`a = b = []; b.append(1)`).
+Conservative fallback: a cell that cannot be parsed, uses magics or shell escapes
+(anything through `get_ipython()`), `exec`/`eval`/`globals`/`vars`/`locals`/`__import__`/
+`setattr`/`delattr`, or `from m import *` re-pickles every name except immutable scalars
+whose id() did not change.
+Not covered (documented gap): an object reachable only through another container or from
+a background thread/callback that the cell did not name (`d = {"k": lst}; lst.append(1)`
+re-pickles lst, not d).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+import types
+from collections.abc import Iterable
+from typing import Any
+
+IPYTHON_NAMES = frozenset(
+    {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "exit", "quit",
+     "get_ipython"}
+)
+_NUMBERED = re.compile(r"_i{0,3}\d+$")
+DYNAMIC_NAMES = frozenset(
+    {"exec", "eval", "globals", "vars", "locals", "get_ipython", "__import__", "setattr",
+     "delattr", "compile", "runpy"}
+)
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), frozenset, range)
+_EXT_PREFIX = "kernel_ext"
+
+
+def is_internal_name(name: str) -> bool:
+    if name in IPYTHON_NAMES:
+        return True
+    if name.startswith("__") and name.endswith("__"):
+        return True
+    return name[:1] == "_" and _NUMBERED.match(name) is not None
+
+
+def _from_extension(value: Any) -> bool:
+    try:
+        mod = getattr(value, "__module__", None) if isinstance(value, (type, types.FunctionType)) \
+            else type(value).__module__
+    except Exception:  # noqa: BLE001 - arbitrary user objects
+        return False
+    return isinstance(mod, str) and mod.startswith(_EXT_PREFIX)
+
+
+def user_values(ip: Any) -> dict[str, Any]:
+    """User-defined names -> values: no IPython internals, no hidden names (unless the user
+    rebound them), no objects injected by kernel_ext."""
+    hidden = ip.user_ns_hidden
+    out = {}
+    missing = object()
+    for name, value in ip.user_ns.items():
+        if is_internal_name(name):
+            continue
+        if hidden.get(name, missing) is value:
+            continue
+        if _from_extension(value):
+            continue
+        out[name] = value
+    return out
+
+
+def estimate_size(value: Any) -> int:
+    """A cheap size estimate in bytes (numpy nbytes, pandas shallow memory usage,
+    sys.getsizeof of a container plus its first 10k items)."""
+    try:
+        mod = type(value).__module__
+        if mod.startswith("pandas") and hasattr(value, "memory_usage"):
+            usage = value.memory_usage(index=True, deep=False)
+            return int(usage.sum()) if hasattr(usage, "sum") else int(usage)
+        nbytes = getattr(value, "nbytes", None) if mod.startswith("numpy") else None
+        if isinstance(nbytes, int):
+            return nbytes
+        size = sys.getsizeof(value)
+        if isinstance(value, (list, tuple, set, frozenset)) and len(value) <= 10_000:
+            size += sum(sys.getsizeof(v) for v in value)
+        elif isinstance(value, dict) and len(value) <= 10_000:
+            size += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
+        return int(size)
+    except Exception:  # noqa: BLE001 - arbitrary user objects
+        return 0
+
+
+def is_immutable_scalar(value: Any) -> bool:
+    return type(value) in _IMMUTABLE
+
+
+class CellNames:
+    """Names a cell's source could touch; `full` asks for a conservative full rescan."""
+
+    __slots__ = ("names", "deleted", "full")
+
+    def __init__(self, names: set[str], deleted: set[str], full: bool) -> None:
+        self.names, self.deleted, self.full = names, deleted, full
+
+
+def _node_names(node: ast.AST, names: set[str], deleted: set[str]) -> bool:
+    """Adds the names bound or used by one node; returns True if it forces a full rescan."""
+    if isinstance(node, ast.Name):
+        names.add(node.id)
+        if isinstance(node.ctx, ast.Del):
+            deleted.add(node.id)
+        return node.id in DYNAMIC_NAMES
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        for alias in node.names:
+            if alias.name == "*":
+                return True
+            names.add(alias.asname or alias.name.split(".")[0])
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        names.add(node.name)
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        names.update(node.names)
+    elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+        if node.name:
+            names.add(node.name)
+    elif isinstance(node, ast.MatchMapping) and node.rest:
+        names.add(node.rest)
+    return False
+
+
+def cell_names(code: str) -> CellNames:
+    """Parse (already IPython-transformed) cell code; see the module docstring."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return CellNames(set(), set(), True)
+    names: set[str] = set()
+    deleted: set[str] = set()
+    full = False
+    for node in ast.walk(tree):
+        full = _node_names(node, names, deleted) or full
+    return CellNames(names, deleted, full)
+
+
+def _code_names(code: types.CodeType, out: set[str]) -> None:
+    out.update(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            _code_names(const, out)
+
+
+def _codes_of(value: Any, ns: dict[str, Any]) -> list[types.CodeType]:
+    """Code objects of a function/class/instance defined in __main__ (whose globals are ns)."""
+    if isinstance(value, types.FunctionType):
+        return [value.__code__] if value.__globals__ is ns else []
+    if isinstance(value, types.MethodType):
+        return _codes_of(value.__func__, ns)
+    cls = value if isinstance(value, type) else type(value)
+    if getattr(cls, "__module__", None) != "__main__":
+        return []
+    codes: list[types.CodeType] = []
+    for klass in cls.__mro__:
+        if getattr(klass, "__module__", None) != "__main__":
+            continue
+        for member in vars(klass).values():
+            if isinstance(member, (staticmethod, classmethod)):
+                member = member.__func__
+            if isinstance(member, property):
+                codes.extend(f.__code__ for f in (member.fget, member.fset, member.fdel)
+                             if isinstance(f, types.FunctionType))
+            elif isinstance(member, types.FunctionType):
+                codes.append(member.__code__)
+    return codes
+
+
+def referenced_globals(values: Iterable[Any], ns: dict[str, Any]) -> set[str]:
+    """Global names reachable from the code of __main__ functions/classes/instances, transitively."""
+    found: set[str] = set()
+    stack = list(values)
+    seen: set[int] = set()
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        try:
+            codes = _codes_of(value, ns)
+        except Exception:  # noqa: BLE001 - arbitrary user objects
+            continue
+        names: set[str] = set()
+        for code in codes:
+            _code_names(code, names)
+        for name in names - found:
+            if name in ns:
+                found.add(name)
+                stack.append(ns[name])
+    return found

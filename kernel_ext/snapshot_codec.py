@@ -1,0 +1,208 @@
+"""Turn one value into a manifest entry plus bytes, and back. No file I/O here.
+
+Order of attempts for a value:
+  * a module                          -> kind "module" {"module": name}, re-imported
+  * a function/class importable by (module, qualname) from outside __main__
+                                      -> kind "import", re-imported
+  * a function or class defined in __main__ (lambdas included) -> dill (by value; globals
+    stay the live kernel namespace, see `relink`)
+  * anything else                     -> C pickle protocol 5 with out-of-band buffers
+                                         (numpy/pandas data is never copied), then dill
+  * still failing or over the cap     -> kind "skipped" with a reason
+"""
+
+from __future__ import annotations
+
+import importlib
+import pickle
+import types
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel_ext.namespace import estimate_size
+
+MiB = 1024 * 1024
+
+
+class OverCap(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+@dataclass
+class Encoded:
+    kind: str  # module | import | pickle | dill | skipped
+    parts: list[Any] = field(default_factory=list)  # bytes / memoryview: main pickle, buffers
+    meta: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+    @property
+    def size(self) -> int:
+        return sum(memoryview(p).nbytes for p in self.parts)
+
+
+class _CappedSink:
+    """A write-only file for the pickler that aborts as soon as the output passes the cap."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap, self.size, self.chunks, self.buffers = cap, 0, [], []
+
+    def _grow(self, n: int) -> None:
+        self.size += n
+        if self.size > self.cap:
+            raise OverCap(self.size)
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self._grow(n)
+        self.chunks.append(bytes(data) if not isinstance(data, bytes) else data)
+        return n
+
+    def buffer_callback(self, pb: pickle.PickleBuffer) -> bool:
+        try:
+            raw = pb.raw()
+        except BufferError:  # not contiguous: serialise in-band
+            return True
+        self._grow(raw.nbytes)
+        self.buffers.append(raw)
+        return False
+
+
+def _fmt_mib(n: int) -> str:
+    return f"{n / MiB:.0f} MiB" if n >= MiB else f"{n} B"
+
+
+def over_cap_reason(size: int, cap: int, what: str = "per-variable") -> str:
+    return f"over {what} cap ({_fmt_mib(size)} > {_fmt_mib(cap)})"
+
+
+def error_reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:300]
+
+
+def _defined_in_main(value: Any) -> bool:
+    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__"
+
+
+def import_ref(value: Any) -> dict[str, str] | None:
+    """(module, qualname) if `value` is a module, or a function/class importable by name."""
+    if isinstance(value, types.ModuleType):
+        return {"module": value.__name__}
+    if not isinstance(value, (types.FunctionType, types.BuiltinFunctionType, type)):
+        return None
+    mod, qual = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if not isinstance(mod, str) or not isinstance(qual, str) or mod == "__main__" or "<" in qual:
+        return None
+    try:
+        if resolve_import(mod, qual) is value:
+            return {"module": mod, "qualname": qual}
+    except Exception:  # noqa: BLE001 - any lookup failure means "not importable"
+        return None
+    return None
+
+
+def resolve_import(module: str, qualname: str | None) -> Any:
+    obj: Any = importlib.import_module(module)
+    for part in (qualname.split(".") if qualname else []):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _pickle(value: Any, cap: int) -> Encoded:
+    sink = _CappedSink(cap)
+    pickle.Pickler(sink, protocol=5, buffer_callback=sink.buffer_callback).dump(value)
+    return Encoded("pickle", [b"".join(sink.chunks), *sink.buffers])
+
+
+def _dill(value: Any, cap: int) -> Encoded:
+    import dill
+
+    sink = _CappedSink(cap)
+    dill.Pickler(sink, protocol=5, recurse=False, byref=False).dump(value)
+    return Encoded("dill", [b"".join(sink.chunks)])
+
+
+def encode(value: Any, cap: int) -> Encoded:
+    """Encode one value; never raises (failures become kind "skipped" with a reason)."""
+    ref = import_ref(value)
+    if ref is not None:
+        return Encoded("module" if "qualname" not in ref else "import", meta=ref)
+    est = estimate_size(value)
+    if est > cap:
+        return Encoded("skipped", reason=over_cap_reason(est, cap))
+    first_error: BaseException | None = None
+    if not _defined_in_main(value):
+        try:
+            return _pickle(value, cap)
+        except OverCap as exc:
+            return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure: try dill
+            first_error = exc
+    try:
+        return _dill(value, cap)
+    except OverCap as exc:
+        return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
+    except RecursionError as exc:
+        return Encoded("skipped", reason=error_reason(first_error or exc))
+    except Exception as exc:  # noqa: BLE001
+        return Encoded("skipped", reason=error_reason(first_error or exc))
+
+
+def decode(kind: str, parts: list[memoryview], meta: dict[str, Any]) -> Any:
+    if kind in ("module", "import"):
+        return resolve_import(meta["module"], meta.get("qualname"))
+    if kind == "pickle":
+        return pickle.loads(parts[0], buffers=parts[1:])
+    if kind == "dill":
+        import dill
+
+        return dill.loads(parts[0])
+    raise ValueError(f"unknown entry kind {kind!r}")
+
+
+def _rebuild_function(fn: types.FunctionType, ns: dict[str, Any]) -> types.FunctionType:
+    new = types.FunctionType(fn.__code__, ns, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__kwdefaults__ = fn.__kwdefaults__
+    new.__qualname__ = fn.__qualname__
+    new.__annotations__ = fn.__annotations__
+    new.__doc__ = fn.__doc__
+    new.__module__ = fn.__module__
+    new.__dict__.update(fn.__dict__)
+    return new
+
+
+def _relink_member(member: Any, ns: dict[str, Any]) -> Any:
+    if isinstance(member, types.FunctionType) and member.__globals__ is not ns:
+        return _rebuild_function(member, ns)
+    if isinstance(member, (staticmethod, classmethod)):
+        inner = _relink_member(member.__func__, ns)
+        return member if inner is member.__func__ else type(member)(inner)
+    if isinstance(member, property):
+        fns = [_relink_member(f, ns) if f is not None else None for f in (member.fget, member.fset, member.fdel)]
+        if any(a is not b for a, b in zip(fns, (member.fget, member.fset, member.fdel), strict=True)):
+            return property(*fns, member.__doc__)
+    return member
+
+
+def relink(value: Any, ns: dict[str, Any]) -> Any:
+    """Make a restored __main__ function (or a restored class's methods) use the live
+    namespace `ns` as globals, so a later `g = 5` in the kernel is seen. Instances whose
+    class was rebuilt by value are pointed at the namespace's class of the same name."""
+    if isinstance(value, types.FunctionType) and value.__module__ == "__main__":
+        return _relink_member(value, ns)
+    if isinstance(value, type) and value.__module__ == "__main__":
+        for name, member in list(vars(value).items()):
+            new = _relink_member(member, ns)
+            if new is not member:
+                setattr(value, name, new)
+        return value
+    cls = type(value)
+    if getattr(cls, "__module__", None) == "__main__":
+        live = ns.get(cls.__qualname__)
+        if isinstance(live, type) and live is not cls and live.__qualname__ == cls.__qualname__:
+            try:
+                value.__class__ = live
+            except TypeError:
+                pass
+    return value
