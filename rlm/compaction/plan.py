@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import Config
+from rlm.session.context import BRANCH_SUMMARY_PREFIX, summary_message
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -114,9 +115,9 @@ def entry_message(entry: Entry) -> dict[str, Any] | None:
     if isinstance(entry, MessageEntry):
         return None if entry.error else entry.message
     if isinstance(entry, CompactionEntry):
-        return {"role": "user", "content": f"<summary>\n{entry.summary}\n</summary>"}
+        return summary_message(entry.summary)
     if isinstance(entry, BranchSummaryEntry):
-        return {"role": "user", "content": f"<branch_summary>\n{entry.summary}\n</branch_summary>"}
+        return {"role": "user", "content": f"{BRANCH_SUMMARY_PREFIX}\n\n<branch_summary>\n{entry.summary}\n</branch_summary>"}
     if isinstance(entry, CustomEntry) and entry.content is not None:
         return {"role": "user", "content": entry.content}
     return None
