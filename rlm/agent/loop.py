@@ -24,7 +24,7 @@ from rlm.agent.codeparse import code_tool_calls, text_final
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.config import Config
-from rlm.errors import ContextOverflow, RlmError
+from rlm.errors import ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import (
     CellFinished,
     CellStarted,
@@ -76,9 +76,12 @@ class Agent:
         self.turn_active = False
         self.continuations: list[Continuation] = []
         self.turn_hooks: list[TurnHook] = []
+        # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: Callable[[Agent, MessageEntry], str] | None = None
+        self.compaction: Any = None
         self.on_cell_output: Callable[[Any], None] | None = None
         self._final: tuple[str, str] | None = None
+        self._error_detail: str | None = None
         self._stop = threading.Event()
         self._interrupts = 0
         self.handlers: dict[str, Handler] = {
@@ -165,6 +168,7 @@ class Agent:
         self._stop.clear()
         self._interrupts = 0
         self._final = None
+        self._error_detail = None
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
         started, turns = time.monotonic(), 0
@@ -179,18 +183,19 @@ class Agent:
             turns += 1
             self.turns += 1
             outcome = yield from self._turn(turns)
+            follow = None
+            if outcome is not None:
+                # queue the continuation before compaction runs, so the run never stalls
+                follow = self._continuation(*outcome)
+                if follow is not None:
+                    self._final = None
+                    self.session.append(MessageEntry(message={"role": "user", "content": follow}))
+                    yield Notice("continuing: " + follow.splitlines()[0][:120])
             for hook in self.turn_hooks:
                 yield from hook(self) or []
-            if outcome is None:
-                continue
-            reason, answer = outcome
-            follow = self._continuation(reason, answer)
-            if follow is None:
-                yield from self._end(reason, turns, final=answer)
+            if outcome is not None and follow is None:
+                yield from self._end(outcome[0], turns, final=outcome[1], detail=self._error_detail)
                 return
-            self._final = None
-            self.session.append(MessageEntry(message={"role": "user", "content": follow}))
-            yield Notice("continuing: " + follow.splitlines()[0][:120])
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
              detail: str | None = None) -> Iterator[Event]:
@@ -252,15 +257,23 @@ class Agent:
                     )
                 )
                 return completion
+            except (RateLimited, ScriptExhausted) as e:
+                self.session.append(MessageEntry(
+                    message={"role": "assistant", "content": ""}, error=f"{type(e).__name__}: {e}",
+                    model=getattr(self.llm, "spec", None)))
+                self._error_detail = str(e)
+                yield Notice(str(e), "warning")
+                return None
             except ContextOverflow as e:
                 entry = self.session.append(MessageEntry(
                     message={"role": "assistant", "content": ""}, error=f"context overflow: {e}",
                     model=getattr(self.llm, "spec", None)))
-                decision = self.overflow_hook(self, entry) if self.overflow_hook else "report"
+                decision = self.overflow_hook(self, entry) if self.overflow_hook else ""
                 if decision == "retry" and attempt == 0:
                     yield Notice("context overflow: compacted, retrying once", "warning")
                     continue
-                yield Notice(notices.overflow_report(e), "warning")
+                report = decision if decision not in ("", "retry", "report") else None
+                yield Notice(report or notices.overflow_report(e), "warning")
                 return None
         return None
 

@@ -18,12 +18,12 @@ from rlm.errors import RlmError
 
 
 def chat_loop(agent: Any, session: Any, args: argparse.Namespace) -> int:
-    from rlm.longrun.attach import attach_longrun
+    from rlm.agent.attach import attach_all
 
     render = Renderer()
     render.console.print(f"[bold]rlm chat[/bold] · session {session.id} · /help for commands")
     with agent:
-        attach_longrun(agent, args)
+        attach_all(agent, args)
         while True:
             try:
                 line = input("rlm> ").strip()
@@ -55,16 +55,16 @@ def _slash(agent: Any, line: str, render: Renderer) -> bool:
             for n in listing["names"]:
                 render.console.print(f"  {n['name']:<24} {n.get('type', '')}")
         elif cmd == "compact":
-            from rlm.compaction.cli import compact_now
+            from rlm.agent.attach import compact_now
 
             entry = compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")
         elif cmd == "goal":
-            from rlm.longrun.attach import goal_command
+            from rlm.cli.longrun_cli import goal_command
 
             render.console.print(goal_command(agent, rest))
         elif cmd == "heartbeat":
-            from rlm.longrun.attach import heartbeat_command
+            from rlm.cli.longrun_cli import heartbeat_command
 
             render.console.print(heartbeat_command(agent, rest))
         else:

@@ -35,12 +35,12 @@ def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespac
            setup: Any = None) -> int:
     """Run one prompt with rendering; print the --json summary; return the exit code."""
     from rlm.agent.session_run import RunResult
-    from rlm.longrun.attach import attach_longrun
+    from rlm.agent.attach import attach_all
 
     render = Renderer(quiet=bool(getattr(args, "json", False)))
     events = []
     with agent:
-        attach_longrun(agent, args)
+        attach_all(agent, args)
         agent.on_cell_output = None
         if setup is not None:
             setup(agent)
@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if args.detach:
-        from rlm.longrun.attach import run_detached
+        from rlm.cli.longrun_cli import run_detached
 
         return run_detached(args, cfg)
     agent, session = new_session_agent(args.task, cfg)
@@ -243,7 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from rlm.compaction.cli import compact_session
+    from rlm.agent.attach import compact_session
 
     s = _open(args.session)
     cfg = load_config(model=args.model)
