@@ -1,0 +1,292 @@
+"""One execute_request, from send to idle: the wait loop and the output collector.
+
+The wait loop runs on the caller's thread, which alone uses the shell socket. IOPub
+messages arrive through the queue the listener routes to; every tick (`TICK_S`) the loop
+also polls the kernel process, so a dead kernel ends the wait within ~100 ms instead of
+at the timeout.
+
+`CellCollector` turns IOPub messages into nbformat-shaped `Output`s. Everything the model
+would read is rendered as text and streamed through a bounded head+tail accumulator and
+a spool: in memory while small, a file in `artifacts/` once it outgrows the budget, so a
+100 MB print costs the host ~budget characters of memory. Images and mime payloads over
+`INLINE_LIMIT` go to `artifacts/` and are referenced from `Output.refs`.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import queue
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from rlm.kernel.runtime import KernelRuntime
+from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi
+from rlm.kernel.types import Output
+from rlm.paths import PRIVATE_FILE, private_dir
+
+TICK_S = 0.05
+INLINE_LIMIT = 64 * 1024
+LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
+
+_EXT = {
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/gif": "gif",
+    "image/webp": "webp",
+    "image/svg+xml": "svg",
+    "text/html": "html",
+    "text/plain": "txt",
+    "text/markdown": "md",
+    "text/latex": "tex",
+    "application/json": "json",
+    "application/javascript": "js",
+}
+
+
+@dataclass
+class WaitOutcome:
+    msg_id: str = ""
+    q: Any = None  # the listener's queue for msg_id
+    reply: dict[str, Any] | None = None
+    idle: bool = False
+    busy: bool = False
+    died_rc: int | None = None
+    timed_out: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.reply is not None and self.idle
+
+
+def wait_for(
+    rt: KernelRuntime,
+    msg_id: str,
+    q: queue.SimpleQueue[dict[str, Any]],
+    out: WaitOutcome,
+    deadline: float,
+    on_msg: Callable[[dict[str, Any]], None] | None,
+) -> WaitOutcome:
+    """Wait until reply + idle, death, or the deadline; `out` accumulates across calls."""
+    next_check = time.monotonic() + TICK_S
+    reply_at = None
+    while not out.done:
+        if not out.idle:
+            _take(q, out, on_msg, TICK_S)
+        if out.reply is None:
+            out.reply = _recv_reply(rt, msg_id, 0.0 if not out.idle else TICK_S)
+            if out.reply is not None:
+                reply_at = time.monotonic()
+        now = time.monotonic()
+        if out.reply is not None and not out.busy and now - (reply_at or now) > LOST_IOPUB_GRACE_S:
+            out.idle = True  # IOPub missed this request entirely (subscription race)
+        if now >= next_check and not out.done:
+            next_check = now + TICK_S
+            rc = rt.poll()
+            if rc is not None:
+                _drain(q, out, on_msg)
+                out.died_rc = rc
+                return out
+            if now >= deadline:
+                out.timed_out = True
+                return out
+    _drain(q, out, on_msg, wait=0.0)
+    return out
+
+
+def _take(
+    q: queue.SimpleQueue[dict[str, Any]],
+    out: WaitOutcome,
+    on_msg: Callable[[dict[str, Any]], None] | None,
+    timeout: float,
+) -> None:
+    try:
+        msg = q.get(timeout=timeout)
+    except queue.Empty:
+        return
+    while True:
+        if msg["header"]["msg_type"] == "status":
+            state = msg["content"].get("execution_state")
+            out.busy = out.busy or state == "busy"
+            out.idle = out.idle or state == "idle"
+        elif on_msg is not None:
+            on_msg(msg)
+        try:
+            msg = q.get_nowait()
+        except queue.Empty:
+            return
+
+
+def _drain(q: Any, out: WaitOutcome, on_msg: Any, wait: float = 0.1) -> None:
+    """Take what the listener still has (output printed just before a crash)."""
+    end = time.monotonic() + wait
+    while True:
+        _take(q, out, on_msg, max(end - time.monotonic(), 0.0) if wait else 0.0)
+        if q.empty() and time.monotonic() >= end:
+            return
+
+
+def _recv_reply(rt: KernelRuntime, msg_id: str, timeout_s: float) -> dict[str, Any] | None:
+    """The execute_reply for msg_id; stale replies (from abandoned requests) are dropped."""
+    end = time.monotonic() + timeout_s
+    while True:
+        msg = rt.recv_shell(max(end - time.monotonic(), 0.0))
+        if msg is None:
+            return None
+        if msg.get("parent_header", {}).get("msg_id") == msg_id:
+            return msg
+
+
+class _Spool:
+    """Rendered output: in memory while small, then a private file in artifacts/."""
+
+    def __init__(self, artifacts: Path, name: str, threshold: int):
+        self._artifacts, self._name, self._threshold = artifacts, name, threshold
+        self._buf: list[str] = []
+        self._size = 0
+        self._file: IO[str] | None = None
+        self.rel_path: str | None = None
+
+    def write(self, text: str) -> None:
+        if self._file is not None:
+            self._file.write(text)
+            return
+        self._buf.append(text)
+        self._size += len(text)
+        if self._size > self._threshold:
+            private_dir(self._artifacts)
+            path = self._artifacts / self._name
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+            self._file = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
+            self._file.write("".join(self._buf))
+            self._buf = []
+            self.rel_path = f"artifacts/{self._name}"
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+
+
+class CellCollector:
+    """Builds the ordered outputs and the model-facing text of one cell."""
+
+    def __init__(
+        self,
+        session_dir: Path,
+        budget: int,
+        tag: str,
+        on_output: Callable[[Output], None] | None = None,
+    ):
+        self.session_dir = session_dir
+        self.outputs: list[Output] = []
+        self.execution_count: int | None = None
+        self._tag = tag
+        self._caps = split_budget(budget)
+        self._shaped = HeadTail(*self._caps)
+        self._stream_text: dict[int, HeadTail] = {}  # index in outputs -> its text
+        self._spool = _Spool(session_dir / "artifacts", f"{tag}.txt", sum(self._caps))
+        self._on_output = on_output
+        self._n_artifacts = 0
+
+    # -- IOPub messages -------------------------------------------------------------
+    def handle(self, msg: dict[str, Any]) -> None:
+        msg_type, content = msg["header"]["msg_type"], msg["content"]
+        if msg_type == "stream":
+            self._stream(content.get("name", "stdout"), content.get("text", ""))
+        elif msg_type in ("execute_result", "display_data"):
+            self._rich(msg_type, content)
+        elif msg_type == "error":
+            self._error(content)
+        elif msg_type == "execute_input":
+            self.execution_count = content.get("execution_count")
+
+    def _render(self, text: str) -> None:
+        text = strip_ansi(text)
+        self._shaped.add(text)
+        self._spool.write(text)
+
+    def _stream(self, name: str, text: str) -> None:
+        last = self.outputs[-1] if self.outputs else None
+        if last is None or last.kind != "stream" or last.name != name:
+            self.outputs.append(Output(kind="stream", name=name, text=""))
+            self._stream_text[len(self.outputs) - 1] = HeadTail(*self._caps)
+        self._stream_text[len(self.outputs) - 1].add(text)
+        self._render(text)
+        if self._on_output is not None:
+            self._on_output(Output(kind="stream", name=name, text=text))
+
+    def _rich(self, kind: str, content: dict[str, Any]) -> None:
+        data, refs = self._externalize(content.get("data", {}))
+        out = Output(kind=kind, data=data, metadata=content.get("metadata") or None, refs=refs or None)
+        if kind == "execute_result":
+            self.execution_count = content.get("execution_count", self.execution_count)
+        self.outputs.append(out)
+        images = [path for mime, path in (refs or {}).items() if mime.startswith("image/")]
+        for path in images:
+            self._render(f"[image: {path}]\n")
+        if not images and "text/plain" in data:
+            text = data["text/plain"]
+            self._render(text if text.endswith("\n") else text + "\n")
+        if self._on_output is not None:
+            self._on_output(out)
+
+    def _error(self, content: dict[str, Any]) -> None:
+        out = Output(
+            kind="error",
+            ename=content.get("ename"),
+            evalue=content.get("evalue"),
+            traceback=list(content.get("traceback", [])),
+        )
+        self.outputs.append(out)
+        self._render("\n".join(out.traceback or [f"{out.ename}: {out.evalue}"]) + "\n")
+        if self._on_output is not None:
+            self._on_output(out)
+
+    # -- artifacts ------------------------------------------------------------------
+    def _externalize(self, data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+        """Images and payloads over INLINE_LIMIT go to files; small text/plain stays."""
+        inline: dict[str, Any] = {}
+        refs: dict[str, str] = {}
+        for mime, value in data.items():
+            is_text = isinstance(value, str)
+            size = len(value) if is_text else len(json.dumps(value))
+            if not mime.startswith("image/") and size <= INLINE_LIMIT:
+                inline[mime] = value
+                continue
+            refs[mime] = self._write_artifact(mime, value)
+            if mime == "text/plain":
+                head = HeadTail(*self._caps)
+                head.add(value)
+                inline[mime] = head.text(refs[mime])
+        return inline, refs
+
+    def _write_artifact(self, mime: str, value: Any) -> str:
+        self._n_artifacts += 1
+        name = f"{self._tag}-{self._n_artifacts}.{_EXT.get(mime, 'bin')}"
+        if mime.startswith("image/") and mime != "image/svg+xml" and isinstance(value, str):
+            payload = base64.b64decode(value)
+        elif isinstance(value, str):
+            payload = value.encode("utf-8", errors="replace")
+        else:
+            payload = json.dumps(value).encode()
+        artifacts = private_dir(self.session_dir / "artifacts")
+        fd = os.open(artifacts / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(payload)
+        return f"artifacts/{name}"
+
+    # -- the end --------------------------------------------------------------------
+    def finish(self) -> tuple[str, str | None, int, int]:
+        """(shaped text, full output path or None, total chars, elided chars)."""
+        self._spool.close()
+        full = self._spool.rel_path if self._shaped.elided else None
+        for index, acc in self._stream_text.items():
+            out = self.outputs[index]
+            out.text = acc.text(full)
+            if acc.elided and full:
+                out.refs = {"text/plain": full}
+        return self._shaped.text(full), full, self._shaped.total, self._shaped.elided

@@ -1,0 +1,271 @@
+"""`Kernel`: a persistent IPython kernel that survives crashes (see docs/architecture.md).
+
+Policy lives here: timeouts (interrupt, grace, restart), death (report the cause, restart,
+restore the snapshot), helper calls into kernel_ext through `user_expressions` (silent, no
+history, no snapshot hook). The process mechanics are in runtime.py, the wait loop and
+output collection in execution.py, the bridge in bridge.py.
+
+Thread model: the caller's thread (one at a time, `_shell_lock`) uses the shell socket;
+the runtime's IOPub listener thread reads IOPub and writes control; bridge handlers run
+on the dispatcher's pool. `on_output` callbacks run on the caller's thread.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rlm.config import Config
+from rlm.errors import KernelBusy, KernelDied, KernelError
+from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
+from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
+from rlm.kernel.runtime import KernelRuntime, died_cause
+from rlm.kernel.types import CellResult, Output, RestoreReport
+from rlm.paths import private_dir
+
+START_TIMEOUT_S = 60.0
+_SNAPSHOT = "__import__('kernel_ext.snapshot').snapshot"
+_FILEOPS = "__import__('kernel_ext.fileops').fileops"
+
+
+class Kernel:
+    def __init__(self, session_dir: Path | str, config: Config, bridge_handler: BridgeHandler | None = None):
+        self.session_dir = private_dir(Path(session_dir))
+        self.config = config
+        self._bridge = BridgeDispatcher(bridge_handler, workers=max(4, config.batch_concurrency))
+        self._rt: KernelRuntime | None = None
+        self._shell_lock = threading.RLock()
+        self._interrupted = False
+        self.last_restart_cause: str | None = None
+
+    # -- lifecycle ------------------------------------------------------------------
+    def start(self) -> RestoreReport:
+        """Start the kernel (kernel_ext loaded) and restore the snapshot, if any."""
+        with self._shell_lock:
+            if self._rt is not None:
+                raise KernelError("the kernel is already started; use restart() for a new one")
+            self._rt = KernelRuntime(self.session_dir, self.config, self._bridge)
+            return self._restore()
+
+    def restart(self, cause: str = "restart requested") -> RestoreReport:
+        """A new kernel process plus snapshot restore; the old one is killed."""
+        with self._shell_lock:
+            self.last_restart_cause = cause
+            old, self._rt = self._rt, None
+            if old is not None:
+                old.close(now=True)
+            self._rt = KernelRuntime(self.session_dir, self.config, self._bridge)
+            return self._restore()
+
+    def stop(self) -> None:
+        """Shutdown request, then SIGTERM, then SIGKILL; idempotent."""
+        with self._shell_lock:
+            rt, self._rt = self._rt, None
+            if rt is not None:
+                rt.close(now=False)
+        self._bridge.close()
+
+    def __enter__(self) -> Kernel:
+        if self._rt is None:
+            self.start()
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.stop()
+
+    @property
+    def pid(self) -> int | None:
+        return self._rt.pid if self._rt is not None else None
+
+    def is_alive(self) -> bool:
+        return self._rt is not None and self._rt.poll() is None
+
+    def interrupt(self) -> None:
+        """SIGINT to the kernel: a running cell ends with status "interrupted"."""
+        rt = self._rt
+        if rt is not None:
+            self._interrupted = True
+            rt.interrupt()
+
+    def set_bridge_handler(self, fn: BridgeHandler | None) -> None:
+        self._bridge.handler = fn
+
+    def _runtime(self) -> KernelRuntime:
+        if self._rt is None:
+            raise KernelError("the kernel is not started: call Kernel.start() or use it as a context manager")
+        return self._rt
+
+    # -- execute --------------------------------------------------------------------
+    def execute(
+        self, code: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
+    ) -> CellResult:
+        """Run one cell. Never raises for what the cell does: see CellResult.status."""
+        timeout = self.config.cell_timeout if timeout is None else timeout
+        with self._shell_lock:
+            rt = self._runtime()
+            t0 = time.monotonic()
+            tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+            col = CellCollector(self.session_dir, self.config.output_budget_chars, tag, on_output)
+            self._interrupted = False
+            out = self._send_and_wait(rt, {"code": code}, t0 + timeout, col.handle)
+            if out.timed_out:
+                rt.interrupt()
+                grace_end = time.monotonic() + self.config.interrupt_grace_s
+                out = self._continue_wait(rt, out, grace_end, col.handle)
+            result = self._conclude(out, col, t0)
+            return result
+
+    def _conclude(self, out: WaitOutcome, col: CellCollector, t0: float) -> CellResult:
+        res = CellResult(status="ok")
+        if out.died_rc is not None:
+            res.status, res.died_cause = "died", died_cause(out.died_rc)
+            res.restart = self.restart(f"the kernel died during a cell: {res.died_cause}")
+        elif out.timed_out and not out.done:
+            res.status = "timeout"
+            res.restart = self.restart("a cell timed out and did not stop on interrupt")
+        elif out.timed_out:
+            res.status = "timeout"
+        else:
+            status = (out.reply or {}).get("content", {}).get("status", "ok")
+            if status != "ok":
+                res.status = "interrupted" if self._interrupted else "error"
+        content = (out.reply or {}).get("content", {})
+        res.shaped, res.full_output_path, res.chars_total, res.elided_chars = col.finish()
+        res.outputs = col.outputs
+        res.execution_count = content.get("execution_count", col.execution_count)
+        res.duration_s = time.monotonic() - t0
+        if res.status in ("died", "timeout"):
+            res.shaped = _with_note(res.shaped, _status_note(res))
+        return res
+
+    def _send_and_wait(
+        self,
+        rt: KernelRuntime,
+        content: dict[str, Any],
+        deadline: float,
+        on_msg: Callable[[dict[str, Any]], None] | None,
+    ) -> WaitOutcome:
+        full = {
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+            **content,
+        }
+        msg = rt.session.msg("execute_request", full)
+        msg_id = msg["header"]["msg_id"]
+        q = rt.listener.route(msg_id)
+        out = WaitOutcome(msg_id=msg_id, q=q)
+        if rt.poll() is not None:
+            out.died_rc = rt.poll()
+            return out
+        rt.send_shell(msg)
+        try:
+            return wait_for(rt, msg_id, q, out, deadline, on_msg)
+        finally:
+            if out.done or out.died_rc is not None:
+                rt.listener.unroute(msg_id)
+
+    def _continue_wait(
+        self, rt: KernelRuntime, out: WaitOutcome, deadline: float, on_msg: Callable[[dict[str, Any]], None]
+    ) -> WaitOutcome:
+        out.timed_out = False
+        try:
+            wait_for(rt, out.msg_id, out.q, out, deadline, on_msg)
+        finally:
+            rt.listener.unroute(out.msg_id)
+        out.timed_out = True
+        return out
+
+    # -- helper calls into kernel_ext -------------------------------------------------
+    def _expression(self, expr: str, timeout: float) -> str:
+        """Evaluate one kernel_ext expression returning a str, silently. Raises on failure."""
+        if not self._shell_lock.acquire(timeout=timeout):
+            raise KernelBusy(f"a cell is still running after {timeout} s; try again when it ends")
+        try:
+            rt = self._runtime()
+            out = self._send_and_wait(
+                rt,
+                {"code": "", "silent": True, "store_history": False, "user_expressions": {"r": expr}},
+                time.monotonic() + timeout,
+                None,
+            )
+            if out.died_rc is not None:
+                raise KernelDied(died_cause(out.died_rc))
+            if out.reply is None:
+                rt.listener.unroute(out.msg_id)
+                raise KernelBusy(f"the kernel did not answer within {timeout} s (a cell is running)")
+            return _expression_value(out.reply, expr)
+        finally:
+            self._shell_lock.release()
+
+    def _restore(self) -> RestoreReport:
+        try:
+            text = self._expression(f"{_SNAPSHOT}.restore_report_json()", START_TIMEOUT_S)
+            return RestoreReport.from_dict(json.loads(text))
+        except KernelDied as e:
+            tail = self._rt.log_tail() if self._rt is not None else ""
+            raise KernelError(f"the kernel died while starting ({e.cause}); its log ends with:\n{tail}") from e
+        except KernelBusy as e:
+            raise KernelError(f"the kernel did not become ready within {START_TIMEOUT_S} s") from e
+        except (RuntimeError, ValueError) as e:
+            return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
+
+    def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
+        """User names with type and size; KernelDied if dead, KernelBusy past the timeout."""
+        if self._rt is None or self._rt.poll() is not None:
+            rc = self._rt.poll() if self._rt is not None else None
+            raise KernelDied(died_cause(rc) if rc is not None else "the kernel is not running")
+        return json.loads(self._expression(f"{_SNAPSHOT}.namespace_json()", timeout))
+
+    def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
+        """Files the user's code read and modified ({"read": [...], "modified": [...]})."""
+        return json.loads(self._expression(f"{_FILEOPS}.file_ops_json()", timeout))
+
+    def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
+        """Force a snapshot now; returns kernel_ext.snapshot's summary."""
+        return json.loads(self._expression(f"{_SNAPSHOT}.snapshot_now()", timeout))
+
+
+def _expression_value(reply: dict[str, Any], expr: str) -> str:
+    result = reply.get("content", {}).get("user_expressions", {}).get("r")
+    if not isinstance(result, dict):
+        raise RuntimeError(f"no value for {expr}")
+    if result.get("status") != "ok":
+        raise RuntimeError(f"{result.get('ename')}: {result.get('evalue')}")
+    text = result.get("data", {}).get("text/plain", "")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = ast.literal_eval(f"({text})")  # IPython splits long strings over lines
+    if not isinstance(value, str):
+        raise RuntimeError(f"{expr} did not return a string")
+    return value
+
+
+def _status_note(res: CellResult) -> str:
+    if res.status == "died":
+        note = f"[the kernel died: {res.died_cause}; it was restarted"
+    else:
+        note = "[the cell timed out" + ("; the kernel was restarted" if res.restart else "; it was interrupted")
+    if res.restart is not None:
+        r = res.restart
+        note += f"; restored {len(r.restored)} name(s)"
+        lost = [d.get("name", "?") for d in (*r.failed, *r.skipped)]
+        if lost:
+            note += f", not restored: {', '.join(lost)}"
+    return note + "]"
+
+
+def _with_note(shaped: str, note: str) -> str:
+    if shaped and not shaped.endswith("\n"):
+        shaped += "\n"
+    return shaped + note

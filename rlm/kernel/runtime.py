@@ -1,0 +1,174 @@
+"""One kernel process: launch, sockets, listener, escalating shutdown.
+
+A restart throws the whole `KernelRuntime` away and builds a new one (new process, new
+connection file, new sockets): nothing stale from the dead kernel can leak into the new
+one's replies. `Kernel` (kernel.py) owns the policy; this module owns the mechanics.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import zmq
+from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import KernelManager
+
+from rlm.config import Config
+from rlm.errors import KernelError
+from rlm.kernel.bridge import BridgeDispatcher
+from rlm.kernel.listener import IOPubListener
+from rlm.paths import PRIVATE_FILE, private_dir
+
+_SECRET_ENV = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.IGNORECASE)
+_KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
+
+
+def kernel_argv(config: Config) -> list[str]:
+    """The kernel command line ({connection_file} is filled in by jupyter_client)."""
+    python = config.kernel_python or sys.executable
+    argv = [
+        python,
+        "-m",
+        "ipykernel_launcher",
+        "-f",
+        "{connection_file}",
+        "--HistoryManager.hist_file=:memory:",
+        "--IPKernelApp.extensions=kernel_ext",
+    ]
+    if config.memory_cap_bytes:
+        # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
+        argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
+    return argv
+
+
+def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
+    """The host env minus provider secrets, plus what kernel_ext needs."""
+    env = {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+    env.update(
+        RLM_SESSION_DIR=str(session_dir),
+        RLM_SNAPSHOT_DIR=str(session_dir / "snapshot"),
+        RLM_SNAPSHOT_VAR_CAP=str(config.snapshot_var_cap),
+        RLM_SNAPSHOT_TOTAL_CAP=str(config.snapshot_total_cap),
+    )
+    env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    if config.kernel_python and config.kernel_python != sys.executable:
+        # another interpreter may not have kernel_ext installed: put ours on its path
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_KERNEL_EXT_ROOT, env.get("PYTHONPATH")) if p)
+    return env
+
+
+class _SpecManager(KernelSpecManager):
+    """Serves our one kernel spec; no kernelspec dirs are searched."""
+
+    def __init__(self, spec: KernelSpec, **kw: Any):
+        super().__init__(**kw)
+        self._rlm_spec = spec
+
+    def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
+        return self._rlm_spec
+
+
+def died_cause(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"signal {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"signal {-returncode}"
+    return f"exit code {returncode}"
+
+
+class KernelRuntime:
+    """A started kernel process with its sockets and IOPub listener."""
+
+    def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher):
+        self.session_dir = session_dir
+        runtime_dir = private_dir(session_dir / "runtime")
+        spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+        self.km = KernelManager(
+            kernel_name="rlm",
+            kernel_spec_manager=_SpecManager(spec),
+            connection_file=str(runtime_dir / f"kernel-{uuid.uuid4().hex[:12]}.json"),
+        )
+        self.km.shutdown_wait_time = 2.0
+        self._log_path = runtime_dir / "kernel.log"
+        log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+        with os.fdopen(log_fd, "ab") as log_file:
+            try:
+                self.km.start_kernel(env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file)
+            except Exception as e:
+                raise KernelError(
+                    f"could not start the kernel ({e}); check config.kernel_python "
+                    f"({config.kernel_python or sys.executable}) has ipykernel installed"
+                ) from e
+        os.chmod(self.km.connection_file, PRIVATE_FILE)
+        self.proc: subprocess.Popen[bytes] = self.km.provisioner.process  # type: ignore[union-attr]
+        self.session = self.km.session
+        self.shell = self.km.connect_shell()
+        self.iopub = self.km.connect_iopub()
+        self.control = self.km.connect_control()
+        bridge.reset()
+        self.listener = IOPubListener(self.session, self.iopub, self.control, bridge)
+        self.listener.start()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> int | None:
+        """The exit code if the process has ended (cheap: one waitpid)."""
+        return self.proc.poll()
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self._log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def send_shell(self, msg: dict[str, Any]) -> None:
+        self.session.send(self.shell, msg)
+
+    def recv_shell(self, timeout_s: float) -> dict[str, Any] | None:
+        if not self.shell.poll(int(timeout_s * 1000)):
+            return None
+        _, msg = self.session.recv(self.shell, mode=zmq.NOBLOCK)
+        return msg
+
+    def interrupt(self) -> None:
+        if self.poll() is None:
+            self.km.interrupt_kernel()
+
+    def close(self, now: bool = False) -> None:
+        """Stop the process (shutdown request, SIGTERM, SIGKILL) and free everything."""
+        if self.poll() is None:
+            try:
+                self.km.shutdown_kernel(now=now)
+            except Exception:
+                pass
+        self._kill_group()
+        self.listener.stop()
+        for sock in (self.shell, self.iopub, self.control):
+            sock.close(linger=0)
+        try:
+            self.km.cleanup_resources()
+        except Exception:
+            pass
+
+    def _kill_group(self) -> None:
+        """The kernel leads its own process group: take its children down with it."""
+        if self.poll() is None:
+            self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        deadline = time.monotonic() + 5.0
+        while self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
