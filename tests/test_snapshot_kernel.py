@@ -1,0 +1,111 @@
+"""Snapshots across real kernel deaths: values, live globals, classes, skips, crash safety."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from snapshot_kernel_helpers import BareKernel
+
+pytestmark = pytest.mark.timeout(120)
+
+SETUP = """
+import numpy as np
+import pandas as pd
+import socket
+from os.path import join
+n = 42
+d = {"a": [1, 2, {"b": 3.5}], "t": (1, "x")}
+arr = np.arange(200_000, dtype=np.float64).reshape(400, 500)
+df = pd.DataFrame({"k": np.arange(1000), "s": [f"r{i}" for i in range(1000)]})
+g = 2
+def f(v):
+    return v * g
+class Point:
+    def __init__(self, x):
+        self.x = x
+    def scaled(self):
+        return self.x * g
+p = Point(7)
+square = lambda v: v * v + g
+sock = socket.socket()
+"""
+
+CHECK = """
+import numpy as _np, pandas as _pd
+assert n == 42 and d == {"a": [1, 2, {"b": 3.5}], "t": (1, "x")}
+assert _np.array_equal(arr, _np.arange(200_000, dtype=_np.float64).reshape(400, 500))
+arr[0, 0] = -1.0  # restored arrays are writable
+_pd.testing.assert_frame_equal(df, _pd.DataFrame({"k": _np.arange(1000), "s": [f"r{i}" for i in range(1000)]}))
+assert np.__name__ == "numpy" and join("a", "b") == "a/b"
+assert f(3) == 6 and square(3) == 11 and p.scaled() == 14
+assert isinstance(p, Point) and type(p) is Point
+assert f.__globals__ is get_ipython().user_ns
+g = 5
+assert f(3) == 15, f(3)
+assert p.scaled() == 35 and square(3) == 14
+assert isinstance(Point(1), Point) and Point(2).scaled() == 10
+print("CHECK-OK")
+"""
+
+RESTORE = "__import__('kernel_ext.snapshot').snapshot.restore_report_json()"
+
+
+def test_many_kinds_survive_os_exit(tmp_path):
+    snap = tmp_path / "snap"
+    k = BareKernel(snap)
+    try:
+        k.run(SETUP)
+        listing = json.loads(k.expr("__import__('kernel_ext.snapshot').snapshot.namespace_json()"))
+    finally:
+        k.kill_from_inside()
+    by_name = {e["name"]: e for e in listing["names"]}
+    assert by_name["sock"]["restorable"] is False
+    assert by_name["sock"]["reason"] == "TypeError: cannot pickle 'socket' object"
+    assert by_name["df"]["restorable"] and by_name["df"]["bytes"] > 8000
+    assert "In" not in by_name and "get_ipython" not in by_name and "final" not in by_name
+    assert os.stat(snap).st_mode & 0o777 == 0o700
+    assert all(os.stat(snap / n).st_mode & 0o777 == 0o600 for n in os.listdir(snap))
+
+    k2 = BareKernel(snap)
+    try:
+        report = json.loads(k2.expr(RESTORE))
+        assert report["snapshot_found"] is True
+        assert report["failed"] == []
+        assert report["skipped"] == [{"name": "sock", "reason": "TypeError: cannot pickle 'socket' object"}]
+        assert set(report["restored"]) == {"np", "pd", "socket", "join", "n", "d", "arr", "df", "g",
+                                           "f", "Point", "p", "square"}
+        assert "CHECK-OK" in k2.run(CHECK)["stdout"]
+    finally:
+        k2.close()
+
+
+def test_kill_during_snapshot_keeps_previous(tmp_path):
+    snap = tmp_path / "snap"
+    k = BareKernel(snap)
+    try:
+        k.run("import numpy as np\na = list(range(10))\nbig = np.ones(300_000)")
+        before = json.loads((snap / "manifest.json").read_text())
+        k.kill_from_inside(
+            "import os\nos.environ['RLM_SNAPSHOT_CRASH_AFTER_FILES'] = '1'\n"
+            "a.append(99)\nbig2 = np.zeros(400_000)\nbig[:] = 7\n"
+        )
+    finally:
+        k.close()
+    assert json.loads((snap / "manifest.json").read_text()) == before
+    gen = before["generation"]
+    orphans = [n for n in os.listdir(snap) if n.startswith(f"g{gen + 1:08d}")]
+    assert orphans  # the crash happened mid-snapshot, after a data file was written
+
+    k2 = BareKernel(snap)
+    try:
+        report = json.loads(k2.expr(RESTORE))
+        assert sorted(report["restored"]) == ["a", "big", "np"] and report["failed"] == []
+        k2.run("assert a == list(range(10)) and float(big.sum()) == 300_000.0\n"
+               "assert 'big2' not in globals()\nc = 1")
+    finally:
+        k2.close()
+    names = os.listdir(snap)
+    assert not [n for n in names if n.startswith(f"g{gen + 1:08d}")]  # orphans collected
+    assert json.loads((snap / "manifest.json").read_text())["generation"] > gen + 1
