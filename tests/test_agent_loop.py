@@ -1,0 +1,218 @@
+"""The agent loop end to end: scripted model (through litellm), real kernel, real files.
+
+Assertions are on what reached the model (ScriptedLLM.calls), what is on disk (the session
+log) and what the kernel holds.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+
+from rlm.agent import Agent
+from rlm.agent.attach import attach_all
+from rlm.config import Config
+from rlm.events import CellFinished, FinalAnswer, KernelRestarted, RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.store import SessionStore
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+def make_agent(home, replies, **cfg) -> tuple[Agent, SessionStore, ScriptedLLM]:
+    config = Config(home=home, model="script:inline", cell_timeout=cfg.pop("cell_timeout", 60), **cfg)
+    llm = ScriptedLLM(list(replies))
+    session = SessionStore.create(home, model="script:inline", task="t")
+    return Agent(session, config, llm=llm), session, llm
+
+
+def run(agent: Agent, prompt: str) -> list:
+    return list(agent.run(prompt))
+
+
+def tool_texts(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+def test_load_error_recover_answer(_isolated_home, tmp_path):
+    csv = tmp_path / "sales.csv"
+    csv.write_text("region,revenue\neast,10\nwest,25\neast,7\n")
+    agent, session, llm = make_agent(_isolated_home, [
+        call(f"import pandas as pd\ndf = pd.read_csv({str(csv)!r})\nprint(df.shape)"),
+        call("df.groupby('regon').revenue.sum()"),  # typo -> KeyError
+        call("totals = df.groupby('region').revenue.sum()\nprint(totals.to_dict())"),
+        call("final(totals.idxmax())"),
+    ])
+    with agent:
+        events = run(agent, "Which region has the largest revenue?")
+        assert agent.executor.execute("print(sorted(totals.to_dict().items()))").shaped.strip() \
+            == "[('east', 17), ('west', 25)]"
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "west"
+    statuses = [e.status for e in events if isinstance(e, CellFinished)]
+    assert statuses == ["ok", "error", "ok", "ok"]
+    # the model saw the KeyError traceback in the tool result of its second call
+    third_call = llm.calls[2]
+    texts = tool_texts(third_call)
+    assert "(4, 2)" in texts[0] or "(3, 2)" in texts[0]
+    assert "KeyError" in texts[1]
+    # on disk: user, 4 x (assistant, tool), final
+    on_disk = SessionStore.open(session.path)
+    roles = [e.role for e in on_disk.branch() if isinstance(e, MessageEntry)]
+    assert roles == ["user"] + ["assistant", "tool"] * 4
+    assert any(isinstance(e, CustomEntry) and e.custom_type == "final" for e in on_disk.branch())
+
+
+def test_fenced_code_and_text_final_for_small_models(_isolated_home):
+    agent, session, llm = make_agent(_isolated_home, [
+        "Let me count.\n```python\nnums = [1, 2, 3, 4, 6]\nevens = sum(1 for n in nums if n % 2 == 0)\nprint(evens)\n```",
+        "The count is FINAL(3)",
+    ])
+    with agent:
+        events = run(agent, "How many even numbers?")
+    final = [e for e in events if isinstance(e, FinalAnswer)]
+    assert final and final[-1].answer == "3" and final[-1].source == "text"
+    assert "3" in tool_texts(llm.calls[1])[0]
+
+
+def test_reply_without_code_ends_the_run(_isolated_home):
+    agent, _, _ = make_agent(_isolated_home, ["Hello! Nothing to compute."])
+    with agent:
+        events = run(agent, "hi")
+    assert events[-1].reason == "no_code" and events[-1].final == "Hello! Nothing to compute."
+
+
+def test_kernel_crash_notice_reaches_the_model(_isolated_home):
+    agent, session, llm = make_agent(_isolated_home, [
+        call("import socket\nkeep = {'a': 1, 'b': [1, 2]}\nsock = socket.socket()\nprint('ok')"),
+        call("import os\nos._exit(1)"),
+        call("print(keep)"),
+        call("final('done')"),
+    ])
+    with agent:
+        pid_before = agent.executor.pid
+        events = run(agent, "crash test")
+        assert agent.executor.pid != pid_before
+    restarts = [e for e in events if isinstance(e, KernelRestarted)]
+    assert len(restarts) == 1 and "keep" in restarts[0].restored and "sock" in restarts[0].lost
+    crash_text = tool_texts(llm.calls[2])[1]
+    assert "<kernel_restarted>" in crash_text and "exit code 1" in crash_text
+    assert "keep" in crash_text and "sock" in crash_text
+    assert "{'a': 1, 'b': [1, 2]}" in tool_texts(llm.calls[3])[2]
+
+
+def test_context_files_reach_the_kernel_not_the_prompt(_isolated_home, tmp_path):
+    from rlm.agent.context_files import load_context_files
+
+    secret_line = "needle-7f3a9 is the key"
+    big = tmp_path / "haystack.txt"
+    big.write_text(("filler line\n" * 20000) + secret_line + "\n")
+    agent, _, llm = make_agent(_isolated_home, [
+        call("i = haystack.find('needle-')\nprint(haystack[i:i+40])"),
+        call("final(haystack[i:i+12])"),
+    ])
+    with agent:
+        load_context_files(agent, [big])
+        events = run(agent, "find the needle")
+    assert events[-1].final == "needle-7f3a9"
+    first_prompt = json.dumps(llm.calls[0])
+    assert "haystack" in first_prompt and "characters" in first_prompt
+    assert secret_line not in first_prompt  # the file contents stay in the kernel
+
+
+class _Concurrency:
+    """Wraps a sub-model to observe how many calls are in flight at once."""
+
+    def __init__(self, inner):
+        self.inner, self.native_tools, self.spec = inner, True, "script:sub"
+        self.lock, self.now, self.peak = threading.Lock(), 0, 0
+
+    def complete(self, messages, **kw):
+        with self.lock:
+            self.now += 1
+            self.peak = max(self.peak, self.now)
+        try:
+            time.sleep(0.2)
+            return self.inner.complete(messages, **kw)
+        finally:
+            with self.lock:
+                self.now -= 1
+
+    def context_window(self):
+        return None
+
+
+def test_llm_query_batched_reaches_the_sub_model_concurrently(_isolated_home):
+    sub = _Concurrency(ScriptedLLM([f"summary {i}" for i in range(8)]))
+    config = Config(home=_isolated_home, model="script:main", sub_model="script:sub", cell_timeout=60)
+    main = ScriptedLLM([
+        call("chunks = [f'chunk {i}' for i in range(8)]\n"
+             "answers = llm_query_batched([f'Summarise: {c}' for c in chunks])\nprint(len(answers), sorted(answers)[0])"),
+        call("final(str(len(answers)))"),
+    ])
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    agent = Agent(session, config, llm=main, llm_factory=lambda spec: sub)
+    with agent:
+        events = run(agent, "summarise")
+    assert events[-1].final == "8"
+    assert sub.peak > 1, "llm_query_batched ran its calls one at a time"
+    prompts = sorted(c[0]["content"] for c in sub.inner.calls)
+    assert prompts == sorted(f"Summarise: chunk {i}" for i in range(8))
+    assert agent.tokens_used > 0
+
+
+def test_rlm_query_runs_a_child_and_respects_the_depth_limit(_isolated_home):
+    child_llm = ScriptedLLM([call("final(str(sum(context)))")])
+    config = Config(home=_isolated_home, model="script:main", sub_model="script:child",
+                    cell_timeout=60, max_depth=1)
+    main = ScriptedLLM([
+        call("r = rlm_query('add these numbers', context=[1, 2, 3])\nprint(r)"),
+        call("final(r)"),
+    ])
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    agent = Agent(session, config, llm=main, llm_factory=lambda spec: child_llm)
+    with agent:
+        events = run(agent, "delegate")
+    assert events[-1].final == "6"
+    children = list((session.dir / "children").iterdir())
+    assert len(children) == 1
+    child = SessionStore.open(children[0] / "session.jsonl")
+    assert child.header.parent_session == session.id
+    # the child is at depth 1 == max_depth: its own rlm_query is refused
+    config2 = Config(home=_isolated_home, model="script:x", cell_timeout=60, max_depth=0)
+    agent2, _, _ = make_agent(_isolated_home, [])
+    agent2.config = config2
+    with pytest.raises(Exception, match="depth limit"):
+        agent2.recursion.rlm_query({"task": "nested"})
+
+
+def test_token_budget_bounds_the_tree(_isolated_home):
+    config = Config(home=_isolated_home, model="script:main", cell_timeout=60, token_budget=1)
+    main = ScriptedLLM([call("print(1)"), call("print(2)")])
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    agent = Agent(session, config, llm=main)
+    with agent:
+        events = run(agent, "spend")
+    assert events[-1].reason == "limit:token_budget"
+
+
+def test_compact_run_from_a_cell_is_deferred_to_turn_end(_isolated_home):
+    agent, session, llm = make_agent(_isolated_home, [
+        call("x = 41\nprint(compact.run('keep x'))"),
+        "# Summary\nx holds 41",  # the summarizer's reply, at the end of the turn
+        call("final(str(x + 1))"),
+    ], context_window=100_000)
+    attach_all(agent)
+    with agent:
+        events = run(agent, "compact please")
+    assert events[-1].final == "42"
+    kinds = [e.type for e in SessionStore.open(session.path).branch()]
+    # the compaction comes after the tool result of the cell that asked for it
+    assert kinds.index("compaction") > kinds.index("message")
+    assert "scheduled" in tool_texts(llm.calls[1])[0] if len(llm.calls) > 2 else True
