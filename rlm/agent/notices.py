@@ -52,9 +52,9 @@ def restored_on_start(report: RestoreReport) -> str:
 
 def cell_content(result: CellResult) -> str:
     """The text the model sees for a cell result."""
+    # the kernel layer already ends `shaped` with a one-line status note for timeouts and
+    # deaths; the model additionally gets the full restore notice first
     text = result.shaped if result.shaped.strip() else "(no output)"
-    if result.status == "timeout":
-        text += "\n[the cell timed out and was stopped]"
     if result.restart is not None:
         how = {
             "died": f"died ({result.died_cause or 'unknown cause'})",
