@@ -286,3 +286,45 @@ def render_goal_context(goal: GoalState) -> str:
         f"{FINISH_HINT}\n"
         "</goal_context>"
     )
+
+
+# -- wiring into the agent loop (duck-typed: rlm.agent.Agent) ------------------------------
+
+
+def attach_goals(agent: Any, goals: GoalManager) -> None:
+    """Bridge handlers goal.get/complete/block, per-turn accounting, goal continuation.
+
+    Accounting charges the newest assistant message once (input + output tokens, skipping
+    failed model calls); its time is the span of that turn in the log (entry timestamps), so
+    idle time between runs is never charged. The continuation hook comes first so a goal
+    beats autonomous mode.
+    """
+    for verb in ("get", "complete", "block"):
+        agent.handlers[f"goal.{verb}"] = lambda p, v=verb: goals.handle(f"goal.{v}", p)
+    seen: dict[str, str | None] = {"id": None}
+
+    def account_turn(_agent: Any) -> None:
+        branch = goals.session.branch()
+        for i in range(len(branch) - 1, -1, -1):
+            e = branch[i]
+            if getattr(e, "type", "") == "message" and e.message.get("role") == "assistant":
+                if e.id != seen["id"] and not getattr(e, "error", None):
+                    seen["id"] = e.id
+                    start = branch[i - 1].timestamp if i else e.timestamp
+                    goals.account(e.usage or {}, _span(start, branch[-1].timestamp))
+                return None
+        return None
+
+    agent.turn_hooks.append(account_turn)
+    agent.continuations.insert(0, lambda _agent, _reason: goals.continuation_message())
+
+
+def _span(start: str, end: str) -> float:
+    from datetime import datetime
+
+    try:
+        return max(
+            0.0, (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+        )
+    except ValueError:
+        return 0.0
