@@ -1,0 +1,213 @@
+"""Context projection: the messages sent to the model, a pure function of the branch.
+
+`build_messages(branch, system_prompt=..., native_tools=...)`:
+
+- system prompt first;
+- if the branch holds a compaction, the latest one's summary comes next as a user message,
+  then the entries from its `first_kept_entry_id` up to the compaction, then everything
+  after the compaction (earlier compactions inside the kept range are skipped);
+- message entries with `error` set (failed model calls), model_change entries and custom
+  entries without `content` are skipped; custom entries with content (display true or
+  false) and branch summaries become user messages;
+- native_tools=True: messages as stored (assistant `tool_calls`, `tool` results). A call
+  without a result (an interrupted turn) gets a placeholder result before the next
+  non-tool message, because providers reject dangling tool calls; a result without its
+  call (cut away) is shown as a user message;
+- native_tools=False (models writing fenced code): assistant messages are text only (native
+  calls become fenced ```python blocks) and consecutive tool results merge into one user
+  message `Output of cell [k]:\\n...`.
+
+Byte stability: appending entries only appends messages, with one exception, the merge of
+consecutive tool results in fenced mode, which replaces the *last* message (a new dict; the
+old one is never mutated). Tool results of a turn are all appended before the next model
+call, so the prefix the provider caches is stable between calls. A new compaction
+rebuilds the list (the prefix changes then, by design).
+
+`Projector` is the incremental form the store keeps: `extend(entries)` costs O(new
+entries), so a turn at 100k entries stays well under a millisecond of projection.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rlm.session.entries import (
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+)
+
+SUMMARY_PREFIX = (
+    "The conversation history before this point was compacted into the following summary:"
+)
+BRANCH_SUMMARY_PREFIX = (
+    "The following is a summary of a branch that this conversation came back from:"
+)
+MISSING_RESULT = "[no result: the cell was interrupted or never ran]"
+_KEEP_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def summary_message(summary: str) -> dict[str, Any]:
+    return {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n<summary>\n{summary}\n</summary>"}
+
+
+def _code_of(call: dict[str, Any]) -> str:
+    args = call.get("function", {}).get("arguments", "")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return args
+    if isinstance(args, dict) and isinstance(args.get("code"), str):
+        return args["code"]
+    return json.dumps(args)
+
+
+class Projector:
+    """Incremental `build_messages`: feed branch entries in order, read `messages()`."""
+
+    def __init__(self, *, system_prompt: str, native_tools: bool) -> None:
+        self.system = {"role": "system", "content": system_prompt}
+        self.native = native_tools
+        self.entries: list[Entry] = []  # the branch consumed so far
+        self.msgs: list[dict[str, Any]] = []
+        self._pending: list[str] = []  # native: tool_call ids still waiting for results
+        self._merge_tool = False  # fenced: last message is a merged tool-output message
+        self._cells = 0
+
+    @property
+    def consumed(self) -> int:
+        return len(self.entries)
+
+    def messages(self) -> list[dict[str, Any]]:
+        return [self.system, *self.msgs]
+
+    def extend(self, entries: list[Entry]) -> None:
+        for e in entries:
+            self.entries.append(e)
+            if isinstance(e, CompactionEntry):
+                self._rebuild()
+            else:
+                self._emit(e)
+
+    def load(self, branch: list[Entry]) -> None:
+        """Consume a whole branch, starting from its latest compaction."""
+        self.entries = list(branch)
+        self._rebuild()
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _reset(self) -> None:
+        self.msgs, self._pending, self._merge_tool, self._cells = [], [], False, 0
+
+    def _rebuild(self) -> None:
+        self._reset()
+        entries = self.entries
+        at = next(
+            (i for i in range(len(entries) - 1, -1, -1) if isinstance(entries[i], CompactionEntry)),
+            None,
+        )
+        if at is None:
+            for e in entries:
+                self._emit(e)
+            return
+        comp = entries[at]
+        assert isinstance(comp, CompactionEntry)
+        self.msgs.append(summary_message(comp.summary))
+        start = at + 1
+        if comp.first_kept_entry_id is not None:
+            for i in range(at - 1, -1, -1):
+                if entries[i].id == comp.first_kept_entry_id:
+                    start = i
+                    break
+        for e in entries[start:]:
+            if not isinstance(e, CompactionEntry):
+                self._emit(e)
+
+    def _emit(self, e: Entry) -> None:
+        if isinstance(e, MessageEntry):
+            if e.error is None:
+                self._emit_message(e)
+        elif isinstance(e, CompactionEntry):
+            return
+        elif isinstance(e, BranchSummaryEntry):
+            self._user(
+                f"{BRANCH_SUMMARY_PREFIX}\n\n<branch_summary>\n{e.summary}\n</branch_summary>"
+            )
+        elif isinstance(e, CustomEntry):
+            if e.content is not None:
+                self._user(e.content)
+
+    def _user(self, content: str) -> None:
+        self._close_pending()
+        self._merge_tool = False
+        self.msgs.append({"role": "user", "content": content})
+
+    def _emit_message(self, e: MessageEntry) -> None:
+        m = e.message
+        role = m.get("role")
+        if role == "tool":
+            self._emit_tool(e)
+            return
+        if role != "assistant":
+            self._user_like(m)
+            return
+        self._close_pending()
+        self._merge_tool = False
+        calls = m.get("tool_calls") or []
+        if self.native:
+            out = {k: m[k] for k in _KEEP_KEYS if k in m}
+            self._pending = [c.get("id", "") for c in calls if isinstance(c, dict)]
+        else:
+            text = m.get("content") or ""
+            blocks = [f"```python\n{_code_of(c)}\n```" for c in calls if isinstance(c, dict)]
+            if blocks and not any(b in text for b in blocks):
+                text = "\n\n".join([t for t in (text,) if t] + blocks)
+            out = {"role": "assistant", "content": text}
+        self.msgs.append(out)
+
+    def _user_like(self, m: dict[str, Any]) -> None:
+        self._close_pending()
+        self._merge_tool = False
+        self.msgs.append({k: m[k] for k in _KEEP_KEYS if k in m})
+
+    def _emit_tool(self, e: MessageEntry) -> None:
+        m = e.message
+        content = m.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        call_id = m.get("tool_call_id")
+        if self.native and call_id in self._pending:
+            self._pending.remove(call_id)
+            self.msgs.append({k: m[k] for k in _KEEP_KEYS if k in m})
+            return
+        self._close_pending()
+        self._cells += 1
+        k = (e.cell or {}).get("execution_count") or self._cells
+        block = f"Output of cell [{k}]:\n{text}"
+        if self._merge_tool and self.msgs:
+            prev = self.msgs[-1]
+            self.msgs[-1] = {"role": "user", "content": f"{prev['content']}\n\n{block}"}
+        else:
+            self.msgs.append({"role": "user", "content": block})
+        self._merge_tool = True
+
+    def _close_pending(self) -> None:
+        """Native mode: give every dangling tool call a placeholder result."""
+        for call_id in self._pending:
+            self.msgs.append({"role": "tool", "tool_call_id": call_id, "content": MISSING_RESULT})
+        self._pending = []
+
+
+def build_messages(
+    branch: list[Entry], *, system_prompt: str, native_tools: bool
+) -> list[dict[str, Any]]:
+    """The model's messages for `branch` (root -> leaf, header excluded). Pure."""
+    proj = Projector(system_prompt=system_prompt, native_tools=native_tools)
+    proj.load(branch)
+    return proj.messages()
+
+
+__all__ = ["Projector", "build_messages", "summary_message", "SUMMARY_PREFIX"]

@@ -1,0 +1,540 @@
+"""The append-only session log: one JSONL file per session, entries forming a tree.
+
+File: `$RLM_HOME/sessions/<id>/session.jsonl` (dir 0700, file 0600). Line 1 is a
+`SessionHeader`; every other line one entry (`rlm.session.entries`). `parent_id` links
+make a tree; the *leaf* is where the next append attaches. Resuming from an earlier entry
+(`set_leaf`) makes the next append start a new branch. Nothing is ever rewritten in place.
+
+Durability: the file is opened O_APPEND (a second writer cannot overwrite; one writer per
+session is enforced by the worker lock elsewhere) and every append is one `os.write` of
+the whole line followed by `fsync`.
+
+Loading (`open`) is strict, as a trust boundary should be:
+- bytes after the last newline are a torn write (host killed mid-append); so is an
+  invalid-JSON last line. They are moved aside to `session.jsonl.torn-<ts>` (never lost)
+  and the file is truncated to the last good newline; `store.recovered` names the file.
+- any other malformed line raises `SessionCorrupt(path, line, reason)` and the file is
+  left byte-identical.
+- the header version selects migrations (`rlm.session.migrations`); a migrated file is
+  rewritten atomically after the original is kept as `session.jsonl.v<N>.bak`.
+- `readonly=True` (viewers such as `rlm log` on a live session) never touches the file:
+  a torn tail is just ignored in memory.
+
+Speed: the branch root->leaf is kept incrementally, and `messages()` keeps one incremental
+`Projector` per (system prompt, tool mode), so a turn costs O(new entries), not O(log).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import SessionCorrupt, SessionError
+from rlm.paths import PRIVATE_FILE, private_dir, rlm_home, sessions_root, write_private_atomic
+from rlm.session import migrations
+from rlm.session.context import Projector
+from rlm.session.entries import (
+    ENTRY_TYPES,
+    BranchSummaryEntry,
+    CompactionEntry,
+    CustomEntry,
+    Entry,
+    MessageEntry,
+    SessionHeader,
+    entry_from_dict,
+    new_id,
+)
+
+FILE_NAME = "session.jsonl"
+
+# field -> accepted types, checked on load (the file is a trust boundary)
+_FIELD_TYPES: dict[type, dict[str, tuple[type, ...]]] = {
+    MessageEntry: {
+        "message": (dict,),
+        "usage": (dict, type(None)),
+        "cell": (dict, type(None)),
+        "error": (str, type(None)),
+        "model": (str, type(None)),
+    },
+    CompactionEntry: {
+        "summary": (str,),
+        "first_kept_entry_id": (str, type(None)),
+        "details": (dict,),
+        "tokens_before": (int,),
+    },
+    BranchSummaryEntry: {"summary": (str,)},
+    CustomEntry: {"custom_type": (str,), "content": (str, type(None)), "display": (bool,)},
+}
+
+
+@dataclass
+class SessionInfo:
+    """One line of `rlm sessions`."""
+
+    id: str
+    path: Path
+    model: str
+    task: str | None
+    created: str
+    parent_session: str | None
+
+
+def _new_session_id() -> str:
+    """Sortable by creation time, unique enough: 20250102-030405-1a2b3c."""
+    return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{new_id()[:6]}"
+
+
+def _dumps(entry: Entry) -> bytes:
+    try:
+        text = json.dumps(entry.to_dict(), ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError) as e:
+        raise SessionError(f"cannot record {entry.type} entry {entry.id}: {e}") from e
+    return (text + "\n").encode()
+
+
+class SessionStore:
+    """One session: its entries (file order), the tree, the current leaf."""
+
+    def __init__(self, header: SessionHeader, path: Path | None) -> None:
+        self.header = header
+        self.path = path
+        self.recovered: Path | None = None  # torn bytes moved here on load
+        self._entries: list[Entry] = []
+        self._by_id: dict[str, Entry] = {}
+        self._leaf: str | None = None
+        self._branch: list[Entry] = []
+        self._branch_gen = 0  # bumped when the branch stops being a prefix of the old one
+        self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
+        self._fd: int | None = None
+
+    # -- construction -------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        home: Path | None = None,
+        *,
+        model: str = "",
+        task: str | None = None,
+        parent_session: str | None = None,
+        session_dir: Path | None = None,
+    ) -> SessionStore:
+        """A new session file with its header; `session_dir` overrides the location
+        (children of rlm_query live under their parent's `children/`)."""
+        sid = _new_session_id() if session_dir is None else Path(session_dir).name
+        folder = private_dir(Path(session_dir) if session_dir else sessions_root(home) / sid)
+        path = folder / FILE_NAME
+        header = SessionHeader(
+            id=sid, cwd=os.getcwd(), model=model, task=task, parent_session=parent_session
+        )
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, PRIVATE_FILE)
+        except FileExistsError as e:
+            raise SessionError(f"{path} already exists; open it with SessionStore.open") from e
+        store = cls(header, path)
+        store._fd = fd
+        store._write(_dumps(header))
+        _fsync_dir(folder)
+        return store
+
+    @classmethod
+    def in_memory(cls, *, model: str = "", task: str | None = None) -> SessionStore:
+        """A store that never touches the disk (tests)."""
+        return cls(SessionHeader(id=_new_session_id(), model=model, task=task), None)
+
+    @classmethod
+    def open(
+        cls, id_or_path: str | Path, home: Path | None = None, *, readonly: bool = False
+    ) -> SessionStore:
+        """Load a session by id (or unique id prefix), directory or file path."""
+        path = resolve_session_path(id_or_path, home)
+        records, cut = _read_records(path)
+        store = cls._from_records(path, records)
+        if not readonly:
+            if cut is not None:
+                store.recovered = _move_torn_tail(path, cut)
+            if store._needs_rewrite:
+                _rewrite_migrated(path, store)
+        return store
+
+    @classmethod
+    def _from_records(cls, path: Path, records: list[tuple[int, dict[str, Any]]]) -> SessionStore:
+        line_nos = [n for n, _ in records]
+        dicts = [d for _, d in records]
+        if not dicts or dicts[0].get("type") != "session":
+            raise SessionCorrupt(str(path), 1, "the first line is not a session header")
+        old_version = dicts[0].get("version", 0)
+        try:
+            dicts = migrations.migrate(dicts)
+        except ValueError as e:
+            raise SessionCorrupt(str(path), 1, str(e)) from e
+        header = _build(path, line_nos[0], dicts[0])
+        assert isinstance(header, SessionHeader)
+        store = cls(header, path)
+        store._needs_rewrite = old_version != dicts[0]["version"]
+        store._old_version = old_version
+        for line_no, d in zip(line_nos[1:], dicts[1:], strict=True):
+            entry = _build(path, line_no, d)
+            if isinstance(entry, SessionHeader):
+                raise SessionCorrupt(str(path), line_no, "a second session header")
+            if entry.id in store._by_id or entry.id == header.id:
+                raise SessionCorrupt(str(path), line_no, f"duplicate entry id {entry.id}")
+            if entry.parent_id is not None and entry.parent_id not in store._by_id:
+                raise SessionCorrupt(str(path), line_no, f"unknown parent_id {entry.parent_id}")
+            store._entries.append(entry)
+            store._by_id[entry.id] = entry
+        if store._entries:
+            store._leaf = store._entries[-1].id
+            store._branch = store._walk(store._leaf)
+        return store
+
+    _needs_rewrite = False
+    _old_version: Any = None
+
+    # -- properties ---------------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self.header.id
+
+    @property
+    def dir(self) -> Path | None:
+        return self.path.parent if self.path else None
+
+    @property
+    def entries(self) -> list[Entry]:
+        """Every entry in file order (all branches), header excluded."""
+        return list(self._entries)
+
+    @property
+    def leaf_id(self) -> str | None:
+        return self._leaf
+
+    def get(self, entry_id: str) -> Entry:
+        try:
+            return self._by_id[entry_id]
+        except KeyError:
+            raise SessionError(f"session {self.id} has no entry {entry_id}") from None
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(list(self._entries))
+
+    # -- writing ------------------------------------------------------------------------
+
+    def append(self, entry: Entry) -> Entry:
+        """Record `entry` (parent defaults to the leaf), fsync, and make it the leaf."""
+        if isinstance(entry, SessionHeader):
+            raise SessionError("the session header is written by SessionStore.create")
+        if entry.id in self._by_id or entry.id == self.header.id:
+            raise SessionError(f"entry id {entry.id} already exists in session {self.id}")
+        if entry.parent_id is None:
+            entry.parent_id = self._leaf
+        elif entry.parent_id not in self._by_id:
+            raise SessionError(f"parent {entry.parent_id} is not in session {self.id}")
+        line = _dumps(entry)
+        if self.path is not None:
+            self._write(line)
+        self._entries.append(entry)
+        self._by_id[entry.id] = entry
+        if entry.parent_id == self._leaf and (self._leaf is not None or not self._branch):
+            self._branch.append(entry)
+        else:
+            self._branch = self._walk(entry.id)
+            self._branch_gen += 1
+        self._leaf = entry.id
+        return entry
+
+    def set_leaf(self, entry_id: str | None) -> None:
+        """Resume from `entry_id` (None: before the first entry); the next append branches."""
+        if entry_id is not None:
+            self.get(entry_id)
+        if entry_id == self._leaf:
+            return
+        self._leaf = entry_id
+        self._branch = self._walk(entry_id) if entry_id else []
+        self._branch_gen += 1
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> SessionStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _write(self, line: bytes) -> None:
+        if self._fd is None:
+            assert self.path is not None
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        view = memoryview(line)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+        os.fsync(self._fd)
+
+    # -- reading the tree ---------------------------------------------------------------
+
+    def _walk(self, leaf: str) -> list[Entry]:
+        out: list[Entry] = []
+        cur: str | None = leaf
+        while cur is not None:
+            e = self._by_id[cur]
+            out.append(e)
+            cur = e.parent_id
+        out.reverse()
+        return out
+
+    def branch(self, leaf: str | None = None) -> list[Entry]:
+        """Entries root -> `leaf` (default: the current leaf), header excluded."""
+        if leaf is None or leaf == self._leaf:
+            return list(self._branch)
+        self.get(leaf)
+        return self._walk(leaf)
+
+    def tree(self) -> dict[str | None, list[str]]:
+        """Children map: parent id (None for roots) -> child ids in file order."""
+        children: dict[str | None, list[str]] = {}
+        for e in self._entries:
+            children.setdefault(e.parent_id, []).append(e.id)
+        return children
+
+    def format_tree(self, width: int = 72) -> str:
+        """A printable tree: one line per entry, indented at branch points; `*` marks the
+        current leaf's path."""
+        children = self.tree()
+        on_path = {e.id for e in self._branch}
+        lines: list[str] = []
+        stack: list[tuple[str, int]] = [(c, 0) for c in reversed(children.get(None, []))]
+        while stack:
+            eid, depth = stack.pop()
+            e = self._by_id[eid]
+            mark = "*" if eid in on_path else " "
+            label = f"{mark} {'  ' * depth}{e.id} {_label(e)}"
+            lines.append(label[:width])
+            kids = children.get(eid, [])
+            step = 1 if len(kids) > 1 else 0
+            stack.extend((k, depth + step) for k in reversed(kids))
+        return "\n".join(lines)
+
+    # -- context ------------------------------------------------------------------------
+
+    def messages(self, *, system_prompt: str, native_tools: bool) -> list[dict[str, Any]]:
+        """`build_messages(self.branch(), ...)`, maintained incrementally.
+
+        The returned dicts are shared with the cache: treat them as read-only."""
+        key = (system_prompt, native_tools)
+        cached = self._projectors.get(key)
+        if cached is None or cached[0] != self._branch_gen:
+            proj = Projector(system_prompt=system_prompt, native_tools=native_tools)
+            self._projectors[key] = (self._branch_gen, proj)
+        else:
+            proj = cached[1]
+        proj.extend(self._branch[proj.consumed :])
+        return proj.messages()
+
+
+def _label(e: Entry) -> str:
+    if isinstance(e, MessageEntry):
+        text = e.message.get("content") or ""
+        if not text and e.message.get("tool_calls"):
+            text = "[tool call]"
+        return f"{e.role}: {' '.join(str(text).split())}"
+    if isinstance(e, CompactionEntry):
+        return f"compaction ({e.tokens_before} tokens before)"
+    if isinstance(e, CustomEntry):
+        return f"custom:{e.custom_type}"
+    return e.type
+
+
+_FIELD_NAMES: dict[str, tuple[type[Entry], frozenset[str]]] = {
+    name: (cls, frozenset(cls.__dataclass_fields__) | {"type"}) for name, cls in ENTRY_TYPES.items()
+}
+_CHECKS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
+    cls: tuple(checks.items()) for cls, checks in _FIELD_TYPES.items()
+}
+
+
+def _build(path: Path, line_no: int, d: dict[str, Any]) -> Entry:
+    """An entry from a dict read from disk (consumed); SessionCorrupt on a bad shape.
+
+    Same rules as `entry_from_dict` plus field type checks. Fast path for lines as
+    `append` writes them (every field, nothing else): no __init__, no dataclasses.fields()
+    per line -- those were most of the load time at 100k entries."""
+    kind = d.get("type")
+    known = _FIELD_NAMES.get(kind) if isinstance(kind, str) else None
+    if known is None:
+        return _build_slow(path, line_no, d)
+    cls, names = known
+    for name, types in _CHECKS.get(cls, ()):
+        value = d.get(name)
+        if name in d and (
+            not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+        ):
+            raise SessionCorrupt(str(path), line_no, f"{name} has the wrong type")
+    if d.keys() == names:
+        eid, parent, ts = d["id"], d["parent_id"], d["timestamp"]
+        if eid and isinstance(eid, str) and isinstance(ts, str):
+            if parent is None or isinstance(parent, str):
+                del d["type"]  # the class attribute stays the source of truth
+                entry = cls.__new__(cls)
+                entry.__dict__ = d
+                return entry
+    return _build_slow(path, line_no, d)
+
+
+def _build_slow(path: Path, line_no: int, d: dict[str, Any]) -> Entry:
+    try:
+        entry = entry_from_dict(d)
+    except (TypeError, ValueError) as e:
+        raise SessionCorrupt(str(path), line_no, str(e)) from None
+    if not isinstance(entry.timestamp, str):
+        raise SessionCorrupt(str(path), line_no, "timestamp is not a string")
+    return entry
+
+
+_DECODER = json.JSONDecoder()
+_SCAN = _DECODER.scan_once
+
+
+def _parse_line(raw: str) -> Any:
+    """One JSON value filling the whole line. ValueError/RecursionError otherwise."""
+    try:
+        obj, end = _SCAN(raw, 0)
+    except StopIteration:
+        return json.loads(raw)  # leading whitespace or garbage: let json say what is wrong
+    if end != len(raw) and raw[end:].strip():
+        return json.loads(raw)  # raises "Extra data"
+    return obj
+
+
+def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+    """Parse every line. Returns (records with line numbers, byte offset where a torn
+    tail starts or None). Raises SessionCorrupt; never writes.
+
+    Torn: bytes after the last newline, or an invalid-JSON (or non-UTF-8) last line."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise SessionError(f"cannot read {path}: {e}") from e
+    end = data.rfind(b"\n") + 1  # 0 when there is no newline at all
+    cut: int | None = end if end < len(data) else None
+    raw_lines = data[:end].split(b"\n")[:-1]
+    records: list[tuple[int, dict[str, Any]]] = []
+    last = len(raw_lines) - 1
+    for i, raw in enumerate(raw_lines):
+        try:
+            obj = _parse_line(raw.decode())
+        except (ValueError, RecursionError) as e:
+            if i == last and cut is None:
+                cut = end - len(raw) - 1  # invalid last line: a torn write
+                break
+            raise SessionCorrupt(str(path), i + 1, _reason(e)) from None
+        if not isinstance(obj, dict):
+            raise SessionCorrupt(str(path), i + 1, f"a JSON {type(obj).__name__}, not an object")
+        records.append((i + 1, obj))
+    return records, cut
+
+
+def _reason(e: Exception) -> str:
+    if isinstance(e, RecursionError):
+        return "JSON nested too deeply"
+    if isinstance(e, UnicodeDecodeError):
+        return "not UTF-8"
+    return f"invalid JSON: {e}"
+
+
+def _move_torn_tail(path: Path, cut: int) -> Path:
+    """Copy the bytes from `cut` on aside (fsynced), then truncate the log at `cut`."""
+    with open(path, "rb") as f:
+        f.seek(cut)
+        torn = f.read()
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
+    aside = path.with_name(f"{path.name}.torn-{stamp}")
+    write_private_atomic(aside, torn)
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, cut)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return aside
+
+
+def _rewrite_migrated(path: Path, store: SessionStore) -> None:
+    """Keep the original as session.jsonl.v<N>.bak, then atomically write the migrated log."""
+    backup = path.with_name(f"{path.name}.v{store._old_version}.bak")
+    if not backup.exists():
+        write_private_atomic(backup, path.read_bytes())
+    body = b"".join(_dumps(e) for e in [store.header, *store._entries])
+    write_private_atomic(path, body)
+    store._needs_rewrite = False
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def resolve_session_path(id_or_path: str | Path, home: Path | None = None) -> Path:
+    """A session file from an id, a unique id prefix, a session dir or the file itself."""
+    p = Path(id_or_path)
+    if p.is_file():
+        return p
+    if p.is_dir() and (p / FILE_NAME).is_file():
+        return p / FILE_NAME
+    root = (home or rlm_home()) / "sessions"
+    exact = root / str(id_or_path) / FILE_NAME
+    if exact.is_file():
+        return exact
+    matches = sorted(root.glob(f"{id_or_path}*/{FILE_NAME}")) if root.is_dir() else []
+    if len(matches) == 1:
+        return matches[0]
+    if len(matches) > 1:
+        names = ", ".join(m.parent.name for m in matches[:5])
+        raise SessionError(f"session id {id_or_path!r} is ambiguous ({names}); give more of it")
+    raise SessionError(f"no session {id_or_path!r} under {root}; list them with `rlm sessions`")
+
+
+def list_sessions(home: Path | None = None) -> list[SessionInfo]:
+    """Top-level sessions under $RLM_HOME/sessions, oldest first (reads only headers)."""
+    root = (home or rlm_home()) / "sessions"
+    out: list[SessionInfo] = []
+    if not root.is_dir():
+        return out
+    for path in root.glob(f"*/{FILE_NAME}"):
+        try:
+            with open(path, "rb") as f:
+                head = json.loads(f.readline())
+        except (OSError, ValueError):
+            continue  # unreadable header: `rlm log` on it gives the precise error
+        if not isinstance(head, dict) or head.get("type") != "session":
+            continue
+        out.append(
+            SessionInfo(
+                id=str(head.get("id", path.parent.name)),
+                path=path,
+                model=str(head.get("model", "")),
+                task=head.get("task"),
+                created=str(head.get("timestamp", "")),
+                parent_session=head.get("parent_session"),
+            )
+        )
+    out.sort(key=lambda s: (s.created, s.id))
+    return out
+
+
+__all__ = ["FILE_NAME", "SessionInfo", "SessionStore", "list_sessions", "resolve_session_path"]
