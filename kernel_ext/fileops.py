@@ -29,6 +29,7 @@ _read: set[str] = set()
 _modified: set[str] = set()
 _ignored_prefixes: tuple[str, ...] = ("/proc/", "/dev/", "/sys/")
 _WRITE_CHARS = frozenset("wax+")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def _compute_ignored() -> tuple[str, ...]:
@@ -85,11 +86,9 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             return
         if isinstance(mode, str):
             _record(_modified if _WRITE_CHARS.intersection(mode) else _read, path)
-        elif isinstance(mode, int):  # os.open flags
-            writing = mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
-            _record(_modified if writing else _read, path)
-        else:
-            _record(_read, path)
+        else:  # os.open: mode is None, the flags say it
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            _record(_modified if flags & _WRITE_FLAGS else _read, path)
     elif event in ("os.rename", "shutil.copyfile", "shutil.move"):
         if event == "shutil.copyfile":
             _record(_read, args[0])
