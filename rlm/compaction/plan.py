@@ -204,16 +204,18 @@ def find_cut_point(
     branch: Sequence[Entry], start: int, end: int, keep_recent: int
 ) -> tuple[int, int]:
     """(first kept index, turn start index or -1 when the cut does not split a turn)."""
-    cuts = [i for i in range(start, end) if _is_cut_point(branch[i])]
-    if not cuts:
+    # O(walked entries): only the newest ~keep_recent tokens are counted and scanned
+    cut = next((i for i in range(start, end) if _is_cut_point(branch[i])), -1)
+    if cut < 0:
         return start, -1
-    cut = cuts[0]
     acc = 0
     for i in range(end - 1, start - 1, -1):
         acc += entry_tokens(branch[i])
         if acc >= keep_recent:
-            later = [c for c in cuts if c >= i]
-            cut = later[0] if later else cuts[-1]
+            later = next((c for c in range(i, end) if _is_cut_point(branch[c])), -1)
+            if later < 0:  # only results after i: keep the last turn, not everything
+                later = next(c for c in range(end - 1, start - 1, -1) if _is_cut_point(branch[c]))
+            cut = later
             break
     turn_start = -1
     if not _is_turn_start(branch[cut]):
