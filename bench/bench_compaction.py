@@ -82,7 +82,7 @@ def bench_projection() -> None:
         e.parent_id = parent
         parent = e.id
         branch.append(e)
-        if k % 250 == 249:
+        if k % 250 == 200:
             comp = CompactionEntry(summary="## Goal\n" + "summary line\n" * 200,
                                    first_kept_entry_id=branch[-10].id, parent_id=parent)
             parent = comp.id
