@@ -540,7 +540,7 @@ def _tick(job: Job, now: float) -> Tick:
 
 # -- kernel bridge -------------------------------------------------------------------------
 
-_KERNEL_PARAMS: dict[str, tuple[set[str], set[str]]] = {  # method: (required, optional)
+KERNEL_METHODS: dict[str, tuple[set[str], set[str]]] = {  # method: (required, optional)
     "heartbeat.create": ({"prompt", "interval"}, {"label", "delivery"}),
     "heartbeat.list": (set(), set()),
     "heartbeat.pause": ({"id"}, set()),
@@ -553,9 +553,9 @@ _KERNEL_PARAMS: dict[str, tuple[set[str], set[str]]] = {  # method: (required, o
 
 
 def _handle(sched: Scheduler, method: str, params: dict[str, Any]) -> Any:
-    spec = _KERNEL_PARAMS.get(method)
+    spec = KERNEL_METHODS.get(method)
     if spec is None:
-        raise ScheduleError(f"unknown method {method!r}; available: {', '.join(_KERNEL_PARAMS)}")
+        raise ScheduleError(f"unknown method {method!r}; available: {', '.join(KERNEL_METHODS)}")
     required, optional = spec
     missing, extra = required - set(params), set(params) - required - optional
     if missing or extra:
