@@ -1,0 +1,331 @@
+"""The embedded offline model: llama.cpp in-process behind a litellm `CustomLLM` provider.
+
+This module imports `litellm` and `llama_cpp`, but only `rlm.llm.seam` imports this module,
+lazily, when a `local` / `local:PATH.gguf` spec is used; hosted-model users never load
+llama.cpp. The seam registers the handler under `PROVIDER` and calls
+`litellm.completion(model=handler.litellm_model, ...)`, so the loop sees the local model
+exactly like any other litellm model (streaming, usage counts, error mapping).
+
+    handler = make_handler(None, config)            # bundled Qwen2.5-Coder-1.5B (verified)
+    handler = make_handler("/m/x.gguf", config)     # any GGUF; "#sha256=HEX" to verify it
+
+Runtime rules:
+- One `LocalModel` per (file, n_ctx) per process, loaded on first call (or `.load()`),
+  `n_threads = os.cpu_count()`, one lock around the `Llama` object.
+- Each call starts from a reset model state (no KV prefix reuse), so a call's output depends
+  only on its messages and sampling parameters: temperature 0 is repeatable across calls
+  and runs. This costs prompt re-processing (~55 tok/s on 2 cores) on every turn.
+- Temperature comes from the call; when the caller leaves it unset we use 0 (greedy).
+  `max_tokens` defaults to 1024 so a looping small model cannot run for minutes.
+- The chat prompt is rendered with the GGUF's own chat template; prompts that do not fit
+  `n_ctx` raise litellm's `ContextWindowExceededError` (the seam maps it to
+  `ContextOverflow`) before any generation starts.
+- `verbose=False`; every loaded model is closed at exit, so shutdown prints nothing.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import litellm
+from litellm.llms.custom_llm import CustomLLM
+from litellm.types.utils import GenericStreamingChunk, ModelResponse
+
+from rlm.errors import ModelError
+from rlm.llm import modelfile
+
+PROVIDER = "rlm_local"
+BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
+DEFAULT_N_CTX = 8192
+DEFAULT_MAX_TOKENS = 1024
+DEFAULT_SEED = 0
+
+
+@dataclass
+class Prepared:
+    """A rendered prompt, ready to generate from."""
+
+    prompt: str
+    stop: list[str]
+    n_prompt: int
+    max_tokens: int
+
+
+class _TokenCounter:
+    """A llama.cpp stopping criterion that never stops: counts sampled tokens exactly.
+
+    It sees the ids before each sampled token; llama-cpp-python may call it twice for the
+    last one, so we count distinct positions rather than calls.
+    """
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.last = 0
+
+    def __call__(self, input_ids: Any, logits: Any) -> bool:
+        n = len(input_ids)
+        if self.first is None:
+            self.first = n
+        self.last = max(self.last, n)
+        return False
+
+    @property
+    def sampled(self) -> int:
+        return 0 if self.first is None else self.last - self.first + 1
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # OpenAI content parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return str(content)
+
+
+def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Plain role/content pairs for a model without tool calling.
+
+    Tool results become user turns (the small-model protocol shows cell output as the next
+    user message); tool-call metadata is dropped (the code is already in the content).
+    """
+    out = []
+    for m in messages:
+        role = m.get("role", "user")
+        content = _text(m.get("content"))
+        if role == "tool":
+            role = "user"
+        elif role not in ("system", "user", "assistant"):
+            role = "user"
+        out.append({"role": role, "content": content})
+    return out
+
+
+class LocalModel:
+    """One llama.cpp model: lazy load, one lock, reset per call, close at exit."""
+
+    def __init__(self, path: Path, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None):
+        self.path = path
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or os.cpu_count() or 1
+        self.lock = threading.Lock()
+        self.load_seconds: float | None = None
+        self._llm: Any = None
+        self._formatter: Any = None
+
+    def load(self) -> Any:
+        """Load the model if needed (thread-safe); returns the `Llama` object."""
+        if self._llm is None:
+            with self.lock:
+                if self._llm is None:
+                    self._load_locked()
+        return self._llm
+
+    def _load_locked(self) -> None:
+        try:
+            from llama_cpp import Llama
+            from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+        except ImportError:
+            raise ModelError(
+                "llama-cpp-python is not installed, which the offline model needs: "
+                "pip install 'rlm[local]'"
+            ) from None
+        t0 = time.perf_counter()
+        try:
+            llm = Llama(
+                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                n_threads_batch=self.n_threads, seed=DEFAULT_SEED, verbose=False,
+            )
+        except (ValueError, RuntimeError) as e:
+            raise ModelError(f"llama.cpp could not load {self.path}: {e}") from e
+        template = llm.metadata.get("tokenizer.chat_template")
+        if not template:
+            llm.close()
+            raise ModelError(f"{self.path} has no chat template; use an instruct/chat GGUF")
+        eos, bos = llm.token_eos(), llm.token_bos()
+        vocab = llm._model
+        self._formatter = Jinja2ChatFormatter(
+            template=template,
+            eos_token=vocab.token_get_text(eos) if eos != -1 else "",
+            bos_token=vocab.token_get_text(bos) if bos != -1 else "",
+            stop_token_ids=[eos],
+        )
+        self._llm = llm
+        self.load_seconds = time.perf_counter() - t0
+
+    def prepare(self, messages: list[dict[str, Any]], max_tokens: int | None) -> Prepared:
+        """Render and count the prompt; raise ContextWindowExceededError if it cannot fit."""
+        llm = self.load()
+        resp = self._formatter(messages=normalize_messages(messages))
+        n_prompt = len(llm.tokenize(resp.prompt.encode("utf-8"), add_bos=True, special=True))
+        want = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
+        room = self.n_ctx - n_prompt
+        if room < 16:
+            raise litellm.ContextWindowExceededError(
+                message=f"prompt of {n_prompt} tokens does not fit the local model's "
+                f"{self.n_ctx}-token window",
+                model=self.path.name,
+                llm_provider=PROVIDER,
+            )
+        stop = resp.stop if isinstance(resp.stop, list) else [resp.stop] if resp.stop else []
+        return Prepared(resp.prompt, stop, n_prompt, min(want, room))
+
+    def generate(
+        self, prep: Prepared, *, temperature: float | None, seed: int | None
+    ) -> Iterator[GenericStreamingChunk]:
+        """Stream chunks; the last one carries finish_reason and exact usage."""
+        from llama_cpp import StoppingCriteriaList
+
+        counter = _TokenCounter()
+        with self.lock:
+            llm = self._llm
+            llm.reset()  # no KV prefix reuse: each call is a pure function of its input
+            stream = llm.create_completion(
+                prep.prompt,
+                max_tokens=prep.max_tokens,
+                temperature=0.0 if temperature is None else float(temperature),
+                seed=DEFAULT_SEED if seed is None else int(seed),
+                stop=prep.stop,
+                stream=True,
+                stopping_criteria=StoppingCriteriaList([counter]),
+            )
+            finish = "stop"
+            for chunk in stream:
+                choice = chunk["choices"][0]
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+                if choice["text"]:
+                    yield GenericStreamingChunk(
+                        text=choice["text"], is_finished=False, finish_reason="", usage=None,
+                        index=0, tool_use=None,
+                    )
+        # An end-of-generation token is sampled (and counted) but is not output.
+        n_out = max(0, counter.sampled - (1 if finish == "stop" else 0))
+        yield GenericStreamingChunk(
+            text="", is_finished=True, finish_reason=finish, index=0, tool_use=None,
+            usage={"prompt_tokens": prep.n_prompt, "completion_tokens": n_out,
+                   "total_tokens": prep.n_prompt + n_out},
+        )
+
+    def close(self) -> None:
+        with self.lock:
+            if self._llm is not None:
+                self._llm.close()
+                self._llm = None
+
+
+# -- process-wide registry -----------------------------------------------------------------
+
+_MODELS: dict[str, LocalModel] = {}
+_REGISTRY_LOCK = threading.Lock()
+
+
+def _close_all() -> None:
+    for model in list(_MODELS.values()):
+        try:
+            model.close()
+        except Exception:  # noqa: BLE001 - exiting: nothing useful to do with it
+            pass
+
+
+atexit.register(_close_all)
+
+
+def _model_key(path: Path, bundled: bool, n_ctx: int) -> str:
+    if bundled:
+        base = BUNDLED_NAME
+    else:
+        base = f"{path.stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
+    return base if n_ctx == DEFAULT_N_CTX else f"{base}@{n_ctx}"
+
+
+def get_model(key: str) -> LocalModel:
+    try:
+        return _MODELS[key]
+    except KeyError:
+        raise ModelError(f"no local model registered as {key!r}; build it with make_handler") from None
+
+
+# -- litellm provider ----------------------------------------------------------------------
+
+
+class LocalHandler(CustomLLM):
+    """litellm custom provider. Any instance serves every registered local model by key."""
+
+    def __init__(self, default_key: str):
+        super().__init__()
+        self.default_key = default_key
+
+    @property
+    def litellm_model(self) -> str:
+        return f"{PROVIDER}/{self.default_key}"
+
+    @property
+    def model(self) -> LocalModel:
+        return get_model(self.default_key)
+
+    def _resolve(self, model: str) -> LocalModel:
+        key = model.split("/", 1)[1] if model.startswith(PROVIDER + "/") else model
+        return _MODELS.get(key) or self.model
+
+    def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any
+                  ) -> Iterator[GenericStreamingChunk]:
+        params = kwargs.get("optional_params") or {}
+        local = self._resolve(model)
+        prep = local.prepare(messages, params.get("max_tokens"))  # overflow raises here
+        return local.generate(prep, temperature=params.get("temperature"), seed=params.get("seed"))
+
+    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
+        model_response: ModelResponse = kwargs.get("model_response") or ModelResponse()
+        parts: list[str] = []
+        last: GenericStreamingChunk | None = None
+        for chunk in self.streaming(model, messages, *args, **kwargs):
+            parts.append(chunk["text"])
+            last = chunk
+        assert last is not None and last["usage"] is not None
+        usage = last["usage"]
+        model_response.id = f"chatcmpl-{uuid.uuid4().hex}"
+        model_response.choices[0].message.content = "".join(parts)  # type: ignore[union-attr]
+        model_response.choices[0].finish_reason = last["finish_reason"]
+        model_response.model = model
+        model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
+            prompt_tokens=usage["prompt_tokens"],
+            completion_tokens=usage["completion_tokens"],
+            total_tokens=usage["total_tokens"],
+        )
+        return model_response
+
+
+def _n_ctx(config: Any) -> int:
+    env = os.environ.get("RLM_LOCAL_N_CTX")
+    if env:
+        return int(env)
+    return int(getattr(config, "context_window", None) or DEFAULT_N_CTX)
+
+
+def make_handler(model_path: str | None, config: Any) -> LocalHandler:
+    """The litellm handler for `local` (model_path None) or `local:PATH.gguf[#sha256=HEX]`.
+
+    Verifies the file now (joining the bundled parts on first use); loads it lazily.
+    """
+    home = getattr(config, "home", None)
+    if model_path:
+        path, bundled = modelfile.check_user_model(model_path, home), False
+    else:
+        path, bundled = modelfile.ensure_model(home), True
+    n_ctx = _n_ctx(config)
+    key = _model_key(path, bundled, n_ctx)
+    with _REGISTRY_LOCK:
+        if key not in _MODELS:
+            _MODELS[key] = LocalModel(path, n_ctx=n_ctx)
+    return LocalHandler(key)
