@@ -169,3 +169,20 @@ def test_kill_during_snapshot_keeps_previous(tmp_path):
     names = os.listdir(snap)
     assert not [n for n in names if n.startswith(f"g{gen + 1:08d}")]  # orphans collected
     assert json.loads((snap / "manifest.json").read_text())["generation"] > gen + 1
+
+
+def test_host_kernel_restart_restores(tmp_path):
+    """The same round trip through the host's rlm.kernel.Kernel (restart report included)."""
+    kernel_mod = pytest.importorskip("rlm.kernel.kernel")
+    from rlm.config import load_config
+
+    with kernel_mod.Kernel(tmp_path / "session", load_config()) as k:
+        assert k.execute(SETUP).status == "ok"
+        died = k.execute("import os; os._exit(1)")
+        assert died.status == "died" and died.restart is not None
+        assert died.restart.failed == [] and died.restart.snapshot_found
+        assert died.restart.skipped == [{"name": "sock", "reason": "TypeError: cannot pickle 'socket' object"}]
+        res = k.execute(CHECK)
+        assert res.status == "ok", res
+        listing = {e["name"]: e for e in k.list_namespace()["names"]}
+        assert listing["f"]["restorable"] and "sock" not in listing
