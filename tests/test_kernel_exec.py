@@ -1,0 +1,191 @@
+"""Kernel.execute against one real kernel: outputs, errors, images, big prints, the bridge."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rlm.config import Config
+from rlm.kernel import Kernel
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("session")
+
+
+@pytest.fixture(scope="module")
+def kernel(session):
+    k = Kernel(session, Config(output_budget_chars=4000))
+    k.start()
+    yield k
+    k.stop()
+
+
+def test_trivial_cell(kernel):
+    res = kernel.execute("1 + 1")
+    assert res.status == "ok"
+    assert res.shaped == "2\n"
+    assert [o.kind for o in res.outputs] == ["execute_result"]
+    assert res.outputs[0].data == {"text/plain": "2"}
+    assert res.execution_count is not None
+
+
+def test_outputs_keep_their_order_and_streams_merge(kernel):
+    code = (
+        "import sys\n"
+        "print('a'); print('b'); sys.stdout.flush()\n"
+        "sys.stderr.write('warn\\n'); sys.stderr.flush()\n"
+        "from IPython.display import display, HTML\n"
+        "display(HTML('<b>x</b>'))\n"
+        "print('c')\n"
+        "42"
+    )
+    res = kernel.execute(code)
+    assert res.status == "ok"
+    kinds = [(o.kind, o.name) for o in res.outputs]
+    assert kinds == [
+        ("stream", "stdout"),
+        ("stream", "stderr"),
+        ("display_data", None),
+        ("stream", "stdout"),
+        ("execute_result", None),
+    ]
+    assert res.outputs[0].text == "a\nb\n"
+    assert res.outputs[2].data is not None and res.outputs[2].data["text/html"] == "<b>x</b>"
+    assert res.shaped.index("a\nb\n") < res.shaped.index("warn") < res.shaped.index("c\n") < res.shaped.index("42")
+
+
+def test_error_has_traceback_and_shaped_text_has_no_ansi(kernel):
+    res = kernel.execute("def f():\n    return 1 / 0\nf()")
+    assert res.status == "error"
+    err = res.outputs[-1]
+    assert err.kind == "error" and err.ename == "ZeroDivisionError"
+    assert err.traceback  # raw, colored: nbformat keeps ANSI for renderers
+    assert "return 1 / 0" in res.shaped and "ZeroDivisionError: division by zero" in res.shaped
+    assert "\x1b[" not in res.shaped
+
+
+def test_matplotlib_png_lands_in_artifacts(kernel, session):
+    res = kernel.execute(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
+    )
+    assert res.status == "ok", res.shaped
+    images = [o for o in res.outputs if o.refs and "image/png" in o.refs]
+    assert len(images) == 1
+    rel = images[0].refs["image/png"]
+    assert rel.startswith("artifacts/") and rel.endswith(".png")
+    assert (session / rel).read_bytes().startswith(b"\x89PNG")
+    assert "image/png" not in images[0].data
+    assert "text/plain" in images[0].data
+    assert f"[image: {rel}]" in res.shaped
+
+
+def test_100mb_print_is_shaped_spooled_and_host_memory_bounded(kernel, session):
+    host = psutil.Process()
+    before = host.memory_info().rss
+    peak = [before]
+    done = threading.Event()
+
+    def sample():
+        while not done.wait(0.05):
+            peak[0] = max(peak[0], host.memory_info().rss)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        line = "x" * 99
+        res = kernel.execute(f"for i in range(1_000_000):\n    print({line!r})", timeout=100)
+    finally:
+        done.set()
+        sampler.join()
+    assert res.status == "ok", res.shaped[-500:]
+    assert res.chars_total == 100_000_000
+    assert res.elided_chars > 99_000_000
+    assert res.full_output_path and res.full_output_path.startswith("artifacts/")
+    assert f"characters elided; full output: {res.full_output_path}]" in res.shaped
+    assert len(res.shaped) <= 4000
+    assert (session / res.full_output_path).stat().st_size == 100_000_000
+    assert len(res.outputs[0].text or "") <= 4000
+    assert (peak[0] - before) < 60 * 1024 * 1024
+
+
+def test_bridge_request_waits_for_the_host_reply(kernel):
+    res = kernel.execute("import kernel_ext.bridge as b\nb.request('ping', {'n': 41})['n'] + 1")
+    assert res.status == "ok", res.shaped
+    assert res.shaped == "42\n"
+
+
+def test_bridge_handler_result_error_and_concurrency(kernel):
+    calls = []
+
+    def handler(method, params):
+        calls.append((method, params))
+        if method == "llm_query" and params["prompt"] == "boom":
+            raise ValueError("the model is on fire")
+        if method == "llm_query":
+            return params["prompt"].upper()
+        return None
+
+    kernel.set_bridge_handler(handler)
+    try:
+        res = kernel.execute("llm_query('hello')")
+        assert res.shaped == "'HELLO'\n"
+        res = kernel.execute(
+            "try:\n    llm_query('boom')\nexcept RuntimeError as e:\n    print('caught', e)"
+        )
+        assert res.shaped == "caught the model is on fire\n"
+        code = (
+            "import threading\n"
+            "got = {}\n"
+            "def ask(p):\n    got[p] = llm_query(p)\n"
+            "ts = [threading.Thread(target=ask, args=(p,)) for p in ('one', 'two')]\n"
+            "[t.start() for t in ts]; [t.join() for t in ts]\n"
+            "sorted(got.items())"
+        )
+        res = kernel.execute(code)
+        assert res.shaped == "[('one', 'ONE'), ('two', 'TWO')]\n", res.shaped
+    finally:
+        kernel.set_bridge_handler(None)
+    assert ("llm_query", {"prompt": "hello", "model": None}) in calls
+
+
+def test_api_names_are_hidden_from_namespace_listing(kernel):
+    kernel.execute("my_value = 123")
+    names = {n["name"] for n in kernel.list_namespace()["names"]}
+    assert "my_value" in names
+    assert not names & {"llm_query", "final", "goal", "cron", "In", "Out"}
+
+
+def test_python_loop_timeout_interrupts_and_kernel_lives(kernel):
+    pid = kernel.pid
+    kernel.execute("survivor = 7")
+    res = kernel.execute("while True:\n    pass", timeout=3)
+    assert res.status == "timeout"
+    assert kernel.pid == pid  # the interrupt was enough
+    assert kernel.execute("survivor").shaped == "7\n"
+
+
+def test_runtime_dir_and_connection_file_are_private(kernel, session):
+    runtime = session / "runtime"
+    assert runtime.stat().st_mode & 0o777 == 0o700  # jupyter_client adds the sticky bit
+    conn = [p for p in runtime.iterdir() if p.name.startswith("kernel-") and p.suffix == ".json"]
+    assert len(conn) == 1
+    assert conn[0].stat().st_mode & 0o777 == 0o600
+
+
+def test_kernel_env_has_no_provider_secrets(session, monkeypatch):
+    from rlm.kernel.runtime import kernel_env
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
+    monkeypatch.setenv("HF_TOKEN", "t")
+    env = kernel_env(session, Config())
+    assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env
+    assert env["RLM_SNAPSHOT_DIR"] == str(session / "snapshot")
+    assert env["PATH"] == os.environ["PATH"]
