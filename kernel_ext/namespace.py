@@ -65,7 +65,7 @@ def user_values(ip: Any) -> dict[str, Any]:
     hidden = ip.user_ns_hidden
     out = {}
     missing = object()
-    for name, value in ip.user_ns.items():
+    for name, value in list(ip.user_ns.items()):  # a subshell may list during a cell
         if is_internal_name(name):
             continue
         if hidden.get(name, missing) is value:
