@@ -1,0 +1,485 @@
+"""The resident worker: one background process per session that owns its agent, kernel,
+prompt queue and schedules, so closing the terminal does not stop the work.
+
+Files in `<session_dir>/`:
+- `worker.lock`          flock + pid (rlm.longrun.lock); one worker per session
+- `worker.json`          status: {pid, session_id, state, activity, started_at, updated_at,
+                         next_due}; state is starting | idle | busy | stopping | stopped
+- `worker-events.jsonl`  one JSON object per line: {"ts", "event", ...fields}; `rlm attach`
+                         tails it (`tail_events`)
+- `worker-inbox/*.json`  queued requests from clients ({"kind": "prompt", "text"} or
+                         {"kind": "goal", "action", ...}); taken oldest first
+- `worker.log`           stdout/stderr of a detached worker
+
+The loop (`step`): a queued prompt first, then due ticks (claim -> deliver ->
+mark_delivered), then a goal continuation when the goal is active; then sleep until the
+next due time, waking early for queued prompts. A tick counts as delivered once the runner
+yields its first event (the prompt is in the session by then). SIGTERM stops cleanly.
+
+The worker drives a `runner`: any callable `prompt -> iterable of rlm.events.Event`.
+Optional attributes: `session` (enables goals), `steer(text)` (lets "steer" ticks reach a
+busy run), `close()`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import RlmError
+from rlm.events import Event, RunEnded
+from rlm.longrun.clock import Clock, SystemClock
+from rlm.longrun.goals import GoalManager
+from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
+from rlm.longrun.schedule import Scheduler, Tick
+from rlm.paths import PRIVATE_FILE, rlm_home, session_dir, sessions_root, write_private_atomic
+
+Runner = Callable[[str], Iterable[Event]]
+STEER_CHECK_S = 1.0
+MAX_FIELD_CHARS = 4000
+
+
+def _paths(session_id: str, home: Path | None) -> dict[str, Path]:
+    d = session_dir(session_id, home)
+    return {
+        "dir": d,
+        "lock": d / "worker.lock",
+        "status": d / "worker.json",
+        "events": d / "worker-events.jsonl",
+        "inbox": d / "worker-inbox",
+        "log": d / "worker.log",
+        "jobs": d / "scheduled-jobs.json",
+    }
+
+
+def event_record(ev: Event) -> dict[str, Any]:
+    """An event as a JSON-able dict; the raw CellResult is dropped, long text is bounded."""
+    out: dict[str, Any] = {"event": type(ev).__name__}
+    for f in dataclasses.fields(ev):
+        if f.name == "result":
+            continue
+        value = getattr(ev, f.name)
+        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
+            value = value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]"
+        out[f.name] = value
+    return out
+
+
+class Worker:
+    def __init__(
+        self,
+        session_id: str,
+        config: Any = None,
+        clock: Clock | None = None,
+        *,
+        runner: Runner | None = None,
+        home: Path | None = None,
+        poll_s: float = 0.5,
+    ):
+        self.session_id = session_id
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.home = home or getattr(config, "home", None) or rlm_home()
+        self.paths = _paths(session_id, self.home)
+        self.scheduler = Scheduler(self.paths["jobs"], self.clock)
+        self.lock = SessionLock(self.paths["lock"])
+        self.poll_s = poll_s
+        self.runner = runner
+        session = getattr(runner, "session", None)
+        self.goals = GoalManager(session, self.clock) if session is not None else None
+        self.state, self.activity = "starting", ""
+        self.stopping = False
+        self._goal_parked: tuple[str, str] | None = None
+        self._last_steer_check = 0.0
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.lock.acquire()  # raises WorkerRunning
+        interrupted = self.scheduler.recover()
+        if self.runner is None:
+            self.runner = agent_runner(self.session_id, self.config, self.home)
+            session = getattr(self.runner, "session", None)
+            self.goals = GoalManager(session, self.clock) if session is not None else None
+        self.emit({"event": "WorkerStarted", "pid": os.getpid(), "interrupted": interrupted})
+        self._status("idle")
+
+    def close(self) -> None:
+        if not self.lock.held:
+            return
+        self._status("stopped")
+        self.emit({"event": "WorkerStopped"})
+        with contextlib.suppress(Exception):
+            close = getattr(self.runner, "close", None)
+            if close is not None:
+                close()
+        self.lock.release()
+
+    def stop(self, *_: Any) -> None:
+        self.stopping = True
+
+    def run(self) -> None:
+        """Until SIGTERM/SIGINT or `stop()`."""
+        self.start()
+        with contextlib.suppress(ValueError):  # not the main thread: no signal handlers
+            signal.signal(signal.SIGTERM, self.stop)
+            signal.signal(signal.SIGINT, self.stop)
+        try:
+            while not self.stopping:
+                self.sleep(self.step())
+        finally:
+            self._status("stopping")
+            self.close()
+
+    def sleep(self, seconds: float) -> None:
+        """Sleep in slices of `poll_s`, waking for a stop or a queued request."""
+        end = self.clock.now() + seconds
+        while not self.stopping and not self._inbox_files():
+            left = end - self.clock.now()
+            if left <= 0:
+                return
+            self.clock.sleep(min(left, self.poll_s))
+
+    # -- one pass ----------------------------------------------------------------------------
+
+    def step(self) -> float:
+        """Do what is due now; return seconds until the next due time."""
+        request = self._take_inbox()
+        if request is not None:
+            self._handle_request(request)
+            return 0.0
+        for tick in self.scheduler.due():
+            if self.stopping:
+                return 0.0
+            claimed = self.scheduler.claim(tick)
+            if claimed is not None:
+                self.deliver(claimed)
+        if not self.stopping:
+            self._continue_goal()
+        nxt = self.scheduler.next_due()
+        return max(0.0, nxt - self.clock.now()) if nxt is not None else 3600.0
+
+    def deliver(self, tick: Tick) -> None:
+        """Hand a claimed tick to the runner; confirm once the runner has taken it."""
+        self._goal_parked = None
+        self.emit({"event": "TickDelivering", "tick_id": tick.tick_id, "count": tick.count,
+                   "kind": tick.kind, "label": tick.label})  # fmt: skip
+        self._run(tick.message(), f"tick:{tick.tick_id}", tick.tick_id)
+
+    def _continue_goal(self) -> None:
+        if self.goals is None:
+            return
+        goal = self.goals.get()
+        if goal is None or goal.status != "active":
+            return
+        if self._goal_parked == (goal.goal_id, goal.updated_at):
+            return
+        message = self.goals.continuation_message()
+        if message:
+            ended = self._run(message, "goal")
+            goal = self.goals.get()
+            if goal is not None and goal.status == "active" and ended not in ("final", "no_code"):
+                # the run failed or hit a limit: wait for a prompt or a user change
+                self._goal_parked = (goal.goal_id, goal.updated_at)
+                self.emit({"event": "GoalParked", "reason": ended})
+
+    def _run(self, prompt: str, source: str, tick_id: str | None = None) -> str | None:
+        """Run one prompt through the runner; returns the RunEnded reason (None if none)."""
+        self._status("busy", f"{source}: {prompt.splitlines()[0][:100]}")
+        self.emit({"event": "RunStarted", "source": source, "prompt": prompt[:MAX_FIELD_CHARS]})
+        confirmed, ended = tick_id is None, None
+        assert self.runner is not None
+        events = iter(self.runner(prompt))
+        try:
+            for ev in events:
+                if not confirmed:
+                    self.scheduler.mark_delivered(tick_id or "")
+                    confirmed = True
+                if isinstance(ev, RunEnded):
+                    ended = ev.reason
+                self.emit(event_record(ev))
+                self._steer_due()
+                if self.stopping:
+                    break
+        except Exception as e:  # noqa: BLE001 - a failing run must not kill the worker
+            ended = "error"
+            self.emit({"event": "RunFailed", "error": f"{type(e).__name__}: {e}"})
+            if not confirmed:
+                self.scheduler.mark_delivered(tick_id or "", error=f"delivery failed: {e}")
+                confirmed = True
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+            if not confirmed:  # the runner yielded nothing but returned: it took the prompt
+                self.scheduler.mark_delivered(tick_id or "")
+        self._status("idle")
+        return ended
+
+    def _steer_due(self) -> None:
+        steer = getattr(self.runner, "steer", None)
+        now = self.clock.now()
+        if steer is None or now - self._last_steer_check < STEER_CHECK_S:
+            return
+        self._last_steer_check = now
+        for tick in self.scheduler.due(delivery="steer"):
+            claimed = self.scheduler.claim(tick)
+            if claimed is not None:
+                steer(claimed.message())
+                self.scheduler.mark_delivered(claimed.tick_id)
+                self.emit({"event": "TickSteered", "tick_id": claimed.tick_id,
+                           "count": claimed.count})  # fmt: skip
+
+    # -- requests from clients ------------------------------------------------------------
+
+    def _inbox_files(self) -> list[Path]:
+        inbox = self.paths["inbox"]
+        if not inbox.is_dir():
+            return []
+        return sorted(p for p in inbox.iterdir() if p.suffix == ".json" and p.name[0] != ".")
+
+    def _take_inbox(self) -> dict[str, Any] | None:
+        for path in self._inbox_files():
+            try:
+                request = json.loads(path.read_text())
+            except (OSError, json.JSONDecodeError) as e:
+                self.emit({"event": "RequestRejected", "file": path.name, "error": str(e)})
+                request = None
+            path.unlink(missing_ok=True)
+            if isinstance(request, dict):
+                return request
+        return None
+
+    def _handle_request(self, request: dict[str, Any]) -> None:
+        kind = request.get("kind")
+        try:
+            if kind == "prompt" and isinstance(request.get("text"), str):
+                self._goal_parked = None
+                self._run(request["text"], "user")
+            elif kind == "goal" and self.goals is not None:
+                self._goal_request(request)
+            else:
+                raise RlmError(f"cannot handle request {kind!r} here")
+        except RlmError as e:
+            self.emit({"event": "RequestRejected", "kind": kind, "error": str(e)})
+
+    def _goal_request(self, request: dict[str, Any]) -> None:
+        assert self.goals is not None
+        action = request.get("action")
+        if action == "set":
+            self.goals.set(request.get("objective", ""), request.get("token_budget"))
+        elif action == "raise_budget":
+            self.goals.raise_budget(request.get("token_budget"))  # type: ignore[arg-type]
+        elif action in ("pause", "resume", "clear"):
+            getattr(self.goals, action)()
+        else:
+            raise RlmError(f"unknown goal action {action!r}")
+        self._goal_parked = None
+        self.emit({"event": "GoalChanged", "action": action})
+
+    # -- files -----------------------------------------------------------------------------
+
+    def emit(self, record: dict[str, Any]) -> None:
+        line = json.dumps({"ts": round(self.clock.now(), 3), **record}, default=str) + "\n"
+        fd = os.open(self.paths["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+    def _status(self, state: str, activity: str = "") -> None:
+        self.state, self.activity = state, activity
+        nxt = None
+        with contextlib.suppress(RlmError):
+            nxt = self.scheduler.next_due()
+        data = {
+            "pid": os.getpid(), "session_id": self.session_id, "state": state,
+            "activity": activity, "updated_at": self.clock.now(), "next_due": nxt,
+        }  # fmt: skip
+        write_private_atomic(self.paths["status"], json.dumps(data).encode())
+
+
+# -- the real agent as a runner ------------------------------------------------------------
+
+
+class AgentRunner:
+    """rlm.agent.Agent behind the runner interface, with goals and schedules attached."""
+
+    def __init__(self, session_id: str, config: Any, home: Path | None = None):
+        from rlm.agent import Agent
+        from rlm.longrun import install
+        from rlm.session.store import SessionStore
+
+        self.session = SessionStore.open(session_id, home)
+        self.agent = Agent(self.session, config)
+        self.agent.start()
+        jobs = _paths(session_id, home)["jobs"]
+        install(self.agent, goals=GoalManager(self.session), scheduler=Scheduler(jobs))
+        self.steer = getattr(self.agent, "steer", None)
+
+    def __call__(self, prompt: str) -> Iterator[Event]:
+        return self.agent.run(prompt)
+
+    def close(self) -> None:
+        self.agent.close()
+        self.session.close()
+
+
+def agent_runner(session_id: str, config: Any, home: Path | None = None) -> Runner:
+    if config is None:
+        from rlm.config import load_config
+
+        config = load_config()
+    return AgentRunner(session_id, config, home)
+
+
+# -- client side: what the CLI calls ------------------------------------------------------
+
+
+def send_request(session_id: str, request: dict[str, Any], home: Path | None = None) -> Path:
+    """Queue a request for the session's worker ({"kind": "prompt", "text": ...} or
+    {"kind": "goal", "action": set|pause|resume|clear|raise_budget, ...})."""
+    inbox = _paths(session_id, home)["inbox"]
+    inbox.mkdir(mode=0o700, exist_ok=True)
+    path = inbox / f"{time.time_ns():020d}-{uuid.uuid4().hex[:6]}.json"
+    write_private_atomic(path, json.dumps(request).encode())
+    return path
+
+
+def send_prompt(session_id: str, text: str, home: Path | None = None) -> Path:
+    return send_request(session_id, {"kind": "prompt", "text": text}, home)
+
+
+def start_detached(
+    session_id: str,
+    home: Path | None = None,
+    *,
+    runner: str | None = None,
+    poll_s: float | None = None,
+    wait_s: float = 10.0,
+) -> int:
+    """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
+    it holds the lock. `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
+    paths = _paths(session_id, home)
+    holder = lock_holder(paths["lock"])
+    if holder is not None:
+        raise WorkerRunning(paths["lock"], holder)
+    argv = [sys.executable, "-m", "rlm.longrun.worker", session_id]
+    argv += ["--runner", runner] if runner else []
+    argv += ["--poll", str(poll_s)] if poll_s else []
+    env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
+    log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=env,
+            start_new_session=True, close_fds=True,
+        )  # fmt: skip
+    finally:
+        os.close(log_fd)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if lock_holder(paths["lock"]) == proc.pid:
+            return proc.pid
+        if proc.poll() is not None:
+            tail = paths["log"].read_text(errors="replace")[-2000:]
+            raise RlmError(f"the worker exited at start (code {proc.returncode}):\n{tail}")
+        time.sleep(0.05)
+    return proc.pid
+
+
+def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
+    """Every session with a worker status file; `alive` says whether it holds the lock."""
+    out = []
+    for d in sorted(sessions_root(home).iterdir()):
+        status = d / "worker.json"
+        if not status.is_file():
+            continue
+        try:
+            data = json.loads(status.read_text())
+        except (OSError, json.JSONDecodeError):
+            data = {"session_id": d.name, "state": "unknown"}
+        holder = lock_holder(d / "worker.lock")
+        data["alive"] = holder is not None
+        if not data["alive"] and data.get("state") not in ("stopped",):
+            data["state"] = "dead"
+        out.append(data)
+    return out
+
+
+def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 10.0) -> bool:
+    """SIGTERM the session's worker (the pid in its lock) and wait until the lock is free.
+    False when no worker was running; raises RlmError if it did not stop in time."""
+    lock = _paths(session_id, home)["lock"]
+    pid = lock_holder(lock)
+    if not pid:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if lock_holder(lock) is None:
+            return True
+        time.sleep(0.05)
+    raise RlmError(f"worker pid {pid} did not stop within {timeout_s:g} s; kill it with kill {pid}")
+
+
+def tail_events(
+    session_id: str, home: Path | None = None, follow: bool = True, poll_s: float = 0.2
+) -> Iterator[dict[str, Any]]:
+    """Events from the start of the log; with `follow`, keep reading until the worker stops."""
+    paths = _paths(session_id, home)
+    pos, buf = 0, b""
+    while True:
+        with contextlib.suppress(FileNotFoundError), open(paths["events"], "rb") as f:
+            f.seek(pos)
+            chunk = f.read()
+            pos += len(chunk)
+            buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            with contextlib.suppress(json.JSONDecodeError):
+                yield json.loads(line)
+        if not follow:
+            return
+        if not lines and lock_holder(paths["lock"]) is None:
+            return
+        time.sleep(poll_s)
+
+
+def _load_factory(spec: str) -> Callable[..., Runner]:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr or "runner")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rlm.longrun.worker")
+    p.add_argument("session_id")
+    p.add_argument("--runner", help="module:factory, factory(session_id, config) -> runner")
+    p.add_argument("--poll", type=float, default=0.5)
+    args = p.parse_args(argv)
+    from rlm.config import load_config
+
+    config = load_config()
+    runner = _load_factory(args.runner)(args.session_id, config) if args.runner else None
+    worker = Worker(args.session_id, config, runner=runner, poll_s=args.poll)
+    try:
+        worker.run()
+    except RlmError as e:
+        print(f"rlm worker: {e}", file=sys.stderr)
+        return e.exit_code
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
