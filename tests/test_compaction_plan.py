@@ -150,8 +150,10 @@ def test_serialized_conversation_exact():
 
 def test_tool_results_truncated_and_custom_as_context():
     text = serialize_entries(load("task_with_cells")[:6])
-    assert "[... 2120 more characters truncated]" in text
-    result = text.split("[Tool result]: ", 1)[1].split("\n[... ", 1)[0]
-    assert len(result) == 2000
+    assert "[... 2120 more characters truncated ...]" in text
+    result = text.split("[Tool result]: ", 1)[1]
+    head, rest = result.split("\n[... 2120 more characters truncated ...]\n", 1)
+    assert len(head) == 1200  # head and tail kept: a traceback's last line survives
+    assert rest.split("\n\n[Assistant tool calls]", 1)[0].endswith("119  2025-12-08  store_0  403.00")
     assert "[Context]: Heartbeat: 10 minutes elapsed. Continue the task." in text
     assert "[Assistant]: I'll load the CSV first.\n\n[Assistant tool calls]:\nimport pandas" in text

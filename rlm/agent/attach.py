@@ -11,17 +11,8 @@ from typing import Any
 
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.plan import CompactionSettings
-from rlm.config import Config
 from rlm.events import Compacted, Event
 from rlm.session.entries import MessageEntry
-
-
-def compaction_settings(config: Config) -> CompactionSettings:
-    return CompactionSettings(
-        enabled=config.compaction_enabled,
-        reserve_tokens=config.reserve_tokens,
-        keep_recent_tokens=config.keep_recent_tokens,
-    )
 
 
 def context_window(agent: Any) -> int | None:
@@ -41,7 +32,7 @@ def attach_compaction(agent: Any) -> CompactionController:
     ctl = CompactionController(
         agent.session,
         lambda: compaction_llm(agent),
-        compaction_settings(agent.config),
+        CompactionSettings.from_config(agent.config),
         lambda: context_window(agent),
         current_model_fn=lambda: getattr(agent.llm, "spec", None),
         turn_active_fn=lambda: agent.turn_active,
@@ -74,23 +65,3 @@ def attach_all(agent: Any, options: Any = None) -> None:
     attach_compaction(agent)
     attach_longrun(agent, options)
 
-
-def compact_now(agent: Any, instructions: str | None = None) -> Any:
-    """`/compact` in chat: summarise now, with the live kernel for <ipython_state>."""
-    from rlm.compaction.core import perform_compaction
-
-    return perform_compaction(agent.session, compaction_llm(agent), compaction_settings(agent.config),
-                              trigger="manual", instructions=instructions, kernel=agent.executor)
-
-
-def compact_session(session: Any, config: Config, instructions: str | None = None) -> Any:
-    """`rlm compact SESSION` between runs. No kernel runs here, so no <ipython_state> is
-    appended (saying nothing beats saying something false); the next resume restores the
-    kernel and tells the model what came back."""
-    from rlm.agent.session_run import default_model
-    from rlm.compaction.core import perform_compaction
-    from rlm.llm import get_llm
-
-    spec = config.compaction_model or config.model or session.header.model or default_model()
-    return perform_compaction(session, get_llm(spec, config), compaction_settings(config),
-                              trigger="manual", instructions=instructions, kernel=None)

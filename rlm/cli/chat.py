@@ -55,7 +55,7 @@ def _slash(agent: Any, line: str, render: Renderer) -> bool:
             for n in listing["names"]:
                 render.console.print(f"  {n['name']:<24} {n.get('type', '')}")
         elif cmd == "compact":
-            from rlm.agent.attach import compact_now
+            from rlm.compaction.cli import compact_now
 
             entry = compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")

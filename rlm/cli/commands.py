@@ -34,8 +34,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
 def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespace,
            setup: Any = None) -> int:
     """Run one prompt with rendering; print the --json summary; return the exit code."""
-    from rlm.agent.session_run import RunResult
     from rlm.agent.attach import attach_all
+    from rlm.agent.session_run import RunResult
 
     render = Renderer(quiet=bool(getattr(args, "json", False)))
     events = []
@@ -243,7 +243,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from rlm.agent.attach import compact_session
+    from rlm.compaction.cli import compact_session
 
     s = _open(args.session)
     cfg = load_config(model=args.model)

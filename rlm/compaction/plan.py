@@ -326,9 +326,11 @@ def _call_text(call: dict[str, Any]) -> str:
 
 
 def truncate_result(text: str, limit: int = TOOL_RESULT_MAX_CHARS) -> str:
+    """Keep the head and the tail: a traceback's error line is at its end (Prime's W5)."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}\n[... {len(text) - limit} more characters truncated]"
+    head, tail = text[: limit * 3 // 5], text[-(limit * 2 // 5):]
+    return f"{head}\n[... {len(text) - limit} more characters truncated ...]\n{tail}"
 
 
 def serialize_entry(entry: Entry) -> list[str]:
