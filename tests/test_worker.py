@@ -102,9 +102,15 @@ def test_goal_parked_after_a_failed_run(_isolated_home):
     w.step()
     w.step()
     assert len(runner.prompts) == 1  # not retried in a loop
+    send_prompt("s1", "still failing", _isolated_home)
+    w.step()
+    w.step()
+    assert runner.prompts[1:] == ["still failing"]  # a failed user run parks it again
+    runner.reason = "final"
     send_prompt("s1", "try again", _isolated_home)
     w.step()
     w.step()
+    del runner.prompts[1]
     assert runner.prompts[1:] == ["try again", runner.prompts[0].replace(
         "<continuation>1</continuation>", "<continuation>2</continuation>")]  # fmt: skip
     w.close()

@@ -188,12 +188,15 @@ class Worker:
             return
         message = self.goals.continuation_message()
         if message:
-            ended = self._run(message, "goal")
-            goal = self.goals.get()
-            if goal is not None and goal.status == "active" and ended not in ("final", "no_code"):
-                # the run failed or hit a limit: wait for a prompt or a user change
-                self._goal_parked = (goal.goal_id, goal.updated_at)
-                self.emit({"event": "GoalParked", "reason": ended})
+            self._run(message, "goal")
+
+    def _park_goal(self, ended: str | None) -> None:
+        """After a run that failed or hit a limit, an active goal waits for a new prompt,
+        a tick or a user change instead of being continued in a loop."""
+        goal = self.goals.get() if self.goals is not None else None
+        if goal is not None and goal.status == "active" and ended not in ("final", "no_code"):
+            self._goal_parked = (goal.goal_id, goal.updated_at)
+            self.emit({"event": "GoalParked", "reason": ended})
 
     def _run(self, prompt: str, source: str, tick_id: str | None = None) -> str | None:
         """Run one prompt through the runner; returns the RunEnded reason (None if none)."""
@@ -225,6 +228,7 @@ class Worker:
                 close()
             if not confirmed:  # the runner yielded nothing but returned: it took the prompt
                 self.scheduler.mark_delivered(tick_id or "")
+        self._park_goal(ended)
         self._status("idle")
         return ended
 
@@ -324,7 +328,11 @@ class AgentRunner:
 
         self.session = SessionStore.open(session_id, home)
         self.agent = Agent(self.session, config)
-        self.agent.start()
+        self.agent.start()  # restores the kernel from its snapshot
+        with contextlib.suppress(ImportError):
+            from rlm.agent.attach import attach_compaction
+
+            attach_compaction(self.agent)
         jobs = _paths(session_id, home)["jobs"]
         install(self.agent, goals=GoalManager(self.session), scheduler=Scheduler(jobs))
         self.steer = getattr(self.agent, "steer", None)
