@@ -1,0 +1,177 @@
+"""`%%rlm` and `%rlm_state`: the agent inside the user's own notebook kernel.
+
+    %load_ext rlm
+    %%rlm --model script:replies.json --max-turns 5
+    Which column of df has the most missing values?
+
+The agent's cells run in-process through the live shell (see `inprocess.py`), so they see
+the user's variables and leave theirs behind. One on-disk session per kernel, reused by
+every `%%rlm` cell (`rlm log` / `rlm export` work on it). Rendering: each agent cell's code
+appears as it starts, its real outputs stream into this cell's output area as it runs, a
+status line follows a cell that failed, and the final answer is shown as Markdown.
+Ctrl-C / the stop button ends the run cleanly (the interrupted cell is recorded).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
+from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.display import Markdown, display
+
+from rlm.config import Config, load_config
+from rlm.errors import RlmError
+from rlm.events import (
+    CellFinished,
+    CellStarted,
+    Compacted,
+    Event,
+    FinalAnswer,
+    ModelReply,
+    Notice,
+    RunEnded,
+)
+
+_FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
+
+
+@dataclass
+class _Session:
+    store: Any
+    executor: Any
+
+
+class NotebookAgent:
+    """Plain class behind the magics: one session + executor per shell."""
+
+    def __init__(self, shell: Any):
+        self.shell = shell
+        self.current: _Session | None = None
+
+    def session(self, config: Config, task: str) -> _Session:
+        if self.current is None:
+            from rlm.notebook.inprocess import InProcessExecutor
+            from rlm.session.store import SessionStore
+
+            store = SessionStore.create(config.home, model=config.model or "", task=task)
+            self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config))
+        return self.current
+
+    def run(self, task: str, *, model: str | None = None, max_turns: int | None = None) -> None:
+        from rlm.agent import Agent
+        from rlm.agent.attach import attach_compaction
+        from rlm.agent.session_run import resolve_model
+
+        try:
+            config = resolve_model(load_config(model=model, max_turns=max_turns))
+            sess = self.session(config, task)
+            agent = Agent(sess.store, config, executor=sess.executor, llm=None)
+            attach_compaction(agent)
+            agent.start()  # with an executor given: only installs the bridge handler
+        except RlmError as e:
+            display(Markdown(f"**rlm:** {e}"))
+            return
+        sess.executor.config = config
+        sess.executor.on_user_interrupt = lambda: (agent.interrupt(), agent.interrupt())
+        events = agent.run(task.strip())
+        try:
+            for ev in events:
+                render(ev)
+        except KeyboardInterrupt:
+            display(Markdown("*Interrupted.*"))
+        except RlmError as e:
+            display(Markdown(f"**rlm:** {e}"))
+        finally:
+            events.close()
+            sess.executor.on_user_interrupt = None
+            sess.executor.set_bridge_handler(None)
+
+    def state(self) -> None:
+        from rlm.notebook.inprocess import InProcessExecutor
+
+        ex = self.current.executor if self.current else InProcessExecutor(
+            self.shell, ".", load_config())
+        names = ex.list_namespace().get("names", [])
+        head = f"Session `{self.current.store.id}`" if self.current else "No %%rlm session yet"
+        display(Markdown(head + "\n\n" + state_table(names)))
+
+
+def state_table(names: list[dict[str, Any]]) -> str:
+    """Markdown table of a namespace listing (names, types, sizes, restorable or why not)."""
+    if not names:
+        return "*The namespace holds no user variables.*"
+    rows = ["| name | type | size | restorable |", "|---|---|---:|---|"]
+    for n in names:
+        ok = "yes" if n.get("restorable") else f"no ({n.get('reason') or 'unknown'})"
+        rows.append(f"| `{n.get('name')}` | {n.get('type', '')} | "
+                    f"{_size(n.get('bytes'))} | {ok} |")
+    return "\n".join(rows)
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, int | float):
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return "?"
+
+
+def render(ev: Event) -> None:
+    """Show one loop event in the magic's output area (the cells' outputs show themselves)."""
+    if isinstance(ev, ModelReply):
+        prose = _FENCE.sub("", ev.content or "").strip()
+        if prose:
+            display(Markdown(f"*{prose}*" if "\n" not in prose else prose))
+    elif isinstance(ev, CellStarted):
+        display(Markdown(f"```python\n{ev.code.rstrip()}\n```"))
+    elif isinstance(ev, CellFinished) and ev.status != "ok":
+        display(Markdown(f"*cell {ev.status} after {ev.duration_s:.2f} s*"))
+    elif isinstance(ev, Notice):
+        display(Markdown(f"> {ev.text}"))
+    elif isinstance(ev, Compacted):
+        display(Markdown(f"*Compacted the conversation ({ev.trigger}, "
+                         f"{ev.tokens_before:,} tokens before); the kernel is untouched.*"))
+    elif isinstance(ev, FinalAnswer):
+        display(Markdown(f"**Final answer:**\n\n{ev.answer}"))
+    elif isinstance(ev, RunEnded) and ev.reason not in ("final", "no_code"):
+        detail = f": {ev.detail}" if ev.detail else ""
+        display(Markdown(f"*Run ended ({ev.reason}{detail}) after {ev.turns} turn(s).*"))
+
+
+@magics_class
+class RlmMagics(Magics):
+    def __init__(self, shell: Any):
+        super().__init__(shell)
+        self.agent = NotebookAgent(shell)
+
+    @magic_arguments()
+    @argument("--model", default=None, help="litellm model string, local, or script:PATH")
+    @argument("--max-turns", type=int, default=None, help="stop after this many model turns")
+    @cell_magic
+    def rlm(self, line: str, cell: str) -> None:
+        """Run the agent on the task in the cell body, inside this kernel."""
+        args = parse_argstring(self.rlm, line)
+        if not cell.strip():
+            display(Markdown("**rlm:** write the task in the cell body, below `%%rlm`."))
+            return
+        self.agent.run(cell, model=args.model, max_turns=args.max_turns)
+
+    @line_magic
+    def rlm_state(self, line: str = "") -> None:
+        """What the session knows of the namespace: names, types, sizes, restorable."""
+        self.agent.state()
+
+
+def load(ip: Any) -> None:
+    ip.register_magics(RlmMagics)
+
+
+def unload(ip: Any) -> None:
+    for kind in ("cell", "line"):
+        for name in ("rlm", "rlm_state"):
+            ip.magics_manager.magics[kind].pop(name, None)

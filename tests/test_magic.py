@@ -1,0 +1,100 @@
+"""`%%rlm` in a REAL kernel driven through jupyter_client, with a scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import nbformat
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+from rlm.notebook.export import export_session
+
+pytestmark = pytest.mark.timeout(180)
+
+FIRST = [
+    "I'll read the user's data.\n```python\nprint('sum is', sum(user_data))\n"
+    "agent_total = sum(user_data) * 10\n```",
+    {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": "final(agent_total)"}}]},
+]
+SECOND = [
+    {"content": "", "tool_calls": [{"name": "python", "arguments": {
+        "code": "agent_total += 1\nfinal(agent_total)"}}]},
+]
+
+
+def run(kc, code: str, timeout: float = 60) -> list[tuple[str, dict]]:
+    """Execute like a frontend: every IOPub message of this request, until idle."""
+    msg_id = kc.execute(code)
+    msgs = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+        msgs.append((msg["msg_type"], msg["content"]))
+    kc.get_shell_msg(timeout=timeout)
+    return msgs
+
+
+def _texts(msgs) -> tuple[str, str]:
+    stream = "".join(c["text"] for t, c in msgs if t == "stream")
+    rich = "\n".join(c["data"].get("text/markdown", c["data"].get("text/plain", ""))
+                     for t, c in msgs if t in ("display_data", "execute_result"))
+    return stream, rich
+
+
+@pytest.fixture
+def kernel(tmp_path):
+    env = {**os.environ, "RLM_HOME": str(tmp_path / "home"), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    yield kc
+    kc.stop_channels()
+    km.shutdown_kernel(now=True)
+
+
+def test_rlm_magic_works_on_the_users_namespace(kernel, tmp_path):
+    pytest.importorskip("rlm.llm.seam", reason="the script: model (rlm.llm.seam) is not there yet")
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps(FIRST))
+    second.write_text(json.dumps(SECOND))
+    run(kernel, "user_data = [1, 2, 3]\n%load_ext rlm")
+
+    msgs = run(kernel, f"%%rlm --model script:{first} --max-turns 5\nSum user_data times ten.",
+               timeout=120)
+    stream, rich = _texts(msgs)
+    assert "sum is 6\n" in stream  # the agent read the user's variable; output shown live
+    assert "```python\nprint('sum is', sum(user_data))" in rich  # its code shown as it ran
+    assert "**Final answer:**\n\n60" in rich
+    assert not [c for t, c in msgs if t == "error"]
+
+    after, _ = _texts(run(kernel, "print(agent_total)"))
+    assert after == "60\n"  # the agent's variable stays for the user
+
+    msgs = run(kernel, f"%%rlm --model script:{second}\nAdd one.", timeout=120)
+    assert "**Final answer:**\n\n61" in _texts(msgs)[1]
+    sessions = list((tmp_path / "home" / "sessions").iterdir())
+    assert len(sessions) == 1  # one session per kernel, reused
+
+    _, state = _texts(run(kernel, "%rlm_state"))
+    assert f"Session `{sessions[0].name}`" in state
+
+    nb = nbformat.read(export_session(sessions[0], tmp_path / "magic.ipynb"), as_version=4)
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    assert "agent_total += 1\nfinal(agent_total)" in code
+    assert any(o.get("text") == "sum is 6\n" for c in nb.cells for o in c.get("outputs", []))
+
+
+def test_load_and_unload_extension(kernel):
+    msgs = run(kernel, "%load_ext rlm\nip = get_ipython()\n"
+                       "print('rlm' in ip.magics_manager.magics['cell'], "
+                       "'rlm_state' in ip.magics_manager.magics['line'], 'final' in ip.user_ns)\n"
+                       "%unload_ext rlm\nprint('rlm' in ip.magics_manager.magics['cell'])")
+    assert _texts(msgs)[0] == "True True True\nFalse\n"
+
+
+def test_state_without_session(kernel):
+    _, rich = _texts(run(kernel, "%load_ext rlm\n%rlm_state"))
+    assert "No %%rlm session yet" in rich
