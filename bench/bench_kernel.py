@@ -45,8 +45,16 @@ def raw_round_trip(kc, code: str) -> None:
 def socket_round_trip(km, shell, iopub, code: str) -> None:
     """The floor: the same protocol on bare zmq sockets, one thread, no asyncio wrapper."""
     session = km.session
-    msg = session.msg("execute_request", {"code": code, "silent": False, "store_history": True,
-                                          "user_expressions": {}, "allow_stdin": False})
+    msg = session.msg(
+        "execute_request",
+        {
+            "code": code,
+            "silent": False,
+            "store_history": True,
+            "user_expressions": {},
+            "allow_stdin": False,
+        },
+    )
     msg_id = msg["header"]["msg_id"]
     session.send(shell, msg)
     while True:

@@ -46,7 +46,9 @@ def llm_query(prompt: str, model: str | None = None) -> str:
 
 def llm_query_batched(prompts: list[str], model: str | None = None) -> list[str]:
     """Many independent completions (run concurrently on the host), in order."""
-    return bridge.request("llm_query_batched", {"prompts": [str(p) for p in prompts], "model": model})
+    return bridge.request(
+        "llm_query_batched", {"prompts": [str(p) for p in prompts], "model": model}
+    )
 
 
 def rlm_query(task: str, context: Any = None) -> str:
@@ -83,7 +85,8 @@ class _Goal:
 class _Heartbeat:
     def create(self, prompt: str, interval: Any, label: str | None = None) -> Any:
         return bridge.request(
-            "heartbeat.create", {"prompt": str(prompt), "interval": _jsonable(interval), "label": label}
+            "heartbeat.create",
+            {"prompt": str(prompt), "interval": _jsonable(interval), "label": label},
         )
 
     def list(self) -> Any:

@@ -72,7 +72,9 @@ class _Bridge:
                     )
                 from comm import create_comm
 
-                self.comm = create_comm(target_name=wire.BRIDGE_TARGET, data={"v": wire.WIRE_VERSION})
+                self.comm = create_comm(
+                    target_name=wire.BRIDGE_TARGET, data={"v": wire.WIRE_VERSION}
+                )
             return self.comm
 
 
@@ -137,7 +139,10 @@ def install(ip: Any) -> None:
 
 def uninstall(ip: Any) -> None:
     kernel = getattr(ip, "kernel", None)
-    if kernel is not None and kernel.control_handlers.get("comm_msg") == _bridge.on_control_comm_msg:
+    if (
+        kernel is not None
+        and kernel.control_handlers.get("comm_msg") == _bridge.on_control_comm_msg
+    ):
         if _bridge.previous_control is None:
             kernel.control_handlers.pop("comm_msg", None)
         else:

@@ -86,3 +86,10 @@ def test_stop_leaves_no_process(tmp_path):
     k.stop()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_segfault_is_reported_with_its_signal(kernel):
+    res = kernel.execute("import ctypes\nctypes.string_at(0)", timeout=60)
+    assert res.status == "died"
+    assert res.died_cause in ("signal SIGSEGV", "exit code 139"), res.died_cause
+    assert kernel.execute("3").shaped == "3\n"

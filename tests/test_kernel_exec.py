@@ -59,7 +59,12 @@ def test_outputs_keep_their_order_and_streams_merge(kernel):
     ]
     assert res.outputs[0].text == "a\nb\n"
     assert res.outputs[2].data is not None and res.outputs[2].data["text/html"] == "<b>x</b>"
-    assert res.shaped.index("a\nb\n") < res.shaped.index("warn") < res.shaped.index("c\n") < res.shaped.index("42")
+    assert (
+        res.shaped.index("a\nb\n")
+        < res.shaped.index("warn")
+        < res.shaped.index("c\n")
+        < res.shaped.index("42")
+    )
 
 
 def test_error_has_traceback_and_shaped_text_has_no_ansi(kernel):
@@ -73,9 +78,7 @@ def test_error_has_traceback_and_shaped_text_has_no_ansi(kernel):
 
 
 def test_matplotlib_png_lands_in_artifacts(kernel, session):
-    res = kernel.execute(
-        "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()"
-    )
+    res = kernel.execute("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
     assert res.status == "ok", res.shaped
     images = [o for o in res.outputs if o.refs and "image/png" in o.refs]
     assert len(images) == 1
@@ -189,3 +192,42 @@ def test_kernel_env_has_no_provider_secrets(session, monkeypatch):
     assert "OPENAI_API_KEY" not in env and "HF_TOKEN" not in env
     assert env["RLM_SNAPSHOT_DIR"] == str(session / "snapshot")
     assert env["PATH"] == os.environ["PATH"]
+
+
+def test_interrupt_while_waiting_on_the_bridge_and_late_reply_is_ignored(kernel):
+    release = threading.Event()
+
+    def slow(method, params):
+        release.wait(10)
+        return "late"
+
+    kernel.set_bridge_handler(slow)
+    try:
+        threading.Timer(0.5, kernel.interrupt).start()
+        res = kernel.execute("llm_query('x')", timeout=30)
+        assert res.status == "interrupted"
+        assert res.outputs[-1].ename == "KeyboardInterrupt"
+        release.set()  # the reply now arrives for a caller that is gone
+        kernel.set_bridge_handler(lambda m, p: "fresh")
+        assert kernel.execute("llm_query('y')").shaped == "'fresh'\n"
+    finally:
+        release.set()
+        kernel.set_bridge_handler(None)
+
+
+def test_unload_removes_bridge_hook_and_names_then_reload_works(kernel):
+    code = (
+        "ip = get_ipython()\n"
+        "ip.run_line_magic('unload_ext', 'kernel_ext')\n"
+        "state = ('comm_msg' in ip.kernel.control_handlers, 'llm_query' in ip.user_ns)\n"
+        "ip.run_line_magic('load_ext', 'kernel_ext')\n"
+        "del ip\n"
+        "state"
+    )
+    res = kernel.execute(code)
+    assert res.status == "ok", res.shaped
+    assert res.shaped == "(False, False)\n"
+    assert (
+        kernel.execute("import kernel_ext.bridge as b\nb.request('ping', {'n': 1})").shaped
+        == "{'n': 1}\n"
+    )

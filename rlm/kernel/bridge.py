@@ -46,14 +46,18 @@ class BridgeDispatcher:
         """Dispatch a bridge request; False when the message is not for the bridge."""
         comm_id, data = content.get("comm_id"), content.get("data")
         looks_like_request = isinstance(data, dict) and data.get("kind") == "request"
-        if not isinstance(comm_id, str) or (comm_id not in self._comm_ids and not looks_like_request):
+        if not isinstance(comm_id, str) or (
+            comm_id not in self._comm_ids and not looks_like_request
+        ):
             return False
         try:
             req_id, method, params = wire.parse_request(data)
         except wire.WireError as e:
             req_id = data.get("id") if isinstance(data, dict) else None
             if isinstance(req_id, str) and 0 < len(req_id) <= wire.MAX_ID_LEN:
-                send_reply(comm_id, wire.make_reply(req_id, False, error=f"bad bridge request: {e}"))
+                send_reply(
+                    comm_id, wire.make_reply(req_id, False, error=f"bad bridge request: {e}")
+                )
             return True
         self._get_pool().submit(self._answer, comm_id, req_id, method, params, send_reply)
         return True

@@ -221,7 +221,9 @@ class CellCollector:
 
     def _rich(self, kind: str, content: dict[str, Any]) -> None:
         data, refs = self._externalize(content.get("data", {}))
-        out = Output(kind=kind, data=data, metadata=content.get("metadata") or None, refs=refs or None)
+        out = Output(
+            kind=kind, data=data, metadata=content.get("metadata") or None, refs=refs or None
+        )
         if kind == "execute_result":
             self.execution_count = content.get("execution_count", self.execution_count)
         self.outputs.append(out)

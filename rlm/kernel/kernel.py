@@ -36,7 +36,9 @@ _FILEOPS = "__import__('kernel_ext.fileops').fileops"
 
 
 class Kernel:
-    def __init__(self, session_dir: Path | str, config: Config, bridge_handler: BridgeHandler | None = None):
+    def __init__(
+        self, session_dir: Path | str, config: Config, bridge_handler: BridgeHandler | None = None
+    ):
         self.session_dir = private_dir(Path(session_dir))
         self.config = config
         self._bridge = BridgeDispatcher(bridge_handler, workers=max(4, config.batch_concurrency))
@@ -77,7 +79,9 @@ class Kernel:
             self.start()
         return self
 
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     @property
@@ -99,12 +103,17 @@ class Kernel:
 
     def _runtime(self) -> KernelRuntime:
         if self._rt is None:
-            raise KernelError("the kernel is not started: call Kernel.start() or use it as a context manager")
+            raise KernelError(
+                "the kernel is not started: call Kernel.start() or use it as a context manager"
+            )
         return self._rt
 
     # -- execute --------------------------------------------------------------------
     def execute(
-        self, code: str, timeout: float | None = None, on_output: Callable[[Output], None] | None = None
+        self,
+        code: str,
+        timeout: float | None = None,
+        on_output: Callable[[Output], None] | None = None,
     ) -> CellResult:
         """Run one cell. Never raises for what the cell does: see CellResult.status."""
         timeout = self.config.cell_timeout if timeout is None else timeout
@@ -175,7 +184,11 @@ class Kernel:
                 rt.listener.unroute(msg_id)
 
     def _continue_wait(
-        self, rt: KernelRuntime, out: WaitOutcome, deadline: float, on_msg: Callable[[dict[str, Any]], None]
+        self,
+        rt: KernelRuntime,
+        out: WaitOutcome,
+        deadline: float,
+        on_msg: Callable[[dict[str, Any]], None],
     ) -> WaitOutcome:
         out.timed_out = False
         try:
@@ -194,7 +207,12 @@ class Kernel:
             rt = self._runtime()
             out = self._send_and_wait(
                 rt,
-                {"code": "", "silent": True, "store_history": False, "user_expressions": {"r": expr}},
+                {
+                    "code": "",
+                    "silent": True,
+                    "store_history": False,
+                    "user_expressions": {"r": expr},
+                },
                 time.monotonic() + timeout,
                 None,
             )
@@ -202,7 +220,9 @@ class Kernel:
                 raise KernelDied(died_cause(out.died_rc))
             if out.reply is None:
                 rt.listener.unroute(out.msg_id)
-                raise KernelBusy(f"the kernel did not answer within {timeout} s (a cell is running)")
+                raise KernelBusy(
+                    f"the kernel did not answer within {timeout} s (a cell is running)"
+                )
             return _expression_value(out.reply, expr)
         finally:
             self._shell_lock.release()
@@ -213,7 +233,9 @@ class Kernel:
             return RestoreReport.from_dict(json.loads(text))
         except KernelDied as e:
             tail = self._rt.log_tail() if self._rt is not None else ""
-            raise KernelError(f"the kernel died while starting ({e.cause}); its log ends with:\n{tail}") from e
+            raise KernelError(
+                f"the kernel died while starting ({e.cause}); its log ends with:\n{tail}"
+            ) from e
         except KernelBusy as e:
             raise KernelError(f"the kernel did not become ready within {START_TIMEOUT_S} s") from e
         except (RuntimeError, ValueError) as e:
@@ -255,7 +277,9 @@ def _status_note(res: CellResult) -> str:
     if res.status == "died":
         note = f"[the kernel died: {res.died_cause}; it was restarted"
     else:
-        note = "[the cell timed out" + ("; the kernel was restarted" if res.restart else "; it was interrupted")
+        note = "[the cell timed out" + (
+            "; the kernel was restarted" if res.restart else "; it was interrupted"
+        )
     if res.restart is not None:
         r = res.restart
         note += f"; restored {len(r.restored)} name(s)"

@@ -112,7 +112,9 @@ class IOPubListener:
         msg_type = msg["header"]["msg_type"]
         if msg_type == "comm_open" and self._bridge.on_comm_open(msg["content"]):
             return
-        if msg_type == "comm_msg" and self._bridge.on_comm_msg(msg["content"], self.send_comm_reply):
+        if msg_type == "comm_msg" and self._bridge.on_comm_msg(
+            msg["content"], self.send_comm_reply
+        ):
             return
         parent_id = msg.get("parent_header", {}).get("msg_id")
         q = self._routes.get(parent_id) if parent_id else None

@@ -61,7 +61,9 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_KERNEL_EXT_ROOT, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (_KERNEL_EXT_ROOT, env.get("PYTHONPATH")) if p
+        )
     return env
 
 
@@ -102,7 +104,9 @@ class KernelRuntime:
         log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
         with os.fdopen(log_fd, "ab") as log_file:
             try:
-                self.km.start_kernel(env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file)
+                self.km.start_kernel(
+                    env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file
+                )
             except Exception as e:
                 raise KernelError(
                     f"could not start the kernel ({e}); check config.kernel_python "
