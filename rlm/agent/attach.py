@@ -60,6 +60,33 @@ def attach_compaction(agent: Any) -> CompactionController:
     return ctl
 
 
+def attach_longrun(agent: Any, options: Any = None) -> Any:
+    """Goals, heartbeat/cron handlers and (with --autonomous) the continuation policy.
+
+    Returns the AutonomousPolicy when one is attached (its `last_decision` says why an
+    autonomous run stopped), else None.
+    """
+    import os
+
+    from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
+
+    cfg = agent.config
+    policy = None
+    if options is not None and getattr(options, "autonomous", False):
+        cont = getattr(options, "max_continuations", None)
+        policy = AutonomousPolicy(
+            max_continuations=None if cont in (None, -1) else cont,
+            max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
+            gates=list(getattr(options, "gate", None) or []), cwd=os.getcwd(),
+        )
+    scheduler = None
+    if agent.session.dir is not None:
+        scheduler = Scheduler(agent.session.dir / "scheduled-jobs.json")
+    install(agent, goals=GoalManager(agent.session), scheduler=scheduler, policy=policy)
+    agent.policy = policy
+    return policy
+
+
 def attach_all(agent: Any, options: Any = None) -> None:
     """Everything a CLI/worker/notebook session gets: compaction + long-running pieces."""
     attach_compaction(agent)

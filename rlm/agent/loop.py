@@ -84,6 +84,8 @@ class Agent:
         self._error_detail: str | None = None
         self._stop = threading.Event()
         self._interrupts = 0
+        self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self.policy: Any = None
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
             "final": self._on_final,
@@ -147,6 +149,20 @@ class Agent:
     def charge(self, usage: Usage, *, sub: bool = False) -> None:
         self.tokens_used += usage.total
         self.budget.charge(usage)
+
+    def steer(self, text: str, custom_type: str = "steer") -> None:
+        """Inject a message into active work (e.g. a heartbeat). Thread-safe; it reaches
+        the model before the next model call, never between a call and its results."""
+        self._steered.put((text, custom_type))
+
+    def _drain_steered(self) -> None:
+        while True:
+            try:
+                text, kind = self._steered.get_nowait()
+            except queue.Empty:
+                return
+            self.session.append(CustomEntry(custom_type=kind, data={"text": text},
+                                            display=True, content=text))
 
     # ------------------------------------------------------------- interrupts
     def interrupt(self) -> None:
@@ -229,6 +245,7 @@ class Agent:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
         yield TurnStarted(turn)
         self.turn_active = True
+        self._drain_steered()
         try:
             completion = yield from self._call_model()
             if completion is None:

@@ -322,19 +322,17 @@ class AgentRunner:
     """rlm.agent.Agent behind the runner interface, with goals and schedules attached."""
 
     def __init__(self, session_id: str, config: Any, home: Path | None = None):
-        from rlm.agent import Agent
-        from rlm.longrun import install
-        from rlm.session.store import SessionStore
+        from dataclasses import replace
 
-        self.session = SessionStore.open(session_id, home)
-        self.agent = Agent(self.session, config)
+        from rlm.agent.attach import attach_all
+        from rlm.agent.session_run import open_session_agent
+
+        if home is not None:
+            config = replace(config, home=home)
+        # the session's own model (its header) unless the config names one
+        self.agent, self.session = open_session_agent(session_id, config)
         self.agent.start()  # restores the kernel from its snapshot
-        with contextlib.suppress(ImportError):
-            from rlm.agent.attach import attach_compaction
-
-            attach_compaction(self.agent)
-        jobs = _paths(session_id, home)["jobs"]
-        install(self.agent, goals=GoalManager(self.session), scheduler=Scheduler(jobs))
+        attach_all(self.agent)  # compaction, goals, heartbeat/cron handlers: one wiring path
         self.steer = getattr(self.agent, "steer", None)
 
     def __call__(self, prompt: str) -> Iterator[Event]:
