@@ -104,3 +104,45 @@ def test_restart_is_refused_and_namespace_listing_works(kernel, tmp_path):
     text = "".join(c["text"] for t, c in msgs if t == "stream")
     assert "REFUSED cannot restart the notebook's own kernel" in text
     assert "NS dict True True" in text
+
+
+def test_import_notebook_runs_cells_and_records_them(kernel, tmp_path):
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+    src = tmp_path / "analysis.ipynb"
+    nbformat.write(new_notebook(cells=[
+        new_markdown_cell("# My analysis"),
+        new_code_cell("rows = [1, 2, 3]\nprint('loaded', len(rows))"),
+        new_code_cell("undefined_name"),
+        new_code_cell("doubled = [r * 2 for r in rows]\ndoubled"),
+    ]), src)
+    out = tmp_path / "exported.ipynb"
+    code = (
+        "from rlm.notebook.inprocess import InProcessExecutor\nfrom rlm.config import Config\n"
+        "from rlm.notebook.from_notebook import import_notebook, NotebookCellFailed\n"
+        "from rlm.notebook.export import export_session\n"
+        "from rlm.session.store import SessionStore\n"
+        f"ex3 = InProcessExecutor(get_ipython(), {str(tmp_path)!r}, Config())\n"
+        "s = SessionStore.in_memory(task='t')\n"
+        f"res = import_notebook({str(src)!r}, ex3, s)\n"
+        "print('STATUS', [r.status for r in res], doubled)\n"
+        "entry = s.branch()[-1]\nprint('CONTENT', entry.custom_type, repr(entry.content))\n"
+        "s2 = SessionStore.in_memory(task='t')\n"
+        f"try:\n    import_notebook({str(src)!r}, ex3, s2, strict=True)\n"
+        "except NotebookCellFailed as e:\n    print('STRICT', len(s2.branch()[-1].data['cells']), e)\n"
+        f"class _S:\n    header, dir = s.header, {str(tmp_path)!r}\n"
+        "    def branch(self, leaf=None):\n        return s.branch()\n"
+        f"export_session(_S(), {str(out)!r})\n"
+    )
+    text = "".join(c["text"] for t, c in run(kernel, code) if t == "stream")
+    assert "STATUS ['ok', 'error', 'ok'] [2, 4, 6]" in text
+    assert "CONTENT notebook_import" in text and "3 code cell(s), 1 failed" in text
+    assert "NameError" in text and "Namespace after the notebook:" in text
+    assert "STRICT 2 " in text and "cell 3 failed (error)" in text
+    nb = nbformat.read(out, as_version=4)
+    cells = [c for c in nb.cells if c.cell_type == "code"]
+    assert [c.source for c in cells][:1] == ["rows = [1, 2, 3]\nprint('loaded', len(rows))"]
+    assert cells[0].outputs[0].text == "loaded 3\n"
+    assert cells[1].outputs[0].ename == "NameError"
+    assert cells[2].outputs[0].data["text/plain"] == "[2, 4, 6]"

@@ -72,7 +72,8 @@ def export_session(store_or_path: Any, out_path: str | Path | None = None,
     Returns the path written (default: ./<session id>.ipynb).
     """
     store = _open_store(store_or_path)
-    nb = build_notebook(store.branch(leaf), store.header, Path(store.dir))
+    session_dir = Path(store.dir) if store.dir is not None else Path.cwd()  # in-memory store
+    nb = build_notebook(store.branch(leaf), store.header, session_dir)
     out = Path(out_path) if out_path else Path.cwd() / f"{store.header.id}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_private_atomic(out, nbformat.writes(nb).encode() + b"\n")
