@@ -54,7 +54,8 @@ def _bytes(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="rlm", description=__doc__.splitlines()[0] if __doc__ else None)
+    p = argparse.ArgumentParser(
+        prog="rlm", description="A data agent whose working memory is a live IPython kernel.")
     p.add_argument("--version", action="version", version=f"rlm {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
