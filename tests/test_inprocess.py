@@ -41,6 +41,8 @@ AGENT_CELLS = [
     "1 / 0",
     "import time\nwhile True:\n    time.sleep(0.01)",
     "def broken(:\n    pass",
+    "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+    "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()",
 ]
 
 
@@ -59,7 +61,7 @@ def test_outputs_reach_iopub_and_the_cell_result(kernel, tmp_path):
     msgs = run(kernel, driver)
     stdout = "".join(c["text"] for t, c in msgs if t == "stream" and c["name"] == "stdout")
     results = json.loads(stdout.split("RESULTS=", 1)[1])
-    r_print, r_display, r_err, r_loop, r_syntax = results
+    r_print, r_display, r_err, r_loop, r_syntax, r_plot = results
 
     # the user (IOPub, the magic cell's output area) saw everything ...
     assert "hello from the agent\n" in stdout
@@ -83,7 +85,12 @@ def test_outputs_reach_iopub_and_the_cell_result(kernel, tmp_path):
     assert "\x1b[" not in r_err["shaped"]
     assert r_loop["status"] == "timeout"
     assert r_syntax["status"] == "error" and r_syntax["outputs"][0]["ename"] == "SyntaxError"
-    assert [r["execution_count"] for r in results] == [1, 2, 3, 4, 5]
+    assert [r["execution_count"] for r in results] == [1, 2, 3, 4, 5, 6]
+    assert any("image/png" in c["data"] for t, c in seen if t == "display_data")  # user saw it
+    (img,) = [o for o in r_plot["outputs"] if o["kind"] == "display_data"]
+    assert "image/png" not in img["data"] and img["refs"]["image/png"].startswith("artifacts/")
+    assert (tmp_path / img["refs"]["image/png"]).read_bytes().startswith(b"\x89PNG")
+    assert "[image: artifacts/" in r_plot["shaped"]
 
     # the agent's variables live in the user's namespace; the hooks are restored
     after = run(kernel, "ip = get_ipython()\nprint(y, type(sys.stdout).__name__, "

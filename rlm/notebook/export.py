@@ -241,10 +241,9 @@ class _Builder:
     def _output(self, d: dict[str, Any], count: Any) -> nbformat.NotebookNode | None:
         kind = d.get("kind")
         if kind == "stream":
-            text = d.get("text") or ""
-            for path in (d.get("refs") or {}).values():
-                text = _read_artifact(self.session_dir, path, "text/plain") or text
-            return new_output("stream", name=d.get("name") or "stdout", text=text)
+            # an elided stream keeps its head, tail and the marker naming the full file:
+            # embedding a 100 MB print would make the notebook unusable
+            return new_output("stream", name=d.get("name") or "stdout", text=d.get("text") or "")
         if kind == "error":
             return new_output("error", ename=d.get("ename") or "Error",
                               evalue=d.get("evalue") or "", traceback=d.get("traceback") or [])

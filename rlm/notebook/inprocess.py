@@ -31,6 +31,7 @@ import os
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -58,49 +59,40 @@ class _Tee:
 
 
 class _Capture:
-    """Outputs of one cell, in the order they were published."""
+    """Feeds what the shell publishes, in order, to the Kernel's own `CellCollector`.
 
-    def __init__(self, on_output: OnOutput | None):
-        self.outputs: list[Output] = []
-        self.on_output = on_output
-        self.error: Output | None = None
+    The collector shapes the model's text and writes images and large payloads to
+    `artifacts/` exactly as for a separate kernel, so both executors give the same record.
+    """
+
+    def __init__(self, session_dir: Path, budget: int, on_output: OnOutput | None):
+        from rlm.kernel.execution import CellCollector
+
+        tag = f"inproc-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self.collector = CellCollector(session_dir, budget, tag, on_output)
+        self.error = False
         self.lock = threading.Lock()
 
-    def _add(self, out: Output) -> None:
-        self.outputs.append(out)
-        if self.on_output is not None:
-            try:
-                self.on_output(out)
-            except Exception:  # noqa: BLE001 - a broken renderer must not break the cell
-                pass
+    def _feed(self, msg_type: str, content: dict[str, Any]) -> None:
+        with self.lock:
+            self.collector.handle({"header": {"msg_type": msg_type}, "content": content})
 
     def stream(self, name: str, text: str) -> None:
-        with self.lock:
-            last = self.outputs[-1] if self.outputs else None
-            if last is not None and last.kind == "stream" and last.name == name:
-                last.text = (last.text or "") + text
-            else:
-                self._add(Output(kind="stream", name=name, text=text))
+        self._feed("stream", {"name": name, "text": text})
 
     def bundle(self, kind: str, data: dict[str, Any], metadata: dict[str, Any] | None) -> None:
-        with self.lock:
-            self._add(Output(kind=kind, data=_jsonable_bundle(data), metadata=dict(metadata or {})))
+        self._feed(kind, {"data": _jsonable_bundle(data), "metadata": dict(metadata or {})})
 
     def traceback(self, etype: Any, evalue: Any, stb: list[str]) -> None:
-        out = Output(kind="error", ename=getattr(etype, "__name__", str(etype)),
-                     evalue=str(evalue), traceback=list(stb))
-        with self.lock:
-            self.error = out
-            self._add(out)
+        self.error = True
+        self._feed("error", {"ename": getattr(etype, "__name__", str(etype)),
+                             "evalue": str(evalue), "traceback": list(stb)})
 
 
 def _jsonable_bundle(data: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for mime, value in data.items():
-        if isinstance(value, bytes):
-            value = base64.b64encode(value).decode("ascii")
-        out[mime] = value
-    return out
+    """Bytes payloads (PNG from some formatters) as base64 text, as the wire carries them."""
+    return {mime: base64.b64encode(v).decode("ascii") if isinstance(v, bytes) else v
+            for mime, v in data.items()}
 
 
 class InProcessExecutor:
@@ -166,7 +158,8 @@ class InProcessExecutor:
         """Run `code` in the user's namespace; outputs go to the notebook and the result."""
         if threading.current_thread() is not threading.main_thread():
             raise KernelError("InProcessExecutor.execute must run on the kernel's main thread")
-        cap = _Capture(on_output)
+        timeout = self.config.cell_timeout if timeout is None else timeout
+        cap = _Capture(self.session_dir, self.config.output_budget_chars, on_output)
         self._count += 1
         started = time.monotonic()
         timer = self._arm_timer(timeout)
@@ -184,7 +177,13 @@ class InProcessExecutor:
         status = self._status(result, cap)
         if status == "interrupted":
             self._notify_interrupt()
-        return self._finish(status, cap.outputs, time.monotonic() - started)
+        res = CellResult(status=status, execution_count=self._count)
+        res.shaped, res.full_output_path, res.chars_total, res.elided_chars = cap.collector.finish()
+        res.outputs = cap.collector.outputs
+        res.duration_s = round(time.monotonic() - started, 4)
+        if status == "timeout":
+            res.shaped += f"\n[the cell ran past its {timeout} s timeout and was interrupted]"
+        return res
 
     def _arm_timer(self, timeout: float | None) -> threading.Timer | None:
         self._timed_out = False
@@ -244,7 +243,7 @@ class InProcessExecutor:
         if isinstance(err, KeyboardInterrupt):
             return "interrupted"
         if err is not None:
-            if cap.error is None:  # not shown through _showtraceback (e.g. a custom handler)
+            if not cap.error:  # not shown through _showtraceback (e.g. a custom handler)
                 cap.traceback(type(err), err, [f"{type(err).__name__}: {err}"])
             return "error"
         return "ok"
@@ -258,42 +257,9 @@ class InProcessExecutor:
         finally:
             self._in_callback = False
 
-    def _finish(self, status: str, outputs: list[Output], duration: float) -> CellResult:
-        res = CellResult(status=status, outputs=outputs, execution_count=self._count,
-                         duration_s=round(duration, 4))
-        return shape_result(res, self.session_dir, self.config)
-
 
 def _restore_attr(obj: Any, name: str, saved: Any) -> None:
     if saved is None:
         obj.__dict__.pop(name, None)
     else:
         setattr(obj, name, saved)
-
-
-def shape_result(res: CellResult, session_dir: Path, config: Config) -> CellResult:
-    """Fill `shaped` with the kernel's pure shaper (rlm.kernel.shaping.shape).
-
-    The text fed to it mirrors what the model sees from a Kernel cell: streams, the
-    text/plain of results and displays (a placeholder for rich-only output), tracebacks.
-    TODO(kernel): use the Kernel's own output-to-text collector once it is exposed as a
-    pure function, so both executors give byte-identical `shaped` text.
-    """
-    from rlm.kernel.shaping import shape
-
-    parts: list[str] = []
-    for out in res.outputs:
-        if out.kind == "stream":
-            parts.append(out.text or "")
-        elif out.kind == "error":
-            parts.append("\n".join(out.traceback or [f"{out.ename}: {out.evalue}"]) + "\n")
-        else:
-            data = out.data or {}
-            text = data.get("text/plain")
-            if text is None:
-                text = f"[{', '.join(sorted(data)) or 'empty output'}]"
-            parts.append(str(text) + "\n")
-    text = "".join(parts)
-    res.chars_total = len(text)
-    res.shaped, res.elided_chars = shape(text, config.output_budget_chars)
-    return res
