@@ -26,6 +26,7 @@ Speed: the branch root->leaf is kept incrementally, and `messages()` keeps one i
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 from collections.abc import Iterator
@@ -153,8 +154,16 @@ class SessionStore:
     ) -> SessionStore:
         """Load a session by id (or unique id prefix), directory or file path."""
         path = resolve_session_path(id_or_path, home)
-        records, cut = _read_records(path)
-        store = cls._from_records(path, records)
+        # Bulk load: hundreds of thousands of new containers would trigger repeated full
+        # garbage collections (they cost more than the parsing); nothing here makes cycles.
+        gc_was_on = gc.isenabled()
+        gc.disable()
+        try:
+            records, cut = _read_records(path)
+            store = cls._from_records(path, records)
+        finally:
+            if gc_was_on:
+                gc.enable()
         if not readonly:
             if cut is not None:
                 store.recovered = _move_torn_tail(path, cut)
