@@ -4,51 +4,22 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 
 import nbformat
 import pytest
-from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
+from rlm.config import Config
+from rlm.kernel.kernel import Kernel
 from rlm.kernel.types import CellResult, Output
 from rlm.notebook.export import build_notebook, export_session, redact_text, secret_values
 from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry, SessionHeader
+from rlm.session.store import SessionStore
 
 pytestmark = pytest.mark.timeout(120)
 
 MPL_ENV = {"MPLBACKEND": "module://matplotlib_inline.backend_inline"}
-
-
-def _execute(kc, code: str, session_dir: Path) -> dict:
-    """Run `code` and turn its IOPub messages into a CellResult dict (images -> artifacts)."""
-    msg_id = kc.execute(code, store_history=True)
-    outputs: list[Output] = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=30)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        kind, c = msg["msg_type"], msg["content"]
-        if kind == "status" and c["execution_state"] == "idle":
-            break
-        if kind == "stream":
-            outputs.append(Output(kind="stream", name=c["name"], text=c["text"]))
-        elif kind in ("execute_result", "display_data"):
-            data, refs = dict(c["data"]), {}
-            if "image/png" in data:
-                rel = f"artifacts/img{len(list(session_dir.glob('artifacts/*')))}.png"
-                (session_dir / "artifacts").mkdir(exist_ok=True)
-                (session_dir / rel).write_bytes(base64.b64decode(data.pop("image/png")))
-                refs["image/png"] = rel
-            outputs.append(Output(kind=kind, data=data, metadata=c["metadata"], refs=refs or None))
-        elif kind == "error":
-            outputs.append(Output(kind="error", ename=c["ename"], evalue=c["evalue"],
-                                  traceback=c["traceback"]))
-    reply = kc.get_shell_msg(timeout=30)["content"]
-    status = "ok" if reply["status"] == "ok" else "error"
-    return CellResult(status=status, outputs=outputs, execution_count=reply["execution_count"],
-                      shaped="(shaped)").to_dict()
 
 
 class _Store:
@@ -91,29 +62,26 @@ CELLS = [
 
 @pytest.fixture(scope="module")
 def scripted(tmp_path_factory):
-    """A session of real cell results, with a compaction, and the dir holding its artifacts."""
-    sdir = tmp_path_factory.mktemp("session")
-    km, kc = start_new_kernel(kernel_name="python3", env={**os.environ, **MPL_ENV})
-    try:
-        kc.execute_interactive("def final(v):\n    return v", store_history=False, timeout=30)
-        results = [_execute(kc, code, sdir) for _, code in CELLS]
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
-    header = SessionHeader(model="script:replies.json", task="Sum and plot some numbers")
-    entries = [MessageEntry(message={"role": "user", "content": header.task})]
+    """A real on-disk session of real cell results (rlm.kernel.Kernel), with a compaction."""
+    home = tmp_path_factory.mktemp("home")
+    store = SessionStore.create(home, model="script:replies.json", task="Sum and plot some numbers")
+    config = Config(home=home, cell_timeout=60)
+    with Kernel(store.dir, config, bridge_handler=lambda method, params: {"ok": True}) as k:
+        results = [k.execute(code).to_dict() for _, code in CELLS]
+    store.append(MessageEntry(message={"role": "user", "content": store.header.task}))
     for i, ((prose, code), res) in enumerate(zip(CELLS, results, strict=True)):
-        entries += [_assistant(prose, code, f"call_{i}"), _tool(f"call_{i}", res)]
+        store.append(_assistant(prose, code, f"call_{i}"))
+        store.append(_tool(f"call_{i}", res))
         if i == 1:
-            entries.append(CompactionEntry(summary="Built `data`, summed it into `total`.",
-                                           tokens_before=48312, trigger="threshold"))
-    entries.append(CustomEntry(custom_type="final", data={"answer": "14", "source": "final"}))
-    return _Store(header, _chain(entries), sdir), results
+            store.append(CompactionEntry(summary="Built `data`, summed it into `total`.",
+                                         tokens_before=48312, trigger="threshold"))
+    store.append(CustomEntry(custom_type="final", data={"answer": "14", "source": "final"}))
+    return store, results
 
 
 def test_export_is_valid_and_faithful(scripted, tmp_path):
     store, results = scripted
-    path = export_session(store, tmp_path / "out.ipynb")
+    path = export_session(store.path, tmp_path / "out.ipynb")  # through SessionStore.open
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert nb.metadata.rlm == {"session_id": store.header.id, "model": "script:replies.json",
@@ -141,7 +109,7 @@ def test_export_is_valid_and_faithful(scripted, tmp_path):
 
 def test_exported_notebook_reruns_in_fresh_kernel(scripted, monkeypatch):
     store, _ = scripted
-    nb = build_notebook(store.branch(), store.header, store.dir)
+    nb = build_notebook(store.branch(), store.header, Path(store.dir))
     for k, v in MPL_ENV.items():
         monkeypatch.setenv(k, v)
     NotebookClient(nb, timeout=60, kernel_name="python3").execute()
