@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -231,3 +232,21 @@ def test_unload_removes_bridge_hook_and_names_then_reload_works(kernel):
         kernel.execute("import kernel_ext.bridge as b\nb.request('ping', {'n': 1})").shaped
         == "{'n': 1}\n"
     )
+
+
+def test_listing_while_a_cell_runs_past_the_timeout_is_kernel_busy(kernel):
+    from rlm.errors import KernelBusy
+
+    results = []
+    runner = threading.Thread(
+        target=lambda: results.append(kernel.execute("import time\ntime.sleep(2)\n'done'"))
+    )
+    runner.start()
+    try:
+        time.sleep(0.3)
+        with pytest.raises(KernelBusy):
+            kernel.list_namespace(timeout=0.5)
+    finally:
+        runner.join()
+    assert results[0].shaped == "'done'\n"
+    assert "names" in kernel.list_namespace()

@@ -53,10 +53,10 @@ class BridgeDispatcher:
         try:
             req_id, method, params = wire.parse_request(data)
         except wire.WireError as e:
-            req_id = data.get("id") if isinstance(data, dict) else None
-            if isinstance(req_id, str) and 0 < len(req_id) <= wire.MAX_ID_LEN:
+            bad_id = data.get("id") if isinstance(data, dict) else None
+            if isinstance(bad_id, str) and 0 < len(bad_id) <= wire.MAX_ID_LEN:
                 send_reply(
-                    comm_id, wire.make_reply(req_id, False, error=f"bad bridge request: {e}")
+                    comm_id, wire.make_reply(bad_id, False, error=f"bad bridge request: {e}")
                 )
             return True
         self._get_pool().submit(self._answer, comm_id, req_id, method, params, send_reply)
