@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import nbformat
 import pytest
 from jupyter_client.manager import start_new_kernel
+from nbclient import NotebookClient
 
 from rlm.notebook.export import export_session
 
@@ -98,3 +100,16 @@ def test_load_and_unload_extension(kernel):
 def test_state_without_session(kernel):
     _, rich = _texts(run(kernel, "%load_ext rlm\n%rlm_state"))
     assert "No %%rlm session yet" in rich
+
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_example_notebooks_execute(path):
+    """CI runs every example notebook top to bottom (scripted models; RLM_HOME is tmp)."""
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=120, kernel_name="python3",
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    assert not errors
