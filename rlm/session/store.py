@@ -413,7 +413,7 @@ def _build_slow(path: Path, line_no: int, d: dict[str, Any]) -> Entry:
 
 
 _DECODER = json.JSONDecoder()
-_SCAN = _DECODER.scan_once
+_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def _parse_line(raw: str) -> Any:
