@@ -1,0 +1,119 @@
+"""Invariants the soak parent checks on disk after every fault and every host exit.
+
+Each check returns a list of violations (dicts with a "kind"); an empty list is a pass.
+They read files only (the session is opened read-only), so they are safe while a host is
+still writing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from bench.soak_plan import HEARTBEAT_S
+
+
+def raw_entries(path: Path) -> list[dict[str, Any]]:
+    """Every complete line (a torn tail without its newline is not an entry)."""
+    data = path.read_bytes()
+    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+    out = []
+    for raw in lines:
+        try:
+            out.append(json.loads(raw))
+        except ValueError:
+            out.append({"type": "<unparsable>"})
+    return out
+
+
+def check_session(path: Path, acked: set[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """The file loads; every acknowledged id is there exactly once; parents exist."""
+    from rlm.errors import RlmError
+    from rlm.session.store import SessionStore
+
+    bad: list[dict[str, Any]] = []
+    try:
+        SessionStore.open(path, readonly=True)
+    except RlmError as e:
+        bad.append({"kind": "session_load", "error": str(e)[:300]})
+    entries = raw_entries(path)
+    counts = Counter(e.get("id") for e in entries[1:])
+    seen: set[str] = set()
+    for n, e in enumerate(entries[1:], start=2):
+        parent = e.get("parent_id")
+        if parent is not None and parent not in seen:
+            bad.append({"kind": "tree_parent_missing", "line": n, "parent_id": parent})
+        seen.add(e.get("id"))
+    lost = sorted(a for a in acked if counts.get(a, 0) == 0)
+    dups = sorted(i for i, c in counts.items() if c > 1)
+    if lost:
+        bad.append({"kind": "entries_lost", "ids": lost[:20], "count": len(lost)})
+    if dups:
+        bad.append({"kind": "entries_duplicated", "ids": dups[:20], "count": len(dups)})
+    return bad, {"entries": len(entries) - 1, "lost": len(lost), "duplicates": len(dups)}
+
+
+def check_ticks(path: Path, jobs_path: Path, delivered: list[str]) -> list[dict[str, Any]]:
+    """No tick delivered twice; missed instants coalesced (counts add up), never replayed."""
+    bad: list[dict[str, Any]] = []
+    twice = sorted(t for t, c in Counter(delivered).items() if c > 1)
+    logged = [e.get("data", {}).get("tick_id") for e in raw_entries(path)
+              if e.get("custom_type") in ("heartbeat_prompt", "cron_prompt")]
+    twice_log = sorted(t for t, c in Counter(logged).items() if c > 1)
+    if twice or twice_log:
+        bad.append({"kind": "tick_delivered_twice", "reported": twice, "in_log": twice_log})
+    if not jobs_path.exists():
+        return bad
+    state = json.loads(jobs_path.read_text())
+    for job in state["jobs"]:
+        ds = sorted((d for d in state["dispatches"] if d["job_id"] == job["id"]),
+                    key=lambda d: d["claimed_at"])
+        ids = [d["tick_id"] for d in ds]
+        if len(set(ids)) != len(ids):
+            bad.append({"kind": "tick_claimed_twice", "job": job["id"]})
+        prev_claim = None
+        for d in ds:
+            if d["scheduled_for"] > d["claimed_at"] or (
+                    prev_claim is not None and d["scheduled_for"] <= prev_claim):
+                bad.append({"kind": "tick_replayed", "job": job["id"], "tick": d["tick_id"]})
+            if job["kind"] == "heartbeat":
+                want = int((d["claimed_at"] - d["scheduled_for"]) // HEARTBEAT_S) + 1
+                if d["count_coalesced"] != want:
+                    bad.append({"kind": "tick_not_coalesced", "tick": d["tick_id"],
+                                "count": d["count_coalesced"], "want": want})
+            prev_claim = d["claimed_at"]
+        if job["kind"] == "heartbeat" and job["last_run_at"] is not None:
+            covered = int((job["last_run_at"] - job["anchor"]) // HEARTBEAT_S)
+            if job["ticks_total"] != covered:
+                bad.append({"kind": "tick_accounting", "job": job["id"],
+                            "ticks_total": job["ticks_total"], "instants": covered})
+    return bad
+
+
+def check_goal(path: Path) -> list[dict[str, Any]]:
+    """The goal stays active; tokens, time and continuations never go down."""
+    bad: list[dict[str, Any]] = []
+    prev: dict[str, Any] | None = None
+    for e in raw_entries(path):
+        if e.get("custom_type") != "thread_goal_state":
+            continue
+        goal = (e.get("data") or {}).get("goal")
+        if not goal or goal.get("status") != "active":
+            bad.append({"kind": "goal_not_active", "entry": e.get("id"),
+                        "status": goal and goal.get("status")})
+            continue
+        if prev is not None:
+            for key in ("tokens_used", "time_used_s", "continuations"):
+                if goal[key] < prev[key]:
+                    bad.append({"kind": "goal_accounting_decreased", "field": key,
+                                "entry": e.get("id"), "before": prev[key], "after": goal[key]})
+        prev = goal
+    if prev is None:
+        bad.append({"kind": "goal_missing"})
+    return bad
+
+
+def count_compactions(path: Path) -> int:
+    return sum(1 for e in raw_entries(path) if e.get("type") == "compaction")

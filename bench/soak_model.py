@@ -1,0 +1,157 @@
+"""The soak run's deterministic "model": it follows the harness's plan, never the prompt.
+
+`PlanLLM.complete` pops the next planned action and answers with the cell (a native
+`python` tool call) the harness chose for it from its ledger, or raises the planned model
+error. `Summarizer` answers compaction's summary calls (wired as the compaction model).
+Both implement the `rlm.llm.types.LLM` protocol.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from bench.soak_plan import define_value, padding
+from rlm.errors import ContextOverflow, RateLimited
+from rlm.llm.types import Completion, ToolCall, Usage
+
+HUNDRED_MB = "for _ in range(100):\n    print('y' * (1 << 20))"
+C_HANG = "sum(range(10**11))"
+MEMORY_HOG = "mem_hog = bytearray(8 * 2**30)"
+
+
+def _usage(messages: list[dict[str, Any]], out: str) -> Usage:
+    return Usage(input_tokens=len(json.dumps(messages, default=str)) // 4,
+                 output_tokens=max(1, len(out) // 4))
+
+
+def cell_for(action: dict[str, Any], seed: int, ledger: dict[str, dict[str, Any]]
+             ) -> tuple[str, dict[str, Any]]:
+    """The code for `action` and what the harness expects of it (`expect`)."""
+    kind, i = action["kind"], action["i"]
+    rng = random.Random(seed * 7_919 + i)
+    live = sorted(n for n, r in ledger.items() if r["restorable"])
+    if kind in ("read", "mutate") and not live:
+        kind = "define"
+    if kind == "read":
+        name = rng.choice(live)
+        code = f"print('READ', __import__('json').dumps({ledger[name]['check']}, sort_keys=True, default=repr))"
+        return code, {"status": "ok", "read": name}
+    if kind == "mutate":
+        lists = [n for n in live if ledger[n].get("shape") in ("list", "dict")]
+        if not lists:
+            return cell_for({"kind": "define", "i": i}, seed, ledger)
+        name, k = rng.choice(lists), rng.randrange(1000)
+        value = ledger[name]["expected"]
+        if isinstance(value, list):
+            code, new = f"{name}.append({k})", [*value, k]
+        else:
+            code, new = f"{name}['m{i}'] = {k}", {**value, f"m{i}": k}
+        return code + "\n" + padding(i), {"status": "ok", "commit": {name: {**ledger[name], "expected": new}}}
+    if kind in ("define", "host_append", "host_compact", "host_tick"):
+        d = define_value(seed, i)
+        return d["code"] + "\n" + padding(i), {"status": "ok", "commit": {d["name"]: d["record"]}}
+    return _fault_cell(kind, i)
+
+
+def _fault_cell(kind: str, i: int) -> tuple[str, dict[str, Any]]:
+    if kind == "final":
+        return f"final('checkpoint {i}')", {"status": "ok"}
+    if kind == "exit":
+        return "import os\nos._exit(7)", {"status": "died", "restart": True}
+    if kind == "sigkill":
+        return "import time\ntime.sleep(20)", {"status": "died", "restart": True, "sigkill_after": 0.7}
+    if kind == "snap_crash":
+        code = ("import os\nos.environ['RLM_SNAPSHOT_CRASH_AFTER_FILES'] = '1'\n"
+                f"crash{i} = list(range(5000))")
+        return code, {"status": "died", "restart": True}
+    if kind == "snap_kill":
+        code = f"import numpy as np\nbig = np.random.default_rng({i}).integers(0, 1 << 62, size=16_000_000)"
+        return code, {"status": "died", "restart": True, "kill_in_snapshot": True}
+    if kind == "print100mb":
+        return HUNDRED_MB, {"status": "ok", "elided": True}
+    if kind == "c_hang":
+        return C_HANG, {"status": "timeout", "restart": True, "cell_timeout": 2.0}
+    if kind == "memory_error":
+        return MEMORY_HOG, {"status": "error", "contains": "MemoryError", "same_pid": True}
+    if kind == "unpicklable":
+        code = f"import socket\nsock{i} = socket.socket()\ngen{i} = (x for x in range(5))"
+        return code, {"status": "ok", "fragile": [f"sock{i}", f"gen{i}"]}
+    if kind == "broken_code":
+        return "def broken(:\n    pass", {"status": "error", "contains": "SyntaxError"}
+    if kind == "host_turn":
+        return "import time\ntime.sleep(6)\nprint('slow cell done')", {"status": "ok", "host_kill": 0.8}
+    return f"print('filler {i}')", {"status": "ok"}
+
+
+class PlanLLM:
+    """Answers each completion with the next planned action (see `cell_for`)."""
+
+    spec = "soak-plan"
+    native_tools = True
+
+    def __init__(self, seed: int, ledger_fn: Callable[[], dict[str, dict[str, Any]]],
+                 on_action: Callable[[dict[str, Any] | None, dict[str, Any]], None]):
+        self.seed = seed
+        self.queue: deque[dict[str, Any]] = deque()
+        self.ledger_fn = ledger_fn
+        self.on_action = on_action  # (action or None for filler, expect) before it is answered
+        self.calls = 0
+
+    def context_window(self) -> int | None:
+        return None
+
+    def complete(self, messages: list[dict[str, Any]], *, tools: Any = None, on_text: Any = None,
+                 temperature: Any = None, max_tokens: Any = None) -> Completion:
+        self.calls += 1
+        action = self.queue.popleft() if self.queue else None
+        kind = action["kind"] if action else "filler"
+        if kind == "rate_limit":
+            self.on_action(action, {"model_error": "rate_limit"})
+            raise RateLimited("soak: rate limited by the provider (planned fault; retries ran out)")
+        if kind == "overflow":
+            self.on_action(action, {"model_error": "overflow"})
+            raise ContextOverflow("soak: prompt is too long (planned fault)")
+        if kind == "no_code":
+            self.on_action(action, {"no_code": True})
+            text = "Nothing to run at this step; the state is as it was."
+            return Completion(text, usage=_usage(messages, text), model=self.spec)
+        if action is None:
+            code, expect = f"print('filler {self.calls}')", {"status": "ok"}
+        else:
+            code, expect = cell_for(action, self.seed, self.ledger_fn())
+        self.on_action(action, expect)
+        call = ToolCall(id=f"call_{self.calls}_{kind}", name="python", arguments={"code": code})
+        return Completion("", [call], usage=_usage(messages, code), model=self.spec)
+
+
+class Summarizer:
+    """The compaction model: a short deterministic summary; may be told to stall (a host
+    kill mid-compaction is then timed into this call)."""
+
+    spec = "soak-summarizer"
+    native_tools = True
+
+    def __init__(self, names_fn: Callable[[], list[str]]):
+        self.names_fn = names_fn
+        self.calls = 0
+        self.on_call: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+
+    def context_window(self) -> int | None:
+        return None
+
+    def complete(self, messages: list[dict[str, Any]], **kw: Any) -> Completion:
+        with self._lock:
+            self.calls += 1
+            n, hook = self.calls, self.on_call
+        if hook is not None:
+            hook()
+        names = self.names_fn()
+        text = (f"## Goal\nSoak run, summary {n}.\n## Progress\nDefined {len(names)} names in "
+                f"the kernel: {', '.join(names[-30:])}.\n## Next\nKeep following the plan.")
+        return Completion(text, usage=_usage(messages, text), model=self.spec)
