@@ -46,9 +46,10 @@ def _compute_ignored() -> tuple[str, ...]:
         if v:
             prefixes.add(os.path.abspath(v).rstrip(os.sep) + os.sep)
     sess = os.environ.get("RLM_SESSION_DIR")
-    if sess:
-        for sub in ("runtime", "snapshot"):
-            prefixes.add(os.path.join(os.path.abspath(sess), sub) + os.sep)
+    if sess:  # the host's own files (log, snapshot, runtime, artifacts, context.json)
+        prefixes.add(os.path.abspath(sess).rstrip(os.sep) + os.sep)
+    # this package's own source (an editable install lives outside site-packages)
+    prefixes.add(os.path.dirname(os.path.abspath(__file__)) + os.sep)
     try:
         from jupyter_core.paths import jupyter_runtime_dir
 
@@ -72,7 +73,8 @@ def _record(target: set[str], path: Any) -> None:
         return
     if p[0] != "/":
         p = os.path.abspath(p)
-    if p.startswith(_ignored_prefixes):
+    # a directory opened for fsync is the prefix itself, without the trailing separator
+    if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p:
         return
     target.add(p)
 

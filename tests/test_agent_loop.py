@@ -205,14 +205,28 @@ def test_token_budget_bounds_the_tree(_isolated_home):
 def test_compact_run_from_a_cell_is_deferred_to_turn_end(_isolated_home):
     agent, session, llm = make_agent(_isolated_home, [
         call("x = 41\nprint(compact.run('keep x'))"),
-        "# Summary\nx holds 41",  # the summarizer's reply, at the end of the turn
+        "## Goal\nx holds 41",  # the summarizer's reply, at the end of the turn
         call("final(str(x + 1))"),
-    ], context_window=100_000)
+    ], context_window=100_000, keep_recent_tokens=20)
     attach_all(agent)
     with agent:
         events = run(agent, "compact please")
+        pid = agent.executor.pid
+        assert agent.executor.execute("print(x)").shaped.strip() == "41"
+        assert agent.executor.pid == pid  # compaction never touches the kernel
     assert events[-1].final == "42"
-    kinds = [e.type for e in SessionStore.open(session.path).branch()]
-    # the compaction comes after the tool result of the cell that asked for it
-    assert kinds.index("compaction") > kinds.index("message")
-    assert "scheduled" in tool_texts(llm.calls[1])[0] if len(llm.calls) > 2 else True
+    # the cell was told the request was scheduled, not run on the spot
+    assert "'scheduled': True" in tool_texts(llm.calls[2])[0]
+    branch = SessionStore.open(session.path).branch()
+    kinds = [(e.type, getattr(e, "custom_type", None)) for e in branch]
+    comp = next(e for e in branch if e.type == "compaction")
+    assert comp.trigger == "requested" and comp.instructions == "keep x"
+    # it ran when the turn that asked for it ended: right after that turn's tool result
+    assert kinds.index(("compaction", None)) == 3
+    assert kinds[4] == ("custom", "ipython_state")
+    # the summarizer got the instructions; the next model call starts with the summary
+    assert "keep x" in json.dumps(llm.calls[1])
+    after = llm.calls[2]
+    assert "x holds 41" in after[1]["content"]
+    assert any(m["role"] == "user" and "<ipython_state>" in m["content"] and "x" in m["content"]
+               for m in after)
