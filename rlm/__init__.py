@@ -15,3 +15,4 @@ def unload_ipython_extension(ip):  # type: ignore[no-untyped-def]
     from rlm.notebook.magic import unload
 
     unload(ip)
+    ip.extension_manager.unload_extension("kernel_ext")

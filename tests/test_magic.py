@@ -93,8 +93,8 @@ def test_load_and_unload_extension(kernel):
     msgs = run(kernel, "%load_ext rlm\nip = get_ipython()\n"
                        "print('rlm' in ip.magics_manager.magics['cell'], "
                        "'rlm_state' in ip.magics_manager.magics['line'], 'final' in ip.user_ns)\n"
-                       "%unload_ext rlm\nprint('rlm' in ip.magics_manager.magics['cell'])")
-    assert _texts(msgs)[0] == "True True True\nFalse\n"
+                       "%unload_ext rlm\nprint('rlm' in ip.magics_manager.magics['cell'], 'final' in ip.user_ns)")
+    assert _texts(msgs)[0] == "True True True\nFalse False\n"
 
 
 def test_state_without_session(kernel):
