@@ -255,15 +255,12 @@ class Agent:
             self.turn_active = False
 
     def _call_model(self) -> Iterator[Event]:
-        from rlm.session.context import build_messages
-
         native = getattr(self.llm, "native_tools", True)
         for attempt in range(2):
-            messages = build_messages(
-                self.session.branch(),
-                system_prompt=system_prompt(self.config, native_tools=native),
-                native_tools=native,
-            )
+            # incremental projection kept by the store: O(new entries) per turn
+            # (copied per message: the store's cache must not see provider-side mutation)
+            messages = [_copy_message(m) for m in self.session.messages(
+                system_prompt=system_prompt(self.config, native_tools=native), native_tools=native)]
             try:
                 completion = yield from self._in_thread(
                     lambda emit, messages=messages: self.llm.complete(
@@ -339,7 +336,16 @@ class Agent:
 
     # -------------------------------------------------------------------- cells
     def _run_cell(self, call: ToolCall, index: int) -> Iterator[Event]:
-        code = str(call.arguments.get("code", ""))
+        code = call.arguments.get("code")
+        if not isinstance(code, str):
+            # a garbled tool call is the model's mistake: tell it, run nothing
+            raw = call.arguments.get("_invalid_arguments", call.arguments)
+            why = (f"Your python tool call could not be run: its arguments must be JSON "
+                   f'{{"code": "<python source>"}}; got {str(raw)[:300]!r}.')
+            self._record_skipped(call, why, status="error")
+            yield CellFinished("", "error", why, 0.0, None)
+            return
+        yield CellStarted(code, index)
         yield CellStarted(code, index)
         pre_notice = ""
         if hasattr(self.executor, "is_alive") and not self.executor.is_alive():
@@ -365,10 +371,10 @@ class Agent:
         return (yield from self._in_thread(
             lambda emit: self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)))
 
-    def _record_skipped(self, call: ToolCall, why: str) -> None:
+    def _record_skipped(self, call: ToolCall, why: str, status: str = "interrupted") -> None:
         self.session.append(MessageEntry(
             message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": why},
-            cell=CellResult(status="interrupted", shaped=why).to_dict()))
+            cell=CellResult(status=status, shaped=why).to_dict()))
 
     # ------------------------------------------------------------------ helpers
     def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any]) -> Iterator[Event]:
@@ -396,6 +402,14 @@ class Agent:
                 return value
             else:
                 raise value
+
+
+def _copy_message(m: dict[str, Any]) -> dict[str, Any]:
+    out = dict(m)
+    if "tool_calls" in out:
+        out["tool_calls"] = [{**tc, "function": dict(tc.get("function") or {})}
+                             for tc in out["tool_calls"]]
+    return out
 
 
 def run_task(

@@ -69,7 +69,8 @@ class Recursion:
             raise RlmError(f"llm_query prompt is {len(prompt)} chars; slice it below {MAX_PROMPT_CHARS}")
         self.agent.budget.check("llm_query")
         llm = self._llm(params.get("model"))
-        c = llm.complete([{"role": "user", "content": prompt}], temperature=self.agent.config.temperature)
+        c = llm.complete([{"role": "user", "content": prompt}], tools=[],
+                         temperature=self.agent.config.temperature)
         self.agent.charge(c.usage, sub=True)
         return c.content
 

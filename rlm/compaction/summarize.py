@@ -55,7 +55,7 @@ def call_summarizer(llm: LLM, prompt: str, max_tokens: int) -> str:
         {"role": "system", "content": load_prompt("system")},
         {"role": "user", "content": prompt},
     ]
-    return llm.complete(messages, max_tokens=max_tokens).content.strip()
+    return llm.complete(messages, tools=[], max_tokens=max_tokens).content.strip()
 
 
 def summarize(
