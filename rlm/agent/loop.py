@@ -165,6 +165,11 @@ class Agent:
                                             display=True, content=text))
 
     # ------------------------------------------------------------- interrupts
+    def stop(self) -> None:
+        """End the run now: interrupt the running cell and stop after it (the stop button)."""
+        self._stop.set()
+        self.interrupt()
+
     def interrupt(self) -> None:
         """Ctrl-C: once interrupts the running cell, twice ends the turn."""
         self._interrupts += 1

@@ -11,7 +11,7 @@ from typing import Any
 
 from rlm.cli.render import Renderer, print_json
 from rlm.config import Config, load_config
-from rlm.errors import ConfigError, SessionError
+from rlm.errors import SessionError
 
 _CONFIG_FLAGS = (
     "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
@@ -134,26 +134,27 @@ def _load(agent: Any, paths: list[Path]) -> None:
 
 
 # ---------------------------------------------------------------- inspecting
-def _open(session_id: str) -> Any:
+def _open(session_id: str, *, readonly: bool = False) -> Any:
     from rlm.session.store import SessionStore
 
-    return SessionStore.open(session_id, load_config().home)
+    try:
+        return SessionStore.open(session_id, load_config().home, readonly=readonly)
+    except FileNotFoundError as e:
+        raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
 
 
 def cmd_sessions(args: argparse.Namespace) -> int:
     from rlm.session.store import list_sessions
 
-    rows = []
-    for s in list_sessions(load_config().home):
-        rows.append({"id": s.id, "path": str(s.path), "model": s.header.model,
-                     "task": s.header.task, "created": s.header.timestamp,
-                     "entries": len(s.entries)})
+    rows = [{"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
+             "created": s.created, "parent_session": s.parent_session}
+            for s in list_sessions(load_config().home)]
     if args.json:
         print_json(rows)
         return 0
     for r in rows:
         task = (r["task"] or "").replace("\n", " ")[:60]
-        print(f"{r['id']}  {r['created'][:19]}  {r['entries']:>5} entries  {r['model']:<24} {task}")
+        print(f"{r['id']}  {r['created'][:19]}  {r['model']:<28} {task}")
     if not rows:
         print("no sessions yet: rlm run \"your task\"")
     return 0
@@ -180,7 +181,7 @@ def _entry_text(e: Any) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    s = _open(args.session)
+    s = _open(args.session, readonly=True)
     branch = s.branch()
     if args.json:
         print_json([e.to_dict() for e in branch])
@@ -194,7 +195,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    s = _open(args.session)
+    s = _open(args.session, readonly=True)
     children: dict[str | None, list[Any]] = {}
     for e in s.entries:
         children.setdefault(e.parent_id, []).append(e)
@@ -219,7 +220,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 def cmd_state(args: argparse.Namespace) -> int:
     from rlm.kernel.state import session_state
 
-    s = _open(args.session)
+    s = _open(args.session, readonly=True)
     state = session_state(s.dir)
     if args.json:
         print_json(state)
@@ -236,7 +237,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from rlm.notebook.export import export_session
 
-    s = _open(args.session)
+    s = _open(args.session, readonly=True)
     out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch)
     print(out)
     return 0
@@ -256,9 +257,4 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 
 def require_session(session_id: str) -> Any:
-    try:
-        return _open(session_id)
-    except SessionError:
-        raise
-    except FileNotFoundError as e:
-        raise ConfigError(f"no session {session_id!r}: see `rlm sessions`") from e
+    return _open(session_id)

@@ -25,7 +25,7 @@ from rlm.config import Config
 from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
-from rlm.paths import PRIVATE_FILE, private_dir
+from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
 
 _SECRET_ENV = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.IGNORECASE)
 _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
@@ -114,6 +114,9 @@ class KernelRuntime:
                 ) from e
         os.chmod(self.km.connection_file, PRIVATE_FILE)
         self.proc: subprocess.Popen[bytes] = self.km.provisioner.process  # type: ignore[union-attr]
+        # `rlm state` finds the live kernel through this: "<pid>\n<connection file>\n"
+        self._pid_file = runtime_dir / "kernel.pid"
+        write_private_atomic(self._pid_file, f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
         self.session = self.km.session
         self.shell = self.km.connect_shell()
         self.iopub = self.km.connect_iopub()
@@ -157,12 +160,20 @@ class KernelRuntime:
             except Exception:
                 pass
         self._kill_group()
+        self._forget_pid_file()
         self.listener.stop()
         for sock in (self.shell, self.iopub, self.control):
             sock.close(linger=0)
         try:
             self.km.cleanup_resources()
         except Exception:
+            pass
+
+    def _forget_pid_file(self) -> None:
+        try:
+            if self._pid_file.read_text().split("\n", 1)[0] == str(self.proc.pid):
+                self._pid_file.unlink()
+        except OSError:
             pass
 
     def _kill_group(self) -> None:

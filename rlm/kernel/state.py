@@ -44,16 +44,17 @@ def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | Non
         kc.stop_channels()
 
 
-def _kernel_pid_alive(runtime: Path) -> bool:
+def _live_kernel(runtime: Path) -> Path | None:
+    """The connection file of the session's running kernel, from runtime/kernel.pid."""
     import os
 
-    pid_file = runtime / "kernel.pid"
     try:
-        pid = int(pid_file.read_text().strip())
-        os.kill(pid, 0)
-        return True
+        pid_text, conn = (runtime / "kernel.pid").read_text().split("\n")[:2]
+        os.kill(int(pid_text), 0)
     except (OSError, ValueError):
-        return False
+        return None
+    path = Path(conn)
+    return path if path.is_file() else None
 
 
 def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
@@ -70,11 +71,10 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
 
 
 def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
-    runtime = session_dir / "runtime"
-    conns = sorted(runtime.glob("kernel*.json")) if runtime.is_dir() else []
+    conn = _live_kernel(session_dir / "runtime")
     why = "no kernel is running for this session"
-    if conns and _kernel_pid_alive(runtime):
-        names = _live_listing(conns[-1], timeout)
+    if conn is not None:
+        names = _live_listing(conn, timeout)
         if names is not None:
             return {"source": "live", "detail": "asked the running kernel", "names": names}
         why = "the kernel is running but busy or not answering"

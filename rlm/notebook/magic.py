@@ -75,7 +75,7 @@ class NotebookAgent:
             display(Markdown(f"**rlm:** {e}"))
             return
         sess.executor.config = config
-        sess.executor.on_user_interrupt = lambda: (agent.interrupt(), agent.interrupt())
+        sess.executor.on_user_interrupt = agent.stop
         events = agent.run(task.strip())
         try:
             for ev in events:

@@ -1,0 +1,121 @@
+"""The `rlm` command line, run as a user would: in subprocesses, with script: models."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+
+
+def rlm(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=240)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"rlm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def script(path: Path, replies: list) -> str:
+    path.write_text(json.dumps(replies))
+    return f"script:{path}"
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+def test_run_then_resume_in_a_new_process_restores_the_kernel(tmp_path):
+    csv = tmp_path / "sales.csv"
+    csv.write_text("region,revenue\neast,10\nwest,25\neast,7\n")
+    first = script(tmp_path / "one.json", [
+        call("totals = sales.groupby('region').revenue.sum()\nimport socket\nconn = socket.socket()\n"
+             "print(totals.to_dict())"),
+        call("1/0"),
+        call("final(totals.idxmax())"),
+    ])
+    out = rlm("run", "largest region?", "--model", first, "--context", str(csv), "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "west" and res["turns"] == 3 and res["reason"] == "final"
+    sid, path = res["session_id"], Path(res["session_path"])
+    assert path.is_file() and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
+    log = path.read_text()
+    assert "east" not in log.split('"context_vars"')[0]  # the file's rows never hit the prompt before
+    state = json.loads(rlm("state", sid, "--json", cwd=tmp_path).stdout)
+    assert state["source"] == "snapshot"
+    by_name = {n["name"]: n for n in state["names"]}
+    assert by_name["totals"]["restorable"] is True and by_name["totals"]["bytes"]
+    assert by_name["conn"]["restorable"] is False and "socket" in by_name["conn"]["reason"]
+
+    # a new process: the kernel is restored from the snapshot and the model is told
+    second = script(tmp_path / "two.json", [call("final(str(totals['east']))")])
+    out2 = rlm("resume", sid, "east total?", "--model", second, "--json", cwd=tmp_path)
+    res2 = json.loads(out2.stdout.strip().splitlines()[-1])
+    assert res2["final"] == "17" and res2["session_id"] == sid
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    restored = [e for e in entries if e.get("custom_type") == "kernel_restored"]
+    assert restored and "totals" in restored[-1]["data"]["restored"]
+    assert "conn" in json.dumps(restored[-1]["data"]["skipped"])
+
+
+    sessions = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)
+    assert [s["id"] for s in sessions] == [sid]
+    log_text = rlm("log", sid, cwd=tmp_path).stdout
+    assert "ZeroDivisionError" in log_text and "largest region?" in log_text
+    assert sid[:4] in rlm("tree", sid, cwd=tmp_path).stdout or rlm("tree", sid, cwd=tmp_path).stdout
+
+    nb_path = tmp_path / "out.ipynb"
+    rlm("export", sid, "-o", str(nb_path), cwd=tmp_path)
+    nb = nbformat.read(nb_path, as_version=4)
+    nbformat.validate(nb)
+    assert any("ZeroDivisionError" in json.dumps(c.get("outputs", [])) for c in nb.cells)
+
+
+def test_resume_from_an_earlier_entry_starts_a_branch(tmp_path):
+    s1 = script(tmp_path / "a.json", [call("x = 1"), call("final('one')")])
+    res = json.loads(rlm("run", "t", "--model", s1, "--json", cwd=tmp_path).stdout.splitlines()[-1])
+    sid, path = res["session_id"], Path(res["session_path"])
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    first_user = entries[0]["id"]
+    s2 = script(tmp_path / "b.json", ["a different answer"])
+    rlm("resume", sid, "again", "--from", first_user, "--model", s2, "--json", cwd=tmp_path)
+    after = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    assert len(after) > len(entries)
+    assert entries == after[: len(entries)]  # nothing rewritten
+    children = [e for e in after if e.get("parent_id") == first_user]
+    assert len(children) == 2  # the old continuation and the new branch
+
+
+def test_corrupt_session_is_a_file_line_error(tmp_path):
+    s1 = script(tmp_path / "a.json", ["hello"])
+    res = json.loads(rlm("run", "t", "--model", s1, "--json", cwd=tmp_path).stdout.splitlines()[-1])
+    path = Path(res["session_path"])
+    lines = path.read_text().splitlines(keepends=True)
+    lines.insert(1, "{not json\n")
+    path.write_text("".join(lines))
+    before = path.read_bytes()
+    proc = rlm("log", res["session_id"], cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert f"{path}:2" in proc.stderr and proc.stderr.count("\n") <= 2
+    assert path.read_bytes() == before
+
+
+def test_errors_are_one_clear_line(tmp_path):
+    proc = rlm("run", "t", "--model", f"script:{tmp_path}/missing.json", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert "missing.json" in proc.stderr and "Traceback" not in proc.stderr
+    proc = rlm("log", "no-such-session", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+
+
+def test_readme_opens_with_the_two_setup_commands():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    block = readme.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    commands = [line.split("#", 1)[0].strip() for line in block]
+    assert commands == ["pip install -e '.[local]' && rlm demo",
+                        "pip install -e '.[dev,local]' && pytest"]
