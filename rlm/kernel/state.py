@@ -24,9 +24,7 @@ def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | Non
     kc = BlockingKernelClient(connection_file=str(conn_file))
     kc.load_connection_file()
     kc.start_channels()
-    try:
-        if not kc.is_alive():
-            return None
+    try:  # liveness was checked through the pid; no heartbeat channel needed
         msg_id = kc.execute("", silent=True, store_history=False,
                             user_expressions={"ns": LISTING_EXPR})
         reply = kc.get_shell_msg(timeout=timeout)
