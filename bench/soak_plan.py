@@ -36,14 +36,19 @@ CRON = "* * * * *"
 
 
 def make_plan(seed: int, turns: int, fault_rate: float = 0.12) -> list[dict[str, Any]]:
-    """`turns` model turns plus ticks; every fault kind at least once (in the first 90%)."""
+    """`turns` model turns plus ticks; every fault kind at least once (in the first 80%)."""
     rng = random.Random(seed)
     kinds = [rng.choice(NORMAL) for _ in range(turns)]
     kinds[:2] = ["define", "define"]
-    slots = list(range(3, max(4, int(turns * 0.9))))
+    slots = list(range(3, max(4, int(turns * 0.8))))
     rng.shuffle(slots)
     forced = list(FAULTS)
     rng.shuffle(forced)
+    # host_compact fires at the first compaction after it: arm it early enough
+    early = next(k for k, s in enumerate(slots) if s < max(4, turns // 3))
+    slots[0], slots[early] = slots[early], slots[0]
+    forced.remove("host_compact")
+    forced.insert(0, "host_compact")
     for slot, fault in zip(slots, forced, strict=False):
         kinds[slot] = fault
     for i in slots[len(forced):]:

@@ -12,6 +12,7 @@ Snapshot manifest: MANIFEST_NAME inside the snapshot dir; see kernel_ext.snapsho
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 BRIDGE_TARGET = "rlm.bridge"
@@ -65,16 +66,29 @@ def parse_request(data: Any) -> tuple[str, str, dict[str, Any]]:
     """Validate a request from the kernel. Returns (id, method, params) or raises WireError."""
     if not isinstance(data, dict):
         raise WireError("request is not an object")
-    if data.get("v") != WIRE_VERSION or data.get("kind") != "request":
+    version = data.get("v")
+    if type(version) is not int or version != WIRE_VERSION or data.get("kind") != "request":
         raise WireError("not a version-1 request")
     req_id, method, params = data.get("id"), data.get("method"), data.get("params", {})
     if not isinstance(req_id, str) or not 0 < len(req_id) <= MAX_ID_LEN:
         raise WireError("bad request id")
-    if not isinstance(method, str) or len(method) > MAX_METHOD_LEN or method not in METHODS:
-        raise WireError(f"unknown method {str(method)[:MAX_METHOD_LEN]!r}")
+    if not isinstance(method, str):
+        raise WireError(f"method is a {type(method).__name__}, not a string")
+    if len(method) > MAX_METHOD_LEN or method not in METHODS:
+        raise WireError(f"unknown method {method[:MAX_METHOD_LEN]!r}")
     if not isinstance(params, dict):
         raise WireError("params is not an object")
+    if _encoded_size(params) > MAX_REQUEST_BYTES:
+        raise WireError(f"params larger than {MAX_REQUEST_BYTES} bytes")
     return req_id, method, params
+
+
+def _encoded_size(value: Any) -> int:
+    """Bytes of `value` as compact JSON; anything that is not JSON counts as too large."""
+    try:
+        return len(json.dumps(value, separators=(",", ":")).encode())
+    except (TypeError, ValueError, RecursionError):
+        return MAX_REQUEST_BYTES + 1
 
 
 def parse_reply(data: Any) -> tuple[str, bool, Any, str | None]:

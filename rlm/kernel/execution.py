@@ -220,7 +220,8 @@ class CellCollector:
             self._on_output(Output(kind="stream", name=name, text=text))
 
     def _rich(self, kind: str, content: dict[str, Any]) -> None:
-        data, refs = self._externalize(content.get("data", {}))
+        raw = content.get("data")
+        data, refs = self._externalize(raw if isinstance(raw, dict) else {})
         out = Output(
             kind=kind, data=data, metadata=content.get("metadata") or None, refs=refs or None
         )
@@ -232,6 +233,7 @@ class CellCollector:
             self._render(f"[image: {path}]\n")
         if not images and "text/plain" in data:
             text = data["text/plain"]
+            text = text if isinstance(text, str) else json.dumps(text)
             self._render(text if text.endswith("\n") else text + "\n")
         if self._on_output is not None:
             self._on_output(out)
@@ -262,18 +264,22 @@ class CellCollector:
             refs[mime] = self._write_artifact(mime, value)
             if mime == "text/plain":
                 head = HeadTail(*self._caps)
-                head.add(value)
+                head.add(value if isinstance(value, str) else json.dumps(value))
                 inline[mime] = head.text(refs[mime])
         return inline, refs
 
     def _write_artifact(self, mime: str, value: Any) -> str:
         self._n_artifacts += 1
         name = f"{self._tag}-{self._n_artifacts}.{_EXT.get(mime, 'bin')}"
+        payload: bytes | None = None
         if mime.startswith("image/") and mime != "image/svg+xml" and isinstance(value, str):
-            payload = base64.b64decode(value)
-        elif isinstance(value, str):
+            try:
+                payload = base64.b64decode(value)
+            except ValueError:  # binascii.Error or non-ASCII: kernel data, keep it as text
+                payload = None
+        if payload is None and isinstance(value, str):
             payload = value.encode("utf-8", errors="replace")
-        else:
+        elif payload is None:
             payload = json.dumps(value).encode()
         artifacts = private_dir(self.session_dir / "artifacts")
         fd = os.open(artifacts / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
