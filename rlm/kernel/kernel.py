@@ -223,7 +223,7 @@ class Kernel:
                 raise KernelBusy(
                     f"the kernel did not answer within {timeout} s (a cell is running)"
                 )
-            return _expression_value(out.reply, expr)
+            return expression_value(out.reply, expr)
         finally:
             self._shell_lock.release()
 
@@ -257,8 +257,9 @@ class Kernel:
         return json.loads(self._expression(f"{_SNAPSHOT}.snapshot_now()", timeout))
 
 
-def _expression_value(reply: dict[str, Any], expr: str) -> str:
-    result = reply.get("content", {}).get("user_expressions", {}).get("r")
+def expression_value(reply: dict[str, Any], expr: str, key: str = "r") -> str:
+    """The string value of user_expressions[key] in an execute_reply (IPython gives a repr)."""
+    result = reply.get("content", {}).get("user_expressions", {}).get(key)
     if not isinstance(result, dict):
         raise RuntimeError(f"no value for {expr}")
     if result.get("status") != "ok":

@@ -21,6 +21,8 @@ LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json
 def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | None:
     from jupyter_client import BlockingKernelClient
 
+    from rlm.kernel.kernel import expression_value
+
     kc = BlockingKernelClient(connection_file=str(conn_file))
     kc.load_connection_file()
     kc.start_channels()
@@ -30,11 +32,7 @@ def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | Non
         reply = kc.get_shell_msg(timeout=timeout)
         while reply["parent_header"].get("msg_id") != msg_id:
             reply = kc.get_shell_msg(timeout=timeout)
-        expr = reply["content"].get("user_expressions", {}).get("ns", {})
-        if expr.get("status") != "ok":
-            return None
-        text = expr["data"]["text/plain"]
-        data = json.loads(json.loads(text) if text.startswith(("'", '"')) else text)
+        data = json.loads(expression_value(reply, LISTING_EXPR, key="ns"))
         return list(data.get("names", []))
     except Exception:  # noqa: BLE001 - any failure means "not live"; we fall back
         return None
