@@ -20,6 +20,8 @@ Runtime rules:
 - The chat prompt is rendered with the GGUF's own chat template; prompts that do not fit
   `n_ctx` raise litellm's `ContextWindowExceededError` (the seam maps it to
   `ContextOverflow`) before any generation starts.
+- Generation stops where the model starts inventing the next turn (`TURN_STOPS`), on top
+  of the template's end-of-turn token and any `stop` the caller passes.
 - `verbose=False`; every loaded model is closed at exit, so shutdown prints nothing.
 """
 
@@ -48,6 +50,10 @@ BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
 DEFAULT_N_CTX = 8192
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_SEED = 0
+# The small model, having seen the worked example, tends to keep writing the conversation
+# itself (a fake "User:" turn with invented cell output, then an answer). Stop there: what
+# comes after a reply's own turn is never something we should run or believe.
+TURN_STOPS = ["\nUser:", "\nOutput of cell ["]
 
 
 @dataclass
@@ -91,6 +97,12 @@ def _text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI content parts
         return "".join(p.get("text", "") for p in content if isinstance(p, dict))
     return str(content)
+
+
+def _as_list(stop: Any) -> list[str]:
+    if not stop:
+        return []
+    return [stop] if isinstance(stop, str) else [str(s) for s in stop]
 
 
 def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -163,7 +175,9 @@ class LocalModel:
         self._llm = llm
         self.load_seconds = time.perf_counter() - t0
 
-    def prepare(self, messages: list[dict[str, Any]], max_tokens: int | None) -> Prepared:
+    def prepare(
+        self, messages: list[dict[str, Any]], max_tokens: int | None, stop: Any = None
+    ) -> Prepared:
         """Render and count the prompt; raise ContextWindowExceededError if it cannot fit."""
         llm = self.load()
         resp = self._formatter(messages=normalize_messages(messages))
@@ -177,8 +191,8 @@ class LocalModel:
                 model=self.path.name,
                 llm_provider=PROVIDER,
             )
-        stop = resp.stop if isinstance(resp.stop, list) else [resp.stop] if resp.stop else []
-        return Prepared(resp.prompt, stop, n_prompt, min(want, room))
+        stops = [*_as_list(resp.stop), *TURN_STOPS, *_as_list(stop)]
+        return Prepared(resp.prompt, list(dict.fromkeys(stops)), n_prompt, min(want, room))
 
     def generate(
         self, prep: Prepared, *, temperature: float | None, seed: int | None
@@ -209,7 +223,8 @@ class LocalModel:
                         text=choice["text"], is_finished=False, finish_reason="", usage=None,
                         index=0, tool_use=None,
                     )
-        # An end-of-generation token is sampled (and counted) but is not output.
+        # An end-of-generation token is sampled (and counted) but is not output. (A stop
+        # string also ends with finish "stop"; then we under-count by one token.)
         n_out = max(0, counter.sampled - (1 if finish == "stop" else 0))
         yield GenericStreamingChunk(
             text="", is_finished=True, finish_reason=finish, index=0, tool_use=None,
@@ -282,7 +297,7 @@ class LocalHandler(CustomLLM):
                   ) -> Iterator[GenericStreamingChunk]:
         params = kwargs.get("optional_params") or {}
         local = self._resolve(model)
-        prep = local.prepare(messages, params.get("max_tokens"))  # overflow raises here
+        prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))  # may overflow
         return local.generate(prep, temperature=params.get("temperature"), seed=params.get("seed"))
 
     def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
