@@ -311,7 +311,7 @@ class LocalHandler(CustomLLM):
         usage = last["usage"]
         model_response.id = f"chatcmpl-{uuid.uuid4().hex}"
         model_response.choices[0].message.content = "".join(parts)  # type: ignore[union-attr]
-        model_response.choices[0].finish_reason = last["finish_reason"]
+        model_response.choices[0].finish_reason = last["finish_reason"]  # type: ignore[assignment]
         model_response.model = model
         model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
             prompt_tokens=usage["prompt_tokens"],
