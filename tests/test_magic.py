@@ -8,6 +8,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from frontend import run
 from jupyter_client.manager import start_new_kernel
 from nbclient import NotebookClient
 
@@ -26,19 +27,6 @@ SECOND = [
 ]
 
 
-def run(kc, code: str, timeout: float = 60) -> list[tuple[str, dict]]:
-    """Execute like a frontend: every IOPub message of this request, until idle."""
-    msg_id = kc.execute(code)
-    msgs = []
-    while True:
-        msg = kc.get_iopub_msg(timeout=timeout)
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-        msgs.append((msg["msg_type"], msg["content"]))
-    kc.get_shell_msg(timeout=timeout)
-    return msgs
 
 
 def _texts(msgs) -> tuple[str, str]:

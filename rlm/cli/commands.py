@@ -12,6 +12,7 @@ from typing import Any
 from rlm.cli.render import Renderer, print_json
 from rlm.config import Config, load_config
 from rlm.errors import SessionError
+from rlm.session.entries import call_code
 
 _CONFIG_FLAGS = (
     "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
@@ -165,11 +166,8 @@ def _entry_text(e: Any) -> str:
         m = e.message
         text = m.get("content") or ""
         for tc in m.get("tool_calls") or []:
-            try:
-                code = json.loads(tc["function"]["arguments"]).get("code", "")
-            except (KeyError, ValueError, TypeError):
-                code = str(tc)
-            text += f"\n[python]\n{code}"
+            code = call_code(tc)
+            text += f"\n[python]\n{code if code is not None else tc}"
         return f"{m.get('role')}: {text}" + (f" [error: {e.error}]" if e.error else "")
     if e.type == "compaction":
         return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"

@@ -39,6 +39,7 @@ from rlm.session.entries import (
     MessageEntry,
     ModelChangeEntry,
     SessionHeader,
+    call_code,
 )
 
 REDACTED = "[redacted]"
@@ -175,7 +176,7 @@ class _Builder:
             self._tool(entry)
 
     def _assistant(self, entry: MessageEntry) -> None:
-        calls = [(c.get("id") or f"call{i}", _call_code(c))
+        calls = [(c.get("id") or f"call{i}", call_code(c))
                  for i, c in enumerate(entry.message.get("tool_calls") or [])]
         calls = [(cid, code) for cid, code in calls if code is not None]
         prose = _text(entry.message.get("content"))
@@ -290,19 +291,6 @@ def _read_artifact(session_dir: Path, rel: str, mime: str) -> Any:
         return text
     except ValueError:
         return base64.b64encode(raw).decode("ascii")
-
-
-def _call_code(call: dict[str, Any]) -> str | None:
-    fn = call.get("function") or call
-    args = fn.get("arguments")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return args
-    if isinstance(args, dict) and isinstance(args.get("code"), str):
-        return args["code"]
-    return None
 
 
 def _text(content: Any) -> str:

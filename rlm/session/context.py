@@ -38,6 +38,7 @@ from rlm.session.entries import (
     CustomEntry,
     Entry,
     MessageEntry,
+    call_code,
 )
 
 SUMMARY_PREFIX = (
@@ -55,15 +56,12 @@ def summary_message(summary: str) -> dict[str, Any]:
 
 
 def _code_of(call: dict[str, Any]) -> str:
-    args = call.get("function", {}).get("arguments", "")
-    if isinstance(args, str):
-        try:
-            args = json.loads(args)
-        except ValueError:
-            return args
-    if isinstance(args, dict) and isinstance(args.get("code"), str):
-        return args["code"]
-    return json.dumps(args)
+    """The call's code, or what the model actually sent when it was not {"code": str}."""
+    code = call_code(call)
+    if code is not None:
+        return code
+    args = (call.get("function") or {}).get("arguments", "")
+    return args if isinstance(args, str) else json.dumps(args)
 
 
 class Projector:

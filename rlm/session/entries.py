@@ -141,3 +141,20 @@ def entry_from_dict(d: dict[str, Any]) -> Entry:
         raise ValueError("parent_id is not a string or null")
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in d.items() if k in names})
+
+
+def call_code(call: dict[str, Any]) -> str | None:
+    """The python source of a stored tool call (`{"function": {"arguments": ...}}`), or None
+    when its arguments are not `{"code": str}` (a garbled call from the model)."""
+    import json
+
+    fn = call.get("function") or call
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if isinstance(args, dict) and isinstance(args.get("code"), str):
+        return args["code"]
+    return None
