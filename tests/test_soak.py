@@ -36,3 +36,41 @@ def test_short_soak_has_no_violation(tmp_path):
     assert result["compaction_checks"] == result["compactions"]
     assert result["entries_lost"] == 0 and result["duplicates"] == 0 and result["names_lost"] == 0
     assert result["ticks_delivered"] > 0 and result["ticks_interrupted"] >= 1
+
+
+def test_the_disk_checks_have_teeth(tmp_path):
+    """The invariants catch what they claim to: lost and duplicated entries, a replayed
+    tick, goal accounting going down."""
+    import json
+
+    from bench import soak_checks
+    from rlm.longrun.goals import GoalManager
+    from rlm.session.entries import MessageEntry
+    from rlm.session.store import SessionStore
+
+    s = SessionStore.create(tmp_path, model="m", task="t")
+    ids = [s.append(MessageEntry(message={"role": "user", "content": str(i)})).id for i in range(3)]
+    goals = GoalManager(s)
+    goals.set("g")
+    goals.account({"input_tokens": 10})
+    assert soak_checks.check_session(s.path, set(ids))[0] == []
+    assert soak_checks.check_goal(s.path) == []
+    bad, counts = soak_checks.check_session(s.path, {*ids, "ghost"})
+    assert counts["lost"] == 1 and bad[0]["kind"] == "entries_lost"
+    lines = s.path.read_bytes().splitlines(keepends=True)
+    s.path.write_bytes(b"".join(lines) + lines[1])
+    kinds = {v["kind"] for v in soak_checks.check_session(s.path, set(ids))[0]}
+    assert {"session_load", "entries_duplicated"} <= kinds
+    s.path.write_bytes(b"".join(lines))
+    goal_line = json.loads(lines[-1])
+    goal_line["id"], goal_line["data"]["goal"]["tokens_used"] = "x1", 1
+    s.path.write_bytes(b"".join(lines) + json.dumps(goal_line).encode() + b"\n")
+    assert [v["kind"] for v in soak_checks.check_goal(s.path)] == ["goal_accounting_decreased"]
+    jobs = tmp_path / "jobs.json"
+    d = {"job_id": "j", "scheduled_for": 100.0, "count_coalesced": 1, "delivered": True}
+    jobs.write_text(json.dumps({"version": 1, "jobs": [{
+        "id": "j", "kind": "cron", "anchor": 0, "last_run_at": 130.0, "ticks_total": 2}],
+        "dispatches": [{**d, "tick_id": "j:1", "claimed_at": 110.0},
+                       {**d, "tick_id": "j:2", "claimed_at": 130.0}]}))
+    kinds = {v["kind"] for v in soak_checks.check_ticks(s.path, jobs, ["j:1", "j:1"])}
+    assert kinds == {"tick_replayed", "tick_delivered_twice"}
