@@ -66,7 +66,7 @@ def attach_longrun(agent: Any, options: Any = None) -> Any:
     Returns the AutonomousPolicy when one is attached (its `last_decision` says why an
     autonomous run stopped), else None.
     """
-    import os
+    from pathlib import Path
 
     from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 
@@ -77,7 +77,7 @@ def attach_longrun(agent: Any, options: Any = None) -> Any:
         policy = AutonomousPolicy(
             max_continuations=None if cont in (None, -1) else cont,
             max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
-            gates=list(getattr(options, "gate", None) or []), cwd=os.getcwd(),
+            gates=list(getattr(options, "gate", None) or []), cwd=Path.cwd(),
         )
     scheduler = None
     if agent.session.dir is not None:

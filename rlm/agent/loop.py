@@ -16,7 +16,7 @@ import json
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from rlm.agent import notices
@@ -41,6 +41,8 @@ from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
 from rlm.session.entries import CustomEntry, MessageEntry
 
 Handler = Callable[[dict[str, Any]], Any]
+# (reason, answer) when a turn says the run may end; None to keep going
+Outcome = tuple[str, str | None] | None
 # A continuation hook is asked when the run would end; it returns a message to keep going.
 Continuation = Callable[["Agent", str], str | None]
 # A turn hook runs after every turn (compaction, goal accounting, ...); may yield events.
@@ -246,7 +248,7 @@ class Agent:
         return None
 
     # -------------------------------------------------------------------- turn
-    def _turn(self, turn: int) -> Iterator[Event]:
+    def _turn(self, turn: int) -> Generator[Event, None, Outcome]:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
         yield TurnStarted(turn)
         self.turn_active = True
@@ -259,7 +261,7 @@ class Agent:
         finally:
             self.turn_active = False
 
-    def _call_model(self) -> Iterator[Event]:
+    def _call_model(self) -> Generator[Event, None, Completion | None]:
         native = getattr(self.llm, "native_tools", True)
         for attempt in range(2):
             # incremental projection kept by the store: O(new entries) per turn
@@ -296,7 +298,7 @@ class Agent:
                 return None
         return None
 
-    def _act(self, completion: Completion) -> Iterator[Event]:
+    def _act(self, completion: Completion) -> Generator[Event, None, Outcome]:
         calls = [c for c in completion.tool_calls if c.name == "python"]
         if not calls:
             calls = code_tool_calls(completion.content)
@@ -323,7 +325,7 @@ class Agent:
                 return ("final", answer)
         return None
 
-    def _answer_without_code(self, content: str) -> Iterator[Event]:
+    def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
         if found is None:
             answer = content.strip()
@@ -368,7 +370,7 @@ class Agent:
             yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
                                   [f["name"] for f in result.restart.failed + result.restart.skipped])
 
-    def _execute(self, code: str) -> Iterator[Event]:
+    def _execute(self, code: str) -> Generator[Event, None, CellResult]:
         timeout = self.config.cell_timeout
         if getattr(self.executor, "run_in_caller_thread", False):
             return self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)
@@ -382,7 +384,7 @@ class Agent:
             cell=CellResult(status=status, shaped=why).to_dict()))
 
     # ------------------------------------------------------------------ helpers
-    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any]) -> Iterator[Event]:
+    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any]) -> Generator[Event, None, Any]:
         """Run fn on a worker thread, yielding the events it emits; Ctrl-C stays responsive."""
         q: queue.Queue[tuple[str, Any]] = queue.Queue()
 

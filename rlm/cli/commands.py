@@ -19,15 +19,15 @@ _CONFIG_FLAGS = (
     "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled",
 )
-_UNLIMITED = ("max_turns", "max_tokens")
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
     flags = {k: getattr(args, k, None) for k in _CONFIG_FLAGS}
     cfg = load_config(**{k: v for k, v in flags.items() if v is not None and v != -1})
-    for k in _UNLIMITED:
-        if flags.get(k) == -1:
-            cfg = replace(cfg, **{k: None})
+    if flags.get("max_turns") == -1:
+        cfg = replace(cfg, max_turns=None)
+    if flags.get("max_tokens") == -1:
+        cfg = replace(cfg, max_tokens=None)
     return cfg
 
 

@@ -176,9 +176,11 @@ class _Builder:
             self._tool(entry)
 
     def _assistant(self, entry: MessageEntry) -> None:
-        calls = [(c.get("id") or f"call{i}", call_code(c))
-                 for i, c in enumerate(entry.message.get("tool_calls") or [])]
-        calls = [(cid, code) for cid, code in calls if code is not None]
+        calls: list[tuple[str, str]] = []
+        for i, c in enumerate(entry.message.get("tool_calls") or []):
+            code = call_code(c)
+            if code is not None:
+                calls.append((str(c.get("id") or f"call{i}"), code))
         prose = _text(entry.message.get("content"))
         pos, n = 0, 0
         for m in _FENCE.finditer(prose):
