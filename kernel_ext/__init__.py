@@ -4,6 +4,7 @@ Load with `%load_ext kernel_ext` (the host passes it at kernel start-up). It nev
 `rlm`: it may run in another interpreter. It shares only `kernel_ext.wire` with the host.
 
 Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
+    streams    bounded IOPub stream messages (a 100 MB print arrives in 1 MB pieces)
     bridge     kernel -> host requests over comms, replies on the control channel
     snapshot   per-variable dill snapshots after each cell, restore at start
     fileops    an audit hook recording files the user's code reads and writes
@@ -17,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_MODULES = ("bridge", "fileops", "snapshot", "api")
+_MODULES = ("streams", "bridge", "fileops", "snapshot", "api")
 _installed: list[Any] = []
 
 
