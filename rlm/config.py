@@ -38,6 +38,7 @@ class Config:
     output_budget_chars: int = 20_000
     memory_cap_bytes: int | None = None
     kernel_python: str | None = None  # default: the host's interpreter
+    kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB
 
@@ -92,7 +93,9 @@ def load_config(**flags: Any) -> Config:
             raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
         if "home" in data:
             data["home"] = Path(data["home"])
+        if "kernel_env_pass" in data:
+            data["kernel_env_pass"] = tuple(data["kernel_env_pass"])
         cfg = replace(cfg, **data)
-    env = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
+    env: dict[str, Any] = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)

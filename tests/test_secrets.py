@@ -166,7 +166,7 @@ def test_a_cell_cannot_read_the_key_from_the_host_process(_isolated_home):
 
 
 @pytest.mark.parametrize("name", ["OPENAI_API_KEY", "ANTHROPIC_API_KEY", "AZURE_API_KEY",
-                                  "HF_TOKEN", "AWS_SESSION_TOKEN", "CLIENT_SECRET"])
+                                  "HF_TOKEN", "GITHUB_TOKEN", "CLIENT_SECRET"])
 def test_kernel_env_drops_provider_secrets(monkeypatch, tmp_path, name):
     from rlm.kernel.runtime import kernel_env
 
@@ -174,12 +174,37 @@ def test_kernel_env_drops_provider_secrets(monkeypatch, tmp_path, name):
     assert name not in kernel_env(tmp_path, Config(home=tmp_path))
 
 
-@pytest.mark.xfail(reason="known gap: rlm.kernel.runtime._SECRET_ENV matches *_API_KEY, *_TOKEN "
-                   "and *_SECRET only; litellm's Bedrock credential AWS_SECRET_ACCESS_KEY (and "
-                   "e.g. *_PASSWORD) reach the kernel", strict=True)
-@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "DATABASE_PASSWORD"])
-def test_kernel_env_drops_other_credentials(monkeypatch, tmp_path, name):
+@pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "DATABASE_PASSWORD"])
+def test_kernel_env_keeps_data_credentials(monkeypatch, tmp_path, name):
+    """By design: the kernel is the user's data environment (s3 reads, SQL)."""
     from rlm.kernel.runtime import kernel_env
 
     monkeypatch.setenv(name, "s3cr3t-value")
-    assert name not in kernel_env(tmp_path, Config(home=tmp_path))
+    assert kernel_env(tmp_path, Config(home=tmp_path))[name] == "s3cr3t-value"
+
+
+def test_kernel_env_pass_lets_a_named_token_through(monkeypatch, tmp_path):
+    from rlm.kernel.runtime import kernel_env
+
+    monkeypatch.setenv("WAREHOUSE_TOKEN", "tok-value")
+    assert "WAREHOUSE_TOKEN" not in kernel_env(tmp_path, Config(home=tmp_path))
+    cfg = Config(home=tmp_path, kernel_env_pass=("WAREHOUSE_TOKEN",))
+    assert kernel_env(tmp_path, cfg)["WAREHOUSE_TOKEN"] == "tok-value"
+
+
+def test_a_key_printed_by_a_cell_never_reaches_the_session_log(monkeypatch, tmp_path):
+    """Defense in depth: even when a cell gets hold of a key and prints it, the store
+    replaces the value before the line reaches disk (and memory matches disk)."""
+    from rlm.session.entries import MessageEntry
+    from rlm.session.store import SessionStore
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    store = SessionStore.create(tmp_path, model="m", task="t")
+    entry = store.append(MessageEntry(message={"role": "tool", "tool_call_id": "c",
+                                               "content": f"leaked: {key}"},
+                                      cell={"shaped": f"leaked: {key}"}))
+    assert key not in entry.message["content"] and "[redacted]" in entry.message["content"]
+    assert key.encode() not in store.path.read_bytes()
+    reopened = SessionStore.open(store.path)
+    assert reopened.branch()[-1].message == entry.message

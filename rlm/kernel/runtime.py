@@ -27,7 +27,13 @@ from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
 
+# Model-provider credentials never enter the kernel. Data-access credentials do, on
+# purpose: the kernel is the user's data environment (pd.read_csv("s3://..."), SQL), so
+# AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and *_PASSWORD pass through;
+# Config.kernel_env_pass names more (e.g. a database token). The session log redacts any
+# secret-looking value a cell prints anyway (rlm.secrets).
 _SECRET_ENV = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.IGNORECASE)
+_DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
 _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
 
 
@@ -51,7 +57,8 @@ def kernel_argv(config: Config) -> list[str]:
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     """The host env minus provider secrets, plus what kernel_ext needs."""
-    env = {k: v for k, v in os.environ.items() if not _SECRET_ENV.search(k)}
+    passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
+    env = {k: v for k, v in os.environ.items() if k in passed or not _SECRET_ENV.search(k)}
     env.update(
         RLM_SESSION_DIR=str(session_dir),
         RLM_SNAPSHOT_DIR=str(session_dir / "snapshot"),

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import platform
 import re
 from pathlib import Path
@@ -31,6 +30,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 import rlm
 from rlm.paths import write_private_atomic
+from rlm.secrets import redact_text, secret_values
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -42,18 +42,6 @@ from rlm.session.entries import (
     call_code,
 )
 
-REDACTED = "[redacted]"
-_SECRET_ENV_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_APIKEY")
-_SECRET_PATTERNS = re.compile(
-    r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic
-    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub
-    r"|github_pat_[A-Za-z0-9_]{30,}"
-    r"|AKIA[0-9A-Z]{16}"  # AWS access key id
-    r"|AIza[0-9A-Za-z_\-]{35}"  # Google
-    r"|xox[abprs]-[A-Za-z0-9\-]{10,}"  # Slack
-    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
-    r"|gsk_[A-Za-z0-9]{30,}"  # Groq
-)
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3|ipython)?[ \t]*\n(.*?)```", re.DOTALL)
 _TEXT_MIMES = ("text/", "image/svg+xml")
 _PRELUDE = (
@@ -308,21 +296,6 @@ def _cell_id(entry: Entry, kind: str, n: int) -> str:
 
 
 # ---------------------------------------------------------------- secrets
-
-
-def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    """Values of env vars whose names look secret (…_KEY, …_TOKEN, …), longest first."""
-    env = os.environ if environ is None else environ
-    vals = {v for k, v in env.items()
-            if k.upper().endswith(_SECRET_ENV_SUFFIXES) and len(v) >= 6}
-    return sorted(vals, key=len, reverse=True)
-
-
-def redact_text(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return _SECRET_PATTERNS.sub(REDACTED, text)
 
 
 def redact(node: Any, secrets: list[str] | None = None) -> Any:

@@ -37,6 +37,7 @@ from typing import Any
 
 from rlm.errors import SessionCorrupt, SessionError
 from rlm.paths import PRIVATE_FILE, private_dir, rlm_home, sessions_root, write_private_atomic
+from rlm.secrets import redact_text, secret_values
 from rlm.session import migrations
 from rlm.session.context import Projector
 from rlm.session.entries import (
@@ -112,6 +113,8 @@ class SessionStore:
         self._branch_gen = 0  # bumped when the branch stops being a prefix of the old one
         self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
         self._fd: int | None = None
+        # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
+        self._secrets = secret_values()
 
     # -- construction -------------------------------------------------------------------
 
@@ -249,6 +252,11 @@ class SessionStore:
         elif entry.parent_id not in self._by_id:
             raise SessionError(f"parent {entry.parent_id} is not in session {self.id}")
         line = _dumps(entry)
+        if self._secrets:
+            clean = redact_text(line.decode(), self._secrets, patterns=False).encode()
+            if clean != line:  # keep memory and disk identical: a resume must see the same
+                line = clean
+                entry.__dict__.update(entry_from_dict(json.loads(clean)).__dict__)
         if self.path is not None:
             self._write(line)
         self._entries.append(entry)
