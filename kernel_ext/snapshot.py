@@ -258,6 +258,7 @@ class Snapshotter:
         out = []
         for name, value in user_values(self.ip).items():
             e = self.entries.get(name)
+            reason: str | None
             if not self.path:
                 restorable, reason = False, "snapshots disabled (RLM_SNAPSHOT_DIR unset)"
             elif e is None:

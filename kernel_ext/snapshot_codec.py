@@ -46,7 +46,9 @@ class _CappedSink:
     """A write-only file for the pickler that aborts as soon as the output passes the cap."""
 
     def __init__(self, cap: int) -> None:
-        self.cap, self.size, self.chunks, self.buffers = cap, 0, [], []
+        self.cap, self.size = cap, 0
+        self.chunks: list[bytes] = []
+        self.buffers: list[memoryview] = []
 
     def _grow(self, n: int) -> None:
         self.size += n
@@ -181,7 +183,7 @@ def _relink_member(member: Any, ns: dict[str, Any]) -> Any:
     if isinstance(member, property):
         fns = [_relink_member(f, ns) if f is not None else None for f in (member.fget, member.fset, member.fdel)]
         if any(a is not b for a, b in zip(fns, (member.fget, member.fset, member.fdel), strict=True)):
-            return property(*fns, member.__doc__)
+            return property(fns[0], fns[1], fns[2], member.__doc__)
     return member
 
 
