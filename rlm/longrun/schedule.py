@@ -19,6 +19,7 @@ and day-of-week are restricted, either may match.
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import json
 import os
@@ -366,6 +367,7 @@ class Scheduler:
                 f"{self.max_jobs}); cancel some with `rlm schedule cancel` or cron.cancel(id)"
             )
 
+    # This method shadows the builtin in the class body: later annotations use builtins.list.
     def list(self, include_completed: bool = False) -> list[Job]:
         with self._txn(write=False) as state:
             return [j for j in state.jobs if include_completed or j.status != "completed"]
@@ -407,7 +409,7 @@ class Scheduler:
 
     # ticks
 
-    def due(self, now: float | None = None, delivery: str | None = None) -> list[Tick]:
+    def due(self, now: float | None = None, delivery: str | None = None) -> builtins.list[Tick]:
         """Ticks due at `now` (read only; claim each before delivering it)."""
         now = self.clock.now() if now is None else now
         with self._txn(write=False) as state:
@@ -473,7 +475,7 @@ class Scheduler:
         if job.kind == "once":
             job.status = "completed"
 
-    def recover(self, now: float | None = None) -> list[dict[str, Any]]:
+    def recover(self, now: float | None = None) -> builtins.list[dict[str, Any]]:
         """At worker start: never replay unconfirmed claims; note overdue jobs."""
         now = self.clock.now() if now is None else now
         with self._txn() as state:
@@ -488,7 +490,7 @@ class Scheduler:
                     job.missed_down = True
             return interrupted
 
-    def dispatches(self) -> list[dict[str, Any]]:
+    def dispatches(self) -> builtins.list[dict[str, Any]]:
         with self._txn(write=False) as state:
             return [dict(d) for d in state.dispatches]
 
