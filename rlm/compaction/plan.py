@@ -175,8 +175,8 @@ def context_tokens(branch: Sequence[Entry]) -> int:
     c = latest_compaction_index(branch)
     for i in range(len(branch) - 1, c, -1):
         e = branch[i]
-        if is_normal_assistant(e) and e.usage:  # type: ignore[union-attr]
-            u = e.usage  # type: ignore[union-attr]
+        if isinstance(e, MessageEntry) and is_normal_assistant(e) and e.usage:
+            u = e.usage
             reported = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
             trailing = sum(n for j, n in counts.items() if j > i)
             return max(reported + trailing, local)

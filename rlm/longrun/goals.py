@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
-from rlm.session.entries import CustomEntry, Entry
+from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 GOAL_ENTRY = "thread_goal_state"
 MAX_OBJECTIVE = 4000
@@ -307,7 +307,7 @@ def attach_goals(agent: Any, goals: GoalManager) -> None:
         branch = goals.session.branch()
         for i in range(len(branch) - 1, -1, -1):
             e = branch[i]
-            if getattr(e, "type", "") == "message" and e.message.get("role") == "assistant":
+            if isinstance(e, MessageEntry) and e.message.get("role") == "assistant":
                 if e.id != seen["id"] and not getattr(e, "error", None):
                     seen["id"] = e.id
                     start = branch[i - 1].timestamp if i else e.timestamp
