@@ -147,9 +147,10 @@ def _open(session_id: str, *, readonly: bool = False) -> Any:
 def cmd_sessions(args: argparse.Namespace) -> int:
     from rlm.session.store import list_sessions
 
-    rows = [{"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
-             "created": s.created, "parent_session": s.parent_session}
-            for s in list_sessions(load_config().home)]
+    rows: list[dict[str, Any]] = [
+        {"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
+         "created": s.created, "parent_session": s.parent_session}
+        for s in list_sessions(load_config().home)]
     if args.json:
         print_json(rows)
         return 0

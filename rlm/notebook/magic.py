@@ -57,6 +57,7 @@ class NotebookAgent:
             from rlm.session.store import SessionStore
 
             store = SessionStore.create(config.home, model=config.model or "", task=task)
+            assert store.dir is not None  # create() always writes a session file
             self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config))
         return self.current
 
