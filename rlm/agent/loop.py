@@ -184,7 +184,7 @@ class Agent:
             self._stop.set()
 
     # --------------------------------------------------------------------- run
-    def run(self, prompt: str | None) -> Iterator[Event]:
+    def run(self, prompt: str | None) -> Generator[Event, None, None]:
         """Append `prompt` (if any) as a user message and work until the run ends."""
         if self.executor is None:
             self.start()
@@ -268,15 +268,18 @@ class Agent:
             # (copied per message: the store's cache must not see provider-side mutation)
             messages = [_copy_message(m) for m in self.session.messages(
                 system_prompt=system_prompt(self.config, native_tools=native), native_tools=native)]
-            try:
-                completion = yield from self._in_thread(
-                    lambda emit, messages=messages: self.llm.complete(
-                        messages,
-                        tools=[PYTHON_TOOL] if native else None,
-                        on_text=lambda d: emit(ModelText(d)),
-                        temperature=self.config.temperature,
-                    )
+
+            def call(emit: Callable[[Event], None],
+                     messages: list[dict[str, Any]] = messages) -> Completion:
+                return self.llm.complete(
+                    messages,
+                    tools=[PYTHON_TOOL] if native else None,
+                    on_text=lambda d: emit(ModelText(d)),
+                    temperature=self.config.temperature,
                 )
+
+            try:
+                completion = yield from self._in_thread(call)
                 return completion
             except (RateLimited, ScriptExhausted) as e:
                 self.session.append(MessageEntry(
