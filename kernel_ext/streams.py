@@ -45,7 +45,8 @@ def install(ip: Any) -> None:
         if stream is None or "write" in vars(stream) or not hasattr(stream, "flush"):
             continue
         try:
-            stream.write = _Bounded(stream)
+            # an instance attribute shadowing TextIO.write on purpose (mypy cannot express it)
+            stream.write = _Bounded(stream)  # type: ignore[method-assign]
         except (AttributeError, TypeError):  # a stream that refuses instance attributes
             continue
         _wrapped.append(stream)
