@@ -57,6 +57,7 @@ def test_load_error_recover_answer(_isolated_home, tmp_path):
     assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "west"
     statuses = [e.status for e in events if isinstance(e, CellFinished)]
     assert statuses == ["ok", "error", "ok", "ok"]
+    assert [type(e).__name__ for e in events].count("CellStarted") == 4  # one per cell
     # the model saw the KeyError traceback in the tool result of its second call
     third_call = llm.calls[2]
     texts = tool_texts(third_call)

@@ -356,7 +356,6 @@ class Agent:
             yield CellFinished("", "error", why, 0.0, None)
             return
         yield CellStarted(code, index)
-        yield CellStarted(code, index)
         pre_notice = ""
         if hasattr(self.executor, "is_alive") and not self.executor.is_alive():
             report = self.executor.restart("the kernel was not running")
