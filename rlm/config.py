@@ -78,6 +78,38 @@ def _config_file() -> Path | None:
     return None
 
 
+_KINDS: dict[str, tuple[type, ...]] = {}
+
+
+def _kinds(name: str) -> tuple[type, ...]:
+    """Accepted TOML value types for a Config field, from its annotation."""
+    if not _KINDS:
+        for f in fields(Config):
+            text = str(f.type)
+            kinds: list[type] = []
+            for word, kind in (("str", str), ("int", int), ("float", float), ("bool", bool),
+                               ("Path", str), ("tuple", list)):
+                if word in text:
+                    kinds.append(kind)
+            if "float" in text:
+                kinds.append(int)  # 300 is a fine cell_timeout
+            _KINDS[f.name] = tuple(kinds)
+    return _KINDS[name]
+
+
+def _checked(path: Path, name: str, value: Any) -> Any:
+    kinds = _kinds(name)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    if not ok:
+        want = " or ".join(sorted({k.__name__ for k in kinds}))
+        raise ConfigError(f"{path}: {name} = {value!r} should be {want}")
+    if name == "home":
+        return Path(value)
+    if name == "kernel_env_pass":
+        return tuple(str(v) for v in value)
+    return value
+
+
 def load_config(**flags: Any) -> Config:
     """Defaults < TOML file < env < flags (None flags are ignored)."""
     cfg = Config()
@@ -91,11 +123,7 @@ def load_config(**flags: Any) -> Config:
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-        if "home" in data:
-            data["home"] = Path(data["home"])
-        if "kernel_env_pass" in data:
-            data["kernel_env_pass"] = tuple(data["kernel_env_pass"])
-        cfg = replace(cfg, **data)
+        cfg = replace(cfg, **{k: _checked(path, k, v) for k, v in data.items()})
     env: dict[str, Any] = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)

@@ -37,3 +37,15 @@ def test_variable_names_are_identifiers_and_unique():
     assert variable_name(Path("sales.json"), taken) == "sales_2"
     assert variable_name(Path("2024 report.txt"), taken) == "data_2024_report"
     assert variable_name(Path("class.txt"), taken) == "data_class"
+
+
+def test_wrong_value_types_are_caught_at_load(tmp_path):
+    (tmp_path / "rlm.toml").write_text('cell_timeout = "abc"\n')
+    with pytest.raises(ConfigError, match="cell_timeout = 'abc' should be"):
+        load_config()
+    (tmp_path / "rlm.toml").write_text("compaction_enabled = 1\n")
+    with pytest.raises(ConfigError, match="compaction_enabled"):
+        load_config()
+    (tmp_path / "rlm.toml").write_text('cell_timeout = 30\nhome = "h"\nkernel_env_pass = ["A_TOKEN"]\n')
+    cfg = load_config()
+    assert cfg.cell_timeout == 30 and cfg.home == Path("h") and cfg.kernel_env_pass == ("A_TOKEN",)

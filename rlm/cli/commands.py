@@ -155,7 +155,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     for r in rows:
-        task = (r["task"] or "").replace("\n", " ")[:60]
+        task = str(r["task"] or "").replace("\n", " ")[:60]
         print(f"{r['id']}  {r['created'][:19]}  {r['model']:<28} {task}")
     if not rows:
         print("no sessions yet: rlm run \"your task\"")
