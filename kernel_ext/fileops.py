@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import sysconfig
+import tempfile
 from typing import Any
 
 MAX_PATHS = 1000
@@ -33,7 +35,7 @@ _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
 def _compute_ignored() -> tuple[str, ...]:
-    prefixes = {"/proc/", "/dev/", "/sys/"}
+    prefixes = {"/proc/", "/dev/", "/sys/", "/usr/", "/etc/"}  # system and library data
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         p = sysconfig.get_paths().get(key)
         if p:
@@ -62,6 +64,18 @@ def _compute_ignored() -> tuple[str, ...]:
     return tuple(sorted(prefixes))
 
 
+_TMP = tempfile.gettempdir().rstrip(os.sep) + os.sep
+_SCRATCH_NAME = re.compile(r"[a-z0-9_]{8}$")  # tempfile.mkstemp()'s random names
+
+
+def _is_scratch(p: str) -> bool:
+    """Anonymous temp files (tempfile's random names) and IPython's cell-source cache."""
+    if not p.startswith(_TMP):
+        return False
+    rest = p[len(_TMP):]
+    return rest.startswith("ipykernel_") or ("/" not in rest and bool(_SCRATCH_NAME.match(rest)))
+
+
 def _record(target: set[str], path: Any) -> None:
     if isinstance(path, int) or len(target) >= MAX_PATHS:
         return
@@ -74,13 +88,13 @@ def _record(target: set[str], path: Any) -> None:
     if p[0] != "/":
         p = os.path.abspath(p)
     # a directory opened for fsync is the prefix itself, without the trailing separator
-    if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p:
+    if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p or _is_scratch(p):
         return
     target.add(p)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if not _enabled:
+    if not (_enabled and _in_cell):
         return
     if event == "open":
         path, mode = args[0], args[1]
@@ -101,18 +115,40 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _record(_modified, args[0])
 
 
+_in_cell = False  # record only while a user cell runs: kernel start-up is not the user's
+
+
+def _cell_started(*_: Any) -> None:
+    global _in_cell
+    _in_cell = True
+
+
+def _cell_ended(*_: Any) -> None:
+    global _in_cell
+    _in_cell = False
+
+
 def install(ip: Any) -> None:
     global _enabled, _hook_added, _ignored_prefixes
     _ignored_prefixes = _compute_ignored()
     if not _hook_added:
         sys.addaudithook(_hook)
         _hook_added = True
+    if ip is not None:
+        ip.events.register("pre_run_cell", _cell_started)
+        ip.events.register("post_run_cell", _cell_ended)
     _enabled = True
 
 
 def uninstall(ip: Any) -> None:
     global _enabled
     _enabled = False
+    if ip is not None:
+        for event, fn in (("pre_run_cell", _cell_started), ("post_run_cell", _cell_ended)):
+            try:
+                ip.events.unregister(event, fn)
+            except ValueError:
+                pass
 
 
 def file_ops() -> dict[str, list[str]]:

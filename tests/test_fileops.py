@@ -33,6 +33,7 @@ def test_hook_rules(tmp_path, monkeypatch):
     monkeypatch.setattr(fileops, "_read", set())
     monkeypatch.setattr(fileops, "_modified", set())
     monkeypatch.setattr(fileops, "_enabled", True)
+    monkeypatch.setattr(fileops, "_in_cell", True)
     monkeypatch.setattr(fileops, "_ignored_prefixes", ("/proc/", "/usr/lib/"))
     fileops._hook("open", ("/x/a.txt", "r", 0))
     fileops._hook("open", ("/x/b.txt", "a+", 0))
@@ -52,3 +53,13 @@ def test_hook_rules(tmp_path, monkeypatch):
     for i in range(10):
         fileops._hook("open", (f"/x/many{i}", "w", 0))
     assert len(fileops.file_ops()["modified"]) == 5
+    # outside a user cell (kernel start-up, host requests) nothing is recorded
+    monkeypatch.setattr(fileops, "_in_cell", False)
+    fileops.reset_file_ops()
+    fileops._hook("open", ("/x/outside.txt", "w", 0))
+    assert fileops.file_ops() == {"read": [], "modified": []}
+    # anonymous temp files are scratch, named ones are not
+    monkeypatch.setattr(fileops, "_in_cell", True)
+    fileops._hook("open", (fileops._TMP + "ab12cd_9", "w", 0))
+    fileops._hook("open", (fileops._TMP + "report.csv", "w", 0))
+    assert fileops.file_ops()["modified"] == [fileops._TMP + "report.csv"]
