@@ -19,8 +19,6 @@ from rlm.config import Config
 
 pytestmark = [
     pytest.mark.slow,
-    # litellm 1.110's streaming builds a pydantic model over a TypedDict with ReadOnly items
-    pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning"),
 ]
 
 

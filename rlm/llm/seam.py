@@ -23,6 +23,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import warnings
 import random
 import re
 import threading
@@ -85,6 +86,10 @@ def _litellm() -> Any:
             os.environ.setdefault(k, v)
         import litellm
 
+        # litellm 1.110's streaming builds a pydantic model over a TypedDict with ReadOnly
+        # items and warns on every stream: noise for users, an error under -W error
+        warnings.filterwarnings(
+            "ignore", message=r"Item .* is using the `ReadOnly` qualifier", category=UserWarning)
         litellm.telemetry = False
         litellm.suppress_debug_info = True
         return litellm

@@ -1,0 +1,78 @@
+"""Crash to ready-with-state vs kernel start + raw load (issue 2).
+
+(a) rlm: a cell calls os._exit(1); `Kernel.execute` notices the death, starts a new
+    kernel and restores the snapshot; timed from the execute call to its return.
+(b) baseline, same run, same objects: start a fresh kernel (same argv) and load the same
+    objects from one raw pickle-5 file written beforehand.
+
+    python bench/bench_restart.py [--mb 50] [--n 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from rlm.config import Config
+from rlm.kernel import Kernel
+
+SETUP = (
+    "import numpy as np, pandas as pd\n"
+    "arr = np.arange({n}, dtype='float64')\n"
+    "df = pd.DataFrame({{'a': np.arange({rows}), 'b': np.arange({rows}) * 0.5}})\n"
+    "small = {{'k': list(range(1000))}}\n"
+)
+
+
+def rlm_crash_to_ready(work: Path, n: int, rows: int) -> float:
+    with Kernel(work / "rlm", Config(home=work)) as k:
+        k.execute(SETUP.format(n=n, rows=rows), timeout=300)
+        t0 = time.perf_counter()
+        res = k.execute("import os; os._exit(1)", timeout=300)
+        dt = time.perf_counter() - t0
+        assert res.status == "died" and res.restart and "arr" in res.restart.restored, res
+        check = k.execute("print(arr.shape[0], len(df), len(small['k']))").shaped.strip()
+        assert check == f"{n} {rows} 1000", check
+    return dt
+
+
+def baseline_start_and_load(work: Path, n: int, rows: int) -> float:
+    pkl = work / "raw.pkl"
+    cfg = Config(home=work)
+    with Kernel(work / "dump", cfg) as k:
+        k.execute(SETUP.format(n=n, rows=rows) + "import pickle\n"
+                  f"with open({str(pkl)!r}, 'wb') as f:\n"
+                  "    pickle.dump({'arr': arr, 'df': df, 'small': small}, f, protocol=5)\n",
+                  timeout=300)
+    t0 = time.perf_counter()
+    with Kernel(work / "base", cfg) as k:  # a fresh kernel, nothing to restore
+        k.execute("import pickle\n"
+                  f"with open({str(pkl)!r}, 'rb') as f:\n    globals().update(pickle.load(f))",
+                  timeout=300)
+        dt = time.perf_counter() - t0
+    return dt
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--mb", type=int, default=50, help="array size in MB")
+    ap.add_argument("--n", type=int, default=5)
+    args = ap.parse_args()
+    n, rows = args.mb * 1024 * 1024 // 8, 500_000
+    a, b = [], []
+    for _ in range(args.n):
+        with tempfile.TemporaryDirectory() as d:
+            a.append(rlm_crash_to_ready(Path(d), n, rows))
+        with tempfile.TemporaryDirectory() as d:
+            b.append(baseline_start_and_load(Path(d), n, rows))
+    ma, mb = statistics.median(a), statistics.median(b)
+    print(f"crash -> ready with state (rlm): median {ma * 1000:.0f} ms  {[round(x, 2) for x in a]}")
+    print(f"kernel start + raw pickle load:  median {mb * 1000:.0f} ms  {[round(x, 2) for x in b]}")
+    print(f"ratio: {ma / mb:.2f}x  ({args.mb} MB array + {rows:,}-row DataFrame + small dict)")
+
+
+if __name__ == "__main__":
+    main()
