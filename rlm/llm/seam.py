@@ -23,11 +23,11 @@ from __future__ import annotations
 import copy
 import json
 import os
-import warnings
 import random
 import re
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterable
 from pathlib import Path
