@@ -13,7 +13,9 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
+import os
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -378,7 +380,8 @@ class Agent:
             return self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)
             yield  # pragma: no cover - makes this a generator
         return (yield from self._in_thread(
-            lambda emit: self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)))
+            lambda emit: self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output),
+            cell=True))
 
     def _record_skipped(self, call: ToolCall, why: str, status: str = "interrupted") -> None:
         self.session.append(MessageEntry(
@@ -386,8 +389,15 @@ class Agent:
             cell=CellResult(status=status, shaped=why).to_dict()))
 
     # ------------------------------------------------------------------ helpers
-    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any]) -> Generator[Event, None, Any]:
-        """Run fn on a worker thread, yielding the events it emits; Ctrl-C stays responsive."""
+    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any], *,
+                   cell: bool = False) -> Generator[Event, None, Any]:
+        """Run fn on a worker thread, yielding the events it emits; Ctrl-C stays responsive.
+
+        After a second Ctrl-C the turn ends: a model call is abandoned (its thread's result
+        is ignored); a cell that survives the interrupt past the grace period has its
+        kernel killed, which the execute loop reports as a death, restarting the kernel
+        and restoring its snapshot.
+        """
         q: queue.Queue[tuple[str, Any]] = queue.Queue()
 
         def work() -> None:
@@ -397,10 +407,18 @@ class Agent:
                 q.put(("error", e))
 
         threading.Thread(target=work, name="rlm-turn", daemon=True).start()
+        stop_seen: float | None = None
         while True:
             try:
                 kind, value = q.get(timeout=0.1)
             except queue.Empty:
+                if self._stop.is_set():
+                    stop_seen = stop_seen or time.monotonic()
+                    if not cell:
+                        return None
+                    if time.monotonic() - stop_seen > self.config.interrupt_grace_s:
+                        self._kill_kernel()
+                        stop_seen = float("inf")  # once
                 continue
             except KeyboardInterrupt:
                 self.interrupt()
@@ -411,6 +429,14 @@ class Agent:
                 return value
             else:
                 raise value
+
+    def _kill_kernel(self) -> None:
+        pid = getattr(self.executor, "pid", None)
+        if pid and pid != os.getpid():  # never the notebook's own kernel
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 def _copy_message(m: dict[str, Any]) -> dict[str, Any]:

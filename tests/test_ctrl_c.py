@@ -1,0 +1,74 @@
+"""Ctrl-C in `rlm run`: once interrupts the running cell, twice ends the turn; the session
+stays consistent (every tool call has its result) either way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+def start(tmp_path: Path, replies: list) -> subprocess.Popen:
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    return subprocess.Popen([sys.executable, "-m", "rlm", "run", "t", "--model", f"script:{script}",
+                             "--json"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def wait_for_cell(home: Path, marker: str, proc: subprocess.Popen, timeout: float = 120) -> Path:
+    """Until the session log holds the assistant call whose code contains `marker`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        for path in home.glob("sessions/*/session.jsonl"):
+            if marker in path.read_text():
+                time.sleep(1.0)  # let the cell start running in the kernel
+                return path
+        time.sleep(0.1)
+    raise AssertionError("the cell never started")
+
+
+def consistent(path: Path) -> list[dict]:
+    entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
+    calls = [tc["id"] for e in entries if e["type"] == "message"
+             for tc in e["message"].get("tool_calls") or []]
+    results = [e["message"]["tool_call_id"] for e in entries
+               if e["type"] == "message" and e["message"]["role"] == "tool"]
+    assert sorted(calls) == sorted(results), "a tool call without its result"
+    return entries
+
+
+def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_home):
+    proc = start(tmp_path, [call("import time\ntime.sleep(120)  # long-cell"),
+                            call("final('went on')")])
+    path = wait_for_cell(_isolated_home, "long-cell", proc)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["final"] == "went on"
+    entries = consistent(path)
+    tool = [e for e in entries if e["type"] == "message" and e["message"]["role"] == "tool"][0]
+    assert "KeyboardInterrupt" in tool["message"]["content"]
+
+
+def test_two_ctrl_c_end_the_turn(tmp_path, _isolated_home):
+    proc = start(tmp_path, [call("import time\nwhile True:\n    try:\n        time.sleep(1)  # stubborn\n"
+                                 "    except KeyboardInterrupt:\n        pass"),
+                            call("final('should not run')")])
+    path = wait_for_cell(_isolated_home, "stubborn", proc)
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(0.5)
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=180)
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["reason"] == "interrupted" and result["final"] is None, (out, err)
+    consistent(path)
