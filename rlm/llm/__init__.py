@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from rlm.llm import offline  # noqa: F401 - first: litellm's offline settings
 from rlm.llm.tokens import count_message, count_messages, count_text, count_tokens
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
 

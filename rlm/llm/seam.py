@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import random
 import re
 import threading
@@ -41,6 +40,7 @@ from rlm.errors import (
     RateLimited,
     RlmError,
 )
+from rlm.llm import offline
 from rlm.llm.script import Reply, ReplyQueue, load_script, parse_script
 from rlm.llm.tokens import count_messages, count_text
 from rlm.llm.types import PYTHON_TOOL, Completion, StreamCallback, ToolCall, Usage
@@ -49,11 +49,6 @@ if TYPE_CHECKING:
     from rlm.config import Config
 
 SCRIPT_PROVIDER = "rlm_script"
-_OFFLINE_ENV = {
-    "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no fetch of the cost map at import
-    "LITELLM_TELEMETRY": "False",
-    "LITELLM_LOG": "ERROR",
-}
 _import_lock = threading.Lock()
 _OVERFLOW = re.compile(
     r"context[ _]length|maximum context|context window|too many tokens|prompt is too long"
@@ -82,8 +77,7 @@ KEY_ENV = {
 def _litellm() -> Any:
     """Import litellm with the offline settings applied first (import takes seconds)."""
     with _import_lock:
-        for k, v in _OFFLINE_ENV.items():
-            os.environ.setdefault(k, v)
+        offline.apply()
         import litellm
 
         # litellm 1.110's streaming builds a pydantic model over a TypedDict with ReadOnly
