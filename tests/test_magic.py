@@ -67,6 +67,12 @@ def test_rlm_magic_works_on_the_users_namespace(kernel, tmp_path):
     assert "**Final answer:**\n\n61" in _texts(msgs)[1]
     sessions = list((tmp_path / "home" / "sessions").iterdir())
     assert len(sessions) == 1  # one session per kernel, reused
+    # the model was told what the notebook holds before it started (not as a visible cell)
+    log = (sessions[0] / "session.jsonl").read_text()
+    described = [json.loads(line) for line in log.splitlines()
+                 if '"custom_type":"context_vars"' in line]
+    assert described and "<notebook_variables>" in described[0]["content"]
+    assert "- user_data: list, 3 items" in described[0]["content"]
 
     _, state = _texts(run(kernel, "%rlm_state"))
     assert f"Session `{sessions[0].name}`" in state

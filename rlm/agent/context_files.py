@@ -7,7 +7,6 @@ when it is not UTF-8). The model sees only names, types, sizes and a short previ
 
 from __future__ import annotations
 
-import json
 import keyword
 import re
 from pathlib import Path
@@ -15,8 +14,6 @@ from typing import Any
 
 from rlm.errors import ConfigError
 from rlm.session.entries import CustomEntry
-
-PREVIEW_CHARS = 400
 
 _LOADERS = {
     ".csv": "import pandas as _pd\n{name} = _pd.read_csv({path!r})\ndel _pd\n",
@@ -29,28 +26,6 @@ _TEXT = (
     "try:\n    {name} = {name}.decode('utf-8')\nexcept UnicodeDecodeError:\n    pass\n"
 )
 
-_DESCRIBE = r"""
-def _rlm_describe(names, n):
-    import json as _json
-    out = []
-    for name in names:
-        v = globals()[name]
-        kind = type(v).__module__ + "." + type(v).__qualname__
-        if hasattr(v, "shape") and hasattr(v, "head"):
-            size = f"{v.shape[0]} rows x {v.shape[1]} columns"
-            prev = "columns: " + ", ".join(map(str, list(v.columns)[:40])) + "\n" + v.head(3).to_string()[:n]
-        elif isinstance(v, (str, bytes)):
-            size = f"{len(v):,} {'characters' if isinstance(v, str) else 'bytes'}"
-            prev = repr(v[:n])
-        else:
-            try:
-                size = f"{len(v):,} items"
-            except TypeError:
-                size = ""
-            prev = repr(v)[:n]
-        out.append({"name": name, "type": kind, "size": size, "preview": prev})
-    return _json.dumps(out)
-"""
 
 
 def variable_name(path: Path, taken: set[str]) -> str:
@@ -87,14 +62,15 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
     return names
 
 
-def describe_variables(agent: Any, names: list[str], *, origin: str) -> str:
-    code = _DESCRIBE + f"print(_rlm_describe({names!r}, {PREVIEW_CHARS}))\ndel _rlm_describe\n"
-    res = agent.executor.execute(code, timeout=60)
-    lines = [f"<context_variables>\nThese kernel variables hold your input ({origin}); "
+def describe_variables(agent: Any, names: list[str] | None, *, origin: str,
+                       tag: str = "context_variables") -> str:
+    """Text telling the model which kernel variables hold its input (names=None: all the
+    user's data values). Computed by the executor without running a visible cell."""
+    items = agent.executor.describe(names)
+    lines = [f"<{tag}>\nThese kernel variables hold your input ({origin}); "
              "read them through code, in slices:"]
-    try:
-        for d in json.loads(res.shaped.strip().splitlines()[-1]):
-            lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
-    except (ValueError, IndexError, KeyError):
-        lines += [f"- {n}" for n in names]
-    return "\n".join(lines) + "\n</context_variables>"
+    for d in items:
+        lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
+    if not items:
+        lines.append("- (none)")
+    return "\n".join(lines) + f"\n</{tag}>"

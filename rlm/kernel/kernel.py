@@ -241,6 +241,12 @@ class Kernel:
         except (RuntimeError, ValueError) as e:
             return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
 
+    def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
+        """Type, size and a short preview of kernel values (kernel_ext.describe), silently."""
+        expr = (f"__import__('kernel_ext.describe', fromlist=['x']).describe_json("
+                f"{json.dumps(names) if names is not None else 'None'})")
+        return list(json.loads(self._expression(expr, timeout)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         """User names with type and size; KernelDied if dead, KernelBusy past the timeout."""
         if self._rt is None or self._rt.poll() is not None:

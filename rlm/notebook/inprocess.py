@@ -142,6 +142,11 @@ class InProcessExecutor:
 
         bridge.set_local_handler(fn)
 
+    def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
+        from kernel_ext import describe
+
+        return list(json.loads(describe.describe_json(names, ip=self.shell)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         from kernel_ext import snapshot
 

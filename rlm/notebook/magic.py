@@ -77,6 +77,7 @@ class NotebookAgent:
             return
         sess.executor.config = config
         sess.executor.on_user_interrupt = agent.stop
+        _describe_user_data(agent)
         events = agent.run(task.strip())
         try:
             for ev in events:
@@ -98,6 +99,17 @@ class NotebookAgent:
         names = ex.list_namespace().get("names", [])
         head = f"Session `{self.current.store.id}`" if self.current else "No %%rlm session yet"
         display(Markdown(head + "\n\n" + state_table(names)))
+
+
+def _describe_user_data(agent: Any) -> None:
+    """Tell the model what the notebook holds (its data are the user's variables)."""
+    from rlm.agent.context_files import describe_variables
+    from rlm.session.entries import CustomEntry
+
+    text = describe_variables(agent, None, origin="the user's notebook namespace",
+                              tag="notebook_variables")
+    agent.session.append(CustomEntry(custom_type="context_vars", data={"source": "notebook"},
+                                     display=False, content=text))
 
 
 def state_table(names: list[dict[str, Any]]) -> str:

@@ -1,0 +1,54 @@
+"""Short descriptions of kernel values for the model: type, size, and a preview.
+
+The model reads data through code, but it needs to know what exists: `--context` files
+loaded into variables, and in `%%rlm` the user's own DataFrames. Called by the host through
+user_expressions (a separate kernel) or directly (in-process); never prints.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+PREVIEW_CHARS = 400
+MAX_NAMES = 60
+
+
+def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
+    kind = type(v).__module__ + "." + type(v).__qualname__
+    kind = kind.removeprefix("builtins.")
+    try:
+        if hasattr(v, "shape") and hasattr(v, "head") and hasattr(v, "columns"):
+            size = f"{v.shape[0]:,} rows x {v.shape[1]} columns"
+            cols = ", ".join(f"{c} ({t})" for c, t in list(v.dtypes.astype(str).items())[:40])
+            prev = f"columns: {cols}\n" + v.head(3).to_string()[:n]
+        elif hasattr(v, "shape") and hasattr(v, "dtype"):
+            size = f"shape {tuple(v.shape)}, dtype {v.dtype}"
+            prev = repr(v)[:n]
+        elif isinstance(v, (str, bytes)):
+            size = f"{len(v):,} {'characters' if isinstance(v, str) else 'bytes'}"
+            prev = repr(v[:n])
+        else:
+            try:
+                size = f"{len(v):,} items"
+            except TypeError:
+                size = ""
+            prev = repr(v)[:n]
+    except Exception as e:  # noqa: BLE001 - a value whose repr fails is still listed
+        size, prev = "", f"<preview failed: {type(e).__name__}>"
+    return {"name": name, "type": kind, "size": size, "preview": prev}
+
+
+def describe_json(names: list[str] | None = None, n: int = PREVIEW_CHARS, ip: Any = None) -> str:
+    """JSON list of descriptions; names=None: the user's data values (no modules/functions)."""
+    from kernel_ext import namespace
+
+    if ip is None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    values = namespace.user_values(ip)
+    if names is None:
+        names = [k for k, v in values.items()
+                 if not callable(v) and type(v).__name__ != "module"][:MAX_NAMES]
+    return json.dumps([describe_value(k, values[k], n) for k in names if k in values])
