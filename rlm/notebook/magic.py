@@ -116,6 +116,14 @@ def state_table(names: list[dict[str, Any]]) -> str:
     """Markdown table of a namespace listing (names, types, sizes, restorable or why not)."""
     if not names:
         return "*The namespace holds no user variables.*"
+    unsnapshotted = all(str(n.get("reason") or "").startswith("snapshots disabled") for n in names)
+    if unsnapshotted:  # the user's own kernel: rlm does not snapshot it, so say only that
+        rows = ["| name | type | size |", "|---|---|---:|"]
+        rows += [f"| `{n.get('name')}` | {n.get('type', '')} | {_size(n.get('bytes'))} |"
+                 for n in names]
+        return "\n".join(rows) + (
+            "\n\n*This is your notebook's own kernel: rlm does not snapshot it (restarting "
+            "it is yours to do), so nothing here is restored after a kernel restart.*")
     rows = ["| name | type | size | restorable |", "|---|---|---:|---|"]
     for n in names:
         ok = "yes" if n.get("restorable") else f"no ({n.get('reason') or 'unknown'})"
