@@ -43,7 +43,7 @@ def test_count_text_works_with_network_blocked(monkeypatch):
 
 
 def test_text_reply_streams_and_reports_usage():
-    llm = ScriptedLLM(["The answer is forty-two, computed in the kernel."])
+    llm = ScriptedLLM(["The answer is forty-two, computed in the kernel."], stream=True)
     seen: list[str] = []
     c = llm.complete(USER, on_text=seen.append)
     assert c.content == "The answer is forty-two, computed in the kernel."
@@ -52,6 +52,13 @@ def test_text_reply_streams_and_reports_usage():
     assert c.usage.output_tokens == count_text(c.content)
     assert c.tool_calls == [] and c.finish_reason == "stop"
     assert llm.calls == [USER]  # what reached the provider through litellm
+
+
+def test_non_streaming_reply_reaches_on_text_once():
+    llm = ScriptedLLM(["Forty-two."])
+    seen: list[str] = []
+    assert llm.complete(USER, on_text=seen.append).content == "Forty-two."
+    assert seen == ["Forty-two."]
 
 
 def test_tool_calls_and_given_usage():
