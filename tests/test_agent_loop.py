@@ -231,3 +231,32 @@ def test_compact_run_from_a_cell_is_deferred_to_turn_end(_isolated_home):
     assert "x holds 41" in after[1]["content"]
     assert any(m["role"] == "user" and "<ipython_state>" in m["content"] and "x" in m["content"]
                for m in after)
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False  # behaves like the small local model: fenced code, text FINAL
+
+
+def test_small_model_giving_up_after_an_error_is_nudged_once(_isolated_home):
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced([
+        "```python\nprint(sales['amount'].sum())\n```",
+        "The column amount does not exist, sorry.",  # prose after a failing cell
+        "```python\nsales = {'revenue': [1, 2]}\nprint(sum(sales['revenue']))\n```",
+        "FINAL(3)",
+    ])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        events = run(agent, "total revenue?")
+    assert events[-1].reason == "final" and events[-1].final == "3"
+    nudge = llm.calls[2][-1]
+    assert nudge["role"] == "user" and "Your last cell failed" in nudge["content"]
+
+
+def test_prose_after_a_good_cell_is_the_answer(_isolated_home):
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced(["```python\nprint(6 * 7)\n```", "It is 42."])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        events = run(agent, "6*7?")
+    assert events[-1].reason == "no_code" and events[-1].final == "It is 42."

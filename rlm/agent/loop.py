@@ -43,6 +43,10 @@ from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
 from rlm.session.entries import CustomEntry, MessageEntry
 
 Handler = Callable[[dict[str, Any]], Any]
+MAX_NUDGES = 2
+NUDGE = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
+         "columns that exist first), or, if you already know the answer, reply with "
+         "FINAL(answer).")
 # (reason, answer) when a turn says the run may end; None to keep going
 Outcome = tuple[str, str | None] | None
 # A continuation hook is asked when the run would end; it returns a message to keep going.
@@ -86,6 +90,7 @@ class Agent:
         self.on_cell_output: Callable[[Any], None] | None = None
         self._final: tuple[str, str] | None = None
         self._error_detail: str | None = None
+        self._nudges = 0
         self._stop = threading.Event()
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -194,6 +199,7 @@ class Agent:
         self._interrupts = 0
         self._final = None
         self._error_detail = None
+        self._nudges = 0
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
         started, turns = time.monotonic(), 0
@@ -332,6 +338,13 @@ class Agent:
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
+        if found is None and self._should_nudge():
+            # small models tend to give up in prose right after a failing cell
+            self._nudges += 1
+            self.session.append(MessageEntry(message={"role": "user", "content": NUDGE}))
+            yield Notice("the model answered without code after a failed cell; asked it to "
+                         "fix the cell or give a FINAL answer")
+            return None
         if found is None:
             answer = content.strip()
             yield FinalAnswer(answer, "reply")
@@ -341,6 +354,17 @@ class Agent:
             value = self._read_var(value)
         yield FinalAnswer(value, "text")
         return ("final", value)
+
+    def _should_nudge(self) -> bool:
+        """A fenced-code model, a reply without code or FINAL, right after a failed cell."""
+        if getattr(self.llm, "native_tools", True) or self._nudges >= MAX_NUDGES:
+            return False
+        for e in reversed(self.session.branch()[:-1]):  # skip the reply just appended
+            if isinstance(e, MessageEntry) and e.role == "tool":
+                return bool(e.cell) and e.cell.get("status") != "ok"
+            if isinstance(e, MessageEntry) and e.role == "user":
+                return False
+        return False
 
     def _read_var(self, name: str) -> str:
         res = self.executor.execute(f"print(str({name}), end='')", timeout=30)
