@@ -83,12 +83,18 @@ def test_resume_from_an_earlier_entry_starts_a_branch(tmp_path):
     entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     first_user = entries[0]["id"]
     s2 = script(tmp_path / "b.json", ["a different answer"])
-    rlm("resume", sid, "again", "--from", first_user, "--model", s2, "--json", cwd=tmp_path)
+    summ = script(tmp_path / "summary.json", ["Tried: set x = 1 and answered 'one'."])
+    rlm("resume", sid, "again", "--from", first_user, "--model", s2, "--compaction-model", summ,
+        "--json", cwd=tmp_path)
     after = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     assert len(after) > len(entries)
     assert entries == after[: len(entries)]  # nothing rewritten
     children = [e for e in after if e.get("parent_id") == first_user]
     assert len(children) == 2  # the old continuation and the new branch
+    # the abandoned branch is summarised at the new position, before the new prompt
+    summary = [e for e in children if e["type"] == "branch_summary"]
+    assert summary and summary[0]["summary"] == "Tried: set x = 1 and answered 'one'."
+    assert summary[0]["from_id"] == entries[-1]["id"]
 
 
 def test_corrupt_session_is_a_file_line_error(tmp_path):

@@ -89,9 +89,33 @@ def open_session_agent(session_id: str, config: Config, *, leaf: str | None = No
     session = SessionStore.open(session_id, config.home)
     if not config.model:
         config = replace(config, model=session.header.model or default_model())
-    if leaf:
+    agent = Agent(session, config, **agent_kw)
+    if leaf and leaf != session.leaf_id:
+        move_to_branch(agent, leaf)
+    return agent, session
+
+
+# budget for summarising an abandoned branch when the model's window is unknown
+DEFAULT_BRANCH_BUDGET = 16_000
+
+
+def move_to_branch(agent: Any, leaf: str) -> Any:
+    """Resume from an earlier entry: the work on the branch being left is summarised into
+    a branch_summary entry at the new position, so the model knows what was tried there."""
+    from rlm.agent.attach import compaction_llm, context_window
+    from rlm.compaction.branch import summarize_branch
+
+    session = agent.session
+    old_leaf = session.leaf_id
+    session.get(leaf)  # a clear error for an unknown entry id, before anything moves
+    window = context_window(agent)
+    budget = (window - agent.config.reserve_tokens) if window else DEFAULT_BRANCH_BUDGET
+    entry = None
+    if old_leaf is not None:
+        entry = summarize_branch(session, old_leaf, leaf, compaction_llm(agent), budget)
+    if entry is None:
         session.set_leaf(leaf)
-    return Agent(session, config, **agent_kw), session
+    return entry
 
 
 def run_child(parent: Any, task: str, context: Any) -> str | None:
