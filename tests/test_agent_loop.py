@@ -260,3 +260,35 @@ def test_prose_after_a_good_cell_is_the_answer(_isolated_home):
     with Agent(session, config, llm=llm) as agent:
         events = run(agent, "6*7?")
     assert events[-1].reason == "no_code" and events[-1].final == "It is 42."
+
+
+def test_rate_limits_are_retried_then_end_the_run_cleanly(_isolated_home):
+    config = Config(home=_isolated_home, model="script:x", cell_timeout=60)
+    limited = {"error": "rate_limit", "message": "slow down"}
+    llm = ScriptedLLM([limited, limited, call("final('ok')")], base_delay=0)
+    session = SessionStore.create(_isolated_home, model="script:x", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        assert run(agent, "go")[-1].final == "ok"  # two transient failures, retried
+        llm.enqueue(*[limited] * 5)  # more than the retries allow
+        events = run(agent, "again")
+    end = events[-1]
+    assert end.reason == "error" and "gave up" in (end.detail or "")
+    on_disk = SessionStore.open(session.path).branch()
+    errors = [e for e in on_disk if isinstance(e, MessageEntry) and e.error]
+    assert len(errors) == 1 and "RateLimited" in errors[0].error
+    # the failed call never reaches a later prompt
+    msgs = session.messages(system_prompt="s", native_tools=True)
+    assert not [m for m in msgs
+                if m["role"] == "assistant" and not m.get("content") and not m.get("tool_calls")]
+
+
+def test_auth_error_is_raised_with_the_fix(_isolated_home):
+    from rlm.errors import AuthError
+
+    config = Config(home=_isolated_home, model="script:x", cell_timeout=60)
+    llm = ScriptedLLM([{"error": "auth", "message": "invalid api key"}], base_delay=0)
+    session = SessionStore.create(_isolated_home, model="script:x", task="t")
+    with Agent(session, config, llm=llm) as agent, pytest.raises(AuthError) as info:
+        run(agent, "go")
+    assert "authentication failed" in str(info.value) and "_API_KEY" in str(info.value)
+    SessionStore.open(session.path)  # still loads
