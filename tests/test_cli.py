@@ -125,3 +125,20 @@ def test_readme_opens_with_the_two_setup_commands():
     commands = [line.split("#", 1)[0].strip() for line in block]
     assert commands == ["pip install -e '.[local]' && rlm demo",
                         "pip install -e '.[dev,local]' && pytest"]
+
+
+def test_run_starts_from_an_existing_notebook(tmp_path):
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    nb = new_notebook(cells=[new_code_cell("base = 40"), new_code_cell("1 / 0"),
+                             new_code_cell("extra = base + 1")])
+    nbformat.write(nb, tmp_path / "analysis.ipynb")
+    s1 = script(tmp_path / "a.json", [call("final(str(extra + 1))")])
+    out = rlm("run", "what is extra + 1?", "--notebook", str(tmp_path / "analysis.ipynb"),
+              "--model", s1, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "42"  # the notebook's cells ran first, errors reported, not fatal
+    entries = [json.loads(line) for line in Path(res["session_path"]).read_text().splitlines()[1:]]
+    imported = [e for e in entries if e.get("custom_type") == "notebook_import"]
+    assert imported and "ZeroDivisionError" in imported[0]["content"]
+    assert entries.index(imported[0]) < [e.get("message", {}).get("role") for e in entries].index("assistant")
