@@ -1,0 +1,31 @@
+"""`rlm run --detach`: the worker outlives the client; `rlm attach` shows its progress."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from test_cli import call, rlm, script
+
+
+def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
+    s = script(tmp_path / "a.json", [call("import time\nlabel = 'from the worker'\nprint(label)"),
+                                     call("final(label)")])
+    out = rlm("run", "detached task", "--detach", "--model", s, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])  # the client has exited already
+    sid, path = res["session_id"], Path(res["session_path"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"custom_type":"final"' not in path.read_text():
+        time.sleep(0.3)
+    assert '"custom_type":"final"' in path.read_text(), "the worker did not finish the task"
+
+    shown = rlm("attach", sid, "--no-follow", cwd=tmp_path).stdout
+    assert "from the worker" in shown and "label = 'from the worker'" in shown
+
+    workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+    mine = [w for w in workers if w.get("session_id") == sid]
+    assert mine and mine[0]["alive"] is True
+    rlm("stop", sid, cwd=tmp_path)
+    workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+    assert not [w for w in workers if w.get("session_id") == sid and w.get("alive")]
