@@ -53,7 +53,7 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
         if not res.ok:
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
         names.append(name)
-    agent.session.append(CustomEntry(
+    agent.attach_context(CustomEntry(
         custom_type="context_vars",
         data={"names": names, "files": [str(p) for p in paths]},
         display=True,

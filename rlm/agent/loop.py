@@ -94,6 +94,7 @@ class Agent:
         self._stop = threading.Event()
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self._attached: list[CustomEntry] = []
         self.policy: Any = None
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
@@ -164,6 +165,12 @@ class Agent:
         the model before the next model call, never between a call and its results."""
         self._steered.put((text, custom_type))
 
+    def attach_context(self, entry: CustomEntry) -> None:
+        """Describe input for the next prompt (loaded files, notebook variables). It is
+        appended right after that prompt, where models (small ones above all) read it as
+        part of the task, as in the worked example of the small-model prompt."""
+        self._attached.append(entry)
+
     def _drain_steered(self) -> None:
         while True:
             try:
@@ -202,6 +209,9 @@ class Agent:
         self._nudges = 0
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
+        for entry in self._attached:
+            self.session.append(entry)
+        self._attached.clear()
         started, turns = time.monotonic(), 0
         while True:
             limit = self._limit_hit(turns, started)

@@ -159,7 +159,7 @@ def _put_context(agent: Any, context: Any) -> None:
     )
     if not res.ok:
         raise RuntimeError(f"could not load the rlm_query context: {res.shaped[:500]}")
-    agent.session.append(CustomEntry(
+    agent.attach_context(CustomEntry(
         custom_type="context_vars", data={"names": ["context"]}, display=True,
         content=describe_variables(agent, ["context"], origin="passed by the parent agent")))
 

@@ -108,7 +108,7 @@ def _describe_user_data(agent: Any) -> None:
 
     text = describe_variables(agent, None, origin="the user's notebook namespace",
                               tag="notebook_variables")
-    agent.session.append(CustomEntry(custom_type="context_vars", data={"source": "notebook"},
+    agent.attach_context(CustomEntry(custom_type="context_vars", data={"source": "notebook"},
                                      display=False, content=text))
 
 
