@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from rlm.errors import SessionCorrupt, SessionError
-from rlm.paths import PRIVATE_FILE, private_dir, rlm_home, sessions_root, write_private_atomic
+from rlm.paths import (
+    PRIVATE_FILE,
+    fsync_dir,
+    private_dir,
+    rlm_home,
+    sessions_root,
+    write_private_atomic,
+)
 from rlm.secrets import redact_text, secret_values
 from rlm.session import migrations
 from rlm.session.context import Projector
@@ -143,7 +150,7 @@ class SessionStore:
         store = cls(header, path)
         store._fd = fd
         store._write(_dumps(header))
-        _fsync_dir(folder)
+        fsync_dir(folder)
         return store
 
     @classmethod
@@ -496,14 +503,6 @@ def _rewrite_migrated(path: Path, store: SessionStore) -> None:
     body = b"".join(_dumps(e) for e in [store.header, *store._entries])
     write_private_atomic(path, body)
     store._needs_rewrite = False
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def resolve_session_path(id_or_path: str | Path, home: Path | None = None) -> Path:
