@@ -371,7 +371,7 @@ class Agent:
             return False
         for e in reversed(self.session.branch()[:-1]):  # skip the reply just appended
             if isinstance(e, MessageEntry) and e.role == "tool":
-                return bool(e.cell) and e.cell.get("status") != "ok"
+                return e.cell is not None and e.cell.get("status") != "ok"
             if isinstance(e, MessageEntry) and e.role == "user":
                 return False
         return False
