@@ -124,10 +124,10 @@ def test_context_files_reach_the_kernel_not_the_prompt(_isolated_home, tmp_path)
     assert events[-1].final == "needle-7f3a9"
     first_prompt = json.dumps(llm.calls[0])
     assert "haystack" in first_prompt and "characters" in first_prompt
-    # the description follows the task, as part of it (small models read it that way)
+    # the description comes right before the task: the question is read last
     texts = [m.get("content") or "" for m in llm.calls[0]]
     task_at = texts.index("find the needle")
-    assert texts[task_at + 1].startswith("<context_variables>")
+    assert texts[task_at - 1].startswith("<context_variables>")
     assert secret_line not in first_prompt  # the file contents stay in the kernel
 
 

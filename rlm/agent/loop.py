@@ -167,8 +167,8 @@ class Agent:
 
     def attach_context(self, entry: CustomEntry) -> None:
         """Describe input for the next prompt (loaded files, notebook variables). It is
-        appended right after that prompt, where models (small ones above all) read it as
-        part of the task, as in the worked example of the small-model prompt."""
+        appended right before that prompt, so the question is the last thing the model
+        reads (measured: the 1.5B local model answers the wrong question otherwise)."""
         self._attached.append(entry)
 
     def _drain_steered(self) -> None:
@@ -207,11 +207,11 @@ class Agent:
         self._final = None
         self._error_detail = None
         self._nudges = 0
-        if prompt:
-            self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
-        for entry in self._attached:
+        for entry in self._attached:  # the input first, the question last
             self.session.append(entry)
         self._attached.clear()
+        if prompt:
+            self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
         started, turns = time.monotonic(), 0
         while True:
             limit = self._limit_hit(turns, started)
