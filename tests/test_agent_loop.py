@@ -296,3 +296,14 @@ def test_auth_error_is_raised_with_the_fix(_isolated_home):
         run(agent, "go")
     assert "authentication failed" in str(info.value) and "_API_KEY" in str(info.value)
     SessionStore.open(session.path)  # still loads
+
+
+def test_token_limit_counts_this_run_only(_isolated_home):
+    config = Config(home=_isolated_home, model="script:x", cell_timeout=60, max_tokens=2000)
+    llm = ScriptedLLM([{"content": "one", "usage": {"input_tokens": 2500, "output_tokens": 10}},
+                       {"content": "two", "usage": {"input_tokens": 1500, "output_tokens": 10}}])
+    session = SessionStore.create(_isolated_home, model="script:x", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        assert run(agent, "first")[-1].final == "one"
+        # 2510 tokens were spent by the first run; the second run has its own 2000
+        assert run(agent, "second")[-1].final == "two"

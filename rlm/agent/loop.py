@@ -91,6 +91,7 @@ class Agent:
         self._final: tuple[str, str] | None = None
         self._error_detail: str | None = None
         self._nudges = 0
+        self._tokens_at_start = 0
         self._stop = threading.Event()
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -213,6 +214,7 @@ class Agent:
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
         started, turns = time.monotonic(), 0
+        self._tokens_at_start = self.tokens_used  # limits are per run (chat runs many)
         while True:
             limit = self._limit_hit(turns, started)
             if limit:
@@ -257,8 +259,9 @@ class Agent:
         c = self.config
         if c.max_turns is not None and turns >= c.max_turns:
             return ("turns", f"{turns} of {c.max_turns} turns used")
-        if c.max_tokens is not None and self.tokens_used >= c.max_tokens:
-            return ("tokens", f"{self.tokens_used} of {c.max_tokens} tokens used")
+        spent = self.tokens_used - self._tokens_at_start
+        if c.max_tokens is not None and spent >= c.max_tokens:
+            return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
         if c.max_wall_s is not None and time.monotonic() - started >= c.max_wall_s:
             return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
         if self.budget.limit is not None and self.budget.remaining == 0:
