@@ -38,7 +38,7 @@ def chat_loop(agent: Any, session: Any, args: argparse.Namespace) -> int:
                 continue
             for ev in agent.run(line):
                 render(ev)
-    render.console.print(f"[dim]session {session.id}: {session.path}[/dim]")
+    render.console.print(f"session {session.id}: {session.path}", style="dim", markup=False)
     return 0
 
 
@@ -53,7 +53,7 @@ def _slash(agent: Any, line: str, render: Renderer) -> bool:
         elif cmd == "state":
             listing = agent.executor.list_namespace(timeout=5.0)
             for n in listing["names"]:
-                render.console.print(f"  {n['name']:<24} {n.get('type', '')}")
+                render.console.print(f"  {n['name']:<24} {n.get('type', '')}", markup=False)
         elif cmd == "compact":
             from rlm.compaction.cli import compact_now
 
@@ -62,13 +62,13 @@ def _slash(agent: Any, line: str, render: Renderer) -> bool:
         elif cmd == "goal":
             from rlm.cli.longrun_cli import goal_command
 
-            render.console.print(goal_command(agent, rest))
+            render.console.print(goal_command(agent, rest), markup=False)
         elif cmd == "heartbeat":
             from rlm.cli.longrun_cli import heartbeat_command
 
-            render.console.print(heartbeat_command(agent, rest))
+            render.console.print(heartbeat_command(agent, rest), markup=False)
         else:
-            render.console.print(f"unknown command /{cmd}; /help lists them")
+            render.console.print(f"unknown command /{cmd}; /help lists them", markup=False)
     except RlmError as e:
-        render.console.print(f"[red]{e}[/red]")
+        render.console.print(str(e), style="red", markup=False)
     return True

@@ -9,6 +9,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from rlm.cli.render import Renderer, print_json
 from rlm.config import Config, load_config
 from rlm.errors import SessionError
@@ -52,7 +54,7 @@ def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespac
     if getattr(args, "json", False):
         print_json(result.to_json())
     else:
-        render.console.print(f"[dim]session {session.id}: {session.path}[/dim]")
+        render.console.print(f"[dim]session {session.id}: {escape(str(session.path))}[/dim]")
     return 0 if result.reason in ("final", "no_code") else 3
 
 
@@ -115,7 +117,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     agent, session = new_session_agent(DEMO_TASK, cfg)
     data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
     render = Renderer(quiet=args.json)
-    render.console.print(f"[bold]rlm demo[/bold] · model {cfg.model} · data {data}")
+    render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
     args.context = [str(data)]
     code = _drive(agent, session, DEMO_TASK, args, setup=lambda a: _load(a, [data]))
     try:
@@ -124,7 +126,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         nb = export_session(session.path)
         render.console.print(f"notebook: {nb}")
     except Exception as e:  # noqa: BLE001 - the demo's answer matters more than its export
-        render.console.print(f"[yellow]notebook export failed: {e}[/yellow]")
+        render.console.print(f"notebook export failed: {e}", style="yellow", markup=False)
     return code
 
 

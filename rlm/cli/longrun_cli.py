@@ -219,8 +219,9 @@ def cmd_attach(args: argparse.Namespace) -> int:
                 continue
             except TypeError:
                 pass
-        render.console.print(f"[dim]{rec.get('ts', '')} {kind} "
-                             f"{ {k: v for k, v in rec.items() if k not in ('ts', 'event')} }[/dim]")
+        render.console.print(f"{rec.get('ts', '')} {kind} "
+                             f"{ {k: v for k, v in rec.items() if k not in ('ts', 'event')} }",
+                             style="dim", markup=False)
         if kind == "WorkerStopped":
             break
     return 0

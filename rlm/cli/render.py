@@ -7,6 +7,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markdown import Markdown
+from rich.markup import escape
 from rich.panel import Panel
 from rich.syntax import Syntax
 from rich.text import Text
@@ -60,7 +61,7 @@ class Renderer:
                                  title_align="left", border_style=style))
 
     def _KernelRestarted(self, e: ev.KernelRestarted) -> None:
-        self.console.print(f"[yellow]kernel restarted ({e.cause}); restored "
+        self.console.print(f"[yellow]kernel restarted ({escape(e.cause)}); restored "
                            f"{len(e.restored)} name(s), lost {len(e.lost)}[/yellow]")
 
     def _Compacted(self, e: ev.Compacted) -> None:
@@ -70,7 +71,7 @@ class Renderer:
     def _Notice(self, e: ev.Notice) -> None:
         self._end_stream()
         color = "yellow" if e.level == "warning" else "cyan"
-        self.console.print(f"[{color}]{e.text}[/{color}]")
+        self.console.print(f"[{color}]{escape(e.text)}[/{color}]")
 
     def _FinalAnswer(self, e: ev.FinalAnswer) -> None:
         self._end_stream()
@@ -79,7 +80,7 @@ class Renderer:
 
     def _RunEnded(self, e: ev.RunEnded) -> None:
         self._end_stream()
-        detail = f": {e.detail}" if e.detail else ""
+        detail = f": {escape(e.detail)}" if e.detail else ""
         self.console.print(f"[dim]run ended ({e.reason}{detail}) after {e.turns} turn(s)[/dim]")
 
 
