@@ -257,6 +257,22 @@ def test_small_model_giving_up_after_an_error_is_nudged_once(_isolated_home):
     assert nudge["role"] == "user" and "Your last cell failed" in nudge["content"]
 
 
+def test_small_model_answering_before_looking_at_its_data_is_nudged(_isolated_home, tmp_path):
+    from rlm.agent.context_files import load_context_files
+
+    (tmp_path / "notes.txt").write_text("filler\n" * 100 + "code for X is 4711\n")
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced(["123456",  # a guess, before any cell ran
+                   "```python\ni = notes.find('code for X')\nprint(notes[i:i+20])\n```",
+                   "FINAL(4711)"])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        load_context_files(agent, [tmp_path / "notes.txt"])
+        events = run(agent, "What is the code for X? Answer with the number only.")
+    assert events[-1].final == "4711"
+    assert "You have not looked at the data yet" in llm.calls[1][-1]["content"]
+
+
 def test_prose_after_a_good_cell_is_the_answer(_isolated_home):
     config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
     llm = _Fenced(["```python\nprint(6 * 7)\n```", "It is 42."])

@@ -44,9 +44,12 @@ from rlm.session.entries import CustomEntry, MessageEntry
 
 Handler = Callable[[dict[str, Any]], Any]
 MAX_NUDGES = 2
-NUDGE = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
-         "columns that exist first), or, if you already know the answer, reply with "
-         "FINAL(answer).")
+NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
+                "columns that exist first), or, if you already know the answer, reply with "
+                "FINAL(answer).")
+NUDGE_LOOK = ("You have not looked at the data yet. Reply with a ```python cell that reads "
+              "the variables you were given (in slices, or by searching them) and prints what "
+              "answers the question; answer with FINAL(answer) after you see the output.")
 # (reason, answer) when a turn says the run may end; None to keep going
 Outcome = tuple[str, str | None] | None
 # A continuation hook is asked when the run would end; it returns a message to keep going.
@@ -92,6 +95,7 @@ class Agent:
         self._error_detail: str | None = None
         self._nudges = 0
         self._tokens_at_start = 0
+        self._run_has_data = False
         self._stop = threading.Event()
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -208,6 +212,7 @@ class Agent:
         self._final = None
         self._error_detail = None
         self._nudges = 0
+        self._run_has_data = bool(self._attached)
         for entry in self._attached:  # the input first, the question last
             self.session.append(entry)
         self._attached.clear()
@@ -351,12 +356,14 @@ class Agent:
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
-        if found is None and self._should_nudge():
-            # small models tend to give up in prose right after a failing cell
+        nudge = self._nudge() if found is None else None
+        if nudge is not None:
+            # small models give up in prose after a failing cell, or answer before looking
             self._nudges += 1
-            self.session.append(MessageEntry(message={"role": "user", "content": NUDGE}))
-            yield Notice("the model answered without code after a failed cell; asked it to "
-                         "fix the cell or give a FINAL answer")
+            self.session.append(MessageEntry(message={"role": "user", "content": nudge}))
+            yield Notice("the model answered without code " + (
+                "after a failed cell" if nudge == NUDGE_FAILED else "before looking at its data")
+                + "; asked it to use a cell first")
             return None
         if found is None:
             answer = content.strip()
@@ -368,16 +375,17 @@ class Agent:
         yield FinalAnswer(value, "text")
         return ("final", value)
 
-    def _should_nudge(self) -> bool:
-        """A fenced-code model, a reply without code or FINAL, right after a failed cell."""
+    def _nudge(self) -> str | None:
+        """For fenced-code models replying without code or FINAL: a nudge when the last
+        cell of this run failed, or when data was attached and no cell has run yet."""
         if getattr(self.llm, "native_tools", True) or self._nudges >= MAX_NUDGES:
-            return False
+            return None
         for e in reversed(self.session.branch()[:-1]):  # skip the reply just appended
             if isinstance(e, MessageEntry) and e.role == "tool":
-                return e.cell is not None and e.cell.get("status") != "ok"
+                return NUDGE_FAILED if e.cell is not None and e.cell.get("status") != "ok" else None
             if isinstance(e, MessageEntry) and e.role == "user":
-                return False
-        return False
+                return NUDGE_LOOK if self._run_has_data else None
+        return None
 
     def _read_var(self, name: str) -> str:
         res = self.executor.execute(f"print(str({name}), end='')", timeout=30)
