@@ -117,8 +117,9 @@ def via_rlm(items: list[Item], home: Path | None, max_turns: int) -> list[dict]:
             path = Path(d) / "haystack.txt"
             path.write_text(item.text)
             cfg = Config(home=home or rlm_home(), temperature=0.0, max_turns=max_turns)
-            task = (f"The string variable `haystack` holds a long text. One line in it gives "
-                    f"the access code for {item.key}. {item.question}")
+            task = (f"The string variable `haystack` holds a long text. Find the line that "
+                    f"mentions {item.key}: it gives that project's access code. "
+                    f"{item.question}")
             t0 = time.perf_counter()
             try:
                 res = run_task(task, model="local", config=cfg, context_files=[path])

@@ -323,3 +323,16 @@ def test_token_limit_counts_this_run_only(_isolated_home):
         assert run(agent, "first")[-1].final == "one"
         # 2510 tokens were spent by the first run; the second run has its own 2000
         assert run(agent, "second")[-1].final == "two"
+
+
+def test_small_model_final_after_a_silent_cell_is_nudged(_isolated_home):
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced(["```python\nimport re\nm = re.search('nope', 'text')\n```",
+                   "FINAL(12345)",  # a guess: the cell printed nothing
+                   "```python\nprint(m)\n```",
+                   "FINAL(not found)"])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        events = run(agent, "find it")
+    assert events[-1].final == "not found"
+    assert "printed nothing" in llm.calls[2][-1]["content"]

@@ -47,6 +47,9 @@ MAX_NUDGES = 2
 NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
                 "columns that exist first), or, if you already know the answer, reply with "
                 "FINAL(answer).")
+NUDGE_EMPTY = ("Your last cell printed nothing, so you have not seen an answer yet. Print "
+               "what you found (for a search: the matching line) with a ```python cell, then "
+               "answer with FINAL(answer).")
 NUDGE_LOOK = ("You have not looked at the data yet. Reply with a ```python cell that reads "
               "the variables you were given (in slices, or by searching them) and prints what "
               "answers the question; answer with FINAL(answer) after you see the output.")
@@ -356,14 +359,14 @@ class Agent:
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
-        nudge = self._nudge() if found is None else None
+        nudge = self._nudge(final=found is not None)
         if nudge is not None:
             # small models give up in prose after a failing cell, or answer before looking
             self._nudges += 1
             self.session.append(MessageEntry(message={"role": "user", "content": nudge}))
-            yield Notice("the model answered without code " + (
-                "after a failed cell" if nudge == NUDGE_FAILED else "before looking at its data")
-                + "; asked it to use a cell first")
+            why = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
+                   NUDGE_EMPTY: "after a cell that printed nothing"}[nudge]
+            yield Notice(f"the model answered without code {why}; asked it to use a cell first")
             return None
         if found is None:
             answer = content.strip()
@@ -375,16 +378,20 @@ class Agent:
         yield FinalAnswer(value, "text")
         return ("final", value)
 
-    def _nudge(self) -> str | None:
-        """For fenced-code models replying without code or FINAL: a nudge when the last
-        cell of this run failed, or when data was attached and no cell has run yet."""
+    def _nudge(self, *, final: bool) -> str | None:
+        """For fenced-code models answering without code: a nudge when the last cell of this
+        run failed (prose only), printed nothing (even with FINAL: nothing was seen), or
+        when data was attached and no cell has run yet (prose only)."""
         if getattr(self.llm, "native_tools", True) or self._nudges >= MAX_NUDGES:
             return None
         for e in reversed(self.session.branch()[:-1]):  # skip the reply just appended
             if isinstance(e, MessageEntry) and e.role == "tool":
-                return NUDGE_FAILED if e.cell is not None and e.cell.get("status") != "ok" else None
+                status = (e.cell or {}).get("status")
+                if status == "ok" and (e.cell or {}).get("shaped", "").strip() == "":
+                    return NUDGE_EMPTY
+                return NUDGE_FAILED if status not in (None, "ok") and not final else None
             if isinstance(e, MessageEntry) and e.role == "user":
-                return NUDGE_LOOK if self._run_has_data else None
+                return NUDGE_LOOK if self._run_has_data and not final else None
         return None
 
     def _read_var(self, name: str) -> str:
