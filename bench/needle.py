@@ -108,7 +108,8 @@ def direct(items: list[Item], home: Path | None, n_ctx: int, answer_tokens: int 
 # -- mode (b): rlm with the text in a kernel variable --------------------------------------
 
 
-def via_rlm(items: list[Item], home: Path | None, max_turns: int) -> list[dict]:
+def via_rlm(items: list[Item], home: Path | None, max_turns: int,
+            model: str = "local") -> list[dict]:
     from rlm.agent import run_task
 
     results = []
@@ -122,7 +123,7 @@ def via_rlm(items: list[Item], home: Path | None, max_turns: int) -> list[dict]:
                     f"{item.question}")
             t0 = time.perf_counter()
             try:
-                res = run_task(task, model="local", config=cfg, context_files=[path])
+                res = run_task(task, model=model, config=cfg, context_files=[path])
                 answer, cells = res.final, len(res.cells)
             except Exception as e:  # noqa: BLE001 - a failed item counts as wrong, run goes on
                 answer, cells = f"error: {e}", 0
@@ -162,6 +163,8 @@ def main() -> None:
     ap.add_argument("--n-ctx", type=int, default=8192, help="window for mode (a)")
     ap.add_argument("--max-turns", type=int, default=8, help="turn limit for mode (b)")
     ap.add_argument("--home", type=Path, default=None, help="RLM_HOME holding models/")
+    ap.add_argument("--model", default="local",
+                    help="model for mode (b) (mode (a) always prompts the local model directly)")
     ap.add_argument("--json", type=Path, default=None, help="write all rows here")
     args = ap.parse_args()
 
@@ -175,7 +178,7 @@ def main() -> None:
         if "a" in modes:
             results += direct(items, args.home, args.n_ctx)
         if "b" in modes:
-            results += via_rlm(items, args.home, args.max_turns)
+            results += via_rlm(items, args.home, args.max_turns, args.model)
     summarize(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
