@@ -336,3 +336,13 @@ def test_small_model_final_after_a_silent_cell_is_nudged(_isolated_home):
         events = run(agent, "find it")
     assert events[-1].final == "not found"
     assert "printed nothing" in llm.calls[2][-1]["content"]
+
+
+def test_a_repeated_failing_cell_is_pointed_out(_isolated_home):
+    agent, session, llm = make_agent(_isolated_home, [
+        call("{}['missing']"), call("{}['missing']"), call("final('gave up')")])
+    with agent:
+        run(agent, "loop")
+    first, second = tool_texts(llm.calls[2])
+    assert "KeyError" in first and "same code as your previous cell" not in first
+    assert "KeyError" in second and "same code as your previous cell" in second

@@ -47,6 +47,9 @@ MAX_NUDGES = 2
 NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
                 "columns that exist first), or, if you already know the answer, reply with "
                 "FINAL(answer).")
+REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
+            "Change the code: check the names, columns and types involved with a small cell "
+            "first.]")
 NUDGE_EMPTY = ("Your last cell printed nothing, so you have not seen an answer yet. Print "
                "what you found (for a search: the matching line) with a ```python cell, then "
                "answer with FINAL(answer).")
@@ -99,6 +102,7 @@ class Agent:
         self._nudges = 0
         self._tokens_at_start = 0
         self._run_has_data = False
+        self._last_failed_code: str | None = None
         self._stop = threading.Event()
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
@@ -416,6 +420,9 @@ class Agent:
             pre_notice = notices.restarted("was found dead before this cell", report)
         result: CellResult = yield from self._execute(code)
         content = pre_notice + notices.cell_content(result)
+        if result.status == "error" and self._last_failed_code == code:
+            content += REPEATED  # small models at temperature 0 can loop on one failing cell
+        self._last_failed_code = code if result.status == "error" else None
         self.session.append(MessageEntry(
             message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content},
             cell=result.to_dict()))
