@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from rlm.config import Config
@@ -162,7 +161,3 @@ def _put_context(agent: Any, context: Any) -> None:
     agent.attach_context(CustomEntry(
         custom_type="context_vars", data={"names": ["context"]}, display=True,
         content=describe_variables(agent, ["context"], origin="passed by the parent agent")))
-
-
-def session_path(session: Any) -> Path:
-    return Path(session.path)

@@ -44,7 +44,6 @@ def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespac
     events = []
     with agent:
         attach_all(agent, args)
-        agent.on_cell_output = None
         if setup is not None:
             setup(agent)
         for ev in agent.run(prompt):
@@ -67,18 +66,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 
         return run_detached(args, cfg)
     agent, session = new_session_agent(args.task, cfg)
+    return _drive(agent, session, args.task, args, _inputs(args.notebook, args.context))
 
-    def setup(a: Any) -> None:
-        if args.notebook:
+
+def _inputs(notebook: str | None, context: list[Any]) -> Any:
+    """Setup for a new run: execute a notebook first, load --context files."""
+
+    def setup(agent: Any) -> None:
+        if notebook:
             from rlm.notebook.from_notebook import import_notebook
 
-            import_notebook(Path(args.notebook), a.executor, a.session)
-        if args.context:
+            import_notebook(Path(notebook), agent.executor, agent.session)
+        if context:
             from rlm.agent.context_files import load_context_files
 
-            load_context_files(a, args.context)
+            load_context_files(agent, context)
 
-    return _drive(agent, session, args.task, args, setup)
+    return setup
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -118,8 +122,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
     render = Renderer(quiet=args.json)
     render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
-    args.context = [str(data)]
-    code = _drive(agent, session, DEMO_TASK, args, setup=lambda a: _load(a, [data]))
+    code = _drive(agent, session, DEMO_TASK, args, _inputs(None, [data]))
     try:
         from rlm.notebook.export import export_session
 
@@ -130,14 +133,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return code
 
 
-def _load(agent: Any, paths: list[Path]) -> None:
-    from rlm.agent.context_files import load_context_files
-
-    load_context_files(agent, paths)
-
-
 # ---------------------------------------------------------------- inspecting
-def _open(session_id: str, *, readonly: bool = False) -> Any:
+def open_session(session_id: str, *, readonly: bool = False) -> Any:
     from rlm.session.store import SessionStore
 
     try:
@@ -182,7 +179,7 @@ def _entry_text(e: Any) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    s = _open(args.session, readonly=True)
+    s = open_session(args.session, readonly=True)
     branch = s.branch()
     if args.json:
         print_json([e.to_dict() for e in branch])
@@ -196,7 +193,7 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    s = _open(args.session, readonly=True)
+    s = open_session(args.session, readonly=True)
     children: dict[str | None, list[Any]] = {}
     for e in s.entries:
         children.setdefault(e.parent_id, []).append(e)
@@ -221,7 +218,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 def cmd_state(args: argparse.Namespace) -> int:
     from rlm.kernel.state import session_state
 
-    s = _open(args.session, readonly=True)
+    s = open_session(args.session, readonly=True)
     state = session_state(s.dir)
     if args.json:
         print_json(state)
@@ -238,7 +235,7 @@ def cmd_state(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from rlm.notebook.export import export_session
 
-    s = _open(args.session, readonly=True)
+    s = open_session(args.session, readonly=True)
     out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch)
     print(out)
     return 0
@@ -247,7 +244,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     from rlm.compaction.cli import compact_session
 
-    s = _open(args.session)
+    s = open_session(args.session)
     cfg = load_config(model=args.model)
     entry = compact_session(s, cfg, instructions=args.instructions)
     if entry is None:
@@ -255,7 +252,3 @@ def cmd_compact(args: argparse.Namespace) -> int:
         return 1
     print(f"compacted: {entry.tokens_before} tokens summarised; first kept entry {entry.first_kept_entry_id}")
     return 0
-
-
-def require_session(session_id: str) -> Any:
-    return _open(session_id)

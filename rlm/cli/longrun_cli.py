@@ -79,11 +79,11 @@ def _goal_apply(goals: Any, action: str, text: str, budget: int | None) -> str:
 
 
 def cmd_goal(args: argparse.Namespace) -> int:
-    from rlm.cli.commands import require_session
+    from rlm.cli.commands import open_session
     from rlm.longrun import GoalManager
     from rlm.longrun.worker import send_request
 
-    session = require_session(args.session)
+    session = open_session(args.session)
     text = " ".join(args.text)
     if args.action != "status" and _worker_running(session):
         req: dict[str, Any] = {"kind": "goal", "action": "raise_budget" if args.action == "budget"
@@ -133,9 +133,9 @@ def _scheduler(session: Any) -> Any:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from rlm.cli.commands import require_session
+    from rlm.cli.commands import open_session
 
-    session = require_session(args.session)
+    session = open_session(args.session)
     sched = _scheduler(session)
     if args.action == "add":
         if len(args.rest) < 2:
@@ -172,9 +172,9 @@ def heartbeat_command(agent_or_session: Any, words: list[str]) -> str:
 
 
 def cmd_heartbeat(args: argparse.Namespace) -> int:
-    from rlm.cli.commands import require_session
+    from rlm.cli.commands import open_session
 
-    print(heartbeat_command(require_session(args.session), args.rest))
+    print(heartbeat_command(open_session(args.session), args.rest))
     return 0
 
 
