@@ -1,9 +1,11 @@
-"""Config precedence (defaults < TOML < env < flags) and --context variable names."""
+"""Config precedence (defaults < TOML < env < flags), --context variable names and how the
+model sees their values."""
 
 from pathlib import Path
 
 import pytest
 
+from kernel_ext.describe import describe_value
 from rlm.agent.context_files import variable_name
 from rlm.config import load_config
 from rlm.errors import ConfigError
@@ -49,3 +51,13 @@ def test_wrong_value_types_are_caught_at_load(tmp_path):
     (tmp_path / "rlm.toml").write_text('cell_timeout = 30\nhome = "h"\nkernel_env_pass = ["A_TOKEN"]\n')
     cfg = load_config()
     assert cfg.cell_timeout == 30 and cfg.home == Path("h") and cfg.kernel_env_pass == ("A_TOKEN",)
+
+
+def test_a_long_text_is_described_with_a_short_preview_and_how_to_search_it():
+    long = "The committee reviewed the weekly schedule before noon.\n" * 2000
+    d = describe_value("haystack", long)
+    assert d["size"] == "112,000 characters"
+    assert len(d["preview"]) < 200  # a long preview gets retyped by the 1.5B model
+    assert d["hint"].startswith("search it: i = haystack.find(")
+    short = describe_value("note", "a short note")
+    assert short["preview"] == "'a short note'" and "hint" not in short

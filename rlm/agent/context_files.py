@@ -71,6 +71,8 @@ def describe_variables(agent: Any, names: list[str] | None, *, origin: str,
              "read them through code, in slices:"]
     for d in items:
         lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
+        if d.get("hint"):
+            lines.append(f"  {d['hint']}")
     if not items:
         lines.append("- (none)")
     return "\n".join(lines) + f"\n</{tag}>"
