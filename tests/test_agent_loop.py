@@ -128,7 +128,31 @@ def test_context_files_reach_the_kernel_not_the_prompt(_isolated_home, tmp_path)
     texts = [m.get("content") or "" for m in llm.calls[0]]
     task_at = texts.index("find the needle")
     assert texts[task_at - 1].startswith("<context_variables>")
+    # a long text comes with how to read it (the 1.5B model guesses a regex without this)
+    assert "search it: i = haystack.find(" in texts[task_at - 1]
     assert secret_line not in first_prompt  # the file contents stay in the kernel
+
+
+def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
+    from rlm.agent.context_files import load_context_files
+
+    (tmp_path / "notes.txt").write_text("filler\n" * 1000 + "code for X is 4711\n")
+    retype = "```python\nnotes = \"\"\"filler\nfiller\n\"\"\"\nprint(notes.find('X'))\n```"
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced([retype, "```python\nprint(len(notes))\n```", "FINAL(ok)"])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with Agent(session, config, llm=llm) as agent:
+        load_context_files(agent, [tmp_path / "notes.txt"])
+        run(agent, "What is the code for X?")
+        # refused, not run: the kernel still holds the file, and the model was told why
+        assert "Not run: this cell assigns a literal to `notes`" in llm.calls[1][-1]["content"]
+        assert "7019" in llm.calls[2][-1]["content"]  # len(notes) of the untouched input
+    # the guard survives a resume: the input names come from the session log
+    resumed = SessionStore.open(session.path)
+    llm2 = _Fenced([retype, "FINAL(ok)"])
+    with Agent(resumed, config, llm=llm2) as agent:
+        run(agent, "again")
+    assert "Not run" in llm2.calls[1][-1]["content"]
 
 
 class _Concurrency:

@@ -1,6 +1,6 @@
 """Fenced-code parsing and the text FINAL fallback used by small models."""
 
-from rlm.agent.codeparse import code_tool_calls, fenced_blocks, text_final
+from rlm.agent.codeparse import code_tool_calls, fenced_blocks, overwritten_inputs, text_final
 
 
 def test_python_and_bare_fences_become_cells_in_order():
@@ -43,3 +43,23 @@ def test_text_final_forms():
 
 def test_final_inside_code_fence_is_not_a_text_final():
     assert text_final("```python\nprint('FINAL(1)')\n```") is None
+
+
+def test_a_fence_holding_only_final_is_an_answer_not_a_cell():
+    reply = "```python\nFINAL(The old ferry, 940521)\n```"
+    assert fenced_blocks(reply) == []
+    assert text_final(reply) == ("answer", "The old ferry, 940521")
+    # next to real code it is an answer written too early: only the code runs
+    both = "```python\nprint(x)\n```\n\n```python\nFINAL(940521)\n```"
+    assert fenced_blocks(both) == ["print(x)\n"]
+
+
+def test_overwritten_inputs_finds_literal_rebinding_only():
+    inputs = {"haystack", "sales"}
+    assert overwritten_inputs('import re\nhaystack = """a\nb"""\n', inputs) == ["haystack"]
+    assert overwritten_inputs("sales: list = [1, 2, {'a': 3}]", inputs) == ["sales"]
+    assert overwritten_inputs("haystack = haystack.lower()", inputs) == []  # derived, fine
+    assert overwritten_inputs("other = 'x'\nx = haystack", inputs) == []
+    assert overwritten_inputs("def f():\n    haystack = 'x'", inputs) == []  # a local
+    assert overwritten_inputs("haystack = 'x'", set()) == []
+    assert overwritten_inputs("haystack = (", inputs) == []  # the kernel reports the error

@@ -7,11 +7,16 @@ text `FINAL(...)` answer for models that cannot call `final()` from the kernel.
 Forgiving by design: ```python, ```py, ```ipython and bare ``` fences all count when their
 body looks like code; an unterminated last fence still runs (small models get cut off by
 max_tokens); a FINAL(...) written in the same reply as code is ignored, because the model
-has not seen that code's output yet.
+has not seen that code's output yet. A fence holding nothing but FINAL(...) is an answer
+written in the wrong place, not a cell (the 1.5B model does this).
+
+`overwritten_inputs` finds cells that replace an input variable with a literal: small
+models retype a preview of the data instead of using the variable they were given.
 """
 
 from __future__ import annotations
 
+import ast
 import re
 import uuid
 
@@ -21,6 +26,7 @@ _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CODE_LANGS = {"python", "py", "python3", "ipython", "repl", ""}
 _FINAL = re.compile(r"FINAL\((.*)\)\s*$", re.S)
 _FINAL_VAR = re.compile(r"FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)")
+_FINAL_ONLY = re.compile(r"\s*FINAL(_VAR)?\(.*\)\s*$", re.S)
 
 
 def _looks_like_code(body: str) -> bool:
@@ -40,7 +46,8 @@ def fenced_blocks(text: str) -> list[str]:
     blocks = []
     for m in _FENCE.finditer(text):
         lang, body = m.group(1).lower(), m.group(2)
-        if lang in _CODE_LANGS and (lang or _looks_like_code(body)) and body.strip():
+        if (lang in _CODE_LANGS and (lang or _looks_like_code(body)) and body.strip()
+                and not _FINAL_ONLY.match(body)):
             blocks.append(body.rstrip() + "\n")
     return blocks
 
@@ -59,7 +66,7 @@ def text_final(text: str) -> tuple[str, str] | None:
 
     Returns ("answer", text) or ("var", name), or None.
     """
-    outside = _FENCE.sub("", text)
+    outside = _FENCE.sub(lambda m: m.group(2) if _FINAL_ONLY.match(m.group(2)) else "", text)
     m = _FINAL_VAR.search(outside)
     if m:
         return ("var", m.group(1))
@@ -75,3 +82,35 @@ def text_final(text: str) -> tuple[str, str] | None:
     if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'":
         answer = answer[1:-1]
     return ("answer", answer)
+
+
+def _is_literal(node: ast.expr) -> bool:
+    if isinstance(node, (ast.Constant, ast.JoinedStr)):
+        return True
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return all(_is_literal(e) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(k is None or _is_literal(k) for k in node.keys) and all(
+            _is_literal(v) for v in node.values)
+    return False
+
+
+def overwritten_inputs(code: str, inputs: set[str]) -> list[str]:
+    """Input variable names that a top-level statement of `code` binds to a literal value."""
+    if not inputs:
+        return []
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    hit: list[str] = []
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign):
+            targets, value = stmt.targets, stmt.value
+        elif isinstance(stmt, ast.AnnAssign) and stmt.value is not None:
+            targets, value = [stmt.target], stmt.value
+        else:
+            continue
+        if _is_literal(value):
+            hit += [t.id for t in targets if isinstance(t, ast.Name) and t.id in inputs]
+    return list(dict.fromkeys(hit))

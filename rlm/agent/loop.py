@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from rlm.agent import notices
-from rlm.agent.codeparse import code_tool_calls, text_final
+from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.config import Config
@@ -107,6 +107,7 @@ class Agent:
         self._interrupts = 0
         self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
         self._attached: list[CustomEntry] = []
+        self._inputs: set[str] | None = None  # names of attached input variables (lazy)
         self.policy: Any = None
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
@@ -182,6 +183,13 @@ class Agent:
         appended right before that prompt, so the question is the last thing the model
         reads (measured: the 1.5B local model answers the wrong question otherwise)."""
         self._attached.append(entry)
+        self.input_names().update(_input_names(entry))
+
+    def input_names(self) -> set[str]:
+        """Kernel variables that hold input described to the model (files, parent context)."""
+        if self._inputs is None:
+            self._inputs = {n for e in self.session.branch() for n in _input_names(e)}
+        return self._inputs
 
     def _drain_steered(self) -> None:
         while True:
@@ -413,6 +421,14 @@ class Agent:
             self._record_skipped(call, why, status="error")
             yield CellFinished("", "error", why, 0.0, None)
             return
+        if clobbered := overwritten_inputs(code, self.input_names()):
+            names = ", ".join(f"`{n}`" for n in clobbered)
+            why = (f"Not run: this cell assigns a literal to {names}, which already holds your "
+                   f"input (the preview you saw is only its start). Use the variable as it is: "
+                   f"search it or slice it.")
+            self._record_skipped(call, why, status="error")
+            yield CellFinished(code, "error", why, 0.0, None)
+            return
         yield CellStarted(code, index)
         pre_notice = ""
         if hasattr(self.executor, "is_alive") and not self.executor.is_alive():
@@ -496,6 +512,12 @@ class Agent:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _input_names(entry: Any) -> list[str]:
+    if isinstance(entry, CustomEntry) and entry.custom_type == "context_vars":
+        return [n for n in (entry.data or {}).get("names", []) if isinstance(n, str)]
+    return []
 
 
 def _copy_message(m: dict[str, Any]) -> dict[str, Any]:
