@@ -8,11 +8,12 @@ position in N characters of generated filler (seeded). Two ways to answer:
   (b) rlm:    `run_task` with the text in a kernel variable (`haystack`), model `local`.
 
     .venv/bin/python bench/needle.py --modes a --sizes 2000 --items 1        # smoke
-    .venv/bin/python bench/needle.py --items 10 --sizes 100000,1000000,4000000
+    .venv/bin/python bench/needle.py --items 10 --sizes 100000,1000000,4000000 --n-ctx 4096
 
 Prints accuracy and mean seconds per item for every (mode, size). Expected shape: (a)
-collapses once the text exceeds the window, (b) stays high. Slow on 2 cores: a full (a)
-item processes ~8k prompt tokens (~2.5 min at ~55 tok/s).
+collapses once the text exceeds the window, (b) stays high. Slow on 2 cores: an (a) item
+with --n-ctx 4096 takes ~110 s, a (b) item ~30-40 s; the full run above took 1 h 12 min.
+Figures: bench/RESULTS.md.
 """
 
 from __future__ import annotations
