@@ -16,16 +16,11 @@ SEARCH_HINT_CHARS = 4000  # a text longer than this is searched, not printed
 LONG_TEXT_PREVIEW = 160  # measured: with 400 the 1.5B model retypes the preview as a literal
 
 
-def _read_hint(name: str, v: Any) -> str:
-    """How to read a value that cannot be printed whole. Measured on the 1.5B offline model
-    (bench/needle.py): with this line next to the task it searches with `find` and prints a
-    window; without it, it guesses the needle's wording in a regex that matches nothing."""
-    if isinstance(v, str) and len(v) > SEARCH_HINT_CHARS:
-        return f"search it: i = {name}.find('some words'); print({name}[max(0, i-300):i+300])"
-    return ""
-
-
 def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
+    """A long text also gets a `hint`: how to search it. Measured on the 1.5B offline model
+    (bench/needle.py): with that line next to the task it searches with `find` and prints a
+    window; without it, it guesses the needle's wording in a regex that matches nothing."""
+    hint = ""
     kind = type(v).__module__ + "." + type(v).__qualname__
     kind = kind.removeprefix("builtins.")
     try:
@@ -38,7 +33,10 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
             prev = repr(v)[:n]
         elif isinstance(v, (str, bytes)):
             size = f"{len(v):,} {'characters' if isinstance(v, str) else 'bytes'}"
-            prev = repr(v[:min(n, LONG_TEXT_PREVIEW) if len(v) > SEARCH_HINT_CHARS else n])
+            long = len(v) > SEARCH_HINT_CHARS
+            prev = repr(v[:min(n, LONG_TEXT_PREVIEW) if long else n])
+            if long and isinstance(v, str):
+                hint = f"search it: i = {name}.find('some words'); print({name}[max(0, i-300):i+300])"
         else:
             try:
                 size = f"{len(v):,} items"
@@ -48,7 +46,7 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
     except Exception as e:  # noqa: BLE001 - a value whose repr fails is still listed
         size, prev = "", f"<preview failed: {type(e).__name__}>"
     out = {"name": name, "type": kind, "size": size, "preview": prev}
-    if hint := _read_hint(name, v):
+    if hint:
         out["hint"] = hint
     return out
 

@@ -12,6 +12,7 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import queue
@@ -396,7 +397,8 @@ class Agent:
         when data was attached and no cell has run yet (prose only)."""
         if getattr(self.llm, "native_tools", True) or self._nudges >= MAX_NUDGES:
             return None
-        for e in reversed(self.session.branch()[:-1]):  # skip the reply just appended
+        # newest first, skipping the reply just appended (islice: no copy of a long branch)
+        for e in itertools.islice(reversed(self.session.branch()), 1, None):
             if isinstance(e, MessageEntry) and e.role == "tool":
                 status = (e.cell or {}).get("status")
                 if status == "ok" and (e.cell or {}).get("shaped", "").strip() == "":

@@ -38,7 +38,7 @@ def chat_loop(agent: Any, session: Any, args: argparse.Namespace) -> int:
                 continue
             for ev in agent.run(line):
                 render(ev)
-    render.console.print(f"session {session.id}: {session.path}", style="dim", markup=False)
+    render.session_line(session)
     return 0
 
 

@@ -53,7 +53,7 @@ def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespac
     if getattr(args, "json", False):
         print_json(result.to_json())
     else:
-        render.console.print(f"[dim]session {session.id}: {escape(str(session.path))}[/dim]")
+        render.session_line(session)
     return 0 if result.reason in ("final", "no_code") else 3
 
 

@@ -29,6 +29,10 @@ class Renderer:
         if handler is not None:
             handler(event)
 
+    def session_line(self, session: Any) -> None:
+        """Where the session lives, printed when a run or a chat ends."""
+        self.console.print(f"session {session.id}: {session.path}", style="dim", markup=False)
+
     def _end_stream(self) -> None:
         if self._streaming:
             self.console.print()
