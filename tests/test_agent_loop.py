@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 
@@ -156,18 +155,23 @@ def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
 
 
 class _Concurrency:
-    """Wraps a sub-model to observe how many calls are in flight at once."""
+    """Wraps a sub-model to observe how many calls are in flight at once: the first two
+    calls wait for each other at a barrier, which only opens if they overlap."""
 
     def __init__(self, inner):
         self.inner, self.native_tools, self.spec = inner, True, "script:sub"
         self.lock, self.now, self.peak = threading.Lock(), 0, 0
+        self.barrier, self.started = threading.Barrier(2, timeout=60), 0
 
     def complete(self, messages, **kw):
         with self.lock:
             self.now += 1
             self.peak = max(self.peak, self.now)
+            self.started += 1
+            first_two = self.started <= 2
         try:
-            time.sleep(0.2)
+            if first_two:
+                self.barrier.wait()  # BrokenBarrierError (a failed test) if run one at a time
             return self.inner.complete(messages, **kw)
         finally:
             with self.lock:

@@ -24,17 +24,18 @@ def start(tmp_path: Path, replies: list) -> subprocess.Popen:
                             text=True)
 
 
-def wait_for_cell(home: Path, marker: str, proc: subprocess.Popen, timeout: float = 120) -> Path:
-    """Until the session log holds the assistant call whose code contains `marker`."""
+def wait_for(marker: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Until the running cell has written `marker` (so it is running in the kernel now)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while not marker.exists():
         assert proc.poll() is None, proc.communicate()
-        for path in home.glob("sessions/*/session.jsonl"):
-            if marker in path.read_text():
-                time.sleep(1.0)  # let the cell start running in the kernel
-                return path
-        time.sleep(0.1)
-    raise AssertionError("the cell never started")
+        assert time.monotonic() < deadline, f"{marker.name} never appeared"
+        time.sleep(0.02)
+
+
+def session_log(home: Path) -> Path:
+    (path,) = home.glob("sessions/*/session.jsonl")
+    return path
 
 
 def consistent(path: Path) -> list[dict]:
@@ -48,9 +49,12 @@ def consistent(path: Path) -> list[dict]:
 
 
 def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_home):
-    proc = start(tmp_path, [call("import time\ntime.sleep(120)  # long-cell"),
+    running = tmp_path / "running"
+    proc = start(tmp_path, [call(f"import time\nopen({str(running)!r}, 'w').close()\n"
+                                 "time.sleep(120)"),
                             call("final('went on')")])
-    path = wait_for_cell(_isolated_home, "long-cell", proc)
+    wait_for(running, proc)
+    path = session_log(_isolated_home)
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
@@ -61,12 +65,16 @@ def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_
 
 
 def test_two_ctrl_c_end_the_turn(tmp_path, _isolated_home):
-    proc = start(tmp_path, [call("import time\nwhile True:\n    try:\n        time.sleep(1)  # stubborn\n"
-                                 "    except KeyboardInterrupt:\n        pass"),
+    running, caught = tmp_path / "running", tmp_path / "caught"
+    proc = start(tmp_path, [call(f"import time\nopen({str(running)!r}, 'w').close()\n"
+                                 "while True:\n    try:\n        time.sleep(1)  # stubborn\n"
+                                 "    except KeyboardInterrupt:\n"
+                                 f"        open({str(caught)!r}, 'w').close()"),
                             call("final('should not run')")])
-    path = wait_for_cell(_isolated_home, "stubborn", proc)
+    wait_for(running, proc)
+    path = session_log(_isolated_home)
     os.kill(proc.pid, signal.SIGINT)
-    time.sleep(0.5)
+    wait_for(caught, proc)  # the first Ctrl-C reached the cell, which ignored it
     os.kill(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=180)
     result = json.loads(out.strip().splitlines()[-1])

@@ -140,34 +140,61 @@ json_values = st.recursive(
     lambda kids: st.lists(kids, max_size=5) | st.dictionaries(st.text(max_size=10), kids, max_size=5),
     max_leaves=30,
 )
-near_requests = st.fixed_dictionaries(
-    {"v": st.sampled_from([1, 1.0, True, "1", 2, None]),
-     "kind": st.sampled_from(["request", "reply", "", None]),
-     "id": st.one_of(st.text(max_size=80), st.integers(), st.none()),
-     "method": st.one_of(st.sampled_from(sorted(wire.METHODS)), st.text(max_size=100), json_values)},
-    optional={"params": json_values},
+VALID_REQUEST = {"v": 1, "kind": "request", "id": "r1", "method": "ping", "params": {}}
+# Each draw is a valid request with at most one field mutated (or dropped), so both the
+# accepting and the rejecting branch of the parser run; the tests below count both.
+field_mutations = st.one_of(
+    st.tuples(st.just("v"), st.sampled_from([1, 1.0, True, "1", 2, None, 0])),
+    st.tuples(st.just("kind"), st.sampled_from(["request", "reply", "", None, 1])),
+    st.tuples(st.just("id"), st.one_of(st.text(max_size=80), st.integers(), st.none())),
+    st.tuples(st.just("method"), st.one_of(st.sampled_from(sorted(wire.METHODS)),
+                                            st.text(max_size=100), json_values)),
+    st.tuples(st.just("params"), json_values),
+    st.tuples(st.sampled_from(["v", "kind", "id", "method", "params"]), st.just(KeyError)),
 )
 
 
-def _check_parse(data: object) -> None:
+@st.composite
+def near_requests(draw: st.DrawFn) -> dict:
+    data = dict(VALID_REQUEST, method=draw(st.sampled_from(sorted(wire.METHODS))),
+                id=draw(st.text(min_size=1, max_size=wire.MAX_ID_LEN)))
+    if draw(st.booleans()):  # half the draws stay valid; the other half mutate one field
+        key, value = draw(field_mutations)
+        if value is KeyError:
+            data.pop(key)
+        else:
+            data[key] = value
+    return data
+
+
+def _check_parse(data: object) -> bool:
+    """True when the request parsed (and the triple is well formed), False on WireError."""
     try:
         req_id, method, params = wire.parse_request(data)
     except wire.WireError as e:
         assert len(str(e)) < 200
-        return
+        return False
     assert isinstance(data, dict) and type(data["v"]) is int and data["v"] == 1
+    assert data["kind"] == "request"
     assert isinstance(req_id, str) and 0 < len(req_id) <= wire.MAX_ID_LEN
     assert method in wire.METHODS and isinstance(params, dict)
+    return True
 
 
-@settings(max_examples=300, deadline=2000)
-@given(data=st.one_of(json_values, near_requests))
-def test_parse_request_returns_a_triple_or_wire_error(data):
-    _check_parse(data)
+def test_parse_request_returns_a_triple_or_wire_error():
+    seen = {True: 0, False: 0}
+
+    @settings(max_examples=300, deadline=2000, database=None)
+    @given(data=st.one_of(json_values, near_requests()))
+    def prop(data):
+        seen[_check_parse(data)] += 1
+
+    prop()
+    assert seen[True] >= 30 and seen[False] >= 30, seen  # both branches really ran
 
 
 def test_parse_request_rejects_odd_and_oversized_fields():
-    ok = {"v": 1, "kind": "request", "id": "r1", "method": "ping", "params": {}}
+    ok = dict(VALID_REQUEST)
     assert wire.parse_request(ok) == ("r1", "ping", {})
     deep: list = []
     for _ in range(50_000):
@@ -185,20 +212,38 @@ def test_parse_request_rejects_odd_and_oversized_fields():
             wire.parse_request(data)
 
 
-@settings(max_examples=200, deadline=2000)
-@given(data=st.one_of(json_values, near_requests), comm_id=st.one_of(st.text(max_size=20), st.none()))
-def test_dispatcher_never_raises_and_replies_well_formed(data, comm_id):
+def test_dispatcher_never_raises_and_replies_well_formed():
+    """Valid requests get exactly one ok reply carrying the handler's result; invalid ones
+    get an error reply when their id is usable, else none; nothing raises."""
     from rlm.kernel.bridge import BridgeDispatcher
 
-    replies: list = []
-    disp = BridgeDispatcher(handler=lambda m, p: {"m": m})
-    try:
-        handled = disp.on_comm_msg({"comm_id": comm_id, "data": data}, lambda c, r: replies.append(r))
-    finally:
-        disp.close()
-    assert isinstance(handled, bool)
-    for r in replies:
-        assert wire.parse_reply(r)[0] and r["ok"] is False
+    seen = {"ok": 0, "rejected": 0}
+
+    @settings(max_examples=200, deadline=3000, database=None)
+    @given(data=st.one_of(json_values, near_requests()),
+           comm_id=st.one_of(st.text(max_size=20), st.none()))
+    def prop(data, comm_id):
+        replies: list = []
+        disp = BridgeDispatcher(handler=lambda m, p: {"m": m})
+        try:
+            handled = disp.on_comm_msg({"comm_id": comm_id, "data": data},
+                                       lambda c, r: replies.append(r))
+        finally:
+            disp.close(wait=True)  # every submitted answer has been sent
+        assert isinstance(handled, bool)
+        valid = isinstance(comm_id, str) and _check_parse(data)
+        for r in replies:
+            assert wire.parse_reply(r)[0] == r["id"]
+        if valid:
+            assert handled and len(replies) == 1
+            assert replies[0]["ok"] is True and replies[0]["result"] == {"m": data["method"]}
+            seen["ok"] += 1
+        else:
+            assert all(r["ok"] is False and r["error"] for r in replies)
+            seen["rejected"] += 1
+
+    prop()
+    assert seen["ok"] >= 20 and seen["rejected"] >= 20, seen
 
 
 # ------------------------------------------------------------------ artifact names

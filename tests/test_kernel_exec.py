@@ -234,19 +234,22 @@ def test_unload_removes_bridge_hook_and_names_then_reload_works(kernel):
     )
 
 
-def test_listing_while_a_cell_runs_past_the_timeout_is_kernel_busy(kernel):
+def test_listing_while_a_cell_runs_past_the_timeout_is_kernel_busy(kernel, tmp_path):
     from rlm.errors import KernelBusy
 
+    running, release = tmp_path / "running", tmp_path / "release"
+    code = (f"import os, time\nopen({str(running)!r}, 'w').close()\n"
+            f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.01)\n'done'")
     results = []
-    runner = threading.Thread(
-        target=lambda: results.append(kernel.execute("import time\ntime.sleep(2)\n'done'"))
-    )
+    runner = threading.Thread(target=lambda: results.append(kernel.execute(code, timeout=120)))
     runner.start()
     try:
-        time.sleep(0.3)
+        while not running.exists() and runner.is_alive():  # the cell is running now
+            time.sleep(0.01)
         with pytest.raises(KernelBusy):
             kernel.list_namespace(timeout=0.5)
     finally:
+        release.touch()
         runner.join()
     assert results[0].shaped == "'done'\n"
     assert "names" in kernel.list_namespace()

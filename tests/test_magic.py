@@ -46,7 +46,6 @@ def kernel(tmp_path):
 
 
 def test_rlm_magic_works_on_the_users_namespace(kernel, tmp_path):
-    pytest.importorskip("rlm.llm.seam", reason="the script: model (rlm.llm.seam) is not there yet")
     first, second = tmp_path / "first.json", tmp_path / "second.json"
     first.write_text(json.dumps(FIRST))
     second.write_text(json.dumps(SECOND))

@@ -94,7 +94,8 @@ class BridgeDispatcher:
         """A new kernel process: forget the old comm ids."""
         self._comm_ids.clear()
 
-    def close(self) -> None:
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the handler pool. `wait=True` lets submitted answers finish (and be sent)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
             self._pool = None
