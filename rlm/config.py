@@ -7,6 +7,7 @@ Env: RLM_MODEL, RLM_SUB_MODEL, RLM_COMPACTION_MODEL, RLM_HOME.
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -53,9 +54,63 @@ class Config:
     token_budget: int | None = None  # bounds the whole rlm_query tree
     batch_concurrency: int = 8
 
+    def __post_init__(self) -> None:
+        validate(self)
+
     def with_overrides(self, **kw: Any) -> Config:
         """Flags win: apply every non-None keyword."""
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+# The smallest address-space cap under which a kernel starts and imports numpy and pandas
+# (measured: at 256M the kernel dies at start, at 512M OpenBLAS cannot map its library).
+MIN_MEMORY_CAP = 1024 * MiB
+
+# (field, the flag or key a user sets it with, what is allowed)
+_POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concurrency",
+                 "max_depth", "token_budget", "context_window", "snapshot_var_cap",
+                 "snapshot_total_cap")
+_NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens")
+_POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s")
+_FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout": "--cell-timeout",
+         "max_wall_s": "--max-wall", "memory_cap_bytes": "--memory-cap",
+         "max_depth": "--max-depth", "token_budget": "--token-budget",
+         "context_window": "--context-window", "reserve_tokens": "--reserve-tokens",
+         "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature"}
+
+
+def _name(field_name: str) -> str:
+    flag = _FLAG.get(field_name)
+    return f"{flag} ({field_name})" if flag else field_name
+
+
+def validate(cfg: Config) -> None:
+    """Refuse values no run can use, with one line naming the setting. `None` means
+    unlimited where a field allows it; 0 is never a stand-in for unlimited."""
+    for name in _POSITIVE_INT + _NON_NEGATIVE_INT:
+        value = getattr(cfg, name)
+        if value is None and name not in _NON_NEGATIVE_INT and name != "max_depth":
+            continue
+        low = 0 if name in _NON_NEGATIVE_INT or name == "max_depth" else 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            unlimited = " (use 'unlimited' for no limit)" if name in ("max_turns", "max_tokens") else ""
+            raise ConfigError(f"{_name(name)} must be a whole number >= {low}, got {value!r}"
+                              f"{unlimited}")
+    for name in _POSITIVE_SECONDS:
+        value = getattr(cfg, name)
+        if value is None and name == "max_wall_s":
+            continue
+        if (isinstance(value, bool) or not isinstance(value, int | float)
+                or not math.isfinite(value) or value <= 0):
+            raise ConfigError(f"{_name(name)} must be a finite number of seconds > 0, got {value!r}")
+    cap = cfg.memory_cap_bytes
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < MIN_MEMORY_CAP):
+        raise ConfigError(f"{_name('memory_cap_bytes')} must be at least {MIN_MEMORY_CAP // MiB}M "
+                          f"(a kernel with numpy and pandas cannot start under less), got {cap!r}")
+    t = cfg.temperature
+    if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
+                          or not math.isfinite(t) or not 0 <= t <= 2):
+        raise ConfigError(f"{_name('temperature')} must be between 0 and 2, got {t!r}")
 
 
 _ENV = {

@@ -10,6 +10,7 @@ import argparse
 import os
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from rlm import __version__
 from rlm.errors import RlmError
@@ -42,19 +43,39 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def _limit_int(text: str) -> int:
-    if text.lower() in ("unlimited", "none", "0"):
+    """A positive whole number, or 'unlimited' (-1 here; None in the Config)."""
+    if text.strip().lower() in ("unlimited", "none"):
         return -1
-    return int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number or 'unlimited'") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 (or 'unlimited')")
+    return value
 
 
 def _bytes(text: str) -> int:
     units = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
     t = text.strip().lower().rstrip("b")
-    return int(float(t[:-1]) * units[t[-1]]) if t and t[-1] in units else int(t)
+    try:
+        value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size like 4G or 512M") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a positive size like 4G")
+    return int(value)
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors are one line naming the fix, not the whole usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="rlm", description="A data agent whose working memory is a live IPython kernel.")
     p.add_argument("--version", action="version", version=f"rlm {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")

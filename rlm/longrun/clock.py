@@ -54,5 +54,10 @@ class FakeClock:
 
 
 def iso(ts: float) -> str:
-    """A local-time ISO string with offset, to the second, for humans and files."""
-    return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+    """A local-time ISO string with offset, to the second, for humans and files. A time
+    that no datetime can hold (a jobs file written before schedules were bounded) shows as
+    its raw number instead of crashing every listing."""
+    try:
+        return datetime.fromtimestamp(ts).astimezone().isoformat(timespec="seconds")
+    except (OverflowError, ValueError, OSError):
+        return f"{ts:.0f} (out of range)"

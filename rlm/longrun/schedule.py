@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
@@ -76,12 +76,20 @@ class When:
     cron: str | None = None
 
 
+# The furthest ahead a schedule may point: past this, times stop being representable
+# (`in 99999999999d` overflowed every later `rlm schedule list`).
+MAX_AHEAD_S = 100 * 366 * 86400.0
+
+
 def parse_duration(text: str) -> float:
-    """'10m', '30 s', '2 hours', '1d' -> seconds."""
+    """'10m', '30 s', '2 hours', '1d' -> seconds (at most 100 years)."""
     m = _DURATION.match(text.strip().lower())
     if not m or m.group(2) not in _UNITS:
         raise ScheduleError(f"cannot read duration {text!r}; write e.g. 30s, 10m, 2h or 1d")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if seconds > MAX_AHEAD_S:
+        raise ScheduleError(f"duration {text!r} is more than 100 years; pick a shorter one")
+    return seconds
 
 
 def _parse_iso(text: str, now: float) -> float:
@@ -90,6 +98,8 @@ def _parse_iso(text: str, now: float) -> float:
     except ValueError as e:
         raise ScheduleError(f"cannot read time {text!r}: {e}") from None
     ts = dt.timestamp()  # naive = local time
+    if ts - now > MAX_AHEAD_S:
+        raise ScheduleError(f"{text} is more than 100 years away; pick a nearer time")
     if ts <= now:
         raise ScheduleError(f"{text} is in the past (now is {iso(now)}); pick a future time")
     return ts
@@ -123,6 +133,11 @@ def parse_when(text: str, now: float, *, bare_interval: bool = False) -> When:
     if _is_cron(raw):
         if not croniter.is_valid(low):
             raise ScheduleError(f"invalid cron expression {raw!r} (5 fields: min hour dom mon dow)")
+        try:
+            cron_next(low, now)
+        except (CroniterBadDateError, ValueError, OverflowError):
+            raise ScheduleError(f"cron expression {raw!r} never fires (no such date, e.g. "
+                                "31 February); check the day and month fields") from None
         return When("cron", raw, cron=low)
     if _DURATION.match(low):
         raise ScheduleError(f"{raw!r} is ambiguous: write 'in {raw}' (once) or 'every {raw}'")
