@@ -22,3 +22,30 @@ def test_hostile_text_is_shown_verbatim():
         r(e)
     out = buf.getvalue()
     assert out.count("[redacted]") >= 6 and out.count("[/bold]") >= 6
+
+
+ESCAPES = ("\x1b]52;c;aGVsbG8=\x07"  # OSC 52: write the clipboard
+           "\x1b]0;pwned\x1b\\"  # OSC 0: set the title
+           "\x1b[2J\x1b[31m"  # CSI: clear the screen, colour
+           "\x9b2J\x07\x08\x00")  # C1 CSI, bell, backspace, NUL
+
+
+def test_escape_sequences_from_the_model_kernel_or_data_never_reach_the_terminal():
+    """Model text (also split mid-sequence across streamed deltas), cell code and output,
+    notices and the final answer (which can come from hostile data via final(var))."""
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=200, color_system=None, force_terminal=True))
+    hostile = f"before {ESCAPES} after"
+    half = len("before \x1b]5")
+    for e in (ev.ModelText(hostile[:half]), ev.ModelText(hostile[half:]),
+              ev.ModelReply(content=hostile, code_cells=[], usage={}),
+              ev.Notice(hostile), ev.KernelRestarted(cause=hostile),
+              ev.CellStarted(code=f"print({hostile!r})", index=0),
+              ev.CellFinished(code="x", status="ok", shaped=hostile, duration_s=0.1),
+              ev.FinalAnswer(answer=hostile, source="final"),
+              ev.RunEnded(reason="error", turns=1, detail=hostile)):
+        r(e)
+    out = buf.getvalue()
+    for bad in ("\x1b", "\x07", "\x9b", "\x00", "\x08"):
+        assert bad not in out, (bad, out)
+    assert out.count("before") >= 7 and out.count("after") >= 7
