@@ -253,3 +253,32 @@ def test_listing_while_a_cell_runs_past_the_timeout_is_kernel_busy(kernel, tmp_p
         runner.join()
     assert results[0].shaped == "'done'\n"
     assert "names" in kernel.list_namespace()
+
+
+@pytest.mark.parametrize("breaker, what", [
+    ("import sys\nsys.stdout.close()", "sys.stdout was closed"),
+    ("import sys, io\nsys.stdout = io.StringIO()\nsys.stderr = io.StringIO()", "sys.stdout was rebound"),
+])
+def test_a_cell_that_closes_or_rebinds_stdout_does_not_silence_later_cells(kernel, breaker, what):
+    res = kernel.execute(breaker)
+    assert what in res.shaped  # the cell's own output says what was repaired
+    after = kernel.execute("print('still visible')\nimport sys\nprint('err too', file=sys.stderr)")
+    assert after.status == "ok" and "still visible" in after.shaped and "err too" in after.shaped
+
+
+def test_output_of_a_thread_from_an_earlier_cell_is_labelled_late(kernel, tmp_path):
+    go, printed = tmp_path / "go", tmp_path / "printed"
+    first = kernel.execute(
+        "import os, threading, time\n"
+        "def late():\n"
+        f"    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
+        "    print('from the thread')\n"
+        f"    open({str(printed)!r}, 'w').close()\n"
+        "threading.Thread(target=late, name='bg').start()\nprint('first cell')")
+    assert first.shaped == "first cell\n"
+    second = kernel.execute(
+        f"import os, time\nopen({str(go)!r}, 'w').close()\n"
+        f"while not os.path.exists({str(printed)!r}):\n    time.sleep(0.01)\nprint('second cell')")
+    assert "[late: thread 'bg' from an earlier cell] from the thread\n" in second.shaped
+    assert second.shaped.endswith("second cell\n")
+    assert kernel.execute("print('third')").shaped == "third\n"  # no label on the main thread
