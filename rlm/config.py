@@ -45,9 +45,11 @@ class Config:
 
     # compaction
     compaction_enabled: bool = True
-    context_window: int | None = None  # None: litellm's model info
-    reserve_tokens: int = 16_384
-    keep_recent_tokens: int = 20_000
+    context_window: int | None = None  # None: the model's own (n_ctx, litellm's model info)
+    # None: scaled to the window (rlm.compaction.plan.effective_settings); a value set here
+    # or by a flag is kept as given, and refused at start when it cannot fit the window
+    reserve_tokens: int | None = None
+    keep_recent_tokens: int | None = None
 
     # recursion
     max_depth: int = 1

@@ -18,7 +18,7 @@ from rlm.errors import (
     ScriptExhausted,
 )
 from rlm.llm import count_messages, count_text, get_llm
-from rlm.llm.seam import LiteLLMModel, ScriptedLLM, normalize_error
+from rlm.llm.seam import DEFAULT_SCRIPT_WINDOW, LiteLLMModel, ScriptedLLM, normalize_error
 from rlm.llm.types import PYTHON_TOOL
 
 USER = [{"role": "user", "content": "hello"}]
@@ -92,7 +92,7 @@ def test_script_file_and_exhaustion(tmp_path):
     path = tmp_path / "s.json"
     path.write_text(json.dumps(["one", "```python\nprint(1)\n```"]))
     llm = get_llm(f"script:{path}")
-    assert llm.native_tools is True and llm.context_window() is None
+    assert llm.native_tools is True and llm.context_window() == DEFAULT_SCRIPT_WINDOW
     assert llm.complete(USER).content == "one"
     assert "```python" in llm.complete(USER).content
     with pytest.raises(ScriptExhausted, match=r"has 2 replies; reply 3 was requested"):

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from rlm.config import Config
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Event, FinalAnswer, RunEnded
 from rlm.paths import private_dir
 from rlm.session.entries import new_id
@@ -43,6 +43,8 @@ class RunResult:
     reason: str
     cells: list[str] = field(default_factory=list)
     events: list[Event] = field(default_factory=list)
+    # effective compaction settings (CompactionController.effective().to_dict()), when known
+    compaction: dict[str, Any] | None = None
 
     @classmethod
     def from_events(cls, session: Any, events: list[Event]) -> RunResult:
@@ -68,6 +70,7 @@ class RunResult:
             "turns": self.turns,
             "reason": self.reason,
             "cells": len(self.cells),
+            **({"compaction": self.compaction} if self.compaction is not None else {}),
         }
 
 
@@ -107,8 +110,11 @@ def move_to_branch(agent: Any, leaf: str) -> Any:
     session = agent.session
     old_leaf = session.leaf_id
     session.get(leaf)  # a clear error for an unknown entry id, before anything moves
+    from rlm.compaction.plan import effective_settings
+
     window = context_window(agent)
-    budget = (window - agent.config.reserve_tokens) if window else DEFAULT_BRANCH_BUDGET
+    threshold = effective_settings(agent.config, window, strict=False).threshold
+    budget = threshold if threshold and threshold > 0 else DEFAULT_BRANCH_BUDGET
     entry = None
     if old_leaf is not None:
         entry = summarize_branch(session, old_leaf, leaf, compaction_llm(agent), budget)
@@ -140,9 +146,21 @@ def run_child(parent: Any, task: str, context: Any) -> str | None:
             for ev in child.run(task):
                 if isinstance(ev, RunEnded):
                     end = ev
+        if end is not None and end.final is None and end.reason.startswith("error"):
+            raise RlmError(child_failure(session, end.detail))
         return end.final if end else None
     finally:
         parent.tokens_used += child.tokens_used
+
+
+def child_failure(session: Any, detail: str | None) -> str:
+    """Why an rlm_query child ended without an answer, as its log says (an overflow says
+    "context overflow", not a generic failure)."""
+    from rlm.session.entries import MessageEntry
+
+    err = next((e.error for e in reversed(session.branch())
+                if isinstance(e, MessageEntry) and e.error), None)
+    return f"rlm_query child {session.id} ended without an answer: {err or detail or 'error'}"
 
 
 def _put_context(agent: Any, context: Any) -> None:

@@ -1,6 +1,13 @@
 """The three compaction triggers (requested, threshold, overflow) and their guards.
 
+Settings are sized to the model that runs: `effective()` scales the defaults to
+`window_fn()` (see plan.effective_settings) and raises ConfigError for an impossible user
+combination; call it (or `start_run()`) when building the agent so the user hears at start.
+
 How the agent loop drives it:
+- call `start_run()` at the start of every run, before the first model call: it resets
+  the overflow state (a run that once ended in an overflow must try to compact again) and
+  returns the effective settings (ConfigError when they cannot fit the window);
 - set `turn_active` (or pass `turn_active_fn`) while the model is working, so that
   `compact.run` from a cell (`request`) is accepted only then;
 - call `after_turn(kernel)` after every model step whose cells have run, before the next
@@ -22,7 +29,10 @@ from typing import Any
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import (
     CompactionSettings,
+    EffectiveSettings,
+    Projection,
     context_tokens,
+    effective_settings,
     is_normal_assistant,
     latest_compaction_index,
     should_compact,
@@ -48,11 +58,16 @@ class CompactionController:
         *,
         current_model_fn: Callable[[], str | None] | None = None,
         turn_active_fn: Callable[[], bool] | None = None,
+        projection: Projection | None = None,
     ):
+        """`settings`: what the user asked for (`CompactionSettings.from_config`); fields in
+        its `auto` set scale to `window_fn()`. `projection`: the messages the loop sends for
+        a branch (system prompt included), so the threshold counts what is projected."""
         self.session = session
         self._llm = llm
         self.settings = settings
         self.window_fn = window_fn
+        self.projection = projection
         self.current_model_fn = current_model_fn
         self.turn_active = False
         self.turn_active_fn = turn_active_fn or (lambda: self.turn_active)
@@ -80,14 +95,34 @@ class CompactionController:
             self._has_pending, self._pending = False, None
         return had, instr
 
+    def effective(self) -> EffectiveSettings:
+        """Window, threshold, reserve and keep-recent as compaction uses them now.
+
+        ConfigError when values the user set cannot fit the model's window."""
+        return effective_settings(self.settings, self.window_fn())
+
+    def _effective(self) -> EffectiveSettings:
+        # mid-run (e.g. after a model switch) never raise: use the user's values as given
+        return effective_settings(self.settings, self.window_fn(), strict=False)
+
+    def start_run(self) -> EffectiveSettings:
+        """Call at the start of every run: resets the overflow state; returns `effective()`."""
+        self.overflow_state = "idle"
+        self.overflow_message = None
+        return self.effective()
+
+    def context_tokens(self) -> int:
+        return context_tokens(self.session.branch(), self.projection)
+
     def _compact(self, trigger: str, kernel: Any, instructions: str | None = None):
         return perform_compaction(
             self.session,
             self.llm,
-            self.settings,
+            self._effective().settings,
             trigger=trigger,
             instructions=instructions,
             kernel=kernel,
+            projection=self.projection,
         )
 
     # ------------------------------------------------------------ compact.run / status
@@ -111,8 +146,9 @@ class CompactionController:
     def status(self) -> dict[str, Any]:
         """`compact.status()`: usage vs window and the last compaction."""
         branch = self.session.branch()
-        tokens = context_tokens(branch)
-        window = self.window_fn()
+        tokens = context_tokens(branch, self.projection)
+        eff = self._effective()
+        window = eff.window
         c = latest_compaction_index(branch)
         last = None
         if c >= 0:
@@ -129,7 +165,9 @@ class CompactionController:
             "tokens": tokens,
             "context_window": window,
             "percent": round(100.0 * tokens / window, 1) if window else None,
-            "reserve_tokens": self.settings.reserve_tokens,
+            "threshold": eff.threshold,
+            "reserve_tokens": eff.reserve_tokens,
+            "keep_recent_tokens": eff.keep_recent_tokens,
             "scheduled": self._has_pending,
             "last_compaction": last,
         }
@@ -147,7 +185,8 @@ class CompactionController:
         # stale guard: only usage reported after the latest compaction may trigger
         if not any(is_normal_assistant(e) for e in branch[c + 1 :]):
             return None
-        if not should_compact(context_tokens(branch), self.window_fn(), self.settings):
+        eff = self._effective()
+        if not should_compact(context_tokens(branch, self.projection), eff.window, eff.settings):
             return None
         return self._compact("threshold", kernel)
 

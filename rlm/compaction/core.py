@@ -3,8 +3,9 @@
 It plans, summarises, appends the `compaction` entry and then, when a live kernel was
 given, a hidden `ipython_state` notice built from a fresh namespace listing. It never
 restarts, clears or otherwise touches the kernel: the listing and the file-ops query are
-read-only. When the listing fails (dead kernel, busy past the timeout) nothing is said
-about names: silence rather than something false.
+read-only. When the listing fails for any reason (dead kernel, busy past the timeout, a
+malformed reply, a bug in the listing) nothing is said about names: silence rather than
+something false, and the compaction itself stands.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Any
 from rlm.compaction.plan import (
     CompactionSettings,
     Preparation,
+    Projection,
     Skip,
     context_tokens,
     format_file_lists,
     plan_compaction,
 )
 from rlm.compaction.summarize import summarize
-from rlm.errors import KernelBusy, KernelDied, RlmError
+from rlm.errors import RlmError
 from rlm.llm.types import LLM
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
 
@@ -36,14 +38,19 @@ def perform_compaction(
     trigger: str,
     instructions: str | None = None,
     kernel: Any = None,
+    projection: Projection | None = None,
 ) -> CompactionEntry | None:
     """Compact the current branch of `session`; None (and a hidden outcome entry) if skipped.
 
     A failed summary call is also recorded as a skipped outcome; nothing else is written.
+    `projection` is the loop's (see context_tokens), for an exact `tokens_before`.
     """
     branch = session.branch()
     plan = plan_compaction(
-        branch, settings, file_ops=_file_ops(kernel), tokens_before=context_tokens(branch)
+        branch,
+        settings,
+        file_ops=_file_ops(kernel),
+        tokens_before=context_tokens(branch, projection),
     )
     if isinstance(plan, Skip):
         _outcome(session, trigger, plan.reason)
@@ -91,7 +98,7 @@ def _file_ops(kernel: Any) -> dict[str, Any] | None:
         return None
     try:
         ops = kernel.file_ops()
-    except (RlmError, OSError, TimeoutError):
+    except Exception:  # noqa: BLE001 - file lists are optional: never abort a compaction
         return None
     return ops if isinstance(ops, dict) else None
 
@@ -111,9 +118,12 @@ def ipython_state_entry(kernel: Any, previous_names: set[str] | None) -> CustomE
     """The hidden notice from a live listing; None when the kernel cannot answer."""
     try:
         listing = kernel.list_namespace(timeout=LISTING_TIMEOUT_S)
-    except (KernelDied, KernelBusy, TimeoutError):
+        raw = listing.get("names", []) if isinstance(listing, dict) else None
+        if not isinstance(raw, list):
+            return None  # a malformed reply says nothing true about the names
+    except Exception:  # noqa: BLE001 - any failure: no notice, the compaction stands
         return None
-    names = [n for n in (listing or {}).get("names", []) if isinstance(n, dict) and "name" in n]
+    names = [n for n in raw if isinstance(n, dict) and "name" in n]
     removed = sorted(previous_names - {n["name"] for n in names}) if previous_names else []
     return CustomEntry(
         custom_type="ipython_state",

@@ -18,12 +18,19 @@ Rules (Prime's design on pi's skeleton):
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import Config
-from rlm.session.context import BRANCH_SUMMARY_PREFIX, summary_message
+from rlm.errors import ConfigError
+from rlm.session.context import (
+    BRANCH_SUMMARY_PREFIX,
+    SUPERSEDED_CUSTOM,
+    build_messages,
+    summary_message,
+)
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -33,23 +40,125 @@ from rlm.session.entries import (
 )
 
 TOOL_RESULT_MAX_CHARS = 2000
-# custom entries whose content is superseded by the fresh notice written after compaction
-SUPERSEDED_CUSTOM = frozenset({"ipython_state"})
+# SUPERSEDED_CUSTOM: custom entries whose content is superseded by the fresh notice written
+# after compaction (only the newest is projected; none is summarised)
+
+DEFAULT_RESERVE_TOKENS = 16_384
+DEFAULT_KEEP_RECENT_TOKENS = 20_000
+MIN_RESERVE_FRACTION = 0.15  # pi / oh-my-pi: the reserve is at least 15% of the window
+SCALED_FRACTION = 4  # a scaled default is at most 1/4 of the window
+Projection = Callable[[Sequence[Entry]], list[dict[str, Any]]]
 
 
 @dataclass
 class CompactionSettings:
+    """Reserve and keep-recent in tokens. Fields named in `auto` were not set by the user:
+    `effective_settings` scales them to the model's window (see there)."""
+
     enabled: bool = True
-    reserve_tokens: int = 16384
-    keep_recent_tokens: int = 20000
+    reserve_tokens: int = DEFAULT_RESERVE_TOKENS
+    keep_recent_tokens: int = DEFAULT_KEEP_RECENT_TOKENS
+    auto: frozenset[str] = frozenset()
 
     @classmethod
     def from_config(cls, config: Config) -> CompactionSettings:
+        """Config values left at None (no flag, no TOML key) become scaled defaults."""
+        auto = {
+            name
+            for name in ("reserve_tokens", "keep_recent_tokens")
+            if getattr(config, name) is None
+        }
         return cls(
             enabled=config.compaction_enabled,
-            reserve_tokens=config.reserve_tokens,
-            keep_recent_tokens=config.keep_recent_tokens,
+            reserve_tokens=config.reserve_tokens or DEFAULT_RESERVE_TOKENS,
+            keep_recent_tokens=config.keep_recent_tokens or DEFAULT_KEEP_RECENT_TOKENS,
+            auto=frozenset(auto),
         )
+
+
+@dataclass(frozen=True)
+class EffectiveSettings:
+    """The settings compaction runs with on a given window (what `rlm run --json` shows)."""
+
+    window: int | None
+    enabled: bool
+    reserve_tokens: int
+    keep_recent_tokens: int
+    scaled: tuple[str, ...] = ()  # the defaults that were scaled to the window
+
+    @property
+    def threshold(self) -> int | None:
+        """Compaction fires when the context exceeds this many tokens (None: never)."""
+        if not self.enabled or not self.window or self.window <= 0:
+            return None
+        return self.window - self.reserve_tokens
+
+    @property
+    def settings(self) -> CompactionSettings:
+        return CompactionSettings(self.enabled, self.reserve_tokens, self.keep_recent_tokens)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "window": self.window,
+            "threshold": self.threshold,
+            "reserve_tokens": self.reserve_tokens,
+            "keep_recent_tokens": self.keep_recent_tokens,
+            "scaled": list(self.scaled),
+        }
+
+
+def scaled_reserve(window: int) -> int:
+    """Default reserve: Prime's 16,384 where the window allows it, never under 15% of the
+    window and never over a quarter of a small window (16,384 exceeds the local 8,192)."""
+    return max(math.ceil(MIN_RESERVE_FRACTION * window),
+               min(DEFAULT_RESERVE_TOKENS, window // SCALED_FRACTION))
+
+
+def scaled_keep_recent(window: int, reserve: int) -> int:
+    """Default keep-recent: 20,000, at most a quarter of the window, and small enough that
+    the kept turns plus a summary of up to `reserve` tokens land below the threshold."""
+    room = (window - 2 * reserve) // 2
+    return max(1, min(DEFAULT_KEEP_RECENT_TOKENS, window // SCALED_FRACTION, room))
+
+
+def effective_settings(
+    source: Config | CompactionSettings, window: int | None, *, strict: bool = True
+) -> EffectiveSettings:
+    """Settings scaled to `window`: defaults shrink to fit it, values the user set are kept.
+
+    strict: an impossible user setting (keep-recent + reserve >= window) raises ConfigError
+    naming the setting to change; otherwise the values are used as given.
+    """
+    s = source if isinstance(source, CompactionSettings) else CompactionSettings.from_config(source)
+    if not window or window <= 0:
+        return EffectiveSettings(window, s.enabled, s.reserve_tokens, s.keep_recent_tokens)
+    scaled: list[str] = []
+    reserve, keep = s.reserve_tokens, s.keep_recent_tokens
+    if "reserve_tokens" in s.auto:
+        reserve = scaled_reserve(window)
+        if "keep_recent_tokens" not in s.auto and keep + reserve >= window:
+            reserve = math.ceil(MIN_RESERVE_FRACTION * window)  # make room for the user's keep
+        scaled.append("reserve_tokens")
+    if "keep_recent_tokens" in s.auto:
+        keep = scaled_keep_recent(window, reserve)
+        scaled.append("keep_recent_tokens")
+    if strict and s.enabled and keep + reserve >= window:
+        raise ConfigError(_impossible(window, reserve, keep, s.auto))
+    return EffectiveSettings(window, s.enabled, reserve, keep, tuple(scaled))
+
+
+def _impossible(window: int, reserve: int, keep: int, auto: frozenset[str]) -> str:
+    if "reserve_tokens" in auto:
+        fix = f"lower --keep-recent-tokens (keep_recent_tokens = {keep}) below {window - reserve}"
+    elif "keep_recent_tokens" in auto:
+        fix = f"lower --reserve-tokens (reserve_tokens = {reserve}) below {window - keep}"
+    else:
+        fix = "lower --keep-recent-tokens or --reserve-tokens, or leave them unset to scale them"
+    return (
+        f"keep_recent_tokens ({keep}) + reserve_tokens ({reserve}) do not fit the model's "
+        f"{window}-token context window: {fix} (or raise --context-window if the window is wrong)"
+    )
 
 
 @dataclass
@@ -161,24 +270,36 @@ def projected_indices(branch: Sequence[Entry]) -> list[int]:
     return [i for i in idx if entry_message(branch[i]) is not None]
 
 
-def context_tokens(branch: Sequence[Entry]) -> int:
-    """Tokens the next prompt costs (without the system prompt).
+def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
+    """The messages the model sees for `branch`, without a system prompt."""
+    return build_messages(list(branch), system_prompt="", native_tools=True)[1:]
 
-    The latest normal assistant message's usage (input + output), if it is newer than the
-    latest compaction, plus the local count of what came after it; floored by the local
-    tiktoken count of everything projected, so an under-reporting provider cannot let the
-    history grow unbounded.
+
+def _count(messages: list[dict[str, Any]]) -> int:
+    from rlm.llm.tokens import count_message
+
+    return sum(count_message(m) for m in messages)
+
+
+def context_tokens(branch: Sequence[Entry], project: Projection | None = None) -> int:
+    """Tokens the next prompt costs, counted on what is actually projected.
+
+    `project` is the projection the loop sends (rlm.session.context.build_messages with its
+    system prompt and tool mode); by default native tools and no system prompt. The latest
+    normal assistant message's usage (input + output), if it is newer than the latest
+    compaction, plus the count of what the projection added after it; floored by the
+    count of the whole projection, so an under-reporting provider cannot let the history
+    grow unbounded.
     """
-    proj = projected_indices(branch)
-    counts = {i: entry_tokens(branch[i]) for i in proj}
-    local = sum(counts.values())
+    project = project or default_projection
+    local = _count(project(branch))
     c = latest_compaction_index(branch)
     for i in range(len(branch) - 1, c, -1):
         e = branch[i]
         if isinstance(e, MessageEntry) and is_normal_assistant(e) and e.usage:
             u = e.usage
             reported = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
-            trailing = sum(n for j, n in counts.items() if j > i)
+            trailing = max(0, local - _count(project(branch[: i + 1])))
             return max(reported + trailing, local)
     return local
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import threading
 import time
 import uuid
@@ -31,6 +32,9 @@ from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
 START_TIMEOUT_S = 60.0
+# a restore reads the whole snapshot: allow this much on top of START_TIMEOUT_S per byte
+# (pessimistic for a shared 2-core machine: unpickling measured at ~250 MB/s; dill is slower)
+RESTORE_BYTES_PER_S = 20 * 1024 * 1024
 _SNAPSHOT = "__import__('kernel_ext.snapshot').snapshot"
 _FILEOPS = "__import__('kernel_ext.fileops').fileops"
 
@@ -227,9 +231,15 @@ class Kernel:
         finally:
             self._shell_lock.release()
 
+    def restore_timeout(self) -> float:
+        """Start timeout plus the time to read the snapshot: a large snapshot is slow to
+        restore, which is not a failed start."""
+        return START_TIMEOUT_S + snapshot_bytes(self.session_dir / "snapshot") / RESTORE_BYTES_PER_S
+
     def _restore(self) -> RestoreReport:
+        timeout = self.restore_timeout()
         try:
-            text = self._expression(f"{_SNAPSHOT}.restore_report_json()", START_TIMEOUT_S)
+            text = self._expression(f"{_SNAPSHOT}.restore_report_json()", timeout)
             return RestoreReport.from_dict(json.loads(text))
         except KernelDied as e:
             tail = self._rt.log_tail() if self._rt is not None else ""
@@ -237,7 +247,10 @@ class Kernel:
                 f"the kernel died while starting ({e.cause}); its log ends with:\n{tail}"
             ) from e
         except KernelBusy as e:
-            raise KernelError(f"the kernel did not become ready within {START_TIMEOUT_S} s") from e
+            raise KernelError(
+                f"the kernel did not become ready within {timeout:.0f} s (restoring the snapshot "
+                f"in {self.session_dir / 'snapshot'}); move it aside to start without it"
+            ) from e
         except (RuntimeError, ValueError) as e:
             return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
 
@@ -300,3 +313,23 @@ def _with_note(shaped: str, note: str) -> str:
     if shaped and not shaped.endswith("\n"):
         shaped += "\n"
     return shaped + note
+
+
+def snapshot_bytes(folder: Path) -> int:
+    """Bytes on disk under `folder` (0 when it does not exist); never raises."""
+    total = 0
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        elif entry.is_file(follow_symlinks=False):
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total

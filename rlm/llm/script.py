@@ -7,7 +7,9 @@ A script is a JSON list; each item is one reply to one model request, in order:
     {"error": "overflow" | "rate_limit" | "auth" | "server" | "timeout", "message": "..."}
 
 Any object may carry "usage": {"input_tokens": N, "output_tokens": M}; without it the seam
-counts with tiktoken. The position is per model instance and a retry consumes a reply
+counts with tiktoken. A reply object may carry "finish_reason" ("stop", "length", ...) to
+replay how a provider ended (e.g. `{"content": "", "finish_reason": "length", "usage":
+{"input_tokens": 127000, "output_tokens": 0}}` is a provider's silent overflow). The position is per model instance and a retry consumes a reply
 (so `[{"error": "rate_limit"}, "ok"]` is "fails once, then succeeds"). When the replies
 run out the next request raises `ScriptExhausted`; a reply is never chosen by looking at
 the prompt.
@@ -33,6 +35,7 @@ class Reply:
     error: str | None = None
     message: str = ""
     usage: dict[str, int] | None = None
+    finish_reason: str | None = None  # None: "tool_calls" with calls, else "stop"
 
 
 def _usage(item: dict[str, Any], where: str) -> dict[str, int] | None:
@@ -85,8 +88,14 @@ def parse_reply(item: Any, where: str) -> Reply:
     content = item.get("content") or ""
     if not isinstance(content, str):
         raise ConfigError(f"{where}: content must be a string")
+    finish = item.get("finish_reason")
+    if finish is not None and not isinstance(finish, str):
+        raise ConfigError(f"{where}: finish_reason must be a string such as \"length\"")
     return Reply(
-        content=content, tool_calls=_tool_calls(item.get("tool_calls"), where), usage=usage
+        content=content,
+        tool_calls=_tool_calls(item.get("tool_calls"), where),
+        usage=usage,
+        finish_reason=finish,
     )
 
 

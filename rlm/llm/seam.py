@@ -9,10 +9,18 @@
 - `local` / `local:PATH.gguf` -> `LocalModel`, served by rlm.llm.local's handler under
   provider "rlm_local" (fenced-code mode).
 
+Every model reports its window (`context_window()`): an explicit `--context-window` /
+config value wins; else the local model's `n_ctx`, litellm's model info for hosted models
+(offline: litellm's bundled cost map), `DEFAULT_SCRIPT_WINDOW` for scripted ones; None
+only for a hosted model litellm does not know.
+
 `complete()` streams text to `on_text`, assembles tool calls and returns a `Completion`.
 `tools=None` means "the python tool when the model calls tools natively"; pass `tools=[]`
 for a call without tools. Errors: `ContextOverflow` (litellm's type or the usual provider
-wordings), `AuthError` (names the env var to set), transient errors (rate limit, 5xx,
+wordings, checked after the rate-limit and throttling wordings: "too many tokens per
+minute, please wait" is a rate limit; or the silent form, a stop for length with no
+output and the input at >= 99% of the window), `AuthError` (names the env var to set),
+transient errors (rate limit, 5xx,
 overloaded, timeout) retried with exponential backoff and jitter -- only while nothing has
 been streamed yet -- then `RateLimited`; anything else `ModelError`. API keys are never
 stored or logged, and key-like strings are masked out of provider messages.
@@ -55,7 +63,15 @@ _OVERFLOW = re.compile(
     r"|input is too long|exceeds the context|reduce the length|token limit|too long for",
     re.I,
 )
-_TRANSIENT = re.compile(r"overloaded|rate limit|too many requests|temporarily unavailable", re.I)
+# rate limits and throttling: transient, and never an overflow whatever else they say
+_RATE_LIMIT = re.compile(
+    r"rate[ _-]?limit|too many requests|please wait|throttl|\b429\b|requests per minute"
+    r"|tokens per minute|\bTPM\b|\bRPM\b",
+    re.I,
+)
+_TRANSIENT = re.compile(r"overloaded|temporarily unavailable", re.I)
+DEFAULT_SCRIPT_WINDOW = 128_000  # scripted models: a common hosted window, unless configured
+SILENT_OVERFLOW_FRACTION = 0.99
 _KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{4})[A-Za-z0-9_\-*]{8,}|\b(AIza)[A-Za-z0-9_\-]{20,}")
 KEY_ENV = {
     "openai": "OPENAI_API_KEY",
@@ -83,7 +99,8 @@ def _litellm() -> Any:
         # litellm 1.110's streaming builds a pydantic model over a TypedDict with ReadOnly
         # items and warns on every stream: noise for users, an error under -W error
         warnings.filterwarnings(
-            "ignore", message=r"Item .* is using the `ReadOnly` qualifier", category=UserWarning)
+            "ignore", message=r"Items? .* (is|are) using the `ReadOnly` qualifier",
+            category=UserWarning)
         litellm.telemetry = False
         litellm.suppress_debug_info = True
         return litellm
@@ -185,8 +202,12 @@ class SeamLLM:
         )
 
     def context_window(self) -> int | None:
+        """The window in tokens: the configured value wins, else the model's own."""
         if self.config is not None and self.config.context_window:
-            return self.config.context_window
+            return int(self.config.context_window)
+        return self._own_window()
+
+    def _own_window(self) -> int | None:
         return None
 
     def _kwargs(self) -> dict[str, Any]:
@@ -225,7 +246,7 @@ class SeamLLM:
         while True:
             streamed = [False]
             try:
-                return self._attempt(kwargs, on_text, streamed)
+                return self._checked(self._attempt(kwargs, on_text, streamed))
             except RlmError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every error leaves as an rlm error
@@ -237,6 +258,22 @@ class SeamLLM:
             delay = min(self.max_delay, self.base_delay * 2**attempt)
             self._sleep(delay * (0.5 + random.random() / 2))
             attempt += 1
+
+    def _checked(self, completion: Completion) -> Completion:
+        """The silent overflow: a provider that truncates instead of refusing stops for
+        length with no output while the input fills the window (Prime's OV rule)."""
+        usage = completion.usage
+        if completion.finish_reason != "length" or usage.output_tokens > 0:
+            return completion
+        if completion.content or completion.tool_calls:
+            return completion
+        window = self.context_window()
+        if window and usage.input_tokens >= SILENT_OVERFLOW_FRACTION * window:
+            raise ContextOverflow(
+                f"{self.spec}: the prompt does not fit the context window ({usage.input_tokens} "
+                f"input tokens of {window}; the model stopped for length with no output)"
+            )
+        return completion
 
     def _attempt(
         self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
@@ -355,6 +392,9 @@ def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
         exc = inner
     msg = _mask(" ".join(str(exc).split()))[:500]
     status = getattr(exc, "status_code", None)
+    # rate limits first: their wording ("too many tokens", "token limit") looks like overflow
+    if isinstance(exc, litellm.RateLimitError) or status == 429 or _RATE_LIMIT.search(msg):
+        return RateLimited(f"{spec}: rate limited by the provider ({msg})"), True
     if isinstance(exc, litellm.ContextWindowExceededError) or _OVERFLOW.search(msg):
         return ContextOverflow(f"{spec}: the prompt does not fit the context window ({msg})"), False
     if isinstance(exc, litellm.AuthenticationError) or status in (401, 403):
@@ -399,16 +439,16 @@ class LiteLLMModel(SeamLLM):
         except Exception:  # noqa: BLE001 - unknown to litellm's model map
             self.native_tools = False
 
-    def context_window(self) -> int | None:
-        configured = super().context_window()
-        if configured:
-            return configured
-        try:
-            info = _litellm().get_model_info(self.model)
-        except Exception:  # noqa: BLE001 - not in litellm's model map
-            return None
-        n = info.get("max_input_tokens") or info.get("max_tokens")
-        return int(n) if n else None
+    def _own_window(self) -> int | None:
+        """litellm's model info (its bundled cost map offline); None for unknown models."""
+        if not hasattr(self, "_window"):
+            try:
+                info = _litellm().get_model_info(self.model)
+                n = info.get("max_input_tokens") or info.get("max_tokens")
+            except Exception:  # noqa: BLE001 - not in litellm's model map
+                n = None
+            self._window: int | None = int(n) if n else None
+        return self._window
 
 
 class _ScriptHandler:
@@ -457,7 +497,7 @@ class _ScriptHandler:
         chunks.append(
             _chunk(
                 finished=True,
-                finish_reason="tool_calls" if calls else "stop",
+                finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
                 usage=self._usage(reply, messages, calls),
             )
         )
@@ -473,7 +513,11 @@ class _ScriptHandler:
         return litellm.ModelResponse(
             model=model,
             choices=[
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop"),
+                }
             ],
             usage=self._usage(reply, messages, calls),
         )
@@ -528,6 +572,9 @@ class ScriptedLLM(SeamLLM):
     def position(self) -> int:
         return self.queue.position
 
+    def _own_window(self) -> int | None:
+        return DEFAULT_SCRIPT_WINDOW
+
     def _attempt(
         self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
     ) -> Completion:
@@ -558,6 +605,11 @@ class LocalModel(SeamLLM):
         self.model = f"{local.PROVIDER}/{key}"
         streaming = getattr(type(self._handler), "streaming", None)
         self.stream = streaming is not None and streaming is not litellm.CustomLLM.streaming
+
+    def context_window(self) -> int | None:
+        """The llama.cpp context it was built with (`n_ctx`: --context-window, else
+        RLM_LOCAL_N_CTX, else 8192): the window is what the model was loaded with."""
+        return int(self._handler.model.n_ctx)
 
 
 def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:

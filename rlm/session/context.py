@@ -6,6 +6,8 @@
 - if the branch holds a compaction, the latest one's summary comes next as a user message,
   then the entries from its `first_kept_entry_id` up to the compaction, then everything
   after the compaction (earlier compactions inside the kept range are skipped);
+- only the newest `ipython_state` notice is shown: an older one inside the kept range
+  lists names that may be gone, and the newest supersedes it;
 - message entries with `error` set (failed model calls), model_change entries and custom
   entries without `content` are skipped; custom entries with content (display true or
   false) and branch summaries become user messages;
@@ -44,6 +46,8 @@ from rlm.session.entries import (
 SUMMARY_PREFIX = (
     "The conversation history before this point was compacted into the following summary:"
 )
+# custom entries of which only the newest one is projected
+SUPERSEDED_CUSTOM = frozenset({"ipython_state"})
 BRANCH_SUMMARY_PREFIX = (
     "The following is a summary of a branch that this conversation came back from:"
 )
@@ -75,6 +79,7 @@ class Projector:
         self._pending: list[str] = []  # native: tool_call ids still waiting for results
         self._merge_tool = False  # fenced: last message is a merged tool-output message
         self._cells = 0
+        self._superseded: dict[str, dict[str, Any]] = {}  # custom_type -> its shown message
 
     @property
     def consumed(self) -> int:
@@ -100,6 +105,7 @@ class Projector:
 
     def _reset(self) -> None:
         self.msgs, self._pending, self._merge_tool, self._cells = [], [], False, 0
+        self._superseded = {}
 
     def _rebuild(self) -> None:
         self._reset()
@@ -136,8 +142,22 @@ class Projector:
                 f"{BRANCH_SUMMARY_PREFIX}\n\n<branch_summary>\n{e.summary}\n</branch_summary>"
             )
         elif isinstance(e, CustomEntry):
-            if e.content is not None:
-                self._user(e.content)
+            if e.content is None:
+                return
+            if e.custom_type in SUPERSEDED_CUSTOM:
+                self._supersede(e.custom_type)
+            self._user(e.content)
+            if e.custom_type in SUPERSEDED_CUSTOM:
+                self._superseded[e.custom_type] = self.msgs[-1]
+
+    def _supersede(self, custom_type: str) -> None:
+        """Drop the older notice of this kind (a new list: messages are never mutated).
+
+        Notices of these kinds follow a compaction, which rebuilds the list anyway, so the
+        byte-stable prefix between turns is not disturbed."""
+        old = self._superseded.pop(custom_type, None)
+        if old is not None:
+            self.msgs = [m for m in self.msgs if m is not old]
 
     def _user(self, content: str) -> None:
         self._close_pending()
