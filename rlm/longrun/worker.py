@@ -45,6 +45,7 @@ from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
 from rlm.longrun.schedule import Scheduler, Tick
 from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
+from rlm.secrets import known_secrets, redact_text
 from rlm.session.store import resolve_session_dir
 
 Runner = Callable[[str], Iterable[Event]]
@@ -298,6 +299,7 @@ class Worker:
 
     def emit(self, record: dict[str, Any]) -> None:
         line = json.dumps({"ts": round(self.clock.now(), 3), **record}, default=str) + "\n"
+        line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
         fd = os.open(self.paths["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
         try:
             os.write(fd, line.encode())

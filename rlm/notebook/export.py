@@ -34,7 +34,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 import rlm
 from rlm.errors import RlmError
 from rlm.paths import PRIVATE_FILE, fsync_dir
-from rlm.secrets import redact_text, secret_values
+from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -356,7 +356,7 @@ def _cell_id(entry: Entry, kind: str, n: int) -> str:
 
 def redact(node: Any, secrets: list[str] | None = None) -> Any:
     """Redact every string in a notebook in place (binary mime payloads are left alone)."""
-    secrets = secret_values() if secrets is None else secrets
+    secrets = known_secrets() if secrets is None else secrets
     if isinstance(node, dict):
         for key, value in node.items():
             if isinstance(value, str):

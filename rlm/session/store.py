@@ -47,7 +47,7 @@ from rlm.paths import (
     sessions_root,
     write_private_atomic,
 )
-from rlm.secrets import redact_text, secret_values
+from rlm.secrets import known_secrets, redact_text
 from rlm.session import migrations
 from rlm.session.context import Projector
 from rlm.session.entries import (
@@ -124,7 +124,7 @@ class SessionStore:
         self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
         self._fd: int | None = None
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
-        self._secrets = secret_values()
+        self._secrets = known_secrets()
 
     # -- construction -------------------------------------------------------------------
 
