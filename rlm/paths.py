@@ -14,7 +14,10 @@ Layout under RLM_HOME (default ./.rlm):
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
+
+from rlm.errors import SessionError
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -31,12 +34,39 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def sessions_path(home: Path | None = None) -> Path:
+    """Where sessions live; creates nothing (lookups must not leave directories behind)."""
+    return (home or rlm_home()) / "sessions"
+
+
 def sessions_root(home: Path | None = None) -> Path:
-    return private_dir((home or rlm_home()) / "sessions")
+    """`sessions_path`, created (for writers)."""
+    return private_dir(sessions_path(home))
+
+
+SESSION_ID_MAX = 128
+_SESSION_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def check_session_id(session_id: str) -> str:
+    """`session_id` if it can be a session directory name, else a one-line SessionError.
+
+    Letters, digits, '.', '_', '-' (not first), at most SESSION_ID_MAX characters: no path
+    separators, no glob characters, nothing the file system could reject as too long."""
+    if len(session_id) > SESSION_ID_MAX or not _SESSION_ID.fullmatch(session_id):
+        shown = session_id if len(session_id) <= 40 else session_id[:40] + "..."
+        raise SessionError(
+            f"{shown!r} is not a session id (letters, digits, '.', '_', '-'; at most "
+            f"{SESSION_ID_MAX} characters); `rlm sessions` lists them, or give a session "
+            "directory as a path (e.g. ./dir)"
+        )
+    return session_id
 
 
 def session_dir(session_id: str, home: Path | None = None) -> Path:
-    return private_dir(sessions_root(home) / session_id)
+    """Create the directory of a NEW session. Look existing ones up with
+    `rlm.session.store.resolve_session_dir`, which never creates anything."""
+    return private_dir(sessions_root(home) / check_session_id(session_id))
 
 
 def write_private_atomic(path: Path, data: bytes) -> None:

@@ -1,17 +1,31 @@
 """Keeping secrets out of what rlm writes.
 
-`secret_values()` are the values of environment variables whose names look secret
-(…_KEY, …_TOKEN, …_SECRET, …_PASSWORD): the session store replaces them in every line it
-appends, so even a cell that manages to print a key (e.g. from /proc/<ppid>/environ)
-does not put it on disk. Exports also replace well-known key *patterns*
-(`redact_text(..., patterns=True)`); the log does not, so real data is never mangled by a
-false match.
+`known_secrets()` are the values of environment variables whose names look secret
+(…_KEY, …_TOKEN, …_SECRET, …_PASSWORD), plus any `remember`ed after they were taken out
+of the environment: the session store replaces them in every line it appends, so even a
+cell that manages to print a key does not put it on disk. Exports also replace well-known
+key *patterns* (`redact_text(..., patterns=True)`); the log does not, so real data is never
+mangled by a false match.
+
+Everything else under a session directory is scrubbed after each cell (`scrub_tree`,
+called by the host's cell collector): spooled outputs, artifacts, the kernel's snapshot
+data files, logs. The kernel never learns the secrets (not even hashes of them), so it
+cannot redact; the host, which knows them, rewrites every occurrence in place with a mask
+of the SAME byte length ("*" in the same encoding: UTF-8, UTF-16-LE or UTF-32-LE, the
+last being how numpy stores text). Same length means file sizes and offsets stay valid:
+a pickled str still unpickles (to the masked text), a manifest's offsets still point at
+the right bytes, a spooled output's path still works.
 """
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
 import re
+import stat
+from collections.abc import Iterable
+from pathlib import Path
 
 REDACTED = "[redacted]"
 SECRET_ENV_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_APIKEY")
@@ -34,6 +48,72 @@ def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     vals = {v for k, v in env.items()
             if k.upper().endswith(SECRET_ENV_SUFFIXES) and len(v) >= MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
+
+
+_remembered: set[str] = set()
+
+
+def remember(values: Iterable[str]) -> None:
+    """Keep secret values known after they leave os.environ (see rlm.cli.keys)."""
+    _remembered.update(v for v in values if len(v) >= MIN_SECRET_LEN)
+
+
+def known_secrets(environ: dict[str, str] | None = None) -> list[str]:
+    """`secret_values(environ)` plus the remembered ones, longest first."""
+    vals = set(secret_values(environ)) | _remembered
+    return sorted(vals, key=len, reverse=True)
+
+
+_ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
+SCRUB_SKIP = frozenset({"session.jsonl"})  # redacted line by line when appended
+
+
+def scrub_file(path: Path, secrets: list[str]) -> int:
+    """Mask every occurrence of each secret in `path`, in place, same length; returns the
+    count. Only a regular file with one link is touched (never through a symlink, never a
+    file that is also somewhere else)."""
+    needles = [(s.encode(enc), ("*" * len(s)).encode(enc)) for s in secrets for enc in _ENCODINGS]
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return 0
+    found = 0
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size == 0:
+            return 0
+        with mmap.mmap(fd, 0) as mm:
+            for needle, mask in needles:
+                at = mm.find(needle)
+                while at != -1:
+                    mm[at:at + len(needle)] = mask
+                    found += 1
+                    at = mm.find(needle, at + len(needle))
+            if found:
+                mm.flush()
+    except (OSError, ValueError):
+        return found
+    finally:
+        os.close(fd)
+    return found
+
+
+def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) -> list[Path]:
+    """`scrub_file` on every file under `root` modified at or after `since_ns` (except the
+    session log); returns the files that held a secret. Nothing to do without secrets."""
+    secrets = known_secrets() if secrets is None else secrets
+    if not secrets:
+        return []
+    hit = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name in SCRUB_SKIP:
+                continue
+            path = Path(dirpath) / name
+            with contextlib.suppress(OSError):
+                if os.lstat(path).st_mtime_ns >= since_ns and scrub_file(path, secrets):
+                    hit.append(path)
+    return hit
 
 
 def redact_text(text: str, secrets: list[str], *, patterns: bool = True) -> str:

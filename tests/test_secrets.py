@@ -103,6 +103,7 @@ def test_no_secret_reaches_any_file_or_the_kernel(_isolated_home, keys):
     from rlm.notebook.export import export_session
 
     session, seen = _run_session(_isolated_home, keys)
+    (_isolated_home / "export").mkdir()  # export never creates directories (issue 15.2)
     out = export_session(session, _isolated_home / "export" / "run.ipynb")
     assert out.exists()
     log = "\n".join(seen["final_outputs"])

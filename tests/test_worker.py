@@ -50,6 +50,12 @@ class FakeRunner:
         yield RunEnded(reason=self.reason, turns=1)
 
 
+@pytest.fixture(autouse=True)
+def _session_s1(_isolated_home):
+    """The worker only serves existing sessions: give the tests a real one named s1."""
+    SessionStore.create(session_dir=_isolated_home / "sessions" / "s1").close()
+
+
 def events(home, sid="s1"):
     return [e["event"] for e in tail_events(sid, home, follow=False)]
 

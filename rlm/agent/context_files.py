@@ -7,6 +7,7 @@ when it is not UTF-8). The model sees only names, types, sizes and a short previ
 
 from __future__ import annotations
 
+import builtins
 import keyword
 import re
 from pathlib import Path
@@ -26,12 +27,24 @@ _TEXT = (
     "try:\n    {name} = {name}.decode('utf-8')\nexcept UnicodeDecodeError:\n    pass\n"
 )
 
+# names a context file must not take: the kernel API (kernel_ext.api.NAMES; a test keeps
+# the two in step), IPython's own, and every builtin (`print.txt` must not shadow print)
+KERNEL_API = frozenset({"final", "final_var", "llm_query", "llm_query_batched", "rlm_query",
+                        "compact", "goal", "heartbeat", "cron"})
+RESERVED_NAMES = KERNEL_API | frozenset(dir(builtins)) | frozenset(
+    {"In", "Out", "get_ipython", "exit", "quit", "display"})
 
 
 def variable_name(path: Path, taken: set[str]) -> str:
+    """An identifier from the file's stem; a keyword or a leading digit gets `data_` in
+    front, a builtin or kernel API name gets the extension behind (`final.csv` ->
+    `final_csv`), a repeat gets `_2`, `_3`, ..."""
     base = re.sub(r"\W", "_", path.stem).strip("_").lower() or "data"
     if base[0].isdigit() or keyword.iskeyword(base):
         base = "data_" + base
+    if base in RESERVED_NAMES:
+        ext = re.sub(r"\W", "_", path.suffix.lstrip(".")).lower()
+        base = f"{base}_{ext or 'data'}"
     name, i = base, 2
     while name in taken:
         name, i = f"{base}_{i}", i + 1
@@ -42,12 +55,15 @@ def variable_name(path: Path, taken: set[str]) -> str:
 def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
     """Load each file into a kernel variable; append a context_vars entry describing them."""
     names: list[str] = []
+    renamed: list[str] = []
     taken: set[str] = set()
     for raw in paths:
         path = Path(raw).expanduser().resolve()
         if not path.is_file():
             raise ConfigError(f"--context {raw}: no such file")
         name = variable_name(path, taken)
+        if name != re.sub(r"\W", "_", path.stem).strip("_").lower():
+            renamed.append(f"{path.name} -> {name}")
         code = _LOADERS.get(path.suffix.lower(), _TEXT).format(name=name, path=str(path))
         res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
         if not res.ok:
@@ -57,7 +73,9 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
         custom_type="context_vars",
         data={"names": names, "files": [str(p) for p in paths]},
         display=True,
-        content=describe_variables(agent, names, origin="loaded from the files you were given"),
+        content=describe_variables(agent, names, origin="loaded from the files you were given")
+        + (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API or "
+           f"another file): {'; '.join(renamed)}" if renamed else ""),
     ))
     return names
 

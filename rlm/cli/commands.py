@@ -236,7 +236,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     from rlm.notebook.export import export_session
 
     s = open_session(args.session, readonly=True)
-    out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch)
+    out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch,
+                         force=getattr(args, "force", False))
     print(out)
     return 0
 

@@ -92,7 +92,7 @@ def cmd_goal(args: argparse.Namespace) -> int:
             req.update(objective=text, token_budget=args.budget)
         elif args.action == "budget":
             req["token_budget"] = int(text)
-        send_request(session.id, req)
+        send_request(str(session.dir), req)  # by directory: a copied session has its own inbox
         print("sent to the running worker")
         return 0
     goals = GoalManager(session)

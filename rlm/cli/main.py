@@ -113,7 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     e = sub.add_parser("export", help="export a session to .ipynb")
     e.add_argument("session")
-    e.add_argument("-o", "--output")
+    e.add_argument("-o", "--output", help="notebook path (default ./<session id>.ipynb)")
+    e.add_argument("--force", action="store_true", help="overwrite an existing notebook file")
     e.add_argument("--branch", metavar="LEAF")
     cp = sub.add_parser("compact", help="compact a session now")
     cp.add_argument("session")

@@ -28,9 +28,11 @@ from rlm.kernel.runtime import KernelRuntime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
+from rlm.secrets import scrub_tree
 
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
+SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
 LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
 
 _EXT = {
@@ -191,6 +193,7 @@ class CellCollector:
         self._spool = _Spool(session_dir / "artifacts", f"{tag}.txt", sum(self._caps))
         self._on_output = on_output
         self._n_artifacts = 0
+        self._started_ns = time.time_ns()
 
     # -- IOPub messages -------------------------------------------------------------
     def handle(self, msg: dict[str, Any]) -> None:
@@ -291,6 +294,8 @@ class CellCollector:
     def finish(self) -> tuple[str, str | None, int, int]:
         """(shaped text, full output path or None, total chars, elided chars)."""
         self._spool.close()
+        # the spool, artifacts, snapshot data the kernel just wrote: no secret stays on disk
+        scrub_tree(self.session_dir, since_ns=self._started_ns - SCRUB_SLACK_NS)
         full = self._spool.rel_path if self._shaped.elided else None
         for index, acc in self._stream_text.items():
             out = self.outputs[index]

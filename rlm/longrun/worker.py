@@ -44,7 +44,9 @@ from rlm.longrun.clock import Clock, SystemClock
 from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
 from rlm.longrun.schedule import Scheduler, Tick
-from rlm.paths import PRIVATE_FILE, rlm_home, session_dir, sessions_root, write_private_atomic
+from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
+from rlm.secrets import known_secrets, redact_text
+from rlm.session.store import resolve_session_dir
 
 Runner = Callable[[str], Iterable[Event]]
 STEER_CHECK_S = 1.0
@@ -52,7 +54,7 @@ MAX_FIELD_CHARS = 4000
 
 
 def _paths(session_id: str, home: Path | None) -> dict[str, Path]:
-    d = session_dir(session_id, home)
+    d = resolve_session_dir(session_id, home)  # an existing session only; creates nothing
     return {
         "dir": d,
         "lock": d / "worker.lock",
@@ -297,6 +299,7 @@ class Worker:
 
     def emit(self, record: dict[str, Any]) -> None:
         line = json.dumps({"ts": round(self.clock.now(), 3), **record}, default=str) + "\n"
+        line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
         fd = os.open(self.paths["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
         try:
             os.write(fd, line.encode())
@@ -407,8 +410,9 @@ def start_detached(
 
 def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
     """Every session with a worker status file; `alive` says whether it holds the lock."""
-    out = []
-    for d in sorted(sessions_root(home).iterdir()):
+    out: list[dict[str, Any]] = []
+    root = sessions_path(home)
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
         status = d / "worker.json"
         if not status.is_file():
             continue

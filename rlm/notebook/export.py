@@ -19,9 +19,12 @@ bottom. Every string written is scanned for secrets (see `redact`).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import platform
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +32,9 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import rlm
-from rlm.paths import write_private_atomic
-from rlm.secrets import redact_text, secret_values
+from rlm.errors import RlmError
+from rlm.paths import PRIVATE_FILE, fsync_dir
+from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -53,20 +57,72 @@ _PRELUDE = (
 )
 
 
+class ExportError(RlmError):
+    """The notebook cannot be written where asked."""
+
+
 def export_session(store_or_path: Any, out_path: str | Path | None = None,
-                   leaf: str | None = None) -> Path:
+                   leaf: str | None = None, *, force: bool = False) -> Path:
     """Write the branch ending at `leaf` (default: the current leaf) as a notebook.
 
     `store_or_path` is a SessionStore, or a session id / directory / session.jsonl path.
-    Returns the path written (default: ./<session id>.ipynb).
+    Returns the path written (default: ./<session id>.ipynb). The target must be a new
+    file in an existing directory, or (with `force`) an existing regular file; anything
+    else (a device, a directory, a symlink, a missing parent, no permission) is an
+    `ExportError` and nothing is written.
     """
     store = _open_store(store_or_path)
     session_dir = Path(store.dir) if store.dir is not None else Path.cwd()  # in-memory store
-    nb = build_notebook(store.branch(leaf), store.header, session_dir)
     out = Path(out_path) if out_path else Path.cwd() / f"{store.header.id}.ipynb"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    write_private_atomic(out, nbformat.writes(nb).encode() + b"\n")
+    _check_target(out, force)
+    nb = build_notebook(store.branch(leaf), store.header, session_dir)
+    _write_notebook(out, nbformat.writes(nb).encode() + b"\n", force)
     return out
+
+
+def _check_target(out: Path, force: bool) -> None:
+    try:
+        st = os.lstat(out)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:
+        raise ExportError(f"cannot export to {out}: {e.strerror}") from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise ExportError(f"{out} is a directory; give a file name, e.g. -o {out / 'session.ipynb'}")
+        if not stat.S_ISREG(st.st_mode):
+            raise ExportError(f"{out} exists and is not a regular file; choose another -o path")
+        if not force:
+            raise ExportError(f"{out} already exists; pass --force to overwrite it")
+    parent = out.parent
+    if not parent.is_dir():
+        raise ExportError(f"the directory {parent} does not exist; create it first or choose another -o")
+
+
+def _write_notebook(out: Path, data: bytes, force: bool) -> None:
+    """Temp file beside the target, then rename (force) or hard link (never clobbers)."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if force:
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISREG(os.lstat(out).st_mode):  # swapped in since the check
+                    raise ExportError(f"{out} exists and is not a regular file; choose another -o path")
+            os.replace(tmp, out)
+        else:
+            os.link(tmp, out)  # fails if something appeared there meanwhile
+        fsync_dir(out.parent)
+    except FileExistsError:
+        raise ExportError(f"{out} already exists; pass --force to overwrite it") from None
+    except OSError as e:
+        raise ExportError(f"cannot write {out}: {e.strerror or e}; choose another -o path") from None
+    finally:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
 
 
 def _open_store(store_or_path: Any) -> Any:
@@ -300,7 +356,7 @@ def _cell_id(entry: Entry, kind: str, n: int) -> str:
 
 def redact(node: Any, secrets: list[str] | None = None) -> Any:
     """Redact every string in a notebook in place (binary mime payloads are left alone)."""
-    secrets = secret_values() if secrets is None else secrets
+    secrets = known_secrets() if secrets is None else secrets
     if isinstance(node, dict):
         for key, value in node.items():
             if isinstance(value, str):

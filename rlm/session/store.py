@@ -26,9 +26,11 @@ Speed: the branch root->leaf is kept incrementally, and `messages()` keeps one i
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,13 +40,14 @@ from typing import Any
 from rlm.errors import SessionCorrupt, SessionError
 from rlm.paths import (
     PRIVATE_FILE,
+    check_session_id,
     fsync_dir,
     private_dir,
-    rlm_home,
+    sessions_path,
     sessions_root,
     write_private_atomic,
 )
-from rlm.secrets import redact_text, secret_values
+from rlm.secrets import known_secrets, redact_text
 from rlm.session import migrations
 from rlm.session.context import Projector
 from rlm.session.entries import (
@@ -121,7 +124,7 @@ class SessionStore:
         self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
         self._fd: int | None = None
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
-        self._secrets = secret_values()
+        self._secrets = known_secrets()
 
     # -- construction -------------------------------------------------------------------
 
@@ -505,33 +508,96 @@ def _rewrite_migrated(path: Path, store: SessionStore) -> None:
     store._needs_rewrite = False
 
 
-def resolve_session_path(id_or_path: str | Path, home: Path | None = None) -> Path:
-    """A session file from an id, a unique id prefix, a session dir or the file itself."""
-    p = Path(id_or_path)
-    if p.is_file():
-        return p
-    if p.is_dir() and (p / FILE_NAME).is_file():
-        return p / FILE_NAME
-    root = (home or rlm_home()) / "sessions"
-    exact = root / str(id_or_path) / FILE_NAME
-    if exact.is_file():
+LAST = "last"
+
+
+def resolve_session_dir(ref: str | Path, home: Path | None = None) -> Path:
+    """The directory of an EXISTING session, from what a user typed. Creates nothing.
+
+    `ref` is one of:
+    - `last`: the newest top-level session under $RLM_HOME/sessions;
+    - an id, or a unique prefix or suffix of one (letters, digits, '.', '_', '-'; never
+      used as a glob pattern), looked up among $RLM_HOME/sessions/*;
+    - a path (a `Path`, or text containing '/'): a session directory or its session.jsonl.
+      It counts as a session directory only if it holds a regular file `session.jsonl`
+      (not a symlink) and is owned by this user and not writable by group or others.
+      Such a directory may live outside $RLM_HOME (a copied session, a child session);
+      anything else (`/etc`, `/srv/shared`, `../../victim`) is refused, so nothing rlm
+      later writes there (worker.lock, scheduled-jobs.json, chmod) can reach it.
+    Anything else raises a one-line SessionError.
+    """
+    if isinstance(ref, Path) or "/" in ref or ref in (".", ".."):
+        return _session_dir_from_path(Path(ref))
+    if ref == LAST:
+        found = list_sessions(home)
+        if not found:
+            raise SessionError("no sessions yet, so no `last` one: start one with `rlm run TASK`")
+        return found[-1].path.parent
+    root = sessions_path(home)
+    check_session_id(ref)
+    exact = root / ref
+    if _is_session_file(exact / FILE_NAME):
         return exact
-    matches = sorted(root.glob(f"{id_or_path}*/{FILE_NAME}")) if root.is_dir() else []
+    matches = []
+    with contextlib.suppress(OSError):
+        with os.scandir(root) as it:
+            for d in it:
+                if (d.name.startswith(ref) or d.name.endswith(ref)) and _is_session_file(
+                    Path(d.path) / FILE_NAME
+                ):
+                    matches.append(d.name)
     if len(matches) == 1:
-        return matches[0]
+        return root / matches[0]
     if len(matches) > 1:
-        names = ", ".join(m.parent.name for m in matches[:5])
-        raise SessionError(f"session id {id_or_path!r} is ambiguous ({names}); give more of it")
-    raise SessionError(f"no session {id_or_path!r} under {root}; list them with `rlm sessions`")
+        names = ", ".join(sorted(matches)[:5])
+        raise SessionError(f"session id {ref!r} is ambiguous ({names}); give more of it")
+    raise SessionError(f"no session {ref!r} under {root}; list them with `rlm sessions`")
+
+
+def _is_session_file(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
+
+
+def _session_dir_from_path(p: Path) -> Path:
+    folder = p.parent if p.name == FILE_NAME and not p.is_dir() else p
+    try:
+        folder = folder.resolve(strict=True)
+        st = os.stat(folder)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise SessionError(f"no session directory at {p} ({_reason(e)})") from None
+    if not stat.S_ISDIR(st.st_mode) or not _is_session_file(folder / FILE_NAME):
+        raise SessionError(
+            f"{p} is not a session directory (no {FILE_NAME} in it); `rlm sessions` lists them"
+        )
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        raise SessionError(
+            f"{folder} is a session directory you do not own privately (owner uid "
+            f"{st.st_uid}, mode {stat.S_IMODE(st.st_mode):o}); rlm only uses sessions in "
+            "directories owned by you and not writable by others"
+        )
+    return folder
+
+
+def resolve_session_path(id_or_path: str | Path, home: Path | None = None) -> Path:
+    """The session.jsonl of an existing session (see `resolve_session_dir`)."""
+    return resolve_session_dir(id_or_path, home) / FILE_NAME
 
 
 def list_sessions(home: Path | None = None) -> list[SessionInfo]:
     """Top-level sessions under $RLM_HOME/sessions, oldest first (reads only headers)."""
-    root = (home or rlm_home()) / "sessions"
+    root = sessions_path(home)
     out: list[SessionInfo] = []
-    if not root.is_dir():
+    try:
+        with os.scandir(root) as it:
+            paths = [Path(d.path) / FILE_NAME for d in it]
+    except OSError:
         return out
-    for path in root.glob(f"*/{FILE_NAME}"):
+    for path in paths:
+        if not _is_session_file(path):
+            continue
         try:
             with open(path, "rb") as f:
                 head = json.loads(f.readline())
@@ -553,4 +619,7 @@ def list_sessions(home: Path | None = None) -> list[SessionInfo]:
     return out
 
 
-__all__ = ["FILE_NAME", "SessionInfo", "SessionStore", "list_sessions", "resolve_session_path"]
+__all__ = [
+    "FILE_NAME", "LAST", "SessionInfo", "SessionStore", "list_sessions", "resolve_session_dir",
+    "resolve_session_path",
+]

@@ -1,0 +1,110 @@
+"""Issue 15.3: a provider key that a cell gets hold of reaches no byte under $RLM_HOME —
+not the session log, not the spooled long output, not a snapshot pickle (str, bytes, a
+numpy text array), not the worker's event log, not the final answer, not an export.
+
+The run goes through the resident worker in-process (real agent, real kernel, scripted
+model), so the worker's files are covered too."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import string
+from pathlib import Path
+
+import pytest
+
+from rlm.config import Config
+from rlm.longrun.worker import Worker, send_prompt
+from rlm.secrets import scrub_file
+from rlm.session.store import SessionStore
+
+
+def _rand(n: int) -> str:
+    return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(n))
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+def _leaks(root: Path, key: str) -> list[str]:
+    forms = {enc: key.encode(enc) for enc in ("utf-8", "utf-16-le", "utf-32-le")}
+    out = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            data = (Path(dirpath) / name).read_bytes()
+            out += [f"{dirpath}/{name} ({enc})" for enc, form in forms.items() if form in data]
+    return out
+
+
+def test_no_byte_under_home_holds_the_key_after_a_worker_run(_isolated_home, tmp_path, monkeypatch):
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    cells = [
+        call(f"k = {key!r}\nprint('the key is', k)"),
+        call("print('x' * 3000 + k + 'y' * 3000)"),  # over the budget: spooled to artifacts/
+        call("import numpy as np\nheld = {'k': k, 'b': k.encode(), 'arr': np.array([k, 'z'])}\n"
+             "print(len(held))"),
+        call("final(k)"),
+    ]
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps(cells))
+    config = Config(home=_isolated_home, model=f"script:{script}", cell_timeout=60,
+                    output_budget_chars=1000)
+    session = SessionStore.create(_isolated_home, model=config.model, task="t")
+    session.close()
+    worker = Worker(session.id, config, home=_isolated_home, poll_s=0.05)
+    worker.start()
+    try:
+        send_prompt(session.id, "print the key", _isolated_home)
+        worker.step()
+    finally:
+        worker.close()
+
+    d = session.dir
+    events = [json.loads(line) for line in (d / "worker-events.jsonl").read_text().splitlines()]
+    ended = [e for e in events if e["event"] == "RunEnded"]
+    assert ended and ended[-1]["reason"] == "final" and ended[-1]["final"] == "[redacted]"
+    spooled = list((d / "artifacts").glob("cell-*.txt"))
+    assert spooled and any("x" * 3000 in p.read_text() for p in spooled)  # the spool is there
+    snap = json.loads((d / "snapshot" / "manifest.json").read_text())
+    assert {"k", "held"} <= set(snap["entries"])
+    assert all(snap["entries"][n]["kind"] != "skipped" for n in ("k", "held"))
+
+    from rlm.notebook.export import export_session
+
+    export_session(session.id, _isolated_home / "run.ipynb")
+    assert _leaks(_isolated_home, key) == []
+
+    # the masked snapshot still restores: same-length masks keep pickles valid
+    from rlm.kernel import Kernel
+
+    with Kernel(d, config) as k:
+        shown = k.execute("print(k == '*' * len(k), held['b'] == b'*' * len(k), held['arr'][1])")
+    assert shown.shaped.strip() == "True True z"
+    assert _leaks(_isolated_home, key) == []
+
+
+def test_scrub_file_leaves_links_and_other_files_alone(tmp_path):
+    key = f"sk-test-{_rand(40)}"
+    outside = tmp_path / "outside.txt"
+    outside.write_text(f"mine {key}")
+    link = tmp_path / "link.txt"
+    link.symlink_to(outside)
+    hard = tmp_path / "hard.txt"
+    os.link(outside, hard)
+    assert scrub_file(link, [key]) == 0 and scrub_file(hard, [key]) == 0
+    assert outside.read_text() == f"mine {key}"
+    own = tmp_path / "own.bin"
+    own.write_bytes(b"a" + key.encode("utf-16-le") + b"b" + key.encode())
+    assert scrub_file(own, [key]) == 2
+    assert own.read_bytes() == b"a" + ("*" * len(key)).encode("utf-16-le") + b"b" + b"*" * len(key)
+
+
+@pytest.mark.parametrize("size", [0, 5])
+def test_scrub_file_small_files(tmp_path, size):
+    p = tmp_path / "f"
+    p.write_bytes(b"x" * size)
+    assert scrub_file(p, ["longenoughsecret"]) == 0
