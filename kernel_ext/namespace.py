@@ -27,7 +27,10 @@ seen, so such names are stored apart (values kept, identity split).
 from __future__ import annotations
 
 import ast
+import datetime
+import enum
 import gc
+import logging
 import re
 import sys
 import types
@@ -212,8 +215,30 @@ def referenced_globals(values: Iterable[Any], ns: dict[str, Any]) -> set[str]:
 
 REACH_BUDGET = 20_000  # objects inspected per name; deeper sharing is not detected
 _ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None), range, slice})
-_NOT_IDENTITY = (type, types.ModuleType, types.BuiltinFunctionType, types.CodeType,
-                 types.FrameType)
+_NOT_IDENTITY: tuple[type, ...] = (type, types.ModuleType, types.BuiltinFunctionType,
+                                    types.CodeType, types.FrameType, datetime.tzinfo, enum.Enum,
+                                    logging.Logger, logging.Manager)
+# the kernel's own machinery: reachable from loggers, figures' callbacks, threads; never
+# user data, and it would chain every name that reaches it into one group
+_MACHINERY = ("ipykernel", "IPython", "zmq", "jupyter_client", "traitlets", "tornado",
+              "asyncio", "logging", "kernel_ext", "comm", "matplotlib_inline")
+
+
+def _not_identity_types() -> tuple[type, ...]:
+    """Shared immutable objects that would chain unrelated names into one group: numpy
+    dtypes, pandas dtypes, Index objects (immutable; DataFrames share them freely),
+    pd.NA / pd.NaT; plus classes, modules, code, time zones, enum members."""
+    extra: list[type] = []
+    np = sys.modules.get("numpy")
+    if np is not None:
+        extra.append(np.dtype)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        try:
+            extra += [pd.Index, pd.api.extensions.ExtensionDtype, type(pd.NA), type(pd.NaT)]
+        except AttributeError:  # a partly imported or unusual pandas
+            pass
+    return _NOT_IDENTITY + tuple(extra)
 
 
 def array_root(value: Any) -> Any:
@@ -245,25 +270,33 @@ class Reach:
 
 
 def reachable_ids(value: Any, ns: dict[str, Any], budget: int = REACH_BUDGET) -> Reach:
-    """A bounded walk of `value`'s object graph. Immutable atoms, classes, modules and
-    code are not identities worth keeping; functions are recorded but not walked (their
-    globals are the namespace); objects the GC does not track (dicts of atoms, arrays,
-    bytearrays) are recorded but not walked (they hold no other mutable object)."""
+    """A bounded walk of `value`'s object graph. Immutable atoms, classes, modules, code
+    and frames are not identities worth keeping (and lead everywhere); functions are
+    recorded but not walked (their globals are the namespace), nor is the namespace dict.
+    Containers are scanned item by item (an untracked dict may still hold an array);
+    other objects through `gc.get_referents` (nothing for objects without GC support:
+    arrays, bytearrays). At most `budget` objects are recorded and 10x that many items
+    scanned; past that the walk stops (`complete` False: deeper sharing is not seen)."""
     ids: set[int] = set()
     arrays: dict[int, int] = {}
+    skip = _not_identity_types()
     stack = [value]
-    inspected = 0
+    scan_left = budget * 10
     ns_id = id(ns)
     while stack:
         obj = stack.pop()
+        scan_left -= 1
+        if scan_left < 0:
+            return Reach(ids, arrays, False)
         t = type(obj)
-        if t in _ATOMS or isinstance(obj, _NOT_IDENTITY):
+        if t in _ATOMS or isinstance(obj, skip) or (t is tuple and not obj):
+            continue  # () is a shared singleton too
+        if t.__module__.startswith(_MACHINERY):
             continue
         i = id(obj)
         if i in ids or i == ns_id:
             continue
-        inspected += 1
-        if inspected > budget:
+        if len(ids) >= budget:
             return Reach(ids, arrays, False)
         ids.add(i)
         if _is_ndarray(obj):
@@ -274,16 +307,15 @@ def reachable_ids(value: Any, ns: dict[str, Any], budget: int = REACH_BUDGET) ->
             if obj.dtype.hasobject and obj.size <= budget:
                 stack.extend(obj.ravel(order="K").tolist())
             continue
-        if isinstance(obj, types.FunctionType) or not gc.is_tracked(obj):
+        if isinstance(obj, types.FunctionType):
             continue
         try:
             if t is dict:
                 stack.extend(obj.values())
-                continue
-            if t in (list, tuple, set, frozenset):
+            elif t in (list, tuple, set, frozenset):
                 stack.extend(obj)
-                continue
-            stack.extend(gc.get_referents(obj))
+            elif gc.is_tracked(obj):
+                stack.extend(gc.get_referents(obj))
         except Exception:  # noqa: BLE001 - arbitrary user objects
             continue
     return Reach(ids, arrays, True)

@@ -210,14 +210,29 @@ class Snapshotter:
             enc = encode_group([values[k] for k in names], self.var_cap, roots)
             if enc.kind != "skipped":
                 return self._place(names, enc, values, writer, budget, entries, groups, gen)
-            split = f"stored one by one, identity between them not kept ({enc.reason})"
-            used = 0
-            for k in names:
-                used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
-                entries[k]["split"] = split
-            return used
+            return self._split_group(names, enc.reason or "", values, writer, budget, entries,
+                                     groups, gen)
         enc = encode(values[names[0]], self.var_cap, roots)
         return self._place(names, enc, values, writer, budget, entries, groups, gen)
+
+    def _split_group(self, names: list[str], reason: str, values: dict[str, Any],
+                     writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],
+                     groups: dict[str, dict[str, Any]], gen: int) -> int:
+        """The group as one tuple failed: members that cannot be stored alone are left out
+        (each with its own reason) and the rest stay together; if that fails too, each
+        member is stored on its own and says that identity between them was not kept."""
+        bad = [k for k in names if encode(values[k], self.var_cap).kind == "skipped"]
+        good = [k for k in names if k not in bad]
+        used = 0
+        if bad and len(good) > 1:
+            for k in bad:
+                used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
+            return used + self._store_group(good, values, writer, budget - used, entries, groups, gen)
+        split = f"stored one by one, identity between them not kept ({reason})"
+        for k in names:
+            used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
+            entries[k]["split"] = split
+        return used
 
     def _place(self, names: list[str], enc: Any, values: dict[str, Any],
                writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],

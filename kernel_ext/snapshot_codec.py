@@ -23,8 +23,10 @@ root with no other array of the group are copied (as before).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pickle
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,7 +96,22 @@ def error_reason(exc: BaseException) -> str:
 
 
 def _defined_in_main(value: Any) -> bool:
-    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__"
+    return isinstance(value, (types.FunctionType, type, functools._lru_cache_wrapper)) \
+        and getattr(value, "__module__", None) == "__main__"
+
+
+def _lru_cached(fn: Any, maxsize: int | None, typed: bool) -> Any:
+    """Unpickle helper: a kernel function decorated with functools.lru_cache (empty cache)."""
+    return functools.lru_cache(maxsize=maxsize, typed=typed)(fn)
+
+
+def _lru_reduce(obj: Any) -> Any:
+    """pickle looks an lru_cache wrapper up by name in __main__, where it is what is being
+    restored: store the wrapped function (by value) and the cache's parameters instead."""
+    if isinstance(obj, functools._lru_cache_wrapper) and getattr(obj, "__module__", None) == "__main__":
+        params = obj.cache_parameters()
+        return _lru_cached, (obj.__wrapped__, params["maxsize"], params["typed"])
+    return NotImplemented
 
 
 def import_ref(value: Any) -> dict[str, str] | None:
@@ -147,11 +164,21 @@ def _view_reduce(obj: Any, roots: frozenset[int]) -> Any:
     return _array_view, (root, offset, obj.shape, obj.strides, obj.dtype)
 
 
+_RLOCK = type(threading.RLock())
+
+
+def _override(obj: Any, roots: frozenset[int]) -> Any:
+    if type(obj) is _RLOCK:  # the threads that held it are gone: a fresh, free RLock
+        return threading.RLock, ()  # (dill's own comes back unlocked yet unacquirable)
+    rv = _view_reduce(obj, roots)
+    return _lru_reduce(obj) if rv is NotImplemented else rv
+
+
 class _GroupPickler(pickle.Pickler):
     roots: frozenset[int] = frozenset()
 
     def reducer_override(self, obj: Any) -> Any:
-        return _view_reduce(obj, self.roots)
+        return _override(obj, self.roots)
 
 
 def _pickle(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
@@ -167,11 +194,10 @@ def _dill(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
 
     class _DillGroupPickler(dill.Pickler):  # type: ignore[misc, name-defined]
         def reducer_override(self, obj: Any) -> Any:
-            return _view_reduce(obj, roots)
+            return _override(obj, roots)
 
     sink = _CappedSink(cap)
-    cls = _DillGroupPickler if roots else dill.Pickler
-    cls(sink, protocol=5, recurse=False, byref=False).dump(value)
+    _DillGroupPickler(sink, protocol=5, recurse=False, byref=False).dump(value)
     return Encoded("dill", [b"".join(sink.chunks)])
 
 

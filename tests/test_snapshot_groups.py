@@ -136,3 +136,23 @@ def test_rebinding_a_member_leaves_the_others_restorable(shell):
     run(shell, "a.append(2)")
     new_kernel(shell)
     assert shell.user_ns["a"] == [1, 2] and shell.user_ns["b"] == "other"
+
+
+def test_unpicklable_members_leave_the_rest_of_the_group_together(shell):
+    run(shell, "gen = (i for i in range(3))\na = [1]\nb = a\nholder = {'g': gen, 'a': a}")
+    entries = manifest(shell)["entries"]
+    assert entries["holder"]["kind"] == "skipped" and entries["gen"]["kind"] == "skipped"
+    assert entries["a"]["group"] == entries["b"]["group"] and "split" not in entries["a"]
+    new_kernel(shell)
+    assert shell.user_ns["b"] is shell.user_ns["a"]
+
+
+def test_shared_singletons_do_not_chain_unrelated_names(shell):
+    pd = pytest.importorskip("pandas")
+    assert pd is not None
+    run(shell, "import pandas as pd, logging, functools\n"
+               "f1 = pd.DataFrame({'a': [1.0]})\nf2 = pd.DataFrame({'a': [2.0]})\n"
+               "na_list = [pd.NA]\nlog = logging.getLogger('x')\np1 = functools.partial(int, base=2)\n"
+               "p2 = functools.partial(float)")
+    groups = [g["members"] for g in manifest(shell)["groups"].values()]
+    assert all(len(m) == 1 for m in groups), groups
