@@ -3,11 +3,22 @@
 The model reads data through code, but it needs to know what exists: `--context` files
 loaded into variables, and in `%%rlm` the user's own DataFrames. Called by the host through
 user_expressions (a separate kernel) or directly (in-process); never prints.
+
+One describer serves every listing: `summary(value)` is the one line per name that the
+namespace listing (`<ipython_state>` after a compaction, `rlm state`) and the snapshot
+manifest carry — the facts needed to reuse a value without a cell to inspect it: shape and
+column dtypes of DataFrames and arrays, length and element types of containers, the
+signature of functions and classes, the class of instances. `order_names` puts the largest
+and most recently used names first; `listing_lines` fits them in a token budget and counts
+what does not fit ("... and 41 more names"). `describe_value` (with a preview) serves
+`--context` files and `%%rlm`'s notebook variables.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
+import math
 from typing import Any
 
 PREVIEW_CHARS = 400
@@ -64,3 +75,144 @@ def describe_json(names: list[str] | None = None, n: int = PREVIEW_CHARS, ip: An
         names = [k for k, v in values.items()
                  if not callable(v) and type(v).__name__ != "module"][:MAX_NAMES]
     return json.dumps([describe_value(k, values[k], n) for k in names if k in values])
+
+
+SUMMARY_CHARS = 240  # one name's line, at most
+MAX_COLUMNS = 12
+_SAMPLE = 100
+
+
+def _type_name(v: Any) -> str:
+    t = type(v)
+    mod = t.__module__
+    if mod in ("builtins", "__main__"):
+        return t.__qualname__
+    return f"{mod.split('.')[0]}.{t.__qualname__}"
+
+
+def _elem_types(items: Any) -> str:
+    names: list[str] = []
+    for x in items:
+        n = type(x).__name__
+        if n not in names:
+            names.append(n)
+        if len(names) > 3:
+            return "mixed"
+    return "|".join(names)
+
+
+def _signature(fn: Any) -> str:
+    try:
+        return str(inspect.signature(fn))
+    except (TypeError, ValueError):
+        return "(...)"
+
+
+def _frame_summary(v: Any) -> str:
+    rows, ncols = v.shape
+    cols = [f"{c} {t}" for c, t in list(v.dtypes.astype(str).items())[:MAX_COLUMNS]]
+    more = f", +{ncols - MAX_COLUMNS} more" if ncols > MAX_COLUMNS else ""
+    index = type(v.index).__name__
+    idx = "" if index == "RangeIndex" else f"; index {index}" + (
+        f" {list(v.index.names)}" if getattr(v.index, "nlevels", 1) > 1 else "")
+    return f"DataFrame {rows:,} rows x {ncols} cols: {', '.join(cols)}{more}{idx}"
+
+
+def summary(v: Any) -> str:
+    """One line: what `v` is and what is needed to reuse it. Never raises."""
+    try:
+        return _summary(v)[:SUMMARY_CHARS]
+    except Exception as exc:  # noqa: BLE001 - arbitrary user objects
+        return f"{_type_name(v)} (not described: {type(exc).__name__})"
+
+
+def _summary(v: Any) -> str:
+    t = type(v)
+    mod = t.__module__
+    if mod.startswith("pandas"):
+        if t.__name__ == "DataFrame":
+            return _frame_summary(v)
+        if t.__name__ == "Series":
+            return f"Series {len(v):,} {v.dtype}" + (f" name={v.name!r}" if v.name is not None else "")
+    if mod.startswith("numpy") and hasattr(v, "shape") and hasattr(v, "dtype"):
+        dt = v.dtype
+        fields = f" fields {', '.join(dt.names)}" if getattr(dt, "names", None) else ""
+        base = getattr(v, "base", None)
+        view = " (view)" if base is not None and type(base).__module__ == "numpy" else ""
+        return f"{t.__name__} shape {tuple(v.shape)} {dt}{fields}{view}"
+    if isinstance(v, bool) or v is None or isinstance(v, (int, float, complex)):
+        r = repr(v)
+        return f"{t.__name__} = {r}" if len(r) <= 40 else t.__name__
+    if isinstance(v, str):
+        head = repr(v[:40]) + ("..." if len(v) > 40 else "")
+        return f"str {len(v):,} chars: {head}"
+    if isinstance(v, (bytes, bytearray)):
+        return f"{t.__name__} {len(v):,} bytes"
+    if isinstance(v, dict):
+        sample = list(v.items())[:_SAMPLE]
+        kt = _elem_types(k for k, _ in sample)
+        vt = _elem_types(x for _, x in sample)
+        keys = ", ".join(repr(k) for k, _ in sample[:6]) + (", ..." if len(v) > 6 else "")
+        if not v:
+            return f"{t.__name__} (empty)"
+        return f"{t.__name__} of {len(v):,}: {kt} -> {vt}; keys {keys}"
+    if isinstance(v, (list, tuple, set, frozenset)) or t.__name__ == "deque":
+        sample = list(v)[:_SAMPLE] if isinstance(v, (list, tuple)) else [x for _, x in zip(range(_SAMPLE), v, strict=False)]
+        return f"{t.__name__} of {len(v):,}" + (f" {_elem_types(sample)}" if sample else "")
+    if inspect.ismodule(v):
+        return f"module {v.__name__}"
+    if inspect.isclass(v):
+        return f"class {v.__qualname__}{_signature(v)}" + (
+            "" if v.__module__ == "__main__" else f" from {v.__module__}")
+    if inspect.isroutine(v) or callable(v) and t.__name__ == "partial":
+        name = getattr(v, "__qualname__", None) or getattr(getattr(v, "func", None), "__qualname__", "")
+        return f"{t.__name__} {name}{_signature(v)}"
+    if hasattr(v, "__len__") and hasattr(v, "shape"):
+        return f"{_type_name(v)} shape {tuple(v.shape)}"
+    attrs = [k for k in getattr(v, "__dict__", {}) if not k.startswith("_")][:8]
+    sk = " (fitted)" if mod.startswith("sklearn") and any(k.endswith("_") for k in attrs) else ""
+    return f"{_type_name(v)} instance{sk}" + (f"; attributes {', '.join(attrs)}" if attrs else "")
+
+
+def order_names(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Largest first (by order of magnitude), then most recently used (`last_used`: the
+    cell count when the name was last touched), then by name."""
+    def key(r: dict[str, Any]) -> tuple[int, int, str]:
+        b = r.get("bytes") or 0
+        mag = int(math.log10(b)) if isinstance(b, int) and b > 0 else 0
+        return (-mag, -int(r.get("last_used") or 0), str(r.get("name")))
+    return sorted(rows, key=key)
+
+
+def _size(n: Any) -> str:
+    if not isinstance(n, int) or n <= 0:
+        return ""
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return ""
+
+
+def listing_line(row: dict[str, Any]) -> str:
+    """`- name: summary, size` (type only when the row has no summary)."""
+    size = _size(row.get("bytes"))
+    text = row.get("summary") or row.get("type") or "?"
+    return f"- {row['name']}: {text}" + (f", {size}" if size else "")
+
+
+def listing_lines(rows: list[dict[str, Any]], budget_tokens: int = 1500) -> list[str]:
+    """Lines for rows in `order_names` order within ~budget_tokens (3 chars a token:
+    conservative for names and dtypes); the rest is counted in a last line."""
+    out: list[str] = []
+    used = 0
+    ordered = order_names(rows)
+    for i, row in enumerate(ordered):
+        line = listing_line(row)
+        cost = len(line) // 3 + 1
+        if used + cost > budget_tokens and out:
+            out.append(f"- ... and {len(ordered) - i} more names (print(dir()) to see all)")
+            break
+        out.append(line)
+        used += cost
+    return out

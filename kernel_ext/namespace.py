@@ -10,19 +10,27 @@ re-pickled when it
   2. is new, deleted, or bound to an object with a different id() than at the last snapshot;
   3. is a global that a touched function/class/instance defined in `__main__` refers to
      (its code's co_names, nested code objects included, transitively);
-  4. shares its object (same id) with a touched name (`a = b = []; b.append(1)`).
+  4. shares its object (same id) with a touched name (`a = b = []; b.append(1)`);
+  5. belongs to the same co-variable group as a touched name (see `reachable_ids` and
+     `co_groups`): names whose values reach a common object are stored together, so a
+     mutation through any of them (`d = {"k": lst}; lst.append(1)`) re-snapshots the group.
 Conservative fallback: a cell that cannot be parsed, uses magics or shell escapes
 (anything through `get_ipython()`), `exec`/`eval`/`globals`/`vars`/`locals`/`__import__`/
 `setattr`/`delattr`, or `from m import *` re-pickles every name except immutable scalars
 whose id() did not change.
-Not covered (documented gap): an object reachable only through another container or from
-a background thread/callback that the cell did not name (`d = {"k": lst}; lst.append(1)`
-re-pickles lst, not d).
+Not covered (documented gap): a mutation made from a background thread/callback, or
+through an object that no name of its group mentions in the cell and no touched function
+refers to; sharing deeper than the bounded walk (`REACH_BUDGET` objects per name) is not
+seen, so such names are stored apart (values kept, identity split).
 """
 
 from __future__ import annotations
 
 import ast
+import datetime
+import enum
+import gc
+import logging
 import re
 import sys
 import types
@@ -201,3 +209,151 @@ def referenced_globals(values: Iterable[Any], ns: dict[str, Any]) -> set[str]:
                 found.add(name)
                 stack.append(ns[name])
     return found
+
+
+# ---- co-variables: names that share objects -------------------------------------------
+
+REACH_BUDGET = 20_000  # objects inspected per name; deeper sharing is not detected
+_ATOMS = frozenset({int, float, complex, str, bytes, bool, type(None), range, slice})
+_NOT_IDENTITY: tuple[type, ...] = (type, types.ModuleType, types.BuiltinFunctionType,
+                                    types.CodeType, types.FrameType, datetime.tzinfo, enum.Enum,
+                                    logging.Logger, logging.Manager)
+# the kernel's own machinery: reachable from loggers, figures' callbacks, threads; never
+# user data, and it would chain every name that reaches it into one group
+_MACHINERY = ("ipykernel", "IPython", "zmq", "jupyter_client", "traitlets", "tornado",
+              "asyncio", "logging", "kernel_ext", "comm", "matplotlib_inline")
+
+
+def _not_identity_types() -> tuple[type, ...]:
+    """Shared immutable objects that would chain unrelated names into one group: numpy
+    dtypes, pandas dtypes, Index objects (immutable; DataFrames share them freely),
+    pd.NA / pd.NaT; plus classes, modules, code, time zones, enum members."""
+    extra: list[type] = []
+    np = sys.modules.get("numpy")
+    if np is not None:
+        extra.append(np.dtype)
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        try:
+            extra += [pd.Index, pd.api.extensions.ExtensionDtype, type(pd.NA), type(pd.NaT)]
+        except AttributeError:  # a partly imported or unusual pandas
+            pass
+    return _NOT_IDENTITY + tuple(extra)
+
+
+def array_root(value: Any) -> Any:
+    """The ndarray at the end of a numpy view's `.base` chain (the value itself if it
+    owns its data or its base is not an ndarray)."""
+    seen = 0
+    while seen < 64:
+        base = getattr(value, "base", None)
+        if base is None or type(base).__module__ != "numpy" or not hasattr(base, "__array_interface__"):
+            return value
+        value, seen = base, seen + 1
+    return value
+
+
+def _is_ndarray(value: Any) -> bool:
+    t = type(value)
+    return t.__module__ == "numpy" and t.__name__ in ("ndarray", "memmap", "matrix", "recarray")
+
+
+class Reach:
+    """What one name's value reaches: ids of mutable objects (the value itself included,
+    numpy arrays also by their data root), and `arrays`: id of each array met -> id of its
+    data root."""
+
+    __slots__ = ("ids", "arrays", "complete")
+
+    def __init__(self, ids: set[int], arrays: dict[int, int], complete: bool) -> None:
+        self.ids, self.arrays, self.complete = ids, arrays, complete
+
+
+def reachable_ids(value: Any, ns: dict[str, Any], budget: int = REACH_BUDGET) -> Reach:
+    """A bounded walk of `value`'s object graph. Immutable atoms, classes, modules, code
+    and frames are not identities worth keeping (and lead everywhere); functions are
+    recorded but not walked (their globals are the namespace), nor is the namespace dict.
+    Containers are scanned item by item (an untracked dict may still hold an array);
+    other objects through `gc.get_referents` (nothing for objects without GC support:
+    arrays, bytearrays). At most `budget` objects are recorded and 10x that many items
+    scanned; past that the walk stops (`complete` False: deeper sharing is not seen)."""
+    ids: set[int] = set()
+    arrays: dict[int, int] = {}
+    skip = _not_identity_types()
+    stack = [value]
+    scan_left = budget * 10
+    ns_id = id(ns)
+    while stack:
+        obj = stack.pop()
+        scan_left -= 1
+        if scan_left < 0:
+            return Reach(ids, arrays, False)
+        t = type(obj)
+        if t in _ATOMS or isinstance(obj, skip) or (t is tuple and not obj):
+            continue  # () is a shared singleton too
+        if t.__module__.startswith(_MACHINERY):
+            continue
+        i = id(obj)
+        if i in ids or i == ns_id:
+            continue
+        if len(ids) >= budget:
+            return Reach(ids, arrays, False)
+        ids.add(i)
+        if _is_ndarray(obj):
+            root = array_root(obj)
+            arrays[i] = id(root)
+            if root is not obj:
+                ids.add(id(root))
+            if obj.dtype.hasobject and obj.size <= budget:
+                stack.extend(obj.ravel(order="K").tolist())
+            continue
+        if isinstance(obj, types.FunctionType):
+            continue
+        try:
+            if t is dict:
+                stack.extend(obj.values())
+            elif t in (list, tuple, set, frozenset):
+                stack.extend(obj)
+            elif gc.is_tracked(obj):
+                stack.extend(gc.get_referents(obj))
+        except Exception:  # noqa: BLE001 - arbitrary user objects
+            continue
+    return Reach(ids, arrays, True)
+
+
+def co_groups(reach: dict[str, Reach]) -> list[list[str]]:
+    """Union-find over the reached ids: names whose values reach a common object form one
+    group (sorted names; groups in the order of their first name)."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    owner: dict[int, str] = {}
+    for name in sorted(reach):
+        parent.setdefault(name, name)
+        for i in reach[name].ids:
+            other = owner.setdefault(i, name)
+            if other != name:
+                a, b = find(other), find(name)
+                if a != b:
+                    parent[max(a, b)] = min(a, b)
+    groups: dict[str, list[str]] = {}
+    for name in sorted(reach):
+        groups.setdefault(find(name), []).append(name)
+    return list(groups.values())
+
+
+def shared_array_roots(reaches: Iterable[Reach]) -> frozenset[int]:
+    """Data roots that two or more distinct arrays met in `reaches` share (a root met
+    itself counts): arrays over them are stored as views so the sharing survives."""
+    arrays: dict[int, int] = {}
+    for r in reaches:
+        arrays.update(r.arrays)
+    count: dict[int, int] = {}
+    for root in arrays.values():
+        count[root] = count.get(root, 0) + 1
+    return frozenset(root for root, n in count.items() if n >= 2)

@@ -5,8 +5,11 @@ string; all default to `get_ipython()`):
     snapshot_now(ip=None, full=False) -> {"saved", "skipped", "bytes_written", "seconds",
                                           "generation"}
     restore_report_json(ip=None)      -> {"restored": [names], "failed": [{name, reason}],
-                                          "skipped": [{name, reason}], "snapshot_found"}
-    namespace_json(ip=None)           -> {"names": [{name, type, bytes, restorable, reason}]}
+                                          "skipped": [{name, reason}], "snapshot_found",
+                                          "summaries": {name: one line}}
+    namespace_json(ip=None)           -> {"names": [{name, type, bytes, restorable, reason,
+                                          summary, last_used, shares?}]} largest and most
+                                          recently used first (kernel_ext.describe)
 
 Env read by `install`: RLM_SNAPSHOT_DIR (unset/empty: no snapshots are written; listing
 and restore still answer), RLM_SNAPSHOT_VAR_CAP (bytes, default 256 MiB),
@@ -32,14 +35,26 @@ import time
 from typing import Any
 
 from kernel_ext import snapshot_store as store
+from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
+    Reach,
     cell_names,
+    co_groups,
     estimate_size,
     is_immutable_scalar,
+    reachable_ids,
     referenced_globals,
+    shared_array_roots,
     user_values,
 )
-from kernel_ext.snapshot_codec import decode, encode, error_reason, over_cap_reason, relink
+from kernel_ext.snapshot_codec import (
+    decode,
+    encode,
+    encode_group,
+    error_reason,
+    over_cap_reason,
+    relink,
+)
 from kernel_ext.wire import MANIFEST_NAME
 
 DEFAULT_VAR_CAP = 256 * 1024 * 1024
@@ -60,10 +75,15 @@ class Snapshotter:
         self.ip, self.path = ip, path
         self.var_cap, self.total_cap = var_cap, total_cap
         self.entries: dict[str, dict[str, Any]] = {}
+        self.groups: dict[str, dict[str, Any]] = {}
+        self.grouping = True  # False: the per-name rule of manifest v1 (benchmarks compare)
+        self.reach: dict[str, tuple[int, Reach]] = {}  # name -> (id(value), what it reaches)
         self.generation = 0
         self.next_gen = 1
         self.ids: dict[str, int] = {}  # live names -> id() at the last snapshot/restore
         self.pending: set[str] = set()
+        self.cell_no = 0
+        self.last_used: dict[str, int] = {}  # name -> cell count when a cell last named it
         self.pending_full = False
         self.report: dict[str, Any] | None = None
         self.manifest_error: str | None = None
@@ -74,12 +94,14 @@ class Snapshotter:
             manifest, self.manifest_error = store.read_manifest(path)
             if manifest is not None:
                 self.entries, self.generation = manifest["entries"], manifest["generation"]
+                self.groups = manifest["groups"]
             self.next_gen = max(self.generation, store.max_generation(path)) + 1
             # unreadable manifest: we cannot tell which old files it used; never delete them
             self.min_gc_gen = self.next_gen if self.manifest_error else 0
 
     # ---- after each cell -------------------------------------------------------------
     def post_run_cell(self, result: Any) -> None:
+        self.cell_no += 1
         info = getattr(result, "info", None)
         raw = getattr(info, "raw_cell", None) or ""
         try:
@@ -87,6 +109,8 @@ class Snapshotter:
         except Exception:  # noqa: BLE001 - a transform failure means "could be anything"
             names = cell_names("(")
         self.pending |= names.names
+        for k in names.names:
+            self.last_used[k] = self.cell_no
         self.pending_full = self.pending_full or names.full
         if not self.path:
             self.pending.clear()
@@ -112,7 +136,19 @@ class Snapshotter:
             if len(touched) < len(ids):  # aliases: another name bound to a touched object
                 tids = {ids[k] for k in touched}
                 touched |= {k for k, i in ids.items() if i in tids}
+            if self.grouping and len(touched) < len(ids):  # rule 5: the stored groups
+                touched |= self._group_mates(touched) & ids.keys()
         return touched
+
+    def _group_mates(self, names: set[str]) -> set[str]:
+        """Names stored in the same group as any of `names` (by the current manifest)."""
+        out: set[str] = set()
+        gids = {self.entries[k].get("group") for k in names if k in self.entries}
+        for gid in gids:
+            g = self.groups.get(gid) if isinstance(gid, str) else None
+            if g is not None and not g.get("single"):
+                out.update(m for m in g["members"] if self.entries.get(m, {}).get("group") == gid)
+        return out
 
     def snapshot(self, full: bool = False) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -127,64 +163,140 @@ class Snapshotter:
         deleted = [k for k in self.ids if k not in ids]
         if touched or deleted or full:
             self._write(values, touched, set(deleted), stats)
+        for k in deleted:
+            self.reach.pop(k, None)
         self.ids = ids
         self.pending.clear()
         self.pending_full = False
         stats["seconds"] = time.perf_counter() - t0
         return stats
 
-    def _kept_entries(self, touched: set[str], deleted: set[str]) -> dict[str, dict[str, Any]]:
-        return {k: e for k, e in self.entries.items() if k not in touched and k not in deleted}
+    # ---- co-variable groups ----------------------------------------------------------
+    def _plan_groups(self, values: dict[str, Any], touched: set[str]) -> tuple[set[str], list[list[str]]]:
+        """The names to write (touched, closed over old and new groups) and the new groups
+        that cover them. Reach is recomputed for names to write, cached for the rest."""
+        if not self.grouping:
+            return touched, [[k] for k in sorted(touched)]
+        ns = self.ip.user_ns
+        fresh: set[str] = set()
+        todo = set(touched)
+        groups: list[list[str]] = []
+        for _ in range(4):
+            for k in todo - fresh:
+                self.reach[k] = (id(values[k]), reachable_ids(values[k], ns))
+                fresh.add(k)
+            for k, v in values.items():
+                cached = self.reach.get(k)
+                if cached is None or cached[0] != id(v):
+                    self.reach[k] = (id(v), reachable_ids(v, ns))
+                    fresh.add(k)
+            groups = co_groups({k: self.reach[k][1] for k in values})
+            grown = set(todo)
+            for g in groups:
+                if grown.intersection(g):
+                    grown.update(g)
+            grown |= self._group_mates(grown) & values.keys()
+            if grown == todo:
+                break
+            todo = grown
+        return todo, [g for g in groups if todo.intersection(g)]
 
-    def _encode_into(self, name: str, value: Any, writer: store.GenerationWriter,
-                     budget: int, entry: dict[str, Any]) -> int:
-        """Fills `entry` for one value; returns the bytes it takes from the total budget."""
-        enc = encode(value, self.var_cap)
-        entry["kind"] = enc.kind
-        if enc.kind in _DATA_KINDS:
-            size = enc.size
-            if size > budget:
-                entry.update(kind="skipped", reason=over_cap_reason(
-                    self.total_cap - budget + size, self.total_cap, "total snapshot"))
-                return 0
-            entry["bytes"] = size
-            loc = writer.add(name, enc.parts, size)
-            if loc:
-                entry.update(loc)
-            return size
+    def _store_group(self, names: list[str], values: dict[str, Any], writer: store.GenerationWriter,
+                     budget: int, entries: dict[str, dict[str, Any]],
+                     groups: dict[str, dict[str, Any]], gen: int) -> int:
+        """Encodes one group (or one name) into `entries`/`groups`; returns the bytes used."""
+        roots = shared_array_roots(self.reach[k][1] for k in names if k in self.reach)
+        if len(names) > 1:
+            enc = encode_group([values[k] for k in names], self.var_cap, roots)
+            if enc.kind != "skipped":
+                return self._place(names, enc, values, writer, budget, entries, groups, gen)
+            return self._split_group(names, enc.reason or "", values, writer, budget, entries,
+                                     groups, gen)
+        enc = encode(values[names[0]], self.var_cap, roots)
+        return self._place(names, enc, values, writer, budget, entries, groups, gen)
+
+    def _split_group(self, names: list[str], reason: str, values: dict[str, Any],
+                     writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],
+                     groups: dict[str, dict[str, Any]], gen: int) -> int:
+        """The group as one tuple failed: members that cannot be stored alone are left out
+        (each with its own reason) and the rest stay together; if that fails too, each
+        member is stored on its own and says that identity between them was not kept."""
+        bad = [k for k in names if encode(values[k], self.var_cap).kind == "skipped"]
+        good = [k for k in names if k not in bad]
+        used = 0
+        if bad and len(good) > 1:
+            for k in bad:
+                used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
+            return used + self._store_group(good, values, writer, budget - used, entries, groups, gen)
+        split = f"stored one by one, identity between them not kept ({reason})"
+        for k in names:
+            used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
+            entries[k]["split"] = split
+        return used
+
+    def _place(self, names: list[str], enc: Any, values: dict[str, Any],
+               writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],
+               groups: dict[str, dict[str, Any]], gen: int) -> int:
+        base = {k: {"type": type(values[k]).__name__, "kind": enc.kind, "summary": summary(values[k])}
+                for k in names}
+        entries.update(base)
         if enc.kind == "skipped":
-            entry["reason"] = enc.reason
-        else:
-            entry.update(enc.meta)
-        return 0
+            for k in names:
+                entries[k]["reason"] = enc.reason
+            return 0
+        if enc.kind not in _DATA_KINDS:
+            entries[names[0]].update(enc.meta)
+            return 0
+        size = enc.size
+        if size > budget:
+            reason = over_cap_reason(self.total_cap - budget + size, self.total_cap, "total snapshot")
+            for k in names:
+                entries[k].update(kind="skipped", reason=reason)
+            return 0
+        gid = f"{gen}.{len(groups)}"
+        while gid in groups:
+            gid += "x"
+        group: dict[str, Any] = {"kind": enc.kind, "members": list(names),
+                                 "single": len(names) == 1, "bytes": size}
+        loc = writer.add(gid, enc.parts, size)
+        if loc:
+            group.update(loc)
+        groups[gid] = group
+        for k in names:
+            entries[k]["group"] = gid
+            entries[k]["bytes"] = size
+        return size
 
     def _write(self, values: dict[str, Any], touched: set[str], deleted: set[str],
                stats: dict[str, Any]) -> None:
         assert self.path
         gen = self.next_gen
         writer = store.GenerationWriter(self.path, gen)
-        entries = self._kept_entries(touched, deleted)
-        budget = self.total_cap - sum(int(e.get("bytes", 0)) for e in entries.values())
-        small_files = {e["file"] for e in entries.values() if e.get("file", "").endswith("-small.bin")}
+        touched, new_groups = self._plan_groups(values, touched)
+        entries = {k: e for k, e in self.entries.items() if k not in touched and k not in deleted}
+        kept = {e["group"] for e in entries.values() if "group" in e}
+        groups = {gid: g for gid, g in self.groups.items() if gid in kept}
+        budget = self.total_cap - sum(int(g.get("bytes", 0)) for g in groups.values())
+        small_files = {g["file"] for g in groups.values() if g.get("file", "").endswith("-small.bin")}
         if len(small_files) > store.MAX_SMALL_FILES:  # regroup old small pickles
             reader = store.EntryReader(self.path)
-            for k, e in entries.items():
-                if e.get("file") in small_files:
-                    parts = reader.read_copy(e)
-                    writer.add(k, parts, sum(len(p) for p in parts))
+            for gid, g in groups.items():
+                if g.get("file") in small_files:
+                    parts = reader.read_copy(g)
+                    writer.add(gid, parts, sum(len(p) for p in parts))
         # smallest first so one huge value cannot crowd out many small ones
-        for name in sorted(touched, key=lambda k: estimate_size(values[k])):
-            entry: dict[str, Any] = {"type": type(values[name]).__name__}
-            budget -= self._encode_into(name, values[name], writer, budget, entry)
-            entries[name] = entry
-            stats["skipped" if entry["kind"] == "skipped" else "saved"] += 1
-        for name, loc in writer.finish_small().items():
-            entries[name].update(loc)
+        new_groups.sort(key=lambda g: sum(estimate_size(values[k]) for k in g))
+        for names in new_groups:
+            budget -= self._store_group(names, values, writer, budget, entries, groups, gen)
+            for k in names:
+                stats["skipped" if entries[k]["kind"] == "skipped" else "saved"] += 1
+        for gid, loc in writer.finish_small().items():
+            groups[gid].update(loc)
         self._preserve_corrupt_manifest()
-        store.write_manifest(self.path, gen, entries)
-        store.collect_garbage(self.path, {e["file"] for e in entries.values() if "file" in e},
+        store.write_manifest(self.path, gen, entries, groups)
+        store.collect_garbage(self.path, {g["file"] for g in groups.values() if "file" in g},
                               self.min_gc_gen)
-        self.entries, self.generation, self.next_gen = entries, gen, gen + 1
+        self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         stats.update(bytes_written=writer.bytes_written, generation=gen)
 
     def _preserve_corrupt_manifest(self) -> None:
@@ -210,13 +322,14 @@ class Snapshotter:
         if manifest is None:
             return rep
         rep["snapshot_found"] = True
-        self._restore_entries(manifest["entries"], rep)
+        self._restore_entries(manifest["entries"], manifest["groups"], rep)
         return rep
 
-    def _restore_entries(self, entries: dict[str, dict[str, Any]], rep: dict[str, Any]) -> None:
+    def _restore_entries(self, entries: dict[str, dict[str, Any]], groups: dict[str, dict[str, Any]],
+                         rep: dict[str, Any]) -> None:
         assert self.path
         ns, reader = self.ip.user_ns, store.EntryReader(self.path)
-        todo = []
+        units: dict[str, list[str]] = {}  # group id (or "=name" for module/import) -> names
         for name, e in entries.items():
             if e.get("kind") == "skipped":
                 rep["skipped"].append({"name": name, "reason": e.get("reason") or "not snapshotted"})
@@ -225,25 +338,29 @@ class Snapshotter:
             elif name in self.ids:
                 rep["skipped"].append({"name": name, "reason": "already bound in the kernel (newer)"})
             else:
-                todo.append(name)
-        todo.sort(key=lambda k: _RESTORE_ORDER.get(entries[k].get("kind", ""), 3))
+                units.setdefault(e.get("group") or f"={name}", []).append(name)
+        order = sorted(units, key=lambda u: (_RESTORE_ORDER.get(
+            entries[units[u][0]].get("kind", ""), 3), u))
         failures: dict[str, str] = {}
         restored: list[str] = []
         for _ in range(3):  # later passes retry values whose classes came back meanwhile
             remaining = []
-            for name in todo:
-                e = entries[name]
+            for unit in order:
+                names = units[unit]
                 try:
-                    parts = reader.read(e) if e.get("kind") in _DATA_KINDS else []
-                    ns[name] = decode(e.get("kind", ""), parts, e)
-                    restored.append(name)
-                    failures.pop(name, None)
-                except Exception as exc:  # noqa: BLE001 - each name on its own
-                    failures[name] = error_reason(exc)
-                    remaining.append(name)
-            if not remaining or len(remaining) == len(todo):
+                    got = self._decode_unit(unit, names, entries, groups, reader)
+                except Exception as exc:  # noqa: BLE001 - each group on its own
+                    for k in names:
+                        failures[k] = error_reason(exc)
+                    remaining.append(unit)
+                    continue
+                for k in names:
+                    ns[k] = got[k]
+                    restored.append(k)
+                    failures.pop(k, None)
+            if not remaining or len(remaining) == len(order):
                 break
-            todo = remaining
+            order = remaining
         for name in restored:
             try:
                 ns[name] = relink(ns[name], ns)
@@ -251,10 +368,30 @@ class Snapshotter:
                 failures[name] = f"restored but could not relink globals: {error_reason(exc)}"
             self.ids[name] = id(ns[name])
         rep["restored"] = sorted(restored)
+        rep["summaries"] = {k: summary(ns[k]) for k in rep["restored"]}
         rep["failed"] = [{"name": k, "reason": v} for k, v in sorted(failures.items())]
+
+    @staticmethod
+    def _decode_unit(unit: str, names: list[str], entries: dict[str, dict[str, Any]],
+                     groups: dict[str, dict[str, Any]], reader: store.EntryReader) -> dict[str, Any]:
+        if unit.startswith("="):
+            e = entries[names[0]]
+            return {names[0]: decode(e.get("kind", ""), [], e)}
+        g = groups.get(unit)
+        if g is None:
+            raise ValueError(f"manifest has no group {unit!r}")
+        value = decode(g["kind"], reader.read(g), g)
+        if g.get("single"):
+            return {names[0]: value}
+        if not isinstance(value, tuple) or len(value) != len(g["members"]):
+            raise ValueError(f"group {unit!r} does not hold {len(g['members'])} values")
+        by_member = dict(zip(g["members"], value, strict=True))
+        return {k: by_member[k] for k in names}
 
     # ---- listing ---------------------------------------------------------------------
     def namespace(self) -> dict[str, Any]:
+        """Every user name with its one-line `summary` (kernel_ext.describe), ordered
+        largest and most recently used first; `shares` lists the names stored with it."""
         out = []
         for name, value in user_values(self.ip).items():
             e = self.entries.get(name)
@@ -269,9 +406,14 @@ class Snapshotter:
                 restorable, reason = True, "snapshot is older than the current value"
             else:
                 restorable, reason = True, None
-            out.append({"name": name, "type": type(value).__name__, "bytes": estimate_size(value),
-                        "restorable": restorable, "reason": reason})
-        return {"names": out}
+            row = {"name": name, "type": type(value).__name__, "bytes": estimate_size(value),
+                   "restorable": restorable, "reason": reason, "summary": summary(value),
+                   "last_used": self.last_used.get(name, 0)}
+            mates = sorted(self._group_mates({name}) - {name})
+            if mates:
+                row["shares"] = mates
+            out.append(row)
+        return {"names": order_names(out)}
 
 
 def _from_env(ip: Any) -> Snapshotter:

@@ -9,17 +9,29 @@ Order of attempts for a value:
   * anything else                     -> C pickle protocol 5 with out-of-band buffers
                                          (numpy/pandas data is never copied), then dill
   * still failing or over the cap     -> kind "skipped" with a reason
+
+Co-variable groups (`encode_group`): the values of names that share objects are pickled as
+ONE tuple, so pickle's memo restores `b is a`, `c["x"] is a`, cycles, and a dict holding a
+DataFrame that is also a name. Pickle copies numpy views; inside a group, an array whose
+data root (`.base` chain) is also in the group is stored as (root, byte offset, shape,
+strides, dtype) whenever two or more arrays of the group share that data root
+(`shared_array_roots`); the root is stored once, whole, and each array is rebuilt as a
+view of it, so `v = a[::2]`, `col = df["x"]` (a view of the DataFrame's block) and the
+root keep sharing memory after a restore. Object-dtype arrays and arrays that share their
+root with no other array of the group are copied (as before).
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pickle
+import threading
 import types
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_ext.namespace import estimate_size
+from kernel_ext.namespace import array_root, estimate_size
 
 MiB = 1024 * 1024
 
@@ -84,7 +96,22 @@ def error_reason(exc: BaseException) -> str:
 
 
 def _defined_in_main(value: Any) -> bool:
-    return isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", None) == "__main__"
+    return isinstance(value, (types.FunctionType, type, functools._lru_cache_wrapper)) \
+        and getattr(value, "__module__", None) == "__main__"
+
+
+def _lru_cached(fn: Any, maxsize: int | None, typed: bool) -> Any:
+    """Unpickle helper: a kernel function decorated with functools.lru_cache (empty cache)."""
+    return functools.lru_cache(maxsize=maxsize, typed=typed)(fn)
+
+
+def _lru_reduce(obj: Any) -> Any:
+    """pickle looks an lru_cache wrapper up by name in __main__, where it is what is being
+    restored: store the wrapped function (by value) and the cache's parameters instead."""
+    if isinstance(obj, functools._lru_cache_wrapper) and getattr(obj, "__module__", None) == "__main__":
+        params = obj.cache_parameters()
+        return _lru_cached, (obj.__wrapped__, params["maxsize"], params["typed"])
+    return NotImplemented
 
 
 def import_ref(value: Any) -> dict[str, str] | None:
@@ -111,21 +138,70 @@ def resolve_import(module: str, qualname: str | None) -> Any:
     return obj
 
 
-def _pickle(value: Any, cap: int) -> Encoded:
+def _array_view(root: Any, offset: int, shape: tuple[int, ...], strides: tuple[int, ...],
+                dtype: Any) -> Any:
+    """Unpickle helper: a view of `root`'s memory (see `_view_reduce`)."""
+    import numpy as np
+
+    flat = root.reshape(-1, order="A").view(np.uint8)
+    return np.ndarray(shape, dtype, buffer=flat, offset=offset, strides=strides)
+
+
+def _view_reduce(obj: Any, roots: frozenset[int]) -> Any:
+    """(rebuild, args) for an ndarray that is a view of a group array, else NotImplemented."""
+    if not roots or type(obj).__module__ != "numpy" or type(obj).__name__ != "ndarray":
+        return NotImplemented
+    root = array_root(obj)
+    if root is obj or id(root) not in roots or obj.dtype.hasobject or root.dtype.hasobject:
+        return NotImplemented
+    if not (root.flags.c_contiguous or root.flags.f_contiguous):
+        return NotImplemented
+    offset = obj.__array_interface__["data"][0] - root.__array_interface__["data"][0]
+    lo = offset + sum(s * (n - 1) for s, n in zip(obj.strides, obj.shape, strict=True) if s < 0)
+    hi = offset + obj.itemsize + sum(s * (n - 1) for s, n in zip(obj.strides, obj.shape, strict=True) if s > 0)
+    if obj.size == 0 or lo < 0 or hi > root.nbytes:
+        return NotImplemented
+    return _array_view, (root, offset, obj.shape, obj.strides, obj.dtype)
+
+
+_RLOCK = type(threading.RLock())
+
+
+def _override(obj: Any, roots: frozenset[int]) -> Any:
+    if type(obj) is _RLOCK:  # the threads that held it are gone: a fresh, free RLock
+        return threading.RLock, ()  # (dill's own comes back unlocked yet unacquirable)
+    rv = _view_reduce(obj, roots)
+    return _lru_reduce(obj) if rv is NotImplemented else rv
+
+
+class _GroupPickler(pickle.Pickler):
+    roots: frozenset[int] = frozenset()
+
+    def reducer_override(self, obj: Any) -> Any:
+        return _override(obj, self.roots)
+
+
+def _pickle(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
     sink = _CappedSink(cap)
-    pickle.Pickler(sink, protocol=5, buffer_callback=sink.buffer_callback).dump(value)
+    p = _GroupPickler(sink, protocol=5, buffer_callback=sink.buffer_callback)
+    p.roots = roots
+    p.dump(value)
     return Encoded("pickle", [b"".join(sink.chunks), *sink.buffers])
 
 
-def _dill(value: Any, cap: int) -> Encoded:
+def _dill(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
     import dill
 
+    class _DillGroupPickler(dill.Pickler):  # type: ignore[misc, name-defined]
+        def reducer_override(self, obj: Any) -> Any:
+            return _override(obj, roots)
+
     sink = _CappedSink(cap)
-    dill.Pickler(sink, protocol=5, recurse=False, byref=False).dump(value)
+    _DillGroupPickler(sink, protocol=5, recurse=False, byref=False).dump(value)
     return Encoded("dill", [b"".join(sink.chunks)])
 
 
-def encode(value: Any, cap: int) -> Encoded:
+def encode(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
     """Encode one value; never raises (failures become kind "skipped" with a reason)."""
     ref = import_ref(value)
     if ref is not None:
@@ -136,18 +212,43 @@ def encode(value: Any, cap: int) -> Encoded:
     first_error: BaseException | None = None
     if not _defined_in_main(value):
         try:
-            return _pickle(value, cap)
+            return _pickle(value, cap, roots)
         except OverCap as exc:
             return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
         except Exception as exc:  # noqa: BLE001 - any pickling failure: try dill
             first_error = exc
     try:
-        return _dill(value, cap)
+        return _dill(value, cap, roots)
     except OverCap as exc:
         return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
     except RecursionError as exc:
         return Encoded("skipped", reason=error_reason(first_error or exc))
     except Exception as exc:  # noqa: BLE001
+        return Encoded("skipped", reason=error_reason(first_error or exc))
+
+
+def encode_group(values: list[Any], cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
+    """Encode the values of one co-variable group as one tuple (see the module docstring).
+    `roots`: ids of arrays of the group whose views are stored as views. Never raises;
+    kind "skipped" with the reason when the tuple cannot be pickled (the caller then
+    stores the members one by one)."""
+    est = sum(estimate_size(v) for v in values)
+    if est > cap:
+        return Encoded("skipped", reason=over_cap_reason(est, cap))
+    value = tuple(values)
+    first_error: BaseException | None = None
+    if not any(_defined_in_main(v) for v in values):
+        try:
+            return _pickle(value, cap, roots)
+        except OverCap as exc:
+            return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
+        except Exception as exc:  # noqa: BLE001 - any pickling failure: try dill
+            first_error = exc
+    try:
+        return _dill(value, cap, roots)
+    except OverCap as exc:
+        return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
+    except Exception as exc:  # noqa: BLE001 - RecursionError included
         return Encoded("skipped", reason=error_reason(first_error or exc))
 
 

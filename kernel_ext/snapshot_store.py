@@ -1,14 +1,24 @@
 """On-disk layout of a snapshot dir, written so a kill at any point leaves the previous
 complete snapshot restorable.
 
-    <dir>/manifest.json            {"version", "generation", "python", "created", "entries"}
+    <dir>/manifest.json            {"version", "generation", "python", "created", "entries",
+                                    "groups"}
     <dir>/g<GEN>-small.bin         pickles under SMALL_LIMIT of one generation, concatenated
     <dir>/g<GEN>-v<I>.bin          one large pickle (main pickle + out-of-band buffers)
 
-An entry: {"kind", "type", "bytes", "reason", "module", "qualname", "file", "offset",
-"length", "parts": [[rel_offset, length], ...]} (keys absent when not relevant). Parts are
-64-byte aligned inside the entry's segment; part 0 is the pickle stream, the rest are its
+Version 2. An entry (one per name): {"kind", "type", "bytes", "reason", "module",
+"qualname", "group", "summary"} (keys absent when not relevant). A pickle|dill entry names
+its "group"; a group holds the data of the names stored together (co-variables, see
+kernel_ext.snapshot_codec): {"kind", "members": [names], "single": bool, "bytes", "file",
+"offset", "length", "parts": [[rel_offset, length], ...]}. "single": the data is the one
+member's value; else a tuple of the members' values in `members` order. A name is restored
+from group G only while its entry still says "group": G (a member rebound later points at
+its new group; the old group's data stays until no entry refers to it). Parts are 64-byte
+aligned inside the group's segment; part 0 is the pickle stream, the rest are its
 out-of-band buffers. Dir 0700, files 0600.
+
+Version 1 manifests (entries carried their own data location) are migrated on read: each
+data entry becomes a single-member group (`migrate_v1`).
 
 Write order: data files under generation-unique names, each fsynced; the directory
 fsynced; the manifest written to a temp file, fsynced, `os.replace`d over manifest.json;
@@ -66,9 +76,29 @@ def read_manifest(path: str) -> tuple[dict[str, Any] | None, str | None]:
         return None, f"corrupt manifest ({MANIFEST_NAME}): {exc}"
     if not isinstance(m, dict) or not isinstance(m.get("entries"), dict) or not isinstance(m.get("generation"), int):
         return None, f"corrupt manifest ({MANIFEST_NAME}): missing entries or generation"
-    if m.get("version") != MANIFEST_VERSION:
+    if m.get("version") == 1:
+        return migrate_v1(m), None
+    if m.get("version") != MANIFEST_VERSION or not isinstance(m.get("groups"), dict):
         return None, f"unsupported manifest version {m.get('version')!r} (expected {MANIFEST_VERSION})"
     return m, None
+
+
+_LOCATION = ("file", "offset", "length", "parts")
+
+
+def migrate_v1(m: dict[str, Any]) -> dict[str, Any]:
+    """A version-1 manifest as version 2: each data entry becomes a one-member group."""
+    entries: dict[str, dict[str, Any]] = {}
+    groups: dict[str, dict[str, Any]] = {}
+    for name, e in m["entries"].items():
+        e = dict(e)
+        if e.get("kind") in ("pickle", "dill") and "file" in e:
+            gid = f"v1.{name}"
+            groups[gid] = {"kind": e["kind"], "members": [name], "single": True,
+                           "bytes": e.get("bytes", 0), **{k: e.pop(k) for k in _LOCATION if k in e}}
+            e["group"] = gid
+        entries[name] = e
+    return {**m, "version": MANIFEST_VERSION, "entries": entries, "groups": groups}
 
 
 def max_generation(path: str) -> int:
@@ -131,10 +161,10 @@ class GenerationWriter:
             sys.stderr.flush()
             os._exit(3)  # fault-injection point: see the module docstring
 
-    def add(self, name: str, parts: list[Any], size: int) -> dict[str, Any] | None:
+    def add(self, key: str, parts: list[Any], size: int) -> dict[str, Any] | None:
         """Large payloads are written now and their location returned; small ones later."""
         if size < SMALL_LIMIT:
-            self._small.append((name, parts))
+            self._small.append((key, parts))
             return None
         self._large_index += 1
         fname = f"g{self.gen:08d}-v{self._large_index}.bin"
@@ -172,7 +202,8 @@ class GenerationWriter:
         return out
 
 
-def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]]) -> None:
+def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]],
+                   groups: dict[str, dict[str, Any]]) -> None:
     _fsync_dir(path)  # data file names are durable before the manifest points at them
     manifest = {
         "version": MANIFEST_VERSION,
@@ -180,6 +211,7 @@ def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]
         "python": ".".join(map(str, sys.version_info[:3])),
         "created": time.time(),
         "entries": entries,
+        "groups": groups,
     }
     tmp = os.path.join(path, f".manifest.{generation}.tmp")
     f = _open_new(tmp)

@@ -22,7 +22,7 @@ MAX_ID_LEN = 64
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 MANIFEST_NAME = "manifest.json"
-MANIFEST_VERSION = 1
+MANIFEST_VERSION = 2  # 2: co-variable groups (kernel_ext.snapshot_store)
 
 # Methods the host understands. Params are validated by each handler.
 METHODS = frozenset(

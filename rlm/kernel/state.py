@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 
 LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
@@ -58,12 +59,20 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
     if not path.is_file():
         return None
     manifest = json.loads(path.read_text())
+    groups = manifest.get("groups") or {}
+    entries = manifest.get("names") or manifest.get("entries") or {}
     names = []
-    for name, e in sorted((manifest.get("names") or manifest.get("entries") or {}).items()):
+    for name, e in sorted(entries.items()):
         restorable = e.get("kind") != "skipped"
-        names.append({"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
-                      "restorable": restorable, "reason": e.get("reason")})
-    return names
+        row = {"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
+               "restorable": restorable, "reason": e.get("reason"), "summary": e.get("summary")}
+        g = groups.get(e.get("group")) or {}
+        mates = [m for m in g.get("members", []) if m != name and
+                 (entries.get(m) or {}).get("group") == e.get("group")]
+        if mates:
+            row["shares"] = mates
+        names.append(row)
+    return order_names(names)
 
 
 def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:

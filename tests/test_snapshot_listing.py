@@ -1,0 +1,75 @@
+"""One describer for every listing: per-name summaries the model can reuse without a cell
+(shape, columns and dtypes, lengths and element types, signatures, classes), largest and
+most recently used first, and a count of what does not fit the budget."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from IPython.core.interactiveshell import InteractiveShell
+
+from kernel_ext import snapshot
+from kernel_ext.describe import listing_lines, summary
+from rlm.kernel.state import snapshot_names
+
+
+@pytest.fixture
+def shell(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLM_SNAPSHOT_DIR", str(tmp_path / "session" / "snapshot"))
+    ip = InteractiveShell.instance()
+    ip.reset(new_session=False)
+    snapshot.install(ip)
+    yield ip
+    snapshot.uninstall(ip)
+    ip.reset(new_session=False)
+
+
+def run(ip, code):
+    res = ip.run_cell(code, store_history=True)
+    assert res.success, res.error_in_exec or res.error_before_exec
+
+
+def test_summaries_carry_what_reuse_needs():
+    np = pytest.importorskip("numpy")
+    pd = pytest.importorskip("pandas")
+    df = pd.DataFrame({"region": [3], "amount": [1.5]})
+    assert summary(df) == "DataFrame 1 rows x 2 cols: region int64, amount float64"
+    assert summary(np.zeros((3, 4), dtype=np.float32)) == "ndarray shape (3, 4) float32"
+    assert summary([1, "a"]) == "list of 2 int|str"
+    assert summary({"a": [1]}) == "dict of 1: str -> list; keys 'a'"
+
+    def fit(x, *, alpha=0.1):
+        return x
+
+    assert summary(fit) == "function test_summaries_carry_what_reuse_needs.<locals>.fit(x, *, alpha=0.1)"
+
+    class Model:
+        def __init__(self):
+            self.coef = 1
+
+    Model.__module__, Model.__qualname__ = "__main__", "Model"  # as if defined in the kernel
+    assert summary(Model()) == "Model instance; attributes coef"
+
+
+def test_namespace_listing_orders_and_counts(shell):
+    run(shell, "import numpy as np\nbig = np.zeros(1_000_000)\n"
+               + "\n".join(f"small{i} = [{i}]" for i in range(50)))
+    run(shell, "small7 = [70]\nalias = small7")
+    names = json.loads(snapshot.namespace_json(shell))["names"]
+    assert names[0]["name"] == "big" and names[0]["summary"] == "ndarray shape (1000000,) float64"
+    small = [n["name"] for n in names if n["name"].startswith(("small", "alias"))]
+    assert small[:2] == ["alias", "small7"]  # most recently used first among equals
+    by = {n["name"]: n for n in names}
+    assert by["small7"]["shares"] == ["alias"]
+    lines = listing_lines(names, budget_tokens=60)
+    assert lines[0].startswith("- big: ndarray shape (1000000,) float64, 7.6 MB")
+    shown = len(lines) - 1
+    assert lines[-1] == f"- ... and {len(names) - shown} more names (print(dir()) to see all)"
+
+
+def test_rlm_state_from_snapshot_has_summaries(shell, tmp_path):
+    run(shell, "rows = list(range(10))\nview = {'r': rows}")
+    names = {n["name"]: n for n in snapshot_names(tmp_path / "session")}
+    assert names["rows"]["summary"] == "list of 10 int" and names["rows"]["shares"] == ["view"]
+    assert names["view"]["summary"] == "dict of 1: str -> list; keys 'r'"
