@@ -10,6 +10,10 @@ max_tokens); a FINAL(...) written in the same reply as code is ignored, because 
 has not seen that code's output yet. A fence holding nothing but FINAL(...) is an answer
 written in the wrong place, not a cell (the 1.5B model does this).
 
+Only the reply's own turn counts: a model that writes fenced code may go on to invent the
+next turn (a fake "User:" message, made-up "Output of cell [k]:"), and providers that ignore
+the stop strings send it; `own_turn` cuts it off before any code or FINAL is read.
+
 `overwritten_inputs` finds cells that replace an input variable with a literal: small
 models retype a preview of the data instead of using the variable they were given.
 """
@@ -20,7 +24,7 @@ import ast
 import re
 import uuid
 
-from rlm.llm.types import ToolCall
+from rlm.llm.types import TURN_STOPS, ToolCall
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CODE_LANGS = {"python", "py", "python3", "ipython", "repl", ""}
@@ -41,10 +45,16 @@ def _looks_like_code(body: str) -> bool:
         return stripped.startswith(("%", "!"))
 
 
+def own_turn(text: str) -> str:
+    """`text` up to where the model starts writing an invented next turn (TURN_STOPS)."""
+    cut = min((i for i in (text.find(s) for s in TURN_STOPS) if i >= 0), default=len(text))
+    return text[:cut]
+
+
 def fenced_blocks(text: str) -> list[str]:
-    """Code bodies of the fenced blocks in `text`, in order."""
+    """Code bodies of the fenced blocks in the reply's own turn, in order."""
     blocks = []
-    for m in _FENCE.finditer(text):
+    for m in _FENCE.finditer(own_turn(text)):
         lang, body = m.group(1).lower(), m.group(2)
         if (lang in _CODE_LANGS and (lang or _looks_like_code(body)) and body.strip()
                 and not _FINAL_ONLY.match(body)):
@@ -66,6 +76,7 @@ def text_final(text: str) -> tuple[str, str] | None:
 
     Returns ("answer", text) or ("var", name), or None.
     """
+    text = own_turn(text)
     outside = _FENCE.sub(lambda m: m.group(2) if _FINAL_ONLY.match(m.group(2)) else "", text)
     m = _FINAL_VAR.search(outside)
     if m:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import NoReturn
 
@@ -128,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="generate a dataset and run a short task on it")
     d.add_argument("--model", help="default: local (the embedded offline model)")
     d.add_argument("--rows", type=int, default=3000)
+    d.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
+    d.add_argument("-o", "--output", help="notebook path (default: in the session directory)")
     d.add_argument("--max-turns", type=int, default=8)
     d.add_argument("--json", action="store_true")
     return p
@@ -153,6 +157,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # our own Ctrl-C handler: a process started with SIGINT ignored (a background job in a
+    # script, some CI runners) would otherwise never see KeyboardInterrupt
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     args = build_parser().parse_args(argv)
     try:

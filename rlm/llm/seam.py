@@ -51,7 +51,7 @@ from rlm.errors import (
 from rlm.llm import offline
 from rlm.llm.script import Reply, ReplyQueue, load_script, parse_script
 from rlm.llm.tokens import count_messages, count_text
-from rlm.llm.types import PYTHON_TOOL, Completion, StreamCallback, ToolCall, Usage
+from rlm.llm.types import PYTHON_TOOL, TURN_STOPS, Completion, StreamCallback, ToolCall, Usage
 
 if TYPE_CHECKING:
     from rlm.config import Config
@@ -236,6 +236,8 @@ class SeamLLM:
         }
         if tools:
             kwargs["tools"] = tools
+        if not self.native_tools:  # fenced code: stop where the model invents the next turn
+            kwargs["stop"] = list(TURN_STOPS)
         if temperature is not None:
             kwargs["temperature"] = temperature
         if max_tokens is not None:
@@ -461,8 +463,9 @@ class _ScriptHandler:
         index = int(model.split(":", 1)[1])
         owner = self.owner
         owner.calls.append(copy.deepcopy(messages))
+        params = kw.get("optional_params") or {}
         owner.requests.append(
-            {"messages": owner.calls[-1], "tools": (kw.get("optional_params") or {}).get("tools")}
+            {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop")}
         )
         reply = owner.queue.replies[index]
         if reply.error:

@@ -50,6 +50,12 @@ class Completion:
 
 StreamCallback = Callable[[str], None]
 
+# Where a model that writes fenced code starts inventing the next turn (a fake "User:"
+# message, made-up cell output): the seam passes these as stop strings, and the parser
+# cuts a reply there when a provider ignores them. rlm.session.context writes the real
+# "Output of cell [k]:" turns.
+TURN_STOPS = ["\nUser:", "\nOutput of cell ["]
+
 
 class LLM(Protocol):
     """What the loop, compaction and recursion call. Built by rlm.llm.get_llm(spec)."""
