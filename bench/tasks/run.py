@@ -86,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=900)
     args = p.parse_args(argv)
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from rlm.paths import rlm_home
+
+    # one home for every item (the runs' cwd is a temp dir; the model file is joined once)
+    os.environ["RLM_HOME"] = str(rlm_home().resolve())
     OUT.mkdir(exist_ok=True)
     out_path = OUT / f"tasks-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
     stats: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
