@@ -91,7 +91,7 @@ def validate(cfg: Config) -> None:
     unlimited where a field allows it; 0 is never a stand-in for unlimited."""
     for name in _POSITIVE_INT + _NON_NEGATIVE_INT:
         value = getattr(cfg, name)
-        if value is None and name not in _NON_NEGATIVE_INT and name != "max_depth":
+        if value is None and name != "max_depth":  # unlimited, or (compaction) scaled
             continue
         low = 0 if name in _NON_NEGATIVE_INT or name == "max_depth" else 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

@@ -64,7 +64,8 @@ def test_good_values_pass_and_unlimited_is_none():
     assert cfg.max_turns is None and cfg.cell_timeout == 0.5
     for bad in (dict(output_budget_chars=-1), dict(batch_concurrency=0), dict(max_turns=0),
                 dict(cell_timeout=float("nan")), dict(interrupt_grace_s=0),
-                dict(memory_cap_bytes=1024), dict(reserve_tokens=-1), dict(max_turns=True)):
+                dict(memory_cap_bytes=1024), dict(reserve_tokens=-1), dict(max_turns=True),
+                dict(max_depth=None)):
         with pytest.raises(ConfigError):
             Config(**bad)
 

@@ -40,6 +40,8 @@ def run_rlm(task: Task, model: str, max_turns: int, timeout: float, workdir: Pat
         out = proc.stdout.strip().splitlines()
         result = json.loads(out[-1]) if out else {}
         answer, reason = result.get("final"), result.get("reason", f"exit {proc.returncode}")
+        if not result:
+            reason += ": " + " | ".join(proc.stderr.strip().splitlines()[-3:])[:300]
     except subprocess.TimeoutExpired:
         answer, reason = None, "timeout"
     except json.JSONDecodeError:
