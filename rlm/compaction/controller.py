@@ -70,6 +70,11 @@ class CompactionController:
         self._llm = self._llm()  # type: ignore[operator]
         return self._llm  # type: ignore[return-value]
 
+    def start_run(self) -> None:
+        """Call at the start of every run: resets the overflow state."""
+        self.overflow_state = "idle"
+        self.overflow_message = None
+
     @property
     def pending(self) -> bool:
         return self._has_pending
