@@ -17,7 +17,10 @@ from rlm.longrun.worker import send_prompt, start_detached, stop_worker, tail_ev
 from rlm.session.store import SessionStore
 
 pytestmark = pytest.mark.timeout(240)
-ENV = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+
+
+def env() -> dict[str, str]:  # read at call time: the fixture sets RLM_HOME per test
+    return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 
 def call(code: str) -> dict:
@@ -31,7 +34,7 @@ def script(path: Path, replies: list) -> str:
 
 def rlm(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, env=ENV)
+                          text=True, timeout=180, env=env())
     if check:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -64,7 +67,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, _isolated_hom
     chat_script = script(tmp_path / "b.json", ["hello"])
     chat = subprocess.Popen([sys.executable, "-m", "rlm", "chat", sid, "--model", chat_script],
                             cwd=tmp_path, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=ENV)
+                            stderr=subprocess.PIPE, text=True, env=env())
     try:
         wait_until(lambda: lock_holder(d / "worker.lock") == chat.pid, "chat holds the lock", chat)
         for cmd in (["resume", sid, "again"], ["compact", sid], ["goal", sid, "set", "x"],
