@@ -288,3 +288,35 @@ def test_schedule_takes_session_first_and_the_old_order_with_a_note(_isolated_ho
     # nobody holds the session: the list says a worker is needed and how
     assert f"rlm worker {s.id}" in captured.err
     assert Scheduler(s.dir / "scheduled-jobs.json").get(new_id).prompt == "new order"
+
+
+# ------------------------------------------------------------------------ events
+def test_events_round_trip_through_json():
+    from rlm import events as ev
+
+    samples = [ev.TurnStarted(3), ev.ModelText("de"), ev.ModelReply("c", ["x=1"], {"input_tokens": 1}),
+               ev.CellStarted("x=1", 0), ev.KernelRestarted("died", ["x"], ["y"]),
+               ev.Compacted("threshold", 10, "s"), ev.Notice("n", "warning"),
+               ev.FinalAnswer("42", "final"), ev.RunEnded("final", 2, "42", None)]
+    for e in samples:
+        assert ev.Event.from_dict(json.loads(json.dumps(e.to_dict()))) == e
+    cell = ev.CellFinished("x=1", "ok", "out", 0.1, result=CellResult(status="ok"))
+    d = cell.to_dict()
+    assert "result" not in d and ev.Event.from_dict(d) == ev.CellFinished("x=1", "ok", "out", 0.1)
+    assert ev.Event.from_dict({"event": "WorkerStarted", "pid": 1}) is None  # not a loop event
+
+
+# ------------------------------------------------------------- schedules told
+def test_end_of_run_note_says_a_worker_is_needed_unless_one_holds_the_session(_isolated_home):
+    from rlm import app
+    from rlm.longrun.lock import SessionLock
+
+    s = long_session(_isolated_home, 2)
+    assert app.schedules_note(s) is None  # no jobs: nothing to say
+    Scheduler(s.dir / "scheduled-jobs.json").add("every 10m", "check in")
+    note = app.schedules_note(s)
+    assert note is not None and f"rlm worker {s.id}" in note and "--detach" in note
+    with SessionLock.for_session(s.dir, "worker"):
+        assert app.schedules_note(s) is None  # a worker fires them
+    with SessionLock.for_session(s.dir, "run"):
+        assert app.schedules_note(s) is not None  # a foreground run ends; its jobs do not

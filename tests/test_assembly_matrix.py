@@ -107,10 +107,13 @@ def script(tmp_path: Path, name: str, replies: list) -> str:
     return f"script:{p}"
 
 
-def rlm(*args: str, cwd: Path, stdin: str | None = None, check_rc: bool = True):
+def rlm(*args: str, cwd: Path, stdin: str | None = None, check_rc: bool = True,
+        home: Path | None = None):
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if home is not None:
+        env["RLM_HOME"] = str(home)
     proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, input=stdin,
-                          env={**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+                          text=True, timeout=180, input=stdin, env=env)
     if check_rc:
         assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
@@ -201,7 +204,7 @@ def test_notebook_magic(tmp_path):
     from frontend import run
     from jupyter_client.manager import start_new_kernel
 
-    s = script(tmp_path, "s.json", scenario(goal=False, crash=False))
+    s = script(tmp_path, "s.json", scenario(goal=True, crash=False))
     toml = tmp_path / "rlm.toml"
     toml.write_text("context_window = 4000\nreserve_tokens = 1000\nkeep_recent_tokens = 20\n"
                     f"compaction_model = {summaries(tmp_path)!r}\n")
@@ -211,7 +214,13 @@ def test_notebook_magic(tmp_path):
     km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
     try:
         run(kc, "%load_ext rlm")
-        msgs = run(kc, f"%%rlm --model {s} --max-turns 10\ngo", timeout=120)
+        msgs = run(kc, f"%%rlm --model {s} --max-turns 10 --goal 'answer the question'\ngo",
+                   timeout=120)
+        # the kernel holds the session: a second writer is refused, naming it
+        sid = only_session(home).parent.name
+        refused = rlm("goal", sid, "set", "other", cwd=tmp_path, check_rc=False,
+                      home=home)
+        assert refused.returncode == 4 and "a notebook kernel (%%rlm)" in refused.stderr
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
@@ -219,8 +228,8 @@ def test_notebook_magic(tmp_path):
                       if t == "display_data")
     # the gap is told, not skipped: this kernel has no snapshot to restore
     assert app.GAPS["notebook"]["snapshot"].message in shown
-    assert "**Final answer:**\n\n42" in shown
-    check(only_session(home), goal=False, crash=False)
+    assert "**Final answer:**\n\nall done" in shown
+    check(only_session(home), goal=True, crash=False)
 
 
 def test_every_entry_point_and_feature_is_in_the_table():

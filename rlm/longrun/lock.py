@@ -35,7 +35,8 @@ class Holder:
         when = ""
         if self.since:
             when = ", since " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
-        what = "a worker" if self.kind == "worker" else f"`rlm {self.kind}`"
+        what = {"worker": "a worker", "notebook": "a notebook kernel (%%rlm)"}.get(
+            self.kind, f"`rlm {self.kind}`")
         return f"{what} ({who}{when})"
 
 

@@ -1,7 +1,7 @@
 """`%%rlm` and `%rlm_state`: the agent inside the user's own notebook kernel.
 
     %load_ext rlm
-    %%rlm --model script:replies.json --max-turns 5
+    %%rlm --model script:replies.json --max-turns 5 [--goal "keep going until ..."]
     Which column of df has the most missing values?
 
 The agent's cells run in-process through the live shell (see `inprocess.py`), so they see
@@ -23,7 +23,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import Markdown, display
 
 from rlm.agent.loop import Agent
-from rlm.app import RunOptions, build_agent, drive, new_session, record_options
+from rlm.app import RunOptions, build_agent, drive, new_session, record_options, writer_lock
 from rlm.config import Config, load_config
 from rlm.errors import RlmError
 from rlm.events import (
@@ -36,6 +36,8 @@ from rlm.events import (
     Notice,
     RunEnded,
 )
+from rlm.longrun.goals import GoalManager
+from rlm.longrun.lock import SessionLock
 
 if TYPE_CHECKING:
     from rlm.notebook.inprocess import InProcessExecutor
@@ -48,6 +50,7 @@ _FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 class _Session:
     store: SessionStore
     executor: InProcessExecutor
+    lock: SessionLock
 
 
 class NotebookAgent:
@@ -67,10 +70,14 @@ class NotebookAgent:
 
         store = new_session(task, options, home=config.home)
         assert store.dir is not None  # create() always writes a session file
-        self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config))
+        # this kernel is the session's one writer for as long as it lives (released by the
+        # OS when the kernel exits): `rlm goal`/`rlm resume` on it are refused meanwhile
+        lock = writer_lock(store, "notebook")
+        self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config), lock)
         return self.current, True
 
-    def run(self, task: str, *, model: str | None = None, max_turns: int | None = None) -> None:
+    def run(self, task: str, *, model: str | None = None, max_turns: int | None = None,
+            goal: str | None = None) -> None:
         try:
             flags = {"model": model, "max_turns": max_turns}
             options = RunOptions(overrides={k: v for k, v in flags.items() if v is not None})
@@ -80,6 +87,8 @@ class NotebookAgent:
                                 executor=sess.executor)
             if not first:
                 agent.notices.clear()  # the notebook's limits were shown at its first run
+            if goal:
+                GoalManager(sess.store).set(goal)
             agent.start()  # with an executor given: only installs the bridge handler
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
@@ -179,6 +188,8 @@ class RlmMagics(Magics):
     @magic_arguments()
     @argument("--model", default=None, help="litellm model string, local, or script:PATH")
     @argument("--max-turns", type=int, default=None, help="stop after this many model turns")
+    @argument("--goal", default=None,
+              help="set the session's goal first: the run continues until it is complete")
     @cell_magic
     def rlm(self, line: str, cell: str) -> None:
         """Run the agent on the task in the cell body, inside this kernel."""
@@ -186,7 +197,8 @@ class RlmMagics(Magics):
         if not cell.strip():
             display(Markdown("**rlm:** write the task in the cell body, below `%%rlm`."))
             return
-        self.agent.run(cell, model=args.model, max_turns=args.max_turns)
+        goal = args.goal.strip("'\"") if args.goal else None
+        self.agent.run(cell, model=args.model, max_turns=args.max_turns, goal=goal)
 
     @line_magic
     def rlm_state(self, line: str = "") -> None:
