@@ -66,7 +66,10 @@ def cmd_goal(args: argparse.Namespace) -> int:
     line = app.change_goal(args.session, args.action, text, args.budget)
     if args.json:
         g = GoalManager(open_readonly(args.session)).get()
-        print_json({"message": line, "goal": g.to_dict() if g else None})
+        if line == "sent to the running worker":
+            print_json({"sent_to_worker": True})
+        else:
+            print_json(g.to_dict() if g else None)  # the first wave's shape
     else:
         print(line)
     return 0
