@@ -320,3 +320,19 @@ def test_end_of_run_note_says_a_worker_is_needed_unless_one_holds_the_session(_i
         assert app.schedules_note(s) is None  # a worker fires them
     with SessionLock.for_session(s.dir, "run"):
         assert app.schedules_note(s) is not None  # a foreground run ends; its jobs do not
+
+
+# ---------------------------------------------------------- overflow, per run
+def test_the_overflow_guard_is_reset_when_a_run_starts(_isolated_home):
+    """A run that once ended in an overflow ("reported") must try to compact on the next
+    overflow, not report "even after compaction" straight away without trying."""
+    agent, session, llm = agent_with(_isolated_home, [
+        {"error": "overflow", "message": "prompt is too long"},
+    ])
+    attach_all(agent)
+    agent.compaction.overflow_state = "reported"  # how the previous run ended
+    with agent:
+        events = list(agent.run("one more"))
+    notices = [e.text for e in events if type(e).__name__ == "Notice"]
+    assert len(notices) == 1 and "could not shorten it" in notices[0], notices
+    assert "even after compaction" not in notices[0]
