@@ -139,6 +139,8 @@ class InterruptingLLM:
 
     def complete(self, messages, **kw):
         assert self.agent is not None
+        # a compact.run() is pending for the end of this turn (the turn is active now)
+        assert self.agent.compaction.request("compact at the end")["scheduled"] is True
         self.agent.interrupt()
         self.agent.interrupt()
         return Completion(content="late reply", usage=Usage(10, 5))
@@ -148,12 +150,16 @@ def test_no_compaction_after_a_double_ctrl_c(_isolated_home):
     llm = InterruptingLLM()
     summaries = ScriptedLLM(["## a summary"])
     session = SessionStore.create(_isolated_home, model="fake", task="t")
-    agent = Agent(session, Config(home=_isolated_home, model="fake", compaction_model="sum"),
+    for i in range(6):  # history worth summarising
+        session.append(MessageEntry(message={"role": "user", "content": f"question {i} " * 30}))
+        session.append(MessageEntry(message={"role": "assistant", "content": f"answer {i} " * 30},
+                                    usage={"input_tokens": 100 * (i + 1), "output_tokens": 20}))
+    agent = Agent(session, Config(home=_isolated_home, model="fake", compaction_model="sum",
+                                  keep_recent_tokens=10),
                   llm=llm, llm_factory=lambda spec: summaries,  # type: ignore[arg-type]
                   executor=NoKernel())
     llm.agent = agent
     attach_all(agent)
-    agent.compaction.request("compact at the end of this turn")  # a pending compact.run()
     with agent:
         events = list(agent.run("go"))
     assert isinstance(events[-1], RunEnded)
