@@ -103,22 +103,30 @@ def worker_runs(home: Path, sid: str) -> list[dict]:
 
 
 def test_detach_keeps_max_turns_and_a_restarted_worker_keeps_the_options(tmp_path, _isolated_home):
-    never_final = [call(f"print({i})") for i in range(5)]
+    never_final = [call("print(len(numbers))")] + [call(f"print({i})") for i in range(5)]
     s = script(tmp_path / "a.json", never_final)
-    out = rlm("run", "loop", "--detach", "--max-turns", "2", "--model", s, "--json", cwd=tmp_path)
+    (tmp_path / "numbers.txt").write_text("one two three")
+    out = rlm("run", "loop", "--detach", "--max-turns", "2", "--context", "numbers.txt",
+              "--model", s, "--json", cwd=tmp_path)
     sid = json.loads(out.stdout.strip().splitlines()[-1])["session_id"]
-    wait_until(lambda: len(worker_runs(_isolated_home, sid)) == 1, "the detached run ended")
-    first = worker_runs(_isolated_home, sid)[0]
-    assert (first["reason"], first["turns"]) == ("limit:turns", 2)
+    try:
+        wait_until(lambda: len(worker_runs(_isolated_home, sid)) == 1, "the detached run ended")
+        first = worker_runs(_isolated_home, sid)[0]
+        assert (first["reason"], first["turns"]) == ("limit:turns", 2)
+        # --context reached the worker: the file is a kernel variable the first cell read
+        log = (_isolated_home / "sessions" / sid / "session.jsonl").read_text()
+        assert '"custom_type":"context_vars"' in log and '"content":"13\\n"' in log
 
-    # restart the worker: it assembles the agent from the options recorded at `run`
-    assert stop_worker(sid, _isolated_home)
-    send_prompt(sid, "again", _isolated_home)
-    start_detached(sid, _isolated_home)
-    wait_until(lambda: len(worker_runs(_isolated_home, sid)) == 2, "the second run ended")
-    second = worker_runs(_isolated_home, sid)[1]
-    assert (second["reason"], second["turns"]) == ("limit:turns", 2)
-    assert stop_worker(sid, _isolated_home)
+        # restart the worker: it assembles the agent from the options recorded at `run`
+        assert stop_worker(sid, _isolated_home)
+        send_prompt(sid, "again", _isolated_home)
+        start_detached(sid, _isolated_home)
+        wait_until(lambda: len(worker_runs(_isolated_home, sid)) == 2, "the second run ended")
+        second = worker_runs(_isolated_home, sid)[1]
+        assert (second["reason"], second["turns"]) == ("limit:turns", 2)
+        assert stop_worker(sid, _isolated_home)
+    finally:
+        stop_worker(sid, _isolated_home)  # never leave a worker behind, even on failure
     session = SessionStore.open(sid, _isolated_home)
     opts = app.recorded_options(session)
     assert opts is not None and opts.overrides["max_turns"] == 2
