@@ -71,7 +71,7 @@ def throughput(home: Path | None, prompt_tokens: int, gen_tokens: int) -> None:
 
 
 def demo_time(home: Path | None) -> None:
-    from rlm.agent import run_task
+    from rlm.app import run_task
     from rlm.demo import DEMO_FILE, DEMO_TASK, demo_answer, make_sales_dataset
 
     with tempfile.TemporaryDirectory() as d:

@@ -111,7 +111,7 @@ def direct(items: list[Item], home: Path | None, n_ctx: int, answer_tokens: int 
 
 def via_rlm(items: list[Item], home: Path | None, max_turns: int,
             model: str = "local") -> list[dict]:
-    from rlm.agent import run_task
+    from rlm.app import run_task
 
     results = []
     with tempfile.TemporaryDirectory() as d:

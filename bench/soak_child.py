@@ -107,7 +107,7 @@ class Child:
 
     def build(self) -> None:
         from rlm.agent import Agent
-        from rlm.agent.attach import attach_compaction
+        from rlm.app import attach_compaction
         from rlm.longrun.goals import GoalManager, attach_goals
         from rlm.longrun.schedule import Scheduler
 

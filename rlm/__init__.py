@@ -3,6 +3,14 @@
 __version__ = "0.1.0"
 
 
+def run_task(task, **kw):  # type: ignore[no-untyped-def]
+    """`rlm.run_task(task, model=..., config=..., context_files=...)` -> RunResult
+    (rlm.app.run_task: a fresh session assembled like every other entry point)."""
+    from rlm.app import run_task as _run_task
+
+    return _run_task(task, **kw)
+
+
 def load_ipython_extension(ip):  # type: ignore[no-untyped-def]
     """`%load_ext rlm`: load kernel_ext and register `%%rlm` / `%rlm_state`."""
     from rlm.notebook.magic import load

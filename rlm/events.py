@@ -5,13 +5,42 @@ The loop knows nothing about terminals or notebooks: it only yields these.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+_KINDS: dict[str, type[Event]] = {}
 
 
 @dataclass
 class Event:
-    pass
+    """Base of every loop event. `to_dict()` / `Event.from_dict()` round-trip through JSON
+    (the worker's event file, `rlm attach`); a raw CellResult is not carried."""
+
+    transient: ClassVar[tuple[str, ...]] = ()  # fields left out of to_dict()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        _KINDS[cls.__name__] = cls
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"event": type(self).__name__}
+        for f in fields(self):
+            if f.name not in self.transient:
+                out[f.name] = getattr(self, f.name)
+        return out
+
+    @staticmethod
+    def from_dict(d: dict[str, Any]) -> Event | None:
+        """The event a `to_dict()` record describes; None for records that are not loop
+        events (the worker's own lifecycle records) or do not match their class."""
+        cls = _KINDS.get(str(d.get("event", "")))
+        if cls is None:
+            return None
+        names = {f.name for f in fields(cls)}
+        try:
+            return cls(**{k: v for k, v in d.items() if k in names})
+        except TypeError:
+            return None
 
 
 @dataclass
@@ -46,6 +75,7 @@ class CellFinished(Event):
     shaped: str
     duration_s: float
     result: Any = None  # rlm.kernel.types.CellResult
+    transient: ClassVar[tuple[str, ...]] = ("result",)
 
 
 @dataclass

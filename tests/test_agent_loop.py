@@ -12,7 +12,7 @@ import threading
 import pytest
 
 from rlm.agent import Agent
-from rlm.agent.attach import attach_all
+from rlm.app import attach_all
 from rlm.config import Config
 from rlm.events import CellFinished, FinalAnswer, KernelRestarted, RunEnded
 from rlm.llm import ScriptedLLM
@@ -210,6 +210,7 @@ def test_rlm_query_runs_a_child_and_respects_the_depth_limit(_isolated_home):
     ])
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
     agent = Agent(session, config, llm=main, llm_factory=lambda spec: child_llm)
+    attach_all(agent)  # assembled as rlm.app does it: rlm_query gets the app's child runner
     with agent:
         events = run(agent, "delegate")
     assert events[-1].final == "6"

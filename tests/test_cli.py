@@ -81,7 +81,8 @@ def test_resume_from_an_earlier_entry_starts_a_branch(tmp_path):
     res = json.loads(rlm("run", "t", "--model", s1, "--json", cwd=tmp_path).stdout.splitlines()[-1])
     sid, path = res["session_id"], Path(res["session_path"])
     entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
-    first_user = entries[0]["id"]
+    # the first user message (a hidden run_options entry may come before it)
+    first_user = next(e["id"] for e in entries if e["type"] == "message")
     s2 = script(tmp_path / "b.json", ["a different answer"])
     summ = script(tmp_path / "summary.json", ["Tried: set x = 1 and answered 'one'."])
     rlm("resume", sid, "again", "--from", first_user, "--model", s2, "--compaction-model", summ,

@@ -41,8 +41,8 @@ def cell(k: int, code: str) -> Completion:
 
 @pytest.mark.timeout(120)
 def test_three_compactions_keep_the_kernel_and_its_names(tmp_path):
-    from rlm.agent.attach import attach_compaction
     from rlm.agent.loop import Agent
+    from rlm.app import attach_compaction
 
     steps = []
     for k in range(9):  # each step defines v{k} and prints ~500 tokens of numbers

@@ -141,7 +141,7 @@ def test_attach_goals_to_an_agent(session, goals):
 
     from rlm.longrun.goals import attach_goals
 
-    agent = SimpleNamespace(handlers={}, turn_hooks=[], continuations=[lambda a, r: "other"])
+    agent = SimpleNamespace(handlers={}, account_hooks=[], turn_hooks=[], continuations=[lambda a, r: "other"])
     attach_goals(agent, goals)
     goals.set("analyse", token_budget=500)
     session.append(MessageEntry(message={"role": "user", "content": "go"}))
@@ -151,7 +151,7 @@ def test_attach_goals_to_an_agent(session, goals):
             usage={"input_tokens": 200, "output_tokens": 50},
         )
     )
-    for hook in agent.turn_hooks:
+    for hook in agent.account_hooks:  # accounting runs before continuations
         hook(agent)
         hook(agent)  # the same message is charged once
     assert goals.get().tokens_used == 250

@@ -125,7 +125,7 @@ def _numbers(text: str) -> list[float]:
 
 
 def _run(task: str, cfg: Config, files: list[Path]):
-    from rlm.agent import run_task
+    from rlm.app import run_task
 
     res = run_task(task, model="local", config=cfg, context_files=files)
     assert res.cells, f"answered without running code: {res.final!r}"

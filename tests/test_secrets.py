@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent import Agent
-from rlm.agent.attach import attach_compaction
+from rlm.app import attach_compaction
 from rlm.config import Config
 from rlm.events import KernelRestarted
 from rlm.llm import ScriptedLLM

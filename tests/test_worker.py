@@ -128,8 +128,9 @@ def test_steer_ticks_reach_a_busy_run(_isolated_home):
     class Steerable(FakeRunner):
         steered: list[str] = []
 
-        def steer(self, text):
+        def steer(self, text, custom_type="steer", on_delivered=None):
             self.steered.append(text)
+            on_delivered()  # the agent wrote it into the session
 
         def __call__(self, prompt):
             self.prompts.append(prompt)

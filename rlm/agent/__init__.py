@@ -1,6 +1,7 @@
-"""The agent loop and what it needs to run a session."""
+"""The agent loop and what it needs to run a session. Agents are assembled by the
+composition root, `rlm.app` (`build_agent`, `run_task`)."""
 
-from rlm.agent.loop import Agent, run_task
+from rlm.agent.loop import Agent
 from rlm.agent.session_run import RunResult
 
-__all__ = ["Agent", "RunResult", "run_task"]
+__all__ = ["Agent", "RunResult"]

@@ -12,7 +12,6 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import queue
@@ -24,8 +23,11 @@ from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
+from rlm.agent.nudge import WHY, choose_nudge
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
+from rlm.agent.runner import Work, run_interruptible
+from rlm.agent.runstate import RunState
 from rlm.config import Config
 from rlm.errors import ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import (
@@ -33,6 +35,7 @@ from rlm.events import (
     CellStarted,
     Event,
     FinalAnswer,
+    KernelRestarted,
     ModelReply,
     ModelText,
     Notice,
@@ -41,28 +44,20 @@ from rlm.events import (
 )
 from rlm.kernel.types import CellResult, RestoreReport
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
+from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
 from rlm.session.entries import CustomEntry, MessageEntry
 
-Handler = Callable[[dict[str, Any]], Any]
-MAX_NUDGES = 2
-NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
-                "columns that exist first), or, if you already know the answer, reply with "
-                "FINAL(answer).")
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
             "Change the code: check the names, columns and types involved with a small cell "
             "first.]")
-NUDGE_EMPTY = ("Your last cell printed nothing, so you have not seen an answer yet. Print "
-               "what you found (for a search: the matching line) with a ```python cell, then "
-               "answer with FINAL(answer).")
-NUDGE_LOOK = ("You have not looked at the data yet. Reply with a ```python cell that reads "
-              "the variables you were given (in slices, or by searching them) and prints what "
-              "answers the question; answer with FINAL(answer) after you see the output.")
 # (reason, answer) when a turn says the run may end; None to keep going
 Outcome = tuple[str, str | None] | None
-# A continuation hook is asked when the run would end; it returns a message to keep going.
-Continuation = Callable[["Agent", str], str | None]
-# A turn hook runs after every turn (compaction, goal accounting, ...); may yield events.
-TurnHook = Callable[["Agent"], list[Event] | None]
+# Continuation (asked when the run would end: a message to keep going) and TurnHook (after
+# every turn: compaction, goal accounting; may return events) are rlm.protocols types.
+# rlm_query: (parent, task, context) -> the child's final answer. Set by the composition
+# root (rlm.app), which gives children their own wiring.
+ChildRunner = Callable[["Agent", str, Any], "str | None"]
+Delivered = Callable[[], None]
 
 
 class Agent:
@@ -70,10 +65,10 @@ class Agent:
 
     def __init__(
         self,
-        session: Any,
+        session: SessionLog,
         config: Config,
         *,
-        executor: Any = None,
+        executor: Executor | None = None,
         llm: LLM | None = None,
         llm_factory: Callable[[str], LLM] | None = None,
         depth: int = 0,
@@ -85,7 +80,7 @@ class Agent:
         self.config = config
         self._llm_factory = llm_factory or (lambda spec: get_llm(spec, config))
         self.llm = llm or self._llm_factory(config.model or "")
-        self.executor = executor
+        self.executor: Executor | None = executor
         self.depth = depth
         self.budget = budget or TokenBudget(config.token_budget)
         self.recursion = Recursion(self, self._llm_factory)
@@ -93,23 +88,25 @@ class Agent:
         self.turns = 0
         self.turn_active = False
         self.continuations: list[Continuation] = []
+        # run when a run starts, after the run state is reset (compaction's overflow guard)
+        self.run_start_hooks: list[Callable[[Agent], None]] = []
+        # run after every turn, before the continuation is chosen (goal accounting)
+        self.account_hooks: list[TurnHook] = []
+        # run after every turn, after a continuation is queued (compaction)
         self.turn_hooks: list[TurnHook] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: Callable[[Agent, MessageEntry], str] | None = None
-        self.compaction: Any = None
+        self.compaction: Any = None  # rlm.compaction.controller.CompactionController
+        self.child_runner: ChildRunner | None = None
+        self.entry = "run"  # which entry point assembled this agent (rlm.app.ENTRY_POINTS)
+        self.notices: list[Notice] = []  # shown once, at the start of the next run
         self.on_cell_output: Callable[[Any], None] | None = None
-        self._final: tuple[str, str] | None = None
-        self._error_detail: str | None = None
-        self._nudges = 0
-        self._tokens_at_start = 0
-        self._run_has_data = False
-        self._last_failed_code: str | None = None
-        self._stop = threading.Event()
-        self._interrupts = 0
-        self._steered: queue.SimpleQueue[tuple[str, str]] = queue.SimpleQueue()
+        self.state = RunState()
+        self._charge_lock = threading.Lock()  # bridge handlers charge from a thread pool
+        self._steered: queue.SimpleQueue[tuple[str, str, Delivered | None]] = queue.SimpleQueue()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
-        self.policy: Any = None
+        self.policy: Any = None  # rlm.longrun.AutonomousPolicy when --autonomous
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
             "final": self._on_final,
@@ -126,8 +123,11 @@ class Agent:
             return None
         from rlm.kernel import Kernel
 
-        self.executor = Kernel(self.session.dir, self.config, bridge_handler=self.handle_bridge)
-        report = self.executor.start()
+        if self.session.dir is None:
+            raise RlmError("a kernel needs an on-disk session; pass an executor for in-memory ones")
+        kernel = Kernel(self.session.dir, self.config, bridge_handler=self.handle_bridge)
+        self.executor = kernel
+        report = kernel.start()
         if report.snapshot_found:
             self.session.append(
                 CustomEntry(
@@ -141,7 +141,7 @@ class Agent:
 
     def close(self) -> None:
         ex, self.executor = self.executor, None
-        if ex is not None and hasattr(ex, "stop"):
+        if ex is not None:
             ex.stop()
 
     def __enter__(self) -> Agent:
@@ -150,6 +150,17 @@ class Agent:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # ------------------------------------------------------------------ model
+    def context_window(self) -> int | None:
+        """The window compaction is sized to: `--context-window` wins, else the model's."""
+        if self.config.context_window:
+            return int(self.config.context_window)
+        return self.llm.context_window()
+
+    def compaction_llm(self) -> LLM:
+        spec = self.config.compaction_model
+        return self._llm_factory(spec) if spec else self.llm
 
     # ------------------------------------------------------------------ bridge
     def handle_bridge(self, method: str, params: dict[str, Any]) -> Any:
@@ -161,23 +172,35 @@ class Agent:
     def _on_final(self, params: dict[str, Any]) -> dict[str, Any]:
         value = params.get("value", params.get("answer"))
         text = value if isinstance(value, str) else json.dumps(value, default=str)
-        self._final = (text, str(params.get("kind") or "final"))
+        self.state.final = (text, str(params.get("kind") or "final"))
         return {"ok": True}
 
     def run_child(self, task: str, context: Any) -> str | None:
         """rlm_query: run a child agent with its own kernel and session to completion."""
-        from rlm.agent.session_run import run_child
-
-        return run_child(self, task, context)
+        if self.child_runner is None:
+            raise RlmError("rlm_query is not available here: this agent was built without a "
+                           "child runner (build agents with rlm.app.build_agent)")
+        return self.child_runner(self, task, context)
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None:
-        self.tokens_used += usage.total
-        self.budget.charge(usage)
+        """Count tokens spent by this agent (the loop, or llm_query/rlm_query handlers running
+        concurrently on the bridge pool: one lock keeps the sums exact)."""
+        with self._charge_lock:
+            self.tokens_used += usage.total
+            self.budget.charge(usage)
 
-    def steer(self, text: str, custom_type: str = "steer") -> None:
+    def add_tokens(self, n: int) -> None:
+        """Tokens a child agent spent (rlm_query); thread-safe like `charge`."""
+        with self._charge_lock:
+            self.tokens_used += n
+
+    def steer(self, text: str, custom_type: str = "steer",
+              on_delivered: Delivered | None = None) -> None:
         """Inject a message into active work (e.g. a heartbeat). Thread-safe; it reaches
-        the model before the next model call, never between a call and its results."""
-        self._steered.put((text, custom_type))
+        the model before the next model call, never between a call and its results.
+        `on_delivered` runs once the message is in the session (a queued message waits for
+        the next run if this one has ended)."""
+        self._steered.put((text, custom_type, on_delivered))
 
     def attach_context(self, entry: CustomEntry) -> None:
         """Describe input for the next prompt (loaded files, notebook variables). It is
@@ -195,70 +218,82 @@ class Agent:
     def _drain_steered(self) -> None:
         while True:
             try:
-                text, kind = self._steered.get_nowait()
+                text, kind, delivered = self._steered.get_nowait()
             except queue.Empty:
                 return
             self.session.append(CustomEntry(custom_type=kind, data={"text": text},
                                             display=True, content=text))
+            if delivered is not None:
+                delivered()
+
+    def pending_steered(self) -> bool:
+        """Messages queued by `steer` that no run has written into the session yet."""
+        return not self._steered.empty()
+
+    @property
+    def stop_requested(self) -> bool:
+        """The user asked to end the run (the stop button, or Ctrl-C twice)."""
+        return self.state.stopping
 
     # ------------------------------------------------------------- interrupts
     def stop(self) -> None:
         """End the run now: interrupt the running cell and stop after it (the stop button)."""
-        self._stop.set()
+        self.state.stop.set()
         self.interrupt()
 
     def interrupt(self) -> None:
         """Ctrl-C: once interrupts the running cell, twice ends the turn."""
-        self._interrupts += 1
+        self.state.interrupts += 1
         if self.executor is not None:
             try:
                 self.executor.interrupt()
             except Exception:  # noqa: BLE001 - a dead kernel is reported by execute
                 pass
-        if self._interrupts >= 2:
-            self._stop.set()
+        if self.state.interrupts >= 2:
+            self.state.stop.set()
 
     # --------------------------------------------------------------------- run
     def run(self, prompt: str | None) -> Generator[Event, None, None]:
         """Append `prompt` (if any) as a user message and work until the run ends."""
         if self.executor is None:
             self.start()
-        self._stop.clear()
-        self._interrupts = 0
-        self._final = None
-        self._error_detail = None
-        self._nudges = 0
-        self._run_has_data = bool(self._attached)
+        # per-run state, reset in this one place
+        self.state = st = RunState(tokens_at_start=self.tokens_used, has_data=bool(self._attached))
+        for start_hook in self.run_start_hooks:
+            start_hook(self)
+        notices_now, self.notices = self.notices, []
+        yield from notices_now
         for entry in self._attached:  # the input first, the question last
             self.session.append(entry)
         self._attached.clear()
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
-        started, turns = time.monotonic(), 0
-        self._tokens_at_start = self.tokens_used  # limits are per run (chat runs many)
         while True:
-            limit = self._limit_hit(turns, started)
+            limit = self._limit_hit(st.turns, st.started)
             if limit:
-                yield from self._end(f"limit:{limit[0]}", turns, detail=limit[1])
+                yield from self._end(f"limit:{limit[0]}", st.turns, detail=limit[1])
                 return
-            if self._stop.is_set():
-                yield from self._end("interrupted", turns)
+            if st.stopping:
+                yield from self._end("interrupted", st.turns)
                 return
-            turns += 1
+            st.turns += 1
             self.turns += 1
-            outcome = yield from self._turn(turns)
+            outcome = yield from self._turn(st.turns)
+            for hook in self.account_hooks:
+                yield from hook(self) or []
             follow = None
             if outcome is not None:
                 # queue the continuation before compaction runs, so the run never stalls
                 follow = self._continuation(*outcome)
                 if follow is not None:
-                    self._final = None
+                    st.final = None
                     self.session.append(MessageEntry(message={"role": "user", "content": follow}))
                     yield Notice("continuing: " + follow.splitlines()[0][:120])
-            for hook in self.turn_hooks:
-                yield from hook(self) or []
+            if not st.stopping:  # after a double Ctrl-C the user wants out, not a summary
+                for hook in self.turn_hooks:
+                    yield from hook(self) or []
             if outcome is not None and follow is None:
-                yield from self._end(outcome[0], turns, final=outcome[1], detail=self._error_detail)
+                yield from self._end(outcome[0], st.turns, final=outcome[1], detail=st.error_detail)
                 return
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
@@ -268,7 +303,7 @@ class Agent:
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail)
 
     def _continuation(self, reason: str, answer: str | None) -> str | None:
-        if self._stop.is_set() or reason.startswith(("error", "interrupted")):
+        if self.state.stopping or reason.startswith(("error", "interrupted")):
             return None
         for hook in self.continuations:
             msg = hook(self, reason)
@@ -280,7 +315,7 @@ class Agent:
         c = self.config
         if c.max_turns is not None and turns >= c.max_turns:
             return ("turns", f"{turns} of {c.max_turns} turns used")
-        spent = self.tokens_used - self._tokens_at_start
+        spent = self.tokens_used - self.state.tokens_at_start
         if c.max_tokens is not None and spent >= c.max_tokens:
             return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
         if c.max_wall_s is not None and time.monotonic() - started >= c.max_wall_s:
@@ -298,13 +333,13 @@ class Agent:
         try:
             completion = yield from self._call_model()
             if completion is None:
-                return ("interrupted", None) if self._stop.is_set() else ("error", None)
+                return ("interrupted", None) if self.state.stopping else ("error", None)
             return (yield from self._act(completion))
         finally:
             self.turn_active = False
 
     def _call_model(self) -> Generator[Event, None, Completion | None]:
-        native = getattr(self.llm, "native_tools", True)
+        native = self.llm.native_tools
         for attempt in range(2):
             # incremental projection kept by the store: O(new entries) per turn
             # (copied per message: the store's cache must not see provider-side mutation)
@@ -326,14 +361,15 @@ class Agent:
             except (RateLimited, ScriptExhausted) as e:
                 self.session.append(MessageEntry(
                     message={"role": "assistant", "content": ""}, error=f"{type(e).__name__}: {e}",
-                    model=getattr(self.llm, "spec", None)))
-                self._error_detail = str(e)
+                    model=self.llm.spec))
+                self.state.error_detail = str(e)
                 yield Notice(str(e), "warning")
                 return None
             except ContextOverflow as e:
-                entry = self.session.append(MessageEntry(
+                entry = MessageEntry(
                     message={"role": "assistant", "content": ""}, error=f"context overflow: {e}",
-                    model=getattr(self.llm, "spec", None)))
+                    model=self.llm.spec)
+                self.session.append(entry)
                 decision = self.overflow_hook(self, entry) if self.overflow_hook else ""
                 if decision == "retry" and attempt == 0:
                     yield Notice("context overflow: compacted, retrying once", "warning")
@@ -358,28 +394,29 @@ class Agent:
         if not calls:
             return (yield from self._answer_without_code(completion.content))
         for i, call in enumerate(calls):
-            if self._stop.is_set():
+            if self.state.stopping:
                 self._record_skipped(call, "not run: the turn was interrupted")
                 continue
             yield from self._run_cell(call, i)
-            if self._final is not None:
+            if self.state.final is not None:
                 for rest in calls[i + 1:]:
                     self._record_skipped(rest, "not run: final() was called")
-                answer, kind = self._final
+                answer, kind = self.state.final
                 yield FinalAnswer(answer, kind)
                 return ("final", answer)
         return None
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
-        nudge = self._nudge(final=found is not None)
+        nudge = choose_nudge(self.session.branch(), native_tools=self.llm.native_tools,
+                             nudges=self.state.nudges, has_data=self.state.has_data,
+                             final=found is not None)
         if nudge is not None:
             # small models give up in prose after a failing cell, or answer before looking
-            self._nudges += 1
+            self.state.nudges += 1
             self.session.append(MessageEntry(message={"role": "user", "content": nudge}))
-            why = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
-                   NUDGE_EMPTY: "after a cell that printed nothing"}[nudge]
-            yield Notice(f"the model answered without code {why}; asked it to use a cell first")
+            yield Notice(f"the model answered without code {WHY[nudge]}; asked it to use a "
+                         "cell first")
             return None
         if found is None:
             answer = content.strip()
@@ -391,25 +428,8 @@ class Agent:
         yield FinalAnswer(value, "text")
         return ("final", value)
 
-    def _nudge(self, *, final: bool) -> str | None:
-        """For fenced-code models answering without code: a nudge when the last cell of this
-        run failed (prose only), printed nothing (even with FINAL: nothing was seen), or
-        when data was attached and no cell has run yet (prose only)."""
-        if getattr(self.llm, "native_tools", True) or self._nudges >= MAX_NUDGES:
-            return None
-        # newest first, skipping the reply just appended (islice: no copy of a long branch)
-        for e in itertools.islice(reversed(self.session.branch()), 1, None):
-            if isinstance(e, MessageEntry) and e.role == "tool":
-                status = (e.cell or {}).get("status")
-                if status == "ok" and (e.cell or {}).get("shaped", "").strip() == "":
-                    return NUDGE_EMPTY
-                return NUDGE_FAILED if status not in (None, "ok") and not final else None
-            if isinstance(e, MessageEntry) and e.role == "user":
-                return NUDGE_LOOK if self._run_has_data and not final else None
-        return None
-
     def _read_var(self, name: str) -> str:
-        res = self.executor.execute(f"print(str({name}), end='')", timeout=30)
+        res = self._executor().execute(f"print(str({name}), end='')", timeout=30)
         return res.shaped if res.ok else f"[FINAL_VAR: {name} is not defined]"
 
     # -------------------------------------------------------------------- cells
@@ -433,32 +453,37 @@ class Agent:
             return
         yield CellStarted(code, index)
         pre_notice = ""
-        if hasattr(self.executor, "is_alive") and not self.executor.is_alive():
-            report = self.executor.restart("the kernel was not running")
+        ex = self._executor()
+        if not ex.is_alive():
+            report = ex.restart("the kernel was not running")
             pre_notice = notices.restarted("was found dead before this cell", report)
         result: CellResult = yield from self._execute(code)
         content = pre_notice + notices.cell_content(result)
-        if result.status == "error" and self._last_failed_code == code:
+        if result.status == "error" and self.state.last_failed_code == code:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell
-        self._last_failed_code = code if result.status == "error" else None
+        self.state.last_failed_code = code if result.status == "error" else None
         self.session.append(MessageEntry(
             message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content},
             cell=result.to_dict()))
         yield CellFinished(code, result.status, content, result.duration_s, result)
         if result.restart is not None:
-            from rlm.events import KernelRestarted
-
             yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
                                   [f["name"] for f in result.restart.failed + result.restart.skipped])
 
     def _execute(self, code: str) -> Generator[Event, None, CellResult]:
         timeout = self.config.cell_timeout
-        if getattr(self.executor, "run_in_caller_thread", False):
-            return self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output)
+        ex = self._executor()
+        if getattr(ex, "run_in_caller_thread", False):  # optional Executor flag (notebook)
+            return ex.execute(code, timeout=timeout, on_output=self.on_cell_output)
             yield  # pragma: no cover - makes this a generator
         return (yield from self._in_thread(
-            lambda emit: self.executor.execute(code, timeout=timeout, on_output=self.on_cell_output),
+            lambda emit: ex.execute(code, timeout=timeout, on_output=self.on_cell_output),
             cell=True))
+
+    def _executor(self) -> Executor:
+        if self.executor is None:
+            raise RlmError("the agent is not started: use it as a context manager or call start()")
+        return self.executor
 
     def _record_skipped(self, call: ToolCall, why: str, status: str = "interrupted") -> None:
         self.session.append(MessageEntry(
@@ -466,49 +491,16 @@ class Agent:
             cell=CellResult(status=status, shaped=why).to_dict()))
 
     # ------------------------------------------------------------------ helpers
-    def _in_thread(self, fn: Callable[[Callable[[Event], None]], Any], *,
-                   cell: bool = False) -> Generator[Event, None, Any]:
-        """Run fn on a worker thread, yielding the events it emits; Ctrl-C stays responsive.
-
-        After a second Ctrl-C the turn ends: a model call is abandoned (its thread's result
-        is ignored); a cell that survives the interrupt past the grace period has its
-        kernel killed, which the execute loop reports as a death, restarting the kernel
-        and restoring its snapshot.
-        """
-        q: queue.Queue[tuple[str, Any]] = queue.Queue()
-
-        def work() -> None:
-            try:
-                q.put(("done", fn(lambda ev: q.put(("event", ev)))))
-            except BaseException as e:  # noqa: BLE001 - re-raised in the caller
-                q.put(("error", e))
-
-        threading.Thread(target=work, name="rlm-turn", daemon=True).start()
-        stop_seen: float | None = None
-        while True:
-            try:
-                kind, value = q.get(timeout=0.1)
-            except queue.Empty:
-                if self._stop.is_set():
-                    stop_seen = stop_seen or time.monotonic()
-                    if not cell:
-                        return None
-                    if time.monotonic() - stop_seen > self.config.interrupt_grace_s:
-                        self._kill_kernel()
-                        stop_seen = float("inf")  # once
-                continue
-            except KeyboardInterrupt:
-                self.interrupt()
-                continue
-            if kind == "event":
-                yield value
-            elif kind == "done":
-                return value
-            else:
-                raise value
+    def _in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:
+        """Run fn on a worker thread (rlm.agent.runner); Ctrl-C stays responsive. After a
+        second Ctrl-C a model call is abandoned; a cell that outlives the interrupt grace
+        has its kernel killed, which the execute loop reports as a death and restores."""
+        return (yield from run_interruptible(
+            fn, stop=self.state.stop, on_keyboard_interrupt=self.interrupt,
+            grace_s=self.config.interrupt_grace_s, kill=self._kill_kernel if cell else None))
 
     def _kill_kernel(self) -> None:
-        pid = getattr(self.executor, "pid", None)
+        pid = self.executor.pid if self.executor is not None else None
         if pid and pid != os.getpid():  # never the notebook's own kernel
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -528,29 +520,3 @@ def _copy_message(m: dict[str, Any]) -> dict[str, Any]:
         out["tool_calls"] = [{**tc, "function": dict(tc.get("function") or {})}
                              for tc in out["tool_calls"]]
     return out
-
-
-def run_task(
-    task: str,
-    *,
-    model: str | None = None,
-    config: Config | None = None,
-    context_files: list[Any] | None = None,
-    on_event: Callable[[Event], None] | None = None,
-) -> Any:
-    """Run one task in a fresh session and return a `RunResult` (for scripts and tests)."""
-    from rlm.agent.session_run import RunResult, new_session_agent
-
-    cfg = (config or Config()).with_overrides(model=model)
-    agent, session = new_session_agent(task, cfg)
-    events: list[Event] = []
-    with agent:
-        if context_files:
-            from rlm.agent.context_files import load_context_files
-
-            load_context_files(agent, context_files)
-        for ev in agent.run(task):
-            events.append(ev)
-            if on_event:
-                on_event(ev)
-    return RunResult.from_events(session, events)

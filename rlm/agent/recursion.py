@@ -11,13 +11,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from rlm.config import Config
 from rlm.errors import LimitReached, RlmError
 from rlm.llm.types import LLM, Usage
-
-if TYPE_CHECKING:
-    from rlm.agent.loop import Agent
 
 MAX_PROMPT_CHARS = 2_000_000
 MAX_BATCH = 1000
@@ -44,10 +42,22 @@ class TokenBudget:
             raise LimitReached("token budget", f"{self.spent} of {self.limit} tokens used before {what}")
 
 
+class RecursionHost(Protocol):
+    """What the handlers need of their agent (rlm.agent.loop.Agent)."""
+
+    config: Config
+    depth: int
+    budget: TokenBudget
+
+    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
+
+    def run_child(self, task: str, context: Any) -> str | None: ...
+
+
 class Recursion:
     """Host-side handlers for the kernel's sub-call helpers of one agent."""
 
-    def __init__(self, agent: Agent, llm_factory: Callable[[str], LLM]):
+    def __init__(self, agent: RecursionHost, llm_factory: Callable[[str], LLM]):
         self.agent = agent
         self._factory = llm_factory
         self._llms: dict[str, LLM] = {}

@@ -1,17 +1,17 @@
-"""Building agents for sessions: new runs, resumed runs and rlm_query children."""
+"""What a run needs around the loop: the default model, a run's result, moving to another
+branch. Building agents is the composition root's job (rlm.app)."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from rlm.agent.loop import Agent
 from rlm.config import Config
-from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Event, FinalAnswer, RunEnded
-from rlm.paths import private_dir
-from rlm.session.entries import new_id
+from rlm.protocols import SessionLog
+from rlm.session.entries import Entry
 
 # Provider keys and the model used when one is set but no model is configured.
 _KEY_DEFAULTS = (
@@ -47,7 +47,7 @@ class RunResult:
     compaction: dict[str, Any] | None = None
 
     @classmethod
-    def from_events(cls, session: Any, events: list[Event]) -> RunResult:
+    def from_events(cls, session: SessionLog, events: list[Event]) -> RunResult:
         end = next((e for e in reversed(events) if isinstance(e, RunEnded)), None)
         final = end.final if end else None
         if final is None:
@@ -74,37 +74,13 @@ class RunResult:
         }
 
 
-def new_session_agent(task: str | None, config: Config, **agent_kw: Any) -> tuple[Any, Any]:
-    from rlm.agent.loop import Agent
-    from rlm.session.store import SessionStore
-
-    config = resolve_model(config)
-    session = SessionStore.create(config.home, model=config.model or "", task=task)
-    return Agent(session, config, **agent_kw), session
-
-
-def open_session_agent(session_id: str, config: Config, *, leaf: str | None = None,
-                       **agent_kw: Any) -> tuple[Any, Any]:
-    from rlm.agent.loop import Agent
-    from rlm.session.store import SessionStore
-
-    session = SessionStore.open(session_id, config.home)
-    if not config.model:
-        config = replace(config, model=session.header.model or default_model())
-    agent = Agent(session, config, **agent_kw)
-    if leaf and leaf != session.leaf_id:
-        move_to_branch(agent, leaf)
-    return agent, session
-
-
 # budget for summarising an abandoned branch when the model's window is unknown
 DEFAULT_BRANCH_BUDGET = 16_000
 
 
-def move_to_branch(agent: Any, leaf: str) -> Any:
+def move_to_branch(agent: Agent, leaf: str) -> Entry | None:
     """Resume from an earlier entry: the work on the branch being left is summarised into
     a branch_summary entry at the new position, so the model knows what was tried there."""
-    from rlm.agent.attach import compaction_llm, context_window
     from rlm.compaction.branch import summarize_branch
 
     session = agent.session
@@ -112,70 +88,12 @@ def move_to_branch(agent: Any, leaf: str) -> Any:
     session.get(leaf)  # a clear error for an unknown entry id, before anything moves
     from rlm.compaction.plan import effective_settings
 
-    window = context_window(agent)
+    window = agent.context_window()
     threshold = effective_settings(agent.config, window, strict=False).threshold
     budget = threshold if threshold and threshold > 0 else DEFAULT_BRANCH_BUDGET
     entry = None
     if old_leaf is not None:
-        entry = summarize_branch(session, old_leaf, leaf, compaction_llm(agent), budget)
+        entry = summarize_branch(session, old_leaf, leaf, agent.compaction_llm(), budget)
     if entry is None:
         session.set_leaf(leaf)
     return entry
-
-
-def run_child(parent: Any, task: str, context: Any) -> str | None:
-    """Run an rlm_query child to completion: own kernel, own session under the parent's."""
-    from rlm.agent.loop import Agent
-    from rlm.session.store import SessionStore
-
-    cfg = parent.config
-    child_model = cfg.sub_model or cfg.model
-    if not child_model:
-        raise ConfigError("rlm_query needs a model: set --sub-model or --model")
-    child_cfg = replace(cfg, model=child_model)
-    child_dir = private_dir(parent.session.dir / "children" / new_id())
-    session = SessionStore.create(cfg.home, model=child_model, task=task,
-                                  parent_session=parent.session.id, session_dir=child_dir)
-    child = Agent(session, child_cfg, llm_factory=parent._llm_factory,
-                  depth=parent.depth + 1, budget=parent.budget)
-    try:
-        with child:
-            if context is not None:
-                _put_context(child, context)
-            end = None
-            for ev in child.run(task):
-                if isinstance(ev, RunEnded):
-                    end = ev
-        if end is not None and end.final is None and end.reason.startswith("error"):
-            raise RlmError(child_failure(session, end.detail))
-        return end.final if end else None
-    finally:
-        parent.tokens_used += child.tokens_used
-
-
-def child_failure(session: Any, detail: str | None) -> str:
-    """Why an rlm_query child ended without an answer, as its log says (an overflow says
-    "context overflow", not a generic failure)."""
-    from rlm.session.entries import MessageEntry
-
-    err = next((e.error for e in reversed(session.branch())
-                if isinstance(e, MessageEntry) and e.error), None)
-    return f"rlm_query child {session.id} ended without an answer: {err or detail or 'error'}"
-
-
-def _put_context(agent: Any, context: Any) -> None:
-    from rlm.agent.context_files import describe_variables
-    from rlm.paths import write_private_atomic
-    from rlm.session.entries import CustomEntry
-
-    path = agent.session.dir / "context.json"
-    write_private_atomic(path, json.dumps(context, default=str).encode())
-    res = agent.executor.execute(
-        f"import json as _j\nwith open({str(path)!r}) as _f:\n    context = _j.load(_f)\ndel _j, _f\n",
-        timeout=120,
-    )
-    if not res.ok:
-        raise RuntimeError(f"could not load the rlm_query context: {res.shaped[:500]}")
-    agent.attach_context(CustomEntry(
-        custom_type="context_vars", data={"names": ["context"]}, display=True,
-        content=describe_variables(agent, ["context"], origin="passed by the parent agent")))

@@ -1,29 +1,34 @@
 """`rlm chat`: an interactive session. Lines are prompts; slash commands steer.
 
-/goal [--budget N] OBJECTIVE | /goal status|pause|resume|clear
+/goal [--budget N] OBJECTIVE | /goal status|pause|resume|clear|budget N
 /compact [instructions]     summarise now
 /heartbeat every 10m PROMPT | /heartbeat off
 /state                      names in the kernel
 /exit                       leave (the session stays on disk; `rlm resume` continues it)
+
+Due heartbeats and scheduled jobs fire while chat holds the session (after each prompt's
+run); a slash command that fails prints one line and chat goes on.
 """
 
 from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 
+from rlm import app
+from rlm.agent.loop import Agent
+from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer
 from rlm.errors import RlmError
+from rlm.protocols import SessionLog
 
 
-def chat_loop(agent: Any, session: Any, args: argparse.Namespace) -> int:
-    from rlm.agent.attach import attach_all
-
+def chat_loop(agent: Agent, session: SessionLog, args: argparse.Namespace,
+              options: app.RunOptions) -> int:
     render = Renderer()
     render.console.print(f"[bold]rlm chat[/bold] · session {session.id} · /help for commands")
     with agent:
-        attach_all(agent, args)
+        app.prepare_inputs(agent, options)
         while True:
             try:
                 line = input("rlm> ").strip()
@@ -36,39 +41,41 @@ def chat_loop(agent: Any, session: Any, args: argparse.Namespace) -> int:
                 if not _slash(agent, line, render):
                     break
                 continue
-            for ev in agent.run(line):
-                render(ev)
+            app.drive(agent, line, render)
     render.session_line(session)
+    note = app.schedules_note(session)
+    if note:
+        render.console.print(note, style="yellow", markup=False)
     return 0
 
 
-def _slash(agent: Any, line: str, render: Renderer) -> bool:
-    words = shlex.split(line[1:])
+def _slash(agent: Agent, line: str, render: Renderer) -> bool:
+    """One slash command; any error it raises is one line and chat goes on."""
+    try:
+        words = shlex.split(line[1:])
+    except ValueError:  # an unbalanced quote (`/goal don't stop`): take the words as typed
+        words = line[1:].split()
     cmd, rest = (words[0], words[1:]) if words else ("help", [])
     try:
         if cmd in ("exit", "quit"):
             return False
         if cmd == "help":
-            render.console.print(__doc__.split("\n\n", 1)[1])
+            render.console.print(__doc__.split("\n\n", 1)[1], markup=False)
         elif cmd == "state":
+            if agent.executor is None:
+                raise RlmError("the kernel is not running")
             listing = agent.executor.list_namespace(timeout=5.0)
             for n in listing["names"]:
                 render.console.print(f"  {n['name']:<24} {n.get('type', '')}", markup=False)
         elif cmd == "compact":
-            from rlm.compaction.cli import compact_now
-
-            entry = compact_now(agent, " ".join(rest) or None)
+            entry = app.compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")
         elif cmd == "goal":
-            from rlm.cli.longrun_cli import goal_command
-
             render.console.print(goal_command(agent, rest), markup=False)
         elif cmd == "heartbeat":
-            from rlm.cli.longrun_cli import heartbeat_command
-
-            render.console.print(heartbeat_command(agent, rest), markup=False)
+            render.console.print(heartbeat_command(agent.session, rest), markup=False)
         else:
             render.console.print(f"unknown command /{cmd}; /help lists them", markup=False)
-    except RlmError as e:
-        render.console.print(str(e), style="red", markup=False)
+    except (RlmError, ValueError, KeyError, TypeError) as e:
+        render.console.print(f"/{cmd}: {e}", style="red", markup=False)
     return True

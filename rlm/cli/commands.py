@@ -5,124 +5,122 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
+from rlm import app
+from rlm.agent.loop import Agent
+from rlm.agent.session_run import RunResult
+from rlm.cli.common import open_readonly, options_from_args
 from rlm.cli.render import Renderer, print_json
-from rlm.config import Config, load_config
-from rlm.errors import SessionError
-from rlm.session.entries import call_code
-
-_CONFIG_FLAGS = (
-    "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
-    "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
-    "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled",
-)
-
-
-def config_from_args(args: argparse.Namespace) -> Config:
-    flags = {k: getattr(args, k, None) for k in _CONFIG_FLAGS}
-    cfg = load_config(**{k: v for k, v in flags.items() if v is not None and v != -1})
-    if flags.get("max_turns") == -1:
-        cfg = replace(cfg, max_turns=None)
-    if flags.get("max_tokens") == -1:
-        cfg = replace(cfg, max_tokens=None)
-    return cfg
+from rlm.config import load_config
+from rlm.events import Event, RunEnded
+from rlm.longrun.lock import SessionLock
+from rlm.session.entries import CustomEntry, call_code
+from rlm.session.store import SessionStore
 
 
 # ------------------------------------------------------------------ running
-def _drive(agent: Any, session: Any, prompt: str | None, args: argparse.Namespace,
-           setup: Any = None) -> int:
-    """Run one prompt with rendering; print the --json summary; return the exit code."""
-    from rlm.agent.attach import attach_all
-    from rlm.agent.session_run import RunResult
-
+def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: argparse.Namespace,
+              options: app.RunOptions, lock: SessionLock) -> int:
+    """Run one prompt with rendering (schedules fire meanwhile); print the --json summary
+    or the end-of-run line; release the session; return the exit code."""
     render = Renderer(quiet=bool(getattr(args, "json", False)))
-    events = []
-    with agent:
-        attach_all(agent, args)
-        if setup is not None:
-            setup(agent)
-        for ev in agent.run(prompt):
-            events.append(ev)
-            render(ev)
-    result = RunResult.from_events(session, events)
+    try:
+        with agent:
+            app.prepare_inputs(agent, options)
+            events = app.drive(agent, prompt, render)
+        note = app.schedules_note(session)
+    finally:
+        session.close()
+        lock.release()
+    result = RunResult.from_events(session, _first_run(events))
+    if agent.compaction is not None:  # the window, threshold, reserve and keep-recent used
+        result.compaction = agent.compaction.effective().to_dict()
     if getattr(args, "json", False):
-        print_json(result.to_json())
+        out = result.to_json()
+        if note:
+            out["schedules"] = note
+        print_json(out)
     else:
         render.session_line(session)
+        if note:
+            render.console.print(note, style="yellow", markup=False)
     return 0 if result.reason in ("final", "no_code") else 3
 
 
+def _first_run(events: list[Event]) -> list[Event]:
+    """The prompt's own run (ticks delivered after it are runs of their own)."""
+    for i, ev in enumerate(events):
+        if isinstance(ev, RunEnded):
+            return events[: i + 1]
+    return events
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from rlm.agent.session_run import new_session_agent
-
-    cfg = config_from_args(args)
+    options = options_from_args(args)
     if args.detach:
-        from rlm.cli.longrun_cli import run_detached
-
-        return run_detached(args, cfg)
-    agent, session = new_session_agent(args.task, cfg)
-    return _drive(agent, session, args.task, args, _inputs(args.notebook, args.context))
-
-
-def _inputs(notebook: str | None, context: list[Any]) -> Any:
-    """Setup for a new run: execute a notebook first, load --context files."""
-
-    def setup(agent: Any) -> None:
-        if notebook:
-            from rlm.notebook.from_notebook import import_notebook
-
-            import_notebook(Path(notebook), agent.executor, agent.session)
-        if context:
-            from rlm.agent.context_files import load_context_files
-
-            load_context_files(agent, context)
-
-    return setup
+        session, pid = app.start_detached(args.task, options)
+        if args.json:
+            print_json({"session_id": session.id, "session_path": str(session.path),
+                        "worker_pid": pid})
+        else:
+            print(f"session {session.id} running in worker {pid}; `rlm attach {session.id}` "
+                  "to follow")
+        return 0
+    session = app.new_session(args.task, options)
+    lock = app.writer_lock(session, "run")
+    agent = app.build_agent(session, options.config(session), entry="run", options=options)
+    return drive_cli(agent, session, args.task, args, options, lock)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from rlm.agent.session_run import open_session_agent
-
-    agent, session = open_session_agent(args.session, config_from_args(args), leaf=args.from_entry)
-    prompt = args.task
-    if prompt is None and getattr(args, "from_entry", None) is None:
-        last = session.branch()[-1:] if session.branch() else []
-        if last and getattr(last[0], "role", "") == "user":
-            prompt = None  # the last prompt was never answered: continue it
-        else:
-            prompt = "Continue."
-    return _drive(agent, session, prompt, args)
+    session, options, lock = app.open_for_write(args.session, "resume", options_from_args(args))
+    try:
+        prompt = app.resume_prompt(session, args.task, args.from_entry)
+        agent = app.build_agent(session, options.config(session), entry="resume",
+                                options=options, leaf=args.from_entry)
+    except BaseException:
+        session.close()
+        lock.release()
+        raise
+    return drive_cli(agent, session, prompt, args, options, lock)
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from rlm.agent.session_run import new_session_agent, open_session_agent
     from rlm.cli.chat import chat_loop
 
-    cfg = config_from_args(args)
+    options = options_from_args(args)
     if args.session:
-        agent, session = open_session_agent(args.session, cfg)
+        session, options, lock = app.open_for_write(args.session, "chat", options)
     else:
-        agent, session = new_session_agent(None, cfg)
-    return chat_loop(agent, session, args)
+        session = app.new_session(None, options)
+        lock = app.writer_lock(session, "chat")
+    try:
+        agent = app.build_agent(session, options.config(session), entry="chat", options=options)
+        return chat_loop(agent, session, args, options)
+    finally:
+        session.close()
+        lock.release()
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rlm.agent.session_run import new_session_agent
     from rlm.demo import DEMO_TASK, make_sales_dataset
 
-    cfg = load_config(model=args.model or None, max_turns=args.max_turns)
-    if not cfg.model:
-        cfg = replace(cfg, model="local")
-    agent, session = new_session_agent(DEMO_TASK, cfg)
+    options = app.RunOptions(overrides={"model": args.model or "local",
+                                        "max_turns": args.max_turns})
+    session = app.new_session(DEMO_TASK, options)
+    lock = app.writer_lock(session, "run")
+    cfg = options.config(session)
+    assert session.dir is not None  # created on disk
     data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
+    options.context = [str(data)]
     render = Renderer(quiet=args.json)
     render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
-    code = _drive(agent, session, DEMO_TASK, args, _inputs(None, [data]))
+    agent = app.build_agent(session, cfg, entry="run", options=options)
+    code = drive_cli(agent, session, DEMO_TASK, args, options, lock)
     try:
         from rlm.notebook.export import export_session
 
@@ -134,15 +132,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- inspecting
-def open_session(session_id: str, *, readonly: bool = False) -> Any:
-    from rlm.session.store import SessionStore
-
-    try:
-        return SessionStore.open(session_id, load_config().home, readonly=readonly)
-    except FileNotFoundError as e:
-        raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
-
-
 def cmd_sessions(args: argparse.Namespace) -> int:
     from rlm.session.store import list_sessions
 
@@ -179,13 +168,13 @@ def _entry_text(e: Any) -> str:
 
 
 def cmd_log(args: argparse.Namespace) -> int:
-    s = open_session(args.session, readonly=True)
+    s = open_readonly(args.session)
     branch = s.branch()
     if args.json:
         print_json([e.to_dict() for e in branch])
         return 0
     for e in branch:
-        if e.type == "custom" and not e.display and not args.all:
+        if isinstance(e, CustomEntry) and not e.display and not args.all:
             continue
         print(f"--- {e.id} {e.timestamp[11:19]}")
         print(_entry_text(e))
@@ -193,32 +182,19 @@ def cmd_log(args: argparse.Namespace) -> int:
 
 
 def cmd_tree(args: argparse.Namespace) -> int:
-    s = open_session(args.session, readonly=True)
-    children: dict[str | None, list[Any]] = {}
-    for e in s.entries:
-        children.setdefault(e.parent_id, []).append(e)
+    s = open_readonly(args.session)
     if args.json:
-        print_json({k or "root": [c.id for c in v] for k, v in children.items()})
+        print_json({k or "root": v for k, v in s.tree().items()})
         return 0
-    on_branch = {e.id for e in s.branch()}
-
-    def walk(pid: str | None, depth: int) -> None:
-        kids = children.get(pid, [])
-        for c in kids:
-            mark = "*" if c.id in on_branch else " "
-            label = _entry_text(c).replace("\n", " ")[:70]
-            fork = " (branch)" if len(kids) > 1 else ""
-            print(f"{mark} {'  ' * depth}{c.id} {label}{fork}")
-            walk(c.id, depth + (1 if len(kids) > 1 else 0))
-
-    walk(None, 0)
+    print(s.format_tree())  # iterative: a long session has a deep tree
     return 0
 
 
 def cmd_state(args: argparse.Namespace) -> int:
     from rlm.kernel.state import session_state
 
-    s = open_session(args.session, readonly=True)
+    s = open_readonly(args.session)
+    assert s.dir is not None  # opened from disk
     state = session_state(s.dir)
     if args.json:
         print_json(state)
@@ -235,19 +211,31 @@ def cmd_state(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from rlm.notebook.export import export_session
 
-    s = open_session(args.session, readonly=True)
+    s = open_readonly(args.session)
     out = export_session(s, Path(args.output) if args.output else None, leaf=args.branch,
                          force=getattr(args, "force", False))
-    print(out)
+    if getattr(args, "json", False):
+        print_json({"session_id": s.id, "notebook": str(out)})
+    else:
+        print(out)
     return 0
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
     from rlm.compaction.cli import compact_session
 
-    s = open_session(args.session)
-    cfg = load_config(model=args.model)
-    entry = compact_session(s, cfg, instructions=args.instructions)
+    session, _, lock = app.open_for_write(args.session, "compact")
+    try:
+        cfg = load_config(model=args.model)
+        entry = compact_session(session, cfg, instructions=args.instructions)
+    finally:
+        session.close()
+        lock.release()
+    if args.json:
+        print_json(None if entry is None else {
+            "session_id": session.id, "tokens_before": entry.tokens_before,
+            "first_kept_entry_id": entry.first_kept_entry_id, "summary": entry.summary})
+        return 0 if entry is not None else 1
     if entry is None:
         print("nothing to compact", file=sys.stderr)
         return 1

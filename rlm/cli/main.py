@@ -118,10 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", help="notebook path (default ./<session id>.ipynb)")
     e.add_argument("--force", action="store_true", help="overwrite an existing notebook file")
     e.add_argument("--branch", metavar="LEAF")
+    e.add_argument("--json", action="store_true")
     cp = sub.add_parser("compact", help="compact a session now")
     cp.add_argument("session")
     cp.add_argument("--instructions")
     cp.add_argument("--model")
+    cp.add_argument("--json", action="store_true")
 
     from rlm.cli import longrun_cli
 

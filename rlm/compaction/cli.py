@@ -1,24 +1,24 @@
-"""Manual compaction: `rlm compact SESSION` (no kernel) and `/compact` in chat (live kernel)."""
+"""Manual compaction of a stored session: `rlm compact SESSION` (no kernel runs). `/compact`
+in chat, with the live kernel, is `rlm.app.compact_now`."""
 
 from __future__ import annotations
-
-from typing import Any
 
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings
 from rlm.config import Config
 from rlm.errors import ConfigError
+from rlm.protocols import SessionLog
 from rlm.session.entries import CompactionEntry
 
 
 def compact_session(
-    session: Any, config: Config, *, instructions: str | None = None
+    session: SessionLog, config: Config, *, instructions: str | None = None
 ) -> CompactionEntry | None:
     """Compact a stored session between runs. No kernel runs, so no `<ipython_state>`:
     the next run's restore notice says what came back."""
     from rlm.llm import get_llm
 
-    spec = config.compaction_model or config.model or getattr(session.header, "model", "")
+    spec = config.compaction_model or config.model or session.header.model
     if not spec:
         raise ConfigError("No model to write the summary: pass --model or set RLM_COMPACTION_MODEL")
     return perform_compaction(
@@ -27,17 +27,4 @@ def compact_session(
         CompactionSettings.from_config(config),
         trigger="manual",
         instructions=instructions,
-    )
-
-
-def compact_now(agent: Any, instructions: str | None = None) -> CompactionEntry | None:
-    """`/compact` between turns of a chat: the live kernel is listed, never touched."""
-    ctl = getattr(agent, "compaction", None)  # set by rlm.agent.attach (a higher layer)
-    return perform_compaction(
-        agent.session,
-        ctl.llm if ctl is not None else agent.llm,
-        CompactionSettings.from_config(agent.config),
-        trigger="manual",
-        instructions=instructions,
-        kernel=agent.executor,
     )

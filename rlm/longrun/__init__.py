@@ -1,8 +1,8 @@
 """Long-running work outside the message list: goals, autonomous policy, heartbeats, cron,
 and the resident worker.
 
-`install(agent, ...)` wires them into an rlm.agent.Agent (duck-typed: it needs `handlers`,
-`turn_hooks` and `continuations`):
+`install(agent, ...)` wires them into an agent (`rlm.protocols.LoopHost`: `handlers`, the
+hook lists and `continuations`; rlm.agent.Agent implements it):
 - goals: bridge handlers goal.get/complete/block, per-turn token/time accounting, and the
   goal continuation (first, so a goal beats autonomous mode);
 - scheduler: bridge handlers heartbeat.* and cron.* (as the agent, never the user's jobs);
@@ -11,6 +11,7 @@ and the resident worker.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlm.longrun.autonomous import AutonomousPolicy, Continue, RunState, Stop, attach_policy
@@ -18,6 +19,7 @@ from rlm.longrun.clock import Clock, FakeClock, SystemClock
 from rlm.longrun.goals import GoalError, GoalManager, GoalState, attach_goals, current_goal
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS  # noqa: I001
 from rlm.longrun.schedule import ScheduleError, Scheduler, Tick, parse_when
+from rlm.protocols import LoopHost
 
 __all__ = [
     "AutonomousPolicy", "Clock", "Continue", "FakeClock", "GoalError", "GoalManager",
@@ -27,7 +29,7 @@ __all__ = [
 
 
 def install(
-    agent: Any,
+    agent: LoopHost,
     *,
     goals: GoalManager | None = None,
     scheduler: Scheduler | None = None,
@@ -38,6 +40,10 @@ def install(
         attach_goals(agent, goals)
     if scheduler is not None:
         for method in SCHEDULE_METHODS:
-            agent.handlers[method] = lambda p, m=method: scheduler.handle(m, p)
+            agent.handlers[method] = _schedule_handler(scheduler, method)
     if policy is not None:
         attach_policy(agent, policy, clock)
+
+
+def _schedule_handler(scheduler: Scheduler, method: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda p: scheduler.handle(method, p)

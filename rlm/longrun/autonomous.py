@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.protocols import LoopHost
+
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".rlm",
              ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}  # fmt: skip
 MAX_FINGERPRINT_FILES = 20_000
@@ -218,7 +220,7 @@ def gate_message(r: GateResult) -> str:
     )
 
 
-def attach_policy(agent: Any, policy: AutonomousPolicy, clock: Any = None) -> None:
+def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) -> None:
     """Ask `policy` whenever a run of `agent` (rlm.agent.Agent) would end normally.
 
     A Stop leaves the run to end; its reason is `policy.last_decision.reason` (the CLI shows
@@ -227,7 +229,7 @@ def attach_policy(agent: Any, policy: AutonomousPolicy, clock: Any = None) -> No
     now = clock.now if clock is not None else time.monotonic
     started = now()
 
-    def hook(agent: Any, reason: str) -> str | None:
+    def hook(agent: LoopHost, reason: str) -> str | None:
         branch = agent.session.branch()
         cells = sum(1 for e in branch if getattr(e, "cell", None) is not None)
         state = RunState(

@@ -15,12 +15,14 @@ Who may do what:
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from html import escape
 from typing import Any, Protocol
 
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
+from rlm.protocols import LoopHost
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 GOAL_ENTRY = "thread_goal_state"
@@ -288,10 +290,10 @@ def render_goal_context(goal: GoalState) -> str:
     )
 
 
-# -- wiring into the agent loop (duck-typed: rlm.agent.Agent) ------------------------------
+# -- wiring into the agent loop (rlm.protocols.LoopHost) ------------------------------------
 
 
-def attach_goals(agent: Any, goals: GoalManager) -> None:
+def attach_goals(agent: LoopHost, goals: GoalManager) -> None:
     """Bridge handlers goal.get/complete/block, per-turn accounting, goal continuation.
 
     Accounting charges the newest assistant message once (input + output tokens, skipping
@@ -300,7 +302,7 @@ def attach_goals(agent: Any, goals: GoalManager) -> None:
     beats autonomous mode.
     """
     for verb in ("get", "complete", "block"):
-        agent.handlers[f"goal.{verb}"] = lambda p, v=verb: goals.handle(f"goal.{v}", p)
+        agent.handlers[f"goal.{verb}"] = _goal_handler(goals, f"goal.{verb}")
     seen: dict[str, str | None] = {"id": None}
 
     def account_turn(_agent: Any) -> None:
@@ -311,12 +313,30 @@ def attach_goals(agent: Any, goals: GoalManager) -> None:
                 if e.id != seen["id"] and not getattr(e, "error", None):
                     seen["id"] = e.id
                     start = branch[i - 1].timestamp if i else e.timestamp
-                    goals.account(e.usage or {}, _span(start, branch[-1].timestamp))
+                    before = goals.get()
+                    after = goals.account(e.usage or {}, _span(start, branch[-1].timestamp))
+                    if (before is not None and before.status == "active" and after is not None
+                            and after.status == "budget_limited"):
+                        _tell_budget_reached(goals, after)
                 return None
         return None
 
-    agent.turn_hooks.append(account_turn)
+    # accounting runs before the continuation is chosen: the turn that exhausts the budget
+    # gets no goal continuation (rlm.agent.Agent.account_hooks)
+    agent.account_hooks.append(account_turn)
     agent.continuations.insert(0, lambda _agent, _reason: goals.continuation_message())
+
+
+def _goal_handler(goals: GoalManager, method: str) -> Callable[[dict[str, Any]], Any]:
+    return lambda p: goals.handle(method, p)
+
+
+def _tell_budget_reached(goals: GoalManager, goal: GoalState) -> None:
+    text = (f"<goal_budget_reached>The goal's token budget of {goal.token_budget} is used up "
+            f"({goal.tokens_used} tokens). Stop working on the goal: summarise where it stands "
+            "and what is left; the user can raise the budget.</goal_budget_reached>")
+    goals.session.append(CustomEntry(custom_type="goal_budget_reached",
+                                     data={"goal_id": goal.goal_id}, display=True, content=text))
 
 
 def _span(start: str, end: str) -> float:

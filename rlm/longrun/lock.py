@@ -1,7 +1,12 @@
-"""One worker per session: an flock on `<session_dir>/worker.lock` holding the owner's pid.
+"""One writer per session: an flock on `<session_dir>/worker.lock` naming its holder.
 
-The OS drops an flock when its process dies, however it dies, so a crashed (even SIGKILLed)
-worker never leaves the session locked; the pid in the file is informational only.
+Every process that appends to a session's log or runs its kernel takes this lock first:
+the resident worker, a foreground `rlm run` / `rlm chat` / `rlm resume`, `rlm compact`,
+a direct `rlm goal` change. (The file keeps the name it had when only workers took it.)
+The OS drops an flock when its process dies, however it dies, so a crashed (even
+SIGKILLed) holder never leaves the session locked; the file's contents are informational:
+
+    <pid>\\n<since, unix seconds>\\n<holder: worker | run | chat | resume | compact | goal>\\n
 """
 
 from __future__ import annotations
@@ -9,34 +14,71 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import RlmError
 from rlm.paths import PRIVATE_FILE
 
+LOCK_NAME = "worker.lock"
 
-class WorkerRunning(RlmError):
-    """The session already has a live worker."""
 
-    def __init__(self, path: Path, pid: int | None):
-        self.path, self.pid = path, pid
-        who = f"pid {pid}" if pid else "another process"
+@dataclass(frozen=True)
+class Holder:
+    pid: int | None
+    since: float | None = None
+    kind: str = "worker"
+
+    def describe(self) -> str:
+        who = f"pid {self.pid}" if self.pid else "another process"
+        when = ""
+        if self.since:
+            when = ", since " + time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.since))
+        what = {"worker": "a worker", "notebook": "a notebook kernel (%%rlm)"}.get(
+            self.kind, f"`rlm {self.kind}`")
+        return f"{what} ({who}{when})"
+
+
+class SessionBusy(RlmError):
+    """Another process writes this session."""
+
+    exit_code = 4
+
+    def __init__(self, path: Path, holder: Holder):
+        self.path, self.holder, self.pid = path, holder, holder.pid
+        sid = Path(path).parent.name
         super().__init__(
-            f"a worker ({who}) already runs this session (lock {path}); "
-            "attach with `rlm attach SESSION` or end it with `rlm stop SESSION`"
+            f"session {sid} is in use by {holder.describe()}; follow it with `rlm attach {sid}` "
+            f"(or stop a worker with `rlm stop {sid}`), then try again"
         )
 
 
-def _read_pid(fd: int) -> int | None:
+# The first wave's name: the session already has a live writer.
+WorkerRunning = SessionBusy
+
+
+def _read_holder(fd: int) -> Holder:
     os.lseek(fd, 0, os.SEEK_SET)
-    raw = os.read(fd, 64).decode(errors="replace").strip()
-    return int(raw) if raw.isdigit() else None
+    lines = os.read(fd, 256).decode(errors="replace").splitlines()
+    pid = int(lines[0]) if lines and lines[0].strip().isdigit() else None
+    since = None
+    if len(lines) > 1:
+        with contextlib.suppress(ValueError):
+            since = float(lines[1])
+    kind = lines[2].strip() if len(lines) > 2 and lines[2].strip() else "worker"
+    return Holder(pid, since, kind)
 
 
 class SessionLock:
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, kind: str = "worker"):
         self.path = Path(path)
+        self.kind = kind
         self._fd: int | None = None
+
+    @classmethod
+    def for_session(cls, session_dir: Path, kind: str) -> SessionLock:
+        return cls(Path(session_dir) / LOCK_NAME, kind)
 
     @property
     def held(self) -> bool:
@@ -47,11 +89,11 @@ class SessionLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            pid = _read_pid(fd)
+            holder = _read_holder(fd)
             os.close(fd)
-            raise WorkerRunning(self.path, pid) from None
+            raise SessionBusy(self.path, holder) from None
         os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        os.pwrite(fd, f"{os.getpid()}\n{time.time():.3f}\n{self.kind}\n".encode(), 0)
         os.fsync(fd)
         self._fd = fd
 
@@ -70,8 +112,8 @@ class SessionLock:
         self.release()
 
 
-def lock_holder(path: Path) -> int | None:
-    """The pid of the live process holding the lock (0 if unknown), or None when free."""
+def holder(path: Path) -> Holder | None:
+    """Who holds the lock (pid 0/None if unknown), or None when it is free."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
@@ -80,8 +122,20 @@ def lock_holder(path: Path) -> int | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            return _read_pid(fd) or 0
+            return _read_holder(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
         os.close(fd)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The pid of the live process holding the lock (0 if unknown), or None when free."""
+    h = holder(path)
+    return None if h is None else (h.pid or 0)
+
+
+def worker_holds(session_dir: Path) -> bool:
+    """True when a resident worker (not a foreground command) holds the session."""
+    h = holder(Path(session_dir) / LOCK_NAME)
+    return h is not None and h.kind == "worker"

@@ -226,7 +226,7 @@ class State:
         for j in self.jobs:
             if j.id == job_id:
                 return j
-        raise ScheduleError(f"no scheduled job {job_id!r}; list them with `rlm schedule list`")
+        raise ScheduleError(f"no scheduled job {job_id!r}; list them with `rlm schedule SESSION list`")
 
     def in_flight(self, job_id: str) -> bool:
         return any(
@@ -379,7 +379,7 @@ class Scheduler:
         if len(live) >= self.max_jobs:
             raise ScheduleError(
                 f"this session already has {len(live)} scheduled jobs (the cap is "
-                f"{self.max_jobs}); cancel some with `rlm schedule cancel` or cron.cancel(id)"
+                f"{self.max_jobs}); cancel some with `rlm schedule SESSION cancel` or cron.cancel(id)"
             )
 
     # This method shadows the builtin in the class body: later annotations use builtins.list.

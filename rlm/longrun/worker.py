@@ -16,16 +16,16 @@ mark_delivered), then a goal continuation when the goal is active; then sleep un
 next due time, waking early for queued prompts. A tick counts as delivered once the runner
 yields its first event (the prompt is in the session by then). SIGTERM stops cleanly.
 
-The worker drives a `runner`: any callable `prompt -> iterable of rlm.events.Event`.
-Optional attributes: `session` (enables goals), `steer(text)` (lets "steer" ticks reach a
-busy run), `close()`.
+The worker drives a `runner` (`Runner` below): a callable `prompt -> iterable of
+rlm.events.Event` with `session` (None: no goals), `steer(text, kind, on_delivered)` and
+`close()`. The real one is built by the composition root (`rlm.app.agent_runner`) and
+passed in: this module never imports the agent layer above it.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
 import json
 import os
@@ -36,21 +36,39 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlm.errors import RlmError
-from rlm.events import Event, RunEnded
+from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock
+from rlm.longrun.dispatch import STEER_CHECK_S, TickDispatcher
 from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
+from rlm.longrun.lock import holder as lock_holder_info
 from rlm.longrun.schedule import Scheduler, Tick
 from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
+from rlm.protocols import SessionLog
 from rlm.secrets import known_secrets, redact_text
 from rlm.session.store import resolve_session_dir
 
-Runner = Callable[[str], Iterable[Event]]
-STEER_CHECK_S = 1.0
 MAX_FIELD_CHARS = 4000
+
+
+class Runner(Protocol):
+    """What the worker drives: prompt -> events, plus steering and shutdown."""
+
+    @property
+    def session(self) -> SessionLog | None: ...
+
+    def __call__(self, prompt: str) -> Iterable[Event]: ...
+
+    def steer(self, text: str, custom_type: str = "steer",
+              on_delivered: Callable[[], None] | None = None) -> None: ...
+
+    def close(self) -> None: ...
+
+
+RunnerFactory = Callable[[str, Any], Runner]
 
 
 def _paths(session_id: str, home: Path | None) -> dict[str, Path]:
@@ -67,16 +85,23 @@ def _paths(session_id: str, home: Path | None) -> dict[str, Path]:
 
 
 def event_record(ev: Event) -> dict[str, Any]:
-    """An event as a JSON-able dict; the raw CellResult is dropped, long text is bounded."""
-    out: dict[str, Any] = {"event": type(ev).__name__}
-    for f in dataclasses.fields(ev):
-        if f.name == "result":
-            continue
-        value = getattr(ev, f.name)
+    """An event as a JSON-able dict (`Event.to_dict`); long text is bounded."""
+    out = ev.to_dict()
+    for k, value in out.items():
         if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-            value = value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]"
-        out[f.name] = value
+            out[k] = value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]"
     return out
+
+
+def append_event(path: Path, record: dict[str, Any], now: float) -> None:
+    """One line of `worker-events.jsonl` (the worker and foreground runs both write it)."""
+    line = json.dumps({"ts": round(now, 3), **record}, default=str) + "\n"
+    line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
 
 
 class Worker:
@@ -86,9 +111,10 @@ class Worker:
         config: Any = None,
         clock: Clock | None = None,
         *,
-        runner: Runner | None = None,
+        runner: Runner | Callable[[str], Iterable[Event]] | None = None,
         home: Path | None = None,
         poll_s: float = 0.5,
+        runner_factory: RunnerFactory | None = None,
     ):
         self.session_id = session_id
         self.config = config
@@ -96,25 +122,36 @@ class Worker:
         self.home = home or getattr(config, "home", None) or rlm_home()
         self.paths = _paths(session_id, self.home)
         self.scheduler = Scheduler(self.paths["jobs"], self.clock)
-        self.lock = SessionLock(self.paths["lock"])
+        self.lock = SessionLock(self.paths["lock"], "worker")
+        self.dispatch = TickDispatcher(self.scheduler, self.emit, self.clock, STEER_CHECK_S)
         self.poll_s = poll_s
         self.runner = runner
-        session = getattr(runner, "session", None)
-        self.goals = GoalManager(session, self.clock) if session is not None else None
+        self.runner_factory = runner_factory
+        self.goals = self._goals_for(runner)
         self.state, self.activity = "starting", ""
         self.stopping = False
         self._goal_parked: tuple[str, str] | None = None
-        self._last_steer_check = 0.0
+
+    def _goals_for(self, runner: Any) -> GoalManager | None:
+        session = getattr(runner, "session", None)  # plain callables (tests) have none
+        return GoalManager(session, self.clock) if session is not None else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
         self.lock.acquire()  # raises WorkerRunning
+        self._status("starting", "assembling the agent")
         interrupted = self.scheduler.recover()
         if self.runner is None:
-            self.runner = agent_runner(self.session_id, self.config, self.home)
-            session = getattr(self.runner, "session", None)
-            self.goals = GoalManager(session, self.clock) if session is not None else None
+            if self.runner_factory is None:
+                self.lock.release()
+                raise RlmError("the worker needs a runner: start it with `rlm worker SESSION`")
+            try:
+                self.runner = self.runner_factory(self.session_id, self.config)
+            except BaseException:
+                self.lock.release()
+                raise
+            self.goals = self._goals_for(self.runner)
         self.emit({"event": "WorkerStarted", "pid": os.getpid(), "interrupted": interrupted})
         self._status("idle")
 
@@ -204,49 +241,26 @@ class Worker:
         """Run one prompt through the runner; returns the RunEnded reason (None if none)."""
         self._status("busy", f"{source}: {prompt.splitlines()[0][:100]}")
         self.emit({"event": "RunStarted", "source": source, "prompt": prompt[:MAX_FIELD_CHARS]})
-        confirmed, ended = tick_id is None, None
         assert self.runner is not None
-        events = iter(self.runner(prompt))
+
+        def on_event(ev: Event) -> bool:
+            self.emit(event_record(ev))
+            self._steer_due()
+            return not self.stopping
+
         try:
-            for ev in events:
-                if not confirmed:
-                    self.scheduler.mark_delivered(tick_id or "")
-                    confirmed = True
-                if isinstance(ev, RunEnded):
-                    ended = ev.reason
-                self.emit(event_record(ev))
-                self._steer_due()
-                if self.stopping:
-                    break
+            ended = self.dispatch.drive(self.runner(prompt), tick_id, on_event)
         except Exception as e:  # noqa: BLE001 - a failing run must not kill the worker
             ended = "error"
             self.emit({"event": "RunFailed", "error": f"{type(e).__name__}: {e}"})
-            if not confirmed:
-                self.scheduler.mark_delivered(tick_id or "", error=f"delivery failed: {e}")
-                confirmed = True
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
-            if not confirmed:  # the runner yielded nothing but returned: it took the prompt
-                self.scheduler.mark_delivered(tick_id or "")
         self._park_goal(ended)
         self._status("idle")
         return ended
 
     def _steer_due(self) -> None:
-        steer = getattr(self.runner, "steer", None)
-        now = self.clock.now()
-        if steer is None or now - self._last_steer_check < STEER_CHECK_S:
-            return
-        self._last_steer_check = now
-        for tick in self.scheduler.due(delivery="steer"):
-            claimed = self.scheduler.claim(tick)
-            if claimed is not None:
-                steer(claimed.message())
-                self.scheduler.mark_delivered(claimed.tick_id)
-                self.emit({"event": "TickSteered", "tick_id": claimed.tick_id,
-                           "count": claimed.count})  # fmt: skip
+        steer = getattr(self.runner, "steer", None)  # plain callables (tests) cannot be steered
+        if steer is not None:
+            self.dispatch.steer_due(self.runner)  # type: ignore[arg-type]
 
     # -- requests from clients ------------------------------------------------------------
 
@@ -298,13 +312,7 @@ class Worker:
     # -- files -----------------------------------------------------------------------------
 
     def emit(self, record: dict[str, Any]) -> None:
-        line = json.dumps({"ts": round(self.clock.now(), 3), **record}, default=str) + "\n"
-        line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
-        fd = os.open(self.paths["events"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
-        try:
-            os.write(fd, line.encode())
-        finally:
-            os.close(fd)
+        append_event(self.paths["events"], record, self.clock.now())
 
     def _status(self, state: str, activity: str = "") -> None:
         self.state, self.activity = state, activity
@@ -316,42 +324,6 @@ class Worker:
             "activity": activity, "updated_at": self.clock.now(), "next_due": nxt,
         }  # fmt: skip
         write_private_atomic(self.paths["status"], json.dumps(data).encode())
-
-
-# -- the real agent as a runner ------------------------------------------------------------
-
-
-class AgentRunner:
-    """rlm.agent.Agent behind the runner interface, with goals and schedules attached."""
-
-    def __init__(self, session_id: str, config: Any, home: Path | None = None):
-        from dataclasses import replace
-
-        from rlm.agent.attach import attach_all
-        from rlm.agent.session_run import open_session_agent
-
-        if home is not None:
-            config = replace(config, home=home)
-        # the session's own model (its header) unless the config names one
-        self.agent, self.session = open_session_agent(session_id, config)
-        self.agent.start()  # restores the kernel from its snapshot
-        attach_all(self.agent)  # compaction, goals, heartbeat/cron handlers: one wiring path
-        self.steer = getattr(self.agent, "steer", None)
-
-    def __call__(self, prompt: str) -> Iterator[Event]:
-        return self.agent.run(prompt)
-
-    def close(self) -> None:
-        self.agent.close()
-        self.session.close()
-
-
-def agent_runner(session_id: str, config: Any, home: Path | None = None) -> Runner:
-    if config is None:
-        from rlm.config import load_config
-
-        config = load_config()
-    return AgentRunner(session_id, config, home)
 
 
 # -- client side: what the CLI calls ------------------------------------------------------
@@ -382,12 +354,14 @@ def start_detached(
     """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
     it holds the lock. `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
     paths = _paths(session_id, home)
-    holder = lock_holder(paths["lock"])
-    if holder is not None:
-        raise WorkerRunning(paths["lock"], holder)
-    argv = [sys.executable, "-m", "rlm.longrun.worker", session_id]
-    argv += ["--runner", runner] if runner else []
-    argv += ["--poll", str(poll_s)] if poll_s else []
+    busy = lock_holder_info(paths["lock"])
+    if busy is not None:
+        raise WorkerRunning(paths["lock"], busy)
+    if runner:
+        argv = [sys.executable, "-m", "rlm.longrun.worker", session_id, "--runner", runner]
+        argv += ["--poll", str(poll_s)] if poll_s else []
+    else:  # the real agent: `rlm worker`, assembled by the composition root
+        argv = [sys.executable, "-m", "rlm", "worker", session_id]
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
@@ -399,8 +373,8 @@ def start_detached(
         os.close(log_fd)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if lock_holder(paths["lock"]) == proc.pid:
-            return proc.pid
+        if lock_holder(paths["lock"]) == proc.pid and paths["status"].is_file():
+            return proc.pid  # it holds the lock and has said so in worker.json
         if proc.poll() is not None:
             tail = paths["log"].read_text(errors="replace")[-2000:]
             raise RlmError(f"the worker exited at start (code {proc.returncode}):\n{tail}")
@@ -467,12 +441,14 @@ def tail_events(
         time.sleep(poll_s)
 
 
-def _load_factory(spec: str) -> Callable[..., Runner]:
+def _load_factory(spec: str) -> RunnerFactory:
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr or "runner")
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, runner_factory: RunnerFactory | None = None) -> int:
+    """`python -m rlm.longrun.worker SESSION --runner module:factory` (tests, custom runners);
+    `rlm worker SESSION` calls this with the composition root's factory."""
     p = argparse.ArgumentParser(prog="python -m rlm.longrun.worker")
     p.add_argument("session_id")
     p.add_argument("--runner", help="module:factory, factory(session_id, config) -> runner")
@@ -481,8 +457,9 @@ def main(argv: list[str] | None = None) -> int:
     from rlm.config import load_config
 
     config = load_config()
-    runner = _load_factory(args.runner)(args.session_id, config) if args.runner else None
-    worker = Worker(args.session_id, config, runner=runner, poll_s=args.poll)
+    if args.runner:
+        runner_factory = _load_factory(args.runner)
+    worker = Worker(args.session_id, config, poll_s=args.poll, runner_factory=runner_factory)
     try:
         worker.run()
     except RlmError as e:

@@ -38,7 +38,7 @@ from typing import Any
 
 from rlm.config import Config
 from rlm.errors import KernelError
-from rlm.kernel.types import CellResult, Output
+from rlm.kernel.types import CellResult, Output, RestoreReport
 
 OnOutput = Callable[[Output], None]
 
@@ -126,7 +126,8 @@ class InProcessExecutor:
         """Leaves the user's kernel alone; only drops the bridge handler."""
         self.set_bridge_handler(None)
 
-    def restart(self, cause: str = "") -> Any:
+    def restart(self, cause: str = "restart requested") -> RestoreReport:
+        """Refused: this is the user's own kernel (rlm.app.GAPS["notebook"]["snapshot"])."""
         raise KernelError(
             "cannot restart the notebook's own kernel from %%rlm"
             + (f" ({cause})" if cause else "")

@@ -1,7 +1,7 @@
 """`%%rlm` and `%rlm_state`: the agent inside the user's own notebook kernel.
 
     %load_ext rlm
-    %%rlm --model script:replies.json --max-turns 5
+    %%rlm --model script:replies.json --max-turns 5 [--goal "keep going until ..."]
     Which column of df has the most missing values?
 
 The agent's cells run in-process through the live shell (see `inprocess.py`), so they see
@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 from IPython.display import Markdown, display
 
+from rlm.agent.loop import Agent
+from rlm.app import RunOptions, build_agent, drive, new_session, record_options, writer_lock
 from rlm.config import Config, load_config
 from rlm.errors import RlmError
 from rlm.events import (
@@ -34,43 +36,59 @@ from rlm.events import (
     Notice,
     RunEnded,
 )
+from rlm.longrun.goals import GoalManager
+from rlm.longrun.lock import SessionLock
+
+if TYPE_CHECKING:
+    from rlm.notebook.inprocess import InProcessExecutor
+    from rlm.session.store import SessionStore
 
 _FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 
 
 @dataclass
 class _Session:
-    store: Any
-    executor: Any
+    store: SessionStore
+    executor: InProcessExecutor
+    lock: SessionLock
 
 
 class NotebookAgent:
-    """Plain class behind the magics: one session + executor per shell."""
+    """Plain class behind the magics: one session + executor per shell. Each `%%rlm` cell
+    is one run of an agent assembled by the composition root (entry "notebook")."""
 
     def __init__(self, shell: Any):
         self.shell = shell
         self.current: _Session | None = None
 
-    def session(self, config: Config, task: str) -> _Session:
-        if self.current is None:
-            from rlm.notebook.inprocess import InProcessExecutor
-            from rlm.session.store import SessionStore
+    def session(self, options: RunOptions, config: Config, task: str) -> tuple[_Session, bool]:
+        """The kernel's session (created by the first `%%rlm`); True when it is new."""
+        if self.current is not None:
+            record_options(self.current.store, options)
+            return self.current, False
+        from rlm.notebook.inprocess import InProcessExecutor
 
-            store = SessionStore.create(config.home, model=config.model or "", task=task)
-            assert store.dir is not None  # create() always writes a session file
-            self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config))
-        return self.current
+        store = new_session(task, options, home=config.home)
+        assert store.dir is not None  # create() always writes a session file
+        # this kernel is the session's one writer for as long as it lives (released by the
+        # OS when the kernel exits): `rlm goal`/`rlm resume` on it are refused meanwhile
+        lock = writer_lock(store, "notebook")
+        self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config), lock)
+        return self.current, True
 
-    def run(self, task: str, *, model: str | None = None, max_turns: int | None = None) -> None:
-        from rlm.agent import Agent
-        from rlm.agent.attach import attach_compaction
-        from rlm.agent.session_run import resolve_model
-
+    def run(self, task: str, *, model: str | None = None, max_turns: int | None = None,
+            goal: str | None = None) -> None:
         try:
-            config = resolve_model(load_config(model=model, max_turns=max_turns))
-            sess = self.session(config, task)
-            agent = Agent(sess.store, config, executor=sess.executor, llm=None)
-            attach_compaction(agent)
+            flags = {"model": model, "max_turns": max_turns}
+            options = RunOptions(overrides={k: v for k, v in flags.items() if v is not None})
+            config = options.config()
+            sess, first = self.session(options, config, task)
+            agent = build_agent(sess.store, config, entry="notebook", options=options,
+                                executor=sess.executor)
+            if not first:
+                agent.notices.clear()  # the notebook's limits were shown at its first run
+            if goal:
+                GoalManager(sess.store).set(goal)
             agent.start()  # with an executor given: only installs the bridge handler
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
@@ -78,16 +96,13 @@ class NotebookAgent:
         sess.executor.config = config
         sess.executor.on_user_interrupt = agent.stop
         _describe_user_data(agent)
-        events = agent.run(task.strip())
         try:
-            for ev in events:
-                render(ev)
+            drive(agent, task.strip(), render)
         except KeyboardInterrupt:
             display(Markdown("*Interrupted.*"))
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
         finally:
-            events.close()
             sess.executor.on_user_interrupt = None
             sess.executor.set_bridge_handler(None)
 
@@ -101,7 +116,7 @@ class NotebookAgent:
         display(Markdown(head + "\n\n" + state_table(names)))
 
 
-def _describe_user_data(agent: Any) -> None:
+def _describe_user_data(agent: Agent) -> None:
     """Tell the model what the notebook holds (its data are the user's variables)."""
     from rlm.agent.context_files import describe_variables
     from rlm.session.entries import CustomEntry
@@ -173,6 +188,8 @@ class RlmMagics(Magics):
     @magic_arguments()
     @argument("--model", default=None, help="litellm model string, local, or script:PATH")
     @argument("--max-turns", type=int, default=None, help="stop after this many model turns")
+    @argument("--goal", default=None,
+              help="set the session's goal first: the run continues until it is complete")
     @cell_magic
     def rlm(self, line: str, cell: str) -> None:
         """Run the agent on the task in the cell body, inside this kernel."""
@@ -180,7 +197,8 @@ class RlmMagics(Magics):
         if not cell.strip():
             display(Markdown("**rlm:** write the task in the cell body, below `%%rlm`."))
             return
-        self.agent.run(cell, model=args.model, max_turns=args.max_turns)
+        goal = args.goal.strip("'\"") if args.goal else None
+        self.agent.run(cell, model=args.model, max_turns=args.max_turns, goal=goal)
 
     @line_magic
     def rlm_state(self, line: str = "") -> None:

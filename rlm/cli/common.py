@@ -1,0 +1,45 @@
+"""What every `rlm` command shares: run options from flags, opening sessions to read."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rlm.app import RunOptions
+from rlm.config import load_config
+from rlm.errors import SessionError
+from rlm.session.store import SessionStore
+
+CONFIG_FLAGS = (
+    "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
+    "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
+    "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled",
+)
+
+
+def options_from_args(args: argparse.Namespace) -> RunOptions:
+    """The run flags the user gave (None / absent ones are not recorded)."""
+    overrides = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
+    return RunOptions(
+        autonomous=bool(getattr(args, "autonomous", False)),
+        gate=list(getattr(args, "gate", None) or []),
+        max_continuations=getattr(args, "max_continuations", None),
+        context=list(getattr(args, "context", None) or []),
+        notebook=getattr(args, "notebook", None),
+        overrides=overrides,
+    )
+
+
+def open_readonly(session_id: str) -> SessionStore:
+    """For commands that only read (log, tree, state, export): never takes the lock."""
+    try:
+        return SessionStore.open(session_id, load_config().home, readonly=True)
+    except FileNotFoundError as e:
+        raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
+
+
+def session_or_error(fn: Any, session_id: str) -> Any:
+    try:
+        return fn()
+    except FileNotFoundError as e:
+        raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e

@@ -1,0 +1,100 @@
+"""The typed seams between layers: what the agent loop needs from an executor, a session log
+and its hooks. Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
+`rlm.notebook.inprocess.InProcessExecutor` implement `Executor` without inheriting from it;
+`rlm.session.store.SessionStore` implements `SessionLog`. A conformance test checks both.
+
+This module sits at the session layer: it imports only vocabulary from below (entry and
+result types), so any layer above may use it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from rlm.kernel.types import CellResult, Output, RestoreReport
+from rlm.session.entries import Entry, SessionHeader
+
+# fn(method, params) -> JSON-able reply; raising sends an error reply to the kernel
+BridgeHandler = Callable[[str, dict[str, Any]], Any]
+OnOutput = Callable[[Output], None]
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Where the model's cells run: a kernel process, or the notebook's own shell."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def execute(self, code: str, timeout: float | None = None,
+                on_output: OnOutput | None = None) -> CellResult: ...
+
+    def interrupt(self) -> None: ...
+
+    def restart(self, cause: str = "restart requested") -> RestoreReport: ...
+
+    def is_alive(self) -> bool: ...
+
+    def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]: ...
+
+    def describe(self, names: list[str] | None = None,
+                 timeout: float = 30.0) -> list[dict[str, str]]: ...
+
+    def set_bridge_handler(self, fn: BridgeHandler | None) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+@runtime_checkable
+class SessionLog(Protocol):
+    """The append-only session log the loop writes to and projects context from."""
+
+    header: SessionHeader
+    path: Path | None
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def dir(self) -> Path | None: ...
+
+    @property
+    def leaf_id(self) -> str | None: ...
+
+    def append(self, entry: Entry) -> Entry: ...
+
+    def branch(self, leaf: str | None = None) -> list[Entry]: ...
+
+    def get(self, entry_id: str) -> Entry: ...
+
+    def set_leaf(self, entry_id: str | None) -> None: ...
+
+    def messages(self, *, system_prompt: str, native_tools: bool) -> list[dict[str, Any]]: ...
+
+    def close(self) -> None: ...
+
+
+# -- the loop's hooks (rlm.agent.loop.Agent implements LoopHost) ---------------------------
+
+Handler = Callable[[dict[str, Any]], Any]
+# asked when a run would end; returns the next user message to keep going, or None
+Continuation = Callable[[Any, str], "str | None"]
+# after every turn; may return events (rlm.events.Event) for the caller to yield
+TurnHook = Callable[[Any], "list[Any] | None"]
+
+
+class LoopHost(Protocol):
+    """What the layers below the agent (compaction, longrun) plug into: bridge handlers and
+    the hook lists, plus the counters a policy reads."""
+
+    handlers: dict[str, Handler]
+    account_hooks: list[TurnHook]
+    turn_hooks: list[TurnHook]
+    continuations: list[Continuation]
+    turns: int
+    tokens_used: int
+
+    @property
+    def session(self) -> SessionLog: ...

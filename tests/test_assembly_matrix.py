@@ -1,0 +1,242 @@
+"""Entry points x features: every entry point is assembled by rlm.app and gets every
+feature, or refuses it visibly (rlm.app.GAPS). Real kernels, scripted models.
+
+One scripted scenario per entry point exercises every feature in a single run:
+  turn 1  a cell asks `compact.run()`            -> a "requested" compaction after the turn
+          (summaries come from their own scripted compaction model)
+  turn 2  a cell adds a one-shot job, already due -> fired into this run once; the reply
+          reports 5,000 input tokens on a 4,000-token window -> a "threshold" compaction
+  turn 3  a cell kills the kernel                 -> restarted, `x` restored from the snapshot
+  turn 4  print(x + 1) -> 42; final(...)          -> with a goal set, the goal continues:
+  turn 5  goal.complete(...), turn 6 a reply      -> the run ends
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlm import app
+from rlm.config import load_config
+from rlm.longrun.goals import GoalManager
+
+pytestmark = pytest.mark.timeout(240)
+
+WINDOW = ["--context-window", "4000", "--reserve-tokens", "1000", "--keep-recent-tokens", "20"]
+WINDOW_OVERRIDES = {"context_window": 4000, "reserve_tokens": 1000, "keep_recent_tokens": 20}
+
+ADD_JOB = (
+    "import glob, os, time\n"
+    "from rlm.longrun.clock import FakeClock\n"
+    "from rlm.longrun.schedule import Scheduler\n"
+    "d = os.environ.get('RLM_SESSION_DIR') or sorted(glob.glob(os.environ['RLM_HOME'] + "
+    "'/sessions/*'), key=os.path.getmtime)[-1]\n"
+    "Scheduler(os.path.join(d, 'scheduled-jobs.json'), FakeClock(time.time() - 3600))"
+    ".add('in 1m', 'tick-once')\n"
+    "print('job added')"
+)
+TRY_REFUSED = (
+    "for f in (lambda: cron.add('in 1m', 'x'), lambda: goal.get()):\n"
+    "    try:\n        f()\n    except Exception as e:\n        print('refused:', e)\n"
+)
+
+
+def call(code: str, **extra) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}],
+            **extra}
+
+
+def scenario(*, goal: bool, crash: bool = True, refused: bool = False) -> list:
+    big = {"usage": {"input_tokens": 5000, "output_tokens": 10}}
+    replies: list = [
+        call("x = 41\nprint(compact.run('keep x'))"),
+        call(TRY_REFUSED if refused else ADD_JOB, **big),
+    ]
+    if crash:
+        replies.append(call("import os\nos._exit(1)"))
+    replies.append(call("print(x + 1)\nfinal(str(x + 1))"))
+    if goal:
+        replies += [call("print(goal.complete()['goal']['status'])"), "all done"]
+    return replies
+
+
+# the compaction model's replies (its own script: a split turn takes two calls)
+SUMMARIES = [f"## Goal\nx holds 41 (summary {i})" for i in range(6)]
+
+
+def summaries(tmp_path: Path) -> str:
+    return script(tmp_path, "summaries.json", SUMMARIES)
+
+
+def entries(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def check(path: Path, *, goal: bool, crash: bool = True, schedule: bool = True) -> list[dict]:
+    es = entries(path)
+    triggers = [e["trigger"] for e in es if e["type"] == "compaction"]
+    assert triggers == ["requested", "threshold"], triggers
+    outputs = [str(e["message"].get("content")).strip() for e in es
+               if e["type"] == "message" and e["message"]["role"] == "tool"]
+    assert "42" in outputs, outputs  # x came back after the crash (or never left)
+    ticks = [e for e in es if e.get("custom_type") in ("cron_prompt", "heartbeat_prompt")
+             or (e["type"] == "message" and "tick-once" in str(e["message"].get("content")))]
+    if schedule:
+        assert len([t for t in ticks if "tick-once" in json.dumps(t)]) == 1, ticks
+        jobs = json.loads((path.parent / "scheduled-jobs.json").read_text())
+        assert [d["delivered"] for d in jobs["dispatches"]] == [True]
+    if crash:
+        restarts = [e for e in es if e["type"] == "message" and (e.get("cell") or {}).get("restart")]
+        assert len(restarts) == 1
+    if goal:
+        assert any("<goal_context>" in str(e["message"].get("content")) for e in es
+                   if e["type"] == "message" and e["message"]["role"] == "user")
+        states = [e["data"]["goal"] for e in es if e.get("custom_type") == "thread_goal_state"]
+        assert states[-1]["status"] == "complete"
+    return es
+
+
+def script(tmp_path: Path, name: str, replies: list) -> str:
+    p = tmp_path / name
+    p.write_text(json.dumps(replies))
+    return f"script:{p}"
+
+
+def rlm(*args: str, cwd: Path, stdin: str | None = None, check_rc: bool = True,
+        home: Path | None = None):
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    if home is not None:
+        env["RLM_HOME"] = str(home)
+    proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=180, input=stdin, env=env)
+    if check_rc:
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def only_session(home: Path) -> Path:
+    paths = sorted(home.glob("sessions/*/session.jsonl"))
+    assert len(paths) == 1, paths
+    return paths[0]
+
+
+# ------------------------------------------------------------------------ CLI entries
+def test_run(tmp_path, _isolated_home):
+    s = script(tmp_path, "s.json", scenario(goal=False))
+    out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path), *WINDOW,
+              "--json", cwd=tmp_path)
+    assert json.loads(out.stdout.splitlines()[-1])["final"] == "42"
+    check(only_session(_isolated_home), goal=False)
+
+
+def test_chat_stdin_driven(tmp_path, _isolated_home):
+    s = script(tmp_path, "s.json", scenario(goal=True))
+    rlm("chat", "--model", s, "--compaction-model", summaries(tmp_path), *WINDOW, cwd=tmp_path,
+        stdin="/goal answer the question\ngo\n/exit\n")
+    check(only_session(_isolated_home), goal=True)
+
+
+def test_resume_uses_the_recorded_options(tmp_path, _isolated_home):
+    s = script(tmp_path, "s.json", scenario(goal=True))
+    options = app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path),
+                                        **WINDOW_OVERRIDES})
+    session = app.new_session("earlier task", options)
+    GoalManager(session).set("answer the question")
+    session.close()
+    rlm("resume", session.id, "go", cwd=tmp_path)  # no flags: the recorded window applies
+    check(session.path, goal=True)
+
+
+# --------------------------------------------------------------- in-process entries
+def test_worker_assembles_the_recorded_run(tmp_path, _isolated_home):
+    from rlm.longrun.worker import Worker, send_prompt
+
+    # the worker delivers a follow-up tick as a run of its own, after the prompt's run
+    s = script(tmp_path, "s.json", scenario(goal=True) + ["tick handled"])
+    session = app.new_session("t", app.RunOptions(overrides={
+        "model": s, "compaction_model": summaries(tmp_path), **WINDOW_OVERRIDES}))
+    GoalManager(session).set("answer the question")
+    session.close()
+    send_prompt(session.id, "go", _isolated_home)
+    w = Worker(session.id, load_config(), runner_factory=app.agent_runner, home=_isolated_home)
+    w.start()
+    try:
+        w.step()  # the prompt: one run, the goal continued inside it
+        w.step()  # the one-shot job that fell due meanwhile
+    finally:
+        w.close()
+    check(session.path, goal=True)
+
+
+def test_run_task(tmp_path, _isolated_home):
+    s = script(tmp_path, "s.json", scenario(goal=False))
+    cfg = load_config(model=s, compaction_model=summaries(tmp_path), **WINDOW_OVERRIDES)
+    res = app.run_task("go", config=cfg)
+    assert res.final == "42"
+    check(Path(res.session_path), goal=False)
+
+
+def test_rlm_query_child_gets_compaction_and_refuses_goals_and_schedules(tmp_path, _isolated_home):
+    parent = script(tmp_path, "p.json", [call("print(rlm_query('child task'))"),
+                                         call("final('parent done')")])
+    child = script(tmp_path, "c.json", scenario(goal=False, refused=True))
+    cfg = load_config(model=parent, sub_model=child, compaction_model=summaries(tmp_path),
+                      **WINDOW_OVERRIDES)
+    res = app.run_task("go", config=cfg)
+    assert res.final == "parent done"
+    kids = list(Path(res.session_path).parent.glob("children/*/session.jsonl"))
+    assert len(kids) == 1
+    es = check(kids[0], goal=False, schedule=False)
+    out = "\n".join(str(e["message"].get("content")) for e in es if e["type"] == "message")
+    assert app.GAPS["child"]["schedules"].message in out
+    assert app.GAPS["child"]["goals"].message in out
+    # the parent's cell got the child's answer
+    assert "42" in "\n".join(str(e["message"].get("content")) for e in entries(
+        Path(res.session_path)) if e["type"] == "message" and e["message"]["role"] == "tool")
+
+
+def test_notebook_magic(tmp_path):
+    from frontend import run
+    from jupyter_client.manager import start_new_kernel
+
+    s = script(tmp_path, "s.json", scenario(goal=True, crash=False))
+    toml = tmp_path / "rlm.toml"
+    toml.write_text("context_window = 4000\nreserve_tokens = 1000\nkeep_recent_tokens = 20\n"
+                    f"compaction_model = {summaries(tmp_path)!r}\n")
+    home = tmp_path / "home"
+    env = {**os.environ, "RLM_HOME": str(home), "RLM_CONFIG": str(toml),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
+    try:
+        run(kc, "%load_ext rlm")
+        msgs = run(kc, f"%%rlm --model {s} --max-turns 10 --goal 'answer the question'\ngo",
+                   timeout=120)
+        # the kernel holds the session: a second writer is refused, naming it
+        sid = only_session(home).parent.name
+        refused = rlm("goal", sid, "set", "other", cwd=tmp_path, check_rc=False,
+                      home=home)
+        assert refused.returncode == 4 and "a notebook kernel (%%rlm)" in refused.stderr
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+    shown = "\n".join(c["data"].get("text/markdown", "") for t, c in msgs
+                      if t == "display_data")
+    # the gap is told, not skipped: this kernel has no snapshot to restore
+    assert app.GAPS["notebook"]["snapshot"].message in shown
+    assert "**Final answer:**\n\nall done" in shown
+    check(only_session(home), goal=True, crash=False)
+
+
+def test_every_entry_point_and_feature_is_in_the_table():
+    table = app.feature_table()
+    assert set(table) == set(app.ENTRY_POINTS)
+    for row in table.values():
+        assert set(row) == set(app.FEATURES)
+    assert table["notebook"]["snapshot"].startswith("no: ")
+    assert table["child"]["goals"].startswith("no: ")
+    assert table["run"] == dict.fromkeys(app.FEATURES, "yes")
