@@ -114,6 +114,12 @@ class CompactionController:
     def context_tokens(self) -> int:
         return context_tokens(self.session.branch(), self.projection)
 
+    def compact(
+        self, trigger: str = "manual", kernel: Any = None, instructions: str | None = None
+    ) -> CompactionEntry | None:
+        """Compact now with the effective settings (e.g. `/compact`, `rlm compact`)."""
+        return self._compact(trigger, kernel, instructions)
+
     def _compact(self, trigger: str, kernel: Any, instructions: str | None = None):
         return perform_compaction(
             self.session,

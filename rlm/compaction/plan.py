@@ -257,19 +257,6 @@ def _index_of(branch: Sequence[Entry], entry_id: str | None, default: int) -> in
     return default
 
 
-def projected_indices(branch: Sequence[Entry]) -> list[int]:
-    """Indices of the entries the model sees: latest summary, its survivors, what came after."""
-    c = latest_compaction_index(branch)
-    if c < 0:
-        idx: Iterable[int] = range(len(branch))
-    else:
-        comp = branch[c]
-        assert isinstance(comp, CompactionEntry)
-        kept = _index_of(branch, comp.first_kept_entry_id, c + 1)
-        idx = [c, *range(min(kept, c), c), *range(c + 1, len(branch))]
-    return [i for i in idx if entry_message(branch[i]) is not None]
-
-
 def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
     """The messages the model sees for `branch`, without a system prompt."""
     return build_messages(list(branch), system_prompt="", native_tools=True)[1:]
