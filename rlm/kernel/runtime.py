@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -95,18 +97,49 @@ def died_cause(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-class KernelRuntime:
-    """A started kernel process with its sockets and IOPub listener."""
+# sun_path is 108 bytes with the NUL; jupyter_client appends "-<port>" (port: 1..~10)
+AF_UNIX_PATH_MAX = 107
 
-    def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher):
+
+def ipc_prefix(runtime_dir: Path, name: str) -> tuple[Path, Path | None]:
+    """Where the kernel's unix sockets go: `<runtime_dir>/<name>-<N>` when that fits in
+    an AF_UNIX path, else a fresh private (0700, random name) directory under
+    $XDG_RUNTIME_DIR or the temp dir. Returns (prefix, the fallback dir to remove or None)."""
+    prefix = runtime_dir / name
+    if len(os.fsencode(prefix)) + 4 <= AF_UNIX_PATH_MAX:
+        return prefix, None
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    base = base if base and os.path.isdir(base) and os.access(base, os.W_OK) else None
+    short = Path(tempfile.mkdtemp(prefix="rlm-", dir=base))  # 0700, unguessable name
+    return short / "k", short
+
+
+class KernelRuntime:
+    """A started kernel process with its sockets and IOPub listener.
+
+    Local kernels talk over unix sockets (`transport="ipc"`) in the session's private
+    runtime directory (0700; kernel_ext makes the socket files 0600): no other user and no
+    process outside this user's file permissions can subscribe to IOPub, as they could to
+    a loopback TCP port (the HMAC key signs messages, it does not hide them). `transport=
+    "tcp"` is for a kernel on another machine."""
+
+    def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
+                 transport: str = "ipc"):
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
         scrub_tree(session_dir)  # whatever an earlier host died before scrubbing
         spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+        name = f"kernel-{uuid.uuid4().hex[:12]}"
+        self._ipc_dir: Path | None = None
+        extra: dict[str, Any] = {}
+        if transport == "ipc":
+            prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}")  # short: sun_path
+            extra = {"transport": "ipc", "ip": str(prefix)}
         self.km = KernelManager(
             kernel_name="rlm",
             kernel_spec_manager=_SpecManager(spec),
-            connection_file=str(runtime_dir / f"kernel-{uuid.uuid4().hex[:12]}.json"),
+            connection_file=str(runtime_dir / f"{name}.json"),
+            **extra,
         )
         self.km.shutdown_wait_time = 2.0
         self._log_path = runtime_dir / "kernel.log"
@@ -174,9 +207,11 @@ class KernelRuntime:
         for sock in (self.shell, self.iopub, self.control):
             sock.close(linger=0)
         try:
-            self.km.cleanup_resources()
+            self.km.cleanup_resources()  # removes the ipc socket files too
         except Exception:
             pass
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _forget_pid_file(self) -> None:
         try:
