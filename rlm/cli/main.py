@@ -132,6 +132,10 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the process entry point: keys out of /proc/<pid>/environ (re-exec)
+        from rlm.secrets import protect_process_secrets
+
+        protect_process_secrets()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     args = build_parser().parse_args(argv)
     try:
