@@ -114,3 +114,14 @@ def test_requests_go_to_the_copied_directory_not_the_original(tmp_path, _isolate
     send_request(str(opened.dir), {"kind": "prompt", "text": "x"})
     assert list((copy / "worker-inbox").iterdir())  # ... but its own inbox
     assert not (s.dir / "worker-inbox").exists()
+
+
+@pytest.mark.parametrize("home", ["/sys/rlm-home-test", "/proc/rlm-home-test"])
+def test_an_unwritable_home_is_one_line(monkeypatch, tmp_path, capsys, home):
+    """Issue 15.6: a read-only (or impossible) RLM_HOME gives one line with the fix."""
+    monkeypatch.setenv("RLM_HOME", home)
+    script = tmp_path / "s.json"
+    script.write_text('["no code"]')
+    _one_line_error(capsys, ["run", "t", "--model", f"script:{script}"])
+    assert not Path(home).exists()
+    assert main(["ps"]) == 0

@@ -146,6 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlm: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # read-only or foreign RLM_HOME, full disk: one line, not a traceback
+        if os.environ.get("RLM_DEBUG"):
+            raise
+        from rlm.paths import os_error_line
+
+        print(f"rlm: error: {os_error_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
