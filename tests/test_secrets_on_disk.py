@@ -108,3 +108,23 @@ def test_scrub_file_small_files(tmp_path, size):
     p = tmp_path / "f"
     p.write_bytes(b"x" * size)
     assert scrub_file(p, ["longenoughsecret"]) == 0
+
+
+def test_a_file_written_between_cells_is_scrubbed_by_the_next_cell(tmp_path, monkeypatch):
+    """A kernel thread may write after its cell ended: the next cell scrubs everything
+    modified since the previous scrub, however long ago that was."""
+    from rlm.kernel import execution
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    now = [1_000 * 10**9]
+    monkeypatch.setattr(execution.time, "time_ns", lambda: now[0])
+    d = tmp_path / "sess"
+    (d / "artifacts").mkdir(parents=True)
+    execution.CellCollector(d, 1000, "cell-a").finish()  # scrubbed at t=1000 s
+    late = d / "artifacts" / "late.txt"
+    late.write_text(f"thread output {key}")
+    os.utime(late, ns=(1_010 * 10**9, 1_010 * 10**9))  # written at t=1010 s
+    now[0] = 1_100 * 10**9  # the next cell starts 90 s later
+    execution.CellCollector(d, 1000, "cell-b").finish()
+    assert key not in late.read_text()
