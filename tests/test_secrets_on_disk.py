@@ -128,3 +128,12 @@ def test_a_file_written_between_cells_is_scrubbed_by_the_next_cell(tmp_path, mon
     now[0] = 1_100 * 10**9  # the next cell starts 90 s later
     execution.CellCollector(d, 1000, "cell-b").finish()
     assert key not in late.read_text()
+
+
+def test_a_task_quoting_the_key_is_redacted_in_the_header(_isolated_home, monkeypatch):
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    s = SessionStore.create(_isolated_home, task=f"use {key} to call the API")
+    assert s.header.task == "use [redacted] to call the API"
+    assert key.encode() not in s.path.read_bytes()
+    assert SessionStore.open(s.id).header.task == s.header.task

@@ -152,7 +152,11 @@ class SessionStore:
             raise SessionError(f"{path} already exists; open it with SessionStore.open") from e
         store = cls(header, path)
         store._fd = fd
-        store._write(_dumps(header))
+        line = _dumps(header)
+        if store._secrets:  # a task may quote a key: the header is redacted like entries
+            line = redact_text(line.decode(), store._secrets, patterns=False).encode()
+            store.header = entry_from_dict(json.loads(line))  # type: ignore[assignment]
+        store._write(line)
         fsync_dir(folder)
         return store
 
