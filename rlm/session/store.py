@@ -308,11 +308,20 @@ class SessionStore:
         if self._fd is None:
             assert self.path is not None
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        size = os.fstat(self._fd).st_size
         view = memoryview(line)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        os.fsync(self._fd)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+        except OSError as e:  # ENOSPC, EIO, quota: take back the partial line, say it in one line
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise SessionError(
+                f"cannot append to {self.path}: {e.strerror or e}; nothing was recorded "
+                "(free some space or fix the file system, then resume)"
+            ) from e
 
     # -- reading the tree ---------------------------------------------------------------
 
