@@ -246,3 +246,54 @@ def test_a_key_printed_by_a_cell_never_reaches_the_session_log(monkeypatch, tmp_
     assert key.encode() not in store.path.read_bytes()
     reopened = SessionStore.open(store.path)
     assert reopened.branch()[-1].message == entry.message
+
+
+NOBODY_HOST = """
+import os, subprocess, sys
+if sys.argv[1] == "protect":
+    from rlm.secrets import protect_process_secrets
+    protect_process_secrets()
+child = '''
+import os
+def opens(path):
+    try:
+        open(path, "rb").close()
+        return "opened"
+    except OSError as e:
+        return type(e).__name__
+pp = os.getppid()
+print(opens(f"/proc/{pp}/environ"), opens(f"/proc/{pp}/mem"))
+'''
+print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=True).stdout.strip())
+"""
+
+
+def _as_unprivileged(argv: list[str], env: dict[str, str]) -> list[str]:
+    """argv run as a non-root user: as is when we are not root; through setpriv as
+    nobody with the system python (rlm.secrets needs only the standard library, and the
+    venv's interpreter may live under a 0700 home) when we are."""
+    import shutil
+
+    if os.geteuid() != 0:
+        return argv
+    if not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("running as root without setpriv and /usr/bin/python3 to drop privileges")
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
+            *argv[1:]]
+
+
+@pytest.mark.parametrize("mode", ["protect", "plain"])
+def test_a_same_user_process_cannot_open_the_hosts_environ_or_mem(mode):
+    """Issue 15.5 as a non-root user: after protect_process_secrets the host is
+    non-dumpable, so a process of the same user (a cell) gets PermissionError on
+    /proc/<host>/environ and /proc/<host>/mem; without it both open."""
+    import subprocess
+    import sys
+
+    env = dict(os.environ, OPENAI_API_KEY=f"sk-test-{_rand(40)}")
+    argv = _as_unprivileged([sys.executable, "-c", NOBODY_HOST, mode], env)
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd="/")
+    assert out.returncode == 0, out.stderr[-2000:]
+    expected = "PermissionError PermissionError" if mode == "protect" else "opened opened"
+    assert out.stdout.strip() == expected
