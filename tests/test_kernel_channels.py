@@ -76,3 +76,38 @@ def test_a_long_session_path_falls_back_to_a_short_private_dir(tmp_path):
         assert not sock_dir.is_relative_to(d)
         _check(k, sock_dir)
     assert not sock_dir.exists()  # removed with the kernel
+
+
+FOREIGN = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    s.connect(sys.argv[1])
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)
+"""
+
+
+def test_another_user_cannot_connect_to_iopub(tmp_path):
+    """As root: a process dropped to nobody cannot even connect to the IOPub socket."""
+    import shutil
+    import subprocess
+
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        import pytest
+
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to act as another user")
+    d = tmp_path / "sessions" / "s"
+    with Kernel(d, Config(home=tmp_path, cell_timeout=30)) as k:
+        k.execute("1")
+        conn_path = Path((d / "runtime" / "kernel.pid").read_text().splitlines()[1])
+        conn = json.loads(conn_path.read_text())
+        iopub = f"{conn['ip']}-{conn['iopub_port']}"
+        as_root = subprocess.run(["/usr/bin/python3", "-c", FOREIGN, iopub],
+                                 capture_output=True, text=True, timeout=30)
+        foreign = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                  "/usr/bin/python3", "-c", FOREIGN, iopub],
+                                 capture_output=True, text=True, timeout=30, cwd="/")
+    assert as_root.stdout.strip() == "connected"  # the path is right: the owner can
+    assert foreign.stdout.strip() == "PermissionError"
