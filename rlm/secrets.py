@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -67,7 +68,7 @@ def known_secrets(environ: dict[str, str] | None = None) -> list[str]:
 
 
 _ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
-SCRUB_SKIP = frozenset({"session.jsonl"})  # redacted line by line when appended
+SCRUB_SKIP = frozenset({"session.jsonl", ".scrubbed"})  # redacted line by line when appended
 
 
 def scrub_file(path: Path, secrets: list[str]) -> int:
@@ -115,6 +116,32 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) 
             with contextlib.suppress(OSError):
                 if os.lstat(path).st_mtime_ns >= since_ns and scrub_file(path, secrets):
                     hit.append(path)
+    return hit
+
+
+SCRUB_MARK = ".scrubbed"  # in the session dir: its mtime is when the last scrub began
+SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
+
+
+def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
+    """`scrub_tree` over the files written since the session's last scrub (whichever
+    process ran it; all of them without a mark) or `since_ns` if earlier, then move the
+    mark. Cheap when nothing was written; nothing at all without secrets."""
+    secrets = known_secrets()
+    if not secrets:
+        return []
+    mark = Path(session_dir) / SCRUB_MARK
+    try:
+        last = os.lstat(mark).st_mtime_ns
+    except OSError:
+        last = 0
+    since = min(last, since_ns) if since_ns is not None else last
+    now = time.time_ns()
+    hit = scrub_tree(Path(session_dir), secrets, max(0, since - SCRUB_SLACK_NS) if since else 0)
+    with contextlib.suppress(OSError):
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.utime(mark, ns=(now, now), follow_symlinks=False)
     return hit
 
 

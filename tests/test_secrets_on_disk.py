@@ -137,3 +137,23 @@ def test_a_task_quoting_the_key_is_redacted_in_the_header(_isolated_home, monkey
     assert s.header.task == "use [redacted] to call the API"
     assert key.encode() not in s.path.read_bytes()
     assert SessionStore.open(s.id).header.task == s.header.task
+
+
+def test_a_new_host_scrubs_what_a_dead_host_left_since_the_mark(tmp_path, monkeypatch):
+    """A host killed between a write and its scrub: the next host (kernel start) scrubs
+    every file newer than the session's mark, and only those."""
+    from rlm.secrets import SCRUB_MARK, scrub_session
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    d = tmp_path / "sess"
+    (d / "snapshot").mkdir(parents=True)
+    (d / SCRUB_MARK).touch()
+    os.utime(d / SCRUB_MARK, ns=(1_000 * 10**9, 1_000 * 10**9))
+    old, new = d / "snapshot" / "g1-small.bin", d / "snapshot" / "g2-small.bin"
+    for path, t in ((old, 900), (new, 1_050)):
+        path.write_bytes(b"\x80\x05" + key.encode() + b".")
+        os.utime(path, ns=(t * 10**9, t * 10**9))
+    assert scrub_session(d) == [new]
+    assert key.encode() not in new.read_bytes()
+    assert (d / SCRUB_MARK).stat().st_mtime_ns > 1_050 * 10**9  # the mark moved on

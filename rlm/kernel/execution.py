@@ -28,12 +28,10 @@ from rlm.kernel.runtime import KernelRuntime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
-from rlm.secrets import scrub_tree
+from rlm.secrets import scrub_session
 
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
-SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
-_last_scrub: dict[str, int] = {}  # session dir -> when its files were last scrubbed
 LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
 
 _EXT = {
@@ -297,10 +295,7 @@ class CellCollector:
         self._spool.close()
         # the spool, artifacts, snapshot data the kernel wrote since the last scrub (a
         # thread may write between cells): no secret stays on disk
-        key = str(self.session_dir)
-        since = min(self._started_ns, _last_scrub.get(key, self._started_ns)) - SCRUB_SLACK_NS
-        _last_scrub[key] = time.time_ns()
-        scrub_tree(self.session_dir, since_ns=since)
+        scrub_session(self.session_dir, self._started_ns)
         full = self._spool.rel_path if self._shaped.elided else None
         for index, acc in self._stream_text.items():
             out = self.outputs[index]

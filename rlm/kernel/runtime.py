@@ -28,7 +28,7 @@ from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
-from rlm.secrets import scrub_tree
+from rlm.secrets import scrub_session
 
 # Model-provider credentials never enter the kernel. Data-access credentials do, on
 # purpose: the kernel is the user's data environment (pd.read_csv("s3://..."), SQL), so
@@ -127,7 +127,7 @@ class KernelRuntime:
                  transport: str = "ipc"):
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
-        scrub_tree(session_dir)  # whatever an earlier host died before scrubbing
+        scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
