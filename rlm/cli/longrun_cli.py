@@ -195,6 +195,8 @@ def run_detached(args: argparse.Namespace, cfg: Config) -> int:
     session = SessionStore.create(cfg.home, model=cfg.model or "", task=args.task)
     session.close()
     os.environ["RLM_MODEL"] = cfg.model or ""
+    if cfg.sandbox:  # the worker loads its config afresh: --sandbox reaches it through env
+        os.environ["RLM_SANDBOX"] = "1"
     send_prompt(session.id, args.task, cfg.home)
     pid = start_detached(session.id, cfg.home)
     if args.json:

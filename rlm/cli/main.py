@@ -28,6 +28,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
     g.add_argument("--temperature", type=float)
     g.add_argument("--max-depth", type=int, help="rlm_query depth limit (default 1)")
+    g.add_argument("--sandbox", action="store_const", const=True,
+                   help="kernel in its own user + network namespace: no network, no access "
+                        "to the host's memory or environment (Linux, unshare)")
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
     c = p.add_argument_group("compaction")
     c.add_argument("--context-window", type=int, help="model context window in tokens")

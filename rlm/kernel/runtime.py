@@ -55,7 +55,42 @@ def kernel_argv(config: Config) -> list[str]:
     if config.memory_cap_bytes:
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
         argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
+    if sandboxed(config):
+        argv = [*SANDBOX_ARGV, *argv]
     return argv
+
+
+# `--sandbox`: unshare(2) then exec (no fork: the pid stays the kernel's, so interrupts
+# and liveness work as usual). In a new network namespace the kernel has no network, not
+# even loopback (the bridge and the ipc channels are unix sockets, so llm_query works);
+# in a new user namespace it holds no capability over the host's processes, so even a
+# root kernel cannot read the host's /proc/<pid>/environ or mem. Costs: no network for
+# data reads from the kernel, and output printed by a fork()ed child process is lost
+# (ipykernel's fork pipe is a loopback TCP socket).
+SANDBOX_ARGV = ("unshare", "--user", "--map-current-user", "--net", "--")
+_sandbox_ok: list[str | None] = []  # cached probe: [None] works, [reason] does not
+
+
+def sandboxed(config: Config) -> bool:
+    return bool(getattr(config, "sandbox", False)) or os.environ.get("RLM_SANDBOX") == "1"
+
+
+def check_sandbox() -> None:
+    """Raise a one-line KernelError when this machine cannot give the kernel its own
+    user and network namespace."""
+    if not _sandbox_ok:
+        try:
+            proc = subprocess.run([*SANDBOX_ARGV, "true"], capture_output=True, text=True,
+                                  timeout=10)
+            _sandbox_ok.append(None if proc.returncode == 0 else
+                               (proc.stderr.strip().splitlines() or ["failed"])[-1])
+        except (OSError, subprocess.SubprocessError) as e:
+            _sandbox_ok.append(str(e))
+    if _sandbox_ok[0] is not None:
+        raise KernelError(
+            f"--sandbox is not available here ({_sandbox_ok[0]}): it needs util-linux "
+            "`unshare` and unprivileged user namespaces; run without --sandbox"
+        )
 
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
@@ -128,6 +163,8 @@ class KernelRuntime:
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
+        if sandboxed(config):
+            check_sandbox()
         spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
