@@ -3,6 +3,7 @@ touches anything outside $RLM_HOME (or creates anything inside it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -125,3 +126,23 @@ def test_an_unwritable_home_is_one_line(monkeypatch, tmp_path, capsys, home):
     _one_line_error(capsys, ["run", "t", "--model", f"script:{script}"])
     assert not Path(home).exists()
     assert main(["ps"]) == 0
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "gener', "[]", '{"entries": [1]}', ""])
+def test_rlm_state_with_a_broken_manifest_is_one_line(_isolated_home, capsys, text):
+    """Issue 15.6: a truncated or malformed snapshot manifest."""
+    s = SessionStore.create(_isolated_home)
+    (s.dir / "snapshot").mkdir()
+    (s.dir / "snapshot" / "manifest.json").write_text(text)
+    _one_line_error(capsys, ["state", s.id])
+
+
+def test_rlm_state_lists_a_malformed_entry_as_not_restorable(_isolated_home, capsys):
+    s = SessionStore.create(_isolated_home)
+    (s.dir / "snapshot").mkdir()
+    (s.dir / "snapshot" / "manifest.json").write_text(
+        '{"version": 1, "generation": 1, "entries": {"ok": {"kind": "pickle"}, "bad": 3}}')
+    assert main(["state", s.id, "--json"]) == 0
+    names = {n["name"]: n for n in json.loads(capsys.readouterr().out)["names"]}
+    assert names["ok"]["restorable"] is True
+    assert names["bad"]["restorable"] is False and names["bad"]["reason"] == "malformed manifest entry"

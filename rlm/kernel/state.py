@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel_ext.wire import MANIFEST_NAME
+from rlm.errors import SessionError
 
 LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
 
@@ -57,9 +58,20 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
     path = session_dir / "snapshot" / MANIFEST_NAME
     if not path.is_file():
         return None
-    manifest = json.loads(path.read_text())
+    try:
+        manifest = json.loads(path.read_text())
+        entries = manifest.get("names") or manifest.get("entries") or {}
+        if not isinstance(entries, dict):
+            raise ValueError("its entries are not an object")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SessionError(
+            f"{path}: unreadable snapshot manifest ({str(exc).splitlines()[0][:120]}); "
+            "`rlm resume` the session to see what restores, or move the file aside"
+        ) from None
     names = []
-    for name, e in sorted((manifest.get("names") or manifest.get("entries") or {}).items()):
+    for name, e in sorted(entries.items()):
+        if not isinstance(e, dict):
+            e = {"kind": "skipped", "reason": "malformed manifest entry"}
         restorable = e.get("kind") != "skipped"
         names.append({"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
                       "restorable": restorable, "reason": e.get("reason")})
