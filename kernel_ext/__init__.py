@@ -4,6 +4,7 @@ Load with `%load_ext kernel_ext` (the host passes it at kernel start-up). It nev
 `rlm`: it may run in another interpreter. It shares only `kernel_ext.wire` with the host.
 
 Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
+    channels   the kernel's unix sockets made 0600 (ipc transport)
     streams    bounded IOPub stream messages (a 100 MB print arrives in 1 MB pieces)
     bridge     kernel -> host requests over comms, replies on the control channel
     snapshot   per-variable dill snapshots after each cell, restore at start
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_MODULES = ("streams", "bridge", "fileops", "snapshot", "api")
+_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "api")
 _installed: list[Any] = []
 
 

@@ -42,6 +42,7 @@ class Config:
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB
+    sandbox: bool = False  # kernel in its own user + network namespace (rlm.kernel.runtime)
 
     # compaction
     compaction_enabled: bool = True

@@ -13,6 +13,7 @@ Layout under RLM_HOME (default ./.rlm):
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from pathlib import Path
@@ -92,3 +93,17 @@ def fsync_dir(folder: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for a file-system error a user can cause (read-only or foreign RLM_HOME,
+    full disk), naming the file and the fix."""
+    where = f" ({e.filename})" if e.filename else ""
+    what = e.strerror or str(e)
+    if e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = f"set RLM_HOME to a directory you can write (now {rlm_home()})"
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = f"free some space, or set RLM_HOME to another disk (now {rlm_home()})"
+    else:
+        fix = f"check RLM_HOME (now {rlm_home()}), or set RLM_DEBUG=1 for the traceback"
+    return f"{what}{where}; {fix}"

@@ -20,10 +20,13 @@ the right bytes, a spooled output's path still works.
 from __future__ import annotations
 
 import contextlib
+import json
 import mmap
 import os
 import re
 import stat
+import sys
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -65,7 +68,7 @@ def known_secrets(environ: dict[str, str] | None = None) -> list[str]:
 
 
 _ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
-SCRUB_SKIP = frozenset({"session.jsonl"})  # redacted line by line when appended
+SCRUB_SKIP = frozenset({"session.jsonl", ".scrubbed"})  # redacted line by line when appended
 
 
 def scrub_file(path: Path, secrets: list[str]) -> int:
@@ -116,8 +119,106 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) 
     return hit
 
 
+SCRUB_MARK = ".scrubbed"  # in the session dir: its mtime is when the last scrub began
+SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
+
+
+def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
+    """`scrub_tree` over the files written since the session's last scrub (whichever
+    process ran it; all of them without a mark) or `since_ns` if earlier, then move the
+    mark. Cheap when nothing was written; nothing at all without secrets."""
+    secrets = known_secrets()
+    if not secrets:
+        return []
+    mark = Path(session_dir) / SCRUB_MARK
+    try:
+        last = os.lstat(mark).st_mtime_ns
+    except OSError:
+        last = 0
+    since = min(last, since_ns) if since_ns is not None else last
+    now = time.time_ns()
+    hit = scrub_tree(Path(session_dir), secrets, max(0, since - SCRUB_SLACK_NS) if since else 0)
+    with contextlib.suppress(OSError):
+        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.utime(mark, ns=(now, now), follow_symlinks=False)
+    return hit
+
+
 def redact_text(text: str, secrets: list[str], *, patterns: bool = True) -> str:
     for value in secrets:
         if value in text:
             text = text.replace(value, REDACTED)
     return SECRET_PATTERNS.sub(REDACTED, text) if patterns else text
+
+
+# -- keeping keys out of the host's /proc/<pid>/environ ------------------------------------
+
+SECRETS_FD_ENV = "RLM_SECRETS_FD"
+_PR_SET_DUMPABLE = 4
+_PIPE_MAX = 60_000  # below the pipe buffer: the write never blocks before the exec
+
+
+def secret_names(environ: dict[str, str] | None = None) -> list[str]:
+    env = os.environ if environ is None else environ
+    return sorted(k for k, v in env.items()
+                  if k.upper().endswith(SECRET_ENV_SUFFIXES) and len(v) >= MIN_SECRET_LEN)
+
+
+def set_nondumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0): other processes of the same user (a cell, say) can no
+    longer read this process's /proc/<pid>/environ, mem or attach with ptrace. Root still
+    can. False where the call is not available."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def protect_process_secrets() -> None:
+    """Call first thing in a process entry point (the `rlm` CLI, the worker).
+
+    /proc/<pid>/environ shows the environment block a process was exec'd with, whatever
+    it later does to os.environ, and a cell runs as the same user as its host. So when
+    secret-looking variables are set, the process re-execs itself with the same command
+    line minus those variables and hands them over through an inherited pipe; the new
+    image reads them into os.environ (where litellm finds them, and which child processes
+    inherit as before: the kernel's env is filtered separately) and `remember`s them for
+    redaction. Either way the process is then made non-dumpable (see `set_nondumpable`).
+    """
+    fd_text = os.environ.pop(SECRETS_FD_ENV, None)
+    if fd_text is not None:  # the re-exec'd image: take the keys back from the pipe
+        chunks = []
+        with contextlib.suppress(OSError, ValueError):
+            fd = int(fd_text)
+            while chunk := os.read(fd, 65536):
+                chunks.append(chunk)
+            os.close(fd)
+        with contextlib.suppress(ValueError):
+            handed = json.loads(b"".join(chunks) or b"{}")
+            if isinstance(handed, dict):
+                os.environ.update({str(k): str(v) for k, v in handed.items()})
+                remember(str(v) for v in handed.values())
+        set_nondumpable()
+        return
+    names = secret_names()
+    payload = json.dumps({k: os.environ[k] for k in names}).encode()
+    argv = list(getattr(sys, "orig_argv", []) or [])
+    if names and argv and len(payload) <= _PIPE_MAX and os.path.exists(sys.executable):
+        read_fd, write_fd = os.pipe()
+        try:
+            os.write(write_fd, payload)
+            os.close(write_fd)
+            os.set_inheritable(read_fd, True)
+            env = {k: v for k, v in os.environ.items() if k not in names}
+            env[SECRETS_FD_ENV] = str(read_fd)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.execve(sys.executable, [sys.executable, *argv[1:]], env)
+        except OSError:  # could not re-exec: keep going, at least non-dumpable
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+    set_nondumpable()

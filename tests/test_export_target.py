@@ -73,3 +73,19 @@ def test_library_call_raises_export_error(sid, tmp_path):
     (tmp_path / "x.ipynb").write_text("")
     with pytest.raises(ExportError, match="already exists"):
         export_session(sid, tmp_path / "x.ipynb")
+
+
+def test_a_file_system_without_hard_links_still_gets_the_notebook(sid, tmp_path, monkeypatch):
+    import errno
+
+    from rlm.notebook import export as export_mod
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(export_mod.os, "link", no_links)
+    out = tmp_path / "fat.ipynb"
+    assert export_session(sid, out) == out
+    assert '"nbformat": 4' in out.read_text() and stat.S_IMODE(out.stat().st_mode) == 0o600
+    with pytest.raises(ExportError, match="already exists"):
+        export_session(sid, out)

@@ -108,3 +108,52 @@ def test_scrub_file_small_files(tmp_path, size):
     p = tmp_path / "f"
     p.write_bytes(b"x" * size)
     assert scrub_file(p, ["longenoughsecret"]) == 0
+
+
+def test_a_file_written_between_cells_is_scrubbed_by_the_next_cell(tmp_path, monkeypatch):
+    """A kernel thread may write after its cell ended: the next cell scrubs everything
+    modified since the previous scrub, however long ago that was."""
+    from rlm.kernel import execution
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    now = [1_000 * 10**9]
+    monkeypatch.setattr(execution.time, "time_ns", lambda: now[0])
+    d = tmp_path / "sess"
+    (d / "artifacts").mkdir(parents=True)
+    execution.CellCollector(d, 1000, "cell-a").finish()  # scrubbed at t=1000 s
+    late = d / "artifacts" / "late.txt"
+    late.write_text(f"thread output {key}")
+    os.utime(late, ns=(1_010 * 10**9, 1_010 * 10**9))  # written at t=1010 s
+    now[0] = 1_100 * 10**9  # the next cell starts 90 s later
+    execution.CellCollector(d, 1000, "cell-b").finish()
+    assert key not in late.read_text()
+
+
+def test_a_task_quoting_the_key_is_redacted_in_the_header(_isolated_home, monkeypatch):
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    s = SessionStore.create(_isolated_home, task=f"use {key} to call the API")
+    assert s.header.task == "use [redacted] to call the API"
+    assert key.encode() not in s.path.read_bytes()
+    assert SessionStore.open(s.id).header.task == s.header.task
+
+
+def test_a_new_host_scrubs_what_a_dead_host_left_since_the_mark(tmp_path, monkeypatch):
+    """A host killed between a write and its scrub: the next host (kernel start) scrubs
+    every file newer than the session's mark, and only those."""
+    from rlm.secrets import SCRUB_MARK, scrub_session
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    d = tmp_path / "sess"
+    (d / "snapshot").mkdir(parents=True)
+    (d / SCRUB_MARK).touch()
+    os.utime(d / SCRUB_MARK, ns=(1_000 * 10**9, 1_000 * 10**9))
+    old, new = d / "snapshot" / "g1-small.bin", d / "snapshot" / "g2-small.bin"
+    for path, t in ((old, 900), (new, 1_050)):
+        path.write_bytes(b"\x80\x05" + key.encode() + b".")
+        os.utime(path, ns=(t * 10**9, t * 10**9))
+    assert scrub_session(d) == [new]
+    assert key.encode() not in new.read_bytes()
+    assert (d / SCRUB_MARK).stat().st_mtime_ns > 1_050 * 10**9  # the mark moved on

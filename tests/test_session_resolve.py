@@ -3,6 +3,7 @@ touches anything outside $RLM_HOME (or creates anything inside it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -114,3 +115,34 @@ def test_requests_go_to_the_copied_directory_not_the_original(tmp_path, _isolate
     send_request(str(opened.dir), {"kind": "prompt", "text": "x"})
     assert list((copy / "worker-inbox").iterdir())  # ... but its own inbox
     assert not (s.dir / "worker-inbox").exists()
+
+
+@pytest.mark.parametrize("home", ["/sys/rlm-home-test", "/proc/rlm-home-test"])
+def test_an_unwritable_home_is_one_line(monkeypatch, tmp_path, capsys, home):
+    """Issue 15.6: a read-only (or impossible) RLM_HOME gives one line with the fix."""
+    monkeypatch.setenv("RLM_HOME", home)
+    script = tmp_path / "s.json"
+    script.write_text('["no code"]')
+    _one_line_error(capsys, ["run", "t", "--model", f"script:{script}"])
+    assert not Path(home).exists()
+    assert main(["ps"]) == 0
+
+
+@pytest.mark.parametrize("text", ['{"version": 1, "gener', "[]", '{"entries": [1]}', ""])
+def test_rlm_state_with_a_broken_manifest_is_one_line(_isolated_home, capsys, text):
+    """Issue 15.6: a truncated or malformed snapshot manifest."""
+    s = SessionStore.create(_isolated_home)
+    (s.dir / "snapshot").mkdir()
+    (s.dir / "snapshot" / "manifest.json").write_text(text)
+    _one_line_error(capsys, ["state", s.id])
+
+
+def test_rlm_state_lists_a_malformed_entry_as_not_restorable(_isolated_home, capsys):
+    s = SessionStore.create(_isolated_home)
+    (s.dir / "snapshot").mkdir()
+    (s.dir / "snapshot" / "manifest.json").write_text(
+        '{"version": 1, "generation": 1, "entries": {"ok": {"kind": "pickle"}, "bad": 3}}')
+    assert main(["state", s.id, "--json"]) == 0
+    names = {n["name"]: n for n in json.loads(capsys.readouterr().out)["names"]}
+    assert names["ok"]["restorable"] is True
+    assert names["bad"]["restorable"] is False and names["bad"]["reason"] == "malformed manifest entry"

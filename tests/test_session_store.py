@@ -280,3 +280,24 @@ def test_child_session_dir(rlm_home_path):
     )
     assert child.id == "kid1" and child.header.parent_session == parent.id
     assert child.path.parent.parent.parent == parent.dir
+
+
+def test_a_full_disk_mid_append_leaves_no_partial_line(rlm_home_path, monkeypatch):
+    """Issue 15.6: ENOSPC after half a line: one-line SessionError, the file is as before."""
+    import errno
+
+    s = SessionStore.create(rlm_home_path)
+    s.append(_msg("user", "kept"))
+    before = s.path.read_bytes()
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(store_mod.os, "write", half_then_full)
+    with pytest.raises(SessionError, match="No space left on device; nothing was recorded"):
+        s.append(_msg("user", "lost"))
+    monkeypatch.setattr(store_mod.os, "write", real_write)
+    assert s.path.read_bytes() == before
+    assert [e.message["content"] for e in SessionStore.open(s.path).branch()] == ["kept"]

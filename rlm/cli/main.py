@@ -31,6 +31,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
     g.add_argument("--temperature", type=float)
     g.add_argument("--max-depth", type=int, help="rlm_query depth limit (default 1)")
+    g.add_argument("--sandbox", action="store_const", const=True,
+                   help="kernel in its own user + network namespace: no network, no access "
+                        "to the host's memory or environment (Linux, unshare)")
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
     c = p.add_argument_group("compaction")
     c.add_argument("--context-window", type=int, help="model context window in tokens")
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
     # script, some CI runners) would otherwise never see KeyboardInterrupt
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if argv is None:  # the process entry point: keys out of /proc/<pid>/environ (re-exec)
+        from rlm.secrets import protect_process_secrets
+
+        protect_process_secrets()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     args = build_parser().parse_args(argv)
     try:
@@ -173,6 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlm: interrupted", file=sys.stderr)
         return 130
+    except OSError as e:  # read-only or foreign RLM_HOME, full disk: one line, not a traceback
+        if os.environ.get("RLM_DEBUG"):
+            raise
+        from rlm.paths import os_error_line
+
+        print(f"rlm: error: {os_error_line(e)}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

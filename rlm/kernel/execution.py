@@ -28,11 +28,10 @@ from rlm.kernel.runtime import KernelRuntime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
-from rlm.secrets import scrub_tree
+from rlm.secrets import scrub_session
 
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
-SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
 LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
 
 _EXT = {
@@ -294,8 +293,9 @@ class CellCollector:
     def finish(self) -> tuple[str, str | None, int, int]:
         """(shaped text, full output path or None, total chars, elided chars)."""
         self._spool.close()
-        # the spool, artifacts, snapshot data the kernel just wrote: no secret stays on disk
-        scrub_tree(self.session_dir, since_ns=self._started_ns - SCRUB_SLACK_NS)
+        # the spool, artifacts, snapshot data the kernel wrote since the last scrub (a
+        # thread may write between cells): no secret stays on disk
+        scrub_session(self.session_dir, self._started_ns)
         full = self._spool.rel_path if self._shaped.elided else None
         for index, acc in self._stream_text.items():
             out = self.outputs[index]

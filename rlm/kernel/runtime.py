@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,7 +28,7 @@ from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
-from rlm.secrets import scrub_tree
+from rlm.secrets import scrub_session
 
 # Model-provider credentials never enter the kernel. Data-access credentials do, on
 # purpose: the kernel is the user's data environment (pd.read_csv("s3://..."), SQL), so
@@ -53,7 +55,42 @@ def kernel_argv(config: Config) -> list[str]:
     if config.memory_cap_bytes:
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
         argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
+    if sandboxed(config):
+        argv = [*SANDBOX_ARGV, *argv]
     return argv
+
+
+# `--sandbox`: unshare(2) then exec (no fork: the pid stays the kernel's, so interrupts
+# and liveness work as usual). In a new network namespace the kernel has no network, not
+# even loopback (the bridge and the ipc channels are unix sockets, so llm_query works);
+# in a new user namespace it holds no capability over the host's processes, so even a
+# root kernel cannot read the host's /proc/<pid>/environ or mem. Costs: no network for
+# data reads from the kernel, and output printed by a fork()ed child process is lost
+# (ipykernel's fork pipe is a loopback TCP socket).
+SANDBOX_ARGV = ("unshare", "--user", "--map-current-user", "--net", "--")
+_sandbox_ok: list[str | None] = []  # cached probe: [None] works, [reason] does not
+
+
+def sandboxed(config: Config) -> bool:
+    return bool(getattr(config, "sandbox", False)) or os.environ.get("RLM_SANDBOX") == "1"
+
+
+def check_sandbox() -> None:
+    """Raise a one-line KernelError when this machine cannot give the kernel its own
+    user and network namespace."""
+    if not _sandbox_ok:
+        try:
+            proc = subprocess.run([*SANDBOX_ARGV, "true"], capture_output=True, text=True,
+                                  timeout=10)
+            _sandbox_ok.append(None if proc.returncode == 0 else
+                               (proc.stderr.strip().splitlines() or ["failed"])[-1])
+        except (OSError, subprocess.SubprocessError) as e:
+            _sandbox_ok.append(str(e))
+    if _sandbox_ok[0] is not None:
+        raise KernelError(
+            f"--sandbox is not available here ({_sandbox_ok[0]}): it needs util-linux "
+            "`unshare` and unprivileged user namespaces; run without --sandbox"
+        )
 
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
@@ -95,18 +132,51 @@ def died_cause(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
-class KernelRuntime:
-    """A started kernel process with its sockets and IOPub listener."""
+# sun_path is 108 bytes with the NUL; jupyter_client appends "-<port>" (port: 1..~10)
+AF_UNIX_PATH_MAX = 107
 
-    def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher):
+
+def ipc_prefix(runtime_dir: Path, name: str) -> tuple[Path, Path | None]:
+    """Where the kernel's unix sockets go: `<runtime_dir>/<name>-<N>` when that fits in
+    an AF_UNIX path, else a fresh private (0700, random name) directory under
+    $XDG_RUNTIME_DIR or the temp dir. Returns (prefix, the fallback dir to remove or None)."""
+    prefix = runtime_dir / name
+    if len(os.fsencode(prefix)) + 4 <= AF_UNIX_PATH_MAX:
+        return prefix, None
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    base = base if base and os.path.isdir(base) and os.access(base, os.W_OK) else None
+    short = Path(tempfile.mkdtemp(prefix="rlm-", dir=base))  # 0700, unguessable name
+    return short / "k", short
+
+
+class KernelRuntime:
+    """A started kernel process with its sockets and IOPub listener.
+
+    Local kernels talk over unix sockets (`transport="ipc"`) in the session's private
+    runtime directory (0700; kernel_ext makes the socket files 0600): no other user and no
+    process outside this user's file permissions can subscribe to IOPub, as they could to
+    a loopback TCP port (the HMAC key signs messages, it does not hide them). `transport=
+    "tcp"` is for a kernel on another machine."""
+
+    def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
+                 transport: str = "ipc"):
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
-        scrub_tree(session_dir)  # whatever an earlier host died before scrubbing
+        scrub_session(session_dir)  # whatever an earlier host died before scrubbing
+        if sandboxed(config):
+            check_sandbox()
         spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+        name = f"kernel-{uuid.uuid4().hex[:12]}"
+        self._ipc_dir: Path | None = None
+        extra: dict[str, Any] = {}
+        if transport == "ipc":
+            prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}")  # short: sun_path
+            extra = {"transport": "ipc", "ip": str(prefix)}
         self.km = KernelManager(
             kernel_name="rlm",
             kernel_spec_manager=_SpecManager(spec),
-            connection_file=str(runtime_dir / f"kernel-{uuid.uuid4().hex[:12]}.json"),
+            connection_file=str(runtime_dir / f"{name}.json"),
+            **extra,
         )
         self.km.shutdown_wait_time = 2.0
         self._log_path = runtime_dir / "kernel.log"
@@ -174,9 +244,11 @@ class KernelRuntime:
         for sock in (self.shell, self.iopub, self.control):
             sock.close(linger=0)
         try:
-            self.km.cleanup_resources()
+            self.km.cleanup_resources()  # removes the ipc socket files too
         except Exception:
             pass
+        if self._ipc_dir is not None:
+            shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _forget_pid_file(self) -> None:
         try:

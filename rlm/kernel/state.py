@@ -15,6 +15,7 @@ from typing import Any
 
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
+from rlm.errors import SessionError
 
 LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
 
@@ -58,11 +59,21 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
     path = session_dir / "snapshot" / MANIFEST_NAME
     if not path.is_file():
         return None
-    manifest = json.loads(path.read_text())
-    groups = manifest.get("groups") or {}
-    entries = manifest.get("names") or manifest.get("entries") or {}
+    try:
+        manifest = json.loads(path.read_text())
+        groups = manifest.get("groups") or {}
+        entries = manifest.get("names") or manifest.get("entries") or {}
+        if not isinstance(entries, dict) or not isinstance(groups, dict):
+            raise ValueError("its entries are not an object")
+    except (OSError, ValueError, AttributeError) as exc:
+        raise SessionError(
+            f"{path}: unreadable snapshot manifest ({str(exc).splitlines()[0][:120]}); "
+            "`rlm resume` the session to see what restores, or move the file aside"
+        ) from None
     names = []
     for name, e in sorted(entries.items()):
+        if not isinstance(e, dict):
+            e = {"kind": "skipped", "reason": "malformed manifest entry"}
         restorable = e.get("kind") != "skipped"
         row = {"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
                "restorable": restorable, "reason": e.get("reason"), "summary": e.get("summary")}

@@ -449,6 +449,10 @@ def _load_factory(spec: str) -> RunnerFactory:
 def main(argv: list[str] | None = None, runner_factory: RunnerFactory | None = None) -> int:
     """`python -m rlm.longrun.worker SESSION --runner module:factory` (tests, custom runners);
     `rlm worker SESSION` calls this with the composition root's factory."""
+    if argv is None:  # a process of its own (start_detached): keys out of its environ block
+        from rlm.secrets import protect_process_secrets
+
+        protect_process_secrets()
     p = argparse.ArgumentParser(prog="python -m rlm.longrun.worker")
     p.add_argument("session_id")
     p.add_argument("--runner", help="module:factory, factory(session_id, config) -> runner")

@@ -99,6 +99,20 @@ def _check_target(out: Path, force: bool) -> None:
         raise ExportError(f"the directory {parent} does not exist; create it first or choose another -o")
 
 
+def _publish_new(tmp: Path, out: Path, data: bytes) -> None:
+    """Make `out` hold `data` only if `out` does not exist (FileExistsError otherwise)."""
+    try:
+        os.link(tmp, out)  # atomic and never clobbers
+    except (FileExistsError, FileNotFoundError):
+        raise
+    except OSError:  # no hard links on this file system (FAT, some FUSE): exclusive create
+        fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+
+
 def _write_notebook(out: Path, data: bytes, force: bool) -> None:
     """Temp file beside the target, then rename (force) or hard link (never clobbers)."""
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
@@ -114,7 +128,7 @@ def _write_notebook(out: Path, data: bytes, force: bool) -> None:
                     raise ExportError(f"{out} exists and is not a regular file; choose another -o path")
             os.replace(tmp, out)
         else:
-            os.link(tmp, out)  # fails if something appeared there meanwhile
+            _publish_new(tmp, out, data)
         fsync_dir(out.parent)
     except FileExistsError:
         raise ExportError(f"{out} already exists; pass --force to overwrite it") from None

@@ -152,7 +152,11 @@ class SessionStore:
             raise SessionError(f"{path} already exists; open it with SessionStore.open") from e
         store = cls(header, path)
         store._fd = fd
-        store._write(_dumps(header))
+        line = _dumps(header)
+        if store._secrets:  # a task may quote a key: the header is redacted like entries
+            line = redact_text(line.decode(), store._secrets, patterns=False).encode()
+            store.header = entry_from_dict(json.loads(line))  # type: ignore[assignment]
+        store._write(line)
         fsync_dir(folder)
         return store
 
@@ -304,11 +308,20 @@ class SessionStore:
         if self._fd is None:
             assert self.path is not None
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        size = os.fstat(self._fd).st_size
         view = memoryview(line)
-        while view:
-            n = os.write(self._fd, view)
-            view = view[n:]
-        os.fsync(self._fd)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fsync(self._fd)
+        except OSError as e:  # ENOSPC, EIO, quota: take back the partial line, say it in one line
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise SessionError(
+                f"cannot append to {self.path}: {e.strerror or e}; nothing was recorded "
+                "(free some space or fix the file system, then resume)"
+            ) from e
 
     # -- reading the tree ---------------------------------------------------------------
 
