@@ -368,7 +368,7 @@ class Snapshotter:
                 failures[name] = f"restored but could not relink globals: {error_reason(exc)}"
             self.ids[name] = id(ns[name])
         rep["restored"] = sorted(restored)
-        rep["summaries"] = {k: summary(ns[k]) for k in rep["restored"]}
+        rep["summaries"] = {k: entries[k].get("summary") or summary(ns[k]) for k in rep["restored"]}
         rep["failed"] = [{"name": k, "reason": v} for k, v in sorted(failures.items())]
 
     @staticmethod
