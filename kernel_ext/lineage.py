@@ -29,6 +29,7 @@ import ast
 import builtins
 import json
 import os
+import re
 from typing import Any
 
 _MUTATORS = frozenset({
@@ -69,6 +70,7 @@ _BUILTINS = frozenset(dir(builtins))
 _CONSUMERS = frozenset({"next", "list", "tuple", "set", "sum", "sorted", "any", "all", "max",
                         "min", "dict", "enumerate", "zip"})
 RECORDS_NAME = "cells.jsonl"
+_SQL_WRITE = re.compile(r"\s*(create|insert|update|delete|drop|alter|replace|attach|vacuum)\b", re.I)
 
 
 def append_record(path: str, code: str, transformed: str) -> None:
@@ -125,6 +127,27 @@ def _target_root(node: ast.expr) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+_FUNCTIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
+
+
+def _walk_cell(tree: ast.AST) -> Any:
+    """ast.walk without function and lambda bodies: they run when called, not when the
+    cell runs (their decorators, defaults and the bound name are still seen)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, _FUNCTIONS):
+            args = node.args
+            todo += [*args.defaults, *(d for d in args.kw_defaults if d is not None)]
+            if not isinstance(node, ast.Lambda):
+                todo += node.decorator_list
+                if node.returns is not None:
+                    todo.append(node.returns)
+            continue
+        todo.extend(ast.iter_child_nodes(node))
+
+
 def cell_record(code: str) -> dict[str, Any]:
     """{"reads", "binds", "mutates", "iterates", "effects"} of one (IPython-transformed) cell."""
     try:
@@ -136,7 +159,7 @@ def cell_record(code: str) -> dict[str, Any]:
     mutates: set[str] = set()
     iterates: set[str] = set()  # a mutation only if the value is an iterator
     effects: list[str] = []
-    for node in ast.walk(tree):
+    for node in _walk_cell(tree):
         if isinstance(node, ast.Name):
             (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -164,6 +187,10 @@ def cell_record(code: str) -> dict[str, Any]:
                 effects.append(f"{attr}() {_EFFECT_METHODS[attr]}")
             elif root in _EFFECT_MODULE_CALLS and attr in _EFFECT_MODULE_CALLS[root]:
                 effects.append(f"{root}.{attr}() {_EFFECT_MODULE_CALLS[root][attr]}")
+            elif attr in ("execute", "executemany", "executescript") and node.args and \
+                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) and \
+                    _SQL_WRITE.match(node.args[0].value):
+                effects.append(f"{attr}() writes to a database")
             elif root in _EFFECT_MODULES:
                 effects.append(f"{root}.{attr}() {_EFFECT_MODULES[root]}")
             if root and attr in _MUTATORS and root != attr:

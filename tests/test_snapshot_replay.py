@@ -40,6 +40,13 @@ def test_cell_record_reads_binds_mutations_and_effects():
                             "to_csv() writes a file"]
     assert cell_record("s = t.replace('a', 'b')\nc = df.copy()\nxs.remove(3)")["effects"] == []
     assert cell_record("log = open('x.log', 'a')")["effects"] == ["opens a file for writing (mode 'a')"]
+    assert cell_record("c.execute('CREATE TABLE t (v)')")["effects"] == ["execute() writes to a database"]
+    assert cell_record("c.execute('select 1')")["effects"] == []
+
+
+def test_function_bodies_are_not_read_when_the_cell_runs():
+    r = cell_record("def f(v, k=K):\n    return v * g + helper(v)\nh = lambda z: z + w")
+    assert r["reads"] == ["K"] and r["binds"] == ["f", "h"]
 
 
 def test_plan_takes_definitions_mutations_and_inputs_in_order():

@@ -33,6 +33,9 @@ def restore_lines(report: RestoreReport) -> list[str]:
         lines = [
             "Restored from the last snapshot: " + (_names(report.restored) if report.restored else "nothing") + "."
         ]
+    if report.rebuilt:
+        lines.append("Rebuilt by re-running recorded cells (they could not be snapshotted): " + ", ".join(
+            f"{k} (cells {', '.join(map(str, v))})" for k, v in sorted(report.rebuilt.items())) + ".")
     lost = _lost(report)
     if lost:
         lines.append("Not restored: " + _names(lost) + ".")

@@ -36,13 +36,14 @@ class RestoreReport:
     skipped: list[dict[str, str]] = field(default_factory=list)  # {name, reason}
     snapshot_found: bool = False
     summaries: dict[str, str] = field(default_factory=dict)  # name -> kernel_ext.describe.summary
+    rebuilt: dict[str, list[int]] = field(default_factory=dict)  # name -> replayed cells (lineage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RestoreReport:
-        keys = ("restored", "failed", "skipped", "snapshot_found", "summaries")
+        keys = ("restored", "failed", "skipped", "snapshot_found", "summaries", "rebuilt")
         return cls(**{k: d[k] for k in keys if k in d})
 
 
