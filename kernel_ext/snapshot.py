@@ -34,6 +34,7 @@ import sys
 import time
 from typing import Any
 
+from kernel_ext import lineage
 from kernel_ext import snapshot_store as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
@@ -117,6 +118,11 @@ class Snapshotter:
             return
         if not getattr(result, "success", False):
             return  # touched names stay pending for the next successful cell
+        if raw.strip():
+            try:
+                lineage.append_record(self.path, raw, self.ip.transform_cell(raw))
+            except Exception as exc:  # noqa: BLE001 - never break the user's cell
+                print(f"[rlm] could not record the cell for replay: {error_reason(exc)}", file=sys.stderr)
         try:
             self.snapshot()
             self.last_error = None
@@ -368,7 +374,7 @@ class Snapshotter:
                 failures[name] = f"restored but could not relink globals: {error_reason(exc)}"
             self.ids[name] = id(ns[name])
         rep["restored"] = sorted(restored)
-        rep["summaries"] = {k: summary(ns[k]) for k in rep["restored"]}
+        rep["summaries"] = {k: entries[k].get("summary") or summary(ns[k]) for k in rep["restored"]}
         rep["failed"] = [{"name": k, "reason": v} for k, v in sorted(failures.items())]
 
     @staticmethod
@@ -387,6 +393,20 @@ class Snapshotter:
             raise ValueError(f"group {unit!r} does not hold {len(g['members'])} values")
         by_member = dict(zip(g["members"], value, strict=True))
         return {k: by_member[k] for k in names}
+
+    # ---- rebuild by replay ------------------------------------------------------------
+    def rebuild(self) -> dict[str, Any]:
+        """Re-run recorded cells for the names the restore could not bring back (see
+        kernel_ext.lineage). Call after `restore`, under the normal cell timeout."""
+        rep = self.restore()
+        if not self.path:
+            return {"rebuilt": {}, "lost": {}}
+        lost = [d["name"] for d in rep["failed"] + rep["skipped"]
+                if d["name"] != MANIFEST_NAME and d["name"] not in self.ip.user_ns]
+        out = lineage.replay(self.ip, lost, lineage.read_records(self.path))
+        for name in out["rebuilt"]:
+            self.pending.add(name)  # the next snapshot looks at them (most stay unpicklable)
+        return out
 
     # ---- listing ---------------------------------------------------------------------
     def namespace(self) -> dict[str, Any]:
@@ -457,6 +477,11 @@ def snapshot_now(ip: Any = None, full: bool = False) -> str:
 
 def restore_report_json(ip: Any = None) -> str:
     return json.dumps(_get(ip).restore())
+
+
+def rebuild_json(ip: Any = None) -> str:
+    """{"rebuilt": {name: [cell numbers]}, "lost": {name: reason}}: see Snapshotter.rebuild."""
+    return json.dumps(_get(ip).rebuild())
 
 
 def namespace_json(ip: Any = None) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import io
 import pickle
 import threading
 import types
@@ -167,11 +168,38 @@ def _view_reduce(obj: Any, roots: frozenset[int]) -> Any:
 _RLOCK = type(threading.RLock())
 
 
+def _reopen(name: str, mode: str, encoding: str | None, position: int | None) -> Any:
+    """Unpickle helper: a file reopened in `mode`, at `position` (None: where it opens)."""
+    f = open(name, mode, encoding=encoding) if "b" not in mode else open(name, mode)  # noqa: SIM115
+    if position is not None:
+        f.seek(position)
+    return f
+
+
+def _file_reduce(obj: Any) -> Any:
+    """Files come back safely: one open for reading is reopened at its position (dill's
+    reopens at 0); one open for writing is reopened for APPENDING (dill's reopens it with
+    its mode, and "w" truncates the file on restore); a closed one is not stored."""
+    if not isinstance(obj, (io.TextIOWrapper, io.BufferedReader, io.BufferedWriter, io.BufferedRandom)):
+        return NotImplemented
+    mode, name = getattr(obj, "mode", ""), getattr(obj, "name", None)
+    if not isinstance(name, str):
+        return NotImplemented
+    if obj.closed:
+        raise TypeError(f"closed file {name!r} is not stored")
+    enc = obj.encoding if isinstance(obj, io.TextIOWrapper) else None
+    if mode in ("r", "rb", "rt"):
+        return _reopen, (name, mode, enc, obj.tell())
+    return _reopen, (name, "ab" if "b" in mode else "a", enc, None)
+
+
 def _override(obj: Any, roots: frozenset[int]) -> Any:
     if type(obj) is _RLOCK:  # the threads that held it are gone: a fresh, free RLock
         return threading.RLock, ()  # (dill's own comes back unlocked yet unacquirable)
     rv = _view_reduce(obj, roots)
-    return _lru_reduce(obj) if rv is NotImplemented else rv
+    if rv is NotImplemented:
+        rv = _lru_reduce(obj)
+    return _file_reduce(obj) if rv is NotImplemented else rv
 
 
 class _GroupPickler(pickle.Pickler):

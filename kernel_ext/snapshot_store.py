@@ -32,6 +32,7 @@ manifest swap. It is read at every snapshot, so a cell may set it.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import re
 import sys
@@ -258,16 +259,17 @@ class EntryReader:
                 raise ValueError(f"{fname} is truncated")
             view = memoryview(bytearray(view))  # writable: restored arrays must be too
         else:
-            buf = bytearray(length)
-            view = memoryview(buf)
-            with open(full, "rb", buffering=0) as f:
-                f.seek(offset)
-                got = 0
-                while got < length:
-                    n = f.readinto(view[got:])
-                    if not n:
-                        raise ValueError(f"{fname} is truncated")
-                    got += n
+            # a private copy-on-write map: writable, pages read when first touched, no
+            # zero-filled buffer to allocate first. Safe because data files are never
+            # modified or truncated after the manifest names them (only unlinked).
+            with open(full, "rb") as f:
+                if os.fstat(f.fileno()).st_size < offset + length:
+                    raise ValueError(f"{fname} is truncated")
+                if length == 0:
+                    return [memoryview(bytearray(0)) for _ in entry["parts"]]
+                mm = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE,
+                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            view = memoryview(mm)[offset : offset + length]
         return [view[o : o + n] for o, n in entry["parts"]]
 
     def read_copy(self, entry: dict[str, Any]) -> list[bytes]:

@@ -73,3 +73,29 @@ def test_rlm_state_from_snapshot_has_summaries(shell, tmp_path):
     names = {n["name"]: n for n in snapshot_names(tmp_path / "session")}
     assert names["rows"]["summary"] == "list of 10 int" and names["rows"]["shares"] == ["view"]
     assert names["view"]["summary"] == "dict of 1: str -> list; keys 'r'"
+
+
+def test_host_notices_print_the_kernel_summaries_within_budget():
+    from rlm.agent.notices import restore_lines
+    from rlm.compaction.core import format_ipython_state
+    from rlm.kernel.types import RestoreReport
+
+    frame = "DataFrame 1,000,000 rows x 3 cols: id int64, amount float64, region category"
+    names = [{"name": f"v{i}", "type": "list", "bytes": 100, "restorable": True, "reason": None,
+              "summary": "list of 3 int", "last_used": i} for i in range(400)]
+    names.append({"name": "sales", "type": "DataFrame", "bytes": 24_000_000, "restorable": True,
+                  "reason": None, "summary": frame, "last_used": 1})
+    lines = format_ipython_state(names, []).splitlines()
+    assert lines[2] == "Defined names (401):"
+    assert lines[3] == f"- sales: {frame}, 22.9 MB"
+    assert lines[4] == "- v399: list of 3 int, 100 B"  # then the most recently used
+    shown = sum(line.startswith("- v") for line in lines)
+    assert 10 < shown < 400
+    assert f"- ... and {400 - shown} more names (print(dir()) to see all)" in lines
+
+    rep = RestoreReport(restored=["sales", "v1"], snapshot_found=True,
+                        summaries={"sales": frame, "v1": "list of 3 int"})
+    assert restore_lines(rep)[:3] == [
+        "Restored from the last snapshot (2 names; names that shared objects still do):",
+        f"- sales: {frame}", "- v1: list of 3 int"]
+    assert RestoreReport.from_dict(rep.to_dict()) == rep

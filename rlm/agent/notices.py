@@ -6,6 +6,7 @@ names it does not know about.
 
 from __future__ import annotations
 
+from kernel_ext.describe import listing_lines
 from rlm.kernel.types import CellResult, RestoreReport
 
 MAX_NAMES = 200
@@ -24,9 +25,17 @@ def _lost(report: RestoreReport) -> list[str]:
 def restore_lines(report: RestoreReport) -> list[str]:
     if not report.snapshot_found:
         return ["No snapshot existed: the kernel starts empty; nothing was restored."]
-    lines = [
-        "Restored from the last snapshot: " + (_names(report.restored) if report.restored else "nothing") + "."
-    ]
+    if report.summaries and report.restored:  # one line per name: what it is, to reuse it
+        rows = [{"name": k, "summary": report.summaries.get(k)} for k in report.restored]
+        lines = [f"Restored from the last snapshot ({len(rows)} names; names that shared objects"
+                 " still do):"] + listing_lines(rows, budget_tokens=800)
+    else:
+        lines = [
+            "Restored from the last snapshot: " + (_names(report.restored) if report.restored else "nothing") + "."
+        ]
+    if report.rebuilt:
+        lines.append("Rebuilt by re-running recorded cells (they could not be snapshotted): " + ", ".join(
+            f"{k} (cells {', '.join(map(str, v))})" for k, v in sorted(report.rebuilt.items())) + ".")
     lost = _lost(report)
     if lost:
         lines.append("Not restored: " + _names(lost) + ".")

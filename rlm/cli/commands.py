@@ -202,7 +202,7 @@ def cmd_state(args: argparse.Namespace) -> int:
     print(f"source: {state['source']} ({state.get('detail', '')})")
     for n in state["names"]:
         mark = "" if n.get("restorable", True) else f"  [not restorable: {n.get('reason')}]"
-        print(f"  {n['name']:<24} {n.get('type', ''):<28} {n.get('bytes') or 0:>12,} B{mark}")
+        print(f"  {n['name']:<24} {n.get('bytes') or 0:>12,} B  {n.get('summary') or n.get('type', '')}{mark}")
     if not state["names"]:
         print("  (no names)")
     return 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kernel_ext.describe import listing_lines
 from rlm.compaction.plan import (
     CompactionSettings,
     Preparation,
@@ -158,9 +159,7 @@ def format_ipython_state(names: list[dict[str, Any]], removed: list[str]) -> str
     ]
     if names:
         lines.append(f"Defined names ({len(names)}):")
-        lines += [_line(n) for n in names[:MAX_LISTED_NAMES]]
-        if len(names) > MAX_LISTED_NAMES:
-            lines.append(f"- ... and {len(names) - MAX_LISTED_NAMES} more (run %who to see all)")
+        lines += listing_lines(names)  # kernel_ext.describe: summaries, order, token budget
     else:
         lines.append("No user-defined names.")
     fragile = [n for n in names if n.get("restorable") is False]

@@ -28,6 +28,7 @@ from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.runtime import KernelRuntime, died_cause
+from rlm.kernel.state import REBUILD_EXPR, merge_rebuild, needs_rebuild
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -240,7 +241,16 @@ class Kernel:
         timeout = self.restore_timeout()
         try:
             text = self._expression(f"{_SNAPSHOT}.restore_report_json()", timeout)
-            return RestoreReport.from_dict(json.loads(text))
+            report = RestoreReport.from_dict(json.loads(text))
+            if needs_rebuild(report):  # replay recorded cells for what was not snapshotted
+                try:
+                    merge_rebuild(report, json.loads(self._expression(REBUILD_EXPR, self.config.cell_timeout)))
+                except KernelBusy:
+                    self.interrupt()
+                    merge_rebuild(report, None, f"replay did not end within {self.config.cell_timeout} s")
+                except (RuntimeError, ValueError) as e:
+                    merge_rebuild(report, None, f"replay failed: {e}")
+            return report
         except KernelDied as e:
             tail = self._rt.log_tail() if self._rt is not None else ""
             raise KernelError(

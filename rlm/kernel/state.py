@@ -86,6 +86,32 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
     return order_names(names)
 
 
+REBUILD_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).rebuild_json()"
+
+
+def needs_rebuild(report: Any) -> bool:
+    """A RestoreReport with names the snapshot could not bring back (replay may)."""
+    return any(d.get("name") not in ("*", MANIFEST_NAME) for d in report.failed + report.skipped)
+
+
+def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None = None) -> None:
+    """Fold kernel_ext's rebuild answer ({"rebuilt": {name: [cells]}, "lost": {name: why}})
+    into a RestoreReport: rebuilt names leave failed/skipped; the reason a replay could not
+    help is appended to each lost name's reason (or `error` when the replay itself failed)."""
+    rebuilt = dict((rebuild or {}).get("rebuilt") or {})
+    why = dict((rebuild or {}).get("lost") or {})
+    report.rebuilt = rebuilt
+    for bucket in (report.failed, report.skipped):
+        keep = []
+        for d in bucket:
+            name = d.get("name")
+            if name in rebuilt:
+                continue
+            extra = why.get(name) or (error if name not in ("*", MANIFEST_NAME) else None)
+            keep.append({**d, "reason": f"{d.get('reason')}; not rebuilt: {extra}"} if extra else d)
+        bucket[:] = keep
+
+
 def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
     conn = _live_kernel(session_dir / "runtime")
     why = "no kernel is running for this session"

@@ -35,13 +35,16 @@ class RestoreReport:
     failed: list[dict[str, str]] = field(default_factory=list)  # {name, reason}
     skipped: list[dict[str, str]] = field(default_factory=list)  # {name, reason}
     snapshot_found: bool = False
+    summaries: dict[str, str] = field(default_factory=dict)  # name -> kernel_ext.describe.summary
+    rebuilt: dict[str, list[int]] = field(default_factory=dict)  # name -> replayed cells (lineage)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RestoreReport:
-        return cls(**{k: d[k] for k in ("restored", "failed", "skipped", "snapshot_found") if k in d})
+        keys = ("restored", "failed", "skipped", "snapshot_found", "summaries", "rebuilt")
+        return cls(**{k: d[k] for k in keys if k in d})
 
 
 @dataclass
