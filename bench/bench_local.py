@@ -72,7 +72,7 @@ def throughput(home: Path | None, prompt_tokens: int, gen_tokens: int) -> None:
 
 def demo_time(home: Path | None) -> None:
     from rlm.agent import run_task
-    from rlm.demo import DEMO_FILE, DEMO_TASK, demo_answer, make_sales_dataset
+    from rlm.demo import DEMO_FILE, DEMO_TASK, file_answer, make_sales_dataset
 
     with tempfile.TemporaryDirectory() as d:
         path = make_sales_dataset(Path(d) / DEMO_FILE)
@@ -80,7 +80,7 @@ def demo_time(home: Path | None) -> None:
         t0 = time.perf_counter()
         res = run_task(DEMO_TASK, model="local", config=cfg, context_files=[path])
         took = time.perf_counter() - t0
-        truth = demo_answer(path)
+        truth = file_answer(path)
         print(f"demo task: {took:.1f} s, {res.turns} turns, {len(res.cells)} cells")
         print(f"  answer: {res.final!r}")
         print(f"  truth:  {truth.leader} leads {truth.runner_up} by {truth.lead:.2f}")

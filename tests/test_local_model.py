@@ -152,10 +152,10 @@ def test_e2e_mean_of_column(cfg, tmp_path):
 
 
 def test_e2e_region_with_largest_total(cfg, tmp_path):
-    from rlm.demo import demo_answer, make_sales_dataset
+    from rlm.demo import file_answer, make_sales_dataset
 
     path = make_sales_dataset(tmp_path / "sales.csv", rows=600)
-    want = demo_answer(path)
+    want = file_answer(path)
     res = _run("Which region has the largest total revenue in the DataFrame `sales`?",
                cfg, [path])
     assert want.leader.lower() in res.final.lower(), res.final

@@ -113,20 +113,20 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rlm.agent.session_run import new_session_agent
-    from rlm.demo import DEMO_TASK, make_sales_dataset
+    from rlm.demo import DEMO_TASK, demo_setup, make_demo_data, notebook_path
 
     cfg = load_config(model=args.model or None, max_turns=args.max_turns)
     if not cfg.model:
         cfg = replace(cfg, model="local")
     agent, session = new_session_agent(DEMO_TASK, cfg)
-    data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
+    data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
     render = Renderer(quiet=args.json)
     render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
-    code = _drive(agent, session, DEMO_TASK, args, _inputs(None, [data]))
+    code = _drive(agent, session, DEMO_TASK, args, demo_setup(data))
     try:
         from rlm.notebook.export import export_session
 
-        nb = export_session(session.path)
+        nb = export_session(session.path, notebook_path(session, args.output))
         render.console.print(f"notebook: {nb}")
     except Exception as e:  # noqa: BLE001 - the demo's answer matters more than its export
         render.console.print(f"notebook export failed: {e}", style="yellow", markup=False)
