@@ -111,23 +111,30 @@ def kv_reuse(home: Path | None, sizes: list[int], gen_tokens: int) -> None:
         {"role": "user", "content": "The DataFrame `sales` is loaded. Which region had the "
          "largest total revenue, and by how much did it lead the runner-up?"},
     ]
-    print("turn | prompt tok | new tok (reuse) | reuse s | reset s | ratio | restored")
+    print("turn | prompt tok | new tok (reuse) | ttft reuse s | ttft reset s | ttft ratio | "
+          "turn reuse s | turn reset s | turn ratio | restored", flush=True)
     rows = []
     for k, size in enumerate(sizes, 1):
         if k == len(sizes) // 2 + 1:  # an llm_query sub-call between two turns
             sub = [{"role": "user", "content": FILLER * 12 + "\nName one region."}]
             r = _timed_call(warm, sub, 8)
-            print(f"  (sub-call: {r['prompt_tokens']} tok prompt, {r['total_s']:.2f} s)")
+            print(f"  (sub-call: {r['prompt_tokens']} tok prompt, {r['total_s']:.2f} s, "
+                  f"saved the conversation: {warm.last_call and warm.last_call.saved})", flush=True)
         a = _timed_call(warm, msgs, gen_tokens)
         b = _timed_call(cold, msgs, gen_tokens)
         ratio = a["total_s"] / b["total_s"]
-        rows.append((a["prompt_tokens"], a["evaluated"], a["total_s"], b["total_s"], ratio))
-        print(f"{k:>4} | {a['prompt_tokens']:>10} | {a['evaluated']:>15} | {a['total_s']:7.2f} | "
-              f"{b['total_s']:7.2f} | {ratio:5.2f} | {a['restored']}")
+        rows.append((a["prompt_tokens"], a["evaluated"], a["total_s"], b["total_s"], ratio,
+                     a["ttft_s"], b["ttft_s"]))
+        print(f"{k:>4} | {a['prompt_tokens']:>10} | {a['evaluated']:>15} | {a['ttft_s']:12.2f} | "
+              f"{b['ttft_s']:12.2f} | {a['ttft_s'] / b['ttft_s']:10.2f} | {a['total_s']:12.2f} | "
+              f"{b['total_s']:12.2f} | {ratio:10.2f} | {a['restored']}", flush=True)
         msgs.append({"role": "assistant", "content": a["text"]})
         msgs.append({"role": "user", "content": _cell_output(k, size)})
     t_warm, t_cold = sum(r[2] for r in rows), sum(r[3] for r in rows)
-    print(f"all turns: reuse {t_warm:.1f} s, reset {t_cold:.1f} s, ratio {t_warm / t_cold:.2f}")
+    f_warm, f_cold = sum(r[5] for r in rows), sum(r[6] for r in rows)
+    print(f"all turns: reuse {t_warm:.1f} s, reset {t_cold:.1f} s, ratio {t_warm / t_cold:.2f}; "
+          f"prompt (ttft) reuse {f_warm:.1f} s, reset {f_cold:.1f} s, ratio {f_warm / f_cold:.2f}; "
+          f"load average {os.getloadavg()[0]:.2f}")
     cold.close()
 
 
