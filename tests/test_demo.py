@@ -71,6 +71,7 @@ def test_demo_notebook_goes_where_asked(tmp_path, _isolated_home):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"content": "", "tool_calls": [
         {"name": "python", "arguments": {"code": "final('ok')"}}]}]))
+    (tmp_path / "nb").mkdir()  # like `rlm export -o`, the folder must exist
     out = _demo(tmp_path, "--model", f"script:{script}", "--rows", "20", "-o", "nb/demo.ipynb")
     assert out.returncode == 0, out.stderr
     assert json.loads((tmp_path / "nb" / "demo.ipynb").read_text())["cells"]
