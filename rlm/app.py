@@ -31,11 +31,12 @@ from typing import Any
 
 from rlm.agent.context_files import describe_variables, load_context_files
 from rlm.agent.loop import Agent
+from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import TokenBudget
 from rlm.agent.session_run import RunResult, default_model, move_to_branch, resolve_model
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
-from rlm.compaction.plan import CompactionSettings
+from rlm.compaction.plan import CompactionSettings, effective_settings
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Compacted, Event, Notice, RunEnded, TurnStarted
@@ -48,6 +49,7 @@ from rlm.longrun.worker import Worker, append_event, event_record, send_prompt, 
 from rlm.longrun.worker import start_detached as spawn_worker
 from rlm.paths import private_dir, write_private_atomic
 from rlm.protocols import Executor, SessionLog
+from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry, new_id
 from rlm.session.store import SessionStore, resolve_session_path
 
@@ -285,7 +287,12 @@ def attach_compaction(agent: Agent) -> CompactionController:
         agent.context_window,
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
+        projection=lambda branch: build_messages(
+            list(branch), system_prompt=system_prompt(agent.config,
+                                                      native_tools=agent.llm.native_tools),
+            native_tools=agent.llm.native_tools),
     )
+    ctl.effective()  # settings that cannot fit the model's window are refused at start
     agent.compaction = ctl
     agent.handlers["compact.run"] = lambda p: ctl.request(p.get("instructions"))
     agent.handlers["compact.status"] = lambda p: ctl.status()
@@ -339,12 +346,14 @@ def _attach_longrun(agent: Agent, entry: str, options: RunOptions) -> None:
 
 
 def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntry | None:
-    """`/compact` between turns of a chat: the live kernel is listed, never touched."""
-    ctl = agent.compaction
+    """`/compact` between turns of a chat: the live kernel is listed, never touched; the
+    settings are the ones scaled to the model's window."""
+    if agent.compaction is not None:
+        return agent.compaction.compact("manual", agent.executor, instructions)
     return perform_compaction(
         agent.session,
-        ctl.llm if ctl is not None else agent.compaction_llm(),
-        CompactionSettings.from_config(agent.config),
+        agent.compaction_llm(),
+        effective_settings(agent.config, agent.context_window(), strict=False).settings,
         trigger="manual",
         instructions=instructions,
         kernel=agent.executor,

@@ -203,6 +203,7 @@ def test_worker_never_marks_a_steered_tick_delivered_before_the_agent_takes_it(_
             yield RunEnded("final", 1)
 
     runner = HoldsSteers()
+    SessionStore.create(session_dir=_isolated_home / "sessions" / "s1").close()  # workers serve real sessions
     w = Worker("s1", clock=clock, runner=runner, home=_isolated_home)
     w.start()
     w.scheduler.set_user_heartbeat("every 10m", "beat", delivery="steer")

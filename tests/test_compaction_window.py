@@ -318,7 +318,7 @@ def test_restore_timeout_scales_with_the_snapshot_on_disk(tmp_path):
 
 def test_a_child_that_overflows_says_so(_isolated_home):
     """Before: the child's run ended with no answer and the parent's cell got None."""
-    from rlm.agent import Agent
+    from rlm.app import build_agent
 
     child_llm = ScriptedLLM([{"error": "overflow", "message": "maximum context length exceeded"}])
     config = Config(home=_isolated_home, model="script:main", sub_model="script:child",
@@ -330,7 +330,8 @@ def test_a_child_that_overflows_says_so(_isolated_home):
         {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": "final('done')"}}]},
     ])
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
-    with Agent(session, config, llm=main, llm_factory=lambda spec: child_llm) as agent:
+    with build_agent(session, config, entry="run", llm=main,
+                     llm_factory=lambda spec: child_llm) as agent:
         list(agent.run("delegate"))
     seen = [m["content"] for m in main.calls[1] if m["role"] == "tool"][0]
     assert seen.startswith("ERR ") and "context overflow" in seen and "ended without an answer" in seen

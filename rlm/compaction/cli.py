@@ -4,7 +4,7 @@ in chat, with the live kernel, is `rlm.app.compact_now`."""
 from __future__ import annotations
 
 from rlm.compaction.core import perform_compaction
-from rlm.compaction.plan import CompactionSettings
+from rlm.compaction.plan import effective_settings
 from rlm.config import Config
 from rlm.errors import ConfigError
 from rlm.protocols import SessionLog
@@ -21,10 +21,11 @@ def compact_session(
     spec = config.compaction_model or config.model or session.header.model
     if not spec:
         raise ConfigError("No model to write the summary: pass --model or set RLM_COMPACTION_MODEL")
+    llm = get_llm(spec, config)
     return perform_compaction(
         session,
-        get_llm(spec, config),
-        CompactionSettings.from_config(config),
+        llm,
+        effective_settings(config, config.context_window or llm.context_window()).settings,
         trigger="manual",
         instructions=instructions,
     )

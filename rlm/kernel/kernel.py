@@ -12,7 +12,6 @@ on the dispatcher's pool. `on_output` callbacks run on the caller's thread.
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import threading
@@ -28,7 +27,7 @@ from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.runtime import KernelRuntime, died_cause
-from rlm.kernel.state import REBUILD_EXPR, merge_rebuild, needs_rebuild
+from rlm.kernel.state import REBUILD_EXPR, expression_value, merge_rebuild, needs_rebuild
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -284,23 +283,6 @@ class Kernel:
     def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
         """Force a snapshot now; returns kernel_ext.snapshot's summary."""
         return json.loads(self._expression(f"{_SNAPSHOT}.snapshot_now()", timeout))
-
-
-def expression_value(reply: dict[str, Any], expr: str, key: str = "r") -> str:
-    """The string value of user_expressions[key] in an execute_reply (IPython gives a repr)."""
-    result = reply.get("content", {}).get("user_expressions", {}).get(key)
-    if not isinstance(result, dict):
-        raise RuntimeError(f"no value for {expr}")
-    if result.get("status") != "ok":
-        raise RuntimeError(f"{result.get('ename')}: {result.get('evalue')}")
-    text = result.get("data", {}).get("text/plain", "")
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        value = ast.literal_eval(f"({text})")  # IPython splits long strings over lines
-    if not isinstance(value, str):
-        raise RuntimeError(f"{expr} did not return a string")
-    return value
 
 
 def _status_note(res: CellResult) -> str:

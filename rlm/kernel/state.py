@@ -9,6 +9,7 @@ snapshot with the reason given.
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,6 @@ LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json
 def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | None:
     from jupyter_client import BlockingKernelClient
 
-    from rlm.kernel.kernel import expression_value
 
     kc = BlockingKernelClient(connection_file=str(conn_file))
     kc.load_connection_file()
@@ -124,3 +124,20 @@ def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
     if snap is not None:
         return {"source": "snapshot", "detail": f"{why}; read the last snapshot", "names": snap}
     return {"source": "none", "detail": f"{why}, and no snapshot exists", "names": []}
+
+
+def expression_value(reply: dict[str, Any], expr: str, key: str = "r") -> str:
+    """The string value of user_expressions[key] in an execute_reply (IPython gives a repr)."""
+    result = reply.get("content", {}).get("user_expressions", {}).get(key)
+    if not isinstance(result, dict):
+        raise RuntimeError(f"no value for {expr}")
+    if result.get("status") != "ok":
+        raise RuntimeError(f"{result.get('ename')}: {result.get('evalue')}")
+    text = result.get("data", {}).get("text/plain", "")
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = ast.literal_eval(f"({text})")  # IPython splits long strings over lines
+    if not isinstance(value, str):
+        raise RuntimeError(f"{expr} did not return a string")
+    return value
