@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.app import agent_runner
 from rlm.config import Config
 from rlm.longrun.worker import Worker, send_prompt
 from rlm.secrets import scrub_file
@@ -55,7 +56,8 @@ def test_no_byte_under_home_holds_the_key_after_a_worker_run(_isolated_home, tmp
                     output_budget_chars=1000)
     session = SessionStore.create(_isolated_home, model=config.model, task="t")
     session.close()
-    worker = Worker(session.id, config, home=_isolated_home, poll_s=0.05)
+    worker = Worker(session.id, config, home=_isolated_home, poll_s=0.05,
+                    runner=agent_runner(session.id, config))  # the real agent, as `rlm worker`
     worker.start()
     try:
         send_prompt(session.id, "print the key", _isolated_home)
