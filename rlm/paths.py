@@ -1,6 +1,13 @@
 """Where things live on disk, and the rule that they are private to the user.
 
-Layout under RLM_HOME (default ./.rlm):
+Two homes, both from platformdirs unless overridden:
+
+- RLM_HOME (default `user_data_dir("rlm")`, e.g. ~/.local/share/rlm): sessions, config.toml.
+- the model cache (RLM_MODEL_CACHE, default `user_cache_dir("rlm")/models`, e.g.
+  ~/.cache/rlm/models): the joined offline model, shared by every RLM_HOME and working
+  directory (rlm.llm.modelfile), so it exists once per user, not once per folder.
+
+Layout under RLM_HOME:
 
     sessions/<id>/session.jsonl     append-only log (rlm.session.store)
     sessions/<id>/snapshot/         per-variable kernel snapshot (kernel_ext.snapshot)
@@ -8,7 +15,7 @@ Layout under RLM_HOME (default ./.rlm):
     sessions/<id>/runtime/          kernel connection file
     sessions/<id>/children/<id>/    child sessions of rlm_query
     sessions/<id>/scheduled-jobs.json
-    models/                         the joined offline model file
+    models/                         (before issue 14) the joined model; found and moved
 """
 
 from __future__ import annotations
@@ -18,14 +25,33 @@ import os
 import re
 from pathlib import Path
 
+import platformdirs
+
 from rlm.errors import SessionError
 
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
 
 
+APP_NAME = "rlm"
+LEGACY_HOME = ".rlm"  # the default RLM_HOME before issue 14 (relative to the working dir)
+
+
 def rlm_home() -> Path:
-    return Path(os.environ.get("RLM_HOME") or ".rlm").absolute()
+    """$RLM_HOME, else the user's data directory (one session list per user)."""
+    env = os.environ.get("RLM_HOME")
+    if env:
+        return Path(env).expanduser().absolute()
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+def model_cache() -> Path:
+    """Where the joined offline model lives: $RLM_MODEL_CACHE, else the user's cache
+    directory. Creates nothing."""
+    env = os.environ.get("RLM_MODEL_CACHE")
+    if env:
+        return Path(env).expanduser().absolute()
+    return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False)) / "models"
 
 
 def private_dir(path: Path) -> Path:

@@ -1,8 +1,12 @@
-"""Shared fixtures. Every test gets its own RLM_HOME and no provider keys."""
+"""Shared fixtures. Every test gets its own RLM_HOME, model cache and user (XDG)
+directories, and no provider keys: no test touches the real ~/.local/share/rlm or
+~/.cache/rlm. Tests that need the real offline model take `local_model`: one cache for
+the whole test session, so the 1.1 GB model is joined once per run, not once per test."""
 
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -13,9 +17,34 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 def _isolated_home(tmp_path, monkeypatch):
     home = tmp_path / "rlm-home"
     monkeypatch.setenv("RLM_HOME", str(home))
+    monkeypatch.setenv("RLM_MODEL_CACHE", str(tmp_path / "model-cache"))
+    for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
+        monkeypatch.setenv(var, str(tmp_path / "xdg" / var.lower()))
     monkeypatch.delenv("RLM_CONFIG", raising=False)
     monkeypatch.delenv("RLM_MODEL", raising=False)
     for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.chdir(tmp_path)
     yield home
+
+
+@pytest.fixture(scope="session")
+def joined_model_cache(tmp_path_factory):
+    """A model cache holding the joined, verified offline model, shared by the whole test
+    session (removed after: 1.1 GB)."""
+    from rlm.llm.modelfile import ensure_model
+
+    cache = tmp_path_factory.mktemp("model-cache")
+    ensure_model(cache=cache)
+    yield cache
+    shutil.rmtree(cache, ignore_errors=True)
+
+
+@pytest.fixture
+def local_model(joined_model_cache, monkeypatch):
+    """Point RLM_MODEL_CACHE (this process and the subprocesses it starts) at the shared
+    cache; returns the model file."""
+    from rlm.llm.modelfile import MODEL_FILENAME
+
+    monkeypatch.setenv("RLM_MODEL_CACHE", str(joined_model_cache))
+    return joined_model_cache / MODEL_FILENAME

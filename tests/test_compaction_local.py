@@ -12,7 +12,6 @@ CPU; one run of a few minutes on 2 cores.
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 
@@ -38,14 +37,10 @@ TASK = (
 )
 
 
-@pytest.fixture(scope="module")
-def model_home(tmp_path_factory):
-    from rlm.llm.modelfile import ensure_model
-
-    home = tmp_path_factory.mktemp("window-model-home")
-    ensure_model(home)
-    yield home
-    shutil.rmtree(home / "models", ignore_errors=True)
+@pytest.fixture
+def model_home(local_model, _isolated_home):
+    """This test's RLM_HOME; the model comes from the test session's shared cache."""
+    return _isolated_home
 
 
 def test_local_model_with_no_settings_compacts_instead_of_overflowing(

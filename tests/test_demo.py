@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -77,15 +76,10 @@ def test_demo_notebook_goes_where_asked(tmp_path, _isolated_home):
     assert json.loads((tmp_path / "nb" / "demo.ipynb").read_text())["cells"]
 
 
-@pytest.fixture(scope="module")
-def model_home(tmp_path_factory):
-    """An RLM_HOME holding the joined, verified model (removed after)."""
-    from rlm.llm.modelfile import ensure_model
-
-    home = tmp_path_factory.mktemp("demo-model-home")
-    ensure_model(home)
-    yield home
-    shutil.rmtree(home / "models", ignore_errors=True)
+@pytest.fixture
+def model_home(local_model, _isolated_home):
+    """This test's RLM_HOME; the model comes from the test session's shared cache."""
+    return _isolated_home
 
 
 @pytest.mark.slow

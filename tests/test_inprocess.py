@@ -78,7 +78,7 @@ def test_outputs_reach_iopub_and_the_cell_result(kernel, tmp_path):
     (img,) = [o for o in r_plot["outputs"] if o["kind"] == "display_data"]
     assert "image/png" not in img["data"] and img["refs"]["image/png"].startswith("artifacts/")
     assert (tmp_path / img["refs"]["image/png"]).read_bytes().startswith(b"\x89PNG")
-    assert "[image: artifacts/" in r_plot["shaped"]
+    assert f"[image: {(tmp_path / img['refs']['image/png']).absolute()}]" in r_plot["shaped"]
 
     # the agent's variables live in the user's namespace; the hooks are restored
     after = run(kernel, "ip = get_ipython()\nprint(y, type(sys.stdout).__name__, "

@@ -88,7 +88,7 @@ def test_matplotlib_png_lands_in_artifacts(kernel, session):
     assert (session / rel).read_bytes().startswith(b"\x89PNG")
     assert "image/png" not in images[0].data
     assert "text/plain" in images[0].data
-    assert f"[image: {rel}]" in res.shaped
+    assert f"[image: {(session / rel).absolute()}]" in res.shaped  # a path to open from anywhere
 
 
 def test_100mb_print_is_shaped_spooled_and_host_memory_bounded(kernel, session):

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -26,15 +25,10 @@ pytestmark = [
 
 
 
-@pytest.fixture(scope="session")
-def model_home(tmp_path_factory):
-    """One RLM_HOME holding the joined model for the whole test session (removed after)."""
-    from rlm.llm.modelfile import ensure_model
-
-    home = tmp_path_factory.mktemp("local-model-home")
-    ensure_model(home)
-    yield home
-    shutil.rmtree(home / "models", ignore_errors=True)
+@pytest.fixture
+def model_home(local_model, _isolated_home):
+    """This test's RLM_HOME; the model comes from the test session's shared cache."""
+    return _isolated_home
 
 
 @pytest.fixture

@@ -32,8 +32,8 @@ def fake_parts(tmp_path, monkeypatch):
 def test_join_creates_verified_file_and_sidecar(tmp_path, fake_parts):
     _, joined = fake_parts
     seen = []
-    path = modelfile.ensure_model(tmp_path / "home", on_progress=lambda d, t: seen.append((d, t)))
-    assert path == tmp_path / "home" / "models" / modelfile.MODEL_FILENAME
+    path = modelfile.ensure_model(cache=tmp_path / "cache", on_progress=lambda d, t: seen.append((d, t)))
+    assert path == tmp_path / "cache" / modelfile.MODEL_FILENAME
     assert path.read_bytes() == joined
     assert oct(path.stat().st_mode & 0o777) == "0o600"
     side = json.loads(path.with_name(path.name + ".sha256").read_text())
@@ -102,7 +102,7 @@ def test_bad_parts_are_refused_and_nothing_is_left(tmp_path, fake_parts):
     home = tmp_path / "home"
     with pytest.raises(ModelError, match="reinstall"):
         modelfile.ensure_model(home)
-    assert sorted(p.name for p in (home / "models").iterdir()) == [".join.lock"]
+    assert sorted(p.name for p in (tmp_path / "model-cache").iterdir()) == [".join.lock"]
 
 
 def test_missing_part_packages_say_how_to_install(monkeypatch):
@@ -134,13 +134,77 @@ def test_user_gguf_checks(tmp_path):
     assert list(good.parent.glob("*.sha256")) == []  # never writes next to the user's file
 
 
+def test_one_model_per_user_whatever_the_home(tmp_path, fake_parts, monkeypatch):
+    """Issue 14.6: every RLM_HOME / working directory used to get its own 1.1 GB copy."""
+    joins = []
+    real_join = modelfile.join_parts
+    monkeypatch.setattr(modelfile, "join_parts", lambda *a, **k: joins.append(a) or real_join(*a, **k))
+    (tmp_path / "project-a").mkdir()
+    first = modelfile.ensure_model(tmp_path / "project-a" / ".rlm")
+    monkeypatch.chdir(tmp_path / "project-a")
+    second = modelfile.ensure_model(tmp_path / "project-b" / ".rlm")
+    assert first == second == tmp_path / "model-cache" / modelfile.MODEL_FILENAME  # RLM_MODEL_CACHE
+    assert len(joins) == 1
+    assert not (tmp_path / "project-a" / ".rlm" / "models").exists()
+    assert not (tmp_path / "project-b" / ".rlm" / "models").exists()
+
+
+def _old_join(fake_parts, folder):
+    """A model joined the old way, into `<home>/models/` with its sidecar."""
+    parts, joined = fake_parts
+    folder.mkdir(parents=True)
+    old = folder / modelfile.MODEL_FILENAME
+    modelfile.join_parts(parts, old, modelfile.MODEL_SHA256)
+    return old, joined
+
+
+@pytest.mark.parametrize("where", ["rlm_home", "old_default"])
+def test_model_joined_in_an_old_home_is_moved_not_joined_again(tmp_path, fake_parts, monkeypatch,
+                                                               where):
+    home = tmp_path / "home"
+    base = home if where == "rlm_home" else tmp_path / ".rlm"  # the old default: ./.rlm
+    old, joined = _old_join(fake_parts, base / "models")
+
+    def boom(*a, **k):
+        raise AssertionError("joined or re-hashed although a verified model existed")
+
+    monkeypatch.setattr(modelfile, "part_paths", boom)
+    monkeypatch.setattr(modelfile, "sha256_file", boom)  # its sidecar moved along with it
+    path = modelfile.ensure_model(home)
+    assert path == tmp_path / "model-cache" / modelfile.MODEL_FILENAME
+    assert path.read_bytes() == joined
+    assert not old.exists() and not old.with_name(old.name + ".sha256").exists()
+
+
+def test_old_model_on_another_file_system_is_used_in_place(tmp_path, fake_parts, monkeypatch):
+    home = tmp_path / "home"
+    old, _ = _old_join(fake_parts, home / "models")
+
+    def cross_device(src, dst):
+        raise OSError(18, "Invalid cross-device link")
+
+    monkeypatch.setattr(modelfile.os, "rename", cross_device)
+    monkeypatch.setattr(modelfile, "part_paths", lambda: pytest.fail("joined again"))
+    assert modelfile.ensure_model(home) == old
+    assert old.is_file()
+
+
+def test_user_gguf_sidecars_live_in_the_model_cache(tmp_path):
+    good = tmp_path / "m.gguf"
+    good.write_bytes(b"GGUF" + b"\0" * 100)
+    digest = hashlib.sha256(good.read_bytes()).hexdigest()
+    modelfile.check_user_model(f"{good}#sha256={digest}", tmp_path / "home")
+    assert len(list((tmp_path / "model-cache" / "verified").glob("*.sha256"))) == 1
+    assert not (tmp_path / "home").exists()
+
+
 @pytest.mark.slow
 def test_real_parts_join_to_the_published_hash(tmp_path):
     try:
         modelfile.part_paths()
     except ModelError:
         pytest.fail("the [local] extra is not installed; CI must install it")
-    path = modelfile.ensure_model(tmp_path / "home")
+    path = modelfile.ensure_model(cache=tmp_path / "cache")
     assert path.stat().st_size == 1117320768
     path.with_name(path.name + ".sha256").unlink()
     modelfile.verify(path, modelfile.MODEL_SHA256)  # a full independent re-hash

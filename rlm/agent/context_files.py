@@ -52,6 +52,11 @@ def variable_name(path: Path, taken: set[str]) -> str:
     return name
 
 
+def loader_code(path: Path, name: str) -> str:
+    """The code that loads `path` into the variable `name` (also written into exports)."""
+    return _LOADERS.get(path.suffix.lower(), _TEXT).format(name=name, path=str(path))
+
+
 def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
     """Load each file into a kernel variable; append a context_vars entry describing them."""
     names: list[str] = []
@@ -64,7 +69,7 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
         name = variable_name(path, taken)
         if name != re.sub(r"\W", "_", path.stem).strip("_").lower():
             renamed.append(f"{path.name} -> {name}")
-        code = _LOADERS.get(path.suffix.lower(), _TEXT).format(name=name, path=str(path))
+        code = loader_code(path, name)
         res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
         if not res.ok:
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")

@@ -287,7 +287,8 @@ class Agent:
                 follow = self._continuation(*outcome)
                 if follow is not None:
                     st.final = None
-                    self.session.append(MessageEntry(message={"role": "user", "content": follow}))
+                    self.session.append(MessageEntry(message={"role": "user", "content": follow},
+                                                     origin="continuation"))
                     yield Notice("continuing: " + follow.splitlines()[0][:120])
             if not st.stopping:  # after a double Ctrl-C the user wants out, not a summary
                 for hook in self.turn_hooks:
@@ -414,7 +415,8 @@ class Agent:
         if nudge is not None:
             # small models give up in prose after a failing cell, or answer before looking
             self.state.nudges += 1
-            self.session.append(MessageEntry(message={"role": "user", "content": nudge}))
+            self.session.append(MessageEntry(message={"role": "user", "content": nudge},
+                                             origin="nudge"))
             yield Notice(f"the model answered without code {WHY[nudge]}; asked it to use a "
                          "cell first")
             return None

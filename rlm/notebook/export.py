@@ -2,7 +2,13 @@
 
 Cell mapping, in branch order:
 
-- the first user message -> markdown "**Task:** ..."; later user messages -> "**User:** ..."
+- the `--context` files (`context_vars` entry) -> a note and a code cell per file that loads
+  it into the variable the agent had, by absolute path (a relative path of an old log is
+  taken from the session's cwd); a file missing now gets a "⚠ missing" note and its cell
+  the `raises-exception` tag. These come before the task, as they did in the run.
+- the first user message -> markdown "**Task:** ..."; later user messages -> "**User:** ...";
+  a user message the loop wrote itself (`origin` "nudge" or "continuation", or an old log's
+  nudge text) -> an italic note "*rlm nudged the model: ...*", never the user's words
 - an assistant message -> its prose (content without the fenced code the cells came from) as
   markdown, and one code cell per tool call, placed where its fence was in the prose
 - a tool message -> the outputs of its code cell, rebuilt from the `cell` field
@@ -32,6 +38,8 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import rlm
+from rlm.agent.context_files import loader_code
+from rlm.agent.nudge import WHY as _NUDGE_TEXTS
 from rlm.errors import RlmError
 from rlm.paths import PRIVATE_FILE, fsync_dir
 from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
@@ -151,7 +159,7 @@ def _open_store(store_or_path: Any) -> Any:
 def build_notebook(branch: list[Entry], header: SessionHeader | None,
                    session_dir: Path) -> nbformat.NotebookNode:
     """Pure apart from reading artifacts: the notebook for one branch, validated, redacted."""
-    builder = _Builder(session_dir)
+    builder = _Builder(session_dir, Path(header.cwd) if header is not None and header.cwd else None)
     for entry in branch:
         builder.add(entry)
     if not builder.saw_task and header is not None and header.task:
@@ -186,8 +194,9 @@ def _prelude_cell() -> nbformat.NotebookNode:
 class _Builder:
     """Turns entries into cells; code cells wait for their tool result by tool_call_id."""
 
-    def __init__(self, session_dir: Path):
+    def __init__(self, session_dir: Path, cwd: Path | None = None):
         self.session_dir = session_dir
+        self.cwd = cwd or session_dir
         self.cells: list[nbformat.NotebookNode] = []
         self.pending: dict[str, nbformat.NotebookNode] = {}
         self.saw_task = False
@@ -224,7 +233,10 @@ class _Builder:
         msg, role = entry.message, entry.role
         if entry.error:
             return
-        if role == "user":
+        if role == "user" and _loop_message(entry):
+            note = "nudged the model" if entry.origin != "continuation" else "continued the run"
+            self._md(f"*rlm {note}:* {_text(msg.get('content'))}", entry)
+        elif role == "user":
             label = "User" if self.saw_task else "Task"
             self.saw_task = True
             self._md(f"**{label}:** {_text(msg.get('content'))}", entry)
@@ -293,11 +305,31 @@ class _Builder:
         elif entry.custom_type == "final":
             answer = data.get("answer", entry.data if not data else "")
             self._md(f"**Final answer:** {_text(answer)}", entry)
+        elif entry.custom_type == "context_vars" and data.get("files"):
+            self._inputs(entry, [str(n) for n in data.get("names") or []],
+                         [str(f) for f in data["files"]])
         elif entry.custom_type == "notebook_import":
             self._md(f"*Imported from notebook `{data.get('path', '?')}`:*", entry)
             for i, item in enumerate(data.get("cells") or []):
                 cell = self._append(new_code_cell(item.get("code", ""), id=_cell_id(entry, "c", i)))
                 self._fill(cell, item.get("cell") or {}, entry)
+
+    def _inputs(self, entry: Entry, names: list[str], files: list[str]) -> None:
+        """Cells that load the run's `--context` files, so the notebook re-runs."""
+        pairs = list(zip(names, files, strict=False))
+        listed = ", ".join(f"`{name}`" for name, _ in pairs)
+        self._md(f"*Inputs: the files given with `--context`, loaded as {listed}.*", entry, 0)
+        for i, (name, raw) in enumerate(pairs):
+            path = Path(raw).expanduser()
+            path = path if path.is_absolute() else self.cwd / path
+            cell = new_code_cell(loader_code(path, name), id=_cell_id(entry, "c", i))
+            if not path.is_file():
+                self._md(f"⚠ Input file `{path}` does not exist now: the next cell fails and "
+                         f"so does every cell that uses `{name}`. Put the file back or change "
+                         "the path in the next cell.", entry, i + 1)
+                cell.metadata["tags"] = ["raises-exception"]
+            cell.metadata["rlm"] = {"entry_id": entry.id, "input": str(path)}
+            self._append(cell)
 
     def _output(self, d: dict[str, Any], count: Any) -> nbformat.NotebookNode | None:
         kind = d.get("kind")
@@ -329,6 +361,14 @@ class _Builder:
             missing = ", ".join(refs.values()) or "no data"
             data["text/plain"] = f"[output not available: {missing}]"
         return data
+
+
+def _loop_message(entry: MessageEntry) -> bool:
+    """A user message the agent loop wrote itself (marked since issue 14; an older log's
+    nudges are recognised by their text)."""
+    if entry.origin is not None:
+        return True
+    return _text(entry.message.get("content")) in _NUDGE_TEXTS
 
 
 def _is_ref(value: Any) -> bool:

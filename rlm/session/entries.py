@@ -58,7 +58,9 @@ class MessageEntry(Entry):
     """A chat message. `usage` is set on assistant messages (input/output/cache tokens).
 
     `cell` is set on tool (cell result) messages; `error` on an assistant message that
-    stands for a failed model call (it never reaches the model).
+    stands for a failed model call (it never reaches the model). `origin` marks a user
+    message the loop wrote itself ("nudge", "continuation"), not the user's words; it is
+    not written when None, so logs from before it read the same.
     """
 
     type: ClassVar[str] = "message"
@@ -67,6 +69,13 @@ class MessageEntry(Entry):
     model: str | None = None
     cell: dict[str, Any] | None = None
     error: str | None = None
+    origin: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        if d.get("origin") is None:
+            d.pop("origin", None)
+        return d
 
     @property
     def role(self) -> str:
