@@ -349,7 +349,7 @@ def start_detached(
     *,
     runner: str | None = None,
     poll_s: float | None = None,
-    wait_s: float = 10.0,
+    wait_s: float = 30.0,
 ) -> int:
     """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
     it holds the lock. `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
@@ -379,7 +379,8 @@ def start_detached(
             tail = paths["log"].read_text(errors="replace")[-2000:]
             raise RlmError(f"the worker exited at start (code {proc.returncode}):\n{tail}")
         time.sleep(0.05)
-    return proc.pid
+    raise RlmError(f"the worker (pid {proc.pid}) has not taken the session within {wait_s:g} s; "
+                   f"see {paths['log']}, and `rlm ps` once it is up")
 
 
 def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
