@@ -189,3 +189,62 @@ def test_rlm_stop_interrupts_a_running_cell(tmp_path, _isolated_home):
     assert cell["status"] == "interrupted"
     names = [e["event"] for e in _events(path.parent)]
     assert "RunEnded" in names and names[-1] == "WorkerStopped"
+
+
+class _Recording:
+    session = None
+
+    def __init__(self):
+        self.prompts = []
+
+    def __call__(self, prompt):
+        self.prompts.append(prompt)
+        return iter(())
+
+    def steer(self, text, custom_type="steer", on_delivered=None):
+        pass
+
+    def close(self):
+        pass
+
+
+def test_a_worker_is_routed_by_directory_and_takes_prefixes(_isolated_home, tmp_path):
+    """`rlm worker|stop|attach PREFIX` name one directory; a copied session directory has a
+    worker, inbox and runner session of its own (never the original's)."""
+    from rlm.longrun.worker import send_prompt, tail_events
+
+    orig = _isolated_home / "sessions" / "20261201-040000-abcdef"
+    SessionStore.create(session_dir=orig).close()
+    copy = tmp_path / "copy"
+    copy.mkdir(mode=0o700)
+    (copy / "session.jsonl").write_bytes((orig / "session.jsonl").read_bytes())
+    (copy / "session.jsonl").chmod(0o600)
+    opened: list[str] = []
+
+    def factory(where, config):
+        opened.append(where)
+        return _Recording()
+
+    w = Worker("20261201-0400", home=_isolated_home, runner_factory=factory)  # a prefix
+    w.start()
+    try:
+        assert opened == [str(orig)] and w.session_id == orig.name
+        assert _status(orig)["session_id"] == orig.name  # what `rlm ps` shows
+        (info,) = list_workers(_isolated_home)
+        assert info["alive"] and info["session_id"] == orig.name
+        send_prompt(str(copy), "for the copy", _isolated_home)
+        assert w._take_inbox() is None  # the copy's request is not the original's
+        assert list((copy / "worker-inbox").glob("*.json"))
+        send_prompt("20261201-04", "for the original", _isolated_home)
+        assert w.step() == 0.0 and w.runner.prompts == ["for the original"]
+        assert [e["event"] for e in tail_events("20261201", _isolated_home, follow=False)][:1] \
+            == ["WorkerStarted"]
+    finally:
+        w.close()
+    cw = Worker(str(copy), home=_isolated_home, runner_factory=factory)
+    cw.start()
+    try:
+        assert opened[-1] == str(copy) and cw.step() == 0.0
+        assert cw.runner.prompts == ["for the copy"]
+    finally:
+        cw.close()

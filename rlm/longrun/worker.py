@@ -133,11 +133,13 @@ class Worker:
         poll_s: float = 0.5,
         runner_factory: RunnerFactory | None = None,
     ):
-        self.session_id = session_id
         self.config = config
         self.clock = clock or SystemClock()
         self.home = home or getattr(config, "home", None) or rlm_home()
+        # routed by directory: a prefix, `last` or a path names one directory, resolved once;
+        # the lock, inbox, jobs and the runner's session are all that directory's
         self.paths = _paths(session_id, self.home)
+        self.session_id = self.paths["dir"].name
         self.scheduler = Scheduler(self.paths["jobs"], self.clock)
         self.lock = SessionLock(self.paths["lock"], "worker")
         self.dispatch = TickDispatcher(self.scheduler, self.emit, self.clock, STEER_CHECK_S)
@@ -167,7 +169,7 @@ class Worker:
                 self.lock.release()
                 raise RlmError("the worker needs a runner: start it with `rlm worker SESSION`")
             try:
-                self.runner = self.runner_factory(self.session_id, self.config)
+                self.runner = self.runner_factory(str(self.paths["dir"]), self.config)
             except BaseException:
                 self.lock.release()
                 raise
@@ -436,11 +438,12 @@ def start_detached(
     busy = lock_holder_info(paths["lock"])
     if busy is not None:
         raise WorkerRunning(paths["lock"], busy)
+    where = str(paths["dir"])  # the directory checked here, not a name resolved again
     if runner:
-        argv = [sys.executable, "-m", "rlm.longrun.worker", session_id, "--runner", runner]
+        argv = [sys.executable, "-m", "rlm.longrun.worker", where, "--runner", runner]
         argv += ["--poll", str(poll_s)] if poll_s else []
     else:  # the real agent: `rlm worker`, assembled by the composition root
-        argv = [sys.executable, "-m", "rlm", "worker", session_id]
+        argv = [sys.executable, "-m", "rlm", "worker", where]
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
