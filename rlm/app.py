@@ -549,6 +549,11 @@ class AgentRunner:
               on_delivered: Callable[[], None] | None = None) -> None:
         self.agent.steer(text, custom_type, on_delivered)
 
+    def stop(self) -> None:
+        """`rlm stop` (the worker's SIGTERM): interrupt the running cell, end the run."""
+        if not self.agent.stop_requested:
+            self.agent.stop()
+
     def close(self) -> None:
         self.agent.close()
         self.session.close()

@@ -57,6 +57,10 @@ class Config:
     token_budget: int | None = None  # bounds the whole rlm_query tree
     batch_concurrency: int = 8
 
+    # resident worker: with no queued prompt, active goal or schedule it exits after this
+    # many idle seconds (None: never)
+    worker_idle_exit_s: float | None = 300.0
+
     def __post_init__(self) -> None:
         validate(self)
 
@@ -74,7 +78,8 @@ _POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concur
                  "max_depth", "token_budget", "context_window", "snapshot_var_cap",
                  "snapshot_total_cap")
 _NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens")
-_POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s")
+_POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s", "worker_idle_exit_s")
+_NONE_IS_UNLIMITED = ("max_wall_s", "worker_idle_exit_s")
 _FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout": "--cell-timeout",
          "max_wall_s": "--max-wall", "memory_cap_bytes": "--memory-cap",
          "max_depth": "--max-depth", "token_budget": "--token-budget",
@@ -101,7 +106,7 @@ def validate(cfg: Config) -> None:
                               f"{unlimited}")
     for name in _POSITIVE_SECONDS:
         value = getattr(cfg, name)
-        if value is None and name == "max_wall_s":
+        if value is None and name in _NONE_IS_UNLIMITED:
             continue
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not math.isfinite(value) or value <= 0):

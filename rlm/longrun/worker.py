@@ -13,8 +13,13 @@ Files in `<session_dir>/`:
 
 The loop (`step`): a queued prompt first, then due ticks (claim -> deliver ->
 mark_delivered), then a goal continuation when the goal is active; then sleep until the
-next due time, waking early for queued prompts. A tick counts as delivered once the runner
-yields its first event (the prompt is in the session by then). SIGTERM stops cleanly.
+next due time, waking early for queued prompts and for any change to scheduled-jobs.json
+(a job added while idle fires on time). A tick counts as delivered once the runner
+yields its first event (the prompt is in the session by then). SIGTERM (`rlm stop`)
+stops cleanly: the runner's `stop()` interrupts the running cell and the run ends through
+its own events. With no queued request, active goal or schedule, the worker exits after
+`Config.worker_idle_exit_s`; worker.json's `activity` says why an idle worker stays
+("goal active", "next job at T", "idle, exits at T") and `exits_at` when it leaves.
 
 The worker drives a `runner` (`Runner` below): a callable `prompt -> iterable of
 rlm.events.Event` with `session` (None: no goals), `steer(text, kind, on_delivered)` and
@@ -40,7 +45,7 @@ from typing import Any, Protocol
 
 from rlm.errors import RlmError
 from rlm.events import Event
-from rlm.longrun.clock import Clock, SystemClock
+from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.longrun.dispatch import STEER_CHECK_S, TickDispatcher
 from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
@@ -67,6 +72,9 @@ class Runner(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional: `stop()` ends the current run now (interrupts its cell); the run still
+    # ends through its own events, so the log stays whole (each tool call has its result).
+
 
 RunnerFactory = Callable[[str, Any], Runner]
 
@@ -82,6 +90,15 @@ def _paths(session_id: str, home: Path | None) -> dict[str, Path]:
         "log": d / "worker.log",
         "jobs": d / "scheduled-jobs.json",
     }
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when a file is rewritten (one stat: cheap enough for every poll)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def event_record(ev: Event) -> dict[str, Any]:
@@ -116,11 +133,13 @@ class Worker:
         poll_s: float = 0.5,
         runner_factory: RunnerFactory | None = None,
     ):
-        self.session_id = session_id
         self.config = config
         self.clock = clock or SystemClock()
         self.home = home or getattr(config, "home", None) or rlm_home()
+        # routed by directory: a prefix, `last` or a path names one directory, resolved once;
+        # the lock, inbox, jobs and the runner's session are all that directory's
         self.paths = _paths(session_id, self.home)
+        self.session_id = self.paths["dir"].name
         self.scheduler = Scheduler(self.paths["jobs"], self.clock)
         self.lock = SessionLock(self.paths["lock"], "worker")
         self.dispatch = TickDispatcher(self.scheduler, self.emit, self.clock, STEER_CHECK_S)
@@ -131,6 +150,9 @@ class Worker:
         self.state, self.activity = "starting", ""
         self.stopping = False
         self._goal_parked: tuple[str, str] | None = None
+        idle = getattr(config, "worker_idle_exit_s", None)
+        self.idle_exit_s: float | None = float(idle) if idle else None
+        self._busy_until = self.clock.now()  # when the worker last did something
 
     def _goals_for(self, runner: Any) -> GoalManager | None:
         session = getattr(runner, "session", None)  # plain callables (tests) have none
@@ -147,7 +169,7 @@ class Worker:
                 self.lock.release()
                 raise RlmError("the worker needs a runner: start it with `rlm worker SESSION`")
             try:
-                self.runner = self.runner_factory(self.session_id, self.config)
+                self.runner = self.runner_factory(str(self.paths["dir"]), self.config)
             except BaseException:
                 self.lock.release()
                 raise
@@ -167,7 +189,18 @@ class Worker:
         self.lock.release()
 
     def stop(self, *_: Any) -> None:
+        """SIGTERM/SIGINT: stop after the current run, which is told to end now."""
         self.stopping = True
+        self._stop_runner()
+
+    def _stop_runner(self) -> bool:
+        """Ask the runner to end its run; False when it cannot be asked (plain callables)."""
+        stop = getattr(self.runner, "stop", None)
+        if stop is None:
+            return False
+        with contextlib.suppress(Exception):  # also called from the signal handler
+            stop()
+        return True
 
     def run(self) -> None:
         """Until SIGTERM/SIGINT or `stop()`."""
@@ -177,19 +210,56 @@ class Worker:
             signal.signal(signal.SIGINT, self.stop)
         try:
             while not self.stopping:
-                self.sleep(self.step())
+                jobs = _signature(self.paths["jobs"])  # before step reads the next due time
+                wait = self.step()
+                if self.stopping:
+                    break
+                why, exits_at = self.why()
+                self._status("idle", why, exits_at=exits_at)
+                if exits_at is not None:
+                    if self.clock.now() >= exits_at:
+                        self.emit({"event": "WorkerIdleExit", "idle_s": self.idle_exit_s})
+                        break
+                    wait = min(wait, exits_at - self.clock.now())
+                self.sleep(wait, jobs)
         finally:
             self._status("stopping")
             self.close()
 
-    def sleep(self, seconds: float) -> None:
-        """Sleep in slices of `poll_s`, waking for a stop or a queued request."""
+    def sleep(self, seconds: float, jobs: tuple[int, int, int] | None | bool = False) -> None:
+        """Sleep in slices of `poll_s`, waking for a stop, a queued request or a change to
+        the jobs file (a job added by `rlm schedule`, `cron.add`, `heartbeat.create`: every
+        writer goes through Scheduler, which replaces scheduled-jobs.json). `jobs`: the
+        file's signature when the caller read the next due time (default: now)."""
         end = self.clock.now() + seconds
+        if jobs is False:
+            jobs = _signature(self.paths["jobs"])
         while not self.stopping and not self._inbox_files():
             left = end - self.clock.now()
-            if left <= 0:
+            if left <= 0 or _signature(self.paths["jobs"]) != jobs:
                 return
             self.clock.sleep(min(left, self.poll_s))
+
+    def why(self) -> tuple[str, float | None]:
+        """Why an idle worker is still there, and when it exits if nothing changes (None:
+        it stays: a schedule or an active goal keeps it, or idle exit is off)."""
+        nxt = None
+        with contextlib.suppress(RlmError):
+            nxt = self.scheduler.next_due()
+        if self._inbox_files():
+            return "a request is queued", None
+        goal = self.goals.get() if self.goals is not None else None
+        if goal is not None and goal.status == "active" and not self._goal_waits(goal):
+            return "goal active", None
+        if nxt is not None:
+            return f"next job at {iso(nxt)}", None
+        if self.idle_exit_s is None:
+            return "idle (idle exit off)", None
+        exits_at = self._busy_until + self.idle_exit_s
+        return f"idle, exits at {iso(exits_at)}", exits_at
+
+    def _goal_waits(self, goal: Any) -> bool:
+        return self._goal_parked == (goal.goal_id, goal.updated_at)
 
     # -- one pass ----------------------------------------------------------------------------
 
@@ -223,7 +293,7 @@ class Worker:
         goal = self.goals.get()
         if goal is None or goal.status != "active":
             return
-        if self._goal_parked == (goal.goal_id, goal.updated_at):
+        if self._goal_waits(goal):
             return
         message = self.goals.continuation_message()
         if message:
@@ -243,10 +313,18 @@ class Worker:
         self.emit({"event": "RunStarted", "source": source, "prompt": prompt[:MAX_FIELD_CHARS]})
         assert self.runner is not None
 
+        told = False
+
         def on_event(ev: Event) -> bool:
+            nonlocal told
             self.emit(event_record(ev))
-            self._steer_due()
-            return not self.stopping
+            if not self.stopping:
+                self._steer_due()
+                return True
+            if not told:  # a stop that came before this run had begun is passed on too
+                told = True
+                return self._stop_runner()  # it ends by itself: keep reading to its end
+            return True
 
         try:
             ended = self.dispatch.drive(self.runner(prompt), tick_id, on_event)
@@ -254,6 +332,7 @@ class Worker:
             ended = "error"
             self.emit({"event": "RunFailed", "error": f"{type(e).__name__}: {e}"})
         self._park_goal(ended)
+        self._busy_until = self.clock.now()
         self._status("idle")
         return ended
 
@@ -285,6 +364,7 @@ class Worker:
     def _handle_request(self, request: dict[str, Any]) -> None:
         kind = request.get("kind")
         try:
+            self._busy_until = self.clock.now()
             if kind == "prompt" and isinstance(request.get("text"), str):
                 self._goal_parked = None
                 self._run(request["text"], "user")
@@ -314,7 +394,7 @@ class Worker:
     def emit(self, record: dict[str, Any]) -> None:
         append_event(self.paths["events"], record, self.clock.now())
 
-    def _status(self, state: str, activity: str = "") -> None:
+    def _status(self, state: str, activity: str = "", exits_at: float | None = None) -> None:
         self.state, self.activity = state, activity
         nxt = None
         with contextlib.suppress(RlmError):
@@ -322,6 +402,7 @@ class Worker:
         data = {
             "pid": os.getpid(), "session_id": self.session_id, "state": state,
             "activity": activity, "updated_at": self.clock.now(), "next_due": nxt,
+            "exits_at": exits_at,
         }  # fmt: skip
         write_private_atomic(self.paths["status"], json.dumps(data).encode())
 
@@ -349,7 +430,7 @@ def start_detached(
     *,
     runner: str | None = None,
     poll_s: float | None = None,
-    wait_s: float = 10.0,
+    wait_s: float = 30.0,
 ) -> int:
     """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
     it holds the lock. `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
@@ -357,11 +438,12 @@ def start_detached(
     busy = lock_holder_info(paths["lock"])
     if busy is not None:
         raise WorkerRunning(paths["lock"], busy)
+    where = str(paths["dir"])  # the directory checked here, not a name resolved again
     if runner:
-        argv = [sys.executable, "-m", "rlm.longrun.worker", session_id, "--runner", runner]
+        argv = [sys.executable, "-m", "rlm.longrun.worker", where, "--runner", runner]
         argv += ["--poll", str(poll_s)] if poll_s else []
     else:  # the real agent: `rlm worker`, assembled by the composition root
-        argv = [sys.executable, "-m", "rlm", "worker", session_id]
+        argv = [sys.executable, "-m", "rlm", "worker", where]
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
@@ -379,7 +461,8 @@ def start_detached(
             tail = paths["log"].read_text(errors="replace")[-2000:]
             raise RlmError(f"the worker exited at start (code {proc.returncode}):\n{tail}")
         time.sleep(0.05)
-    return proc.pid
+    raise RlmError(f"the worker (pid {proc.pid}) has not taken the session within {wait_s:g} s; "
+                   f"see {paths['log']}, and `rlm ps` once it is up")
 
 
 def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
@@ -402,8 +485,9 @@ def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
     return out
 
 
-def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 10.0) -> bool:
-    """SIGTERM the session's worker (the pid in its lock) and wait until the lock is free.
+def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 30.0) -> bool:
+    """SIGTERM the session's worker (the pid in its lock) and wait until the lock is free:
+    its running cell is interrupted and its run ends, then its kernel is shut down.
     False when no worker was running; raises RlmError if it did not stop in time."""
     lock = _paths(session_id, home)["lock"]
     pid = lock_holder(lock)
@@ -415,7 +499,8 @@ def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 10
         if lock_holder(lock) is None:
             return True
         time.sleep(0.05)
-    raise RlmError(f"worker pid {pid} did not stop within {timeout_s:g} s; kill it with kill {pid}")
+    raise RlmError(f"worker pid {pid} was sent SIGTERM and has not stopped within {timeout_s:g} s; "
+                   f"force it with `kill -KILL {pid}` (its kernel restarts from the snapshot)")
 
 
 def tail_events(
