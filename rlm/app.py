@@ -24,6 +24,7 @@ the defaults.
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -40,6 +41,7 @@ from rlm.compaction.plan import CompactionSettings, effective_settings
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Compacted, Event, Notice, RunEnded, TurnStarted
+from rlm.llm.preflight import preflight
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, GoalState, Scheduler, install
 from rlm.longrun.dispatch import TickDispatcher
@@ -180,9 +182,22 @@ def new_session(task: str | None, options: RunOptions, *, home: Path | None = No
     cfg = options.config()
     options = replace(options, context=[str(Path(c).expanduser().resolve()) for c in options.context],
                       notebook=str(Path(options.notebook).resolve()) if options.notebook else None)
+    preflight(cfg.model, cfg)  # a model that cannot run fails here, before a session exists
     session = SessionStore.create(home or cfg.home, model=cfg.model or "", task=task)
     record_options(session, options)
     return session
+
+
+def discard_unstarted(session: SessionLog) -> bool:
+    """Remove a session this process created when its start failed before the first
+    prompt reached the log: no header-only sessions pile up. True when removed."""
+    if session.dir is None or not session.dir.is_dir():
+        return False
+    if any(isinstance(e, MessageEntry) for e in session.branch()):
+        return False
+    session.close()
+    shutil.rmtree(session.dir, ignore_errors=True)
+    return True
 
 
 def open_session(session_id: str, given: RunOptions | None = None, *,
@@ -203,6 +218,13 @@ def open_for_write(session_id: str, kind: str, given: RunOptions | None = None, 
     lock.acquire()
     try:
         session, options = open_session(str(path), given, home=home)
+        if kind in ("resume", "chat"):  # they run the model: check it before any turn
+            try:
+                cfg = options.config(session)
+                preflight(cfg.model, cfg)
+            except BaseException:
+                session.close()
+                raise
     except BaseException:
         lock.release()
         raise
@@ -576,8 +598,12 @@ def start_detached(task: str, options: RunOptions) -> tuple[SessionStore, int]:
     home = options.config().home
     session = new_session(task, options, home=home)
     session.close()
-    send_prompt(session.id, task, home)
-    pid = spawn_worker(session.id, home)
+    try:
+        send_prompt(session.id, task, home)
+        pid = spawn_worker(session.id, home)
+    except BaseException:
+        discard_unstarted(session)  # no worker will ever take it
+        raise
     return session, pid
 
 
@@ -647,7 +673,7 @@ def session_holder(session: SessionLog) -> str | None:
 __all__ = [
     "ENTRY_POINTS", "FEATURES", "GAPS", "AgentRunner", "ForegroundSchedules", "Gap",
     "RunOptions", "Worker", "agent_runner", "attach_compaction", "build_agent", "change_goal",
-    "default_model", "drive", "feature_table", "new_session", "open_session", "prepare_inputs",
+    "default_model", "discard_unstarted", "drive", "feature_table", "new_session", "open_session", "prepare_inputs",
     "record_options", "recorded_options", "resume_prompt", "run_child", "run_task",
     "run_worker", "schedules_note", "start_detached", "writer_lock",
 ]  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from rlm.agent import Agent
 from rlm.app import attach_all
 from rlm.config import Config
-from rlm.events import CellFinished, FinalAnswer, KernelRestarted, RunEnded
+from rlm.events import CellFinished, FinalAnswer, KernelRestarted, Notice, RunEnded
 from rlm.llm import ScriptedLLM
 from rlm.session.entries import CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
@@ -332,16 +332,19 @@ def test_rate_limits_are_retried_then_end_the_run_cleanly(_isolated_home):
                 if m["role"] == "assistant" and not m.get("content") and not m.get("tool_calls")]
 
 
-def test_auth_error_is_raised_with_the_fix(_isolated_home):
-    from rlm.errors import AuthError
-
+def test_auth_error_ends_the_run_with_the_fix(_isolated_home):
     config = Config(home=_isolated_home, model="script:x", cell_timeout=60)
     llm = ScriptedLLM([{"error": "auth", "message": "invalid api key"}], base_delay=0)
     session = SessionStore.create(_isolated_home, model="script:x", task="t")
-    with Agent(session, config, llm=llm) as agent, pytest.raises(AuthError) as info:
-        run(agent, "go")
-    assert "authentication failed" in str(info.value) and "_API_KEY" in str(info.value)
-    SessionStore.open(session.path)  # still loads
+    with Agent(session, config, llm=llm) as agent:
+        events = run(agent, "go")
+    end = events[-1]
+    assert end.reason == "error" and "authentication failed" in (end.detail or "")
+    assert "_API_KEY" in (end.detail or "")
+    assert not [e for e in events if isinstance(e, Notice)]  # told once: by RunEnded
+    errors = [e for e in SessionStore.open(session.path).branch()  # still loads
+              if isinstance(e, MessageEntry) and e.error]
+    assert len(errors) == 1 and errors[0].error.startswith("AuthError")
 
 
 def test_token_limit_counts_this_run_only(_isolated_home):

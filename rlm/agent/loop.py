@@ -29,7 +29,7 @@ from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
 from rlm.agent.runstate import RunState
 from rlm.config import Config
-from rlm.errors import ContextOverflow, RateLimited, RlmError, ScriptExhausted
+from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import (
     CellFinished,
     CellStarted,
@@ -43,6 +43,7 @@ from rlm.events import (
     TurnStarted,
 )
 from rlm.kernel.types import CellResult, RestoreReport
+from rlm.llm.seam import retry_notices
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
 from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
 from rlm.session.entries import CustomEntry, MessageEntry
@@ -349,22 +350,22 @@ class Agent:
 
             def call(emit: Callable[[Event], None],
                      messages: list[dict[str, Any]] = messages) -> Completion:
-                return self.llm.complete(
-                    messages,
-                    tools=[PYTHON_TOOL] if native else None,
-                    on_text=lambda d: emit(ModelText(d)),
-                    temperature=self.config.temperature,
-                )
+                with retry_notices(lambda text: emit(Notice(text, "warning"))):
+                    return self.llm.complete(
+                        messages,
+                        tools=[PYTHON_TOOL] if native else None,
+                        on_text=lambda d: emit(ModelText(d)),
+                        temperature=self.config.temperature,
+                    )
 
             try:
                 completion = yield from self._in_thread(call)
                 return completion
-            except (RateLimited, ScriptExhausted) as e:
+            except (RateLimited, AuthError, ScriptExhausted) as e:
                 self.session.append(MessageEntry(
                     message={"role": "assistant", "content": ""}, error=f"{type(e).__name__}: {e}",
                     model=self.llm.spec))
-                self.state.error_detail = str(e)
-                yield Notice(str(e), "warning")
+                self.state.error_detail = str(e)  # told once, by RunEnded
                 return None
             except ContextOverflow as e:
                 entry = MessageEntry(

@@ -9,7 +9,7 @@ from typing import Any
 
 from rlm.agent.loop import Agent
 from rlm.config import Config
-from rlm.events import CellFinished, Event, FinalAnswer, RunEnded
+from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
 from rlm.protocols import SessionLog
 from rlm.session.entries import Entry
 
@@ -34,10 +34,13 @@ def resolve_model(config: Config) -> Config:
     return config if config.model else replace(config, model=default_model())
 
 
+TOKEN_KEYS = ("prompt", "completion", "total")
+
+
 @dataclass
 class RunResult:
-    session_id: str
-    session_path: str
+    session_id: str | None  # None: the run failed before its session was kept
+    session_path: str | None
     final: str | None
     turns: int
     reason: str
@@ -45,21 +48,36 @@ class RunResult:
     events: list[Event] = field(default_factory=list)
     # effective compaction settings (CompactionController.effective().to_dict()), when known
     compaction: dict[str, Any] | None = None
+    model: str | None = None
+    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    duration_s: float | None = None
+    images: list[str] = field(default_factory=list)  # absolute paths of saved images
+    error: str | None = None  # why the run ended, for reason "error"
 
     @classmethod
-    def from_events(cls, session: SessionLog, events: list[Event]) -> RunResult:
+    def from_events(cls, session: SessionLog, events: list[Event], *,
+                    duration_s: float | None = None, model: str | None = None) -> RunResult:
         end = next((e for e in reversed(events) if isinstance(e, RunEnded)), None)
         final = end.final if end else None
         if final is None:
             final = next((e.answer for e in reversed(events) if isinstance(e, FinalAnswer)), None)
+        prompt = sum(int(e.usage.get("input_tokens", 0)) for e in events if isinstance(e, ModelReply))
+        completion = sum(int(e.usage.get("output_tokens", 0))
+                         for e in events if isinstance(e, ModelReply))
+        reason = end.reason if end else "unknown"
         return cls(
             session_id=session.id,
             session_path=str(session.path),
             final=final,
             turns=end.turns if end else 0,
-            reason=end.reason if end else "unknown",
+            reason=reason,
             cells=[e.code for e in events if isinstance(e, CellFinished)],
             events=events,
+            model=model or session.header.model or None,
+            tokens={"prompt": prompt, "completion": completion, "total": prompt + completion},
+            duration_s=None if duration_s is None else round(duration_s, 3),
+            images=_images(session, events),
+            error=(end.detail if end and reason == "error" else None),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -71,7 +89,26 @@ class RunResult:
             "reason": self.reason,
             "cells": len(self.cells),
             **({"compaction": self.compaction} if self.compaction is not None else {}),
+            "model": self.model,
+            "tokens": self.tokens,
+            "duration_s": self.duration_s,
+            "images": self.images,
+            **({"error": self.error} if self.reason == "error" else {}),
         }
+
+
+def _images(session: SessionLog, events: list[Event]) -> list[str]:
+    """Absolute paths of the images the run's cells saved under the session's artifacts."""
+    if session.dir is None:
+        return []
+    out: list[str] = []
+    for e in events:
+        result = e.result if isinstance(e, CellFinished) else None
+        for o in getattr(result, "outputs", None) or []:
+            for mime, rel in (o.refs or {}).items():
+                if mime.startswith("image/"):
+                    out.append(str((session.dir / rel).resolve()))
+    return out
 
 
 # budget for summarising an abandoned branch when the model's window is unknown

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from rlm.agent.session_run import RunResult
 from rlm.cli.common import open_readonly, options_from_args
 from rlm.cli.render import Renderer, print_json
 from rlm.config import load_config
+from rlm.errors import RlmError
 from rlm.events import Event, RunEnded
 from rlm.longrun.lock import SessionLock
 from rlm.session.entries import CustomEntry, call_code
@@ -24,19 +26,29 @@ from rlm.session.store import SessionStore
 
 # ------------------------------------------------------------------ running
 def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: argparse.Namespace,
-              options: app.RunOptions, lock: SessionLock) -> int:
+              options: app.RunOptions, lock: SessionLock, *, fresh: bool = False) -> int:
     """Run one prompt with rendering (schedules fire meanwhile); print the --json summary
-    or the end-of-run line; release the session; return the exit code."""
+    or the end-of-run line; release the session; return the exit code. A `fresh` session
+    whose start fails before its first prompt is removed; with --json a failure still
+    prints its JSON object (`"reason": "error"`) before the error line."""
     render = Renderer(quiet=bool(getattr(args, "json", False)))
+    started = time.monotonic()
+    failure: RlmError | None = None
     try:
         with agent:
             app.prepare_inputs(agent, options)
             events = app.drive(agent, prompt, render)
         note = app.schedules_note(session)
+    except RlmError as e:
+        failure = e
+        raise
     finally:
         session.close()
         lock.release()
-    result = RunResult.from_events(session, _first_run(events))
+        if failure is not None:
+            _failed_start(agent, session, args, failure, fresh, time.monotonic() - started)
+    result = RunResult.from_events(session, _first_run(events), model=agent.llm.spec,
+                                   duration_s=time.monotonic() - started)
     if agent.compaction is not None:  # the window, threshold, reserve and keep-recent used
         result.compaction = agent.compaction.effective().to_dict()
     if getattr(args, "json", False):
@@ -49,6 +61,18 @@ def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: arg
         if note:
             render.console.print(note, style="yellow", markup=False)
     return 0 if result.reason in ("final", "no_code") else 3
+
+
+def _failed_start(agent: Agent, session: SessionStore, args: argparse.Namespace,
+                  error: RlmError, fresh: bool, duration_s: float) -> None:
+    """A run that raised: a fresh session without a prompt is removed; --json still gets
+    its object (session fields null when the session was removed)."""
+    gone = fresh and app.discard_unstarted(session)
+    if getattr(args, "json", False):
+        print_json(RunResult(session_id=None if gone else session.id,
+                             session_path=None if gone else str(session.path), final=None,
+                             turns=0, reason="error", model=agent.llm.spec,
+                             duration_s=round(duration_s, 3), error=str(error)).to_json())
 
 
 def _first_run(events: list[Event]) -> list[Event]:
@@ -70,10 +94,21 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"session {session.id} running in worker {pid}; `rlm attach {session.id}` "
                   "to follow")
         return 0
-    session = app.new_session(args.task, options)
-    lock = app.writer_lock(session, "run")
-    agent = app.build_agent(session, options.config(session), entry="run", options=options)
-    return drive_cli(agent, session, args.task, args, options, lock)
+    try:
+        session = app.new_session(args.task, options)  # checks the model first
+    except RlmError as e:
+        if args.json:  # a --json run prints its object whatever happened
+            print_json(RunResult(session_id=None, session_path=None, final=None, turns=0,
+                                 reason="error", model=options.config().model,
+                                 error=str(e)).to_json())
+        raise
+    try:
+        lock = app.writer_lock(session, "run")
+        agent = app.build_agent(session, options.config(session), entry="run", options=options)
+        return drive_cli(agent, session, args.task, args, options, lock, fresh=True)
+    except BaseException:
+        app.discard_unstarted(session)  # a start that failed leaves no empty session
+        raise
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
@@ -101,6 +136,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     try:
         agent = app.build_agent(session, options.config(session), entry="chat", options=options)
         return chat_loop(agent, session, args, options)
+    except BaseException:
+        if not args.session:  # a new chat whose start failed leaves no empty session
+            session.close()
+            lock.release()
+            app.discard_unstarted(session)
+        raise
     finally:
         session.close()
         lock.release()
@@ -112,17 +153,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
     options = app.RunOptions(overrides={"model": args.model or "local",
                                         "max_turns": args.max_turns})
     session = app.new_session(DEMO_TASK, options)
-    lock = app.writer_lock(session, "run")
-    cfg = options.config(session)
-    assert session.dir is not None  # created on disk
-    data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
-    # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
-    # model tries first) reads the same data as the loaded `sales`
-    options.context, options.workdir = [str(data)], str(data.parent)
-    render = Renderer(quiet=args.json)
-    render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
-    agent = app.build_agent(session, cfg, entry="run", options=options)
-    code = drive_cli(agent, session, DEMO_TASK, args, options, lock)
+    try:
+        lock = app.writer_lock(session, "run")
+        cfg = options.config(session)
+        assert session.dir is not None  # created on disk
+        data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
+        # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
+        # model tries first) reads the same data as the loaded `sales`
+        options.context, options.workdir = [str(data)], str(data.parent)
+        render = Renderer(quiet=args.json)
+        render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
+        agent = app.build_agent(session, cfg, entry="run", options=options)
+        code = drive_cli(agent, session, DEMO_TASK, args, options, lock, fresh=True)
+    except BaseException:
+        app.discard_unstarted(session)
+        raise
     try:
         from rlm.notebook.export import export_session
 

@@ -28,6 +28,7 @@ stored or logged, and key-like strings are masked out of provider messages.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import random
@@ -36,7 +37,7 @@ import threading
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,7 @@ from rlm.errors import (
     RlmError,
 )
 from rlm.llm import offline
+from rlm.llm.preflight import key_envs, provider_of
 from rlm.llm.script import Reply, ReplyQueue, load_script, parse_script
 from rlm.llm.tokens import count_messages, count_text
 from rlm.llm.types import PYTHON_TOOL, TURN_STOPS, Completion, StreamCallback, ToolCall, Usage
@@ -73,21 +75,34 @@ _TRANSIENT = re.compile(r"overloaded|temporarily unavailable", re.I)
 DEFAULT_SCRIPT_WINDOW = 128_000  # scripted models: a common hosted window, unless configured
 SILENT_OVERFLOW_FRACTION = 0.99
 _KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{4})[A-Za-z0-9_\-*]{8,}|\b(AIza)[A-Za-z0-9_\-]{20,}")
-KEY_ENV = {
-    "openai": "OPENAI_API_KEY",
-    "anthropic": "ANTHROPIC_API_KEY",
-    "gemini": "GEMINI_API_KEY",
-    "openrouter": "OPENROUTER_API_KEY",
-    "groq": "GROQ_API_KEY",
-    "mistral": "MISTRAL_API_KEY",
-    "deepseek": "DEEPSEEK_API_KEY",
-    "together_ai": "TOGETHERAI_API_KEY",
-    "xai": "XAI_API_KEY",
-    "cohere": "COHERE_API_KEY",
-    "azure": "AZURE_API_KEY",
-    "hosted_vllm": "HOSTED_VLLM_API_KEY",
-    "fireworks_ai": "FIREWORKS_AI_API_KEY",
-}
+# missing or rejected credentials, whatever status the provider wrapped them in (a
+# missing OpenAI key arrives as a 500 "Missing credentials"): an auth error, never retried
+_AUTH = re.compile(
+    r"missing credentials|api[ _-]?key|no key is set|unauthori[sz]ed|invalid[ _]authentication"
+    r"|incorrect api|authentication (failed|error)",
+    re.I,
+)
+# one retry notice: (text, e.g. "rate limited; retrying in 4 s (2/5)")
+RetryListener = Callable[[str], None]
+_listeners = threading.local()
+
+
+@contextlib.contextmanager
+def retry_notices(listener: RetryListener) -> Iterator[None]:
+    """Inside the block, every retry of a model call made by this thread is told to
+    `listener` before the wait ("rate limited; retrying in 4 s (2/5)")."""
+    previous = getattr(_listeners, "fn", None)
+    _listeners.fn = listener
+    try:
+        yield
+    finally:
+        _listeners.fn = previous
+
+
+def _tell_retry(text: str) -> None:
+    listener = getattr(_listeners, "fn", None)
+    if listener is not None:
+        listener(text)
 
 
 def _litellm() -> Any:
@@ -257,8 +272,11 @@ class SeamLLM:
                     if transient:
                         err = RateLimited(f"{err} (gave up after {attempt + 1} attempts)")
                     raise err from exc
-            delay = min(self.max_delay, self.base_delay * 2**attempt)
-            self._sleep(delay * (0.5 + random.random() / 2))
+            delay = min(self.max_delay, self.base_delay * 2**attempt) * (0.5 + random.random() / 2)
+            why = "rate limited" if "rate limited" in str(err) else "provider unavailable"
+            _tell_retry(f"{why}; retrying in {delay:.0f} s ({attempt + 2}/{self.retries + 1})"
+                        if delay >= 1 else f"{why}; retrying ({attempt + 2}/{self.retries + 1})")
+            self._sleep(delay)
             attempt += 1
 
     def _checked(self, completion: Completion) -> Completion:
@@ -382,8 +400,11 @@ def key_env(spec: str) -> str:
     """The env var holding the key for `spec`'s provider."""
     if spec.startswith("script:"):
         return "the provider's *_API_KEY (this auth error was scripted)"
-    provider = spec.split("/", 1)[0] if "/" in spec else "openai"
-    return KEY_ENV.get(provider, f"{provider.upper()}_API_KEY")
+    names = key_envs(spec)
+    if names:
+        return names[0]
+    provider = provider_of(spec)
+    return f"{provider.upper()}_API_KEY" if provider else "the provider's *_API_KEY"
 
 
 def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
@@ -397,11 +418,11 @@ def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
     # rate limits first: their wording ("too many tokens", "token limit") looks like overflow
     if isinstance(exc, litellm.RateLimitError) or status == 429 or _RATE_LIMIT.search(msg):
         return RateLimited(f"{spec}: rate limited by the provider ({msg})"), True
-    if isinstance(exc, litellm.ContextWindowExceededError) or _OVERFLOW.search(msg):
-        return ContextOverflow(f"{spec}: the prompt does not fit the context window ({msg})"), False
-    if isinstance(exc, litellm.AuthenticationError) or status in (401, 403):
+    if isinstance(exc, litellm.AuthenticationError) or status in (401, 403) or _AUTH.search(msg):
         env = key_env(spec)
         return AuthError(f"{spec}: authentication failed ({msg}); set {env} to a valid key"), False
+    if isinstance(exc, litellm.ContextWindowExceededError) or _OVERFLOW.search(msg):
+        return ContextOverflow(f"{spec}: the prompt does not fit the context window ({msg})"), False
     transient_types = (
         litellm.RateLimitError,
         litellm.InternalServerError,
