@@ -178,6 +178,26 @@ def test_chat_help_goal_set_and_load(tmp_path):
                for line in out.splitlines())
 
 
+
+def test_goal_continuation_notice_shows_no_internal_tags():
+    from rich.console import Console
+
+    from rlm.agent.loop import _plain_first_line
+    from rlm.cli.render import Renderer
+    from rlm.events import Notice
+    from rlm.longrun.goals import GoalManager
+    from rlm.session.store import SessionStore
+
+    goals = GoalManager(SessionStore.in_memory())
+    goals.set("refresh the dashboard")
+    follow = goals.continuation_message()
+    assert follow is not None and follow.startswith("<goal_context>")
+    console = Console(file=io.StringIO(), width=100)
+    Renderer(console=console)(Notice("continuing: " + _plain_first_line(follow)))
+    shown = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "continuing: refresh the dashboard" in shown and "<" not in shown
+
+
 if __name__ == "__main__":  # regenerate the --help snapshot
     with contextlib.redirect_stdout(io.StringIO()):
         text = help_snapshot()
