@@ -40,7 +40,7 @@ def _one_line_error(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
 
 @pytest.mark.parametrize("command", [
     ["stop"], ["attach", "--no-follow"], ["worker"], ["log"], ["tree"], ["state"],
-    ["export"], ["goal", "{}", "status"], ["schedule", "list", "{}"], ["heartbeat", "{}", "off"],
+    ["export"], ["goal", "{}", "status"], ["schedule", "{}", "list"], ["heartbeat", "{}", "off"],
 ])
 def test_a_directory_outside_home_is_never_modified(tmp_path, _isolated_home, capsys, command):
     victim = tmp_path / "srv-shared"
