@@ -66,6 +66,17 @@ def test_rlm_alone_prints_help_and_unknown_commands_suggest(tmp_path):
     assert typo.stderr.count("\n") == 1
 
 
+def test_goal_takes_session_first_and_the_old_order_with_a_note(tmp_path):
+    home = tmp_path / "h"
+    s = _session(home)
+    s.close()
+    new = rlm("goal", s.id, "set", "refresh", "the", "data", home=home, cwd=tmp_path)
+    assert new.returncode == 0 and "goal [active] refresh the data" in new.stdout, new.stderr
+    old = rlm("goal", "status", s.id, home=home, cwd=tmp_path)
+    assert old.returncode == 0 and "refresh the data" in old.stdout
+    assert "deprecated" in old.stderr and "rlm goal SESSION status" in old.stderr
+
+
 def test_unknown_sessions_exit_non_zero_with_one_line_everywhere(tmp_path):
     home = tmp_path / "h"
     for argv in (["log", "nope"], ["state", "nope"], ["tree", "nope"], ["export", "nope"],

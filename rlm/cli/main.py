@@ -242,12 +242,18 @@ def main(argv: list[str] | None = None) -> int:
 
         protect_process_secrets()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from rlm.cli import longrun_cli
+
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     unknown = _did_you_mean(argv, parser)
     if unknown:
         print(unknown, file=sys.stderr)
         return 2
+    if len(argv) > 2 and argv[0] == "goal" and argv[1] in longrun_cli.GOAL_ACTIONS:
+        print(f"rlm: note: `rlm goal {argv[1]} SESSION` is deprecated; use "
+              f"`rlm goal SESSION {argv[1]}`", file=sys.stderr)  # one order: <noun> SESSION <verb>
+        argv[1], argv[2] = argv[2], argv[1]
     args = parser.parse_args(argv)
     if args.command is None:  # `rlm` alone: the help, not an error
         parser.print_help()
