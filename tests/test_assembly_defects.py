@@ -284,7 +284,7 @@ def test_export_compact_heartbeat_stop_attach_take_json(_isolated_home, tmp_path
 def test_schedule_takes_session_first_and_the_old_order_with_a_note(_isolated_home, capsys):
     s = long_session(_isolated_home, 2)
     assert main(["schedule", s.id, "add", "in 1h", "--", "new order"]) == 0
-    new_id = capsys.readouterr().out.strip()
+    new_id = capsys.readouterr().out.split()[0]  # "ID  next run TIME"
     assert main(["schedule", "add", s.id, "in 2h", "--", "old order"]) == 0
     captured = capsys.readouterr()
     assert "deprecated" in captured.err and "rlm schedule SESSION add" in captured.err

@@ -290,7 +290,7 @@ class Agent:
                     st.final = None
                     self.session.append(MessageEntry(message={"role": "user", "content": follow},
                                                      origin="continuation"))
-                    yield Notice("continuing: " + follow.splitlines()[0][:120])
+                    yield Notice("continuing: " + _plain_first_line(follow))
             if not st.stopping:  # after a double Ctrl-C the user wants out, not a summary
                 for hook in self.turn_hooks:
                     yield from hook(self) or []
@@ -523,3 +523,15 @@ def _copy_message(m: dict[str, Any]) -> dict[str, Any]:
         out["tool_calls"] = [{**tc, "function": dict(tc.get("function") or {})}
                              for tc in out["tool_calls"]]
     return out
+
+
+def _plain_first_line(text: str) -> str:
+    """The first line with words of a continuation prompt, its internal tags dropped
+    (`<goal_context>` is for the model, not the terminal)."""
+    import re
+
+    for line in text.splitlines():
+        plain = re.sub(r"</?[A-Za-z_][\w-]*>", "", line).strip()
+        if plain:
+            return plain[:120]
+    return ""

@@ -2,6 +2,7 @@
 
 /goal [--budget N] OBJECTIVE | /goal status|pause|resume|clear|budget N
 /compact [instructions]     summarise now
+/load FILE [FILE ...]       load files into kernel variables (like --context)
 /heartbeat every 10m PROMPT | /heartbeat off
 /state                      names in the kernel
 /exit                       leave (the session stays on disk; `rlm resume` continues it)
@@ -16,6 +17,7 @@ import argparse
 import shlex
 
 from rlm import app
+from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer
@@ -67,6 +69,11 @@ def _slash(agent: Agent, line: str, render: Renderer) -> bool:
             listing = agent.executor.list_namespace(timeout=5.0)
             for n in listing["names"]:
                 render.console.print(f"  {n['name']:<24} {n.get('type', '')}", markup=False)
+        elif cmd == "load":
+            if not rest:
+                raise RlmError("/load FILE [FILE ...]: the files to load into kernel variables")
+            names = load_context_files(agent, rest)
+            render.console.print(f"loaded {', '.join(names)}", markup=False)
         elif cmd == "compact":
             entry = app.compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")

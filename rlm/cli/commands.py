@@ -15,7 +15,7 @@ from rlm import app
 from rlm.agent.loop import Agent
 from rlm.agent.session_run import RunResult
 from rlm.cli.common import open_readonly, options_from_args
-from rlm.cli.render import Renderer, print_json
+from rlm.cli.render import Renderer, print_json, terminal_safe
 from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import Event, RunEnded
@@ -180,21 +180,77 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------- inspecting
 def cmd_sessions(args: argparse.Namespace) -> int:
+    import os
+
     from rlm.session.store import list_sessions
 
-    rows: list[dict[str, Any]] = [
-        {"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
-         "created": s.created, "parent_session": s.parent_session}
-        for s in list_sessions(load_config().home)]
+    found = list_sessions(load_config().home)
+    if args.here:
+        here = os.path.realpath(os.getcwd())
+        found = [s for s in found if s.cwd and os.path.realpath(s.cwd) == here]
+    if args.n and args.n > 0:
+        found = found[-args.n:]
+    rows: list[dict[str, Any]] = []
+    for s in found:
+        status, turns, answer = _session_status(s.path)
+        rows.append({"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
+                     "created": s.created, "parent_session": s.parent_session, "cwd": s.cwd,
+                     "status": status, "turns": turns, "answer": answer})
     if args.json:
         print_json(rows)
         return 0
-    for r in rows:
-        task = str(r["task"] or "").replace("\n", " ")[:60]
-        print(f"{r['id']}  {r['created'][:19]}  {r['model']:<28} {task}")
     if not rows:
-        print("no sessions yet: rlm run \"your task\"")
+        print("no sessions here: rlm run \"your task\"" if args.here
+              else "no sessions yet: rlm run \"your task\"")
+        return 0
+    print(f"{'ID':<22}  {'CREATED':<16}  {'STATUS':<7}  {'TURNS':>5}  {'MODEL':<20}  "
+          f"{'TASK':<32}  {'ANSWER':<32}  CWD")
+    for r in rows:
+        print(f"{r['id']:<22}  {r['created'][:16].replace('T', ' '):<16}  {r['status']:<7}  "
+              f"{r['turns']:>5}  {_cut(r['model'], 20):<20}  {_cut(r['task'], 32):<32}  "
+              f"{_cut(r['answer'], 32):<32}  {r['cwd'] or '-'}")
     return 0
+
+
+def _cut(text: Any, width: int) -> str:
+    line = str(text or "").strip().split("\n", 1)[0]
+    line = terminal_safe(line)
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def _session_status(path: Path) -> tuple[str, int, str | None]:
+    """(running | idle | ended, assistant turns, the last answer's first line) from the
+    session's lock, its worker status file and its log (only candidate lines parsed)."""
+    from rlm.longrun.lock import LOCK_NAME, holder
+
+    who = holder(path.parent / LOCK_NAME)
+    status = "ended"
+    if who is not None:
+        status = "running"
+        if who.kind == "worker":
+            try:
+                state = json.loads((path.parent / "worker.json").read_text()).get("state")
+            except (OSError, ValueError, AttributeError):
+                state = None
+            status = "idle" if state == "idle" else "running"
+    turns, answer = 0, None
+    try:
+        with open(path, "rb") as f:
+            for raw in f:
+                if b'"assistant"' not in raw and b'"final"' not in raw:
+                    continue
+                try:
+                    d = json.loads(raw)
+                except ValueError:
+                    continue
+                if d.get("type") == "message" and (d.get("message") or {}).get("role") == "assistant":
+                    turns += 1
+                elif d.get("type") == "custom" and d.get("custom_type") == "final":
+                    a = (d.get("data") or {}).get("answer")
+                    answer = None if a is None else str(a).strip().split("\n", 1)[0]
+    except OSError:
+        pass
+    return status, turns, answer
 
 
 def _entry_text(e: Any) -> str:

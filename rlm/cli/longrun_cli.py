@@ -21,43 +21,53 @@ from rlm.errors import ConfigError
 from rlm.events import Event
 from rlm.longrun import GoalManager, Scheduler
 from rlm.protocols import SessionLog
+from rlm.session.store import resolve_session_dir
 
 SCHEDULE_ACTIONS = ("add", "list", "cancel")
+GOAL_ACTIONS = ("set", "status", "pause", "resume", "clear", "budget")
 
 
 def add_parsers(sub: Any, run_options: Callable[[argparse.ArgumentParser], None]) -> None:
-    g = sub.add_parser("goal", help="set, inspect or change a session's goal")
-    g.add_argument("session")
-    g.add_argument("action", choices=["set", "status", "pause", "resume", "clear", "budget"])
+    session_help = "session id, unique prefix or suffix of one, or 'last'"
+    g = sub.add_parser("goal", help="set, inspect or change a session's goal: SESSION ACTION")
+    g.add_argument("session", help=session_help)
+    g.add_argument("action", choices=GOAL_ACTIONS,
+                   help="set OBJECTIVE | status | pause | resume | clear | budget N")
     g.add_argument("text", nargs="*", help="objective (set) or token budget (budget)")
     g.add_argument("--budget", type=int, help="token budget (set)")
-    g.add_argument("--json", action="store_true")
+    g.add_argument("--json", action="store_true", help="print the goal as one JSON object")
 
     s = sub.add_parser("schedule", help="one-time and cron prompts: SESSION add|list|cancel",
                        usage="rlm schedule SESSION {add,list,cancel} [WHEN -- PROMPT | JOB_ID]")
     s.add_argument("words", nargs="+", metavar="SESSION ACTION ...",
                    help="add: WHEN -- PROMPT; cancel: JOB_ID")
-    s.add_argument("--follow-up", dest="delivery", action="store_const", const="follow_up")
-    s.add_argument("--steer", dest="delivery", action="store_const", const="steer")
-    s.add_argument("--json", action="store_true")
+    s.add_argument("--follow-up", dest="delivery", action="store_const", const="follow_up",
+                   help="deliver after the current run ends (default for a busy session)")
+    s.add_argument("--steer", dest="delivery", action="store_const", const="steer",
+                   help="deliver into the running turn, between cells")
+    s.add_argument("--json", action="store_true", help="print one JSON value")
 
-    h = sub.add_parser("heartbeat", help="the user heartbeat: 'every 10m PROMPT' or 'off'")
-    h.add_argument("session")
-    h.add_argument("rest", nargs="+")
-    h.add_argument("--json", action="store_true")
+    h = sub.add_parser("heartbeat", help="the user heartbeat: SESSION every 10m PROMPT | SESSION off")
+    h.add_argument("session", help=session_help)
+    h.add_argument("rest", nargs="+", metavar="every INTERVAL PROMPT | off",
+                   help="'every 10m PROMPT' (or '10m PROMPT') sets it; 'off' clears it")
+    h.add_argument("--json", action="store_true", help="print one JSON object")
 
     w = sub.add_parser("worker", help="run a session's resident worker in the foreground")
-    w.add_argument("session")
+    w.add_argument("session", help=session_help)
     w.add_argument("--json", action="store_true", help="print the outcome as JSON on exit")
-    a = sub.add_parser("attach", help="follow a worker's live progress")
-    a.add_argument("session")
-    a.add_argument("--no-follow", dest="follow", action="store_false")
+    a = sub.add_parser("attach", help="watch a worker's run, rendered like `rlm run`")
+    a.add_argument("session", nargs="?", default="last", help=session_help + " (default)")
+    a.add_argument("--follow", action="store_true",
+                   help="keep watching after the run ends (until the worker stops)")
+    a.add_argument("--no-follow", dest="no_wait", action="store_true",
+                   help="print what has happened so far and exit at once")
     a.add_argument("--json", action="store_true", help="one JSON event record per line")
     st = sub.add_parser("stop", help="stop a session's worker cleanly")
-    st.add_argument("session")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("session", help=session_help)
+    st.add_argument("--json", action="store_true", help="print one JSON object")
     ps = sub.add_parser("ps", help="list workers")
-    ps.add_argument("--json", action="store_true")
+    ps.add_argument("--json", action="store_true", help="print one JSON list")
 
 
 # ---------------------------------------------------------------------- goals
@@ -135,7 +145,14 @@ def cmd_schedule(args: argparse.Namespace) -> int:
             raise ConfigError("rlm schedule SESSION add WHEN -- PROMPT  (WHEN: 'in 30m', an ISO "
                               "time, 'every 10m' or a cron line like '0 9 * * 1-5')")
         job = sched.add(rest[0], " ".join(rest[1:]), delivery=args.delivery)
-        print_json(job.view()) if args.json else print(job.id)
+        view = job.view()
+        who, line = _who_fires(session)
+        if args.json:
+            print_json({**view, "fired_by": who})
+        else:
+            print(f"{job.id}  next run {view.get('next_run_iso') or 'never'}")
+        if who is None:
+            print(f"rlm: warning: {line}", file=sys.stderr)
     elif action == "cancel":
         if not rest:
             raise ConfigError("rlm schedule SESSION cancel JOB_ID")
@@ -189,24 +206,49 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
+    """The latest run of the session's worker, rendered like `rlm run`; waits for it to end
+    (`--follow`: until the worker stops; `--no-follow`: not at all)."""
     from rlm.longrun.worker import tail_events
 
+    home = load_config().home
+    sdir = str(resolve_session_dir(args.session, home))  # unknown session: one line, exit 1
     render = Renderer()
-    for rec in tail_events(args.session, load_config().home, follow=args.follow):
-        kind = rec.get("event", "")
+
+    def show(rec: dict[str, Any]) -> None:
         if args.json:
             print_json(rec)
-        else:
-            ev = Event.from_dict(rec)
-            if ev is not None:
-                render(ev)
-            else:
-                rest = {k: v for k, v in rec.items() if k not in ("ts", "event")}
-                render.console.print(f"{rec.get('ts', '')} {kind} {rest}", style="dim",
-                                     markup=False)
-        if kind == "WorkerStopped":
+            return
+        ev = Event.from_dict(rec)
+        if ev is not None:
+            render(ev)
+        else:  # the worker's own lifecycle records: one quiet line each
+            rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("ts", "event"))
+            render.console.print(f"· {_worker_record_name(rec.get('event', ''))} {rest}".rstrip(),
+                                 style="dim", markup=False)
+
+    history = list(tail_events(sdir, home, follow=False))
+    ends = [i for i, r in enumerate(history) if r.get("event") == "RunEnded"]
+    # the run is over when only worker records (no loop events) follow its RunEnded
+    over = bool(ends) and all(Event.from_dict(r) is None and r.get("event") != "RunStarted"
+                              for r in history[ends[-1] + 1:])
+    start = (ends[-2] + 1 if len(ends) > 1 else 0) if over else (ends[-1] + 1 if ends else 0)
+    for rec in history[start:]:
+        show(rec)
+    if args.no_wait or (over and not args.follow):
+        return 0
+    for i, rec in enumerate(tail_events(sdir, home, follow=True)):
+        if i < len(history):
+            continue
+        show(rec)
+        kind = rec.get("event")
+        if kind == "WorkerStopped" or (kind == "RunEnded" and not args.follow):
             break
     return 0
+
+
+def _worker_record_name(kind: str) -> str:
+    """`WorkerStarted` -> `worker started`."""
+    return "".join(" " + c.lower() if c.isupper() else c for c in kind).strip()
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rlm import __version__
 from rlm.errors import RlmError
@@ -29,7 +29,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cell-timeout", type=float, help="seconds before a cell is interrupted (default 300)")
     g.add_argument("--memory-cap", type=_bytes, dest="memory_cap_bytes",
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
-    g.add_argument("--temperature", type=float)
+    g.add_argument("--temperature", type=float, help="sampling temperature for the model")
     g.add_argument("--max-depth", type=int, help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action="store_const", const=True,
                    help="kernel in its own user + network namespace: no network, no access "
@@ -37,13 +37,17 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
     c = p.add_argument_group("compaction")
     c.add_argument("--context-window", type=int, help="model context window in tokens")
-    c.add_argument("--reserve-tokens", type=int)
-    c.add_argument("--keep-recent-tokens", type=int)
-    c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False)
+    c.add_argument("--reserve-tokens", type=int,
+                   help="tokens kept free for the reply; compaction starts before they are used")
+    c.add_argument("--keep-recent-tokens", type=int,
+                   help="recent tokens compaction keeps verbatim (older ones are summarised)")
+    c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False,
+                   help="never summarise old turns (the run stops at the window instead)")
     a = p.add_argument_group("long-running")
     a.add_argument("--autonomous", action="store_true", help="keep going unattended within the limits")
     a.add_argument("--gate", action="append", default=[], help="shell command that must pass before finishing")
-    a.add_argument("--max-continuations", type=_limit_int)
+    a.add_argument("--max-continuations", type=_limit_int,
+                   help="autonomous continuations allowed ('unlimited' for none)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
 
 
@@ -73,20 +77,60 @@ def _bytes(text: str) -> int:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Usage errors are one line naming the fix, not the whole usage block."""
+    """Usage errors are one line naming the fix, not the whole usage block. `intermixed`
+    parsers take their positionals anywhere among the options (`rlm resume S --from E TASK`)."""
+
+    def __init__(self, *args: Any, intermixed: bool = False, **kw: Any) -> None:
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kw)
+        self._intermixed = intermixed
+        self._inside = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        if not self._intermixed or self._inside:
+            return super().parse_known_args(args, namespace)
+        self._inside = True  # parse_known_intermixed_args calls back into parse_known_args
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inside = False
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+# one example per command, shown at the end of its --help (the help snapshot test keeps
+# every command covered)
+EXAMPLES: dict[str, str] = {
+    "run": 'rlm run "which region grew fastest?" --context sales.csv',
+    "chat": "rlm chat            # a new session;  rlm chat last  continues the newest",
+    "resume": 'rlm resume last --from ENTRY "top product instead?"',
+    "sessions": "rlm sessions -n 5 --here",
+    "log": "rlm log last --all",
+    "tree": "rlm tree last",
+    "state": "rlm state last --json",
+    "export": "rlm export last -o analysis.ipynb",
+    "compact": 'rlm compact last --instructions "keep the column names"',
+    "goal": 'rlm goal last set "keep the dashboard data fresh" --budget 200000',
+    "schedule": 'rlm schedule last add "0 9 * * 1-5" -- "refresh the numbers"',
+    "heartbeat": 'rlm heartbeat last every 10m "check the queue"   (or: rlm heartbeat last off)',
+    "worker": "rlm worker last",
+    "attach": "rlm attach last --follow",
+    "stop": "rlm stop last",
+    "ps": "rlm ps --json",
+    "demo": "rlm demo --rows 1000 -o demo.ipynb",
+}
+SESSION_HELP = "session id, unique prefix or suffix of one, a session directory, or 'last' (default)"
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="rlm", description="A data agent whose working memory is a live IPython kernel.")
     p.add_argument("--version", action="version", version=f"rlm {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     r = sub.add_parser("run", help="start a session on a task")
-    r.add_argument("task")
+    r.add_argument("task", help="what to do, in words")
     r.add_argument("--context", action="append", default=[], metavar="FILE",
                    help="load FILE into a kernel variable (repeatable)")
     r.add_argument("--notebook", help="execute this .ipynb into the kernel first")
@@ -94,39 +138,49 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(r)
 
     c = sub.add_parser("chat", help="interactive session")
-    c.add_argument("session", nargs="?", help="continue this session")
+    c.add_argument("session", nargs="?",
+                   help="continue this session: an id, a unique prefix or suffix, or 'last' "
+                        "(default: a new session)")
+    c.add_argument("--context", action="append", default=[], metavar="FILE",
+                   help="load FILE into a kernel variable (repeatable; /load FILE in chat)")
     _run_options(c)
 
-    rs = sub.add_parser("resume", help="continue a session (its kernel is restored)")
-    rs.add_argument("session")
-    rs.add_argument("task", nargs="?")
-    rs.add_argument("--from", dest="from_entry", metavar="ENTRY", help="branch from this entry")
+    rs = sub.add_parser("resume", help="continue a session (its kernel is restored)",
+                        intermixed=True)
+    rs.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
+    rs.add_argument("task", nargs="?", help="the next prompt (default: continue where it stopped)")
+    rs.add_argument("--from", dest="from_entry", metavar="ENTRY",
+                    help="branch from this entry id (see `rlm tree`)")
     _run_options(rs)
 
-    s = sub.add_parser("sessions", help="list sessions")
-    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("sessions", help="list sessions, newest last")
+    s.add_argument("-n", type=int, default=20, metavar="N",
+                   help="show the N newest (default 20; 0 for all)")
+    s.add_argument("--here", action="store_true",
+                   help="only sessions started in the current directory")
+    s.add_argument("--json", action="store_true", help="print one JSON list")
     lg = sub.add_parser("log", help="print a session's transcript")
-    lg.add_argument("session")
-    lg.add_argument("--json", action="store_true")
+    lg.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
+    lg.add_argument("--json", action="store_true", help="the branch's entries as one JSON list")
     lg.add_argument("--all", action="store_true", help="include hidden entries")
     t = sub.add_parser("tree", help="print a session's entry tree")
-    t.add_argument("session")
-    t.add_argument("--json", action="store_true")
+    t.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
+    t.add_argument("--json", action="store_true", help="the tree as one JSON object")
     st = sub.add_parser("state", help="what the session's kernel holds (live or snapshot)")
-    st.add_argument("session")
-    st.add_argument("--json", action="store_true")
+    st.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
+    st.add_argument("--json", action="store_true", help="print one JSON object")
 
     e = sub.add_parser("export", help="export a session to .ipynb")
-    e.add_argument("session")
+    e.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
     e.add_argument("-o", "--output", help="notebook path (default ./<session id>.ipynb)")
     e.add_argument("--force", action="store_true", help="overwrite an existing notebook file")
-    e.add_argument("--branch", metavar="LEAF")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--branch", metavar="LEAF", help="export the branch ending at this entry id")
+    e.add_argument("--json", action="store_true", help="print one JSON object")
     cp = sub.add_parser("compact", help="compact a session now")
-    cp.add_argument("session")
-    cp.add_argument("--instructions")
-    cp.add_argument("--model")
-    cp.add_argument("--json", action="store_true")
+    cp.add_argument("session", help=SESSION_HELP.replace(" (default)", ""))
+    cp.add_argument("--instructions", help="what the summary must keep")
+    cp.add_argument("--model", help="model that writes the summary (default: the session's)")
+    cp.add_argument("--json", action="store_true", help="print one JSON object")
 
     from rlm.cli import longrun_cli
 
@@ -134,12 +188,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     d = sub.add_parser("demo", help="generate a dataset and run a short task on it")
     d.add_argument("--model", help="default: local (the embedded offline model)")
-    d.add_argument("--rows", type=int, default=3000)
+    d.add_argument("--rows", type=int, default=3000, help="rows of generated data (default 3000)")
     d.add_argument("--seed", type=int, default=7, help="dataset seed (default 7)")
     d.add_argument("-o", "--output", help="notebook path (default: in the session directory)")
-    d.add_argument("--max-turns", type=int, default=8)
-    d.add_argument("--json", action="store_true")
+    d.add_argument("--max-turns", type=int, default=8, help="turn limit (default 8)")
+    d.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    for name, parser in sub.choices.items():
+        parser.epilog = f"example:\n  {EXAMPLES[name]}"
     return p
+
+
+def _did_you_mean(argv: list[str], parser: argparse.ArgumentParser) -> str | None:
+    """The one-line error for an unknown command, with the nearest ones (difflib)."""
+    import difflib
+
+    first = next((a for a in argv if not a.startswith("-")), None)
+    if first is None or argv[0].startswith("-"):
+        return None
+    names = list(EXAMPLES)
+    if first in names:
+        return None
+    near = difflib.get_close_matches(first, names, n=3, cutoff=0.6)
+    hint = f"; did you mean: {', '.join(near)}?" if near else ""
+    return f"rlm: error: unknown command {first!r}{hint} (`rlm --help` lists them)"
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -171,7 +242,22 @@ def main(argv: list[str] | None = None) -> int:
 
         protect_process_secrets()
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    args = build_parser().parse_args(argv)
+    from rlm.cli import longrun_cli
+
+    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    unknown = _did_you_mean(argv, parser)
+    if unknown:
+        print(unknown, file=sys.stderr)
+        return 2
+    if len(argv) > 2 and argv[0] == "goal" and argv[1] in longrun_cli.GOAL_ACTIONS:
+        print(f"rlm: note: `rlm goal {argv[1]} SESSION` is deprecated; use "
+              f"`rlm goal SESSION {argv[1]}`", file=sys.stderr)  # one order: <noun> SESSION <verb>
+        argv[1], argv[2] = argv[2], argv[1]
+    args = parser.parse_args(argv)
+    if args.command is None:  # `rlm` alone: the help, not an error
+        parser.print_help()
+        return 0
     try:
         return _dispatch(args)
     except RlmError as e:

@@ -94,6 +94,7 @@ class SessionInfo:
     task: str | None
     created: str
     parent_session: str | None
+    cwd: str = ""  # where it was started ("" in logs that did not record it)
 
 
 def _new_session_id() -> str:
@@ -626,6 +627,7 @@ def list_sessions(home: Path | None = None) -> list[SessionInfo]:
                 task=head.get("task"),
                 created=str(head.get("timestamp", "")),
                 parent_session=head.get("parent_session"),
+                cwd=str(head.get("cwd") or ""),
             )
         )
     out.sort(key=lambda s: (s.created, s.id))
