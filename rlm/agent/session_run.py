@@ -45,6 +45,8 @@ class RunResult:
     events: list[Event] = field(default_factory=list)
     # effective compaction settings (CompactionController.effective().to_dict()), when known
     compaction: dict[str, Any] | None = None
+    verified: bool | None = None  # RunEnded.verified: None when the run gave no answer
+    why: str | None = None  # why the answer is not verified
 
     @classmethod
     def from_events(cls, session: SessionLog, events: list[Event]) -> RunResult:
@@ -60,6 +62,8 @@ class RunResult:
             reason=end.reason if end else "unknown",
             cells=[e.code for e in events if isinstance(e, CellFinished)],
             events=events,
+            verified=end.verified if end else None,
+            why=end.why if end else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -70,6 +74,8 @@ class RunResult:
             "turns": self.turns,
             "reason": self.reason,
             "cells": len(self.cells),
+            "verified": self.verified,
+            **({"unverified_why": self.why} if self.why else {}),
             **({"compaction": self.compaction} if self.compaction is not None else {}),
         }
 
