@@ -131,3 +131,16 @@ def test_final_from_the_kernel_is_verified_and_json_and_exit_code_follow(_isolat
     out = result.to_json()
     assert out["verified"] is False and out["unverified_why"] == "no cell ran in this run"
     assert exit_code(result) == EXIT_UNVERIFIED == 5
+
+
+def test_the_search_example_uses_the_questions_words_or_none():
+    from rlm.agent.context_files import question_words, with_question_example
+
+    assert question_words("Which vendor shipped the 'blue crate' last?", set()) == "blue crate"
+    assert question_words("What did the lighthouse keeper record?", set()) == "lighthouse"
+    assert question_words("What is in it?", set()) is None
+    entry = CustomEntry(custom_type="context_vars", data={"names": ["log"], "long_texts": ["log"]},
+                        content="Input: ...")
+    assert "log.find('lighthouse')" in with_question_example(
+        entry, "What did the lighthouse keeper record?").content
+    assert with_question_example(entry, "What is in it?").content == "Input: ..."

@@ -23,6 +23,7 @@ from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
+from rlm.agent.context_files import with_question_example
 from rlm.agent.nudge import NUDGE_ERROR_TEXT, WHY, choose_nudge, error_text, unverified_why
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
@@ -264,7 +265,7 @@ class Agent:
         notices_now, self.notices = self.notices, []
         yield from notices_now
         for entry in self._attached:  # the input first, the question last
-            self.session.append(entry)
+            self.session.append(with_question_example(entry, prompt))
         self._attached.clear()
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
