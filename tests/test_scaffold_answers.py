@@ -144,3 +144,21 @@ def test_the_search_example_uses_the_questions_words_or_none():
     assert "log.find('lighthouse')" in with_question_example(
         entry, "What did the lighthouse keeper record?").content
     assert with_question_example(entry, "What is in it?").content == "Input: ..."
+
+
+def test_the_terminal_shows_an_unverified_answer_in_yellow_with_why():
+    import io
+
+    from rich.console import Console
+
+    from rlm.cli.render import Renderer
+    from rlm.events import RunEnded as End
+
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=200, color_system="standard", force_terminal=True))
+    r(End(reason="final", turns=2, final="7", verified=False, why="the last cell failed"))
+    out = buf.getvalue()
+    assert "unverified answer: the last cell failed" in out and "\x1b[33m" in out  # yellow
+    buf.truncate(0)
+    r(End(reason="final", turns=2, final="7", verified=True))
+    assert "unverified" not in buf.getvalue()
