@@ -47,7 +47,10 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
             long = len(v) > SEARCH_HINT_CHARS
             prev = repr(v[:min(n, LONG_TEXT_PREVIEW) if long else n])
             if long and isinstance(v, str):
-                hint = f"search it: i = {name}.find('some words'); print({name}[max(0, i-300):i+300])"
+                # no example words here: the 1.5B model copied `find('some words')` literally;
+                # the host adds an example with words from the actual question
+                hint = (f"search it: {name} is too long to print; find words from the question "
+                        f"in it and print about 300 characters around each match")
         else:
             try:
                 size = f"{len(v):,} items"

@@ -112,3 +112,7 @@ class RunEnded(Event):
     turns: int
     final: str | None = None
     detail: str | None = None
+    # an answer is verified when a successful cell of this run, or final()/final_var(),
+    # supports it (rlm.agent.nudge); None when the run ended without an answer
+    verified: bool | None = None
+    why: str | None = None  # why it is not verified

@@ -85,8 +85,9 @@ def test_resume_from_an_earlier_entry_starts_a_branch(tmp_path):
     first_user = next(e["id"] for e in entries if e["type"] == "message")
     s2 = script(tmp_path / "b.json", ["a different answer"])
     summ = script(tmp_path / "summary.json", ["Tried: set x = 1 and answered 'one'."])
-    rlm("resume", sid, "again", "--from", first_user, "--model", s2, "--compaction-model", summ,
-        "--json", cwd=tmp_path)
+    resumed = rlm("resume", sid, "again", "--from", first_user, "--model", s2,
+                  "--compaction-model", summ, "--json", cwd=tmp_path, check=False)
+    assert resumed.returncode == 5, resumed.stderr  # an answer no cell of the run checked
     after = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     assert len(after) > len(entries)
     assert entries == after[: len(entries)]  # nothing rewritten
@@ -100,7 +101,10 @@ def test_resume_from_an_earlier_entry_starts_a_branch(tmp_path):
 
 def test_corrupt_session_is_a_file_line_error(tmp_path):
     s1 = script(tmp_path / "a.json", ["hello"])
-    res = json.loads(rlm("run", "t", "--model", s1, "--json", cwd=tmp_path).stdout.splitlines()[-1])
+    first = rlm("run", "t", "--model", s1, "--json", cwd=tmp_path, check=False)
+    res = json.loads(first.stdout.splitlines()[-1])
+    # the real entry point: an answer no cell supports exits 5, and --json says why
+    assert first.returncode == 5 and res["verified"] is False and res["unverified_why"]
     path = Path(res["session_path"])
     lines = path.read_text().splitlines(keepends=True)
     lines.insert(1, "{not json\n")

@@ -74,23 +74,29 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
         if not res.ok:
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
         names.append(name)
+    items = agent.executor.describe(names)
     agent.attach_context(CustomEntry(
         custom_type="context_vars",
-        data={"names": names, "files": [str(p) for p in paths]},
+        data={"names": names, "files": [str(p) for p in paths],
+              "long_texts": [d["name"] for d in items if d.get("hint")]},
         display=True,
-        content=describe_variables(agent, names, origin="loaded from the files you were given")
+        content=format_description(items, origin="loaded from the files you were given")
         + (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API or "
            f"another file): {'; '.join(renamed)}" if renamed else ""),
     ))
     return names
 
 
-def describe_variables(agent: Any, names: list[str] | None, *, origin: str,
-                       tag: str = "context_variables") -> str:
+def describe_variables(agent: Any, names: list[str] | None, *, origin: str) -> str:
     """Text telling the model which kernel variables hold its input (names=None: all the
     user's data values). Computed by the executor without running a visible cell."""
-    items = agent.executor.describe(names)
-    lines = [f"<{tag}>\nThese kernel variables hold your input ({origin}); "
+    return format_description(agent.executor.describe(names), origin=origin)
+
+
+def format_description(items: list[dict[str, Any]], *, origin: str) -> str:
+    """No XML-like tag around it: the 1.5B model turned `<context_variables>` into
+    `context_variables['context']`. Only the real variable names look like names."""
+    lines = [f"Input: these kernel variables already hold your input ({origin}); "
              "read them through code, in slices:"]
     for d in items:
         lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
@@ -98,4 +104,39 @@ def describe_variables(agent: Any, names: list[str] | None, *, origin: str,
             lines.append(f"  {d['hint']}")
     if not items:
         lines.append("- (none)")
-    return "\n".join(lines) + f"\n</{tag}>"
+    return "\n".join(lines)
+
+
+_STOP = frozenset("""what which where when who whom whose why how does did do is are was were
+the this that these those there their them they with from into about than then have has had
+will would could should shall must might your you answer only number text file data find
+give tell show name list many much each every some any other more most less least just also
+please exactly value says said according mentioned given""".split())
+_QUOTED = re.compile(r"[\"'`“‘]([^\"'`”’\n]{3,60})[\"'`”’]")
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{3,}")
+
+
+def question_words(question: str, avoid: set[str]) -> str | None:
+    """Words to search a long input for: a quoted phrase of the question, else its longest
+    word that is not a stop word or a variable name; None when there is none."""
+    m = _QUOTED.search(question)
+    if m and m.group(1).strip():
+        return m.group(1).strip()
+    words = [w for w in _WORD.findall(question) if w.lower() not in _STOP and w not in avoid]
+    return max(words, key=len) if words else None
+
+
+def with_question_example(entry: CustomEntry, question: str | None) -> CustomEntry:
+    """The input description with a search example built from the question's own words
+    (never placeholder words a small model would copy), for each long text it lists."""
+    data = entry.data if isinstance(entry.data, dict) else {}
+    long_texts = [n for n in data.get("long_texts", []) if isinstance(n, str)]
+    if not question or not long_texts or not isinstance(entry.content, str):
+        return entry
+    words = question_words(question, set(data.get("names", [])))
+    if words is None:
+        return entry
+    lines = [f"  for this question, e.g.: i = {n}.find({words!r}); "
+             f"print({n}[max(0, i-300):i+300])" for n in long_texts]
+    return CustomEntry(custom_type=entry.custom_type, data=data, display=entry.display,
+                       content=entry.content + "\n" + "\n".join(lines))

@@ -23,7 +23,8 @@ from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
-from rlm.agent.nudge import WHY, choose_nudge
+from rlm.agent.context_files import with_question_example
+from rlm.agent.nudge import NUDGE_ERROR_TEXT, WHY, choose_nudge, error_text, unverified_why
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
@@ -265,7 +266,7 @@ class Agent:
         notices_now, self.notices = self.notices, []
         yield from notices_now
         for entry in self._attached:  # the input first, the question last
-            self.session.append(entry)
+            self.session.append(with_question_example(entry, prompt))
         self._attached.clear()
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
@@ -300,9 +301,15 @@ class Agent:
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
              detail: str | None = None) -> Iterator[Event]:
+        verified = why = None
         if final is not None:
-            self.session.append(CustomEntry(custom_type="final", data={"answer": final, "reason": reason}))
-        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail)
+            why = self.state.unverified
+            verified = why is None
+            self.session.append(CustomEntry(custom_type="final", data={
+                "answer": final, "reason": reason, "verified": verified,
+                **({"why": why} if why else {})}))
+        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail,
+                       verified=verified, why=why)
 
     def _continuation(self, reason: str, answer: str | None) -> str | None:
         if self.state.stopping or reason.startswith(("error", "interrupted")):
@@ -404,18 +411,42 @@ class Agent:
                 for rest in calls[i + 1:]:
                     self._record_skipped(rest, "not run: final() was called")
                 answer, kind = self.state.final
+                if (yield from self._refuse_error_text(answer)):
+                    self.state.final = None
+                    return None
+                self._accept(kind, answer)
                 yield FinalAnswer(answer, kind)
                 return ("final", answer)
         return None
+
+    def _refuse_error_text(self, answer: str) -> Generator[Event, None, bool]:
+        """Refuse (once per run) an answer that is the text of an error: tell the model why."""
+        what = error_text(answer)
+        if what is None or NUDGE_ERROR_TEXT in self.state.refused:
+            return False
+        self.state.refused.add(NUDGE_ERROR_TEXT)
+        self.session.append(MessageEntry(message={
+            "role": "user", "content": NUDGE_ERROR_TEXT.format(what=what[:80])}))
+        yield Notice(f"the model answered with an error message ({what[:80]}); asked it to fix "
+                     "its code instead")
+        return True
+
+    def _accept(self, source: str, answer: str) -> None:
+        st = self.state
+        st.unverified = unverified_why(source=source, cells_run=st.cells,
+                                       last_cell_ok=st.last_cell_ok,
+                                       error_like=error_text(answer))
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
         nudge = choose_nudge(self.session.branch(), native_tools=self.llm.native_tools,
                              nudges=self.state.nudges, has_data=self.state.has_data,
-                             final=found is not None)
+                             final=found is not None, cells_run=self.state.cells,
+                             refused=self.state.refused)
         if nudge is not None:
             # small models give up in prose after a failing cell, or answer before looking
             self.state.nudges += 1
+            self.state.refused.add(nudge)
             self.session.append(MessageEntry(message={"role": "user", "content": nudge},
                                              origin="nudge"))
             yield Notice(f"the model answered without code {WHY[nudge]}; asked it to use a "
@@ -423,11 +454,17 @@ class Agent:
             return None
         if found is None:
             answer = content.strip()
+            if (yield from self._refuse_error_text(answer)):
+                return None
+            self._accept("reply", answer)
             yield FinalAnswer(answer, "reply")
             return ("no_code", answer)
         kind, value = found
         if kind == "var":
             value = self._read_var(value)
+        if (yield from self._refuse_error_text(value)):
+            return None
+        self._accept("text", value)
         yield FinalAnswer(value, "text")
         return ("final", value)
 
@@ -444,6 +481,7 @@ class Agent:
             why = (f"Your python tool call could not be run: its arguments must be JSON "
                    f'{{"code": "<python source>"}}; got {str(raw)[:300]!r}.')
             self._record_skipped(call, why, status="error")
+            self.state.last_cell_ok = False
             yield CellFinished("", "error", why, 0.0, None)
             return
         if clobbered := overwritten_inputs(code, self.input_names()):
@@ -452,6 +490,7 @@ class Agent:
                    f"input (the preview you saw is only its start). Use the variable as it is: "
                    f"search it or slice it.")
             self._record_skipped(call, why, status="error")
+            self.state.last_cell_ok = False
             yield CellFinished(code, "error", why, 0.0, None)
             return
         yield CellStarted(code, index)
@@ -461,7 +500,9 @@ class Agent:
             report = ex.restart("the kernel was not running")
             pre_notice = notices.restarted("was found dead before this cell", report)
         result: CellResult = yield from self._execute(code)
-        content = pre_notice + notices.cell_content(result)
+        self.state.cells += 1
+        self.state.last_cell_ok = result.ok
+        content = pre_notice + notices.cell_content(result) + self._existing_names(result)
         if result.status == "error" and self.state.last_failed_code == code:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell
         self.state.last_failed_code = code if result.status == "error" else None
@@ -472,6 +513,17 @@ class Agent:
         if result.restart is not None:
             yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
                                   [f["name"] for f in result.restart.failed + result.restart.skipped])
+
+    def _existing_names(self, result: CellResult) -> str:
+        """After a NameError: the names that exist, inputs first (rlm.agent.notices)."""
+        missing = notices.missing_name(result.shaped) if result.status == "error" else None
+        if missing is None or self.executor is None:
+            return ""
+        try:
+            rows = self.executor.list_namespace(timeout=5.0).get("names", [])
+        except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
+            return ""
+        return notices.existing_names(missing, rows, self.input_names())
 
     def _execute(self, code: str) -> Generator[Event, None, CellResult]:
         timeout = self.config.cell_timeout

@@ -6,7 +6,10 @@ names it does not know about.
 
 from __future__ import annotations
 
-from kernel_ext.describe import listing_lines
+import re
+from typing import Any
+
+from kernel_ext.describe import listing_line, listing_lines
 from rlm.kernel.types import CellResult, RestoreReport
 
 MAX_NAMES = 200
@@ -79,3 +82,28 @@ def overflow_report(err: Exception) -> str:
         "Use a model with a larger context window (--model), lower --keep-recent-tokens, "
         "or start a new session from a summary."
     )
+
+
+_NAME_ERROR = re.compile(r"NameError: name '([A-Za-z_]\w*)' is not defined")
+EXISTING_BUDGET_TOKENS = 500
+
+
+def missing_name(shaped: str) -> str | None:
+    """The name a NameError in a cell's output complains about, or None."""
+    found = _NAME_ERROR.findall(shaped or "")
+    return found[-1] if found else None
+
+
+def existing_names(missing: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
+    """After a NameError: the names that do exist, the input variables first (with type and
+    size), so a small model stops inventing names from the prompt's wording."""
+    first = [r for r in rows if r.get("name") in inputs]
+    rest = [r for r in rows if r.get("name") not in inputs]
+    if not first and not rest:
+        return f"\n[`{missing}` does not exist: no variables exist in the kernel yet.]"
+    lines = [f"\n[`{missing}` does not exist. The variables that do exist"
+             + (" (your input first):" if first else ":")]
+    lines += [listing_line(r) for r in first]
+    if rest:
+        lines += listing_lines(rest, budget_tokens=EXISTING_BUDGET_TOKENS)
+    return "\n".join(lines) + "\nUse one of these names.]"

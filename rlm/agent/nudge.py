@@ -1,34 +1,70 @@
-"""The small-model nudge policy: when a fenced-code model answers without code right after
-a failed or silent cell, or before looking at data it was given, ask it (at most
-`MAX_NUDGES` times per run) to use a cell first."""
+"""The answer policy: when an answer is refused once, and whether an accepted one is verified.
+
+Small fenced-code models answer too early: in prose right after a failed or silent cell,
+before any cell ran (a guess), or with the text of an error they just saw
+(`FINAL(NameError: ...)`). Each of those is refused once per run with the reason
+(`MAX_NUDGES` in all). An answer that is accepted is *verified* when it follows a cell of
+this run that succeeded, or came from `final()`/`final_var()` in the kernel; otherwise
+`RunEnded.verified` is False and `why` says what was missing.
+
+Native-tool models are not refused: they call the `python` tool when they mean to (a
+conversational reply is a legitimate answer for them), and their unchecked answers are
+still marked unverified.
+"""
 
 from __future__ import annotations
 
 import itertools
+import re
 
 from rlm.session.entries import Entry, MessageEntry
 
 MAX_NUDGES = 2
-NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell (check the names and "
-                "columns that exist first), or, if you already know the answer, reply with "
-                "FINAL(answer).")
+NUDGE_FAILED = ("Your last cell failed. Fix it with a new ```python cell: check the names and "
+                "columns that exist first (the error lists them when a name is missing).")
 NUDGE_EMPTY = ("Your last cell printed nothing, so you have not seen an answer yet. Print "
                "what you found (for a search: the matching line) with a ```python cell, then "
                "answer with FINAL(answer).")
 NUDGE_LOOK = ("You have not looked at the data yet. Reply with a ```python cell that reads "
               "the variables you were given (in slices, or by searching them) and prints what "
               "answers the question; answer with FINAL(answer) after you see the output.")
+NUDGE_NO_CELL = ("You answered before running any code, so nothing checked the answer. Reply "
+                 "with a ```python cell that computes or checks it and prints the result; "
+                 "answer with FINAL(answer) after you see the output.")
+NUDGE_ERROR_TEXT = ("Not accepted: your answer is the text of an error ({what}), not an answer "
+                    "to the question. The error means your code was wrong, not that the "
+                    "answer is the error. Fix the code with a new ```python cell and answer "
+                    "from its output.")
 WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
-       NUDGE_EMPTY: "after a cell that printed nothing"}
+       NUDGE_EMPTY: "after a cell that printed nothing", NUDGE_NO_CELL: "before running any code"}
+
+# An error message or a traceback line, not an answer: `NameError: ...`, `Traceback (most
+# recent call last)`, `Error: ...`, `... does not exist`, `... is not defined`, `No such file`.
+_ERROR_TEXT = re.compile(
+    r"\b[A-Z]\w*(?:Error|Exception)\b\s*:|Traceback \(most recent call last\)|^\s*Traceback\b"
+    r"|(?:^|\s)Error\s*:|\bdoes not exist\b|\bis not defined\b|\bNo such file or directory\b"
+    r"|\bcould not be (?:run|found|loaded)\b",
+    re.M)
+
+
+def error_text(answer: str) -> str | None:
+    """The error-looking part of `answer` (to name it in the refusal), or None."""
+    m = _ERROR_TEXT.search(answer or "")
+    return m.group(0).strip() if m else None
 
 
 def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_data: bool,
-                 final: bool) -> str | None:
+                 final: bool, cells_run: int = 0, refused: set[str] | None = None) -> str | None:
     """For fenced-code models answering without code: a nudge when the last cell of this
-    run failed (prose only), printed nothing (even with FINAL: nothing was seen), or when
-    data was attached and no cell has run yet (prose only)."""
+    run failed (prose only), printed nothing (even with FINAL: nothing was seen), or when no
+    cell has run in this run yet (any answer; worded for attached data when there is some).
+    `refused` holds the nudges already given in this run: the no-cell one is given once."""
     if native_tools or nudges >= MAX_NUDGES:
         return None
+    refused = refused or set()
+    if cells_run == 0:
+        nudge = NUDGE_LOOK if has_data else NUDGE_NO_CELL
+        return None if (NUDGE_LOOK in refused or NUDGE_NO_CELL in refused) else nudge
     # newest first, skipping the reply just appended (islice: no copy of a long branch)
     for e in itertools.islice(reversed(branch), 1, None):
         if isinstance(e, MessageEntry) and e.role == "tool":
@@ -37,5 +73,19 @@ def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_da
                 return NUDGE_EMPTY
             return NUDGE_FAILED if status not in (None, "ok") and not final else None
         if isinstance(e, MessageEntry) and e.role == "user":
-            return NUDGE_LOOK if has_data and not final else None
+            return None
+    return None
+
+
+def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
+                   error_like: str | None) -> str | None:
+    """Why an accepted answer is not verified, or None when it is."""
+    if error_like:
+        return f"the answer reads like an error message ({error_like})"
+    if source in ("final", "final_var"):
+        return None  # computed in the kernel by a cell of this run
+    if cells_run == 0:
+        return "no cell ran in this run: the answer was not checked by code"
+    if not last_cell_ok:
+        return "the last cell of this run failed: no successful output supports the answer"
     return None

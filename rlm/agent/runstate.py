@@ -21,6 +21,10 @@ class RunState:
     nudges: int = 0
     has_data: bool = False  # input was attached for this run's prompt
     last_failed_code: str | None = None
+    cells: int = 0  # cells executed in this run
+    last_cell_ok: bool | None = None  # the status of the newest of them
+    refused: set[str] = field(default_factory=set)  # answer refusals given (nudge texts)
+    unverified: str | None = None  # why the answer that ends the run is not verified
     interrupts: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
     budget_reached: str | None = None  # a goal's budget ran out during this run

@@ -53,6 +53,8 @@ class RunResult:
     duration_s: float | None = None
     images: list[str] = field(default_factory=list)  # absolute paths of saved images
     error: str | None = None  # why the run ended, for reason "error"
+    verified: bool | None = None  # RunEnded.verified: None when the run gave no answer
+    why: str | None = None  # why the answer is not verified
 
     @classmethod
     def from_events(cls, session: SessionLog, events: list[Event], *,
@@ -78,6 +80,8 @@ class RunResult:
             duration_s=None if duration_s is None else round(duration_s, 3),
             images=_images(session, events),
             error=(end.detail if end and reason == "error" else None),
+            verified=end.verified if end else None,
+            why=end.why if end else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -88,6 +92,8 @@ class RunResult:
             "turns": self.turns,
             "reason": self.reason,
             "cells": len(self.cells),
+            "verified": self.verified,
+            **({"unverified_why": self.why} if self.why else {}),
             **({"compaction": self.compaction} if self.compaction is not None else {}),
             "model": self.model,
             "tokens": self.tokens,

@@ -60,7 +60,18 @@ def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: arg
         render.session_line(session)
         if note:
             render.console.print(note, style="yellow", markup=False)
-    return 0 if result.reason in ("final", "no_code") else 3
+    return exit_code(result)
+
+
+# `rlm run` exit codes: 0 a verified answer, 3 no answer (limit, error, interrupt),
+# 4 the session is busy (SessionBusy), 5 an answer that no successful cell supports
+EXIT_UNVERIFIED = 5
+
+
+def exit_code(result: RunResult) -> int:
+    if result.reason not in ("final", "no_code"):
+        return 3
+    return EXIT_UNVERIFIED if result.verified is False else 0
 
 
 def _failed_start(agent: Agent, session: SessionStore, args: argparse.Namespace,

@@ -107,6 +107,9 @@ class Renderer:
         self._end_stream()
         detail = f": {escape(terminal_safe(e.detail))}" if e.detail else ""
         self.console.print(f"[dim]run ended ({e.reason}{detail}) after {e.turns} turn(s)[/dim]")
+        if e.verified is False:
+            self.console.print(f"[yellow]unverified answer: {escape(terminal_safe(e.why or ''))}"
+                               "[/yellow]")
 
 
 def print_json(obj: Any) -> None:

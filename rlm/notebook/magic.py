@@ -121,8 +121,7 @@ def _describe_user_data(agent: Agent) -> None:
     from rlm.agent.context_files import describe_variables
     from rlm.session.entries import CustomEntry
 
-    text = describe_variables(agent, None, origin="the user's notebook namespace",
-                              tag="notebook_variables")
+    text = describe_variables(agent, None, origin="the user's notebook namespace")
     agent.attach_context(CustomEntry(custom_type="context_vars", data={"source": "notebook"},
                                      display=False, content=text))
 

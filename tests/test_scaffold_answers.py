@@ -1,0 +1,164 @@
+"""Issue 13 (a scaffold that holds on unseen tasks) and 14.1 (verified answers).
+
+Scripted fenced-code model (like the local one), real kernels; assertions on what reached
+the model, the events and the session log.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rlm.agent import Agent
+from rlm.agent.context_files import load_context_files
+from rlm.agent.nudge import NUDGE_FAILED, error_text
+from rlm.agent.session_run import RunResult
+from rlm.cli.commands import EXIT_UNVERIFIED, exit_code
+from rlm.config import Config
+from rlm.events import RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import CustomEntry
+from rlm.session.store import SessionStore
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False  # like the small local model: fenced code, text FINAL
+
+
+def _agent(home, llm):
+    config = Config(home=home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(home, model="script:small", task="t")
+    return Agent(session, config, llm=llm), session
+
+
+def _cell(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def test_a_name_error_lists_the_names_that_exist_inputs_first(_isolated_home, tmp_path):
+    (tmp_path / "notes.txt").write_text("filler line\n" * 50 + "the code is 4711\n")
+    llm = _Fenced([_cell("helper = [1, 2, 3]\nprint(len(helper))"),
+                   _cell("print(context_variables['context'][:100])"),
+                   _cell("print(notes.find('code'))"), "FINAL(4711)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "notes.txt"])
+        list(agent.run("What is the code?"))
+    after_error = llm.calls[2][-1]["content"]
+    assert "NameError" in after_error
+    listing = after_error[after_error.index("`context_variables` does not exist"):]
+    # the input first, with its type and size; then the model's own names
+    assert listing.index("- notes: str") < listing.index("- helper: list")
+    assert "chars" in listing.split("- notes:")[1].splitlines()[0]
+
+
+def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isolated_home):
+    llm = _Fenced([_cell("import pandas as pd\ndf = pd.read_csv('sales.csv')"),
+                   "FINAL(FileNotFoundError: sales.csv does not exist)",
+                   _cell("print(6 * 7)"), "FINAL(42)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("total?"))
+    refusal = llm.calls[2][-1]
+    assert refusal["role"] == "user" and "Not accepted" in refusal["content"]
+    assert "FileNotFoundError:" in refusal["content"]
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.final == "42" and end.verified is True
+
+
+def test_an_error_answer_is_refused_only_once_and_then_marked_unverified(_isolated_home):
+    llm = _Fenced([_cell("print(undefined_thing)"), "FINAL(NameError: name is not defined)",
+                   "FINAL(NameError: name is not defined)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("go"))
+    end = events[-1]
+    assert end.reason == "final" and end.verified is False and "error message" in end.why
+
+
+def test_error_text_patterns():
+    for bad in ("NameError: name 'x' is not defined", "Traceback (most recent call last):",
+                "Error: no such column", "sales.csv does not exist in the current directory",
+                "KeyError: 'amount'"):
+        assert error_text(bad), bad
+    for good in ("Lyon, with 431 orders", "not found", "4711", "The error rate is 3%"):
+        assert error_text(good) is None, good
+
+
+def test_a_final_before_any_cell_ran_is_refused_once(_isolated_home):
+    llm = _Fenced(["FINAL(123)",  # a guess, no data attached, no cell run
+                   _cell("print(6 * 7)"), "FINAL(42)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("What is six times seven?"))
+    assert "before running any code" in llm.calls[1][-1]["content"]
+    assert events[-1].final == "42" and events[-1].verified is True
+
+
+def test_a_second_answer_without_a_cell_is_accepted_but_unverified(_isolated_home):
+    llm = _Fenced(["FINAL(123)", "FINAL(123)"])
+    agent, session = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("guess"))
+    end = events[-1]
+    assert end.final == "123" and end.verified is False and "no cell ran" in end.why
+    final = [e for e in SessionStore.open(session.path).branch()
+             if isinstance(e, CustomEntry) and e.custom_type == "final"]
+    assert final[-1].data["verified"] is False
+
+
+def test_an_answer_after_a_failed_cell_is_unverified_and_the_nudge_invites_no_answer(
+        _isolated_home):
+    assert "FINAL" not in NUDGE_FAILED
+    llm = _Fenced([_cell("print({}['missing'])"), "It is 7.", "It is 7."])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("what is it?"))
+    assert "Your last cell failed" in llm.calls[2][-1]["content"]
+    end = events[-1]
+    assert end.final == "It is 7." and end.verified is False and "failed" in end.why
+
+
+def test_final_from_the_kernel_is_verified_and_json_and_exit_code_follow(_isolated_home):
+    llm = ScriptedLLM([{"content": "", "tool_calls": [
+        {"name": "python", "arguments": {"code": "final(6 * 7)"}}]}])
+    agent, session = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("6*7"))
+    result = RunResult.from_events(session, events)
+    assert result.verified is True and json.loads(json.dumps(result.to_json()))["verified"] is True
+    assert exit_code(result) == 0
+    result.verified, result.why = False, "no cell ran in this run"
+    out = result.to_json()
+    assert out["verified"] is False and out["unverified_why"] == "no cell ran in this run"
+    assert exit_code(result) == EXIT_UNVERIFIED == 5
+
+
+def test_the_search_example_uses_the_questions_words_or_none():
+    from rlm.agent.context_files import question_words, with_question_example
+
+    assert question_words("Which vendor shipped the 'blue crate' last?", set()) == "blue crate"
+    assert question_words("What did the lighthouse keeper record?", set()) == "lighthouse"
+    assert question_words("What is in it?", set()) is None
+    entry = CustomEntry(custom_type="context_vars", data={"names": ["log"], "long_texts": ["log"]},
+                        content="Input: ...")
+    assert "log.find('lighthouse')" in with_question_example(
+        entry, "What did the lighthouse keeper record?").content
+    assert with_question_example(entry, "What is in it?").content == "Input: ..."
+
+
+def test_the_terminal_shows_an_unverified_answer_in_yellow_with_why():
+    import io
+
+    from rich.console import Console
+
+    from rlm.cli.render import Renderer
+    from rlm.events import RunEnded as End
+
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=200, color_system="standard", force_terminal=True))
+    r(End(reason="final", turns=2, final="7", verified=False, why="the last cell failed"))
+    out = buf.getvalue()
+    assert "unverified answer: the last cell failed" in out and "\x1b[33m" in out  # yellow
+    buf.truncate(0)
+    r(End(reason="final", turns=2, final="7", verified=True))
+    assert "unverified" not in buf.getvalue()
