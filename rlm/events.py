@@ -112,3 +112,22 @@ class RunEnded(Event):
     turns: int
     final: str | None = None
     detail: str | None = None
+
+
+# ---------------------------------------------------------------- progress (issue 14.3)
+@dataclass
+class ModelCallStarted(Event):
+    """A model call is about to be made: which model, and how many tokens the prompt has
+    (counted offline; None when it could not be counted)."""
+
+    model: str
+    prompt_tokens: int | None = None
+
+
+@dataclass
+class CellOutput(Event):
+    """Text a running cell printed, as it was printed (stdout/stderr, a displayed value, an
+    image reference, the trimmed traceback). The full result still comes in CellFinished."""
+
+    text: str
+    name: str = "stdout"  # stdout | stderr | result | error

@@ -24,6 +24,7 @@ from typing import Any
 from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.nudge import WHY, choose_nudge
+from rlm.agent.progress import OutputStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
@@ -36,6 +37,7 @@ from rlm.events import (
     Event,
     FinalAnswer,
     KernelRestarted,
+    ModelCallStarted,
     ModelReply,
     ModelText,
     Notice,
@@ -355,6 +357,7 @@ class Agent:
                     temperature=self.config.temperature,
                 )
 
+            yield ModelCallStarted(self.llm.spec, prompt_tokens(messages))
             try:
                 completion = yield from self._in_thread(call)
                 return completion
@@ -477,7 +480,8 @@ class Agent:
             return ex.execute(code, timeout=timeout, on_output=self.on_cell_output)
             yield  # pragma: no cover - makes this a generator
         return (yield from self._in_thread(
-            lambda emit: ex.execute(code, timeout=timeout, on_output=self.on_cell_output),
+            lambda emit: ex.execute(code, timeout=timeout, on_output=OutputStream(
+                emit, self.session.dir, self.on_cell_output)),
             cell=True))
 
     def _executor(self) -> Executor:

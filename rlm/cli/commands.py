@@ -14,7 +14,7 @@ from rlm import app
 from rlm.agent.loop import Agent
 from rlm.agent.session_run import RunResult
 from rlm.cli.common import open_readonly, options_from_args
-from rlm.cli.render import Renderer, print_json
+from rlm.cli.render import Renderer, input_summaries, print_json
 from rlm.config import load_config
 from rlm.events import Event, RunEnded
 from rlm.longrun.lock import SessionLock
@@ -31,9 +31,11 @@ def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: arg
     try:
         with agent:
             app.prepare_inputs(agent, options)
+            render.header(agent.llm.spec, session, input_summaries(agent))
             events = app.drive(agent, prompt, render)
         note = app.schedules_note(session)
     finally:
+        render.close()
         session.close()
         lock.release()
     result = RunResult.from_events(session, _first_run(events))
