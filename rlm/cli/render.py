@@ -146,6 +146,7 @@ class Renderer:
         self.console.print(Panel(Syntax(terminal_safe(e.code.rstrip()), "python", theme="ansi_dark"),
                                  title="cell", title_align="left", border_style="blue"))
         self._cell_pending = None
+        self._status.generated = 0
         self._start_status("running the cell")
 
     def _CellOutput(self, e: ev.CellOutput) -> None:
