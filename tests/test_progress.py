@@ -164,3 +164,8 @@ def test_cli_run_shows_header_streamed_output_once_and_footer_and_json_stays_cle
     res = json.loads(proc.stdout)  # the whole of stdout is the one JSON object
     assert res["final"] == "r2"
     assert "2 turn(s) · " in proc.stderr  # progress went to stderr
+
+
+def test_progress_events_round_trip_for_the_worker_event_file_and_attach():
+    for e in (ev.ModelCallStarted("local", 812), ev.ModelCallStarted("x"), ev.CellOutput("hi\n", "stderr")):
+        assert ev.Event.from_dict(json.loads(json.dumps(e.to_dict()))) == e
