@@ -116,3 +116,22 @@ class RunEnded(Event):
     # supports it (rlm.agent.nudge); None when the run ended without an answer
     verified: bool | None = None
     why: str | None = None  # why it is not verified
+
+
+# ---------------------------------------------------------------- progress (issue 14.3)
+@dataclass
+class ModelCallStarted(Event):
+    """A model call is about to be made: which model, and how many tokens the prompt has
+    (counted offline; None when it could not be counted)."""
+
+    model: str
+    prompt_tokens: int | None = None
+
+
+@dataclass
+class CellOutput(Event):
+    """Text a running cell printed, as it was printed (stdout/stderr, a displayed value, an
+    image reference, the trimmed traceback). The full result still comes in CellFinished."""
+
+    text: str
+    name: str = "stdout"  # stdout | stderr | result | error

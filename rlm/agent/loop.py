@@ -25,6 +25,7 @@ from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.context_files import with_question_example
 from rlm.agent.nudge import NUDGE_ERROR_TEXT, WHY, choose_nudge, error_text, unverified_why
+from rlm.agent.progress import OutputStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
@@ -37,6 +38,7 @@ from rlm.events import (
     Event,
     FinalAnswer,
     KernelRestarted,
+    ModelCallStarted,
     ModelReply,
     ModelText,
     Notice,
@@ -365,6 +367,7 @@ class Agent:
                         temperature=self.config.temperature,
                     )
 
+            yield ModelCallStarted(self.llm.spec, prompt_tokens(messages))
             try:
                 completion = yield from self._in_thread(call)
                 return completion
@@ -532,7 +535,8 @@ class Agent:
             return ex.execute(code, timeout=timeout, on_output=self.on_cell_output)
             yield  # pragma: no cover - makes this a generator
         return (yield from self._in_thread(
-            lambda emit: ex.execute(code, timeout=timeout, on_output=self.on_cell_output),
+            lambda emit: ex.execute(code, timeout=timeout, on_output=OutputStream(
+                emit, self.session.dir, self.on_cell_output)),
             cell=True))
 
     def _executor(self) -> Executor:

@@ -15,7 +15,7 @@ from rlm import app
 from rlm.agent.loop import Agent
 from rlm.agent.session_run import RunResult
 from rlm.cli.common import open_readonly, options_from_args
-from rlm.cli.render import Renderer, print_json, terminal_safe
+from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import Event, RunEnded
@@ -37,12 +37,14 @@ def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: arg
     try:
         with agent:
             app.prepare_inputs(agent, options)
+            render.header(agent.llm.spec, session, input_summaries(agent))
             events = app.drive(agent, prompt, render)
         note = app.schedules_note(session)
     except RlmError as e:
         failure = e
         raise
     finally:
+        render.close()
         session.close()
         lock.release()
         if failure is not None:

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.live import Live
 from rich.markdown import Markdown
 from rich.markup import escape
 from rich.panel import Panel
+from rich.spinner import Spinner
 from rich.syntax import Syntax
 from rich.text import Text
 
@@ -40,9 +44,46 @@ def terminal_safe(text: str) -> str:
 class Renderer:
     """Renders events as they arrive. `quiet` (for --json) sends progress to stderr."""
 
-    def __init__(self, *, quiet: bool = False, console: Console | None = None):
+    def __init__(self, *, quiet: bool = False, console: Console | None = None,
+                 animate: bool | None = None):
         self.console = console or Console(stderr=quiet, highlight=False)
         self._streaming = False
+        # a spinner line only on a real terminal that takes control codes; elsewhere (a
+        # pipe, a log file, TERM=dumb) plain lines
+        c = self.console
+        self.animate = (c.is_terminal and not c.is_dumb_terminal and c.color_system is not None
+                        ) if animate is None else animate
+        self._live: Live | None = None
+        self._status = _Status()
+        self._base: Path | None = None  # the session dir: image paths are shown absolute
+        self._model = ""
+        self._text = _ProseFilter()
+        self._cell_pending: str | None = None  # None: nothing streamed for this cell
+        self._run = _RunTotals()
+
+    # ------------------------------------------------------------ header / status
+    def header(self, model: str, session: Any, inputs: list[str] | None = None) -> None:
+        """The first lines of a run: model, session id, the inputs loaded."""
+        self._model = model
+        self._base = Path(session.dir) if getattr(session, "dir", None) else None
+        self.console.print(Text(terminal_safe(f"rlm · model {model} · session {session.id}")),
+                           style="bold", soft_wrap=True)
+        if inputs:
+            self.console.print(Text(terminal_safe("inputs: " + "; ".join(inputs))), style="dim",
+                               soft_wrap=True)
+
+    def _start_status(self, label: str) -> None:
+        self._status.start(label)
+        if self.animate and self._live is None:
+            self._live = Live(Spinner("dots", text=self._status, style="cyan"),
+                              console=self.console, transient=True, refresh_per_second=8)
+            self._live.start()
+
+    def close(self) -> None:
+        """Stop the spinner (also at the end of every run); idempotent."""
+        if self._live is not None:
+            live, self._live = self._live, None
+            live.stop()
 
     def __call__(self, event: ev.Event) -> None:
         handler = getattr(self, "_" + type(event).__name__, None)
@@ -55,30 +96,81 @@ class Renderer:
                            markup=False)
 
     def _end_stream(self) -> None:
-        if self._streaming:
-            self.console.print()
+        if self._streaming:  # a reply cut off (an error mid-stream): show what came
+            self.close()
+            for line in self._text.finish([]):
+                self.console.print(Text(line, style="dim"))
             self._streaming = False
 
     def _TurnStarted(self, e: ev.TurnStarted) -> None:
         self._end_stream()
+        self._run.begin()
         self.console.rule(f"turn {e.turn}", style="dim")
+
+    def _ModelCallStarted(self, e: ev.ModelCallStarted) -> None:
+        self._run.begin()
+        self._model = self._model or e.model
+        self._text = _ProseFilter()
+        self._status.prompt_tokens = e.prompt_tokens
+        self._status.generated = 0
+        size = f" ({e.prompt_tokens:,} prompt tokens)" if e.prompt_tokens is not None else ""
+        if not self.animate:
+            self.console.print(Text(terminal_safe(f"calling {e.model}{size}..."), style="dim"))
+        self._start_status(f"{e.model}: reading the prompt{size}")
 
     def _ModelText(self, e: ev.ModelText) -> None:
         self._streaming = True
-        self.console.print(Text(terminal_safe(e.delta), style="dim"), end="")
+        self._status.generated += 1
+        self._status.label = f"{self._model or 'model'}: writing"
+        for line in self._text.feed(terminal_safe(e.delta)):
+            self.console.print(Text(line, style="dim"))
 
     def _ModelReply(self, e: ev.ModelReply) -> None:
-        if not self._streaming and e.content.strip() and not e.code_cells:
-            self.console.print(Text(terminal_safe(e.content.strip()), style="dim"))
-        self._end_stream()
+        self.close()
+        if not self._streaming and e.content.strip():
+            self._text.feed(terminal_safe(e.content.strip()))
+        # code blocks are shown once, in their cell panels: only prose is printed here
+        for line in self._text.finish(e.code_cells):
+            self.console.print(Text(line, style="dim"))
+        self._streaming = False
+        self._run.add(e.usage)
+        took = self._status.elapsed()
+        u = e.usage or {}
+        tokens = (f" · {u.get('input_tokens', 0):,} prompt + {u.get('output_tokens', 0):,} "
+                  "generated tokens" if u.get("input_tokens") or u.get("output_tokens") else "")
+        self.console.print(Text(f"model {took:.1f}s{tokens}", style="dim"))
 
     def _CellStarted(self, e: ev.CellStarted) -> None:
         self._end_stream()
+        self.close()
         self.console.print(Panel(Syntax(terminal_safe(e.code.rstrip()), "python", theme="ansi_dark"),
                                  title="cell", title_align="left", border_style="blue"))
+        self._cell_pending = None
+        self._status.generated = 0
+        self._start_status("running the cell")
+
+    def _CellOutput(self, e: ev.CellOutput) -> None:
+        text = (self._cell_pending or "") + terminal_safe(e.text)
+        *lines, self._cell_pending = text.split("\n")
+        style = {"stderr": "yellow", "error": "red"}.get(e.name, "")
+        for line in lines:
+            self.console.print(Text(line, style=style))
 
     def _CellFinished(self, e: ev.CellFinished) -> None:
+        self.close()
         style = "green" if e.status == "ok" else "red"
+        if e.result is not None:
+            self._run.images += [str(self._base / p) if self._base else p
+                                 for o in e.result.outputs for mime, p in (o.refs or {}).items()
+                                 if mime.startswith("image/")]
+        streamed, self._cell_pending = self._cell_pending, None
+        if streamed is not None and e.status in ("ok", "error"):
+            if streamed:
+                self.console.print(Text(streamed))
+            # the output was shown as it was printed: only the outcome now
+            self.console.print(Text(f"{'✓' if e.status == 'ok' else '✗'} {e.status} · "
+                                    f"{e.duration_s:.2f}s", style=style))
+            return
         text = e.shaped if len(e.shaped) <= MAX_SHOWN_OUTPUT else (
             e.shaped[: MAX_SHOWN_OUTPUT // 2] + "\n[...]\n" + e.shaped[-MAX_SHOWN_OUTPUT // 2:])
         self.console.print(Panel(Text(terminal_safe(text.rstrip()) or "(no output)"),
@@ -105,11 +197,152 @@ class Renderer:
 
     def _RunEnded(self, e: ev.RunEnded) -> None:
         self._end_stream()
+        self.close()
         detail = f": {escape(terminal_safe(e.detail))}" if e.detail else ""
         self.console.print(f"[dim]run ended ({e.reason}{detail}) after {e.turns} turn(s)[/dim]")
         if e.verified is False:
             self.console.print(f"[yellow]unverified answer: {escape(terminal_safe(e.why or ''))}"
                                "[/yellow]")
+        self._footer(e.turns)
+
+    def _footer(self, turns: int) -> None:
+        """Turns, tokens, time, cost where known, and where the run's images are."""
+        r, self._run = self._run, _RunTotals()
+        parts = [f"{turns} turn(s)", f"{r.input_tokens:,} prompt + {r.output_tokens:,} generated tokens",
+                 f"{r.elapsed():.1f}s"]
+        cost = _cost(self._model, r.input_tokens, r.output_tokens)
+        if cost is not None:
+            parts.append(f"${cost:.4f}")
+        self.console.print(Text(" · ".join(parts), style="dim"))
+        for path in r.images:
+            self.console.print(Text(terminal_safe(f"image: {path}"), style="dim"))
+
+
+_SIZE = re.compile(r"^([\d,]+) rows x (\d+) columns$")
+
+
+def input_summaries(agent: Any) -> list[str]:
+    """`orders: DataFrame 3,000×7` for each input variable the run was given."""
+    names = sorted(agent.input_names())
+    if not names or agent.executor is None:
+        return []
+    try:
+        items = agent.executor.describe(names, timeout=10.0)
+    except Exception:  # noqa: BLE001 - the header is best effort
+        return names
+    out = []
+    for item in items:
+        kind = str(item.get("type") or "").rsplit(".", 1)[-1]
+        size = str(item.get("size") or "")
+        m = _SIZE.match(size)
+        short = f"{kind} {m.group(1)}×{m.group(2)}" if m else f"{kind} {size}".strip()
+        out.append(f"{item.get('name')}: {short}")
+    return out
+
+
+class _Status:
+    """The spinner's text, computed at each refresh: elapsed time and token counts."""
+
+    def __init__(self) -> None:
+        self.label = ""
+        self.started = time.monotonic()
+        self.prompt_tokens: int | None = None
+        self.generated = 0
+
+    def start(self, label: str) -> None:
+        self.label, self.started = label, time.monotonic()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        gen = f" · {self.generated:,} tokens generated" if self.generated else ""
+        yield Text(f"{terminal_safe(self.label)} · {self.elapsed():.0f}s{gen}", style="cyan")
+
+
+class _RunTotals:
+    """What one run cost, for the footer."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.images: list[str] = []
+
+    def begin(self) -> None:
+        if self.started is None:
+            self.started = time.monotonic()
+
+    def add(self, usage: dict[str, int] | None) -> None:
+        self.input_tokens += int((usage or {}).get("input_tokens", 0) or 0)
+        self.output_tokens += int((usage or {}).get("output_tokens", 0) or 0)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started if self.started is not None else 0.0
+
+
+_FENCE_LINE = re.compile(r"^\s*```")
+
+
+class _ProseFilter:
+    """Streamed model text, line by line, with fenced code held back: code is shown once,
+    in its cell panel. A fence that did not become a cell is printed when the reply ends."""
+
+    def __init__(self) -> None:
+        self.pending = ""
+        self.fence: list[str] | None = None  # lines of the fence being read
+        self.fences: list[list[str]] = []
+
+    def _line(self, line: str) -> list[str]:
+        if _FENCE_LINE.match(line):
+            if self.fence is None:
+                self.fence = [line]
+            else:
+                self.fences.append(self.fence + [line])
+                self.fence = None
+            return []
+        if self.fence is not None:
+            self.fence.append(line)
+            return []
+        return [line]
+
+    def feed(self, text: str) -> list[str]:
+        out: list[str] = []
+        *lines, self.pending = (self.pending + text).split("\n")
+        for line in lines:
+            out += self._line(line)
+        return out
+
+    def finish(self, code_cells: list[str]) -> list[str]:
+        out = self._line(self.pending) if self.pending else []
+        self.pending = ""
+        if self.fence is not None:
+            self.fences.append(self.fence)
+            self.fence = None
+        cells = {c.strip() for c in code_cells}
+        for f in self.fences:
+            body = "\n".join(x for x in f if not _FENCE_LINE.match(x)).strip()
+            if body and body not in cells and not body.startswith("FINAL"):
+                out += f
+        self.fences = []
+        while out and not out[-1].strip():
+            out.pop()
+        while out and not out[0].strip():
+            out.pop(0)
+        return out
+
+
+def _cost(model: str, input_tokens: int, output_tokens: int) -> float | None:
+    """The run's cost from litellm's bundled price table; None for local and scripted
+    models (they cost nothing to call) and for models litellm has no price for."""
+    if not model or model == "local" or model.startswith(("local:", "script:")):
+        return None
+    try:
+        from rlm.llm.seam import usage_cost
+
+        return usage_cost(model, input_tokens, output_tokens)
+    except Exception:  # noqa: BLE001 - a footer never fails a run
+        return None
 
 
 def print_json(obj: Any) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rlm.kernel.runtime import KernelRuntime
-from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi
+from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
 from rlm.secrets import scrub_session
@@ -248,7 +248,14 @@ class CellCollector:
             traceback=list(content.get("traceback", [])),
         )
         self.outputs.append(out)
-        self._render("\n".join(out.traceback or [f"{out.ename}: {out.evalue}"]) + "\n")
+        # the user and the model read the user's own frames plus the error line; the full
+        # traceback stays in the session log (this Output) and in an artifact file
+        text, hidden = trim_traceback(out.traceback or [f"{out.ename}: {out.evalue}"])
+        if hidden:
+            full = "\n".join(strip_ansi(b) for b in out.traceback or [])
+            path = self._write_artifact("text/plain", full)
+            text += f"\n[{hidden} library frame(s) hidden; full traceback: {path}]"
+        self._render(text + "\n")
         if self._on_output is not None:
             self._on_output(out)
 

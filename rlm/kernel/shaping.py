@@ -83,3 +83,80 @@ def shape(text: str, budget: int, full_path: str | None = None) -> tuple[str, in
     acc = HeadTail(*split_budget(budget))
     acc.add(strip_ansi(text))
     return acc.text(full_path), acc.elided
+
+
+# ------------------------------------------------------------------ tracebacks
+# A frame in code the user did not write: installed packages, the standard library,
+# Cython sources (pandas/_libs/*.pyx), frozen modules, IPython and rlm's kernel extension.
+_LIBRARY = re.compile(r"site-packages/|dist-packages/|/lib/python3[.\d]*/|\.pyx:|\.pxi:|<frozen |"
+                      r"kernel_ext/|IPython/")
+_CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
+_PACKAGE = re.compile(r"(?:site-packages|dist-packages)/([A-Za-z0-9_]+)|^File ([A-Za-z0-9_]+)/")
+
+
+def _is_library_frame(block: str) -> bool:
+    first = block.lstrip().split("\n", 1)[0]
+    return first.startswith("File ") and bool(_LIBRARY.search(first))
+
+
+def _hidden_line(frames: list[str]) -> str:
+    packages: list[str] = []
+    for f in frames:
+        m = _PACKAGE.search(f.lstrip().split("\n", 1)[0])
+        name = (m.group(1) or m.group(2)) if m else None
+        if name and name not in packages:
+            packages.append(name)
+    inside = f" inside {', '.join(packages)}" if packages else ""
+    return f"[... {len(frames)} library frame{'s' if len(frames) != 1 else ''}{inside} hidden]\n"
+
+
+def trim_traceback(blocks: list[str]) -> tuple[str, int]:
+    """An IPython traceback (the `traceback` list of an error message: one block per
+    frame, a header and the error line) cut to the user's own frames plus the error line.
+
+    Runs of library frames become one `[... N library frames inside pandas hidden]` line;
+    an earlier exception in a chain (`The above exception was the direct cause...`) with no
+    user frame in it becomes one `[caused by: KeyError: 'x' (inside libraries)]` line.
+    Returns (text, number of frames hidden); nothing hidden means the text is the whole
+    traceback, ANSI stripped."""
+    plain = [strip_ansi(b) for b in blocks]
+    segments: list[list[str]] = [[]]
+    for b in plain:
+        if b.strip().startswith(_CHAINED):
+            segments.append([])
+        else:
+            segments[-1].append(b)
+    out: list[str] = []
+    hidden = 0
+    causes: list[str] = []
+    for n, seg in enumerate(segments):
+        if not seg:
+            continue
+        last = n == len(segments) - 1
+        frames = [b for b in seg if b.lstrip().startswith(("File ", "Cell ", "Input "))]
+        if not last and not any(not _is_library_frame(f) for f in frames):
+            hidden += len(frames)
+            causes.append(f"[caused by: {seg[-1].strip()} (inside libraries)]\n")
+            continue
+        run: list[str] = []
+        for b in seg:
+            if b in frames and _is_library_frame(b):
+                run.append(b)
+                continue
+            if run:
+                out.append(_hidden_line(run))
+                hidden += len(run)
+                run = []
+            if b.strip().startswith("-" * 20):  # IPython's rule above the header
+                continue
+            out.append(b if b.endswith("\n") else b + "\n")
+        if run:
+            out.append(_hidden_line(run))
+            hidden += len(run)
+        if not last:
+            out.append("\nThe above exception caused the following one:\n\n")
+    if not hidden:
+        return "\n".join(plain), 0
+    if causes:  # the error line stays last, where the eye (and the model) looks
+        out[-1:-1] = causes
+    return "".join(out).rstrip("\n"), hidden

@@ -652,3 +652,13 @@ def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
 
 
 __all__ = ["LiteLLMModel", "LocalModel", "ScriptedLLM", "SeamLLM", "get_llm", "normalize_error"]
+
+
+def usage_cost(spec: str, input_tokens: int, output_tokens: int) -> float | None:
+    """USD for these tokens from litellm's bundled price table; None if it has no price."""
+    try:
+        prompt, completion = _litellm().cost_per_token(
+            model=spec, prompt_tokens=input_tokens, completion_tokens=output_tokens)
+    except Exception:  # noqa: BLE001 - not in litellm's model map
+        return None
+    return float(prompt) + float(completion)

@@ -1,0 +1,68 @@
+"""What the loop tells a watching user while it works: the prompt's size before a model
+call, and a running cell's output as it is printed (events, never printing)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rlm.events import CellOutput, Event
+from rlm.kernel.shaping import strip_ansi, trim_traceback
+from rlm.kernel.types import Output
+
+# streamed text per cell; past it one line says the rest comes with the cell's result (a
+# 100 MB print must not flood the terminal or the worker's event file)
+STREAM_CAP = 20_000
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int | None:
+    """The prompt's size in tokens, counted offline; None if it cannot be counted."""
+    try:
+        from rlm.llm.tokens import count_tokens
+
+        return count_tokens(messages)
+    except Exception:  # noqa: BLE001 - progress is best effort, never a failure
+        return None
+
+
+def output_text(out: Output, base: Path | None) -> tuple[str, str]:
+    """(text, name) a user reads for one output as it arrives: stream text, a displayed
+    value's text, an image's absolute path, the trimmed traceback."""
+    if out.kind == "stream":
+        return strip_ansi(out.text or ""), out.name or "stdout"
+    if out.kind == "error":
+        text, _ = trim_traceback(out.traceback or [f"{out.ename}: {out.evalue}"])
+        return text + "\n", "error"
+    images = [p for mime, p in (out.refs or {}).items() if mime.startswith("image/")]
+    if images:
+        return "".join(f"[image: {base / p if base else p}]\n" for p in images), "result"
+    plain = (out.data or {}).get("text/plain")
+    if isinstance(plain, str) and plain:
+        return strip_ansi(plain if plain.endswith("\n") else plain + "\n"), "result"
+    return "", "result"
+
+
+class OutputStream:
+    """An executor's `on_output` callback that emits CellOutput events (bounded per cell)."""
+
+    def __init__(self, emit: Callable[[Event], None], base: Path | None,
+                 also: Callable[[Any], None] | None = None, cap: int = STREAM_CAP):
+        self.emit, self.base, self.also, self.cap = emit, base, also, cap
+        self.sent = 0
+
+    def __call__(self, out: Output) -> None:
+        if self.also is not None:
+            self.also(out)
+        if self.sent > self.cap:
+            return
+        text, name = output_text(out, self.base)
+        if not text:
+            return
+        if self.sent + len(text) > self.cap:
+            text = text[: self.cap - self.sent] + ("\n[... more output: the cell's result "
+                                                  "has the rest]\n")
+            self.sent = self.cap + 1
+        else:
+            self.sent += len(text)
+        self.emit(CellOutput(text, name))
