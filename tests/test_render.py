@@ -49,3 +49,27 @@ def test_escape_sequences_from_the_model_kernel_or_data_never_reach_the_terminal
     for bad in ("\x1b", "\x07", "\x9b", "\x00", "\x08"):
         assert bad not in out, (bad, out)
     assert out.count("before") >= 7 and out.count("after") >= 7
+
+
+def test_rlm_log_tree_and_sessions_print_no_escape_sequences(tmp_path, _isolated_home):
+    """The session log holds model text and cell output verbatim (hostile data included);
+    printing it with `rlm log`, `rlm tree` or `rlm sessions` must not reach the terminal raw."""
+    import os
+    import subprocess
+    import sys
+
+    from rlm.session.entries import MessageEntry
+    from rlm.session.store import SessionStore
+
+    s = SessionStore.create(_isolated_home, model="script:x", task=f"task {ESCAPES}")
+    s.append(MessageEntry(message={"role": "user", "content": f"question {ESCAPES}"}))
+    s.append(MessageEntry(message={"role": "assistant", "content": f"answer {ESCAPES}"}))
+    s.close()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    for args in (["log", s.id], ["log", s.id, "--all"], ["tree", s.id], ["sessions"]):
+        out = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=tmp_path, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        for bad in ("\x1b", "\x07", "\x9b"):
+            assert bad not in out.stdout, (args, out.stdout)
+        assert "answer" in out.stdout or "task" in out.stdout or args[0] == "tree", out.stdout

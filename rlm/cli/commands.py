@@ -219,9 +219,10 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     print(f"{'ID':<22}  {'CREATED':<16}  {'STATUS':<7}  {'TURNS':>5}  {'MODEL':<20}  "
           f"{'TASK':<32}  {'ANSWER':<32}  CWD")
     for r in rows:
-        print(f"{r['id']:<22}  {r['created'][:16].replace('T', ' '):<16}  {r['status']:<7}  "
-              f"{r['turns']:>5}  {_cut(r['model'], 20):<20}  {_cut(r['task'], 32):<32}  "
-              f"{_cut(r['answer'], 32):<32}  {r['cwd'] or '-'}")
+        print(terminal_safe(
+            f"{r['id']:<22}  {r['created'][:16].replace('T', ' '):<16}  {r['status']:<7}  "
+            f"{r['turns']:>5}  {_cut(r['model'], 20):<20}  {_cut(r['task'], 32):<32}  "
+            f"{_cut(r['answer'], 32):<32}  {r['cwd'] or '-'}"))
     return 0
 
 
@@ -293,7 +294,7 @@ def cmd_log(args: argparse.Namespace) -> int:
         if isinstance(e, CustomEntry) and not e.display and not args.all:
             continue
         print(f"--- {e.id} {e.timestamp[11:19]}")
-        print(_entry_text(e))
+        print(terminal_safe(_entry_text(e)))  # log text can hold hostile escapes
     return 0
 
 
@@ -302,7 +303,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.json:
         print_json({k or "root": v for k, v in s.tree().items()})
         return 0
-    print(s.format_tree())  # iterative: a long session has a deep tree
+    print(terminal_safe(s.format_tree()))  # iterative: a long session has a deep tree
     return 0
 
 
@@ -318,7 +319,8 @@ def cmd_state(args: argparse.Namespace) -> int:
     print(f"source: {state['source']} ({state.get('detail', '')})")
     for n in state["names"]:
         mark = "" if n.get("restorable", True) else f"  [not restorable: {n.get('reason')}]"
-        print(f"  {n['name']:<24} {n.get('bytes') or 0:>12,} B  {n.get('summary') or n.get('type', '')}{mark}")
+        print(terminal_safe(f"  {n['name']:<24} {n.get('bytes') or 0:>12,} B  "
+                            f"{n.get('summary') or n.get('type', '')}{mark}"))
     if not state["names"]:
         print("  (no names)")
     return 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from rlm import app
 from rlm.cli.common import open_readonly
-from rlm.cli.render import Renderer, print_json
+from rlm.cli.render import Renderer, print_json, terminal_safe
 from rlm.config import load_config
 from rlm.errors import ConfigError
 from rlm.events import Event
@@ -164,8 +164,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         if args.json:
             print_json(jobs)
         for j in [] if args.json else jobs:
-            print(f"{j.get('id')}  {j.get('kind'):<14} {j.get('schedule')!s:<20} {j.get('status')}  "
-                  f"{str(j.get('prompt'))[:50]}")
+            print(terminal_safe(f"{j.get('id')}  {j.get('kind'):<14} {j.get('schedule')!s:<20} "
+                                f"{j.get('status')}  {str(j.get('prompt'))[:50]}"))
         if any(j.get("status") == "active" for j in jobs):
             print(firing[1], file=sys.stderr)
     return 0
