@@ -48,3 +48,7 @@ def local_model(joined_model_cache, monkeypatch):
 
     monkeypatch.setenv("RLM_MODEL_CACHE", str(joined_model_cache))
     return joined_model_cache / MODEL_FILENAME
+
+
+# the in-process IPython shell with snapshots installed (tests/snapshot_shell.py)
+from tests.snapshot_shell import shell  # noqa: E402,F401

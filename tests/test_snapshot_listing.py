@@ -7,27 +7,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from IPython.core.interactiveshell import InteractiveShell
 
 from kernel_ext import snapshot
 from kernel_ext.describe import listing_lines, summary
 from rlm.kernel.state import snapshot_names
-
-
-@pytest.fixture
-def shell(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLM_SNAPSHOT_DIR", str(tmp_path / "session" / "snapshot"))
-    ip = InteractiveShell.instance()
-    ip.reset(new_session=False)
-    snapshot.install(ip)
-    yield ip
-    snapshot.uninstall(ip)
-    ip.reset(new_session=False)
-
-
-def run(ip, code):
-    res = ip.run_cell(code, store_history=True)
-    assert res.success, res.error_in_exec or res.error_before_exec
+from tests.snapshot_shell import run  # the `shell` fixture comes from conftest
 
 
 def test_summaries_carry_what_reuse_needs():

@@ -7,27 +7,9 @@ from __future__ import annotations
 import json
 import sqlite3
 
-import pytest
-from IPython.core.interactiveshell import InteractiveShell
-
 from kernel_ext import snapshot
 from kernel_ext.lineage import cell_record, replay_plan
-
-
-@pytest.fixture
-def shell(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLM_SNAPSHOT_DIR", str(tmp_path / "snap"))
-    ip = InteractiveShell.instance()
-    ip.reset(new_session=False)
-    snapshot.install(ip)
-    yield ip
-    snapshot.uninstall(ip)
-    ip.reset(new_session=False)
-
-
-def run(ip, code):
-    res = ip.run_cell(code, store_history=True)
-    assert res.success, res.error_in_exec or res.error_before_exec
+from tests.snapshot_shell import run  # the `shell` fixture comes from conftest
 
 
 def test_cell_record_reads_binds_mutations_and_effects():

@@ -6,42 +6,13 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-from IPython.core.interactiveshell import InteractiveShell
-
 from kernel_ext import snapshot
 from kernel_ext.namespace import cell_names, referenced_globals
-
-
-@pytest.fixture
-def shell(tmp_path, monkeypatch):
-    monkeypatch.setenv("RLM_SNAPSHOT_DIR", str(tmp_path / "snap"))
-    monkeypatch.delenv("RLM_SNAPSHOT_CRASH_AFTER_FILES", raising=False)
-    ip = InteractiveShell.instance()
-    ip.reset(new_session=False)
-    snapshot.install(ip)
-    yield ip
-    snapshot.uninstall(ip)
-    ip.reset(new_session=False)
-
-
-def run(ip, code):
-    res = ip.run_cell(code, store_history=True)
-    assert res.success, res.error_in_exec or res.error_before_exec
-    return res
-
-
-def manifest(ip):
-    with open(os.path.join(snapshot._get(ip).path, "manifest.json")) as fh:
-        return json.load(fh)
-
-
-def new_kernel(ip):
-    """Simulate a restarted kernel: empty namespace, fresh snapshot state on the same dir."""
-    snapshot.uninstall(ip)
-    ip.reset(new_session=False)
-    snapshot.install(ip)
-    return json.loads(snapshot.restore_report_json(ip))
+from tests.snapshot_shell import (  # the `shell` fixture comes from conftest
+    manifest,
+    new_kernel,
+    run,
+)
 
 
 def test_cell_names_rule():

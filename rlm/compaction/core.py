@@ -28,7 +28,6 @@ from rlm.llm.types import LLM
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
 
 LISTING_TIMEOUT_S = 5.0
-MAX_LISTED_NAMES = 500
 
 
 def perform_compaction(
@@ -132,21 +131,6 @@ def ipython_state_entry(kernel: Any, previous_names: set[str] | None) -> CustomE
         display=False,
         content=format_ipython_state(names, removed),
     )
-
-
-def _size(n: Any) -> str:
-    if not isinstance(n, int) or n < 0:
-        return ""
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024  # type: ignore[assignment]
-    return ""
-
-
-def _line(n: dict[str, Any]) -> str:
-    size = _size(n.get("bytes"))
-    return f"- {n['name']}: {n.get('type', '?')}" + (f", {size}" if size else "")
 
 
 def format_ipython_state(names: list[dict[str, Any]], removed: list[str]) -> str:
