@@ -70,7 +70,7 @@ def test_rlm_magic_works_on_the_users_namespace(kernel, tmp_path):
     log = (sessions[0] / "session.jsonl").read_text()
     described = [json.loads(line) for line in log.splitlines()
                  if '"custom_type":"context_vars"' in line]
-    assert described and "<notebook_variables>" in described[0]["content"]
+    assert described and "Input: these kernel variables already hold your input" in described[0]["content"]
     assert "- user_data: list, 3 items" in described[0]["content"]
 
     _, state = _texts(run(kernel, "%rlm_state"))
