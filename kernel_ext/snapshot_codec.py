@@ -237,35 +237,15 @@ def encode(value: Any, cap: int, roots: frozenset[int] = frozenset()) -> Encoded
     est = estimate_size(value)
     if est > cap:
         return Encoded("skipped", reason=over_cap_reason(est, cap))
-    first_error: BaseException | None = None
-    if not _defined_in_main(value):
-        try:
-            return _pickle(value, cap, roots)
-        except OverCap as exc:
-            return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
-        except Exception as exc:  # noqa: BLE001 - any pickling failure: try dill
-            first_error = exc
-    try:
-        return _dill(value, cap, roots)
-    except OverCap as exc:
-        return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
-    except RecursionError as exc:
-        return Encoded("skipped", reason=error_reason(first_error or exc))
-    except Exception as exc:  # noqa: BLE001
-        return Encoded("skipped", reason=error_reason(first_error or exc))
+    return _pickle_or_dill(value, est, cap, roots, try_pickle=not _defined_in_main(value))
 
 
-def encode_group(values: list[Any], cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
-    """Encode the values of one co-variable group as one tuple (see the module docstring).
-    `roots`: ids of arrays of the group whose views are stored as views. Never raises;
-    kind "skipped" with the reason when the tuple cannot be pickled (the caller then
-    stores the members one by one)."""
-    est = sum(estimate_size(v) for v in values)
-    if est > cap:
-        return Encoded("skipped", reason=over_cap_reason(est, cap))
-    value = tuple(values)
+def _pickle_or_dill(value: Any, est: int, cap: int, roots: frozenset[int], *,
+                    try_pickle: bool) -> Encoded:
+    """C pickle first (unless the value holds objects defined in __main__), dill after a
+    failure; over the cap or unpicklable by both: "skipped" with the first reason."""
     first_error: BaseException | None = None
-    if not any(_defined_in_main(v) for v in values):
+    if try_pickle:
         try:
             return _pickle(value, cap, roots)
         except OverCap as exc:
@@ -278,6 +258,18 @@ def encode_group(values: list[Any], cap: int, roots: frozenset[int] = frozenset(
         return Encoded("skipped", reason=over_cap_reason(max(exc.size, est), cap))
     except Exception as exc:  # noqa: BLE001 - RecursionError included
         return Encoded("skipped", reason=error_reason(first_error or exc))
+
+
+def encode_group(values: list[Any], cap: int, roots: frozenset[int] = frozenset()) -> Encoded:
+    """Encode the values of one co-variable group as one tuple (see the module docstring).
+    `roots`: ids of arrays of the group whose views are stored as views. Never raises;
+    kind "skipped" with the reason when the tuple cannot be pickled (the caller then
+    stores the members one by one)."""
+    est = sum(estimate_size(v) for v in values)
+    if est > cap:
+        return Encoded("skipped", reason=over_cap_reason(est, cap))
+    return _pickle_or_dill(tuple(values), est, cap, roots,
+                           try_pickle=not any(_defined_in_main(v) for v in values))
 
 
 def decode(kind: str, parts: list[memoryview], meta: dict[str, Any]) -> Any:
