@@ -38,7 +38,7 @@ from rlm.agent.session_run import RunResult, default_model, move_to_branch, reso
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
-from rlm.config import Config, load_config
+from rlm.config import Config, load_config, scaled_output_budget
 from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Compacted, Event, Notice, RunEnded, TurnStarted
 from rlm.llm.preflight import preflight
@@ -283,6 +283,7 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     a Notice for each gap (tests that build an Agent around a fake model use this)."""
     agent.child_runner = run_child
     agent.entry = entry
+    size_output_to_window(agent)
     attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
     _attach_longrun(agent, entry, options or RunOptions())
     for feature in FEATURES:
@@ -300,6 +301,20 @@ def _refuse(g: Gap | None) -> Callable[[dict[str, Any]], Any]:
     return refuse
 
 
+def size_output_to_window(agent: Agent) -> None:
+    """An output budget the user did not set is scaled to the model's window, for the
+    prompt, the kernel's shaping and notebook imports alike (an executor handed in, e.g.
+    `%%rlm`'s or a parent's kernel, gets the same value)."""
+    if agent.config.output_budget_chars is not None:
+        return
+    budget = scaled_output_budget(agent.context_window())
+    agent.config = replace(agent.config, output_budget_chars=budget)
+    executor_config = getattr(agent.executor, "config", None)
+    if isinstance(executor_config, Config) and executor_config.output_budget_chars is None:
+        agent.executor.config = replace(executor_config,  # type: ignore[union-attr]
+                                        output_budget_chars=budget)
+
+
 def attach_compaction(agent: Agent) -> CompactionController:
     """Three triggers, one core: compact.run/status handlers, after-turn and overflow."""
     ctl = CompactionController(
@@ -314,20 +329,28 @@ def attach_compaction(agent: Agent) -> CompactionController:
                                                       native_tools=agent.llm.native_tools),
             native_tools=agent.llm.native_tools),
     )
-    ctl.effective()  # settings that cannot fit the model's window are refused at start
+    eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
     agent.compaction = ctl
+    window_note = getattr(agent.llm, "window_note", None)
+    note = window_note() if eff.enabled and eff.window is None and window_note else None
+    if note and agent.entry != "child":
+        agent.notices.append(Notice(note, "warning"))
     agent.handlers["compact.run"] = lambda p: ctl.request(p.get("instructions"))
     agent.handlers["compact.status"] = lambda p: ctl.status()
+
+    def compacted(entry: CompactionEntry | None) -> list[Event]:
+        return [] if entry is None else [Compacted(entry.trigger, entry.tokens_before,
+                                                   entry.summary)]
+
+    def before_prompt(a: Agent) -> list[Event]:
+        return compacted(ctl.before_prompt(a.executor))
 
     def after_turn(a: Agent) -> list[Event]:
         last = next((e for e in reversed(a.session.branch())
                      if isinstance(e, MessageEntry) and e.role == "assistant"), None)
         if last is not None and last.error is None:
             ctl.note_assistant_ok()
-        entry = ctl.after_turn(a.executor)
-        if entry is None:
-            return []
-        return [Compacted(entry.trigger, entry.tokens_before, entry.summary)]
+        return compacted(ctl.after_turn(a.executor))
 
     def on_overflow(a: Agent, entry: MessageEntry) -> str:
         decision = ctl.on_overflow(entry.id, entry.model, a.executor)
@@ -337,6 +360,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
         ctl.start_run()  # resets the overflow guard; refuses settings that cannot fit
 
     agent.run_start_hooks.append(at_run_start)
+    agent.prompt_hooks.append(before_prompt)
     agent.turn_hooks.append(after_turn)
     agent.overflow_hook = on_overflow
     return ctl

@@ -335,3 +335,78 @@ def test_a_child_that_overflows_says_so(_isolated_home):
         list(agent.run("delegate"))
     seen = [m["content"] for m in main.calls[1] if m["role"] == "tool"][0]
     assert seen.startswith("ERR ") and "context overflow" in seen and "ended without an answer" in seen
+
+
+@pytest.mark.parametrize("spec, window, told", [
+    ("openai/rlm-no-such-model-7", None, True),     # unknown to litellm: the user is told
+    ("openai/rlm-no-such-model-7", 32_000, False),  # --context-window given: nothing to say
+    ("openai/gpt-4o-mini", None, False),            # litellm's map knows its window
+])
+def test_an_unknown_hosted_window_is_said_once_at_start(_isolated_home, spec, window, told):
+    """Before: a hosted model missing from litellm's map had no window, so threshold
+    compaction silently never fired; now the run's notices say how to set the window."""
+    from rlm.app import build_agent
+    from rlm.events import Notice
+    from rlm.llm import get_llm
+
+    config = Config(home=_isolated_home, model=spec, context_window=window)
+    session = SessionStore.create(_isolated_home, model=spec, task="t")
+    agent = build_agent(session, config, entry="run", llm=get_llm(spec, config))
+    said = [n.text for n in agent.notices if isinstance(n, Notice) and "--context-window" in n.text]
+    assert len(said) == (1 if told else 0), agent.notices
+    if told:
+        assert spec in said[0] and "unknown" in said[0]
+
+
+# ------------------------------------------------------------------ one entry over keep-recent
+
+_WORDS = " ".join(f"w{i:05d}x" for i in range(1500))  # ~4,500 tokens, one entry
+
+
+def _imported(home, window: int) -> SessionStore:
+    session = SessionStore.create(home, model="script:main", task="t")
+    session.append(CustomEntry(custom_type="notebook_import", display=True,
+                               content="Notebook cell [1] output:\n" + _WORDS))
+    return session
+
+
+def test_an_entry_larger_than_keep_recent_is_summarised_not_kept(_isolated_home):
+    """Before: the walk stopped on the import (a cut point) and kept it whole, so the plan
+    said "nothing to summarize" while the import alone filled the window."""
+    from rlm.compaction.plan import find_cut_point, plan_compaction
+
+    session = _imported(_isolated_home, 8192)
+    session.append(MessageEntry(message={"role": "user", "content": "How many words?"}))
+    branch = session.branch()
+    big = next(i for i, e in enumerate(branch) if getattr(e, "custom_type", "") == "notebook_import")
+    cut, turn_start = find_cut_point(branch, 0, len(branch), keep_recent=2048)
+    assert cut == big + 1 and turn_start == -1  # the prompt is kept, the import is summarised
+    plan = plan_compaction(branch, CompactionSettings(keep_recent_tokens=2048))
+    assert [getattr(e, "custom_type", None) for e in plan.history] == ["notebook_import"]
+    # the newest entry is never summarised away, however large
+    alone = [e for e in branch if e is branch[big]]
+    assert find_cut_point(alone, 0, 1, keep_recent=2048) == (0, -1)
+
+
+def test_a_context_over_the_threshold_compacts_before_the_first_call(_isolated_home):
+    """Before: the threshold was only checked after a turn, so a run that started over it
+    (a large notebook import, a resumed session) sent the whole context first; on the
+    local model that first call took minutes, or overflowed."""
+    from rlm.app import build_agent
+
+    config = Config(home=_isolated_home, model="script:main", context_window=6000)
+    summary = "## Goal\nCount the words.\n## Progress\nThe notebook printed 1500 words."
+    main = ScriptedLLM([summary, {"content": "", "tool_calls": [
+        {"name": "python", "arguments": {"code": "final('1500')"}}]}], config)
+    session = _imported(_isolated_home, 6000)
+    with build_agent(session, config, entry="run", llm=main) as agent:
+        events = list(agent.run("How many words?"))
+    summarised, first_model_call = (json.dumps(c) for c in main.calls[:2])
+    assert _WORDS in summarised  # the summariser got the import, then the model the summary
+    assert _WORDS not in first_model_call and "The notebook printed 1500 words." in first_model_call
+    branch = session.branch()
+    kinds = [type(e).__name__ for e in branch]
+    assert kinds.index("CompactionEntry") < kinds.index("MessageEntry", kinds.index("CompactionEntry"))
+    comp = next(e for e in branch if isinstance(e, CompactionEntry))
+    assert comp.trigger == "threshold"
+    assert [e.final for e in events if type(e).__name__ == "RunEnded"] == ["1500"]

@@ -94,6 +94,9 @@ class Agent:
         self.continuations: list[Continuation] = []
         # run when a run starts, after the run state is reset (compaction's overflow guard)
         self.run_start_hooks: list[Callable[[Agent], None]] = []
+        # run once per run, after the input and the prompt are in the session and before
+        # the first model call (compaction of a context already over its threshold)
+        self.prompt_hooks: list[TurnHook] = []
         # run after every turn, before the continuation is chosen (goal accounting)
         self.account_hooks: list[TurnHook] = []
         # run after every turn, after a continuation is queued (compaction)
@@ -272,6 +275,8 @@ class Agent:
         self._attached.clear()
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
+        for prompt_hook in self.prompt_hooks:
+            yield from prompt_hook(self) or []
         while True:
             limit = self._limit_hit(st.turns, st.started)
             if limit:

@@ -196,6 +196,17 @@ class CompactionController:
             return None
         return self._compact("threshold", kernel)
 
+    def before_prompt(self, kernel: Any = None) -> CompactionEntry | None:
+        """Before a run's first model call: compact when the context is already over the
+        threshold (a resumed long session, a large notebook import or context file), so
+        the first call is not spent on a prompt that barely fits, or overflows."""
+        if not self.settings.enabled:
+            return None
+        eff = self._effective()
+        if not should_compact(self.context_tokens(), eff.window, eff.settings):
+            return None
+        return self._compact("threshold", kernel)
+
     def note_assistant_ok(self) -> None:
         self.overflow_state = "idle"
         self.overflow_message = None

@@ -318,9 +318,16 @@ def find_cut_point(
         return start, -1
     acc = 0
     for i in range(end - 1, start - 1, -1):
-        acc += entry_tokens(branch[i])
+        tokens = entry_tokens(branch[i])
+        acc += tokens
         if acc >= keep_recent:
-            later = next((c for c in range(i, end) if _is_cut_point(branch[c])), -1)
+            # the nearest cut point at or after i (Prime); but an entry that alone exceeds
+            # keep-recent (a big notebook import, a pasted file) is summarised, not kept,
+            # when a later cut point exists: keeping it would free nothing
+            first = i + 1 if tokens > keep_recent else i
+            later = next((c for c in range(first, end) if _is_cut_point(branch[c])), -1)
+            if later < 0 and first > i and _is_cut_point(branch[i]):
+                later = i
             if later < 0:  # only results after i: keep the last turn, not everything
                 later = next(c for c in range(end - 1, start - 1, -1) if _is_cut_point(branch[c]))
             cut = later
