@@ -36,7 +36,9 @@ class Config:
     # kernel
     cell_timeout: float = 300.0
     interrupt_grace_s: float = 2.0
-    output_budget_chars: int = 20_000
+    # characters of a cell's output the model sees (head + tail; the rest is spooled).
+    # None: scaled to the model's window (`scaled_output_budget`), at most 20,000
+    output_budget_chars: int | None = None
     memory_cap_bytes: int | None = None
     kernel_python: str | None = None  # default: the host's interpreter
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
@@ -64,9 +66,26 @@ class Config:
     def __post_init__(self) -> None:
         validate(self)
 
+    def output_budget(self) -> int:
+        """The output budget in characters: the value set, else the unscaled default."""
+        return self.output_budget_chars or DEFAULT_OUTPUT_BUDGET_CHARS
+
     def with_overrides(self, **kw: Any) -> Config:
         """Flags win: apply every non-None keyword."""
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
+
+
+DEFAULT_OUTPUT_BUDGET_CHARS = 20_000
+MIN_OUTPUT_BUDGET_CHARS = 2_000
+
+
+def scaled_output_budget(window: int | None) -> int:
+    """One character of cell output per token of the model's window, between 2,000 and
+    20,000: an 8,192-token window sees ~8 KB of each output (~2,300 tokens, under a third
+    of the window), windows from 20,000 tokens up the full 20,000 characters."""
+    if not window or window <= 0:
+        return DEFAULT_OUTPUT_BUDGET_CHARS
+    return max(MIN_OUTPUT_BUDGET_CHARS, min(DEFAULT_OUTPUT_BUDGET_CHARS, int(window)))
 
 
 # The smallest address-space cap under which a kernel starts and imports numpy and pandas

@@ -26,7 +26,7 @@ def system_prompt(config: Config, *, native_tools: bool) -> str:
         text = load_prompt("system")
     return text.format_map(
         _Defaults(
-            output_budget=config.output_budget_chars,
+            output_budget=config.output_budget(),
             cell_timeout=int(config.cell_timeout),
             max_turns=config.max_turns if config.max_turns is not None else "unlimited",
         )

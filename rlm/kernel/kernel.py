@@ -125,7 +125,7 @@ class Kernel:
             rt = self._runtime()
             t0 = time.monotonic()
             tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-            col = CellCollector(self.session_dir, self.config.output_budget_chars, tag, on_output)
+            col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output)
             self._interrupted = False
             out = self._send_and_wait(rt, {"code": code}, t0 + timeout, col.handle)
             if out.timed_out:

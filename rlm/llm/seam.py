@@ -225,6 +225,10 @@ class SeamLLM:
     def _own_window(self) -> int | None:
         return None
 
+    def window_note(self) -> str | None:
+        """Why the window is unknown and how to set it (None when it is known or moot)."""
+        return None
+
     def _kwargs(self) -> dict[str, Any]:
         if self.model.startswith((SCRIPT_PROVIDER + "/", "rlm_local/")):
             # in-process models cost nothing; saying so skips litellm's cost lookups for
@@ -472,6 +476,13 @@ class LiteLLMModel(SeamLLM):
                 n = None
             self._window: int | None = int(n) if n else None
         return self._window
+
+    def window_note(self) -> str | None:
+        if self.context_window() is not None:
+            return None
+        return (f"{self.spec}'s context window is unknown (not in litellm's model map), so "
+                "automatic compaction waits for an overflow error: pass --context-window N "
+                "(or set context_window in the config) to compact before the window fills")
 
 
 class _ScriptHandler:

@@ -16,6 +16,7 @@ from typing import Any
 
 import nbformat
 
+from rlm.config import DEFAULT_OUTPUT_BUDGET_CHARS
 from rlm.errors import RlmError
 from rlm.kernel.types import CellResult
 from rlm.session.entries import CustomEntry
@@ -94,4 +95,4 @@ def _namespace(executor: Any) -> list[dict[str, Any]]:
 
 def _budget(executor: Any) -> int:
     config = getattr(executor, "config", None)
-    return int(getattr(config, "output_budget_chars", 20_000))
+    return config.output_budget() if config is not None else DEFAULT_OUTPUT_BUDGET_CHARS

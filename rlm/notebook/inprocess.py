@@ -165,7 +165,7 @@ class InProcessExecutor:
         if threading.current_thread() is not threading.main_thread():
             raise KernelError("InProcessExecutor.execute must run on the kernel's main thread")
         timeout = self.config.cell_timeout if timeout is None else timeout
-        cap = _Capture(self.session_dir, self.config.output_budget_chars, on_output)
+        cap = _Capture(self.session_dir, self.config.output_budget(), on_output)
         self._count += 1
         started = time.monotonic()
         timer = self._arm_timer(timeout)
