@@ -410,3 +410,26 @@ def test_a_context_over_the_threshold_compacts_before_the_first_call(_isolated_h
     comp = next(e for e in branch if isinstance(e, CompactionEntry))
     assert comp.trigger == "threshold"
     assert [e.final for e in events if type(e).__name__ == "RunEnded"] == ["1500"]
+
+
+@pytest.mark.parametrize("window, set_by_user, seen_max", [
+    (8192, None, 8192),       # the local model's window: ~8 KB of each output
+    (128_000, None, 20_000),  # large windows keep the 20,000 default
+    (8192, 3000, 3000),       # a value the user set is kept as given
+])
+def test_the_output_budget_is_scaled_to_the_window(_isolated_home, window, set_by_user, seen_max):
+    """Before: every model saw up to 20,000 characters of each output (~6,000 tokens), three
+    quarters of the local model's 8,192-token window in one cell."""
+    from rlm.app import build_agent
+
+    config = Config(home=_isolated_home, model="script:main", context_window=window,
+                    output_budget_chars=set_by_user)
+    main = ScriptedLLM([{"content": "", "tool_calls": [{"name": "python", "arguments": {
+        "code": "print('abcdefghi ' * 4000)"}}]}, "FINAL(done)"], config)
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    with build_agent(session, config, entry="run", llm=main) as agent:
+        assert agent.config.output_budget_chars == seen_max
+        list(agent.run("print a lot"))
+    system, tool = main.calls[0][0]["content"], [m for m in main.calls[1] if m["role"] == "tool"][0]
+    assert str(seen_max) in system.replace(",", "")  # the prompt states the budget it uses
+    assert seen_max * 0.9 < len(tool["content"]) < seen_max + 600  # head + tail + the spool note
