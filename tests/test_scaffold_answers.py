@@ -162,3 +162,23 @@ def test_the_terminal_shows_an_unverified_answer_in_yellow_with_why():
     buf.truncate(0)
     r(End(reason="final", turns=2, final="7", verified=True))
     assert "unverified" not in buf.getvalue()
+
+
+def test_a_text_answer_must_be_grounded_in_this_runs_output(_isolated_home):
+    """Before: any text answer after a successful cell counted as verified, so a made-up
+    figure or a garbled reply ended the run with exit 0."""
+    cases = {
+        "FINAL(1,800 words)": None,                  # the printed figure, with a separator
+        "FINAL(about 2253.44 more)": None,            # 2253.4400000001 at the answer's precision
+        "FINAL(4242)": "figures (4242)",              # a figure no cell printed
+        "FINAL(xyzzy plugh)": "words",                # nothing of it was printed
+        "FINAL(West leads)": None,                    # a word the output shows
+    }
+    for answer, why in cases.items():
+        llm = _Fenced([_cell("print(1800, 'West', 2253.4400000001)"), answer])
+        agent, _ = _agent(_isolated_home, llm)
+        with agent:
+            ended = [e for e in agent.run("count?") if isinstance(e, RunEnded)][-1]
+        assert ended.verified is (why is None), (answer, ended.why)
+        if why is not None:
+            assert why in ended.why and "output of this run" in ended.why, ended.why

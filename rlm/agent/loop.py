@@ -443,7 +443,9 @@ class Agent:
         st = self.state
         st.unverified = unverified_why(source=source, cells_run=st.cells,
                                        last_cell_ok=st.last_cell_ok,
-                                       error_like=error_text(answer))
+                                       error_like=error_text(answer), answer=answer,
+                                       outputs=st.outputs if source not in ("final", "final_var")
+                                       else None)
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
@@ -510,6 +512,8 @@ class Agent:
         result: CellResult = yield from self._execute(code)
         self.state.cells += 1
         self.state.last_cell_ok = result.ok
+        if result.ok:
+            self.state.outputs.append(result.shaped)
         content = pre_notice + notices.cell_content(result) + self._existing_names(result)
         if result.status == "error" and self.state.last_failed_code == code:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell

@@ -78,8 +78,11 @@ def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_da
 
 
 def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
-                   error_like: str | None) -> str | None:
-    """Why an accepted answer is not verified, or None when it is."""
+                   error_like: str | None, answer: str = "",
+                   outputs: list[str] | None = None) -> str | None:
+    """Why an accepted answer is not verified, or None when it is. A text answer must also
+    be grounded in what this run's successful cells printed (`outputs`): one of its figures,
+    or without figures one of its words, appears there."""
     if error_like:
         return f"the answer reads like an error message ({error_like})"
     if source in ("final", "final_var"):
@@ -88,4 +91,49 @@ def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
         return "no cell ran in this run: the answer was not checked by code"
     if not last_cell_ok:
         return "the last cell of this run failed: no successful output supports the answer"
-    return None
+    return ungrounded_why(answer, outputs) if outputs is not None else None
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|-?\d+(?:\.\d+)?")
+_WORD = re.compile(r"[^\W\d_][\w-]{2,}")
+_STOPWORDS = frozenset(
+    "the and for are was were with that this from has have its than into over under not "
+    "answer final which what there their they them then also been being more most less "
+    "each only one two per out all any yes true false none null".split())
+
+
+def _figures(text: str) -> list[tuple[float, int]]:
+    """(value, decimals) of each number in `text`; thousands separators dropped."""
+    found = []
+    for m in _NUMBER.finditer(text):
+        raw = m.group(0).replace(",", "")
+        try:
+            found.append((float(raw), len(raw.split(".")[1]) if "." in raw else 0))
+        except ValueError:
+            continue
+    return found
+
+
+def _figure_seen(value: float, decimals: int, seen: list[tuple[float, int]]) -> bool:
+    """An output number equal to `value` at the answer's precision (2253.4400001 and
+    2253.44 agree; 0.2312 and 23.12% do too)."""
+    tol = 0.5 * 10 ** -decimals + 1e-9
+    return any(abs(v - value) <= tol or abs(v * 100 - value) <= tol for v, _ in seen)
+
+
+def ungrounded_why(answer: str, outputs: list[str]) -> str | None:
+    """None when `answer` is grounded in `outputs`, else why not (answers with nothing to
+    check, such as "yes", pass)."""
+    text = "\n".join(outputs)
+    # small whole numbers are counts and ordinals ("the top 3") more often than results
+    figures = [(v, d) for v, d in _figures(answer) if d or abs(v) >= 10]
+    if figures:
+        seen = _figures(text)
+        if any(_figure_seen(v, d, seen) for v, d in figures):
+            return None
+        shown = ", ".join(m.group(0) for m in itertools.islice(_NUMBER.finditer(answer), 3))
+        return f"none of the answer's figures ({shown}) appears in an output of this run"
+    words = {w.lower() for w in _WORD.findall(answer)} - _STOPWORDS
+    if not words or any(w in text.lower() for w in words):
+        return None
+    return "none of the answer's words appears in an output of this run"

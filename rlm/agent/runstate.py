@@ -23,6 +23,7 @@ class RunState:
     last_failed_code: str | None = None
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
+    outputs: list[str] = field(default_factory=list)  # what the successful ones printed
     refused: set[str] = field(default_factory=set)  # answer refusals given (nudge texts)
     unverified: str | None = None  # why the answer that ends the run is not verified
     interrupts: int = 0
