@@ -157,3 +157,15 @@ def test_tool_results_truncated_and_custom_as_context():
     assert rest.split("\n\n[Assistant tool calls]", 1)[0].endswith("119  2025-12-08  store_0  403.00")
     assert "[Context]: Heartbeat: 10 minutes elapsed. Continue the task." in text
     assert "[Assistant]: I'll load the CSV first.\n\n[Assistant tool calls]:\nimport pandas" in text
+
+
+def test_a_large_context_entry_is_cut_to_head_and_tail_for_the_summariser():
+    """Before: a context entry went to the summariser whole; a notebook import of 16,000
+    characters alone filled most of the local model's window in the summary call."""
+    from rlm.compaction.plan import CONTEXT_MAX_CHARS
+    from rlm.session.entries import CustomEntry
+
+    body = "HEAD " + "word " * 4000 + "TAIL"
+    text = serialize_entries([CustomEntry(custom_type="notebook_import", content=body)])
+    assert text.startswith("[Context]: HEAD ") and text.endswith("TAIL")
+    assert len(text) < CONTEXT_MAX_CHARS + 200 and "more characters truncated" in text

@@ -40,6 +40,8 @@ from rlm.session.entries import (
 )
 
 TOOL_RESULT_MAX_CHARS = 2000
+# a context entry (a notebook import, a heartbeat) is input, not output: more of it is kept
+CONTEXT_MAX_CHARS = 6000
 # SUPERSEDED_CUSTOM: custom entries whose content is superseded by the fresh notice written
 # after compaction (only the newest is projected; none is summarised)
 
@@ -452,7 +454,9 @@ def serialize_entry(entry: Entry) -> list[str]:
     if isinstance(entry, BranchSummaryEntry):
         return [f"[Branch summary]: {entry.summary}"]
     if isinstance(entry, CustomEntry):
-        return [] if entry.content is None else [f"[Context]: {entry.content}"]
+        if entry.content is None:
+            return []
+        return [f"[Context]: {truncate_result(entry.content, CONTEXT_MAX_CHARS)}"]
     if not isinstance(entry, MessageEntry) or entry.error:
         return []
     msg = entry.message
