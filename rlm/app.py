@@ -159,6 +159,8 @@ class RunOptions:
             cfg = replace(cfg, max_tokens=None)
         if not cfg.model and session is not None and session.header.model:
             cfg = replace(cfg, model=session.header.model)
+        if self.workdir:  # every kernel of the run starts there: resume and restarts too
+            cfg = replace(cfg, kernel_cwd=self.workdir)
         return resolve_model(cfg)
 
 
@@ -415,10 +417,6 @@ def prepare_inputs(agent: Agent, options: RunOptions) -> None:
     ex = agent.executor
     if ex is None:
         raise RlmError("start the agent before loading its inputs")
-    if options.workdir:
-        res = ex.execute(f"__import__('os').chdir({options.workdir!r})", timeout=60)
-        if not res.ok:
-            raise RlmError(f"could not enter {options.workdir} in the kernel: {res.shaped[:300]}")
     if options.notebook:
         from rlm.notebook.from_notebook import import_notebook
 

@@ -41,6 +41,7 @@ class Config:
     output_budget_chars: int | None = None
     memory_cap_bytes: int | None = None
     kernel_python: str | None = None  # default: the host's interpreter
+    kernel_cwd: str | None = None  # the kernel's working directory (default: the host's)
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB

@@ -66,6 +66,40 @@ def test_demo_data_is_reachable_by_name_and_nothing_lands_in_cwd(tmp_path, _isol
     assert file_answer(session_dir / DEMO_DIR / DEMO_FILE) == demo_answer(3, 50)
 
 
+
+def _cells(path: Path, *codes: str) -> str:
+    path.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"name": "python", "arguments": {"code": c}}]} for c in codes]))
+    return f"script:{path}"
+
+
+def test_the_demo_kernel_stays_in_its_data_folder_after_a_crash_and_on_resume(
+        tmp_path, _isolated_home):
+    """Before: only the first kernel entered the data's folder (a chdir before the first
+    prompt), so after a crash restart or on `rlm resume` `pd.read_csv('sales.csv')` failed."""
+    here = "import os\nprint('CWD', os.getcwd(), os.path.isfile('sales.csv'))"
+    first = _cells(tmp_path / "a.json", here, "import os\nos._exit(1)", here + "\nfinal('ok')")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    out = _demo(cwd, "--model", first, "--rows", "30")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    data_dir = Path(result["session_path"]).parent / DEMO_DIR
+    def seen() -> int:  # tool results that printed the data folder
+        lines = Path(result["session_path"]).read_text().splitlines()
+        return sum(f"CWD {data_dir} True" in line and '"role":"tool"' in line for line in lines)
+
+    assert seen() == 2  # before and after the crash
+
+    again = _cells(tmp_path / "b.json", here + "\nfinal('ok')")
+    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    res = subprocess.run([sys.executable, "-m", "rlm", "resume", result["session_id"], "again",
+                          "--model", again, "--json"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert res.returncode == 0, res.stderr
+    assert seen() == 3
+
+
 def test_demo_notebook_goes_where_asked(tmp_path, _isolated_home):
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([{"content": "", "tool_calls": [

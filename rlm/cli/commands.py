@@ -168,12 +168,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     session = app.new_session(DEMO_TASK, options)
     try:
         lock = app.writer_lock(session, "run")
-        cfg = options.config(session)
         assert session.dir is not None  # created on disk
         data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
         # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
         # model tries first) reads the same data as the loaded `sales`
         options.context, options.workdir = [str(data)], str(data.parent)
+        cfg = options.config(session)
         render = Renderer(quiet=args.json)
         render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
         agent = app.build_agent(session, cfg, entry="run", options=options)

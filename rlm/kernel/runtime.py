@@ -184,8 +184,15 @@ class KernelRuntime:
         with os.fdopen(log_fd, "ab") as log_file:
             try:
                 self.km.start_kernel(
-                    env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file
+                    env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file,
+                    **({"cwd": config.kernel_cwd} if config.kernel_cwd else {}),
                 )
+            except FileNotFoundError as e:
+                if config.kernel_cwd and not Path(config.kernel_cwd).is_dir():
+                    raise KernelError(f"the kernel's working directory {config.kernel_cwd} does "
+                                      "not exist (kernel_cwd; for `rlm demo`, its data folder)"
+                                      ) from e
+                raise KernelError(f"could not start the kernel ({e})") from e
             except Exception as e:
                 raise KernelError(
                     f"could not start the kernel ({e}); check config.kernel_python "
