@@ -196,3 +196,70 @@ def test_an_idle_kernel_still_lists_on_its_main_shell(tmp_path):
         listing = k.list_namespace()
         assert "note" not in listing and by_name(listing["names"])["x"]["summary"] == "int = 5"
         assert k._lister is None  # never needed a subshell
+
+
+def test_a_summary_reads_a_container_again_when_it_changed_size_meanwhile():
+    from kernel_ext.describe import summary
+
+    class Flaky(set):
+        reads = 0
+
+        def __iter__(self):
+            Flaky.reads += 1
+            if Flaky.reads == 1:  # what a set resized by the running cell raises
+                raise RuntimeError("Set changed size during iteration")
+            return super().__iter__()
+
+    assert summary(Flaky({1, 2, 3})) == "Flaky of 3 int"
+
+
+def test_the_subshell_listing_retries_a_namespace_that_changed_under_it(shell, monkeypatch):
+    from kernel_ext import snapshot, subshell
+
+    shell.run_cell("kept = {'a': 1}")
+    real, calls = snapshot.Snapshotter.namespace, []
+
+    def racing(self):
+        calls.append(1)
+        if len(calls) < 3:
+            raise RuntimeError("dictionary changed size during iteration")
+        return real(self)
+
+    monkeypatch.setattr(snapshot.Snapshotter, "namespace", racing)
+    assert "kept" in by_name(json.loads(subshell.listing_text(shell))["names"])
+    calls.clear()
+    monkeypatch.setattr(subshell, "RETRIES", 2)
+    with pytest.raises(RuntimeError, match="kept changing"):
+        subshell.listing_text(shell)
+
+
+def test_listing_in_a_thread_while_the_namespace_churns(shell):
+    """In-process: one thread binds/deletes names and grows/clears containers, another lists."""
+    from kernel_ext import subshell
+
+    shell.run_cell("box, bag = {}, set()")
+    stop = threading.Event()
+
+    def churn() -> None:
+        ns, i = shell.user_ns, 0
+        while not stop.is_set():
+            i += 1
+            ns[f"tmp{i % 40}"] = [i] * (i % 7)
+            ns["box"][i] = i
+            ns["bag"].add(i)
+            if i % 300 == 0:
+                ns["box"].clear()
+                ns["bag"].clear()
+                for k in [k for k in ns if k.startswith("tmp")]:
+                    ns.pop(k, None)
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        listings = [json.loads(subshell.listing_text(shell)) for _ in range(30)]
+    finally:
+        stop.set()
+        t.join()
+    for listing in listings:
+        rows = by_name(listing["names"])
+        assert rows["box"]["summary"].startswith("dict") and rows["bag"]["summary"].startswith("set")
