@@ -185,7 +185,7 @@ def test_a_subshell_that_does_not_answer_falls_back_to_the_snapshot(tmp_path):
             listing = k.list_namespace(timeout=1.0)
             assert not m.finished.exists()
     assert listing["source"] == "snapshot"
-    assert "did not answer on a subshell (no rlm_namespace_reply within 1 s" in listing["note"]
+    assert "did not answer on a subshell (no rlm_namespace_reply within 1 s: " in listing["note"]
     assert set(by_name(listing["names"])) >= {"kept"} and "fresh" not in by_name(listing["names"])
 
 

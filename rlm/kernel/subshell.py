@@ -61,6 +61,8 @@ class SubshellLister:
             raise SubshellUnavailable(f"another listing was still waiting after {timeout} s")
         try:
             return self._namespace(deadline, timeout)
+        except (zmq.ZMQError, ValueError) as exc:  # sockets closed under us, a bad message
+            raise SubshellUnavailable(f"the subshell channel failed ({exc})") from None
         finally:
             self._lock.release()
 
@@ -102,9 +104,10 @@ class SubshellLister:
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not sock.poll(int(left * 1000) + 1):
+                old = ", or its kernel_ext predates subshell listings" if subshell_id else ""
                 raise SubshellUnavailable(
-                    f"no {msg_type.replace('_request', '_reply')} within {timeout:g} s (a cell "
-                    "that holds the GIL, e.g. a long C call, stalls every thread of the kernel)")
+                    f"no {msg_type.replace('_request', '_reply')} within {timeout:g} s: a cell "
+                    f"that holds the GIL (a long C call) stalls every thread of the kernel{old}")
             _, reply = self._session.recv(sock, mode=zmq.NOBLOCK)
             if reply is None:
                 continue
