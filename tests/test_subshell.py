@@ -26,6 +26,7 @@ from rlm.config import Config
 from rlm.kernel import Kernel
 from rlm.kernel.state import session_state
 from rlm.kernel.types import CellResult
+from rlm.session.entries import CustomEntry
 from rlm.session.store import SessionStore
 
 WAIT_S = 60.0
@@ -118,6 +119,26 @@ def test_compaction_lists_the_live_kernel_while_a_cell_runs(tmp_path):
         assert entry is not None and entry.content is not None
         assert "- model_rows: list of 40 float" in entry.content
         assert "Note:" not in entry.content and "Removed since the previous state notice: gone" in entry.content
+
+
+def test_a_compaction_during_a_running_cell_gets_its_ipython_state(tmp_path):
+    """perform_compaction end to end: the summary, then the notice from the live kernel;
+    the file-ops query does not wait for the cell either."""
+    from rlm.compaction.core import perform_compaction
+    from rlm.compaction.plan import CompactionSettings
+    from tests.test_compaction_core import ScriptedLLM, session_from
+
+    s = session_from("after_compaction")
+    with Kernel(tmp_path / "s", Config(home=tmp_path)) as k:
+        with running(k, tmp_path, "per_region = {'east': 17, 'west': 4}") as m:
+            entry = perform_compaction(s, ScriptedLLM(["H", "P"]),
+                                       CompactionSettings(keep_recent_tokens=100),
+                                       trigger="requested", kernel=k)
+            assert not m.finished.exists()
+    state = s.branch()[-1]
+    assert entry is not None and state.parent_id == entry.id
+    assert isinstance(state, CustomEntry) and state.custom_type == "ipython_state"
+    assert "- per_region: dict of 2: str -> int; keys 'east', 'west'" in (state.content or "")
 
 
 def test_a_listing_while_the_cell_mutates_its_containers(tmp_path):

@@ -326,7 +326,10 @@ class Kernel:
             held[1].close(delete=delete)
 
     def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
-        """Files the user's code read and modified ({"read": [...], "modified": [...]})."""
+        """Files the user's code read and modified ({"read": [...], "modified": [...]}).
+        KernelBusy at once while a cell runs (a compaction then goes on without them)."""
+        if self._cell_running:
+            raise KernelBusy("a cell is running; file operations are known when it ends")
         return json.loads(self._expression(f"{_FILEOPS}.file_ops_json()", timeout))
 
     def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
