@@ -186,6 +186,7 @@ def test_without_subshells_the_listing_comes_from_the_snapshot_and_says_so(tmp_p
             listing = k.list_namespace(timeout=10)
             entry = ipython_state_entry(k, {"kept", "gone"})
             state = session_state(sdir, timeout=1.0)
+            shown = rlm_cli("state", str(sdir), cwd=tmp_path).stdout
             assert not m.finished.exists()
     assert listing["source"] == "snapshot"
     assert "busy running a cell and it does not support kernel subshells" in listing["note"]
@@ -196,6 +197,9 @@ def test_without_subshells_the_listing_comes_from_the_snapshot_and_says_so(tmp_p
     assert "- kept: list of 3 int" in entry.content and "Removed since" not in entry.content
     assert state["source"] == "snapshot" and "snapshot taken at" in state["detail"]
     assert "kept" in by_name(state["names"]) and "fresh" not in by_name(state["names"])
+    assert shown.startswith("source: snapshot (the kernel is busy running a cell and it does not "
+                            "support kernel subshells"), shown
+    assert "snapshot taken at" in shown.splitlines()[0] and "kept" in shown and "fresh" not in shown
 
 
 def test_a_subshell_that_does_not_answer_falls_back_to_the_snapshot(tmp_path):
