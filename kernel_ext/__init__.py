@@ -9,6 +9,7 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     bridge     kernel -> host requests over comms, replies on the control channel
     snapshot   per-variable dill snapshots after each cell, restore at start
     fileops    an audit hook recording files the user's code reads and writes
+    subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
                rlm_query, compact, goal, heartbeat, cron
 `unload_ipython_extension` undoes every install in reverse order.
@@ -19,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "api")
+_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api")
 _installed: list[Any] = []
 
 

@@ -122,11 +122,19 @@ def _frame_summary(v: Any) -> str:
 
 
 def summary(v: Any) -> str:
-    """One line: what `v` is and what is needed to reuse it. Never raises."""
-    try:
-        return _summary(v)[:SUMMARY_CHARS]
-    except Exception as exc:  # noqa: BLE001 - arbitrary user objects
-        return f"{_type_name(v)} (not described: {type(exc).__name__})"
+    """One line: what `v` is and what is needed to reuse it. Never raises. A listing on a
+    subshell runs while the cell may resize `v` ("changed size during iteration"): try
+    again, twice."""
+    error: Exception | None = None
+    for _ in range(3):
+        try:
+            return _summary(v)[:SUMMARY_CHARS]
+        except RuntimeError as exc:  # resized while read: read it again
+            error = exc
+        except Exception as exc:  # noqa: BLE001 - arbitrary user objects
+            error = exc
+            break
+    return f"{_type_name(v)} (not described: {type(error).__name__})"
 
 
 def _summary(v: Any) -> str:

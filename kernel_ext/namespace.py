@@ -96,10 +96,11 @@ def estimate_size(value: Any) -> int:
         if isinstance(nbytes, int):
             return nbytes
         size = sys.getsizeof(value)
+        # copy before walking: a subshell lists while the cell may grow the container
         if isinstance(value, (list, tuple, set, frozenset)) and len(value) <= 10_000:
-            size += sum(sys.getsizeof(v) for v in value)
+            size += sum(sys.getsizeof(v) for v in list(value))
         elif isinstance(value, dict) and len(value) <= 10_000:
-            size += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in value.items())
+            size += sum(sys.getsizeof(k) + sys.getsizeof(v) for k, v in list(value.items()))
         return int(size)
     except Exception:  # noqa: BLE001 - arbitrary user objects
         return 0

@@ -21,6 +21,12 @@ MAX_METHOD_LEN = 64
 MAX_ID_LEN = 64
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
+# Namespace listing while a cell runs (kernel_ext.subshell): a shell message sent to a
+# kernel subshell; reply content {"status": "ok", "listing": <namespace_json text>} or
+# {"status": "error", "ename", "evalue"}.
+NAMESPACE_REQUEST = "rlm_namespace_request"
+NAMESPACE_REPLY = "rlm_namespace_reply"
+
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 2  # 2: co-variable groups (kernel_ext.snapshot_store)
 

@@ -124,16 +124,21 @@ def ipython_state_entry(kernel: Any, previous_names: set[str] | None) -> CustomE
     except Exception:  # noqa: BLE001 - any failure: no notice, the compaction stands
         return None
     names = [n for n in raw if isinstance(n, dict) and "name" in n]
-    removed = sorted(previous_names - {n["name"] for n in names}) if previous_names else []
+    note = listing.get("note")  # a busy kernel's names from its last snapshot (Kernel.list_namespace)
+    removed = sorted(previous_names - {n["name"] for n in names}) if previous_names and not note else []
+    data: dict[str, Any] = {"persisted": True, "names": names, "removed": removed}
+    if isinstance(note, str):
+        data["note"] = note
     return CustomEntry(
         custom_type="ipython_state",
-        data={"persisted": True, "names": names, "removed": removed},
+        data=data,
         display=False,
-        content=format_ipython_state(names, removed),
+        content=format_ipython_state(names, removed, note if isinstance(note, str) else None),
     )
 
 
-def format_ipython_state(names: list[dict[str, Any]], removed: list[str]) -> str:
+def format_ipython_state(names: list[dict[str, Any]], removed: list[str],
+                         note: str | None = None) -> str:
     """The `<ipython_state>` text the model sees after a compaction."""
     lines = [
         "<ipython_state>",
@@ -141,6 +146,9 @@ def format_ipython_state(names: list[dict[str, Any]], removed: list[str]) -> str
         "every name below is still defined with its current value. Reuse them; do not "
         "recompute or redefine them.",
     ]
+    if note:
+        lines.append(f"Note: {note}; names the running cell defined or changed since then "
+                     "are missing or out of date below.")
     if names:
         lines.append(f"Defined names ({len(names)}):")
         lines += listing_lines(names)  # kernel_ext.describe: summaries, order, token budget

@@ -7,7 +7,9 @@ output collection in execution.py, the bridge in bridge.py.
 
 Thread model: the caller's thread (one at a time, `_shell_lock`) uses the shell socket;
 the runtime's IOPub listener thread reads IOPub and writes control; bridge handlers run
-on the dispatcher's pool. `on_output` callbacks run on the caller's thread.
+on the dispatcher's pool. `on_output` callbacks run on the caller's thread. A namespace
+listing asked while a cell runs goes to a kernel subshell through sockets of its own
+(rlm/kernel/subshell.py), else comes from the last snapshot and says so.
 """
 
 from __future__ import annotations
@@ -27,7 +29,14 @@ from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.runtime import KernelRuntime, died_cause
-from rlm.kernel.state import REBUILD_EXPR, expression_value, merge_rebuild, needs_rebuild
+from rlm.kernel.state import (
+    REBUILD_EXPR,
+    expression_value,
+    merge_rebuild,
+    needs_rebuild,
+    snapshot_fallback,
+)
+from rlm.kernel.subshell import SubshellLister, SubshellUnavailable, busy_reason
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -49,6 +58,9 @@ class Kernel:
         self._rt: KernelRuntime | None = None
         self._shell_lock = threading.RLock()
         self._interrupted = False
+        self._cell_running = False
+        self._lister: tuple[KernelRuntime, SubshellLister] | None = None
+        self._lister_lock = threading.Lock()
         self.last_restart_cause: str | None = None
 
     # -- lifecycle ------------------------------------------------------------------
@@ -65,6 +77,7 @@ class Kernel:
         with self._shell_lock:
             self.last_restart_cause = cause
             old, self._rt = self._rt, None
+            self._close_lister(delete=False)
             if old is not None:
                 old.close(now=True)
             self._rt = KernelRuntime(self.session_dir, self.config, self._bridge)
@@ -74,6 +87,7 @@ class Kernel:
         """Shutdown request, then SIGTERM, then SIGKILL; idempotent."""
         with self._shell_lock:
             rt, self._rt = self._rt, None
+            self._close_lister(delete=False)
             if rt is not None:
                 rt.close(now=False)
         self._bridge.close()
@@ -127,11 +141,15 @@ class Kernel:
             tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
             col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output)
             self._interrupted = False
-            out = self._send_and_wait(rt, {"code": code}, t0 + timeout, col.handle)
-            if out.timed_out:
-                rt.interrupt()
-                grace_end = time.monotonic() + self.config.interrupt_grace_s
-                out = self._continue_wait(rt, out, grace_end, col.handle)
+            self._cell_running = True
+            try:
+                out = self._send_and_wait(rt, {"code": code}, t0 + timeout, col.handle)
+                if out.timed_out:
+                    rt.interrupt()
+                    grace_end = time.monotonic() + self.config.interrupt_grace_s
+                    out = self._continue_wait(rt, out, grace_end, col.handle)
+            finally:
+                self._cell_running = False
             result = self._conclude(out, col, t0)
             return result
 
@@ -270,14 +288,48 @@ class Kernel:
         return list(json.loads(self._expression(expr, timeout)))
 
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
-        """User names with type and size; KernelDied if dead, KernelBusy past the timeout."""
+        """User names with type and size; KernelDied if dead. While a cell runs the kernel
+        answers on a subshell; failing that the names come from the last snapshot, with
+        `"source": "snapshot"` and a `note` saying so (KernelBusy when there is none)."""
         if self._rt is None or self._rt.poll() is not None:
             rc = self._rt.poll() if self._rt is not None else None
             raise KernelDied(died_cause(rc) if rc is not None else "the kernel is not running")
-        return json.loads(self._expression(f"{_SNAPSHOT}.namespace_json()", timeout))
+        if self._cell_running or not self._shell_lock.acquire(blocking=False):
+            return self._busy_listing(timeout)
+        try:
+            return json.loads(self._expression(f"{_SNAPSHOT}.namespace_json()", timeout))
+        finally:
+            self._shell_lock.release()
+
+    def _busy_listing(self, timeout: float) -> dict[str, Any]:
+        rt = self._rt
+        if rt is None:
+            raise KernelBusy("the kernel is restarting; try again when it is up")
+        with self._lister_lock:
+            if self._lister is None or self._lister[0] is not rt:
+                self._lister = (rt, SubshellLister(rt.km))
+            lister = self._lister[1]
+        try:
+            return lister.namespace(timeout)
+        except SubshellUnavailable as e:
+            why = busy_reason(e)
+        fallback = snapshot_fallback(self.session_dir, why)
+        if fallback is None:
+            raise KernelBusy(f"{why}, and no snapshot exists yet; try again when the cell ends")
+        return {"names": fallback["names"], "source": "snapshot", "note": fallback["note"]}
+
+    def _close_lister(self, delete: bool) -> None:
+        """Before its runtime closes (the sockets share the runtime's zmq context)."""
+        with self._lister_lock:
+            held, self._lister = self._lister, None
+        if held is not None:
+            held[1].close(delete=delete)
 
     def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
-        """Files the user's code read and modified ({"read": [...], "modified": [...]})."""
+        """Files the user's code read and modified ({"read": [...], "modified": [...]}).
+        KernelBusy at once while a cell runs (a compaction then goes on without them)."""
+        if self._cell_running:
+            raise KernelBusy("a cell is running; file operations are known when it ends")
         return json.loads(self._expression(f"{_FILEOPS}.file_ops_json()", timeout))
 
     def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:

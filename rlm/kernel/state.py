@@ -3,14 +3,16 @@ snapshot manifest. The answer always says which (`source`: "live" | "snapshot" |
 
 A live kernel is found through the connection file the host wrote under
 `<session_dir>/runtime/`; a second client attaches to it (Jupyter kernels accept several)
-and asks for the namespace listing with a short timeout, so a busy kernel falls back to the
-snapshot with the reason given.
+and asks for the namespace listing on a kernel subshell of its own, which answers while a
+cell runs (rlm/kernel/subshell.py). A kernel without subshells is asked on its main shell
+with a short timeout; when it is busy the snapshot answers, with the reason and its time.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -113,17 +115,48 @@ def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None
 
 
 def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
+    """A running kernel is asked on a subshell (answers while a cell runs); one without
+    subshells is asked on its main shell (answers when idle); else the last snapshot."""
+    from rlm.kernel.subshell import (
+        SubshellsUnsupported,
+        SubshellUnavailable,
+        busy_reason,
+        list_from_connection_file,
+    )
+
     conn = _live_kernel(session_dir / "runtime")
     why = "no kernel is running for this session"
     if conn is not None:
-        names = _live_listing(conn, timeout)
-        if names is not None:
+        try:
+            names = list(list_from_connection_file(conn, timeout).get("names", []))
             return {"source": "live", "detail": "asked the running kernel", "names": names}
-        why = "the kernel is running but busy or not answering"
-    snap = snapshot_names(session_dir)
-    if snap is not None:
-        return {"source": "snapshot", "detail": f"{why}; read the last snapshot", "names": snap}
+        except SubshellsUnsupported as e:
+            live, why = _live_listing(conn, timeout), busy_reason(e)
+            if live is not None:
+                return {"source": "live", "detail": "asked the running kernel", "names": live}
+        except SubshellUnavailable as e:
+            why = busy_reason(e)
+    fallback = snapshot_fallback(session_dir, why)
+    if fallback is not None:
+        return {"source": "snapshot", "detail": fallback["note"], "names": fallback["names"],
+                "snapshot_created": fallback["created"]}
     return {"source": "none", "detail": f"{why}, and no snapshot exists", "names": []}
+
+
+def snapshot_fallback(session_dir: Path, why: str) -> dict[str, Any] | None:
+    """The last snapshot's names for a kernel that cannot list now, with a `note` saying
+    so and when the snapshot was taken; None when there is no snapshot."""
+    names = snapshot_names(session_dir)
+    if names is None:
+        return None
+    try:
+        created = json.loads((session_dir / "snapshot" / MANIFEST_NAME).read_text()).get("created")
+    except (OSError, ValueError, AttributeError):
+        created = None
+    when = (time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(created))
+            if isinstance(created, (int, float)) else "an unknown time")
+    return {"names": names, "created": created,
+            "note": f"{why}; the listing is from the snapshot taken at {when}"}
 
 
 def expression_value(reply: dict[str, Any], expr: str, key: str = "r") -> str:
