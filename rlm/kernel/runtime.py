@@ -132,6 +132,8 @@ def died_cause(returncode: int) -> str:
     return f"exit code {returncode}"
 
 
+PROVISIONER_POLL_S = 0.5
+
 # sun_path is 108 bytes with the NUL; jupyter_client appends "-<port>" (port: 1..~10)
 AF_UNIX_PATH_MAX = 107
 
@@ -159,13 +161,17 @@ class KernelRuntime:
     "tcp"` is for a kernel on another machine."""
 
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
-                 transport: str = "ipc"):
+                 transport: str = "ipc", provisioner: str | None = None):
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         if sandboxed(config):
             check_sandbox()
-        spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+        # `provisioner:NAME`: jupyter_client picks the provisioner from the kernelspec's
+        # metadata (entry point group jupyter_client.kernel_provisioners)
+        metadata = {"kernel_provisioner": {"provisioner_name": provisioner}} if provisioner else {}
+        spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python",
+                          metadata=metadata)
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
@@ -187,15 +193,25 @@ class KernelRuntime:
                     env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file
                 )
             except Exception as e:
+                if provisioner and "provisioner" in str(e).lower():
+                    raise KernelError(
+                        f"--kernel provisioner:{provisioner}: {e}; install the package that "
+                        "provides it (entry point group jupyter_client.kernel_provisioners)"
+                    ) from e
                 raise KernelError(
                     f"could not start the kernel ({e}); check config.kernel_python "
                     f"({config.kernel_python or sys.executable}) has ipykernel installed"
                 ) from e
         os.chmod(self.km.connection_file, PRIVATE_FILE)
-        self.proc: subprocess.Popen[bytes] = self.km.provisioner.process  # type: ignore[union-attr]
+        # a provisioner that launches elsewhere (a pod, a container) has no local process:
+        # liveness then comes from the provisioner's own poll
+        self.proc: subprocess.Popen[bytes] | None = getattr(self.km.provisioner, "process", None)
+        self._alive_checked, self._gone = 0.0, False
         # `rlm state` finds the live kernel through this: "<pid>\n<connection file>\n"
         self._pid_file = runtime_dir / "kernel.pid"
-        write_private_atomic(self._pid_file, f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
+        if self.proc is not None:
+            write_private_atomic(self._pid_file,
+                                 f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
         self.session = self.km.session
         self.shell = self.km.connect_shell()
         self.iopub = self.km.connect_iopub()
@@ -205,12 +221,25 @@ class KernelRuntime:
         self.listener.start()
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def poll(self) -> int | None:
-        """The exit code if the process has ended (cheap: one waitpid)."""
-        return self.proc.poll()
+        """The exit code if the process has ended (cheap: one waitpid). Without a local
+        process, the provisioner's poll at most every PROVISIONER_POLL_S (1 when gone)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        now = time.monotonic()
+        if not self._gone and now - self._alive_checked >= PROVISIONER_POLL_S:
+            self._alive_checked = now
+            self._gone = not self.km.is_alive()
+        return 1 if self._gone else None
+
+    def exit_text(self, returncode: int) -> str:
+        """How the kernel ended, for the model and the user."""
+        if self.proc is None:
+            return "the provisioner reports the kernel is gone"
+        return died_cause(returncode)
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
@@ -251,6 +280,8 @@ class KernelRuntime:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _forget_pid_file(self) -> None:
+        if self.proc is None:
+            return
         try:
             if self._pid_file.read_text().split("\n", 1)[0] == str(self.proc.pid):
                 self._pid_file.unlink()
@@ -259,6 +290,8 @@ class KernelRuntime:
 
     def _kill_group(self) -> None:
         """The kernel leads its own process group: take its children down with it."""
+        if self.proc is None:
+            return
         if self.poll() is None:
             self.proc.kill()
         try:
