@@ -112,6 +112,23 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     return env
 
 
+def provisioned_spec(name: str, config: Config) -> KernelSpec:
+    """`provisioner:NAME`. jupyter_client picks a provisioner from a kernelspec's
+    `metadata.kernel_provisioner` (entry point group jupyter_client.kernel_provisioners).
+    NAME is an installed kernelspec that names one (e.g. made by gateway_provisioners'
+    `jupyter k8s-spec install`: its launcher argv is kept; kernel_ext is loaded by the
+    host's handshake when the image's kernel does not load it), else a provisioner name
+    run with rlm's own kernel command."""
+    try:
+        installed = KernelSpecManager().get_kernel_spec(name)
+    except Exception:  # NoSuchKernel: not a kernelspec name
+        installed = None
+    if installed is not None and "kernel_provisioner" in (installed.metadata or {}):
+        return installed
+    return KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python",
+                      metadata={"kernel_provisioner": {"provisioner_name": name, "config": {}}})
+
+
 class _SpecManager(KernelSpecManager):
     """Serves our one kernel spec; no kernelspec dirs are searched."""
 
@@ -167,11 +184,8 @@ class KernelRuntime:
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         if sandboxed(config):
             check_sandbox()
-        # `provisioner:NAME`: jupyter_client picks the provisioner from the kernelspec's
-        # metadata (entry point group jupyter_client.kernel_provisioners)
-        metadata = {"kernel_provisioner": {"provisioner_name": provisioner}} if provisioner else {}
-        spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python",
-                          metadata=metadata)
+        spec = provisioned_spec(provisioner, config) if provisioner else \
+            KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
