@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from bench.gateway_server import running_gateway
 from rlm.app import build_agent
 from rlm.config import Config
 from rlm.errors import KernelError
@@ -19,7 +20,6 @@ from rlm.events import CellFinished, CellOutput, KernelRestarted, Notice, RunEnd
 from rlm.kernel import Kernel
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
-from tests.gateway_server import running_gateway
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -1,4 +1,4 @@
-"""A real `jupyter kernelgateway` on 127.0.0.1 for tests and bench/bench_gateway.py.
+"""A real `jupyter kernelgateway` on 127.0.0.1 for tests/test_gateway.py and bench_gateway.py.
 
 The kernelspec it serves (`rlm-remote`) loads kernel_ext the way a remote image would:
 `--IPKernelApp.extensions=kernel_ext` in its argv. Readiness is the gateway's own
