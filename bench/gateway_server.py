@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KERNEL_NAME = "rlm-remote"
+PLAIN_KERNEL_NAME = "python-plain"  # an image's plain kernelspec: kernel_ext installed, not loaded
 _READY = re.compile(rb"is available at (http://127\.0\.0\.1:\d+)")
 REPO = Path(__file__).resolve().parents[1]
 
@@ -40,12 +41,13 @@ class Gateway:
         return self.log_path.read_text(errors="replace")
 
 
-def write_kernelspec(share: Path, name: str = KERNEL_NAME, extra_argv: tuple[str, ...] = ()) -> Path:
+def write_kernelspec(share: Path, name: str = KERNEL_NAME, load_ext: bool = True) -> Path:
     spec_dir = share / "kernels" / name
     spec_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}",
-            "--HistoryManager.hist_file=:memory:", "--IPKernelApp.extensions=kernel_ext",
-            *extra_argv]
+            "--HistoryManager.hist_file=:memory:"]
+    if load_ext:
+        argv.append("--IPKernelApp.extensions=kernel_ext")
     # the image's environment: kernel_ext importable (here: this checkout)
     (spec_dir / "kernel.json").write_text(json.dumps({
         "argv": argv, "display_name": "rlm remote", "language": "python",
@@ -60,6 +62,7 @@ def running_gateway(root: Path, token: str, *, time_to_dead: float = 0.5,
     """Start `jupyter kernelgateway` with its own kernelspec dir and token; stop it after."""
     share = root / "share" / "jupyter"
     write_kernelspec(share)
+    write_kernelspec(share, PLAIN_KERNEL_NAME, load_ext=False)
     log_path = root / "gateway.log"
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLM_")}
     env.update(JUPYTER_PATH=str(share), JUPYTER_DATA_DIR=str(root / "data"),

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from bench.gateway_server import running_gateway
+from bench.gateway_server import PLAIN_KERNEL_NAME, running_gateway
 from rlm.app import build_agent
 from rlm.config import Config
 from rlm.errors import KernelError
@@ -141,3 +141,12 @@ def test_kernel_env_reaches_kernel_without_secrets(gateway, token_env, tmp_path,
     assert env["RLM_SNAPSHOT_DIR"] == str(tmp_path / "s" / "snapshot")
     assert not any("TOKEN" in k or "KEY" in k for k in env), env
     assert os.environ["RLM_GATEWAY_TOKEN"] == TOKEN
+
+
+def test_kernelspec_without_the_extension_gets_it_at_start(gateway, token_env, tmp_path):
+    """An image's plain Python kernelspec: the host's handshake loads kernel_ext."""
+    spec = f"gateway:{gateway.url}#{PLAIN_KERNEL_NAME}"
+    with Kernel(tmp_path / "s", Config(kernel=spec)) as k:
+        res = k.execute("import sys\nprint(any('kernel_ext' in a for a in sys.argv))\n"
+                        "print(callable(llm_query), callable(final))")
+    assert res.shaped == "False\nTrue True\n"  # not in the kernel's argv, yet loaded
