@@ -58,7 +58,7 @@ def write_kernelspec(share: Path, name: str = KERNEL_NAME, load_ext: bool = True
 
 @contextlib.contextmanager
 def running_gateway(root: Path, token: str, *, time_to_dead: float = 0.5,
-                    start_timeout: float = 60.0) -> Iterator[Gateway]:
+                    start_timeout: float = 300.0) -> Iterator[Gateway]:
     """Start `jupyter kernelgateway` with its own kernelspec dir and token; stop it after."""
     share = root / "share" / "jupyter"
     write_kernelspec(share)

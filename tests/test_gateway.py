@@ -45,6 +45,7 @@ def tool_texts(messages: list[dict]) -> list[str]:
     return [m["content"] for m in messages if m["role"] == "tool"]
 
 
+@pytest.mark.slow  # three kernel starts through the gateway and a cell timeout: 40-120 s here
 def test_scripted_run_through_the_gateway(gateway, token_env, _isolated_home):
     """Cells, llm_query over the bridge, an interrupt, a timeout, a crash: all through the
     gateway, with the model told what came back after each restart."""
@@ -59,7 +60,7 @@ def test_scripted_run_through_the_gateway(gateway, token_env, _isolated_home):
     ])
     sub = ScriptedLLM(["pong"])
     config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
-                    kernel=gateway.spec, cell_timeout=8, interrupt_grace_s=1.0)
+                    kernel=gateway.spec, cell_timeout=4, interrupt_grace_s=0.5)
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
     agent = build_agent(session, config, entry="run", llm=main, llm_factory=lambda spec: sub)
     events = []
@@ -150,3 +151,23 @@ def test_kernelspec_without_the_extension_gets_it_at_start(gateway, token_env, t
         res = k.execute("import sys\nprint(any('kernel_ext' in a for a in sys.argv))\n"
                         "print(callable(llm_query), callable(final))")
     assert res.shaped == "False\nTrue True\n"  # not in the kernel's argv, yet loaded
+
+
+def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, token_env, tmp_path):
+    """The host died without stopping its gateway kernel: the session's record of it lets
+    the next start delete it (on a cluster, a pod that would run forever)."""
+    from rlm.kernel.gateway import GatewayHttp
+
+    http = GatewayHttp(gateway.url, TOKEN)
+    first = Kernel(tmp_path / "s", Config(kernel=gateway.spec))
+    first.start()
+    record = json.loads((tmp_path / "s" / "runtime" / "gateway-kernel.json").read_text())
+    assert record == {"url": gateway.url, "kernel_id": first._rt.kernel_id}
+    assert TOKEN not in json.dumps(record)
+    # as if the host died: nothing stopped, the record stays
+    with Kernel(tmp_path / "s", Config(kernel=gateway.spec)) as second:
+        ids = [m["id"] for m in http.call("GET", "/api/kernels")]
+        assert ids == [second._rt.kernel_id]
+    assert http.call("GET", "/api/kernels") == []
+    assert not (tmp_path / "s" / "runtime" / "gateway-kernel.json").exists()
+    first._rt.listener.stop()

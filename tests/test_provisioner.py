@@ -63,6 +63,7 @@ def rlm(args: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=180)
 
 
+@pytest.mark.slow  # two CLI processes (litellm import, kernel start, restore): ~60 s here
 def test_provisioner_run_and_resume(tmp_path, _isolated_home):
     site = tmp_path / "site"
     install_provisioner(site)

@@ -43,7 +43,7 @@ from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import Router
 from rlm.kernel.runtime import kernel_env
-from rlm.paths import private_dir
+from rlm.paths import private_dir, write_private_atomic
 from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
 
 log = logging.getLogger(__name__)
@@ -269,8 +269,14 @@ class GatewayRuntime:
         self._gone: str | None = None
         bridge.reset()
         self.listener = GatewayListener(self, bridge)
+        # the kernel this session holds on a gateway: a host that died (SIGKILL, power) left
+        # it running there (on a cluster: a pod); the next start deletes it
+        self._record = session_dir / "runtime" / "gateway-kernel.json"
+        self._delete_stale(token)
         model = self._http.start_kernel(kind.name, remote_env(session_dir, config))
         self.kernel_id: str = model["id"]
+        write_private_atomic(self._record, json.dumps(
+            {"url": kind.url, "kernel_id": self.kernel_id}).encode())
         self.kernel_name = str(model.get("name", kind.name))
         ws_url = ("ws" + kind.url[4:] if kind.url.startswith("http") else kind.url) + \
             f"/api/kernels/{quote(self.kernel_id)}/channels?session_id={self.session.session}"
@@ -342,3 +348,19 @@ class GatewayRuntime:
             self._http.delete(self.kernel_id)
         except KernelError:
             pass  # already gone (deleted, culled, or the gateway is down)
+        try:
+            if json.loads(self._record.read_text()).get("kernel_id") == self.kernel_id:
+                self._record.unlink()
+        except (OSError, ValueError):
+            pass
+
+    def _delete_stale(self, token: str | None) -> None:
+        try:
+            old = json.loads(self._record.read_text())
+        except (OSError, ValueError):
+            return
+        try:
+            GatewayHttp(str(old["url"]), token).delete(str(old["kernel_id"]))
+        except (KernelError, KeyError):
+            pass  # gone already, or that gateway is unreachable: nothing more to do
+        self._record.unlink(missing_ok=True)
