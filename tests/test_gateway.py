@@ -171,3 +171,25 @@ def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, toke
     assert http.call("GET", "/api/kernels") == []
     assert not (tmp_path / "s" / "runtime" / "gateway-kernel.json").exists()
     first._rt.listener.stop()
+
+
+def test_a_gateway_that_dies_mid_cell_is_noticed_not_waited_out(tmp_path, token_env):
+    """Websocket liveness: the gateway process is killed while a cell sleeps; the cell
+    ends at once (the socket closed) and the restart says the gateway is unreachable."""
+    import signal
+    import time
+
+    with running_gateway(tmp_path / "gw", TOKEN) as gw:
+        k = Kernel(tmp_path / "s", Config(kernel=gw.spec))
+        k.start()
+
+        def on_output(out):
+            if out.text and "sleeping" in out.text:
+                os.killpg(gw.proc.pid, signal.SIGKILL)
+
+        t0 = time.monotonic()
+        with pytest.raises(KernelError, match=r"cannot reach the gateway at http://127\.0\.0\.1"):
+            k.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)",
+                      timeout=600, on_output=on_output)
+        assert time.monotonic() - t0 < 120  # hang guard: far below the cell's 600 s
+        k.stop()
