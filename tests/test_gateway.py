@@ -193,3 +193,24 @@ def test_a_gateway_that_dies_mid_cell_is_noticed_not_waited_out(tmp_path, token_
                       timeout=600, on_output=on_output)
         assert time.monotonic() - t0 < 120  # hang guard: far below the cell's 600 s
         k.stop()
+
+
+def test_bridge_reply_mid_cell_and_images_to_artifacts(gateway, token_env, tmp_path):
+    """A kernel -> host request answered while its cell runs (reply on the control channel
+    of the websocket), and an image written to artifacts/, not into the text."""
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    seen = []
+    with Kernel(tmp_path / "s", Config(kernel=gateway.spec),
+                bridge_handler=lambda m, p: seen.append((m, p)) or {"echo": p["n"] * 2}) as k:
+        res = k.execute(
+            "import kernel_ext.bridge as b\nfrom IPython.display import display\n"
+            f"display({{'image/png': {base64.b64encode(png).decode()!r}}}, raw=True)\n"
+            "print([b.request('ping', {'n': i})['echo'] for i in range(3)])")
+    assert res.status == "ok", res.shaped
+    assert seen == [("ping", {"n": 0}), ("ping", {"n": 1}), ("ping", {"n": 2})]
+    assert "[0, 2, 4]" in res.shaped
+    (ref,) = [o.refs["image/png"] for o in res.outputs if o.refs and "image/png" in o.refs]
+    assert (tmp_path / "s" / ref).read_bytes() == png
+    assert "[image: " in res.shaped and "iVBOR" not in res.shaped
