@@ -96,13 +96,14 @@ def test_provisioner_run_and_resume(tmp_path, _isolated_home):
     assert again["final"] == "marking-1 marking-1"  # restored value; a new host's first launch
 
 
-def test_unknown_provisioner_is_one_line(tmp_path, _isolated_home):
-    script = tmp_path / "s.json"
-    script.write_text(json.dumps([call("1")]))
-    proc = rlm(["run", "x", "--model", f"script:{script}", "--kernel", "provisioner:nope"],
-               tmp_path, tmp_path)
-    assert proc.returncode != 0
-    err = proc.stderr.strip()
-    assert "Traceback" not in err and "provisioner:nope" in err and "not been registered" in err, err
-    assert "jupyter_client.kernel_provisioners" in err
-    assert len(err.splitlines()) == 1, err
+def test_unknown_provisioner_is_one_line(tmp_path):
+    from rlm.config import Config
+    from rlm.errors import KernelError
+    from rlm.kernel import Kernel
+
+    k = Kernel(tmp_path / "s", Config(kernel="provisioner:nope"))
+    with pytest.raises(KernelError) as e:
+        k.start()
+    err = str(e.value)
+    assert err.startswith("--kernel provisioner:nope: ") and "not been registered" in err, err
+    assert "jupyter_client.kernel_provisioners" in err and "\n" not in err
