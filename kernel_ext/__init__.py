@@ -13,12 +13,20 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
                rlm_query, compact, goal, heartbeat, cron
 `unload_ipython_extension` undoes every install in reverse order.
+
+It installs on its own as `rlm-kernel-ext` (kernel_ext/pyproject.toml), versioned with the
+host: the host calls `handshake()` at kernel start and refuses another `__version__`.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
+import sys
 from typing import Any
+
+__version__ = "0.1.0"  # always rlm's version (tests/test_gateway_unit.py checks)
 
 _MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api")
 _installed: list[Any] = []
@@ -27,6 +35,7 @@ _installed: list[Any] = []
 def load_ipython_extension(ip: Any) -> None:
     if _installed:
         return
+    adopt_gateway_env()
     for name in _MODULES:
         mod = importlib.import_module(f"kernel_ext.{name}")
         mod.install(ip)
@@ -36,3 +45,27 @@ def load_ipython_extension(ip: Any) -> None:
 def unload_ipython_extension(ip: Any) -> None:
     while _installed:
         _installed.pop().uninstall(ip)
+
+
+def adopt_gateway_env(environ: Any = None) -> None:
+    """Gateways pass a client's environment only as `KERNEL_*` names (Enterprise Gateway
+    and Kernel Gateway both): `KERNEL_RLM_X` becomes `RLM_X` (and `KERNEL_MPLBACKEND`
+    `MPLBACKEND`) unless the kernel's own environment already sets it."""
+    env = os.environ if environ is None else environ
+    for key, value in list(env.items()):
+        if key.startswith("KERNEL_RLM_") or key == "KERNEL_MPLBACKEND":
+            env.setdefault(key[len("KERNEL_"):], value)
+
+
+def handshake() -> str:
+    """The host's first call into a new kernel: load the extension when the kernelspec did
+    not, and say which version runs here (JSON: version, python, loaded)."""
+    loaded = bool(_installed)
+    if not loaded:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is not None:
+            ip.extension_manager.load_extension("kernel_ext")
+    return json.dumps({"version": __version__, "python": sys.version.split()[0],
+                       "loaded_by_kernelspec": loaded})

@@ -41,6 +41,7 @@ from rlm.compaction.plan import CompactionSettings, effective_settings
 from rlm.config import Config, load_config, scaled_output_budget
 from rlm.errors import ConfigError, RlmError
 from rlm.events import CellFinished, Compacted, Event, Notice, RunEnded, TurnStarted
+from rlm.kernel.kinds import kernel_notes
 from rlm.llm.preflight import preflight
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, GoalState, Scheduler, install
@@ -292,6 +293,8 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
         g = gap(entry, feature)
         if g is not None and entry != "child":  # a child's user is its parent's model
             agent.notices.append(Notice(g.message, "warning" if g.refused else "info"))
+    if entry != "child" and agent.executor is None:  # where the kernel runs, said once
+        agent.notices.extend(Notice(n, "info") for n in kernel_notes(agent.config))
 
 
 def _refuse(g: Gap | None) -> Callable[[dict[str, Any]], Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -46,6 +47,7 @@ class Config:
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB
     sandbox: bool = False  # kernel in its own user + network namespace (rlm.kernel.runtime)
+    kernel: str = "local"  # local | gateway:URL[#KERNELSPEC] | provisioner:NAME (KernelKind)
 
     # compaction
     compaction_enabled: bool = True
@@ -107,6 +109,48 @@ _FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout
          "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature"}
 
 
+@dataclass(frozen=True)
+class KernelKind:
+    """Where the kernel runs (`--kernel`, config `kernel`): `local` (a child process of the
+    host), `gateway:URL[#KERNELSPEC]` (a Jupyter Kernel/Enterprise Gateway; its token comes
+    from RLM_GATEWAY_TOKEN or JUPYTER_GATEWAY_AUTH_TOKEN, never from the URL) or
+    `provisioner:NAME` (a jupyter_client kernel provisioner installed on the host)."""
+
+    kind: str
+    url: str = ""  # gateway: the base URL, e.g. http://127.0.0.1:8888
+    name: str = ""  # gateway: the kernelspec on the gateway ("" = its default); provisioner: NAME
+
+
+_KERNEL_HELP = "use local, gateway:http://HOST:PORT[#KERNELSPEC] or provisioner:NAME"
+
+
+def kernel_kind(spec: str) -> KernelKind:
+    """Parse a `kernel` setting; a ConfigError of one line says what is wrong."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(spec, str):
+        raise ConfigError(f"--kernel (kernel) must be text, got {spec!r}; {_KERNEL_HELP}")
+    head, _, rest = spec.strip().partition(":")
+    if head == "local" and not rest:
+        return KernelKind("local")
+    if head == "provisioner":
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.\-]*", rest):
+            raise ConfigError(f"--kernel {spec!r}: a provisioner name is letters, digits, '.', "
+                              f"'_' or '-' (e.g. provisioner:local-provisioner)")
+        return KernelKind("provisioner", name=rest)
+    if head == "gateway":
+        url, _, name = rest.partition("#")
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"--kernel {spec!r}: the gateway URL must be http(s)://HOST[:PORT]"
+                              f"[/BASE], e.g. gateway:http://127.0.0.1:8888")
+        if parts.username or parts.password or parts.query:
+            raise ConfigError(f"--kernel {spec!r}: put the gateway token in RLM_GATEWAY_TOKEN, "
+                              f"not in the URL (the URL is recorded with the session)")
+        return KernelKind("gateway", url=url.rstrip("/"), name=name)
+    raise ConfigError(f"--kernel {spec!r} is not a kernel kind; {_KERNEL_HELP}")
+
+
 def _name(field_name: str) -> str:
     flag = _FLAG.get(field_name)
     return f"{flag} ({field_name})" if flag else field_name
@@ -135,6 +179,14 @@ def validate(cfg: Config) -> None:
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < MIN_MEMORY_CAP):
         raise ConfigError(f"{_name('memory_cap_bytes')} must be at least {MIN_MEMORY_CAP // MiB}M "
                           f"(a kernel with numpy and pandas cannot start under less), got {cap!r}")
+    kind = kernel_kind(cfg.kernel)
+    if kind.kind == "gateway" and cfg.sandbox:
+        raise ConfigError(f"--sandbox is not available with --kernel {cfg.kernel}: the kernel "
+                          "runs on the gateway's machine; isolate it there (container, pod)")
+    if kind.kind == "gateway" and cfg.memory_cap_bytes:
+        raise ConfigError(f"--memory-cap is not available with --kernel {cfg.kernel}: the "
+                          "gateway's kernelspec or cluster sets the memory limit (e.g. a pod's "
+                          "resources.limits.memory)")
     t = cfg.temperature
     if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
                           or not math.isfinite(t) or not 0 <= t <= 2):

@@ -34,6 +34,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sandbox", action="store_const", const=True,
                    help="kernel in its own user + network namespace: no network, no access "
                         "to the host's memory or environment (Linux, unshare)")
+    g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
+                   "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
+                   "provisioner:NAME")
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
     c = p.add_argument_group("compaction")
     c.add_argument("--context-window", type=int, help="model context window in tokens")

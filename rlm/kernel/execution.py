@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from rlm.kernel.runtime import KernelRuntime
+from rlm.kernel.kinds import Runtime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
@@ -65,7 +65,7 @@ class WaitOutcome:
 
 
 def wait_for(
-    rt: KernelRuntime,
+    rt: Runtime,
     msg_id: str,
     q: queue.SimpleQueue[dict[str, Any]],
     out: WaitOutcome,
@@ -131,7 +131,7 @@ def _drain(q: Any, out: WaitOutcome, on_msg: Any, wait: float = 0.1) -> None:
             return
 
 
-def _recv_reply(rt: KernelRuntime, msg_id: str, timeout_s: float) -> dict[str, Any] | None:
+def _recv_reply(rt: Runtime, msg_id: str, timeout_s: float) -> dict[str, Any] | None:
     """The execute_reply for msg_id; stale replies (from abandoned requests) are dropped."""
     end = time.monotonic() + timeout_s
     while True:

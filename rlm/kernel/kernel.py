@@ -24,11 +24,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
-from rlm.kernel.runtime import KernelRuntime, died_cause
+from rlm.kernel.kinds import Runtime, make_runtime
+from rlm.kernel.runtime import died_cause
 from rlm.kernel.state import (
     REBUILD_EXPR,
     expression_value,
@@ -36,7 +38,12 @@ from rlm.kernel.state import (
     needs_rebuild,
     snapshot_fallback,
 )
-from rlm.kernel.subshell import SubshellLister, SubshellUnavailable, busy_reason
+from rlm.kernel.subshell import (
+    SubshellLister,
+    SubshellsUnsupported,
+    SubshellUnavailable,
+    busy_reason,
+)
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -46,6 +53,7 @@ START_TIMEOUT_S = 60.0
 RESTORE_BYTES_PER_S = 20 * 1024 * 1024
 _SNAPSHOT = "__import__('kernel_ext.snapshot').snapshot"
 _FILEOPS = "__import__('kernel_ext.fileops').fileops"
+HANDSHAKE_EXPR = "__import__('kernel_ext').handshake()"
 
 
 class Kernel:
@@ -55,11 +63,11 @@ class Kernel:
         self.session_dir = private_dir(Path(session_dir))
         self.config = config
         self._bridge = BridgeDispatcher(bridge_handler, workers=max(4, config.batch_concurrency))
-        self._rt: KernelRuntime | None = None
+        self._rt: Runtime | None = None
         self._shell_lock = threading.RLock()
         self._interrupted = False
         self._cell_running = False
-        self._lister: tuple[KernelRuntime, SubshellLister] | None = None
+        self._lister: tuple[Runtime, SubshellLister] | None = None
         self._lister_lock = threading.Lock()
         self.last_restart_cause: str | None = None
 
@@ -69,7 +77,7 @@ class Kernel:
         with self._shell_lock:
             if self._rt is not None:
                 raise KernelError("the kernel is already started; use restart() for a new one")
-            self._rt = KernelRuntime(self.session_dir, self.config, self._bridge)
+            self._rt = make_runtime(self.session_dir, self.config, self._bridge)
             return self._restore()
 
     def restart(self, cause: str = "restart requested") -> RestoreReport:
@@ -80,7 +88,7 @@ class Kernel:
             self._close_lister(delete=False)
             if old is not None:
                 old.close(now=True)
-            self._rt = KernelRuntime(self.session_dir, self.config, self._bridge)
+            self._rt = make_runtime(self.session_dir, self.config, self._bridge)
             return self._restore()
 
     def stop(self) -> None:
@@ -119,7 +127,7 @@ class Kernel:
     def set_bridge_handler(self, fn: BridgeHandler | None) -> None:
         self._bridge.handler = fn
 
-    def _runtime(self) -> KernelRuntime:
+    def _runtime(self) -> Runtime:
         if self._rt is None:
             raise KernelError(
                 "the kernel is not started: call Kernel.start() or use it as a context manager"
@@ -156,7 +164,7 @@ class Kernel:
     def _conclude(self, out: WaitOutcome, col: CellCollector, t0: float) -> CellResult:
         res = CellResult(status="ok")
         if out.died_rc is not None:
-            res.status, res.died_cause = "died", died_cause(out.died_rc)
+            res.status, res.died_cause = "died", self._exit_text(out.died_rc)
             res.restart = self.restart(f"the kernel died during a cell: {res.died_cause}")
         elif out.timed_out and not out.done:
             res.status = "timeout"
@@ -178,7 +186,7 @@ class Kernel:
 
     def _send_and_wait(
         self,
-        rt: KernelRuntime,
+        rt: Runtime,
         content: dict[str, Any],
         deadline: float,
         on_msg: Callable[[dict[str, Any]], None] | None,
@@ -207,7 +215,7 @@ class Kernel:
 
     def _continue_wait(
         self,
-        rt: KernelRuntime,
+        rt: Runtime,
         out: WaitOutcome,
         deadline: float,
         on_msg: Callable[[dict[str, Any]], None],
@@ -239,7 +247,7 @@ class Kernel:
                 None,
             )
             if out.died_rc is not None:
-                raise KernelDied(died_cause(out.died_rc))
+                raise KernelDied(self._exit_text(out.died_rc))
             if out.reply is None:
                 rt.listener.unroute(out.msg_id)
                 raise KernelBusy(
@@ -254,9 +262,25 @@ class Kernel:
         restore, which is not a failed start."""
         return START_TIMEOUT_S + snapshot_bytes(self.session_dir / "snapshot") / RESTORE_BYTES_PER_S
 
+    def _exit_text(self, rc: int) -> str:
+        return self._rt.exit_text(rc) if self._rt is not None else died_cause(rc)
+
+    def _handshake(self, timeout: float) -> None:
+        """kernel_ext's version must be ours (a remote image installs rlm-kernel-ext)."""
+        try:
+            hello = json.loads(self._expression(HANDSHAKE_EXPR, timeout))
+        except RuntimeError as e:
+            raise KernelError(f"the kernel cannot load kernel_ext ({e}); install it where the "
+                              f"kernel runs: pip install 'rlm-kernel-ext=={__version__}'") from e
+        if hello.get("version") != __version__:
+            raise KernelError(
+                f"the kernel runs kernel_ext {hello.get('version')} but this host is rlm "
+                f"{__version__}: pip install 'rlm-kernel-ext=={__version__}' where the kernel runs")
+
     def _restore(self) -> RestoreReport:
         timeout = self.restore_timeout()
         try:
+            self._handshake(timeout)
             text = self._expression(f"{_SNAPSHOT}.restore_report_json()", timeout)
             report = RestoreReport.from_dict(json.loads(text))
             if needs_rebuild(report):  # replay recorded cells for what was not snapshotted
@@ -293,7 +317,7 @@ class Kernel:
         `"source": "snapshot"` and a `note` saying so (KernelBusy when there is none)."""
         if self._rt is None or self._rt.poll() is not None:
             rc = self._rt.poll() if self._rt is not None else None
-            raise KernelDied(died_cause(rc) if rc is not None else "the kernel is not running")
+            raise KernelDied(self._exit_text(rc) if rc is not None else "the kernel is not running")
         if self._cell_running or not self._shell_lock.acquire(blocking=False):
             return self._busy_listing(timeout)
         try:
@@ -305,11 +329,14 @@ class Kernel:
         rt = self._rt
         if rt is None:
             raise KernelBusy("the kernel is restarting; try again when it is up")
-        with self._lister_lock:
-            if self._lister is None or self._lister[0] is not rt:
-                self._lister = (rt, SubshellLister(rt.km))
-            lister = self._lister[1]
+        km = getattr(rt, "km", None)  # a gateway kernel has no local client to open one on
         try:
+            if km is None:
+                raise SubshellsUnsupported("its channels go through a gateway, without subshells")
+            with self._lister_lock:
+                if self._lister is None or self._lister[0] is not rt:
+                    self._lister = (rt, SubshellLister(km))
+                lister = self._lister[1]
             return lister.namespace(timeout)
         except SubshellUnavailable as e:
             why = busy_reason(e)

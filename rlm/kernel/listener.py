@@ -27,19 +27,14 @@ log = logging.getLogger(__name__)
 _IDLE_POLL_MS = 500
 
 
-class IOPubListener:
-    def __init__(
-        self, session: Session, iopub: zmq.Socket, control: zmq.Socket, bridge: BridgeDispatcher
-    ):
-        self._session, self._iopub, self._control, self._bridge = session, iopub, control, bridge
-        self._routes: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
-        self._outbox: deque[tuple[str, dict[str, Any]]] = deque()
-        self._wake_r, self._wake_w = os.pipe()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="rlm-iopub", daemon=True)
+class Router:
+    """What every transport's listener shares: routes by parent msg_id, bridge comms to the
+    dispatcher (the zmq listener below; the gateway's websocket, rlm/kernel/gateway.py)."""
 
-    def start(self) -> None:
-        self._thread.start()
+    def __init__(self, bridge: BridgeDispatcher):
+        self._bridge = bridge
+        self._routes: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+        self._stopping = False
 
     def route(self, msg_id: str) -> queue.SimpleQueue[dict[str, Any]]:
         """Register before sending the request, so no message can be missed."""
@@ -51,14 +46,47 @@ class IOPubListener:
         self._routes.pop(msg_id, None)
 
     def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+    def send_comm_reply(self, comm_id: str, data: dict[str, Any]) -> None:
+        self.send_control("comm_msg", {"comm_id": comm_id, "data": data})
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def _dispatch(self, msg: dict[str, Any]) -> None:
+        msg_type = msg["header"]["msg_type"]
+        if msg_type == "comm_open" and self._bridge.on_comm_open(msg["content"]):
+            return
+        if msg_type == "comm_msg" and self._bridge.on_comm_msg(
+            msg["content"], self.send_comm_reply
+        ):
+            return
+        parent_id = msg.get("parent_header", {}).get("msg_id")
+        q = self._routes.get(parent_id) if parent_id else None
+        if q is not None:
+            q.put(msg)
+
+
+class IOPubListener(Router):
+    def __init__(
+        self, session: Session, iopub: zmq.Socket, control: zmq.Socket, bridge: BridgeDispatcher
+    ):
+        super().__init__(bridge)
+        self._session, self._iopub, self._control = session, iopub, control
+        self._outbox: deque[tuple[str, dict[str, Any]]] = deque()
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._run, name="rlm-iopub", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def send_control(self, msg_type: str, content: dict[str, Any]) -> None:
         """Queue a message for the control channel; any thread may call this."""
         if self._stopping:
             return  # the kernel is gone: a late reply has nowhere to go
         self._outbox.append((msg_type, content))
         self._wake()
-
-    def send_comm_reply(self, comm_id: str, data: dict[str, Any]) -> None:
-        self.send_control("comm_msg", {"comm_id": comm_id, "data": data})
 
     def stop(self) -> None:
         self._stopping = True
@@ -107,19 +135,6 @@ class IOPubListener:
                 self._dispatch(msg)
             except Exception:
                 log.warning("error routing an IOPub message", exc_info=True)
-
-    def _dispatch(self, msg: dict[str, Any]) -> None:
-        msg_type = msg["header"]["msg_type"]
-        if msg_type == "comm_open" and self._bridge.on_comm_open(msg["content"]):
-            return
-        if msg_type == "comm_msg" and self._bridge.on_comm_msg(
-            msg["content"], self.send_comm_reply
-        ):
-            return
-        parent_id = msg.get("parent_header", {}).get("msg_id")
-        q = self._routes.get(parent_id) if parent_id else None
-        if q is not None:
-            q.put(msg)
 
     def _flush_outbox(self) -> None:
         while self._outbox:

@@ -112,6 +112,23 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     return env
 
 
+def provisioned_spec(name: str, config: Config) -> KernelSpec:
+    """`provisioner:NAME`. jupyter_client picks a provisioner from a kernelspec's
+    `metadata.kernel_provisioner` (entry point group jupyter_client.kernel_provisioners).
+    NAME is an installed kernelspec that names one (e.g. made by gateway_provisioners'
+    `jupyter k8s-spec install`: its launcher argv is kept; kernel_ext is loaded by the
+    host's handshake when the image's kernel does not load it), else a provisioner name
+    run with rlm's own kernel command."""
+    try:
+        installed = KernelSpecManager().get_kernel_spec(name)
+    except Exception:  # NoSuchKernel: not a kernelspec name
+        installed = None
+    if installed is not None and "kernel_provisioner" in (installed.metadata or {}):
+        return installed
+    return KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python",
+                      metadata={"kernel_provisioner": {"provisioner_name": name, "config": {}}})
+
+
 class _SpecManager(KernelSpecManager):
     """Serves our one kernel spec; no kernelspec dirs are searched."""
 
@@ -131,6 +148,8 @@ def died_cause(returncode: int) -> str:
             return f"signal {-returncode}"
     return f"exit code {returncode}"
 
+
+PROVISIONER_POLL_S = 0.5
 
 # sun_path is 108 bytes with the NUL; jupyter_client appends "-<port>" (port: 1..~10)
 AF_UNIX_PATH_MAX = 107
@@ -159,13 +178,14 @@ class KernelRuntime:
     "tcp"` is for a kernel on another machine."""
 
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
-                 transport: str = "ipc"):
+                 transport: str = "ipc", provisioner: str | None = None):
         self.session_dir = session_dir
         runtime_dir = private_dir(session_dir / "runtime")
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         if sandboxed(config):
             check_sandbox()
-        spec = KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+        spec = provisioned_spec(provisioner, config) if provisioner else \
+            KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
@@ -194,15 +214,25 @@ class KernelRuntime:
                                       ) from e
                 raise KernelError(f"could not start the kernel ({e})") from e
             except Exception as e:
+                if provisioner and "provisioner" in str(e).lower():
+                    raise KernelError(
+                        f"--kernel provisioner:{provisioner}: {e}; install the package that "
+                        "provides it (entry point group jupyter_client.kernel_provisioners)"
+                    ) from e
                 raise KernelError(
                     f"could not start the kernel ({e}); check config.kernel_python "
                     f"({config.kernel_python or sys.executable}) has ipykernel installed"
                 ) from e
         os.chmod(self.km.connection_file, PRIVATE_FILE)
-        self.proc: subprocess.Popen[bytes] = self.km.provisioner.process  # type: ignore[union-attr]
+        # a provisioner that launches elsewhere (a pod, a container) has no local process:
+        # liveness then comes from the provisioner's own poll
+        self.proc: subprocess.Popen[bytes] | None = getattr(self.km.provisioner, "process", None)
+        self._alive_checked, self._gone = 0.0, False
         # `rlm state` finds the live kernel through this: "<pid>\n<connection file>\n"
         self._pid_file = runtime_dir / "kernel.pid"
-        write_private_atomic(self._pid_file, f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
+        if self.proc is not None:
+            write_private_atomic(self._pid_file,
+                                 f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
         self.session = self.km.session
         self.shell = self.km.connect_shell()
         self.iopub = self.km.connect_iopub()
@@ -212,12 +242,25 @@ class KernelRuntime:
         self.listener.start()
 
     @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
 
     def poll(self) -> int | None:
-        """The exit code if the process has ended (cheap: one waitpid)."""
-        return self.proc.poll()
+        """The exit code if the process has ended (cheap: one waitpid). Without a local
+        process, the provisioner's poll at most every PROVISIONER_POLL_S (1 when gone)."""
+        if self.proc is not None:
+            return self.proc.poll()
+        now = time.monotonic()
+        if not self._gone and now - self._alive_checked >= PROVISIONER_POLL_S:
+            self._alive_checked = now
+            self._gone = not self.km.is_alive()
+        return 1 if self._gone else None
+
+    def exit_text(self, returncode: int) -> str:
+        """How the kernel ended, for the model and the user."""
+        if self.proc is None:
+            return "the provisioner reports the kernel is gone"
+        return died_cause(returncode)
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
@@ -258,6 +301,8 @@ class KernelRuntime:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
 
     def _forget_pid_file(self) -> None:
+        if self.proc is None:
+            return
         try:
             if self._pid_file.read_text().split("\n", 1)[0] == str(self.proc.pid):
                 self._pid_file.unlink()
@@ -266,6 +311,8 @@ class KernelRuntime:
 
     def _kill_group(self) -> None:
         """The kernel leads its own process group: take its children down with it."""
+        if self.proc is None:
+            return
         if self.poll() is None:
             self.proc.kill()
         try:

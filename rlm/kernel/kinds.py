@@ -1,0 +1,84 @@
+"""Where the kernel runs (`--kernel`, `Config.kernel`; parsed by `rlm.config.kernel_kind`).
+
+`local` and `provisioner:NAME` are a `KernelRuntime` (jupyter_client's KernelManager; the
+provisioner is picked through the kernelspec's `metadata.kernel_provisioner`); `gateway:URL`
+is a `GatewayRuntime` (REST + websocket). `Kernel` talks to either through `Runtime`.
+"""
+
+from __future__ import annotations
+
+import queue
+from pathlib import Path
+from typing import Any, Protocol
+
+from jupyter_client.session import Session
+
+from rlm.config import Config, kernel_kind
+from rlm.kernel.bridge import BridgeDispatcher
+from rlm.kernel.runtime import KernelRuntime
+
+
+class Listener(Protocol):
+    def route(self, msg_id: str) -> queue.SimpleQueue[dict[str, Any]]: ...
+
+    def unroute(self, msg_id: str) -> None: ...
+
+    def send_control(self, msg_type: str, content: dict[str, Any]) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+class Runtime(Protocol):
+    """One started kernel: what `Kernel` and the wait loop (execution.py) use of it."""
+
+    @property
+    def session(self) -> Session: ...
+
+    @property
+    def listener(self) -> Listener: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def exit_text(self, returncode: int) -> str: ...
+
+    def log_tail(self, chars: int = 2000) -> str: ...
+
+    def send_shell(self, msg: dict[str, Any]) -> None: ...
+
+    def recv_shell(self, timeout_s: float) -> dict[str, Any] | None: ...
+
+    def interrupt(self) -> None: ...
+
+    def close(self, now: bool = False) -> None: ...
+
+
+def make_runtime(session_dir: Path, config: Config, bridge: BridgeDispatcher) -> Runtime:
+    kind = kernel_kind(config.kernel)
+    if kind.kind == "gateway":
+        from rlm.kernel.gateway import GatewayRuntime
+
+        return GatewayRuntime(session_dir, config, bridge)
+    if kind.kind == "provisioner":
+        # a provisioner may place the kernel on another machine: TCP, not unix sockets
+        return KernelRuntime(session_dir, config, bridge, transport="tcp",
+                             provisioner=kind.name)
+    return KernelRuntime(session_dir, config, bridge)
+
+
+def kernel_notes(config: Config) -> list[str]:
+    """What the chosen kind does differently, said once at the start of a run."""
+    kind = kernel_kind(config.kernel)
+    if kind.kind == "gateway":
+        return [f"kernel on the gateway {kind.url}"
+                f"{' (kernelspec ' + kind.name + ')' if kind.name else ''}: no memory cap or "
+                "sandbox from rlm (the gateway's kernelspec or cluster sets them); channels "
+                "go over its websocket, not private unix sockets; a crash is noticed when "
+                "the gateway reports it (its KernelRestarter.time_to_dead)"]
+    if kind.kind == "provisioner":
+        return [f"kernel started by the provisioner {kind.name!r} over TCP channels; the "
+                "memory cap and --sandbox apply only if it runs the kernelspec's command "
+                "on this machine"]
+    return []

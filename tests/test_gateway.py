@@ -1,0 +1,216 @@
+"""`--kernel gateway:URL` end to end: a real `jupyter kernelgateway` on 127.0.0.1 (started
+here, kernelspec loading kernel_ext), a scripted model, the real composition root.
+
+Assertions are on what reached the model (ScriptedLLM.calls), what the kernel holds, and
+what is on disk under $RLM_HOME (never a byte of the gateway's token).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bench.gateway_server import PLAIN_KERNEL_NAME, running_gateway
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.errors import KernelError
+from rlm.events import CellFinished, CellOutput, KernelRestarted, Notice, RunEnded
+from rlm.kernel import Kernel
+from rlm.llm import ScriptedLLM
+from rlm.session.store import SessionStore
+
+pytestmark = pytest.mark.timeout(240)
+
+TOKEN = "gw-tok-" + "7c1e9a52d4b86f03"  # looks like a secret: *_TOKEN in the env
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with running_gateway(tmp_path_factory.mktemp("gw"), TOKEN) as gw:
+        yield gw
+
+
+@pytest.fixture
+def token_env(monkeypatch):
+    monkeypatch.setenv("RLM_GATEWAY_TOKEN", TOKEN)
+
+
+def tool_texts(messages: list[dict]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] == "tool"]
+
+
+@pytest.mark.slow  # three kernel starts through the gateway and a cell timeout: 40-120 s here
+def test_scripted_run_through_the_gateway(gateway, token_env, _isolated_home):
+    """Cells, llm_query over the bridge, an interrupt, a timeout, a crash: all through the
+    gateway, with the model told what came back after each restart."""
+    main = ScriptedLLM([
+        call("x = 41\nprint('hello from', 'the gateway')"),
+        call("a = llm_query('say pong')\nprint('sub said', a)"),
+        call("import time\nprint('sleeping', flush=True)\ntime.sleep(60)"),
+        call("sum(range(10**11))"),
+        call("import os\nos._exit(1)"),
+        call("print(x + 1)"),
+        call("final(str(x))"),
+    ])
+    sub = ScriptedLLM(["pong"])
+    config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
+                    kernel=gateway.spec, cell_timeout=4, interrupt_grace_s=0.5)
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    agent = build_agent(session, config, entry="run", llm=main, llm_factory=lambda spec: sub)
+    events = []
+    with agent:
+        for ev in agent.run("exercise the remote kernel"):
+            events.append(ev)
+            if isinstance(ev, CellOutput) and "sleeping" in ev.text:
+                agent.executor.interrupt()
+        assert agent.executor.pid is None  # the process is the gateway's
+        listing = {n["name"] for n in agent.executor.list_namespace()["names"]}
+    assert "x" in listing
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.final == "41"
+    statuses = [e.status for e in events if isinstance(e, CellFinished)]
+    assert statuses == ["ok", "ok", "interrupted", "timeout", "died", "ok", "ok"]
+    notices = [e.text for e in events if isinstance(e, Notice)]
+    assert any("kernel on the gateway " + gateway.url in n for n in notices)
+
+    texts = tool_texts(main.calls[-1])
+    assert "hello from the gateway" in texts[0]
+    assert "sub said pong" in texts[1]
+    assert sub.calls and sub.calls[0][-1]["content"] == "say pong"
+    assert "KeyboardInterrupt" in texts[2]
+    assert "timed out" in texts[3] and "restarted" in texts[3]
+    crash = texts[4]
+    assert "<kernel_restarted>" in crash and "the gateway reported the kernel" in crash
+    assert "x" in crash  # the model is told x came back
+    assert texts[5].strip() == "42"
+    restarts = [e for e in events if isinstance(e, KernelRestarted)]
+    assert len(restarts) == 2 and all("x" in r.restored for r in restarts)
+
+    # no byte under $RLM_HOME holds the token
+    leaked = [p for p in _isolated_home.rglob("*")
+              if p.is_file() and TOKEN.encode() in p.read_bytes()]
+    assert leaked == []
+    assert TOKEN not in (session.dir / "session.jsonl").read_text()
+
+
+def test_wrong_token_is_one_line(gateway, monkeypatch, tmp_path):
+    monkeypatch.setenv("RLM_GATEWAY_TOKEN", "not-the-token-123")
+    k = Kernel(tmp_path / "s", Config(kernel=gateway.spec))
+    with pytest.raises(KernelError) as e:
+        k.start()
+    msg = str(e.value)
+    assert "\n" not in msg and "HTTP 401" in msg and "RLM_GATEWAY_TOKEN" in msg
+    assert "not-the-token" not in msg
+
+
+def test_unreachable_gateway_is_one_line(tmp_path, token_env):
+    k = Kernel(tmp_path / "s", Config(kernel="gateway:http://127.0.0.1:9"))
+    with pytest.raises(KernelError, match=r"cannot reach the gateway at http://127.0.0.1:9 "):
+        k.start()
+
+
+def test_kernel_ext_version_mismatch_is_refused(gateway, token_env, tmp_path, monkeypatch):
+    """The kernel reports its kernel_ext version at start; another version is refused with
+    the pip line to fix it (the kernel is deleted on the gateway, not leaked)."""
+    import rlm.kernel.kernel as kmod
+
+    monkeypatch.setattr(kmod, "__version__", "9.9.9")
+    k = Kernel(tmp_path / "s", Config(kernel=gateway.spec))
+    with pytest.raises(KernelError) as e:
+        k.start()
+    assert "kernel_ext 0.1.0 but this host is rlm 9.9.9" in str(e.value)
+    assert "pip install 'rlm-kernel-ext==9.9.9'" in str(e.value)
+    k.stop()
+    from rlm.kernel.gateway import GatewayHttp
+
+    assert GatewayHttp(gateway.url, TOKEN).call("GET", "/api/kernels") == []
+
+
+def test_kernel_env_reaches_kernel_without_secrets(gateway, token_env, tmp_path, monkeypatch):
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "sk-should-not-travel-123456")
+    with Kernel(tmp_path / "s", Config(kernel=gateway.spec)) as k:
+        res = k.execute("import os, json\nprint(json.dumps({k: v for k, v in os.environ.items()"
+                        " if 'RLM' in k or 'KEY' in k or 'TOKEN' in k}))")
+        env = json.loads(res.shaped)
+    assert env["RLM_SESSION_DIR"] == str(tmp_path / "s")
+    assert env["RLM_SNAPSHOT_DIR"] == str(tmp_path / "s" / "snapshot")
+    assert not any("TOKEN" in k or "KEY" in k for k in env), env
+    assert os.environ["RLM_GATEWAY_TOKEN"] == TOKEN
+
+
+def test_kernelspec_without_the_extension_gets_it_at_start(gateway, token_env, tmp_path):
+    """An image's plain Python kernelspec: the host's handshake loads kernel_ext."""
+    spec = f"gateway:{gateway.url}#{PLAIN_KERNEL_NAME}"
+    with Kernel(tmp_path / "s", Config(kernel=spec)) as k:
+        res = k.execute("import sys\nprint(any('kernel_ext' in a for a in sys.argv))\n"
+                        "print(callable(llm_query), callable(final))")
+    assert res.shaped == "False\nTrue True\n"  # not in the kernel's argv, yet loaded
+
+
+def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, token_env, tmp_path):
+    """The host died without stopping its gateway kernel: the session's record of it lets
+    the next start delete it (on a cluster, a pod that would run forever)."""
+    from rlm.kernel.gateway import GatewayHttp
+
+    http = GatewayHttp(gateway.url, TOKEN)
+    first = Kernel(tmp_path / "s", Config(kernel=gateway.spec))
+    first.start()
+    record = json.loads((tmp_path / "s" / "runtime" / "gateway-kernel.json").read_text())
+    assert record == {"url": gateway.url, "kernel_id": first._rt.kernel_id}
+    assert TOKEN not in json.dumps(record)
+    # as if the host died: nothing stopped, the record stays
+    with Kernel(tmp_path / "s", Config(kernel=gateway.spec)) as second:
+        ids = [m["id"] for m in http.call("GET", "/api/kernels")]
+        assert ids == [second._rt.kernel_id]
+    assert http.call("GET", "/api/kernels") == []
+    assert not (tmp_path / "s" / "runtime" / "gateway-kernel.json").exists()
+    first._rt.listener.stop()
+
+
+def test_a_gateway_that_dies_mid_cell_is_noticed_not_waited_out(tmp_path, token_env):
+    """Websocket liveness: the gateway process is killed while a cell sleeps; the cell
+    ends at once (the socket closed) and the restart says the gateway is unreachable."""
+    import signal
+    import time
+
+    with running_gateway(tmp_path / "gw", TOKEN) as gw:
+        k = Kernel(tmp_path / "s", Config(kernel=gw.spec))
+        k.start()
+
+        def on_output(out):
+            if out.text and "sleeping" in out.text:
+                os.killpg(gw.proc.pid, signal.SIGKILL)
+
+        t0 = time.monotonic()
+        with pytest.raises(KernelError, match=r"cannot reach the gateway at http://127\.0\.0\.1"):
+            k.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)",
+                      timeout=600, on_output=on_output)
+        assert time.monotonic() - t0 < 120  # hang guard: far below the cell's 600 s
+        k.stop()
+
+
+def test_bridge_reply_mid_cell_and_images_to_artifacts(gateway, token_env, tmp_path):
+    """A kernel -> host request answered while its cell runs (reply on the control channel
+    of the websocket), and an image written to artifacts/, not into the text."""
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
+    seen = []
+    with Kernel(tmp_path / "s", Config(kernel=gateway.spec),
+                bridge_handler=lambda m, p: seen.append((m, p)) or {"echo": p["n"] * 2}) as k:
+        res = k.execute(
+            "import kernel_ext.bridge as b\nfrom IPython.display import display\n"
+            f"display({{'image/png': {base64.b64encode(png).decode()!r}}}, raw=True)\n"
+            "print([b.request('ping', {'n': i})['echo'] for i in range(3)])")
+    assert res.status == "ok", res.shaped
+    assert seen == [("ping", {"n": 0}), ("ping", {"n": 1}), ("ping", {"n": 2})]
+    assert "[0, 2, 4]" in res.shaped
+    (ref,) = [o.refs["image/png"] for o in res.outputs if o.refs and "image/png" in o.refs]
+    assert (tmp_path / "s" / ref).read_bytes() == png
+    assert "[image: " in res.shaped and "iVBOR" not in res.shaped
