@@ -14,6 +14,7 @@ CONFIG_FLAGS = (
     "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
     "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled", "sandbox",
+    "snapshot_url",
 )
 
 

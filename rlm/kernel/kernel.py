@@ -27,7 +27,13 @@ from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.runtime import KernelRuntime, died_cause
-from rlm.kernel.state import REBUILD_EXPR, expression_value, merge_rebuild, needs_rebuild
+from rlm.kernel.state import (
+    REBUILD_EXPR,
+    expression_value,
+    merge_rebuild,
+    needs_rebuild,
+    snapshot_size,
+)
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -234,7 +240,10 @@ class Kernel:
     def restore_timeout(self) -> float:
         """Start timeout plus the time to read the snapshot: a large snapshot is slow to
         restore, which is not a failed start."""
-        return START_TIMEOUT_S + snapshot_bytes(self.session_dir / "snapshot") / RESTORE_BYTES_PER_S
+        size = snapshot_size(self.session_dir, self.config.snapshot_url)
+        if size is None:
+            size = snapshot_bytes(self.session_dir / "snapshot")
+        return START_TIMEOUT_S + size / RESTORE_BYTES_PER_S
 
     def _restore(self) -> RestoreReport:
         timeout = self.restore_timeout()
