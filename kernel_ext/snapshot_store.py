@@ -619,7 +619,8 @@ class ObjectReader(EntryReader):
                 self._cache[fname] = st._call(st.fs.cat_file, key)
             data: Any = self._cache[fname][offset: offset + length]
         else:
-            data = st._call(st.fs.cat_file, key, offset, offset + length) if length else b""
+            # keywords: s3fs's cat_file takes version_id second
+            data = st._call(st.fs.cat_file, key, start=offset, end=offset + length) if length else b""
         if len(data) != length:
             raise ValueError(f"{fname} is truncated")
         view = memoryview(bytearray(data))  # writable: restored arrays must be too

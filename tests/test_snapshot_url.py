@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.bench_snapshot_s3 import moto_server
 from kernel_ext import snapshot
 from kernel_ext import snapshot_store as store
 from rlm.config import Config, snapshot_url_problem
@@ -27,7 +27,7 @@ from rlm.kernel import Kernel
 from rlm.kernel.state import check_snapshot_url, session_state
 from tests.snapshot_shell import new_kernel, run
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(300)
 
 KEY_ID = "AKIAMOTOTESTKEY12345"
 SECRET = "moto-secret-Kq9vZ2xLw8RtY5pN3mB7cD1fG6hJ4"  # must appear in no byte under RLM_HOME
@@ -134,28 +134,11 @@ def test_missing_backend_says_what_to_install():
 # ------------------------------------------------------------------ moto S3 server
 @pytest.fixture(scope="module")
 def moto_endpoint(tmp_path_factory):
-    """A moto standalone S3 server on a free 127.0.0.1 port; ready when it accepts."""
+    """A moto standalone S3 server on a free 127.0.0.1 port, ready when its socket accepts
+    (bench/bench_snapshot_s3.py starts it the same way)."""
     pytest.importorskip("s3fs")
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    log = tmp_path_factory.mktemp("moto") / "moto.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
-                                 "-p", str(port)], stdout=out, stderr=subprocess.STDOUT)
-    try:
-        while True:  # poll the socket: ready when it accepts, failed when the process ended
-            assert proc.poll() is None, f"moto server exited: {log.read_text()[-2000:]}"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                threading.Event().wait(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    with moto_server(str(tmp_path_factory.mktemp("moto") / "moto.log")) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
@@ -184,7 +167,7 @@ def no_credentials_under(home: Path) -> None:
 
 def rlm(*args: str) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, "-m", "rlm", *args], capture_output=True, text=True,
-                          timeout=170)
+                          timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -197,9 +180,9 @@ def test_crash_restores_from_the_bucket_and_state_reads_it(s3, tmp_path):
     fs, bucket = s3
     script = tmp_path / "s.json"
     script.write_text(json.dumps([
-        call("x = 41\nrows = list(range(100_000))"),
+        call("x = 41\nrows = list(range(100_000))\nblob = bytes(range(256)) * 8192"),
         call("import os\nos._exit(1)"),
-        call("final(x + 1 + len(rows) - 100_000)"),
+        call("final(x + 1 + len(rows) - 100_000 + (blob == bytes(range(256)) * 8192) - 1)"),
     ]))
     out = rlm("run", "go", "--model", f"script:{script}", "--snapshot-url",
               f"s3://{bucket}/runs", "--json")
@@ -209,13 +192,14 @@ def test_crash_restores_from_the_bucket_and_state_reads_it(s3, tmp_path):
     entries = [json.loads(line) for line in log.read_text().splitlines()[1:]]
     restarts = [e["cell"]["restart"] for e in entries
                 if e["type"] == "message" and (e.get("cell") or {}).get("restart")]
-    assert len(restarts) == 1 and {"x", "rows"} <= set(restarts[0]["restored"])
+    assert len(restarts) == 1 and {"x", "rows", "blob"} <= set(restarts[0]["restored"])
     told = [e["message"]["content"] for e in entries if (e.get("cell") or {}).get("restart")]
-    assert "restored 2 name(s)" in told[0]  # the model is told what came back
+    assert "restored 3 name(s)" in told[0]  # the model is told what came back
     session_dir = log.parent
     assert not any((session_dir / "snapshot").glob("*"))  # the host's disk holds no snapshot
     keys = fs.ls(f"{bucket}/runs/{sid}", detail=False)
     assert any(k.rsplit("/", 1)[-1].startswith("manifest-") for k in keys)
+    assert any(k.endswith("-v1.bin") for k in keys)  # blob (2 MiB) is an object of its own
 
     state = json.loads(rlm("state", sid, "--json").stdout)
     assert state["source"] == "snapshot" and f"s3://{bucket}/runs/{sid}" in state["detail"]
