@@ -103,6 +103,16 @@ def test_unpicklable_names_are_rebuilt_from_cell_records_in_the_store(mem_shell)
     mem_shell.user_ns["conn"].close()
 
 
+def test_a_file_url_gets_the_local_layout_under_the_session_id(shell, tmp_path, monkeypatch):
+    where = tmp_path / "shared"
+    monkeypatch.setenv("RLM_SNAPSHOT_URL", f"file://{where}/sess1")
+    snapshot.uninstall(shell)
+    snapshot.install(shell)
+    run(shell, "a = [1, 2, 3]")
+    assert (where / "sess1" / "manifest.json").is_file()  # fsync + rename swap, as on disk
+    assert new_kernel(shell)["restored"] == ["a"]
+
+
 # ---------------------------------------------------------------- config and errors
 @pytest.mark.parametrize("url, words", [
     ("s3://AKIA:secret@bucket/p", "credentials do not belong in the URL"),
@@ -205,6 +215,17 @@ def test_crash_restores_from_the_bucket_and_state_reads_it(s3, tmp_path):
     assert state["source"] == "snapshot" and f"s3://{bucket}/runs/{sid}" in state["detail"]
     by_name = {n["name"]: n for n in state["names"]}
     assert by_name["x"]["restorable"] and by_name["rows"]["bytes"] > 100_000
+
+    # resume without the flag: the URL recorded with the run options is used again
+    again = tmp_path / "again.json"
+    again.write_text(json.dumps([call("final(x)")]))
+    res2 = json.loads(rlm("resume", sid, "x?", "--model", f"script:{again}", "--json")
+                      .stdout.strip().splitlines()[-1])
+    assert res2["final"] == "41"
+    entries = [json.loads(line) for line in log.read_text().splitlines()[1:]]
+    on_start = [e for e in entries if e.get("custom_type") == "kernel_restored"]
+    assert on_start and {"x", "rows", "blob"} <= set(on_start[-1]["data"]["restored"])
+    assert not any((session_dir / "snapshot").glob("*"))
     no_credentials_under(Path(os.environ["RLM_HOME"]))
 
 
