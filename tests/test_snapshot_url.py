@@ -113,6 +113,20 @@ def test_a_file_url_gets_the_local_layout_under_the_session_id(shell, tmp_path, 
     assert new_kernel(shell)["restored"] == ["a"]
 
 
+def test_a_url_from_the_config_file_is_pinned_to_the_session(tmp_path, monkeypatch):
+    from rlm import app
+
+    (tmp_path / "s.json").write_text(json.dumps(["done"]))
+    (tmp_path / "rlm.toml").write_text(f'snapshot_url = "file://{tmp_path}/snaps"\n')
+    session = app.new_session("t", app.RunOptions(overrides={"model": f"script:{tmp_path}/s.json"}))
+    recorded = app.recorded_options(session)
+    session.close()
+    (tmp_path / "rlm.toml").unlink()  # a later config without it: the session keeps its URL
+    assert recorded is not None and recorded.overrides["snapshot_url"] == f"file://{tmp_path}/snaps"
+    _, options = app.open_session(session.id)
+    assert options.config(session).snapshot_url == f"file://{tmp_path}/snaps"
+
+
 # ---------------------------------------------------------------- config and errors
 @pytest.mark.parametrize("url, words", [
     ("s3://AKIA:secret@bucket/p", "credentials do not belong in the URL"),
