@@ -302,3 +302,18 @@ def test_missing_credentials_say_what_to_set(s3, monkeypatch):
 def test_missing_bucket_says_create_it(s3):
     with pytest.raises(ConfigError, match="does not exist .*create it first"):
         check_snapshot_url(f"s3://nobucket{uuid.uuid4().hex[:8]}/p")
+
+
+def test_a_kernel_without_credentials_says_so_and_writes_nothing(s3, shell, monkeypatch):
+    fs, bucket = s3
+    run(shell, "a = 1")  # a local snapshot first: the shell fixture's dir
+    monkeypatch.setenv("RLM_SNAPSHOT_URL", f"s3://{bucket}/nocreds/s")
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    rep = new_kernel(shell)
+    assert rep["restored"] == [] and "no credentials" in rep["failed"][0]["reason"]
+    assert "AWS_ACCESS_KEY_ID" in rep["failed"][0]["reason"]
+    res = shell.run_cell("b = 2")
+    assert res.success  # the cell is not broken by its snapshot failing
+    assert "no credentials" in (snapshot._get(shell).last_error or "")
+    assert not fs.exists(f"{bucket}/nocreds")
