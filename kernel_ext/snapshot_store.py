@@ -446,6 +446,9 @@ class ObjectStore:
         self.current: tuple[int, set[str]] | None = None  # newest complete manifest: gen, files
         self.previous: tuple[int, set[str]] | None = None
         self.unreadable: set[str] = set()  # manifest objects that did not parse: never deleted
+        # objects at the root known to exist: listed once, then kept up to date by this
+        # (the session's only) writer, so a snapshot costs no LIST request
+        self.known: set[str] | None = None
         self._next_cell: int | None = None
 
     @property
@@ -482,7 +485,13 @@ class ObjectStore:
             return []
         except Exception as exc:  # noqa: BLE001
             raise StoreError(explain(exc, self._given)) from None
-        return [p.rstrip("/").rsplit("/", 1)[-1] for p in listed]
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in listed]
+        if not sub:
+            self.known = set(names)
+        return names
+
+    def _root_names(self) -> set[str]:
+        return set(self.known) if self.known is not None else set(self._names())
 
     def ensure(self) -> None:
         """Nothing to create: objects make their prefix; the bucket must exist already."""
@@ -532,7 +541,7 @@ class ObjectStore:
 
     def max_generation(self) -> int:
         best = 0
-        for n in self._names():
+        for n in self._root_names():
             m = FILE_RE.match(n) or MANIFEST_OBJ_RE.match(n)
             if m:
                 best = max(best, int(m.group(1)))
@@ -540,8 +549,13 @@ class ObjectStore:
 
     def writer(self, generation: int) -> GenerationWriter:
         fs = self.fs
-        return GenerationWriter(self.url, generation,
-                                opener=lambda fname: self._call(fs.open, self._key(fname), "wb"))
+
+        def opener(fname: str) -> Any:
+            if self.known is not None:
+                self.known.add(fname)
+            return self._call(fs.open, self._key(fname), "wb")
+
+        return GenerationWriter(self.url, generation, opener=opener)
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
                        groups: dict[str, dict[str, Any]]) -> None:
@@ -555,7 +569,10 @@ class ObjectStore:
             "complete": True,
         }
         data = json.dumps(manifest, separators=(",", ":")).encode()
-        self._call(self.fs.pipe_file, self._key(f"manifest-{generation:08d}.json"), data)
+        name = f"manifest-{generation:08d}.json"
+        self._call(self.fs.pipe_file, self._key(name), data)
+        if self.known is not None:
+            self.known.add(name)
         self.previous, self.current = self.current, (generation, _files(groups))
 
     def collect_garbage(self, referenced: set[str], min_generation: int) -> None:
@@ -565,7 +582,7 @@ class ObjectStore:
         keep = set(referenced) | (self.previous[1] if self.previous else set())
         keep_manifest = self.previous[0] if self.previous else gen
         doomed = []
-        for n in self._names():
+        for n in sorted(self._root_names()):
             m = FILE_RE.match(n)
             if m and n not in keep and min_generation <= int(m.group(1)) < gen:
                 doomed.append(n)
@@ -573,7 +590,13 @@ class ObjectStore:
             if m and n not in self.unreadable and min_generation <= int(m.group(1)) < keep_manifest:
                 doomed.append(n)
         if doomed:
-            self._call(self.fs.rm, [self._key(n) for n in doomed])
+            try:
+                self._call(self.fs.rm, [self._key(n) for n in doomed])
+            except StoreError:
+                self.known = None  # list again next time
+                raise
+            if self.known is not None:
+                self.known.difference_update(doomed)
 
     def reader(self) -> ObjectReader:
         return ObjectReader(self)
