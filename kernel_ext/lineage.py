@@ -6,11 +6,11 @@ compaction module splits planning from its one LLM call.
 
 Each successful cell is recorded (kernel_ext.snapshot stores `record_line(code)` through the
 snapshot store: `<snapshot dir>/cells.jsonl`, or one object per cell): the names it reads,
-binds, and mutates (by the AST), and its effects outside the kernel. To rebuild a lost name N, `replay_plan` takes the last cell
-that binds N, every later cell that mutates N (a file's read position, a generator's
-progress), and — transitively — the cells that bind the names those read and that are not
-in the kernel now; it runs them in recorded order. A needed cell is NOT replayed, and N is
-reported lost with the reason, when the cell
+binds, and mutates (by the AST), and its effects outside the kernel. To rebuild a lost
+name N, `replay_plan` takes the last cell that binds N, every later cell that mutates N (a
+file's read position, a generator's progress), and — transitively — the cells that bind
+the names those read and that are not in the kernel now; it runs them in recorded order.
+A needed cell is NOT replayed, and N is reported lost with the reason, when the cell
   * has an effect outside the kernel (writes or deletes a file, network, subprocess,
     sub-model calls: `effects`), or
   * mutates a name whose value was restored from the snapshot (replaying it would apply

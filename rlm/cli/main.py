@@ -35,7 +35,7 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="kernel in its own user + network namespace: no network, no access "
                         "to the host's memory or environment (Linux, unshare)")
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
-    g.add_argument("--snapshot-url", type=_snapshot_url,
+    g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
                    help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
                         "file:///path (credentials from the environment; default: the "
                         "session directory)")
