@@ -32,6 +32,7 @@ from rlm.kernel.state import (
     expression_value,
     merge_rebuild,
     needs_rebuild,
+    snapshot_location,
     snapshot_size,
 )
 from rlm.kernel.types import CellResult, Output, RestoreReport
@@ -267,7 +268,8 @@ class Kernel:
         except KernelBusy as e:
             raise KernelError(
                 f"the kernel did not become ready within {timeout:.0f} s (restoring the snapshot "
-                f"in {self.session_dir / 'snapshot'}); move it aside to start without it"
+                f"in {snapshot_location(self.session_dir, self.config.snapshot_url)}); "
+                "move it aside to start without it"
             ) from e
         except (RuntimeError, ValueError) as e:
             return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
