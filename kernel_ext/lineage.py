@@ -4,13 +4,13 @@ snapshotted (a generator, an open file, a database connection), and running them
 Pure planning (`cell_record`, `replay_plan`) apart from running (`replay`), as the
 compaction module splits planning from its one LLM call.
 
-Each successful cell is recorded (kernel_ext.snapshot appends `cell_record(code)` to
-`<snapshot dir>/cells.jsonl`): the names it reads, binds, and mutates (by the AST), and its
-effects outside the kernel. To rebuild a lost name N, `replay_plan` takes the last cell
-that binds N, every later cell that mutates N (a file's read position, a generator's
-progress), and — transitively — the cells that bind the names those read and that are not
-in the kernel now; it runs them in recorded order. A needed cell is NOT replayed, and N is
-reported lost with the reason, when the cell
+Each successful cell is recorded (kernel_ext.snapshot stores `record_line(code)` through the
+snapshot store: `<snapshot dir>/cells.jsonl`, or one object per cell): the names it reads,
+binds, and mutates (by the AST), and its effects outside the kernel. To rebuild a lost
+name N, `replay_plan` takes the last cell that binds N, every later cell that mutates N (a
+file's read position, a generator's progress), and — transitively — the cells that bind
+the names those read and that are not in the kernel now; it runs them in recorded order.
+A needed cell is NOT replayed, and N is reported lost with the reason, when the cell
   * has an effect outside the kernel (writes or deletes a file, network, subprocess,
     sub-model calls: `effects`), or
   * mutates a name whose value was restored from the snapshot (replaying it would apply
@@ -28,7 +28,6 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import os
 import re
 from typing import Any
 
@@ -73,27 +72,19 @@ RECORDS_NAME = "cells.jsonl"
 _SQL_WRITE = re.compile(r"\s*(create|insert|update|delete|drop|alter|replace|attach|vacuum)\b", re.I)
 
 
-def append_record(path: str, code: str, transformed: str) -> None:
-    """Append one successful cell's record to `<path>/cells.jsonl` (0600). A cell that
-    binds, mutates and iterates nothing (`df.head()`, `print(x)`) is never needed for a
-    replay and is not recorded. Cell numbers in replay reports index this file."""
+def record_line(code: str, transformed: str) -> str | None:
+    """One successful cell's record as a JSON line, or None when the cell binds, mutates
+    and iterates nothing (`df.head()`, `print(x)`): never needed for a replay, not recorded.
+    The snapshot store keeps the lines (`<snapshot dir>/cells.jsonl`, 0600, or one object
+    each in an object store); cell numbers in replay reports index them."""
     rec = {**cell_record(transformed), "code": code}
     if not (rec["binds"] or rec["mutates"] or rec["iterates"]):
-        return
-    fd = os.open(os.path.join(path, RECORDS_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, (json.dumps(rec) + "\n").encode())
-    finally:
-        os.close(fd)
+        return None
+    return json.dumps(rec)
 
 
-def read_records(path: str) -> list[dict[str, Any]]:
-    """The recorded cells, oldest first; a torn last line (a kill mid-append) is ignored."""
-    try:
-        with open(os.path.join(path, RECORDS_NAME), encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
-        return []
+def parse_records(lines: list[str]) -> list[dict[str, Any]]:
+    """The recorded cells, oldest first; a torn line (a kill mid-append) is ignored."""
     out = []
     for line in lines:
         try:

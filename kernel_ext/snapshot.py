@@ -11,8 +11,10 @@ string; all default to `get_ipython()`):
                                           summary, last_used, shares?}]} largest and most
                                           recently used first (kernel_ext.describe)
 
-Env read by `install`: RLM_SNAPSHOT_DIR (unset/empty: no snapshots are written; listing
-and restore still answer), RLM_SNAPSHOT_VAR_CAP (bytes, default 256 MiB),
+Env read by `install`: RLM_SNAPSHOT_URL (an fsspec URL, e.g. s3://bucket/prefix/<session>:
+snapshots go there; credentials come from this process's environment), else
+RLM_SNAPSHOT_DIR (unset/empty: no snapshots are written; listing and restore still
+answer), RLM_SNAPSHOT_VAR_CAP (bytes, default 256 MiB),
 RLM_SNAPSHOT_TOTAL_CAP (bytes, default 1 GiB). Fault injection: RLM_SNAPSHOT_CRASH_AFTER_FILES
 (see kernel_ext.snapshot_store).
 
@@ -73,7 +75,8 @@ def _env_int(name: str, default: int) -> int:
 
 class Snapshotter:
     def __init__(self, ip: Any, path: str | None, var_cap: int, total_cap: int) -> None:
-        self.ip, self.path = ip, path
+        self.ip, self.path = ip, path  # a local dir or a URL (kernel_ext.snapshot_store)
+        self.store = store.open_store(path) if path else None
         self.var_cap, self.total_cap = var_cap, total_cap
         self.entries: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}
@@ -90,15 +93,26 @@ class Snapshotter:
         self.manifest_error: str | None = None
         self.min_gc_gen = 0
         self.last_error: str | None = None
-        if path:
-            store.ensure_dir(path)
-            manifest, self.manifest_error = store.read_manifest(path)
-            if manifest is not None:
-                self.entries, self.generation = manifest["entries"], manifest["generation"]
-                self.groups = manifest["groups"]
-            self.next_gen = max(self.generation, store.max_generation(path)) + 1
-            # unreadable manifest: we cannot tell which old files it used; never delete them
-            self.min_gc_gen = self.next_gen if self.manifest_error else 0
+        self.loaded = False
+        if self.store is not None:
+            try:
+                self._load()
+            except store.StoreError as exc:  # unreachable: said at restore and at each snapshot
+                self.manifest_error = str(exc)
+
+    def _load(self) -> None:
+        """Read the current manifest. Until this succeeded nothing is written: a snapshot
+        taken without it would drop the names it holds from the newest manifest."""
+        assert self.store is not None
+        self.store.ensure()
+        manifest, self.manifest_error = self.store.read_manifest()
+        if manifest is not None:
+            self.entries, self.generation = manifest["entries"], manifest["generation"]
+            self.groups = manifest["groups"]
+        self.next_gen = max(self.generation, self.store.max_generation()) + 1
+        # unreadable manifest: we cannot tell which old files it used; never delete them
+        self.min_gc_gen = self.next_gen if self.manifest_error else 0
+        self.loaded = True
 
     # ---- after each cell -------------------------------------------------------------
     def post_run_cell(self, result: Any) -> None:
@@ -120,7 +134,9 @@ class Snapshotter:
             return  # touched names stay pending for the next successful cell
         if raw.strip():
             try:
-                lineage.append_record(self.path, raw, self.ip.transform_cell(raw))
+                line = lineage.record_line(raw, self.ip.transform_cell(raw))
+                if line is not None and self.store is not None:
+                    self.store.append_cell(line)
             except Exception as exc:  # noqa: BLE001 - never break the user's cell
                 print(f"[rlm] could not record the cell for replay: {error_reason(exc)}", file=sys.stderr)
         try:
@@ -275,9 +291,11 @@ class Snapshotter:
 
     def _write(self, values: dict[str, Any], touched: set[str], deleted: set[str],
                stats: dict[str, Any]) -> None:
-        assert self.path
+        assert self.store is not None
+        if not self.loaded:
+            self._load()  # raises StoreError while the store stays unreachable
         gen = self.next_gen
-        writer = store.GenerationWriter(self.path, gen)
+        writer = self.store.writer(gen)
         touched, new_groups = self._plan_groups(values, touched)
         entries = {k: e for k, e in self.entries.items() if k not in touched and k not in deleted}
         kept = {e["group"] for e in entries.values() if "group" in e}
@@ -285,7 +303,7 @@ class Snapshotter:
         budget = self.total_cap - sum(int(g.get("bytes", 0)) for g in groups.values())
         small_files = {g["file"] for g in groups.values() if g.get("file", "").endswith("-small.bin")}
         if len(small_files) > store.MAX_SMALL_FILES:  # regroup old small pickles
-            reader = store.EntryReader(self.path)
+            reader = self.store.reader()
             for gid, g in groups.items():
                 if g.get("file") in small_files:
                     parts = reader.read_copy(g)
@@ -299,17 +317,15 @@ class Snapshotter:
         for gid, loc in writer.finish_small().items():
             groups[gid].update(loc)
         self._preserve_corrupt_manifest()
-        store.write_manifest(self.path, gen, entries, groups)
-        store.collect_garbage(self.path, {g["file"] for g in groups.values() if "file" in g},
-                              self.min_gc_gen)
+        self.store.write_manifest(gen, entries, groups)
+        self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},
+                                   self.min_gc_gen)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         stats.update(bytes_written=writer.bytes_written, generation=gen)
 
     def _preserve_corrupt_manifest(self) -> None:
-        if self.manifest_error and self.path:
-            src = os.path.join(self.path, MANIFEST_NAME)
-            if os.path.exists(src):
-                os.replace(src, os.path.join(self.path, f"manifest.corrupt-{int(time.time())}.json"))
+        if self.manifest_error and self.store is not None:
+            self.store.preserve_corrupt_manifest()
             self.manifest_error = None
 
     # ---- restore ---------------------------------------------------------------------
@@ -318,9 +334,12 @@ class Snapshotter:
             return self.report
         rep: dict[str, Any] = {"restored": [], "failed": [], "skipped": [], "snapshot_found": False}
         self.report = rep
-        if not self.path:
+        if self.store is None:
             return rep
-        manifest, err = store.read_manifest(self.path)
+        try:
+            manifest, err = self.store.read_manifest()
+        except store.StoreError as exc:
+            manifest, err = None, str(exc)
         if err:
             rep["snapshot_found"] = True
             rep["failed"].append({"name": MANIFEST_NAME, "reason": err})
@@ -333,8 +352,8 @@ class Snapshotter:
 
     def _restore_entries(self, entries: dict[str, dict[str, Any]], groups: dict[str, dict[str, Any]],
                          rep: dict[str, Any]) -> None:
-        assert self.path
-        ns, reader = self.ip.user_ns, store.EntryReader(self.path)
+        assert self.store is not None
+        ns, reader = self.ip.user_ns, self.store.reader()
         units: dict[str, list[str]] = {}  # group id (or "=name" for module/import) -> names
         for name, e in entries.items():
             if e.get("kind") == "skipped":
@@ -403,7 +422,8 @@ class Snapshotter:
             return {"rebuilt": {}, "lost": {}}
         lost = [d["name"] for d in rep["failed"] + rep["skipped"]
                 if d["name"] != MANIFEST_NAME and d["name"] not in self.ip.user_ns]
-        out = lineage.replay(self.ip, lost, lineage.read_records(self.path))
+        assert self.store is not None
+        out = lineage.replay(self.ip, lost, lineage.parse_records(self.store.cell_lines()))
         for name in out["rebuilt"]:
             self.pending.add(name)  # the next snapshot looks at them (most stay unpicklable)
         return out
@@ -437,8 +457,11 @@ class Snapshotter:
 
 
 def _from_env(ip: Any) -> Snapshotter:
-    path = os.environ.get("RLM_SNAPSHOT_DIR", "").strip() or None
-    return Snapshotter(ip, os.path.abspath(path) if path else None,
+    path = os.environ.get("RLM_SNAPSHOT_URL", "").strip() or None
+    if path is None:
+        local = os.environ.get("RLM_SNAPSHOT_DIR", "").strip()
+        path = os.path.abspath(local) if local else None
+    return Snapshotter(ip, path,
                        _env_int("RLM_SNAPSHOT_VAR_CAP", DEFAULT_VAR_CAP),
                        _env_int("RLM_SNAPSHOT_TOTAL_CAP", DEFAULT_TOTAL_CAP))
 

@@ -186,6 +186,8 @@ def new_session(task: str | None, options: RunOptions, *, home: Path | None = No
     options = replace(options, context=[str(Path(c).expanduser().resolve()) for c in options.context],
                       notebook=str(Path(options.notebook).resolve()) if options.notebook else None)
     preflight(cfg.model, cfg)  # a model that cannot run fails here, before a session exists
+    if cfg.snapshot_url and "snapshot_url" not in options.overrides:  # from a config file:
+        options.overrides = {**options.overrides, "snapshot_url": cfg.snapshot_url}  # pinned
     session = SessionStore.create(home or cfg.home, model=cfg.model or "", task=task)
     record_options(session, options)
     return session

@@ -48,6 +48,9 @@ class Config:
     snapshot_total_cap: int = 1024 * MiB
     sandbox: bool = False  # kernel in its own user + network namespace (rlm.kernel.runtime)
     kernel: str = "local"  # local | gateway:URL[#KERNELSPEC] | provisioner:NAME (KernelKind)
+    # where the kernel writes snapshots: an fsspec URL (s3://bucket/prefix, gs://...,
+    # file:///path); each session under <url>/<session id>. None: <session dir>/snapshot
+    snapshot_url: str | None = None
 
     # compaction
     compaction_enabled: bool = True
@@ -106,7 +109,8 @@ _FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout
          "max_wall_s": "--max-wall", "memory_cap_bytes": "--memory-cap",
          "max_depth": "--max-depth", "token_budget": "--token-budget",
          "context_window": "--context-window", "reserve_tokens": "--reserve-tokens",
-         "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature"}
+         "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature",
+         "snapshot_url": "--snapshot-url"}
 
 
 @dataclass(frozen=True)
@@ -187,10 +191,34 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"--memory-cap is not available with --kernel {cfg.kernel}: the "
                           "gateway's kernelspec or cluster sets the memory limit (e.g. a pod's "
                           "resources.limits.memory)")
+    if cfg.snapshot_url is not None:
+        problem = snapshot_url_problem(cfg.snapshot_url)
+        if problem:
+            raise ConfigError(f"{_name('snapshot_url')}: {problem}")
     t = cfg.temperature
     if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
                           or not math.isfinite(t) or not 0 <= t <= 2):
         raise ConfigError(f"{_name('temperature')} must be between 0 and 2, got {t!r}")
+
+
+def snapshot_url_problem(url: object) -> str | None:
+    """Why `url` cannot be a snapshot URL (one line with the fix), or None. Syntax only:
+    whether its backend and credentials are there is checked where the kernel starts."""
+    from urllib.parse import urlsplit
+
+    example = "a URL like s3://bucket/prefix, gs://bucket/prefix or file:///path"
+    if not isinstance(url, str) or "://" not in url:
+        return f"{url!r} is not {example}"
+    parts = urlsplit(url)
+    if not parts.scheme or not (parts.netloc or parts.path.strip("/")):
+        return f"{url!r} is not {example}"
+    if "@" in parts.netloc:
+        return ("credentials do not belong in the URL (it is recorded with the session): "
+                "remove user:password@ and set them in the environment, e.g. "
+                "AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY")
+    if parts.query or parts.fragment:
+        return "the URL takes no ?query or #fragment: give options through the environment"
+    return None
 
 
 _ENV = {

@@ -312,7 +312,9 @@ def cmd_state(args: argparse.Namespace) -> int:
 
     s = open_readonly(args.session)
     assert s.dir is not None  # opened from disk
-    state = session_state(s.dir)
+    recorded = app.recorded_options(s)  # the URL the run's kernel wrote its snapshots to
+    url = (recorded.overrides.get("snapshot_url") if recorded else None) or load_config().snapshot_url
+    state = session_state(s.dir, snapshot_url=url)
     if args.json:
         print_json(state)
         return 0

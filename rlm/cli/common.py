@@ -15,6 +15,7 @@ CONFIG_FLAGS = (
     "cell_timeout", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled", "sandbox",
     "kernel",
+    "snapshot_url",
 )
 
 

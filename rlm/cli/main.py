@@ -38,6 +38,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")
     g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
+    g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
+                   help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
+                        "file:///path (credentials from the environment; default: the "
+                        "session directory)")
     c = p.add_argument_group("compaction")
     c.add_argument("--context-window", type=int, help="model context window in tokens")
     c.add_argument("--reserve-tokens", type=int,
@@ -65,6 +69,15 @@ def _limit_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 (or 'unlimited')")
     return value
+
+
+def _snapshot_url(text: str) -> str:
+    from rlm.config import snapshot_url_problem
+
+    problem = snapshot_url_problem(text)
+    if problem:  # refused here, before anything records it
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def _bytes(text: str) -> int:

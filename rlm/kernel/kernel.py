@@ -37,6 +37,8 @@ from rlm.kernel.state import (
     merge_rebuild,
     needs_rebuild,
     snapshot_fallback,
+    snapshot_location,
+    snapshot_size,
 )
 from rlm.kernel.subshell import (
     SubshellLister,
@@ -260,7 +262,10 @@ class Kernel:
     def restore_timeout(self) -> float:
         """Start timeout plus the time to read the snapshot: a large snapshot is slow to
         restore, which is not a failed start."""
-        return START_TIMEOUT_S + snapshot_bytes(self.session_dir / "snapshot") / RESTORE_BYTES_PER_S
+        size = snapshot_size(self.session_dir, self.config.snapshot_url)
+        if size is None:
+            size = snapshot_bytes(self.session_dir / "snapshot")
+        return START_TIMEOUT_S + size / RESTORE_BYTES_PER_S
 
     def _exit_text(self, rc: int) -> str:
         return self._rt.exit_text(rc) if self._rt is not None else died_cause(rc)
@@ -300,7 +305,8 @@ class Kernel:
         except KernelBusy as e:
             raise KernelError(
                 f"the kernel did not become ready within {timeout:.0f} s (restoring the snapshot "
-                f"in {self.session_dir / 'snapshot'}); move it aside to start without it"
+                f"in {snapshot_location(self.session_dir, self.config.snapshot_url)}); "
+                "move it aside to start without it"
             ) from e
         except (RuntimeError, ValueError) as e:
             return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
@@ -340,7 +346,7 @@ class Kernel:
             return lister.namespace(timeout)
         except SubshellUnavailable as e:
             why = busy_reason(e)
-        fallback = snapshot_fallback(self.session_dir, why)
+        fallback = snapshot_fallback(self.session_dir, why, self.config.snapshot_url)
         if fallback is None:
             raise KernelBusy(f"{why}, and no snapshot exists yet; try again when the cell ends")
         return {"names": fallback["names"], "source": "snapshot", "note": fallback["note"]}

@@ -27,6 +27,7 @@ from rlm.config import Config
 from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
+from rlm.kernel.state import check_snapshot_url, snapshot_location
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
 from rlm.secrets import scrub_session
 
@@ -103,6 +104,8 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
         RLM_SNAPSHOT_VAR_CAP=str(config.snapshot_var_cap),
         RLM_SNAPSHOT_TOTAL_CAP=str(config.snapshot_total_cap),
     )
+    if config.snapshot_url:  # the kernel writes there (kernel_ext.snapshot), not to the dir
+        env["RLM_SNAPSHOT_URL"] = snapshot_location(session_dir, config.snapshot_url)
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
@@ -184,6 +187,8 @@ class KernelRuntime:
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         if sandboxed(config):
             check_sandbox()
+        if config.snapshot_url:
+            check_snapshot_url(config.snapshot_url)
         spec = provisioned_spec(provisioner, config) if provisioner else \
             KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"

@@ -6,6 +6,10 @@ A live kernel is found through the connection file the host wrote under
 and asks for the namespace listing on a kernel subshell of its own, which answers while a
 cell runs (rlm/kernel/subshell.py). A kernel without subshells is asked on its main shell
 with a short timeout; when it is busy the snapshot answers, with the reason and its time.
+
+Where the snapshot is: `snapshot_location` (`<session_dir>/snapshot`, or
+`<snapshot_url>/<session id>` when the session runs with `--snapshot-url`); a URL's
+manifest is read through kernel_ext.snapshot_store, with this process's credentials.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernel_ext import snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
-from rlm.errors import SessionError
+from rlm.errors import ConfigError, SessionError
 
 LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
 
@@ -57,7 +62,64 @@ def _live_kernel(runtime: Path) -> Path | None:
     return path if path.is_file() else None
 
 
-def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
+def snapshot_location(session_dir: Path, snapshot_url: str | None = None) -> str:
+    """Where the kernel of the session in `session_dir` keeps its snapshots."""
+    if snapshot_url:
+        return f"{snapshot_url.rstrip('/')}/{session_dir.name}"
+    return str(session_dir / "snapshot")
+
+
+_checked_urls: set[str] = set()
+
+
+def check_snapshot_url(url: str) -> None:
+    """ConfigError (one line: what to install or set) unless the URL's fsspec backend is
+    installed, credentials are found and the bucket exists. Once per URL per process."""
+    if url in _checked_urls or not snapshot_store.is_url(url):
+        return
+    store = snapshot_store.open_store(url)
+    try:
+        if isinstance(store, snapshot_store.ObjectStore):
+            store.check()
+        elif not Path(store.path).is_dir():
+            raise snapshot_store.StoreError(
+                f"snapshot URL {url}: {store.path} is not a directory: create it first")
+    except snapshot_store.StoreError as exc:
+        raise ConfigError(str(exc)) from None
+    _checked_urls.add(url)
+
+
+def _url_manifest(location: str) -> dict[str, Any] | None:
+    store = snapshot_store.open_store(location)
+    try:
+        manifest, err = store.read_manifest()
+    except snapshot_store.StoreError as exc:
+        raise SessionError(f"cannot read the snapshot: {exc}") from None
+    if err:
+        raise SessionError(f"{snapshot_store.public_url(location)}: unreadable snapshot manifest "
+                           f"({err}); `rlm resume` the session to see what restores")
+    return manifest
+
+
+def snapshot_size(session_dir: Path, snapshot_url: str | None = None) -> int | None:
+    """Bytes of a URL snapshot's data (its manifest's groups), None for a local one (the
+    caller measures the dir) or when it cannot be read."""
+    if not snapshot_url:
+        return None
+    try:
+        manifest = _url_manifest(snapshot_location(session_dir, snapshot_url))
+    except SessionError:
+        return None
+    groups = (manifest or {}).get("groups") or {}
+    return sum(int(g.get("bytes") or 0) for g in groups.values() if isinstance(g, dict))
+
+
+def snapshot_names(session_dir: Path, snapshot_url: str | None = None) -> list[dict[str, Any]] | None:
+    if snapshot_url:
+        manifest = _url_manifest(snapshot_location(session_dir, snapshot_url))
+        if manifest is None:
+            return None
+        return _rows(manifest["entries"], manifest["groups"])
     path = session_dir / "snapshot" / MANIFEST_NAME
     if not path.is_file():
         return None
@@ -72,6 +134,10 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
             f"{path}: unreadable snapshot manifest ({str(exc).splitlines()[0][:120]}); "
             "`rlm resume` the session to see what restores, or move the file aside"
         ) from None
+    return _rows(entries, groups)
+
+
+def _rows(entries: dict[str, Any], groups: dict[str, Any]) -> list[dict[str, Any]]:
     names = []
     for name, e in sorted(entries.items()):
         if not isinstance(e, dict):
@@ -79,7 +145,7 @@ def snapshot_names(session_dir: Path) -> list[dict[str, Any]] | None:
         restorable = e.get("kind") != "skipped"
         row = {"name": name, "type": e.get("type", ""), "bytes": e.get("bytes"),
                "restorable": restorable, "reason": e.get("reason"), "summary": e.get("summary")}
-        g = groups.get(e.get("group")) or {}
+        g = groups.get(str(e.get("group"))) or {}
         mates = [m for m in g.get("members", []) if m != name and
                  (entries.get(m) or {}).get("group") == e.get("group")]
         if mates:
@@ -114,9 +180,11 @@ def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None
         bucket[:] = keep
 
 
-def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
+def session_state(session_dir: Path, timeout: float = 3.0,
+                  snapshot_url: str | None = None) -> dict[str, Any]:
     """A running kernel is asked on a subshell (answers while a cell runs); one without
-    subshells is asked on its main shell (answers when idle); else the last snapshot."""
+    subshells is asked on its main shell (answers when idle); else the last snapshot (at
+    `snapshot_url` when the session keeps it there)."""
     from rlm.kernel.subshell import (
         SubshellsUnsupported,
         SubshellUnavailable,
@@ -136,22 +204,28 @@ def session_state(session_dir: Path, timeout: float = 3.0) -> dict[str, Any]:
                 return {"source": "live", "detail": "asked the running kernel", "names": live}
         except SubshellUnavailable as e:
             why = busy_reason(e)
-    fallback = snapshot_fallback(session_dir, why)
+    fallback = snapshot_fallback(session_dir, why, snapshot_url)
     if fallback is not None:
         return {"source": "snapshot", "detail": fallback["note"], "names": fallback["names"],
                 "snapshot_created": fallback["created"]}
     return {"source": "none", "detail": f"{why}, and no snapshot exists", "names": []}
 
 
-def snapshot_fallback(session_dir: Path, why: str) -> dict[str, Any] | None:
+def snapshot_fallback(session_dir: Path, why: str,
+                      snapshot_url: str | None = None) -> dict[str, Any] | None:
     """The last snapshot's names for a kernel that cannot list now, with a `note` saying
-    so and when the snapshot was taken; None when there is no snapshot."""
-    names = snapshot_names(session_dir)
+    so, when the snapshot was taken and (for a URL) where; None when there is none."""
+    names = snapshot_names(session_dir, snapshot_url)
     if names is None:
         return None
     try:
-        created = json.loads((session_dir / "snapshot" / MANIFEST_NAME).read_text()).get("created")
-    except (OSError, ValueError, AttributeError):
+        if snapshot_url:
+            manifest = _url_manifest(snapshot_location(session_dir, snapshot_url)) or {}
+            why += f" (snapshot in {snapshot_store.public_url(snapshot_location(session_dir, snapshot_url))})"
+        else:
+            manifest = json.loads((session_dir / "snapshot" / MANIFEST_NAME).read_text())
+        created = manifest.get("created")
+    except (OSError, ValueError, AttributeError, SessionError):
         created = None
     when = (time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(created))
             if isinstance(created, (int, float)) else "an unknown time")
