@@ -65,13 +65,22 @@ def run_direct(task: Task, model: str, window: int, timeout: float) -> dict:
             lo = mid
         else:
             hi = mid - 1
-    prompt = f"{body[:lo]}\n\n{task.question}\nAnswer briefly."
+    from rlm.errors import ContextOverflow
+
     t0 = time.monotonic()
-    try:
-        c = llm.complete([{"role": "user", "content": prompt}], temperature=0.0, max_tokens=200)
-        answer, reason = c.content, "final"
-    except Exception as e:  # noqa: BLE001 - a failed item is scored wrong, with the reason
-        answer, reason = None, f"error: {type(e).__name__}: {str(e)[:200]}"
+    for _ in range(6):  # the model's own tokenizer may count more (Qwen splits digits): shrink
+        prompt = f"{body[:lo]}\n\n{task.question}\nAnswer briefly."
+        try:
+            c = llm.complete([{"role": "user", "content": prompt}], temperature=0.0,
+                             max_tokens=200)
+            answer, reason = c.content, "final"
+            break
+        except ContextOverflow as e:
+            answer, reason = None, f"error: ContextOverflow: {str(e)[:200]}"
+            lo = int(lo * 0.8)
+        except Exception as e:  # noqa: BLE001 - a failed item is scored wrong, with the reason
+            answer, reason = None, f"error: {type(e).__name__}: {str(e)[:200]}"
+            break
     return {"answer": answer, "reason": reason, "seconds": time.monotonic() - t0,
             "shown_chars": lo, "total_chars": len(body)}
 
