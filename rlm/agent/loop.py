@@ -444,8 +444,10 @@ class Agent:
         st.unverified = unverified_why(source=source, cells_run=st.cells,
                                        last_cell_ok=st.last_cell_ok,
                                        error_like=error_text(answer), answer=answer,
-                                       outputs=st.outputs if source not in ("final", "final_var")
-                                       else None)
+                                       # fenced-code (small) models answer from outputs;
+                                       # a native-tool model's closing reply may be prose
+                                       outputs=None if source in ("final", "final_var")
+                                       or self.llm.native_tools else st.outputs)
 
     def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
         found = text_final(content)
