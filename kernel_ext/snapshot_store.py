@@ -221,10 +221,10 @@ class GenerationWriter:
         return out
 
 
-def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]],
-                   groups: dict[str, dict[str, Any]]) -> None:
-    _fsync_dir(path)  # data file names are durable before the manifest points at them
-    manifest = {
+def new_manifest(generation: int, entries: dict[str, dict[str, Any]],
+                 groups: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest both stores write (an object store's adds `"complete": true`)."""
+    return {
         "version": MANIFEST_VERSION,
         "generation": generation,
         "python": ".".join(map(str, sys.version_info[:3])),
@@ -232,6 +232,12 @@ def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]
         "entries": entries,
         "groups": groups,
     }
+
+
+def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]],
+                   groups: dict[str, dict[str, Any]]) -> None:
+    _fsync_dir(path)  # data file names are durable before the manifest points at them
+    manifest = new_manifest(generation, entries, groups)
     tmp = os.path.join(path, f".manifest.{generation}.tmp")
     f = _open_new(tmp)
     try:
@@ -559,15 +565,7 @@ class ObjectStore:
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
                        groups: dict[str, dict[str, Any]]) -> None:
-        manifest = {
-            "version": MANIFEST_VERSION,
-            "generation": generation,
-            "python": ".".join(map(str, sys.version_info[:3])),
-            "created": time.time(),
-            "entries": entries,
-            "groups": groups,
-            "complete": True,
-        }
+        manifest = {**new_manifest(generation, entries, groups), "complete": True}
         data = json.dumps(manifest, separators=(",", ":")).encode()
         name = f"manifest-{generation:08d}.json"
         self._call(self.fs.pipe_file, self._key(name), data)
