@@ -38,6 +38,32 @@ def test_os_exit_inside_a_cell(kernel):
     assert kernel.execute("6 * 7").shaped == "42\n"
 
 
+def test_a_restart_that_fails_is_part_of_the_result_and_is_retried(kernel, monkeypatch):
+    """Before: a restart that failed (a gateway gone, a kernel that cannot start) raised
+    KernelError out of execute(), so the run ended with a traceback instead of a result."""
+    import rlm.kernel.kernel as kmod
+
+    real, calls = kmod.make_runtime, []
+
+    def gone_once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise kmod.KernelError("cannot reach the kernel gateway at http://gw:8888")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(kmod, "make_runtime", gone_once)
+    kernel.execute("kept = 41", timeout=60)
+    kernel.snapshot_now()
+    res = kernel.execute("import os\nos._exit(3)", timeout=60)
+    assert res.status == "died" and res.restart is None
+    assert res.restart_error is not None and "cannot reach the kernel gateway" in res.restart_error
+    assert "restarting it failed" in res.shaped and "the next cell tries again" in res.shaped
+    assert not kernel.is_alive()
+    assert kernel.execute("kept + 1").shaped == "42\n"  # the retry restarted and restored
+    assert len(calls) == 2 and kernel.last_restart_cause is not None
+    assert "retried" in kernel.last_restart_cause
+
+
 def test_sigkill_from_outside(kernel):
     pid = kernel.pid
     threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()

@@ -72,6 +72,7 @@ class Kernel:
         self._lister: tuple[Runtime, SubshellLister] | None = None
         self._lister_lock = threading.Lock()
         self.last_restart_cause: str | None = None
+        self._restart_pending: str | None = None  # a restart after a cell failed; retried once
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> RestoreReport:
@@ -85,7 +86,7 @@ class Kernel:
     def restart(self, cause: str = "restart requested") -> RestoreReport:
         """A new kernel process plus snapshot restore; the old one is killed."""
         with self._shell_lock:
-            self.last_restart_cause = cause
+            self.last_restart_cause, self._restart_pending = cause, None
             old, self._rt = self._rt, None
             self._close_lister(delete=False)
             if old is not None:
@@ -130,6 +131,9 @@ class Kernel:
         self._bridge.handler = fn
 
     def _runtime(self) -> Runtime:
+        if self._rt is None and self._restart_pending is not None:
+            cause, self._restart_pending = self._restart_pending, None
+            self.restart(f"{cause} (retried: the first restart failed)")  # KernelError if not yet
         if self._rt is None:
             raise KernelError(
                 "the kernel is not started: call Kernel.start() or use it as a context manager"
@@ -167,10 +171,10 @@ class Kernel:
         res = CellResult(status="ok")
         if out.died_rc is not None:
             res.status, res.died_cause = "died", self._exit_text(out.died_rc)
-            res.restart = self.restart(f"the kernel died during a cell: {res.died_cause}")
+            res.restart_error = self._restart_for(res, f"the kernel died during a cell: {res.died_cause}")
         elif out.timed_out and not out.done:
             res.status = "timeout"
-            res.restart = self.restart("a cell timed out and did not stop on interrupt")
+            res.restart_error = self._restart_for(res, "a cell timed out and did not stop on interrupt")
         elif out.timed_out:
             res.status = "timeout"
         else:
@@ -185,6 +189,17 @@ class Kernel:
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
         return res
+
+    def _restart_for(self, res: CellResult, cause: str) -> str | None:
+        """Restart after a cell killed or hung the kernel. A restart that fails (a gateway
+        that went away, a kernel that cannot start) is part of the cell's result, not an
+        exception: the next execute tries once more."""
+        try:
+            res.restart = self.restart(cause)
+            return None
+        except KernelError as e:
+            self._restart_pending = cause
+            return str(e)
 
     def _send_and_wait(
         self,
@@ -371,6 +386,9 @@ class Kernel:
 
 
 def _status_note(res: CellResult) -> str:
+    if res.restart_error is not None:
+        what = f"the kernel died: {res.died_cause}" if res.status == "died" else "the cell timed out"
+        return f"[{what}; restarting it failed: {res.restart_error}; the next cell tries again]"
     if res.status == "died":
         note = f"[the kernel died: {res.died_cause}; it was restarted"
     else:

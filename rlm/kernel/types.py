@@ -53,7 +53,8 @@ class CellResult:
 
     status: "ok" | "error" | "timeout" | "died" | "interrupted".
     `died_cause` says how the kernel died ("exit code 1", "signal SIGKILL", ...);
-    `restart` is set when the host restarted the kernel because of this cell.
+    `restart` is set when the host restarted the kernel because of this cell;
+    `restart_error` when that restart failed (the next execute tries again).
     `shaped` is the text the model sees; `full_output_path` holds every byte (relative to
     the session dir) when shaping elided anything.
     """
@@ -64,6 +65,7 @@ class CellResult:
     duration_s: float = 0.0
     died_cause: str | None = None
     restart: RestoreReport | None = None
+    restart_error: str | None = None  # the restart after "died"/"timeout" failed (why)
     shaped: str = ""
     full_output_path: str | None = None
     chars_total: int = 0

@@ -302,12 +302,12 @@ class LocalModel:
         """Make the live KV state the best start for `tokens`: keep it, or save it and load
         the saved conversation this prompt extends. Returns (saved, restored)."""
         live = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens)
-        n_slot, slot = self.slots.best(tokens)
-        take = slot is not None and n_slot > live
         saved = False
         if llm.n_tokens - live >= MIN_SAVE_TOKENS:  # this call would overwrite that much
-            self.slots.save(llm)
+            self.slots.save(llm)  # may evict the oldest slot: choose among what is left
             saved = True
+        n_slot, slot = self.slots.best(tokens)
+        take = slot is not None and n_slot > live
         if take:
             assert slot is not None
             self.slots.load(llm, slot)
