@@ -238,3 +238,22 @@ def test_no_noise_at_exit(model_home, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "True"
     assert out.stderr.strip() == "", out.stderr
+
+
+def test_amx_cpus_load_without_extra_buffer_types(tmp_path):
+    """Before: on a CPU with AMX tiles llama.cpp repacked the weights for AMX and the first
+    decode segfaulted (every local-model test and `rlm demo` crashed on such a machine)."""
+    import llama_cpp.llama as llama_mod
+
+    from rlm.llm import local
+
+    amx, plain = tmp_path / "amx", tmp_path / "plain"
+    amx.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f amx_bf16 amx_tile amx_int8\n")
+    plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n")
+    assert local.cpu_has_amx(str(amx)) and not local.cpu_has_amx(str(plain))
+    assert not local.cpu_has_amx(str(tmp_path / "missing"))
+    lib = llama_mod.llama_cpp
+    assert lib.llama_model_default_params().use_extra_bufts
+    with local._model_params(extra_buffers=False):
+        assert not lib.llama_model_default_params().use_extra_bufts  # what Llama() reads
+    assert lib.llama_model_default_params().use_extra_bufts  # restored

@@ -37,6 +37,7 @@ Runtime rules:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -102,6 +103,48 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """True on a CPU with Intel AMX tiles. There llama.cpp (0.3.x) repacks the weights for
+    AMX and its first decode segfaults (seen on Xeon with amx_tile, q4_K/q6_K weights)."""
+    try:
+        with open(cpuinfo, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return "amx_tile" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _model_params(*, extra_buffers: bool) -> Iterator[None]:
+    """Load-time llama.cpp model params that `Llama()` does not expose: with
+    extra_buffers=False the weights stay in plain CPU buffers (no AMX or repacked
+    layouts; what llama.cpp's --no-repack does)."""
+    if extra_buffers:
+        yield
+        return
+    import llama_cpp.llama as llama_mod
+
+    with _PARAMS_LOCK:
+        lib = llama_mod.llama_cpp
+        default = lib.llama_model_default_params
+
+        def params() -> Any:
+            p = default()
+            p.use_extra_bufts = False
+            return p
+
+        lib.llama_model_default_params = params
+        try:
+            yield
+        finally:
+            lib.llama_model_default_params = default
 
 
 @dataclass
@@ -256,10 +299,11 @@ class LocalModel:
 
         t0 = time.perf_counter()
         try:
-            llm = _CountingLlama(
-                model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
-                n_threads_batch=self.n_threads, seed=DEFAULT_SEED, verbose=False,
-            )
+            with _model_params(extra_buffers=not cpu_has_amx()):
+                llm = _CountingLlama(
+                    model_path=str(self.path), n_ctx=self.n_ctx, n_threads=self.n_threads,
+                    n_threads_batch=self.n_threads, seed=DEFAULT_SEED, verbose=False,
+                )
         except (ValueError, RuntimeError) as e:
             raise ModelError(f"llama.cpp could not load {self.path}: {e}") from e
         template = llm.metadata.get("tokenizer.chat_template")
