@@ -123,9 +123,14 @@ class RunOptions:
     notebook: str | None = None  # .ipynb executed before the first prompt
     overrides: dict[str, Any] = field(default_factory=dict)
     workdir: str | None = None  # the kernel's working directory for inputs (rlm demo)
+    # set as the session's goal when it is opened for this run; not recorded with the
+    # options (the goal lives in its own entries, and a resume must not reset it)
+    goal: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        del d["goal"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RunOptions:
@@ -148,6 +153,7 @@ class RunOptions:
             notebook=self.notebook or recorded.notebook,
             overrides={**recorded.overrides, **self.overrides},
             workdir=self.workdir or recorded.workdir,
+            goal=self.goal,
         )
 
     def config(self, session: SessionLog | None = None, base: Config | None = None) -> Config:
@@ -174,7 +180,8 @@ def recorded_options(session: SessionLog) -> RunOptions | None:
 
 
 def record_options(session: SessionLog, options: RunOptions) -> None:
-    if recorded_options(session) != options:
+    recorded = recorded_options(session)
+    if recorded is None or recorded.to_dict() != options.to_dict():
         session.append(CustomEntry(custom_type=RUN_OPTIONS, data=options.to_dict(),
                                    display=False, content=None))
 
@@ -189,8 +196,20 @@ def new_session(task: str | None, options: RunOptions, *, home: Path | None = No
     if cfg.snapshot_url and "snapshot_url" not in options.overrides:  # from a config file:
         options.overrides = {**options.overrides, "snapshot_url": cfg.snapshot_url}  # pinned
     session = SessionStore.create(home or cfg.home, model=cfg.model or "", task=task)
-    record_options(session, options)
+    try:
+        record_options(session, options)
+        set_goal_given(session, options)
+    except BaseException:
+        discard_unstarted(session)
+        raise
     return session
+
+
+def set_goal_given(session: SessionLog, options: RunOptions) -> None:
+    """`--goal TEXT`: the session's goal from now on (replacing any), before the first
+    prompt, so the run continues until the goal is complete (rlm.longrun.goals)."""
+    if options.goal is not None:
+        GoalManager(session).set(options.goal)
 
 
 def discard_unstarted(session: SessionLog) -> bool:
@@ -227,6 +246,7 @@ def open_for_write(session_id: str, kind: str, given: RunOptions | None = None, 
             try:
                 cfg = options.config(session)
                 preflight(cfg.model, cfg)
+                set_goal_given(session, options)
             except BaseException:
                 session.close()
                 raise

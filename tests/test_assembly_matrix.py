@@ -127,11 +127,11 @@ def only_session(home: Path) -> Path:
 
 # ------------------------------------------------------------------------ CLI entries
 def test_run(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=False))
+    s = script(tmp_path, "s.json", scenario(goal=True))
     out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path), *WINDOW,
-              "--json", cwd=tmp_path)
-    assert json.loads(out.stdout.splitlines()[-1])["final"] == "42"
-    check(only_session(_isolated_home), goal=False)
+              "--goal", "answer the question", "--json", cwd=tmp_path)
+    assert json.loads(out.stdout.splitlines()[-1])["final"] == "all done"
+    check(only_session(_isolated_home), goal=True)
 
 
 def test_chat_stdin_driven(tmp_path, _isolated_home):

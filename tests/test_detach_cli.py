@@ -29,3 +29,26 @@ def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
     rlm("stop", sid, cwd=tmp_path)
     workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
     assert not [w for w in workers if w.get("session_id") == sid and w.get("alive")]
+
+
+def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isolated_home):
+    """`--goal` reaches the worker: the goal is set before the first prompt, so the run
+    goes on after its first answer until the model completes the goal."""
+    s = script(tmp_path / "g.json", [call("final('first answer')"),
+                                     call("print(goal.complete()['goal']['status'])"),
+                                     "all done"])
+    out = rlm("run", "detached task", "--detach", "--goal", "answer twice", "--model", s,
+              "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    path = Path(res["session_path"])
+
+    def goal_states() -> list[str]:
+        return [json.loads(line)["data"]["goal"]["status"] for line in
+                path.read_text().splitlines()[1:] if '"thread_goal_state"' in line]
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "complete" not in goal_states():
+        time.sleep(0.3)
+    assert goal_states()[0] == "active" and goal_states()[-1] == "complete"
+    assert "<goal_context>" in path.read_text()  # the continuation told the model the goal
+    rlm("stop", res["session_id"], cwd=tmp_path)

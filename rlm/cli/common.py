@@ -29,6 +29,7 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
         context=list(getattr(args, "context", None) or []),
         notebook=getattr(args, "notebook", None),
         overrides=overrides,
+        goal=getattr(args, "goal", None),
     )
 
 

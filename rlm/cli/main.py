@@ -51,6 +51,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False,
                    help="never summarise old turns (the run stops at the window instead)")
     a = p.add_argument_group("long-running")
+    a.add_argument("--goal", metavar="TEXT",
+                   help="set the session's goal first: the run continues until the model "
+                        "marks it complete (or a limit ends it); replaces any current goal")
     a.add_argument("--autonomous", action="store_true", help="keep going unattended within the limits")
     a.add_argument("--gate", action="append", default=[], help="shell command that must pass before finishing")
     a.add_argument("--max-continuations", type=_limit_int,
