@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -188,10 +189,15 @@ def test_a_gateway_that_dies_mid_cell_is_noticed_not_waited_out(tmp_path, token_
                 os.killpg(gw.proc.pid, signal.SIGKILL)
 
         t0 = time.monotonic()
-        with pytest.raises(KernelError, match=r"cannot reach the gateway at http://127\.0\.0\.1"):
-            k.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)",
-                      timeout=600, on_output=on_output)
+        res = k.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)",
+                        timeout=600, on_output=on_output)
         assert time.monotonic() - t0 < 120  # hang guard: far below the cell's 600 s
+        # a result, not an exception: the cell died, the restart failed and says why
+        assert res.status == "died" and res.restart is None
+        assert re.search(r"cannot reach the gateway at http://127\.0\.0\.1", res.restart_error)
+        assert "restarting it failed" in res.shaped
+        with pytest.raises(KernelError, match=r"cannot reach the gateway"):
+            k.execute("1 + 1")  # the next cell tries the restart again: still gone
         k.stop()
 
 
