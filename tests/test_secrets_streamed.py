@@ -187,3 +187,15 @@ def test_the_event_files_field_limit_never_cuts_a_key(tmp_path, monkeypatch):
     path = tmp_path / "worker-events.jsonl"
     append_event(path, event_record(CellOutput(text, "stdout")), 0.0)
     assert key[:10] not in path.read_text()
+
+
+def test_scrub_masks_a_non_ascii_secret_same_length(tmp_path):
+    """A secret with non-ASCII characters is longer in bytes than in characters: the mask
+    is as long as its bytes (a shorter one could not be written in place at all)."""
+    key = "pässwörd-" + _rand(20) + "-ünïcode"
+    path = tmp_path / "data.bin"
+    path.write_bytes(b"<" + key.encode() + b"|" + key[:MIN_PIECE].encode("utf-16-le") + b">")
+    assert scrub_file(path, [key]) == 2
+    size = len(key.encode())
+    assert path.read_bytes() == (b"<" + b"*" * size + b"|"
+                                 + ("*" * MIN_PIECE).encode("utf-16-le") + b">")
