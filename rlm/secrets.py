@@ -171,7 +171,7 @@ def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
     return n
 
 
-def piece_spans(hay: Any, whole: Any, offsets: list[int]) -> Iterator[tuple[int, int]]:
+def piece_spans(hay: Any, whole: Any, offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
     """[start, end) of each run in `hay` of at least MIN_PIECE characters that begins or
     ends the secret `whole` (the secret itself included). `hay` and `whole` are both text,
     or both bytes in one encoding; `offsets` (`_offsets`) keeps cuts on character bounds."""
@@ -184,8 +184,8 @@ def piece_spans(hay: Any, whole: Any, offsets: list[int]) -> Iterator[tuple[int,
         n = _common_prefix(hay[at:at + len(whole)], whole)
         yield at, at + offsets[bisect_right(offsets, n) - 1]
         at = hay.find(head, at + 1)
-    from_end = [offsets[-1] - o for o in reversed(offsets)]
     at = hay.find(tail)
+    from_end = [offsets[-1] - o for o in reversed(offsets)] if at != -1 else []
     while at != -1:
         end = at + len(tail)
         n = _common_prefix(hay[max(0, end - len(whole)):end][::-1], whole[::-1])
@@ -207,7 +207,7 @@ def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 def secret_spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
     """Sorted, merged [start, end) spans of `text` to mask: every secret, and every run of
     MIN_PIECE or more characters that begins or ends one."""
-    return _merge(span for s in secrets for span in piece_spans(text, s, list(range(len(s) + 1))))
+    return _merge(span for s in secrets for span in piece_spans(text, s, range(len(s) + 1)))
 
 
 def _mask(text: str, spans: list[tuple[int, int]]) -> str:
