@@ -60,13 +60,13 @@ def test_a_key_split_across_chunks_or_cut_by_the_stream_cap_reaches_no_file(_iso
                                                                              tmp_path):
     """`rlm run` with the key in its environment (so rlm knows it): the model's text
     carries the key across its 16-character stream deltas, one cell prints it in two
-    flushes split mid-key, one prints padding then the key so that the streamed output's
-    cap cuts it, one so that the head + tail shaping of the model's copy cuts it; the
+    flushes split mid-key, one prints 19,990 characters then the key so that the streamed
+    output's cap cuts it, one so that the head + tail shaping of the model's copy cuts it; the
     session is exported. No file under RLM_HOME holds the key
     or a 16-character prefix or suffix of it, in UTF-8, UTF-16 or UTF-32."""
     key = _key()
     hexed = key.encode().hex()  # the cells' code does not hold the key: only what they print
-    pad = STREAM_CAP - 24  # the streamed output's cap falls 24 characters into the key
+    pad = STREAM_CAP - 10  # the streamed output's cap falls 10 characters into the key
     head, _tail = split_budget(scaled_output_budget(128_000))  # a script: model's window
     replies = [
         call(f"k = bytes.fromhex({hexed!r}).decode()\n"
@@ -95,6 +95,8 @@ def test_a_key_split_across_chunks_or_cut_by_the_stream_cap_reaches_no_file(_iso
               (session / "worker-events.jsonl").read_text().splitlines()]
     streamed = "".join(e["text"] for e in events if e["event"] == "CellOutput")
     assert f"{REDACTED}\n" in streamed and "x" * 1000 in streamed  # both cells streamed
+    # the cap cuts redacted text: not even the 10 characters before it are there
+    assert key[:10] not in (session / "worker-events.jsonl").read_text()
     said = "".join(e["delta"] for e in events if e["event"] == "ModelText")
     assert said.startswith(f"Checking the key{REDACTED} now.")
     assert list((session / "artifacts").glob("cell-*.txt"))  # the long output was spooled
