@@ -15,6 +15,12 @@ of the SAME byte length ("*" in the same encoding: UTF-8, UTF-16-LE or UTF-32-LE
 last being how numpy stores text). Same length means file sizes and offsets stay valid:
 a pickled str still unpickles (to the masked text), a manifest's offsets still point at
 the right bytes, a spooled output's path still works.
+
+A key is masked in pieces too: any run of `MIN_PIECE` or more characters that begins or
+ends a secret (a key cut by a cap, a head + tail shaping or a field limit) is masked like
+the secret itself, in memory, in the log and on disk. Text that arrives in chunks (cell
+output, model text) goes through a `StreamRedactor`, which holds back a chunk's tail while
+it could be the start of a key, so a key split across chunks is redacted whole.
 """
 
 from __future__ import annotations
@@ -27,12 +33,15 @@ import re
 import stat
 import sys
 import time
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 REDACTED = "[redacted]"
 SECRET_ENV_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_APIKEY")
 MIN_SECRET_LEN = 8
+MIN_PIECE = 16  # a run this long that begins or ends a secret is masked like the secret
 SECRET_PATTERNS = re.compile(
     r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}"  # OpenAI / Anthropic
     r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub
@@ -72,10 +81,9 @@ SCRUB_SKIP = frozenset({"session.jsonl", ".scrubbed"})  # redacted line by line 
 
 
 def scrub_file(path: Path, secrets: list[str]) -> int:
-    """Mask every occurrence of each secret in `path`, in place, same length; returns the
-    count. Only a regular file with one link is touched (never through a symlink, never a
-    file that is also somewhere else)."""
-    needles = [(s.encode(enc), ("*" * len(s)).encode(enc)) for s in secrets for enc in _ENCODINGS]
+    """Mask every occurrence of each secret, and every cut-off piece of one (`piece_spans`),
+    in `path`, in place, same length; returns the count. Only a regular file with one link
+    is touched (never through a symlink, never a file that is also somewhere else)."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -86,12 +94,13 @@ def scrub_file(path: Path, secrets: list[str]) -> int:
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size == 0:
             return 0
         with mmap.mmap(fd, 0) as mm:
-            for needle, mask in needles:
-                at = mm.find(needle)
-                while at != -1:
-                    mm[at:at + len(needle)] = mask
-                    found += 1
-                    at = mm.find(needle, at + len(needle))
+            for enc in _ENCODINGS:
+                star = "*".encode(enc)
+                spans = _merge(span for s in secrets
+                               for span in piece_spans(mm, s.encode(enc), _offsets(s, enc)))
+                for a, b in spans:
+                    mm[a:b] = star * ((b - a) // len(star))
+                found += len(spans)
             if found:
                 mm.flush()
     except (OSError, ValueError):
@@ -145,11 +154,118 @@ def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
     return hit
 
 
+def _offsets(secret: str, encoding: str) -> list[int]:
+    """Where each character of `secret` starts in its `encoding`, plus the total length."""
+    offsets = [0]
+    for ch in secret:
+        offsets.append(offsets[-1] + len(ch.encode(encoding)))
+    return offsets
+
+
+def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def piece_spans(hay: Any, whole: Any, offsets: Sequence[int]) -> Iterator[tuple[int, int]]:
+    """[start, end) of each run in `hay` of at least MIN_PIECE characters that begins or
+    ends the secret `whole` (the secret itself included). `hay` and `whole` are both text,
+    or both bytes in one encoding; `offsets` (`_offsets`) keeps cuts on character bounds."""
+    if not whole:
+        return
+    k = min(MIN_PIECE, len(offsets) - 1)
+    head, tail = whole[:offsets[k]], whole[offsets[-1 - k]:]
+    at = hay.find(head)
+    while at != -1:
+        n = _common_prefix(hay[at:at + len(whole)], whole)
+        yield at, at + offsets[bisect_right(offsets, n) - 1]
+        at = hay.find(head, at + 1)
+    at = hay.find(tail)
+    from_end = [offsets[-1] - o for o in reversed(offsets)] if at != -1 else []
+    while at != -1:
+        end = at + len(tail)
+        n = _common_prefix(hay[max(0, end - len(whole)):end][::-1], whole[::-1])
+        yield end - from_end[bisect_right(from_end, n) - 1], end
+        at = hay.find(tail, at + 1)
+
+
+def _merge(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted spans, overlapping ones joined (touching ones are two keys: two masks)."""
+    merged: list[tuple[int, int]] = []
+    for a, b in sorted(spans):
+        if merged and a < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def secret_spans(text: str, secrets: Iterable[str]) -> list[tuple[int, int]]:
+    """Sorted, merged [start, end) spans of `text` to mask: every secret, and every run of
+    MIN_PIECE or more characters that begins or ends one."""
+    return _merge(span for s in secrets for span in piece_spans(text, s, range(len(s) + 1)))
+
+
+def _mask(text: str, spans: list[tuple[int, int]]) -> str:
+    parts, last = [], 0
+    for a, b in spans:
+        parts += [text[last:a], REDACTED]
+        last = b
+    return "".join(parts) + text[last:]
+
+
 def redact_text(text: str, secrets: list[str], *, patterns: bool = True) -> str:
-    for value in secrets:
-        if value in text:
-            text = text.replace(value, REDACTED)
+    """`text` with each secret and each cut-off piece of one (`secret_spans`) replaced by
+    REDACTED; with `patterns`, well-known key shapes too."""
+    spans = secret_spans(text, secrets)
+    if spans:
+        text = _mask(text, spans)
     return SECRET_PATTERNS.sub(REDACTED, text) if patterns else text
+
+
+class StreamRedactor:
+    """Redacts text that arrives in chunks as if it had arrived whole: `feed` returns what
+    can be handed on now, `close` the rest. A chunk's tail that could be part of a key (the
+    longest one that is a substring of a secret, at most the longest secret's length - 1)
+    is held back until the next chunk or the end, so a key split across chunks is still
+    seen whole; text that cannot be (a line's end, say) goes out at once."""
+
+    def __init__(self, secrets: list[str] | None = None) -> None:
+        self.secrets = known_secrets() if secrets is None else list(secrets)
+        self.hold = max((len(s) for s in self.secrets), default=1) - 1
+        self._pending = ""
+
+    def feed(self, chunk: str) -> str:
+        text = self._pending + chunk
+        if not self.secrets:
+            return text
+        spans = secret_spans(text, self.secrets)
+        cut = len(text) - self._tail(text)
+        for a, b in spans:
+            if a < cut < b:  # never hand on half a span: it may grow with the next chunk
+                cut = a
+        self._pending = text[cut:]
+        return _mask(text[:cut], [(a, b) for a, b in spans if b <= cut])
+
+    def close(self) -> str:
+        text, self._pending = self._pending, ""
+        return redact_text(text, self.secrets, patterns=False)
+
+    def _tail(self, text: str) -> int:
+        """Length of the longest end of `text` (at most `hold`) found inside a secret (a
+        shorter end of such an end is inside it too: a binary search finds it)."""
+        lo, hi = 0, min(self.hold, len(text))
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if any(text[-mid:] in s for s in self.secrets):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
 
 
 # -- keeping keys out of the host's /proc/<pid>/environ ------------------------------------

@@ -25,7 +25,7 @@ from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.context_files import with_question_example
 from rlm.agent.nudge import NUDGE_ERROR_TEXT, WHY, choose_nudge, error_text, unverified_why
-from rlm.agent.progress import OutputStream, prompt_tokens
+from rlm.agent.progress import ModelTextStream, OutputStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
@@ -40,7 +40,6 @@ from rlm.events import (
     KernelRestarted,
     ModelCallStarted,
     ModelReply,
-    ModelText,
     Notice,
     RunEnded,
     TurnStarted,
@@ -364,11 +363,12 @@ class Agent:
 
             def call(emit: Callable[[Event], None],
                      messages: list[dict[str, Any]] = messages) -> Completion:
-                with retry_notices(lambda text: emit(Notice(text, "warning"))):
+                with retry_notices(lambda text: emit(Notice(text, "warning"))), \
+                        ModelTextStream(emit) as on_text:
                     return self.llm.complete(
                         messages,
                         tools=[PYTHON_TOOL] if native else None,
-                        on_text=lambda d: emit(ModelText(d)),
+                        on_text=on_text,
                         temperature=self.config.temperature,
                     )
 
@@ -545,10 +545,12 @@ class Agent:
         if getattr(ex, "run_in_caller_thread", False):  # optional Executor flag (notebook)
             return ex.execute(code, timeout=timeout, on_output=self.on_cell_output)
             yield  # pragma: no cover - makes this a generator
-        return (yield from self._in_thread(
-            lambda emit: ex.execute(code, timeout=timeout, on_output=OutputStream(
-                emit, self.session.dir, self.on_cell_output)),
-            cell=True))
+
+        def run(emit: Callable[[Event], None]) -> CellResult:
+            with OutputStream(emit, self.session.dir, self.on_cell_output) as stream:
+                return ex.execute(code, timeout=timeout, on_output=stream)
+
+        return (yield from self._in_thread(run, cell=True))
 
     def _executor(self) -> Executor:
         if self.executor is None:

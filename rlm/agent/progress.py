@@ -1,5 +1,10 @@
 """What the loop tells a watching user while it works: the prompt's size before a model
-call, and a running cell's output as it is printed (events, never printing)."""
+call, the model's text and a running cell's output as they arrive (events, never printing).
+
+Both streams go through a `StreamRedactor` (rlm.secrets): these events reach the terminal
+and `worker-events.jsonl` one chunk at a time, and a key split across chunks, or cut by the
+cap, must not reach them in pieces. Use the streams as context managers: the end hands on
+what the redactor still holds."""
 
 from __future__ import annotations
 
@@ -7,9 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlm.events import CellOutput, Event
+from rlm.events import CellOutput, Event, ModelText
 from rlm.kernel.shaping import strip_ansi, trim_traceback
 from rlm.kernel.types import Output
+from rlm.secrets import StreamRedactor
 
 # streamed text per cell; past it one line says the rest comes with the cell's result (a
 # 100 MB print must not flood the terminal or the worker's event file)
@@ -44,12 +50,23 @@ def output_text(out: Output, base: Path | None) -> tuple[str, str]:
 
 
 class OutputStream:
-    """An executor's `on_output` callback that emits CellOutput events (bounded per cell)."""
+    """An executor's `on_output` callback that emits CellOutput events (redacted across
+    chunks, one redactor per stream name; bounded per cell, the cap applied to the
+    redacted text so it never cuts a key)."""
 
     def __init__(self, emit: Callable[[Event], None], base: Path | None,
-                 also: Callable[[Any], None] | None = None, cap: int = STREAM_CAP):
+                 also: Callable[[Any], None] | None = None, cap: int = STREAM_CAP,
+                 secrets: list[str] | None = None):
         self.emit, self.base, self.also, self.cap = emit, base, also, cap
+        self.secrets = secrets
         self.sent = 0
+        self._redactors: dict[str, StreamRedactor] = {}
+
+    def __enter__(self) -> OutputStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __call__(self, out: Output) -> None:
         if self.also is not None:
@@ -57,7 +74,18 @@ class OutputStream:
         if self.sent > self.cap:
             return
         text, name = output_text(out, self.base)
-        if not text:
+        if name not in self._redactors:
+            self._redactors[name] = StreamRedactor(self.secrets)
+        self._send(self._redactors[name].feed(text), name)
+
+    def close(self) -> None:
+        """The end of the cell: what the redactors held back goes out."""
+        for name, redactor in self._redactors.items():
+            self._send(redactor.close(), name)
+        self._redactors.clear()
+
+    def _send(self, text: str, name: str) -> None:
+        if not text or self.sent > self.cap:
             return
         if self.sent + len(text) > self.cap:
             text = text[: self.cap - self.sent] + ("\n[... more output: the cell's result "
@@ -66,3 +94,28 @@ class OutputStream:
         else:
             self.sent += len(text)
         self.emit(CellOutput(text, name))
+
+
+class ModelTextStream:
+    """A model call's `on_text` callback that emits ModelText events, redacted across
+    deltas (a key the model writes arrives in several)."""
+
+    def __init__(self, emit: Callable[[Event], None], secrets: list[str] | None = None):
+        self.emit = emit
+        self._redactor = StreamRedactor(secrets)
+
+    def __enter__(self) -> ModelTextStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __call__(self, delta: str) -> None:
+        text = self._redactor.feed(delta)
+        if text:
+            self.emit(ModelText(text))
+
+    def close(self) -> None:
+        text = self._redactor.close()
+        if text:
+            self.emit(ModelText(text))

@@ -102,11 +102,14 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 
 
 def event_record(ev: Event) -> dict[str, Any]:
-    """An event as a JSON-able dict (`Event.to_dict`); long text is bounded."""
+    """An event as a JSON-able dict (`Event.to_dict`); long text is bounded, after it is
+    redacted (a cut must not leave the start of a key behind)."""
     out = ev.to_dict()
     for k, value in out.items():
         if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-            out[k] = value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]"
+            value = redact_text(value, known_secrets(), patterns=False)
+            out[k] = value if len(value) <= MAX_FIELD_CHARS else (
+                value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]")
     return out
 
 
