@@ -610,6 +610,31 @@ class ObjectStore:
                    line.encode())
         self._next_cell += 1
 
+    def written_since(self, generation: int, cell: int) -> tuple[list[str], int, int]:
+        """Objects of generations above `generation` (data and manifests) and cell records
+        above `cell`, as names relative to the location, with the highest complete
+        generation and cell number seen (the host's secret scrub reads these back)."""
+        names: list[str] = []
+        top_gen, top_cell = generation, cell
+        for n in self._names():
+            m = FILE_RE.match(n) or MANIFEST_OBJ_RE.match(n)
+            if m and int(m.group(1)) > generation:
+                names.append(n)
+            if (m := MANIFEST_OBJ_RE.match(n)) and int(m.group(1)) > top_gen:
+                top_gen = int(m.group(1))  # a generation is done once its manifest is there
+        for n in self._names(CELLS_DIR):
+            m = _CELL_RE.match(n)
+            if m and int(m.group(1)) > cell:
+                names.append(f"{CELLS_DIR}/{n}")
+                top_cell = max(top_cell, int(m.group(1)))
+        return sorted(names), top_gen, top_cell
+
+    def read_object(self, name: str) -> bytes:
+        return bytes(self._call(self.fs.cat_file, self._key(name)))
+
+    def replace_object(self, name: str, data: bytes) -> None:
+        self._call(self.fs.pipe_file, self._key(name), data)
+
     def cell_lines(self) -> list[str]:
         names = sorted(n for n in self._names(CELLS_DIR) if _CELL_RE.match(n))
         if not names:

@@ -94,19 +94,27 @@ def scrub_file(path: Path, secrets: list[str]) -> int:
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size == 0:
             return 0
         with mmap.mmap(fd, 0) as mm:
-            for enc in _ENCODINGS:
-                star = "*".encode(enc)
-                spans = _merge(span for s in secrets
-                               for span in piece_spans(mm, s.encode(enc), _offsets(s, enc)))
-                for a, b in spans:
-                    mm[a:b] = star * ((b - a) // len(star))
-                found += len(spans)
+            found = mask_buffer(mm, secrets)
             if found:
                 mm.flush()
     except (OSError, ValueError):
         return found
     finally:
         os.close(fd)
+    return found
+
+
+def mask_buffer(buf: Any, secrets: list[str]) -> int:
+    """Mask, in place and same length, each secret and each cut-off piece of one in a
+    writable buffer (mmap, bytearray), in UTF-8, UTF-16 and UTF-32; returns the count."""
+    found = 0
+    for enc in _ENCODINGS:
+        star = "*".encode(enc)
+        spans = _merge(span for s in secrets
+                       for span in piece_spans(buf, s.encode(enc), _offsets(s, enc)))
+        for a, b in spans:
+            buf[a:b] = star * ((b - a) // len(star))
+        found += len(spans)
     return found
 
 

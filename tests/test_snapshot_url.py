@@ -317,3 +317,26 @@ def test_a_kernel_without_credentials_says_so_and_writes_nothing(s3, shell, monk
     assert res.success  # the cell is not broken by its snapshot failing
     assert "no credentials" in (snapshot._get(shell).last_error or "")
     assert not fs.exists(f"{bucket}/nocreds")
+
+
+def test_a_credential_copied_into_a_variable_is_masked_in_the_bucket(s3, tmp_path):
+    """Before: the host scrubbed secrets out of every local file, but a snapshot at a URL
+    kept a pickled credential in cleartext in the bucket (issue 17)."""
+    fs, bucket = s3
+    k = Kernel(tmp_path / "s", Config(home=tmp_path, snapshot_url=f"s3://{bucket}/r"))
+    try:
+        k.start()
+        res = k.execute("import os\nleaked = os.environ['AWS_SECRET_ACCESS_KEY']\n"
+                        "kept = [1, 2, 3]\nprint(len(leaked))")
+        assert res.ok and res.shaped.strip() == str(len(SECRET))
+        keys = [p for p in fs.find(f"{bucket}/r") if not p.endswith("/")]
+        assert any("-small.bin" in p for p in keys)
+        blobs = {p: fs.cat_file(p) for p in keys}
+        for piece in (SECRET, SECRET[:16], SECRET[-16:]):
+            assert not [p for p, b in blobs.items() if piece.encode() in b], piece
+        k.restart("test: restore from the scrubbed bucket")  # the pickles still load
+        assert k.execute("print(kept, len(leaked), set(leaked))").shaped.strip() == \
+            f"[1, 2, 3] {len(SECRET)} {{'*'}}"
+    finally:
+        k.stop()
+    assert json.loads((tmp_path / "s" / ".scrubbed-objects").read_text())["generation"] >= 1

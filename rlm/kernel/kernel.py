@@ -24,6 +24,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kernel_ext import snapshot_store
 from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
@@ -36,6 +37,7 @@ from rlm.kernel.state import (
     expression_value,
     merge_rebuild,
     needs_rebuild,
+    scrub_snapshot_url,
     snapshot_fallback,
     snapshot_location,
     snapshot_size,
@@ -165,7 +167,19 @@ class Kernel:
             finally:
                 self._cell_running = False
             result = self._conclude(out, col, t0)
+            self._scrub_snapshot_url(result)
             return result
+
+    def _scrub_snapshot_url(self, result: CellResult) -> None:
+        """The local scrub ran in CellCollector.finish; a snapshot URL's new objects are
+        scrubbed here. A store that cannot be reached is noted, not raised."""
+        if not self.config.snapshot_url:
+            return
+        try:
+            scrub_snapshot_url(self.session_dir, self.config.snapshot_url)
+        except (snapshot_store.StoreError, OSError) as e:
+            result.shaped = _with_note(result.shaped, f"[the snapshot store could not be "
+                                       f"checked for secrets: {e}]")
 
     def _conclude(self, out: WaitOutcome, col: CellCollector, t0: float) -> CellResult:
         res = CellResult(status="ok")

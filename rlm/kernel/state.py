@@ -24,6 +24,8 @@ from kernel_ext import snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 from rlm.errors import ConfigError, SessionError
+from rlm.paths import write_private_atomic
+from rlm.secrets import SCRUB_SLACK_NS, known_secrets, mask_buffer, scrub_tree
 
 LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
 
@@ -99,6 +101,40 @@ def _url_manifest(location: str) -> dict[str, Any] | None:
         raise SessionError(f"{snapshot_store.public_url(location)}: unreadable snapshot manifest "
                            f"({err}); `rlm resume` the session to see what restores")
     return manifest
+
+
+SCRUBBED_OBJECTS = ".scrubbed-objects"  # session dir: {"generation", "cell"} scrubbed at the URL
+
+
+def scrub_snapshot_url(session_dir: Path, snapshot_url: str | None) -> list[str]:
+    """After a cell: no known secret stays in what the kernel wrote to a snapshot URL. The
+    objects written since the last scrub (new generations, new cell records) are read
+    back, masked in place (same length: pickles stay loadable) and written again; a
+    file:// URL gets the local scrub. Returns the names that held one. Nothing to do
+    without a URL or without secrets; StoreError when the store cannot be reached."""
+    secrets = known_secrets()
+    if not snapshot_url or not secrets:
+        return []
+    store = snapshot_store.open_store(snapshot_location(session_dir, snapshot_url))
+    mark = session_dir / SCRUBBED_OBJECTS
+    if not isinstance(store, snapshot_store.ObjectStore):
+        since = mark.stat().st_mtime_ns - SCRUB_SLACK_NS if mark.exists() else 0
+        write_private_atomic(mark, b"{}")
+        return [str(p) for p in scrub_tree(Path(store.path), secrets, max(0, since))]
+    try:
+        done = json.loads(mark.read_text())
+        gen, cell = int(done["generation"]), int(done["cell"])
+    except (OSError, ValueError, KeyError, TypeError):
+        gen, cell = 0, 0
+    names, top_gen, top_cell = store.written_since(gen, cell)
+    hit = []
+    for name in names:
+        data = bytearray(store.read_object(name))
+        if mask_buffer(data, secrets):
+            store.replace_object(name, bytes(data))
+            hit.append(name)
+    write_private_atomic(mark, json.dumps({"generation": top_gen, "cell": top_cell}).encode())
+    return hit
 
 
 def snapshot_size(session_dir: Path, snapshot_url: str | None = None) -> int | None:
