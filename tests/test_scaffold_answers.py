@@ -182,3 +182,33 @@ def test_a_text_answer_must_be_grounded_in_this_runs_output(_isolated_home):
         assert ended.verified is (why is None), (answer, ended.why)
         if why is not None:
             assert why in ended.why and "output of this run" in ended.why, ended.why
+
+
+def test_the_last_turn_the_limit_allows_asks_for_an_answer_from_the_cells(_isolated_home):
+    """Small models plan more cells than they have turns: before the last allowed turn the
+    model is told it is the last one, and its FINAL from the printed output ends the run
+    (before: the limit ended it with no answer)."""
+    llm = _Fenced([_cell("x = sum(range(10))\nprint(x)"), _cell("print(x * 2)"), "FINAL(90)"])
+    agent, session = _agent(_isolated_home, llm)
+    agent.config = Config(home=_isolated_home, model="script:small", cell_timeout=60,
+                          max_turns=3)
+    with agent:
+        events = list(agent.run("twice the sum of 0..9?"))
+    assert "last turn (3 of 3)" in llm.calls[2][-1]["content"]
+    assert all("last turn" not in m["content"] for call in llm.calls[:2] for m in call
+               if isinstance(m.get("content"), str))
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "90"
+    notes = [json.loads(line) for line in (session.dir / "session.jsonl").read_text().splitlines()]
+    assert any(n.get("origin") == "nudge" and "last turn" in str(n.get("message"))
+               for n in notes)
+
+
+def test_no_last_turn_note_without_a_cell_or_a_limit(_isolated_home):
+    from rlm.agent.nudge import last_turn_note
+    assert last_turn_note(3, 3, native_tools=False, cells_run=2)
+    assert last_turn_note(3, 3, native_tools=False, cells_run=0) is None
+    assert last_turn_note(3, 3, native_tools=True, cells_run=2) is None
+    assert last_turn_note(2, 3, native_tools=False, cells_run=2) is None
+    assert last_turn_note(1, 1, native_tools=False, cells_run=0) is None
+    assert last_turn_note(5, None, native_tools=False, cells_run=2) is None

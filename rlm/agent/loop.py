@@ -24,7 +24,14 @@ from typing import Any
 from rlm.agent import notices
 from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.context_files import with_question_example
-from rlm.agent.nudge import NUDGE_ERROR_TEXT, WHY, choose_nudge, error_text, unverified_why
+from rlm.agent.nudge import (
+    NUDGE_ERROR_TEXT,
+    WHY,
+    choose_nudge,
+    error_text,
+    last_turn_note,
+    unverified_why,
+)
 from rlm.agent.progress import ModelTextStream, OutputStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import Recursion, TokenBudget
@@ -286,6 +293,7 @@ class Agent:
                 return
             st.turns += 1
             self.turns += 1
+            yield from self._last_turn_note(st.turns)
             outcome = yield from self._turn(st.turns)
             for hook in self.account_hooks:
                 yield from hook(self) or []
@@ -325,6 +333,15 @@ class Agent:
             if msg:
                 return msg
         return None
+
+    def _last_turn_note(self, turn: int) -> Iterator[Event]:
+        note = last_turn_note(turn, self.config.max_turns, native_tools=self.llm.native_tools,
+                              cells_run=self.state.cells)
+        if note is not None:
+            self.session.append(MessageEntry(message={"role": "user", "content": note},
+                                             origin="nudge"))
+            yield Notice(f"last turn ({turn} of {self.config.max_turns}): asked the model "
+                         "to answer from what its cells showed")
 
     def _limit_hit(self, turns: int, started: float) -> tuple[str, str] | None:
         c = self.config

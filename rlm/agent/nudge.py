@@ -35,6 +35,8 @@ NUDGE_ERROR_TEXT = ("Not accepted: your answer is the text of an error ({what}),
                     "to the question. The error means your code was wrong, not that the "
                     "answer is the error. Fix the code with a new ```python cell and answer "
                     "from its output.")
+NUDGE_LAST_TURN = ("This is your last turn ({turn} of {limit}): reply with only FINAL(answer), "
+                   "written from what your cells have printed. No more cells will run.")
 WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
        NUDGE_EMPTY: "after a cell that printed nothing", NUDGE_NO_CELL: "before running any code"}
 
@@ -51,6 +53,17 @@ def error_text(answer: str) -> str | None:
     """The error-looking part of `answer` (to name it in the refusal), or None."""
     m = _ERROR_TEXT.search(answer or "")
     return m.group(0).strip() if m else None
+
+
+def last_turn_note(turn: int, limit: int | None, *, native_tools: bool,
+                   cells_run: int) -> str | None:
+    """For fenced-code models that have run cells: before the last turn the limit allows,
+    a note that it is the last one, so the run ends with an answer from what the cells
+    showed instead of a cell nobody reads (small models plan more cells than they have
+    turns for). None otherwise."""
+    if native_tools or limit is None or limit < 2 or cells_run == 0 or turn != limit:
+        return None
+    return NUDGE_LAST_TURN.format(turn=turn, limit=limit)
 
 
 def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_data: bool,
