@@ -295,6 +295,18 @@ class Snapshotter:
         if not self.loaded:
             self._load()  # raises StoreError while the store stays unreachable
         gen = self.next_gen
+        try:
+            self._write_generation(gen, values, touched, deleted, stats)
+        except BaseException:
+            try:  # a full disk: no partial file of this generation stays behind
+                self.store.discard(gen)
+            except OSError:
+                pass
+            raise
+
+    def _write_generation(self, gen: int, values: dict[str, Any], touched: set[str],
+                          deleted: set[str], stats: dict[str, Any]) -> None:
+        assert self.store is not None
         writer = self.store.writer(gen)
         touched, new_groups = self._plan_groups(values, touched)
         entries = {k: e for k, e in self.entries.items() if k not in touched and k not in deleted}
@@ -318,10 +330,10 @@ class Snapshotter:
             groups[gid].update(loc)
         self._preserve_corrupt_manifest()
         self.store.write_manifest(gen, entries, groups)
-        self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},
-                                   self.min_gc_gen)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         stats.update(bytes_written=writer.bytes_written, generation=gen)
+        self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},
+                                   self.min_gc_gen)
 
     def _preserve_corrupt_manifest(self) -> None:
         if self.manifest_error and self.store is not None:

@@ -31,6 +31,7 @@ manifest swap. It is read at every snapshot, so a cell may set it.
 
 from __future__ import annotations
 
+import errno
 import json
 import mmap
 import os
@@ -173,7 +174,11 @@ class GenerationWriter:
 
     def _file_done(self, f: Any) -> None:
         if self._opener is None:
-            os.fsync(f.fileno())
+            try:
+                os.fsync(f.fileno())  # ENOSPC may show only here
+            except BaseException:
+                f.close()
+                raise
         f.close()  # an object store commits the object here
         self.files_written += 1
         if self._crash_after is not None and self.files_written >= self._crash_after:
@@ -243,10 +248,31 @@ def write_manifest(path: str, generation: int, entries: dict[str, dict[str, Any]
     try:
         f.write(json.dumps(manifest, separators=(",", ":")).encode())
         os.fsync(f.fileno())
-    finally:
         f.close()
-    os.replace(tmp, os.path.join(path, MANIFEST_NAME))
+        os.replace(tmp, os.path.join(path, MANIFEST_NAME))
+    except BaseException:
+        f.close()
+        _unlink(tmp)  # a full disk leaves no partial manifest behind
+        raise
     _fsync_dir(path)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def discard_generation(path: str, generation: int) -> None:
+    """A snapshot of `generation` failed (a full disk): delete its data files, so no
+    partial file stays to hold the space; never when the manifest already names it."""
+    manifest, _ = read_manifest(path)
+    if manifest is not None and manifest["generation"] == generation:
+        return
+    for name in os.listdir(path):
+        if file_generation(name) == generation:
+            _unlink(os.path.join(path, name))
 
 
 def collect_garbage(path: str, referenced: set[str], min_generation: int) -> None:
@@ -256,10 +282,7 @@ def collect_garbage(path: str, referenced: set[str], min_generation: int) -> Non
         if _TMP_RE.match(name) or (
             FILE_RE.match(name) and name not in referenced and file_generation(name) >= min_generation
         ):
-            try:
-                os.unlink(os.path.join(path, name))
-            except FileNotFoundError:
-                pass
+            _unlink(os.path.join(path, name))
 
 
 class EntryReader:
@@ -415,6 +438,9 @@ class LocalStore:
     def collect_garbage(self, referenced: set[str], min_generation: int) -> None:
         collect_garbage(self.path, referenced, min_generation)
 
+    def discard(self, generation: int) -> None:
+        discard_generation(self.path, generation)
+
     def reader(self) -> EntryReader:
         return EntryReader(self.path)
 
@@ -425,8 +451,14 @@ class LocalStore:
 
     def append_cell(self, line: str) -> None:
         fd = os.open(os.path.join(self.path, RECORDS_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        size = os.fstat(fd).st_size
+        data = (line + "\n").encode()
         try:
-            os.write(fd, (line + "\n").encode())
+            if os.write(fd, data) != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), RECORDS_NAME)
+        except OSError:
+            os.ftruncate(fd, size)  # no partial record (a full disk)
+            raise
         finally:
             os.close(fd)
 
@@ -595,6 +627,10 @@ class ObjectStore:
                 raise
             if self.known is not None:
                 self.known.difference_update(doomed)
+
+    def discard(self, generation: int) -> None:
+        """Nothing: an aborted upload left no object, and objects of a generation whose
+        manifest never landed are ignored, then collected."""
 
     def reader(self) -> ObjectReader:
         return ObjectReader(self)

@@ -6,6 +6,8 @@ file, the setting or the command that fixes the problem.
 
 from __future__ import annotations
 
+import shlex
+
 
 class RlmError(Exception):
     """Base class. `str(err)` is one line a user can act on."""
@@ -30,8 +32,17 @@ class SessionCorrupt(SessionError):
         self.path, self.line, self.reason = path, line, reason
         super().__init__(
             f"{path}:{line}: malformed session entry ({reason}). Nothing was rewritten; "
-            f"fix or remove that line, or resume from an earlier entry with --from."
+            f"{_corrupt_fix(path, line)}"
         )
+
+
+def _corrupt_fix(path: str, line: int) -> str:
+    """What works on a corrupt log: keep the lines before the bad one (a copy first)."""
+    if line <= 1:
+        return "the header is unreadable, so this session cannot be opened: start a new one with `rlm run`."
+    q = shlex.quote(path)
+    return (f"fix that line, or keep the {line - 1} lines before it (the whole log is kept "
+            f"in .bak): cp {q} {q}.bak && head -n {line - 1} {q}.bak > {q}")
 
 
 class KernelError(RlmError):

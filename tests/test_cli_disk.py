@@ -1,0 +1,35 @@
+"""Issue 15.6/15.11 through `python -m rlm`: what a corrupt log's hint says works, a cell
+that deletes its own session, a last entry whose newline is missing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from tests.test_cli import call, rlm, script
+
+
+def _run(tmp_path: Path, replies: list, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+    proc = rlm("run", "t", "--model", script(tmp_path / "m.json", replies), "--json", *extra,
+               cwd=tmp_path, check=False)
+    return proc, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
+    _, res = _run(tmp_path, [call("x = 1"), call("final(str(x))")])
+    sid, path = res["session_id"], Path(res["session_path"])
+    lines = path.read_text().splitlines(keepends=True)
+    bad = len(lines) - 1  # a malformed entry that is not the (torn) last line
+    lines[bad - 1] = "{not json\n"
+    path.write_text("".join(lines))
+    failed = rlm("log", sid, cwd=tmp_path, check=False)
+    assert failed.returncode != 0 and failed.stderr.count("\n") <= 2
+    hint = failed.stderr.strip().splitlines()[-1]
+    assert "--from" not in hint and f"{path}:{bad}" in hint
+    subprocess.run(hint.split("): ", 1)[1], shell=True, check=True, cwd=tmp_path)
+    assert (path.parent / "session.jsonl.bak").read_text() == "".join(lines)  # nothing lost
+    assert rlm("log", sid, cwd=tmp_path).returncode == 0
+    again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("final('2')")]),
+                "--json", cwd=tmp_path)
+    assert json.loads(again.stdout.strip().splitlines()[-1])["final"] == "2"
