@@ -190,6 +190,19 @@ def test_chat_help_goal_set_and_load(tmp_path):
 
 
 
+def test_chat_prints_the_run_header_once_model_session_and_inputs(tmp_path):
+    home = tmp_path / "h"
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps(["unused"]))
+    (tmp_path / "orders.csv").write_text("id,total\n1,5\n2,7\n")
+    model = f"script:{script}"
+    proc = rlm("chat", "--model", model, "--context", "orders.csv", home=home, cwd=tmp_path,
+               stdin="/exit\n")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.count(f"rlm · model {model} · session ") == 1, out
+    assert "inputs: orders: DataFrame 2×2" in out
+
 def test_goal_continuation_notice_shows_no_internal_tags():
     from rich.console import Console
 

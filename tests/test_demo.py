@@ -67,6 +67,18 @@ def test_demo_data_is_reachable_by_name_and_nothing_lands_in_cwd(tmp_path, _isol
 
 
 
+def test_demo_names_its_model_once_in_the_opening_lines(tmp_path, _isolated_home, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "400")  # one line per message, so a name is not split
+    script = tmp_path.parent / f"{tmp_path.name}-once.json"
+    script.write_text(json.dumps(["FINAL(East)"]))
+    model = f"script:{script}"
+    out = _demo(tmp_path, "--model", model, "--rows", "20")
+    assert out.returncode in (0, 5), out.stderr  # the answer itself does not matter here
+    progress = out.stderr  # --json: progress goes to stderr
+    opening = progress.split(" turn 1 ")[0]  # before the first turn's rule
+    assert opening.count(model) == 1, progress
+    assert f"model {model} · session " in opening and "rlm demo · data " in opening
+
 def _cells(path: Path, *codes: str) -> str:
     path.write_text(json.dumps([{"content": "", "tool_calls": [
         {"name": "python", "arguments": {"code": c}}]} for c in codes]))

@@ -20,7 +20,7 @@ from rlm import app
 from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
-from rlm.cli.render import Renderer
+from rlm.cli.render import Renderer, input_summaries
 from rlm.errors import RlmError
 from rlm.protocols import SessionLog
 
@@ -28,9 +28,11 @@ from rlm.protocols import SessionLog
 def chat_loop(agent: Agent, session: SessionLog, args: argparse.Namespace,
               options: app.RunOptions) -> int:
     render = Renderer()
-    render.console.print(f"[bold]rlm chat[/bold] · session {session.id} · /help for commands")
     with agent:
         app.prepare_inputs(agent, options)
+        render.header(agent.llm.spec, session, input_summaries(agent))  # as `rlm run` shows it
+        render.console.print("rlm chat · /help for commands · /exit to leave", style="dim",
+                             markup=False)
         while True:
             try:
                 line = input("rlm> ").strip()

@@ -175,7 +175,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         options.context, options.workdir = [str(data)], str(data.parent)
         cfg = options.config(session)
         render = Renderer(quiet=args.json)
-        render.console.print(f"[bold]rlm demo[/bold] · model {escape(str(cfg.model))} · data {escape(str(data))}")
+        # the model is named once, in the run's header that follows
+        render.console.print(f"[bold]rlm demo[/bold] · data {escape(str(data))}")
         agent = app.build_agent(session, cfg, entry="run", options=options)
         code = drive_cli(agent, session, DEMO_TASK, args, options, lock, fresh=True)
     except BaseException:
