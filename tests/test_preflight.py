@@ -205,3 +205,33 @@ def test_retries_are_told_to_the_listener():
     llm.enqueue(*[limited] * 5)
     with pytest.raises(RateLimited, match="gave up after 5 attempts"):
         llm.complete([{"role": "user", "content": "hi"}])  # no listener: nothing told, no error
+
+
+def test_local_finds_the_joined_model_in_the_shared_cache_not_in_rlm_home(tmp_path, monkeypatch):
+    """The joined model lives in the user cache ($RLM_MODEL_CACHE), whatever RLM_HOME is:
+    with the parts gone but the model joined, preflight passes, and it creates nothing
+    (before: it looked in RLM_HOME, refused, and made RLM_HOME as a side effect)."""
+    import importlib.util
+
+    from rlm.config import Config
+    from rlm.errors import ModelError
+    from rlm.llm import modelfile
+
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "llama_cpp" else real_find_spec(name, *a))
+
+    def no_parts():
+        raise ModelError("the model parts are not installed")
+
+    monkeypatch.setattr(modelfile, "part_paths", no_parts)
+    monkeypatch.chdir(tmp_path)
+    cache, home = tmp_path / "cache", tmp_path / "home"
+    monkeypatch.setenv("RLM_MODEL_CACHE", str(cache))
+    config = Config(home=home, model="local")
+    with pytest.raises(ConfigError, match="not installed"):
+        preflight("local", config)
+    cache.mkdir()
+    (cache / modelfile.MODEL_FILENAME).write_bytes(b"GGUF")
+    preflight("local", config)
+    assert not home.exists()

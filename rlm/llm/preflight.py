@@ -88,6 +88,7 @@ def _check_key(spec: str) -> None:
 
 def _check_local(path: str | None, config: Config | None) -> None:
     from rlm.llm import modelfile
+    from rlm.paths import model_cache
 
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError("llama_cpp is not installed, so --model local cannot run: "
@@ -102,7 +103,9 @@ def _check_local(path: str | None, config: Config | None) -> None:
                 raise ConfigError(f"{file} is not a GGUF file (llama.cpp needs a .gguf model)")
         return
     home: Path | None = config.home if config is not None else None
-    if (modelfile.models_dir(home) / modelfile.MODEL_FILENAME).is_file():
+    # where ensure_model finds it: the shared cache, or an old home's models/ (adopted);
+    # checked without creating anything (models_dir would make the cache directory)
+    if (model_cache() / modelfile.MODEL_FILENAME).is_file() or modelfile.legacy_model_paths(home):
         return  # verified against its sidecar (or re-hashed) when it is loaded
     try:
         modelfile.part_paths()  # the parts it is joined from on first use
