@@ -154,6 +154,24 @@ def test_invalid_json_last_line_with_newline_is_torn(rlm_home_path):
     assert s.path.read_bytes() == good and again.recovered.read_bytes() == b'{"type": "mess\n'
 
 
+def test_a_whole_last_entry_without_its_newline_is_kept(rlm_home_path):
+    """Issue 15.11: a valid last entry that lost only its newline is not torn. The entry
+    stays in the session, the newline is written back, the next append starts a line."""
+    s = SessionStore.create(rlm_home_path)
+    s.append(_msg("user", "a"))
+    b = s.append(_msg("assistant", "kept"))
+    s.close()
+    s.path.write_bytes(s.path.read_bytes().rstrip(b"\n"))
+    ro = SessionStore.open(s.path, readonly=True)
+    assert ro.leaf_id == b.id and not s.path.read_bytes().endswith(b"\n")  # readonly: untouched
+    again = SessionStore.open(s.path)
+    assert again.recovered is None and not list(s.dir.glob("*.torn-*"))
+    assert [e.message["content"] for e in again.branch()] == ["a", "kept"]
+    again.append(_msg("user", "next"))
+    again.close()
+    assert [e.message["content"] for e in SessionStore.open(s.path).branch()] == ["a", "kept", "next"]
+
+
 def test_readonly_open_never_touches_the_file(rlm_home_path):
     s = SessionStore.create(rlm_home_path)
     s.append(_msg("user", "a"))

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlm.errors import SessionCorrupt, SessionError
+from rlm.errors import SessionCorrupt, SessionError, SessionGone
 from rlm.paths import (
     PRIVATE_FILE,
     check_session_id,
@@ -177,7 +177,7 @@ class SessionStore:
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            records, cut = _read_records(path)
+            records, cut, unterminated = _read_records(path)
             store = cls._from_records(path, records)
         finally:
             if gc_was_on:
@@ -185,6 +185,8 @@ class SessionStore:
         if not readonly:
             if cut is not None:
                 store.recovered = _move_torn_tail(path, cut)
+            elif unterminated:  # a whole entry whose newline never reached the disk
+                _terminate(path)
             if store._needs_rewrite:
                 _rewrite_migrated(path, store)
         return store
@@ -309,7 +311,10 @@ class SessionStore:
         if self._fd is None:
             assert self.path is not None
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        if st.st_nlink == 0:  # unlinked under us (the directory removed): writes would vanish
+            raise SessionGone(Path(str(self.path)).parent)
+        size = st.st_size
         view = memoryview(line)
         try:
             while view:
@@ -459,16 +464,22 @@ def _parse_line(raw: str) -> Any:
     return obj
 
 
-def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | None]:
+def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | None, bool]:
     """Parse every line. Returns (records with line numbers, byte offset where a torn
-    tail starts or None). Raises SessionCorrupt; never writes.
+    tail starts or None, whether the last record lacks its newline). Raises
+    SessionCorrupt; never writes.
 
-    Torn: bytes after the last newline, or an invalid-JSON (or non-UTF-8) last line."""
+    Torn: bytes after the last newline that are not a whole JSON object, or an invalid-JSON
+    (or non-UTF-8) last line. A last entry that parses whole but lost only its newline (a
+    crash between the two writes of an editor or another tool) is kept, not moved aside."""
     try:
         data = path.read_bytes()
     except OSError as e:
         raise SessionError(f"cannot read {path}: {e}") from e
     end = data.rfind(b"\n") + 1  # 0 when there is no newline at all
+    unterminated = end < len(data) and _whole_object(data[end:])
+    if unterminated:
+        data, end = data + b"\n", len(data) + 1
     cut: int | None = end if end < len(data) else None
     raw_lines = data[:end].split(b"\n")[:-1]
     records: list[tuple[int, dict[str, Any]]] = []
@@ -484,7 +495,24 @@ def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | N
         if not isinstance(obj, dict):
             raise SessionCorrupt(str(path), i + 1, f"a JSON {type(obj).__name__}, not an object")
         records.append((i + 1, obj))
-    return records, cut
+    return records, cut, unterminated
+
+
+def _whole_object(tail: bytes) -> bool:
+    try:
+        return isinstance(_parse_line(tail.decode()), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _terminate(path: Path) -> None:
+    """Write the missing newline after a whole last entry, so the next append starts a line."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"\n")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _reason(e: Exception) -> str:
