@@ -45,6 +45,19 @@ def _corrupt_fix(path: str, line: int) -> str:
             f"in .bak): cp {q} {q}.bak && head -n {line - 1} {q}.bak > {q}")
 
 
+class SessionGone(SessionError):
+    """The session's directory (or its log) was removed while the session was open: what
+    would be written next has nowhere to go."""
+
+    def __init__(self, directory: object):
+        self.directory = directory
+        super().__init__(
+            f"the session directory {directory} was removed while the session ran (by a cell "
+            "or another process); nothing after that could be recorded. Start a new session "
+            "with `rlm run`, and keep cells away from $RLM_SESSION_DIR"
+        )
+
+
 class KernelError(RlmError):
     """The kernel could not be started, or died in a way the caller must handle."""
 

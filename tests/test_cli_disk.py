@@ -7,6 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli import call, rlm, script
 
 
@@ -33,3 +35,28 @@ def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
     again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("final('2')")]),
                 "--json", cwd=tmp_path)
     assert json.loads(again.stdout.strip().splitlines()[-1])["final"] == "2"
+
+
+def test_a_cell_that_deletes_its_own_session_fails_in_one_line(tmp_path):
+    """The session directory removed by a cell: the run says so in one line and exits
+    non-zero; --json reports no session_path that no longer exists (it used to exit 0,
+    the log's writes going to an unlinked file)."""
+    proc, res = _run(tmp_path, [call("import os, shutil; shutil.rmtree(os.environ['RLM_SESSION_DIR'])"),
+                                call("final('done')")])
+    assert proc.returncode == 1, proc.stderr
+    assert res["reason"] == "error" and "was removed while the session ran" in res["error"]
+    assert res["session_path"] is None and res["final"] is None
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == f"rlm: error: {res['error']}"
+
+
+def test_an_append_after_the_log_was_unlinked_is_refused(tmp_path):
+    from rlm.errors import SessionGone
+    from rlm.session.entries import MessageEntry
+    from rlm.session.store import SessionStore
+
+    s = SessionStore.create(tmp_path, model="m", task="t")
+    s.append(MessageEntry(message={"role": "user", "content": "kept"}))
+    s.path.unlink()
+    with pytest.raises(SessionGone, match="was removed"):
+        s.append(MessageEntry(message={"role": "user", "content": "lost"}))

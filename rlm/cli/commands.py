@@ -80,7 +80,8 @@ def _failed_start(agent: Agent, session: SessionStore, args: argparse.Namespace,
                   error: RlmError, fresh: bool, duration_s: float) -> None:
     """A run that raised: a fresh session without a prompt is removed; --json still gets
     its object (session fields null when the session was removed)."""
-    gone = fresh and app.discard_unstarted(session)
+    gone = (fresh and app.discard_unstarted(session)) or (
+        session.dir is not None and not session.dir.is_dir())  # removed by a cell
     if getattr(args, "json", False):
         print_json(RunResult(session_id=None if gone else session.id,
                              session_path=None if gone else str(session.path), final=None,

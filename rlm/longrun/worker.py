@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from rlm.errors import RlmError
+from rlm.errors import RlmError, SessionGone
 from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.longrun.dispatch import STEER_CHECK_S, TickDispatcher
@@ -117,7 +117,12 @@ def append_event(path: Path, record: dict[str, Any], now: float) -> None:
     """One line of `worker-events.jsonl` (the worker and foreground runs both write it)."""
     line = json.dumps({"ts": round(now, 3), **record}, default=str) + "\n"
     line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    except FileNotFoundError:
+        if path.parent.is_dir():
+            raise
+        raise SessionGone(path.parent) from None
     try:
         os.write(fd, line.encode())
     finally:
