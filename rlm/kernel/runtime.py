@@ -42,12 +42,14 @@ _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding k
 
 
 def kernel_argv(config: Config) -> list[str]:
-    """The kernel command line ({connection_file} is filled in by jupyter_client)."""
+    """The kernel command line ({connection_file} is filled in by jupyter_client).
+    kernel_ext.launch gives up the capabilities that reach into other processes' memory
+    (a root kernel could otherwise read the host's), then runs ipykernel_launcher."""
     python = config.kernel_python or sys.executable
     argv = [
         python,
         "-m",
-        "ipykernel_launcher",
+        "kernel_ext.launch",
         "-f",
         "{connection_file}",
         "--HistoryManager.hist_file=:memory:",
