@@ -52,3 +52,28 @@ def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isol
     assert goal_states()[0] == "active" and goal_states()[-1] == "complete"
     assert "<goal_context>" in path.read_text()  # the continuation told the model the goal
     rlm("stop", res["session_id"], cwd=tmp_path)
+
+
+def test_a_worker_whose_session_directory_is_removed_exits_and_recreates_nothing(
+        tmp_path, _isolated_home):
+    """Issue 15.11 in the worker: the cell removes the session directory; the worker ends
+    (it used to stay, and its status, events and jobs lock brought the directory back
+    holding no session.jsonl)."""
+    import os
+    import select
+
+    s = script(tmp_path / "d.json", [call("import os, shutil\nshutil.rmtree(os.environ['RLM_SESSION_DIR'])"),
+                                     call("final('unreachable')")])
+    out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    try:
+        fd = os.pidfd_open(res["worker_pid"])
+    except ProcessLookupError:
+        fd = None  # already gone
+    if fd is not None:
+        ready, _, _ = select.select([fd], [], [], 120)  # readable when the process exits
+        os.close(fd)
+        assert ready, "the worker is still running"
+    assert not Path(res["session_path"]).parent.exists()
+    workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+    assert not [w for w in workers if w.get("session_id") == res["session_id"]]

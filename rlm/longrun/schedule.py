@@ -34,7 +34,7 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
-from rlm.errors import RlmError
+from rlm.errors import RlmError, SessionGone
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.paths import PRIVATE_FILE, write_private_atomic
 
@@ -294,7 +294,8 @@ class Scheduler:
 
     @contextmanager
     def _txn(self, write: bool = True) -> Iterator[State]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.is_dir():  # the session's directory: never recreated here
+            raise SessionGone(self.path.parent)
         fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)

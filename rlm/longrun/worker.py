@@ -188,8 +188,9 @@ class Worker:
     def close(self) -> None:
         if not self.lock.held:
             return
-        self._status("stopped")
-        self.emit({"event": "WorkerStopped"})
+        if self.paths["dir"].is_dir():  # removed under us: recreate nothing
+            self._status("stopped")
+            self.emit({"event": "WorkerStopped"})
         with contextlib.suppress(Exception):
             close = getattr(self.runner, "close", None)
             if close is not None:
@@ -231,7 +232,8 @@ class Worker:
                     wait = min(wait, exits_at - self.clock.now())
                 self.sleep(wait, jobs)
         finally:
-            self._status("stopping")
+            if self.paths["dir"].is_dir():
+                self._status("stopping")
             self.close()
 
     def sleep(self, seconds: float, jobs: tuple[int, int, int] | None | bool = False) -> None:
@@ -336,6 +338,8 @@ class Worker:
 
         try:
             ended = self.dispatch.drive(self.runner(prompt), tick_id, on_event)
+        except SessionGone:  # nothing can be recorded any more: the worker ends
+            raise
         except Exception as e:  # noqa: BLE001 - a failing run must not kill the worker
             ended = "error"
             self.emit({"event": "RunFailed", "error": f"{type(e).__name__}: {e}"})
@@ -412,7 +416,12 @@ class Worker:
             "activity": activity, "updated_at": self.clock.now(), "next_due": nxt,
             "exits_at": exits_at,
         }  # fmt: skip
-        write_private_atomic(self.paths["status"], json.dumps(data).encode())
+        try:
+            write_private_atomic(self.paths["status"], json.dumps(data).encode())
+        except FileNotFoundError:
+            if self.paths["dir"].is_dir():
+                raise
+            raise SessionGone(self.paths["dir"]) from None
 
 
 # -- client side: what the CLI calls ------------------------------------------------------
