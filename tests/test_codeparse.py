@@ -39,6 +39,11 @@ def test_text_final_forms():
     assert text_final("FINAL_VAR(result)") == ("var", "result")
     assert text_final("FINAL_VAR('result')") == ("var", "result")
     assert text_final("no final here") is None
+    # the task suite's 1.5B model wrote the answer title-cased; it was read as prose
+    assert text_final("Final(Lyon, with 431 orders)") == ("answer", "Lyon, with 431 orders")
+    assert text_final("Final_var(result)") == ("var", "result")
+    assert fenced_blocks("```python\nFinal(42)\n```") == []
+    assert text_final("use `final(x)` in a cell") is None  # the kernel's own API is code
 
 
 def test_final_inside_code_fence_is_not_a_text_final():

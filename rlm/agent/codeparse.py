@@ -28,9 +28,11 @@ from rlm.llm.types import TURN_STOPS, ToolCall
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
 _CODE_LANGS = {"python", "py", "python3", "ipython", "repl", ""}
-_FINAL = re.compile(r"FINAL\((.*)\)\s*$", re.S)
-_FINAL_VAR = re.compile(r"FINAL_VAR\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)")
-_FINAL_ONLY = re.compile(r"\s*FINAL(_VAR)?\(.*\)\s*$", re.S)
+# FINAL, or Final as small models also write it (lower-case final() is the kernel's API)
+_FINAL = re.compile(r"(?:FINAL|Final)\((.*)\)\s*$", re.S)
+_FINAL_VAR = re.compile(r"(?:FINAL_VAR|Final_var|Final_Var)\(\s*['\"]?([A-Za-z_][A-Za-z0-9_]*)['\"]?\s*\)")
+_FINAL_ONLY = re.compile(r"\s*(?:FINAL|Final)(_VAR|_var|_Var)?\(.*\)\s*$", re.S)
+_FINAL_OPEN = re.compile(r"(?:FINAL|Final)\(")
 
 
 def _looks_like_code(body: str) -> bool:
@@ -81,13 +83,14 @@ def text_final(text: str) -> tuple[str, str] | None:
     m = _FINAL_VAR.search(outside)
     if m:
         return ("var", m.group(1))
-    idx = outside.rfind("FINAL(")
-    if idx < 0:
+    opens = list(_FINAL_OPEN.finditer(outside))
+    if not opens:
         return None
+    idx = opens[-1].start()
     m = _FINAL.match(outside[idx:].strip())
     if not m:
         # FINAL( without a closing paren at the end: take the rest of the line.
-        rest = outside[idx + len("FINAL("):].split("\n", 1)[0]
+        rest = outside[opens[-1].end():].split("\n", 1)[0]
         return ("answer", rest.rstrip(") ").strip())
     answer = m.group(1).strip()
     if len(answer) >= 2 and answer[0] == answer[-1] and answer[0] in "\"'":

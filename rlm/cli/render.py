@@ -322,7 +322,7 @@ class _ProseFilter:
         cells = {c.strip() for c in code_cells}
         for f in self.fences:
             body = "\n".join(x for x in f if not _FENCE_LINE.match(x)).strip()
-            if body and body not in cells and not body.startswith("FINAL"):
+            if body and body not in cells and not body.startswith(("FINAL", "Final")):
                 out += f
         self.fences = []
         while out and not out[-1].strip():
