@@ -175,13 +175,37 @@ def test_a_text_answer_must_be_grounded_in_this_runs_output(_isolated_home):
         "FINAL(West leads)": None,                    # a word the output shows
     }
     for answer, why in cases.items():
-        llm = _Fenced([_cell("print(1800, 'West', 2253.4400000001)"), answer])
+        # an ungrounded answer is refused once (see below); given again, it is accepted
+        llm = _Fenced([_cell("print(1800, 'West', 2253.4400000001)"), answer, answer])
         agent, _ = _agent(_isolated_home, llm)
         with agent:
             ended = [e for e in agent.run("count?") if isinstance(e, RunEnded)][-1]
         assert ended.verified is (why is None), (answer, ended.why)
+        assert len(llm.calls) == (3 if why == "figures (4242)" else 2)  # figures: refused once
         if why is not None:
             assert why in ended.why and "output of this run" in ended.why, ended.why
+
+
+def test_an_ungrounded_answer_is_refused_once_while_a_turn_is_left(_isolated_home):
+    """The task suite's 1.5B model wrote answers its cells never computed (a badge number
+    nobody printed, the prompt example's "Lyon, with 431 orders"). Refused once with the
+    reason while a turn is left, the model computes it and answers from the output."""
+    llm = _Fenced([_cell("import statistics\nvals = [3, 9, 27]\nprint(len(vals))"), "FINAL(Lyon, with 431 orders)",
+                   _cell("print(statistics.median(vals))"), "FINAL(9)"])
+    agent, session = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("median?") if isinstance(e, RunEnded)][-1]
+    refusal = llm.calls[2][-1]["content"]
+    assert refusal.startswith("Not accepted yet: none of the answer's figures (431)")
+    assert ended.reason == "final" and ended.final == "9" and ended.verified is True
+    # not on the last turn: no turn is left to fix it, so it is accepted, unverified
+    llm = _Fenced([_cell("vals = [3, 9, 27]\nprint(len(vals))"), "FINAL(431)"])
+    agent, _ = _agent(_isolated_home, llm)
+    agent.config = Config(home=_isolated_home, model="script:small", cell_timeout=60,
+                          max_turns=2)
+    with agent:
+        ended = [e for e in agent.run("median?") if isinstance(e, RunEnded)][-1]
+    assert ended.final == "431" and ended.verified is False and len(llm.calls) == 2
 
 
 def test_the_last_turn_the_limit_allows_asks_for_an_answer_from_the_cells(_isolated_home):

@@ -26,10 +26,12 @@ from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.context_files import with_question_example
 from rlm.agent.nudge import (
     NUDGE_ERROR_TEXT,
+    NUDGE_UNGROUNDED,
     WHY,
     choose_nudge,
     error_text,
     last_turn_note,
+    ungrounded_refusal,
     unverified_why,
 )
 from rlm.agent.progress import ModelTextStream, OutputStream, prompt_tokens
@@ -456,6 +458,20 @@ class Agent:
                      "its code instead")
         return True
 
+    def _refuse_ungrounded(self, answer: str) -> Generator[Event, None, bool]:
+        """Refuse (once per run, while a turn is left) a text answer no output supports."""
+        nudge = ungrounded_refusal(answer, self.state.outputs, native_tools=self.llm.native_tools,
+                                   turn=self.state.turns, limit=self.config.max_turns,
+                                   refused=self.state.refused)
+        if nudge is None:
+            return False
+        self.state.refused.add(NUDGE_UNGROUNDED)
+        self.session.append(MessageEntry(message={"role": "user", "content": nudge},
+                                         origin="nudge"))
+        yield Notice("the model answered with something no output of this run shows; asked "
+                     "it to compute it first")
+        return True
+
     def _accept(self, source: str, answer: str) -> None:
         st = self.state
         st.unverified = unverified_why(source=source, cells_run=st.cells,
@@ -483,7 +499,8 @@ class Agent:
             return None
         if found is None:
             answer = content.strip()
-            if (yield from self._refuse_error_text(answer)):
+            if (yield from self._refuse_error_text(answer)) or \
+                    (yield from self._refuse_ungrounded(answer)):
                 return None
             self._accept("reply", answer)
             yield FinalAnswer(answer, "reply")
@@ -491,7 +508,8 @@ class Agent:
         kind, value = found
         if kind == "var":
             value = self._read_var(value)
-        if (yield from self._refuse_error_text(value)):
+        if (yield from self._refuse_error_text(value)) or \
+                (kind != "var" and (yield from self._refuse_ungrounded(value))):
             return None
         self._accept("text", value)
         yield FinalAnswer(value, "text")

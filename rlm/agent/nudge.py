@@ -35,6 +35,9 @@ NUDGE_ERROR_TEXT = ("Not accepted: your answer is the text of an error ({what}),
                     "to the question. The error means your code was wrong, not that the "
                     "answer is the error. Fix the code with a new ```python cell and answer "
                     "from its output.")
+NUDGE_UNGROUNDED = ("Not accepted yet: {why}, so nothing you ran showed it. Reply with a "
+                    "```python cell that computes it from the data and prints it; answer with "
+                    "FINAL(answer) after you see the output.")
 NUDGE_LAST_TURN = ("This is your last turn ({turn} of {limit}): reply with only FINAL(answer), "
                    "written from what your cells have printed. No more cells will run.")
 WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
@@ -64,6 +67,21 @@ def last_turn_note(turn: int, limit: int | None, *, native_tools: bool,
     if native_tools or limit is None or limit < 2 or cells_run == 0 or turn != limit:
         return None
     return NUDGE_LAST_TURN.format(turn=turn, limit=limit)
+
+
+def ungrounded_refusal(answer: str, outputs: list[str], *, native_tools: bool, turn: int,
+                       limit: int | None, refused: set[str]) -> str | None:
+    """For fenced-code models: refuse, once per run and only while a turn is left to fix
+    it, a text answer stating figures that no successful output of this run shows: small
+    models write a number before their cells computed it, or copy one from the prompt's
+    example. Words are not checked here ("not found" after printing None is an answer);
+    they still decide `verified`. None to accept."""
+    if native_tools or NUDGE_UNGROUNDED in refused or (limit is not None and turn >= limit):
+        return None
+    if not outputs or error_text(answer):  # the no-cell, failed-cell and error-text
+        return None  # refusals cover these: one refusal per mistake is enough
+    why = unseen_figures(answer, "\n".join(outputs))
+    return None if why is None else NUDGE_UNGROUNDED.format(why=why)
 
 
 def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_data: bool,
@@ -138,15 +156,27 @@ def ungrounded_why(answer: str, outputs: list[str]) -> str | None:
     """None when `answer` is grounded in `outputs`, else why not (answers with nothing to
     check, such as "yes", pass)."""
     text = "\n".join(outputs)
-    # small whole numbers are counts and ordinals ("the top 3") more often than results
-    figures = [(v, d) for v, d in _figures(answer) if d or abs(v) >= 10]
-    if figures:
-        seen = _figures(text)
-        if any(_figure_seen(v, d, seen) for v, d in figures):
-            return None
-        shown = ", ".join(m.group(0) for m in itertools.islice(_NUMBER.finditer(answer), 3))
-        return f"none of the answer's figures ({shown}) appears in an output of this run"
+    if _result_figures(answer):
+        return unseen_figures(answer, text)
     words = {w.lower() for w in _WORD.findall(answer)} - _STOPWORDS
     if not words or any(w in text.lower() for w in words):
         return None
     return "none of the answer's words appears in an output of this run"
+
+
+def _result_figures(answer: str) -> list[tuple[float, int]]:
+    # small whole numbers are counts and ordinals ("the top 3") more often than results
+    return [(v, d) for v, d in _figures(answer) if d or abs(v) >= 10]
+
+
+def unseen_figures(answer: str, text: str) -> str | None:
+    """Why `answer`'s figures are unsupported by `text` (none of them appears), or None
+    (one appears, or the answer states no figure)."""
+    figures = _result_figures(answer)
+    if not figures:
+        return None
+    seen = _figures(text)
+    if any(_figure_seen(v, d, seen) for v, d in figures):
+        return None
+    shown = ", ".join(m.group(0) for m in itertools.islice(_NUMBER.finditer(answer), 3))
+    return f"none of the answer's figures ({shown}) appears in an output of this run"
