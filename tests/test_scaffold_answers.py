@@ -236,3 +236,22 @@ def test_no_last_turn_note_without_a_cell_or_a_limit(_isolated_home):
     assert last_turn_note(2, 3, native_tools=False, cells_run=2) is None
     assert last_turn_note(1, 1, native_tools=False, cells_run=0) is None
     assert last_turn_note(5, None, native_tools=False, cells_run=2) is None
+
+
+def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_home):
+    """The task suite's model wrote `print(sales.columns)` and, in the same reply, a guess
+    for what to do "if the column is named category_name": both ran, the guess failed, and
+    the model looped on it. Fences run in order until one prints or fails; the rest are
+    recorded as not run, and the model is told why. Silent setup fences still chain."""
+    reply = (_cell("cols = ['date', 'category']") + "\n\n" + _cell("print(cols)") +
+             "\nIf 'category' is missing, try this:\n" + _cell("print(cols.index('category_name'))"))
+    llm = _Fenced([reply, "FINAL(date and category)"])
+    agent, session = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("which columns?") if isinstance(e, RunEnded)][-1]
+    tools = [e.message for e in session.branch() if getattr(e, "role", None) == "tool"]
+    assert [t["content"].strip()[:40] for t in tools[:2]] == ["(no output)", "['date', 'category']"]
+    assert tools[2]["content"].startswith("Not run: this block comes after a block whose output")
+    assert "category_name" not in "".join(str(m.get("content")) for m in llm.calls[1]
+                                          if m.get("role") != "assistant")  # never ran
+    assert ended.final == "date and category" and ended.verified is True

@@ -444,7 +444,20 @@ class Agent:
                 self._accept(kind, answer)
                 yield FinalAnswer(answer, kind)
                 return ("final", answer)
+            if call.synthetic and i + 1 < len(calls) and self._showed_something():
+                # the later fences were written before this output was seen (small models
+                # add "if that fails, try ..." blocks): they wait for the model's next reply
+                for rest in calls[i + 1:]:
+                    self._record_skipped(rest, NOT_RUN_UNSEEN)
+                yield Notice(f"{len(calls) - i - 1} more code block(s) in the reply not run: "
+                             "written before the output above was seen")
+                break
         return None
+
+    def _showed_something(self) -> bool:
+        """The cell just run failed or printed something."""
+        st = self.state
+        return not st.last_cell_ok or bool(st.outputs and st.outputs[-1].strip())
 
     def _refuse_error_text(self, answer: str) -> Generator[Event, None, bool]:
         """Refuse (once per run) an answer that is the text of an error: tell the model why."""
@@ -613,6 +626,10 @@ class Agent:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
+                  "you wrote it (that output is above). Write your next cell from that output.")
 
 
 def _input_names(entry: Any) -> list[str]:
