@@ -137,6 +137,26 @@ def test_context_files_reach_the_kernel_not_the_prompt(_isolated_home, tmp_path)
     assert secret_line not in first_prompt  # the file contents stay in the kernel
 
 
+def test_a_json_lines_file_is_a_table_and_a_broken_one_stays_text(_isolated_home, tmp_path):
+    """The task suite's 1.5B model got `orders.jsonl` as one long str and spent all its
+    turns on json.loads(orders) ("Extra data"). JSON Lines loads as a DataFrame, like a CSV;
+    a file whose lines are not JSON is still readable, as text."""
+    from rlm.agent.context_files import load_context_files
+
+    (tmp_path / "orders.jsonl").write_text(
+        "".join(f'{{"order": {i}, "city": "{c}", "status": "returned"}}\n'
+                for i, c in enumerate(["Lyon", "Nice", "Lyon"])))
+    (tmp_path / "notes.ndjson").write_text('{"a": 1}\nnot json at all\n')
+    agent, _, llm = make_agent(_isolated_home, [
+        call("print(type(orders).__name__, (orders.city == 'Lyon').sum(), type(notes).__name__)"),
+        call("final('ok')")])
+    with agent:
+        load_context_files(agent, [tmp_path / "orders.jsonl", tmp_path / "notes.ndjson"])
+        run(agent, "count")
+    assert tool_texts(llm.calls[1])[-1].strip() == "DataFrame 2 str"
+    assert "DataFrame" in json.dumps(llm.calls[0])  # described as a table to the model
+
+
 def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
     from rlm.agent.context_files import load_context_files
 

@@ -1,8 +1,8 @@
 """`rlm run --context FILE`: big inputs go into kernel variables, not into the prompt.
 
-Each file becomes one variable named after its stem (`sales.csv` -> `sales`): CSV/TSV and
-Parquet load as pandas DataFrames, JSON as parsed objects, anything else as text (or bytes
-when it is not UTF-8). The model sees only names, types, sizes and a short preview.
+Each file becomes one variable named after its stem (`sales.csv` -> `sales`): CSV/TSV,
+Parquet and JSON Lines (.jsonl, .ndjson) load as pandas DataFrames, JSON as parsed objects,
+anything else as text (or bytes when it is not UTF-8). The model sees only names, types, sizes and a short preview.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ _TEXT = (
     "with open({path!r}, 'rb') as _f:\n    {name} = _f.read()\ndel _f\n"
     "try:\n    {name} = {name}.decode('utf-8')\nexcept UnicodeDecodeError:\n    pass\n"
 )
+# JSON Lines: one record per line, a table like a CSV (text when a line is not JSON)
+_LINES = ("import pandas as _pd\ntry:\n    {name} = _pd.read_json({path!r}, lines=True)\n"
+          "except ValueError:\n" + "".join("    " + line + "\n" for line in _TEXT.splitlines())
+          + "del _pd\n")
+_LOADERS[".jsonl"] = _LOADERS[".ndjson"] = _LINES
 
 # names a context file must not take: the kernel API (kernel_ext.api.NAMES; a test keeps
 # the two in step), IPython's own, and every builtin (`print.txt` must not shadow print)
