@@ -51,6 +51,25 @@ def test_a_name_error_lists_the_names_that_exist_inputs_first(_isolated_home, tm
     assert "chars" in listing.split("- notes:")[1].splitlines()[0]
 
 
+def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_home, tmp_path):
+    """The task suite's 1.5B model wrote `orders["value"].groupby("region")`, read
+    `KeyError: 'region'` as "no such column", and repeated or guessed other names for
+    the rest of its turns. The result says where the column is, or lists the columns."""
+    (tmp_path / "orders.csv").write_text("order_id,region,value\n1,Lyon,3.5\n2,Nice,4.0\n")
+    llm = _Fenced([_cell("print(orders['value'].groupby('region').median())"),
+                   _cell("print(orders['city'])"), _cell("print(len(orders))"), "FINAL(2)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "orders.csv"])
+        list(agent.run("median per region?"))
+    first, second = llm.calls[1][-1]["content"], llm.calls[2][-1]["content"]
+    assert "KeyError: 'region'" in first
+    assert "`'region'` is a column of the DataFrame `orders`" in first
+    assert "`orders.groupby('region')`" in first
+    assert "`'city'` is not a column of any DataFrame" in second
+    assert "- orders: order_id, region, value" in second
+
+
 def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isolated_home):
     llm = _Fenced([_cell("import pandas as pd\ndf = pd.read_csv('sales.csv')"),
                    "FINAL(FileNotFoundError: sales.csv does not exist)",

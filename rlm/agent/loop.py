@@ -577,15 +577,21 @@ class Agent:
                                   [f["name"] for f in result.restart.failed + result.restart.skipped])
 
     def _existing_names(self, result: CellResult) -> str:
-        """After a NameError: the names that exist, inputs first (rlm.agent.notices)."""
-        missing = notices.missing_name(result.shaped) if result.status == "error" else None
-        if missing is None or self.executor is None:
+        """After a NameError: the names that exist, inputs first; after a KeyError: where
+        that column is, or the columns that exist (rlm.agent.notices)."""
+        if result.status != "error" or self.executor is None:
+            return ""
+        missing = notices.missing_name(result.shaped)
+        key = None if missing is not None else notices.missing_key(result.shaped)
+        if missing is None and key is None:
             return ""
         try:
             rows = self.executor.list_namespace(timeout=5.0).get("names", [])
         except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
             return ""
-        return notices.existing_names(missing, rows, self.input_names())
+        if missing is not None:
+            return notices.existing_names(missing, rows, self.input_names())
+        return notices.key_note(str(key), rows, self.input_names())
 
     def _execute(self, code: str) -> Generator[Event, None, CellResult]:
         timeout = self.config.cell_timeout

@@ -94,6 +94,44 @@ def missing_name(shaped: str) -> str | None:
     return found[-1] if found else None
 
 
+_KEY_ERROR = re.compile(r"^KeyError: (['\"])(.{1,200}?)\1\s*$", re.M)
+
+
+def missing_key(shaped: str) -> str | None:
+    """The key a `KeyError: 'x'` in a cell's output complains about, or None."""
+    found = _KEY_ERROR.findall(shaped or "")
+    return found[-1][1] if found else None
+
+
+def frame_columns(summary: str) -> list[str] | None:
+    """The column names in a DataFrame's listing summary (`DataFrame 9 rows x 2 cols: a
+    int64, b str`), or None when the row is not a DataFrame."""
+    head, sep, cols = summary.partition(" cols: ")
+    if not head.startswith("DataFrame ") or not sep:
+        return None
+    cols = cols.split("; index ")[0]
+    return [c.rsplit(" ", 1)[0] for c in cols.split(", ") if " " in c and not c.startswith("+")]
+
+
+def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
+    """After a KeyError on a name: where that column is, or the columns that exist. Small
+    models read `KeyError: 'region'` from `orders['value'].groupby('region')` as "no such
+    column" and then guess other names."""
+    frames = [(r["name"], cols) for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
+              if (cols := frame_columns(str(r.get("summary") or ""))) is not None]
+    having = [name for name, cols in frames if key in cols]
+    if having:
+        name = having[0]
+        return (f"\n[`{key!r}` is a column of the DataFrame `{name}`; the object the failing "
+                f"code indexed or grouped does not have it (a single column or Series, say). "
+                f"Use the DataFrame itself: `{name}[{key!r}]`, `{name}.groupby({key!r})`.]")
+    if not frames:
+        return ""
+    lines = [f"\n[`{key!r}` is not a column of any DataFrame. Their columns:"]
+    lines += [f"- {name}: {', '.join(cols)}" for name, cols in frames[:8]]
+    return "\n".join(lines) + "\nUse one of these names.]"
+
+
 def existing_names(missing: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
     """After a NameError: the names that do exist, the input variables first (with type and
     size), so a small model stops inventing names from the prompt's wording."""
