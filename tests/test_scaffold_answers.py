@@ -274,3 +274,28 @@ def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_h
     assert "category_name" not in "".join(str(m.get("content")) for m in llm.calls[1]
                                           if m.get("role") != "assistant")  # never ran
     assert ended.final == "date and category" and ended.verified is True
+
+
+def test_an_answer_that_nothing_was_found_is_refused_once_while_a_turn_is_left(_isolated_home):
+    """Seeds 1 and 2 of the task suite's farapart item ended with "No budget information
+    found" and FINAL(None) after one guessed regex matched nothing."""
+    from rlm.agent.nudge import non_answer_refusal
+
+    kw = dict(native_tools=False, turn=2, limit=6, refused=set(), cells_run=1)
+    for said in ("None", "not found", "No budget information found in the log.", "N/A",
+                 "The value could not be found", "unknown.", "cannot be determined"):
+        assert non_answer_refusal(said, **kw), said
+    for said in ("4920000", "Lyon", "None of the regions: all grew", "found 3 matches",
+                 "no-show rate is 12%"):
+        assert non_answer_refusal(said, **kw) is None, said
+    assert non_answer_refusal("None", **{**kw, "turn": 6}) is None  # the last turn: accepted
+    assert non_answer_refusal("None", **{**kw, "cells_run": 0}) is None  # the no-cell nudge
+
+    llm = _Fenced([_cell("print('Budget information not found in the log records.')"),
+                   "FINAL(None)", _cell("print(2 + 2)"), "FINAL(4)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("budget?") if isinstance(e, RunEnded)][-1]
+    assert llm.calls[2][-1]["content"].startswith("Not accepted yet: your answer says nothing "
+                                                  "was found (None)")
+    assert ended.final == "4" and ended.verified is True

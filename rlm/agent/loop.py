@@ -26,11 +26,13 @@ from rlm.agent.codeparse import code_tool_calls, overwritten_inputs, text_final
 from rlm.agent.context_files import with_question_example
 from rlm.agent.nudge import (
     NUDGE_ERROR_TEXT,
+    NUDGE_NOT_FOUND,
     NUDGE_UNGROUNDED,
     WHY,
     choose_nudge,
     error_text,
     last_turn_note,
+    non_answer_refusal,
     ungrounded_refusal,
     unverified_why,
 )
@@ -472,18 +474,28 @@ class Agent:
         return True
 
     def _refuse_ungrounded(self, answer: str) -> Generator[Event, None, bool]:
-        """Refuse (once per run, while a turn is left) a text answer no output supports."""
-        nudge = ungrounded_refusal(answer, self.state.outputs, native_tools=self.llm.native_tools,
-                                   turn=self.state.turns, limit=self.config.max_turns,
-                                   refused=self.state.refused)
-        if nudge is None:
-            return False
-        self.state.refused.add(NUDGE_UNGROUNDED)
-        self.session.append(MessageEntry(message={"role": "user", "content": nudge},
-                                         origin="nudge"))
-        yield Notice("the model answered with something no output of this run shows; asked "
-                     "it to compute it first")
-        return True
+        """Refuse (each once per run, while a turn is left) a text answer that says the
+        data holds nothing, or that states figures no output of this run shows."""
+        st, tools, limit = self.state, self.llm.native_tools, self.config.max_turns
+        refusals = [
+            (NUDGE_NOT_FOUND, non_answer_refusal(answer, native_tools=tools, turn=st.turns,
+                                                 limit=limit, refused=st.refused,
+                                                 cells_run=st.cells),
+             "the model answered that nothing was found; asked it to look at the data"),
+            (NUDGE_UNGROUNDED, ungrounded_refusal(answer, st.outputs, native_tools=tools,
+                                                  turn=st.turns, limit=limit,
+                                                  refused=st.refused),
+             "the model answered with something no output of this run shows; asked it to "
+             "compute it first"),
+        ]
+        for key, nudge, notice in refusals:
+            if nudge is not None:
+                st.refused.add(key)
+                self.session.append(MessageEntry(message={"role": "user", "content": nudge},
+                                                 origin="nudge"))
+                yield Notice(notice)
+                return True
+        return False
 
     def _accept(self, source: str, answer: str) -> None:
         st = self.state

@@ -38,6 +38,12 @@ NUDGE_ERROR_TEXT = ("Not accepted: your answer is the text of an error ({what}),
 NUDGE_UNGROUNDED = ("Not accepted yet: {why}, so nothing you ran showed it. Reply with a "
                     "```python cell that computes it from the data and prints it; answer with "
                     "FINAL(answer) after you see the output.")
+NUDGE_NOT_FOUND = ("Not accepted yet: your answer says nothing was found ({what}), but the "
+                   "question assumes the data holds it. A search that finds nothing usually "
+                   "means the pattern or the column was wrong. Look at how the data is written "
+                   "first: print a slice around a word from the question (for a text `t`: "
+                   "`i = t.find('word'); print(t[max(0, i - 300):i + 300])`; for a table: "
+                   "`print(df.head())`), then search again and answer from what you see.")
 NUDGE_LAST_TURN = ("This is your last turn ({turn} of {limit}): reply with only FINAL(answer), "
                    "written from what your cells have printed. No more cells will run.")
 WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its data",
@@ -82,6 +88,28 @@ def ungrounded_refusal(answer: str, outputs: list[str], *, native_tools: bool, t
         return None  # refusals cover these: one refusal per mistake is enough
     why = unseen_figures(answer, "\n".join(outputs))
     return None if why is None else NUDGE_UNGROUNDED.format(why=why)
+
+
+# answers that say the data holds no answer: "None", "not found", "No budget information
+# found", "unknown", "cannot be determined", "N/A"
+_NON_ANSWER = re.compile(
+    r"^\W*(?:none|null|nan|unknown|n/?a|nothing(?: found)?|not (?:be )?(?:found|available)"
+    r"|no (?:\w+ ){0,4}(?:found|available|information|data|match(?:es)?)\b.*"
+    r"|.*\b(?:was|were|is|are|could) not (?:be )?found\b.*"
+    r"|.*\bcannot be (?:determined|found)\b.*)\W*$", re.I | re.S)
+
+
+def non_answer_refusal(answer: str, *, native_tools: bool, turn: int, limit: int | None,
+                       refused: set[str], cells_run: int) -> str | None:
+    """For fenced-code models that ran cells: refuse, once per run while a turn is left, an
+    answer saying the data holds no answer. Small models take their own failed search
+    (a guessed regex) for the data's; the question was asked because the data has it."""
+    if (native_tools or cells_run == 0 or NUDGE_NOT_FOUND in refused
+            or (limit is not None and turn >= limit) or len(answer) > 200):
+        return None
+    if not _NON_ANSWER.match(answer.strip()):
+        return None
+    return NUDGE_NOT_FOUND.format(what=answer.strip()[:60])
 
 
 def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_data: bool,
