@@ -387,12 +387,14 @@ def test_small_model_final_after_a_silent_cell_is_nudged(_isolated_home):
     llm = _Fenced(["```python\nimport re\nm = re.search('nope', 'text')\n```",
                    "FINAL(12345)",  # a guess: the cell printed nothing
                    "```python\nprint(m)\n```",
+                   "FINAL(not found)",  # refused once: a turn is left to look again
                    "FINAL(not found)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
     with Agent(session, config, llm=llm) as agent:
         events = run(agent, "find it")
     assert events[-1].final == "not found"
     assert "printed nothing" in llm.calls[2][-1]["content"]
+    assert "says nothing was found" in llm.calls[4][-1]["content"]
 
 
 def test_a_repeated_failing_cell_is_pointed_out(_isolated_home):
