@@ -299,3 +299,19 @@ def test_an_answer_that_nothing_was_found_is_refused_once_while_a_turn_is_left(_
     assert llm.calls[2][-1]["content"].startswith("Not accepted yet: your answer says nothing "
                                                   "was found (None)")
     assert ended.final == "4" and ended.verified is True
+
+
+def test_a_repeated_failing_cell_raises_the_temperature_of_the_next_call(_isolated_home):
+    """At temperature 0 the task suite's 1.5B model sent one failing groupby five times in
+    a row, whatever the result said. After a repeat, the next call samples (0.7)."""
+    from rlm.agent.loop import LOOP_BREAK_TEMPERATURE
+
+    bad = _cell("print({}['missing'])")
+    llm = _Fenced([bad, bad, _cell("print(1 + 1)"), "FINAL(2)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("go") if isinstance(e, RunEnded)][-1]
+    temps = [r["temperature"] for r in llm.requests]
+    configured = agent.config.temperature
+    assert temps == [configured, configured, LOOP_BREAK_TEMPERATURE, configured]
+    assert ended.final == "2"

@@ -61,6 +61,7 @@ from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
 from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
 from rlm.session.entries import CustomEntry, MessageEntry
 
+LOOP_BREAK_TEMPERATURE = 0.7
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
             "Change the code: check the names, columns and types involved with a small cell "
             "first.]")
@@ -374,6 +375,16 @@ class Agent:
         finally:
             self.turn_active = False
 
+    def _temperature(self) -> float | None:
+        """The configured temperature; for a fenced-code model whose newest cell repeated
+        the failing one before it, at least LOOP_BREAK_TEMPERATURE: at temperature 0 a small
+        model sends the same cell again whatever the result says (the task suite's 1.5B
+        model sent one failing groupby five times)."""
+        t = self.config.temperature
+        if self.state.looping and not self.llm.native_tools:
+            return max(t or 0.0, LOOP_BREAK_TEMPERATURE)
+        return t
+
     def _call_model(self) -> Generator[Event, None, Completion | None]:
         native = self.llm.native_tools
         for attempt in range(2):
@@ -390,7 +401,7 @@ class Agent:
                         messages,
                         tools=[PYTHON_TOOL] if native else None,
                         on_text=on_text,
-                        temperature=self.config.temperature,
+                        temperature=self._temperature(),
                     )
 
             yield ModelCallStarted(self.llm.spec, prompt_tokens(messages))
@@ -577,7 +588,8 @@ class Agent:
         if result.ok:
             self.state.outputs.append(result.shaped)
         content = pre_notice + notices.cell_content(result) + self._existing_names(result)
-        if result.status == "error" and self.state.last_failed_code == code:
+        self.state.looping = result.status == "error" and self.state.last_failed_code == code
+        if self.state.looping:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell
         self.state.last_failed_code = code if result.status == "error" else None
         self.session.append(MessageEntry(

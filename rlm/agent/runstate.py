@@ -21,6 +21,7 @@ class RunState:
     nudges: int = 0
     has_data: bool = False  # input was attached for this run's prompt
     last_failed_code: str | None = None
+    looping: bool = False  # the newest cell repeated the failing one before it
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
     outputs: list[str] = field(default_factory=list)  # what the successful ones printed

@@ -497,7 +497,8 @@ class _ScriptHandler:
         owner.calls.append(copy.deepcopy(messages))
         params = kw.get("optional_params") or {}
         owner.requests.append(
-            {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop")}
+            {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop"),
+             "temperature": params.get("temperature")}
         )
         reply = owner.queue.replies[index]
         if reply.error:
