@@ -263,7 +263,8 @@ def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_h
     the model looped on it. Fences run in order until one prints or fails; the rest are
     recorded as not run, and the model is told why. Silent setup fences still chain."""
     reply = (_cell("cols = ['date', 'category']") + "\n\n" + _cell("print(cols)") +
-             "\nIf 'category' is missing, try this:\n" + _cell("print(cols.index('category_name'))"))
+             "\nIf 'category' is missing, try this:\n" + _cell("print(cols.index('category_name'))")
+             + "\n" + _cell("print(cols)") * 2)
     llm = _Fenced([reply, "FINAL(date and category)"])
     agent, session = _agent(_isolated_home, llm)
     with agent:
@@ -271,6 +272,7 @@ def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_h
     tools = [e.message for e in session.branch() if getattr(e, "role", None) == "tool"]
     assert [t["content"].strip()[:40] for t in tools[:2]] == ["(no output)", "['date', 'category']"]
     assert tools[2]["content"].startswith("Not run: this block comes after a block whose output")
+    assert [t["content"] for t in tools[3:]] == ["Not run.", "Not run."]  # the reason once
     assert "category_name" not in "".join(str(m.get("content")) for m in llm.calls[1]
                                           if m.get("role") != "assistant")  # never ran
     assert ended.final == "date and category" and ended.verified is True

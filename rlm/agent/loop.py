@@ -460,8 +460,9 @@ class Agent:
             if call.synthetic and i + 1 < len(calls) and self._showed_something():
                 # the later fences were written before this output was seen (small models
                 # add "if that fails, try ..." blocks): they wait for the model's next reply
-                for rest in calls[i + 1:]:
-                    self._record_skipped(rest, NOT_RUN_UNSEEN)
+                # the reason once: a degenerate reply can hold dozens of fences
+                for k, rest in enumerate(calls[i + 1:]):
+                    self._record_skipped(rest, NOT_RUN_UNSEEN if k == 0 else "Not run.")
                 yield Notice(f"{len(calls) - i - 1} more code block(s) in the reply not run: "
                              "written before the output above was seen")
                 break
