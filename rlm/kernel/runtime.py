@@ -107,6 +107,10 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     if config.snapshot_url:  # the kernel writes there (kernel_ext.snapshot), not to the dir
         env["RLM_SNAPSHOT_URL"] = snapshot_location(session_dir, config.snapshot_url)
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    if "IPYTHONDIR" not in env:
+        # IPython makes ~/.ipython/profile_default at start: keep it in the session's
+        # private runtime dir, so a kernel writes nothing under HOME
+        env["IPYTHONDIR"] = str(private_dir(session_dir / "runtime" / "ipython"))
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
         env["PYTHONPATH"] = os.pathsep.join(
