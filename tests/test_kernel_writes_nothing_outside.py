@@ -44,3 +44,44 @@ def test_kernel_start_writes_nothing_under_home(tmp_path, monkeypatch):
     finally:
         k.stop()
     assert _tree(outside) == sorted(os.path.relpath(p, outside) for p in env.values())
+
+
+def test_a_dead_hosts_socket_dir_outside_the_session_is_removed(tmp_path):
+    """A session dir too deep for AF_UNIX puts the sockets in a fallback dir under
+    $XDG_RUNTIME_DIR or TMPDIR; a host SIGKILLed never removes it: the next start does
+    (its owner is dead), a live owner's stays."""
+    import subprocess
+    import sys
+
+    from rlm.kernel.runtime import IPC_OWNER, drop_stale_ipc_dirs
+
+    runtime, base = tmp_path / "runtime", tmp_path / "xdg"
+    runtime.mkdir()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dirs = {}
+    for who, pid in (("dead", dead.pid), ("live", os.getppid())):
+        d = base / f"rlm-{who}"
+        (d / "k-1").mkdir(parents=True)
+        (runtime / f"k{who}{IPC_OWNER}").write_text(f"{pid}\n{d}\n")
+        dirs[who] = d
+    drop_stale_ipc_dirs(runtime)
+    assert not dirs["dead"].exists() and not (runtime / f"kdead{IPC_OWNER}").exists()
+    assert dirs["live"].exists() and (runtime / f"klive{IPC_OWNER}").exists()
+
+
+def test_a_deep_session_leaves_no_socket_dir_behind(tmp_path, monkeypatch):
+    xdg = tmp_path / "xdg"
+    xdg.mkdir(mode=0o700)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
+    session = tmp_path.joinpath(*["d" * 20] * 5)
+    session.mkdir(parents=True)
+    k = Kernel(session, Config(home=tmp_path))
+    k.start()
+    try:
+        assert k.execute("1").status == "ok"
+        assert [p.name[:4] for p in xdg.iterdir()] == ["rlm-"]
+    finally:
+        k.stop()
+    assert list(xdg.iterdir()) == []
+    assert not list((session / "runtime").glob("*.ipc-owner"))
