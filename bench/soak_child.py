@@ -71,13 +71,14 @@ class TerminalSink(io.TextIOBase):
     found (an ESC, BEL or C1 byte reaching the terminal is a violation)."""
 
     def __init__(self) -> None:
-        self.chars, self.raw = 0, []  # type: ignore[var-annotated]
+        self.chars, self.raw, self.tail = 0, [], ""  # type: ignore[var-annotated]
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
         self.chars += len(text)
+        self.tail = (self.tail + text)[-65536:]
         if any(c in text for c in RAW_CONTROL):
             self.raw.append(text[:200])
         return len(text)
@@ -351,8 +352,11 @@ class Child:
                 ok = False
                 self.violation("print_after_close", i=i, status=after.status,
                                out=after.shaped[-300:])
-        if expect.get("hostile") and self.sink.raw:
-            ok = False
+        if expect.get("hostile") and (self.sink.raw or "HOSTILE" not in self.sink.tail
+                                      or "done" not in self.sink.tail):
+            ok = False  # leaked (reported at exit), or the output was never rendered
+            if not self.sink.raw:
+                self.violation("hostile_not_rendered", i=i, tail=self.sink.tail[-300:])
         if expect.get("secret"):
             found = secret_files(self.session.dir, os.environ.get("OPENAI_API_KEY", ""))
             if found:

@@ -108,3 +108,27 @@ def test_the_disk_checks_have_teeth(tmp_path):
                        {**d, "tick_id": "j:2", "claimed_at": 130.0}]}))
     kinds = {v["kind"] for v in soak_checks.check_ticks(s.path, jobs, ["j:1", "j:1"])}
     assert kinds == {"tick_replayed", "tick_delivered_twice"}
+
+
+def test_the_terminal_sink_has_teeth():
+    """Raw escape sequences printed to the captured console are caught; the product's
+    renderer shows the text of hostile model replies and cell output without them."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from bench.soak_child import TerminalSink
+    from bench.soak_model import HOSTILE
+    from rlm import events as ev
+    from rlm.cli.render import Renderer
+
+    def console(sink):
+        return Console(file=sink, force_terminal=False, color_system=None, width=120)
+
+    sink = TerminalSink()
+    console(sink).print(Text(HOSTILE))
+    assert sink.raw
+    sink = TerminalSink()
+    r = Renderer(console=console(sink), animate=False)
+    r(ev.ModelReply(content="hi " + HOSTILE, code_cells=[], usage={}))
+    r(ev.CellOutput(text="HOSTILE " + HOSTILE + " done\n"))
+    assert sink.raw == [] and "HOSTILE" in sink.tail and "done" in sink.tail
