@@ -57,6 +57,7 @@ class Soak:
         self.sched_pending: dict[str, int] = {}
         self.sched_claimed: set[str] = set()
         self.stopped = False
+        self.stop_requested = False
         self.t0 = time.monotonic()
         self.fault_rate = fault_rate
         self.plan = make_plan(seed, turns, fault_rate)
@@ -85,7 +86,9 @@ class Soak:
         os.chmod(self.env_dirs["XDG_RUNTIME_DIR"], 0o700)
         self.plan_path.write_text(json.dumps(self.plan))
         self.outside_before = self.outside()
-        while self.next < len(self.plan):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.request_stop)
+        while self.next < len(self.plan) and not self.stop_requested:
             start = self.next
             self.host()
             if self.next == start:  # no progress: the host crashed at this action
@@ -97,10 +100,16 @@ class Soak:
         self.stats["wall_s"] = round(time.monotonic() - t0, 1)
         return self.report()
 
+    def request_stop(self, *_: Any) -> None:
+        self.stop_requested = True
+
     def outside(self) -> dict[str, Any]:
         return soak_checks.tree_state([self.root], skip=(self.home, self.harness))
 
     def final_checks(self) -> None:
+        if self.stop_requested:  # cut short: a job added lately may not be due yet
+            self.stats["sched_idle_pending_at_cut"] = len(self.sched_pending)
+            self.sched_pending.clear()
         for job, i in sorted(self.sched_pending.items()):
             self.faults["sched_idle"]["failed"] += 1
             self.violate({"kind": "scheduled_job_not_delivered", "job": job, "added_at": i})
@@ -146,6 +155,10 @@ class Soak:
         fd, buf = proc.stdout.fileno(), b""
         while True:
             ready, _, _ = select.select([fd], [], [], 1.0)
+            if self.stop_requested:  # cut short: the host goes, the end checks still run
+                proc.send_signal(signal.SIGKILL)
+                self.say(f"stopped by a signal at action {self.next}")
+                return "stop"
             if not ready:
                 if proc.poll() is not None:
                     return None
@@ -308,6 +321,7 @@ class Soak:
         names_lost = sum(1 for v in self.violations if v["kind"] in ("name_lost", "value_changed"))
         return {
             "turns": self.turns, "seed": self.seed, "fault_rate": self.fault_rate,
+            "completed_actions": self.next, "cut_short": self.stop_requested,
             "actions": len(self.plan),
             "faults": {k: dict(c) for k, c in self.faults.items()},
             "violations": self.violations,
@@ -318,6 +332,7 @@ class Soak:
             "outside_changes": self.stats["outside_changes"],
             "hosts_stopped": self.stats["hosts_stopped"],
             "sched_idle_interrupted": self.stats["sched_idle_interrupted"],
+            "sched_idle_pending_at_cut": self.stats["sched_idle_pending_at_cut"],
             "ledger_names": len(self.ledger),
             "entries": len(self.acked),
             "hosts": self.stats["hosts"], "orphan_kernels": self.stats["orphan_kernels"],
