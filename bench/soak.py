@@ -58,6 +58,7 @@ class Soak:
         self.sched_claimed: set[str] = set()
         self.stopped = False
         self.stop_requested = False
+        self.end_checked = False
         self.t0 = time.monotonic()
         self.fault_rate = fault_rate
         self.plan = make_plan(seed, turns, fault_rate)
@@ -116,6 +117,7 @@ class Soak:
         self.sched_pending.clear()
         secret_bad = soak_checks.check_secrets(self.home, self.secret)
         outside_bad = soak_checks.check_outside(self.outside_before, self.outside())
+        self.end_checked = True
         self.stats["secret_files"] = secret_bad[0]["count"] if secret_bad else 0
         self.stats["outside_changes"] = outside_bad[0]["count"] if outside_bad else 0
         for v in secret_bad + outside_bad:
@@ -328,8 +330,9 @@ class Soak:
             "entries_lost": self.stats["entries_lost"], "duplicates": self.stats["duplicates"],
             "names_lost": names_lost,
             "compactions": soak_checks.count_compactions(path) if path and path.exists() else 0,
-            "secret_files": self.stats["secret_files"],
-            "outside_changes": self.stats["outside_changes"],
+            # checked at the end only: None in a progress report
+            "secret_files": self.stats["secret_files"] if self.end_checked else None,
+            "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
             "hosts_stopped": self.stats["hosts_stopped"],
             "sched_idle_interrupted": self.stats["sched_idle_interrupted"],
             "sched_idle_pending_at_cut": self.stats["sched_idle_pending_at_cut"],
