@@ -27,19 +27,42 @@ from pathlib import Path
 from typing import Any
 
 from bench import soak_checks
-from bench.soak_plan import FAULTS, HOST_FAULTS, make_plan
+from bench.soak_child import STOPPED
+from bench.soak_plan import FAULT_RATE, FAULTS, HOST_FAULTS, make_plan, secret_key
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = {"context_window": 6000, "reserve_tokens": 1500, "keep_recent_tokens": 1500,
           "cell_timeout": 60.0, "interrupt_grace_s": 1.0, "memory_cap_bytes": 6 * 2**30}
 MAX_HOST_FAILURES = 3
+PROGRESS_S = 60.0
+XDG = ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
+       "XDG_RUNTIME_DIR")
 
 
 class Soak:
-    def __init__(self, turns: int, seed: int, home: Path, log: Any = sys.stderr):
-        self.turns, self.seed, self.home, self.log = turns, seed, home, log
-        self.plan = make_plan(seed, turns)
-        self.plan_path = home / "soak-plan.json"
+    """`root` holds everything of the run: rlm/ ($RLM_HOME), harness/ (the parent's own
+    files), and the hosts' HOME, TMPDIR, XDG dirs and cwd, which must end as they began."""
+
+    def __init__(self, turns: int, seed: int, root: Path, log: Any = sys.stderr,
+                 progress: Path | None = None, fault_rate: float = FAULT_RATE):
+        self.turns, self.seed, self.root, self.log = turns, seed, root, log
+        self.home = root / "rlm"
+        self.harness = root / "harness"
+        self.progress_path, self.last_progress = progress, time.monotonic()
+        self.secret = secret_key(seed)
+        self.env_dirs = {"HOME": root / "home", "TMPDIR": root / "tmp",
+                         **{k: root / "xdg" / k[4:].lower() for k in XDG}}
+        self.cwd = root / "cwd"
+        self.outside_before: dict[str, Any] = {}
+        self.sched_pending: dict[str, int] = {}
+        self.sched_claimed: set[str] = set()
+        self.stopped = False
+        self.stop_requested = False
+        self.end_checked = False
+        self.t0 = time.monotonic()
+        self.fault_rate = fault_rate
+        self.plan = make_plan(seed, turns, fault_rate)
+        self.plan_path = self.harness / "soak-plan.json"
         self.session: str | None = None
         self.acked: set[str] = set()
         self.ledger: dict[str, dict[str, Any]] = {}
@@ -58,10 +81,15 @@ class Soak:
 
     # ---------------------------------------------------------------- driving
     def run(self) -> dict[str, Any]:
-        t0 = time.monotonic()
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.t0 = t0 = time.monotonic()
+        for d in (self.home, self.harness, self.cwd, *self.env_dirs.values()):
+            d.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.env_dirs["XDG_RUNTIME_DIR"], 0o700)
         self.plan_path.write_text(json.dumps(self.plan))
-        while self.next < len(self.plan):
+        self.outside_before = self.outside()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self.request_stop)
+        while self.next < len(self.plan) and not self.stop_requested:
             start = self.next
             self.host()
             if self.next == start:  # no progress: the host crashed at this action
@@ -69,26 +97,55 @@ class Soak:
                 if self.failures[start] >= MAX_HOST_FAILURES:
                     self.violate({"kind": "stuck", "action": start, "plan": self.plan[start]})
                     self.next += 1
+        self.final_checks()
         self.stats["wall_s"] = round(time.monotonic() - t0, 1)
         return self.report()
+
+    def request_stop(self, *_: Any) -> None:
+        self.stop_requested = True
+
+    def outside(self) -> dict[str, Any]:
+        return soak_checks.tree_state([self.root], skip=(self.home, self.harness))
+
+    def final_checks(self) -> None:
+        if self.stop_requested:  # cut short: a job added lately may not be due yet
+            self.stats["sched_idle_pending_at_cut"] = len(self.sched_pending)
+            self.sched_pending.clear()
+        for job, i in sorted(self.sched_pending.items()):
+            self.faults["sched_idle"]["failed"] += 1
+            self.violate({"kind": "scheduled_job_not_delivered", "job": job, "added_at": i})
+        self.sched_pending.clear()
+        secret_bad = soak_checks.check_secrets(self.home, self.secret)
+        outside_bad = soak_checks.check_outside(self.outside_before, self.outside())
+        self.end_checked = True
+        self.stats["secret_files"] = secret_bad[0]["count"] if secret_bad else 0
+        self.stats["outside_changes"] = outside_bad[0]["count"] if outside_bad else 0
+        for v in secret_bad + outside_bad:
+            self.violate({**v, "when": "end of run"})
 
     def host(self) -> None:
         state = {"home": str(self.home), "session": self.session, "plan": str(self.plan_path),
                  "start": self.next, "ledger": self.ledger, "fragile": self.fragile,
                  "seed": self.seed, "config": CONFIG, "fired": self.fired,
                  "armed": self.armed}
-        state_path = self.home / "soak-state.json"
+        state_path = self.harness / "soak-state.json"
         state_path.write_text(json.dumps(state))
         env = dict(os.environ, RLM_HOME=str(self.home), PYTHONPATH=str(REPO),
-                   LITELLM_LOCAL_MODEL_COST_MAP="True")
+                   LITELLM_LOCAL_MODEL_COST_MAP="True", OPENAI_API_KEY=self.secret,
+                   **{k: str(v) for k, v in self.env_dirs.items()})
+        env.pop("IPYTHONDIR", None)
+        env.pop("MPLCONFIGDIR", None)
         proc = subprocess.Popen([sys.executable, "-m", "bench.soak_child", str(state_path)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                cwd=str(self.home))
+                                cwd=str(self.cwd))
         self.stats["hosts"] += 1
+        self.stopped = False
         killed = self.pump(proc)
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
         proc.wait()
-        if not killed and proc.returncode != 0:
+        if self.stopped and proc.returncode == STOPPED:
+            self.stats["hosts_stopped"] += 1
+        elif not killed and proc.returncode != 0:
             self.violate({"kind": "host_crashed", "rc": proc.returncode, "at": self.next,
                           "stderr": err[-1500:]})
         self.after_host(killed)
@@ -100,6 +157,10 @@ class Soak:
         fd, buf = proc.stdout.fileno(), b""
         while True:
             ready, _, _ = select.select([fd], [], [], 1.0)
+            if self.stop_requested:  # cut short: the host goes, the end checks still run
+                proc.send_signal(signal.SIGKILL)
+                self.say(f"stopped by a signal at action {self.next}")
+                return "stop"
             if not ready:
                 if proc.poll() is not None:
                     return None
@@ -120,6 +181,13 @@ class Soak:
                     self.faults[kind]["injected"] += 1
                     self.pending_host.append((kind, self.next))
                     self.say(f"host SIGKILLed ({kind}) at action {self.next}")
+                    if kind == "host_tick":
+                        # an idle job claimed, then its delivery cut by the planned kill:
+                        # at most once, it is not replayed (check_ticks) -- it did fire
+                        for job in sorted(self.sched_claimed & self.sched_pending.keys()):
+                            self.sched_pending.pop(job)
+                            self.faults["sched_idle"]["survived"] += 1
+                            self.stats["sched_idle_interrupted"] += 1
                     return kind
 
     def on_message(self, m: dict[str, Any]) -> tuple[str, float, int] | None:
@@ -129,6 +197,21 @@ class Soak:
             self.acked.add(m["ack"])
         if "done" in m:
             self.next = max(self.next, m["done"] + 1)
+            self.progress()
+        if "stopped" in m:
+            kind = m["stopped"]
+            self.stopped = True
+            self.fired.append(int(m["i"]))
+            self.faults[kind]["injected"] += 1
+            if m["ok"]:
+                self.pending_host.append((kind, self.next))
+            else:
+                self.faults[kind]["failed"] += 1
+            self.say(f"host stopped ({kind}) at action {m['i']}: {m.get('detail')}")
+        if "sched_added" in m:
+            self.faults["sched_idle"]["injected"] += 1
+            self.fired.append(int(m["i"]))
+            self.sched_pending[m["sched_added"]] = int(m["i"])
         if "session" in m:
             self.session = m["session"]
         if "commit" in m:
@@ -143,7 +226,12 @@ class Soak:
             self.kernel_pid = m["kernel"]
         if "rss" in m:
             self.peak_rss_kib = max(self.peak_rss_kib, int(m["rss"]))
+        if "claim" in m and m.get("job") in self.sched_pending:
+            self.sched_claimed.add(m["job"])
         if "tick" in m:
+            if m.get("job") in self.sched_pending:
+                self.sched_pending.pop(m["job"])
+                self.faults["sched_idle"]["survived"] += 1
             self.ticks.append(m["tick"])
             self.stats["ticks_delivered"] += 1
             self.stats["ticks_coalesced"] += m["count"] - 1
@@ -206,6 +294,25 @@ class Soak:
                 self.stats["orphan_kernels"] += 1
                 os.kill(pid, signal.SIGKILL)
 
+    def progress(self, force: bool = False) -> None:
+        """Every PROGRESS_S: one line, and the figures so far to `progress_path` (a run cut
+        short can still be read)."""
+        now = time.monotonic()
+        if not force and now - self.last_progress < PROGRESS_S:
+            return
+        self.last_progress = now
+        self.stats["wall_s"] = round(now - self.t0, 1)
+        r = self.report()
+        injected = sum(c.get("injected", 0) for c in r["faults"].values())
+        survived = sum(c.get("survived", 0) for c in r["faults"].values())
+        self.say(f"progress: action {self.next}/{len(self.plan)}, faults {injected} injected "
+                 f"/ {survived} survived, compactions {r['compactions']}, hosts {r['hosts']}, "
+                 f"violations {len(r['violations'])}, {r['wall_s']:.0f} s")
+        if self.progress_path is not None:
+            r["partial"] = {"next_action": self.next, "of": len(self.plan)}
+            self.progress_path.parent.mkdir(parents=True, exist_ok=True)
+            self.progress_path.write_text(json.dumps(r, indent=1, default=str) + "\n")
+
     def say(self, text: str) -> None:
         if self.log is not None:
             print(f"[soak] {text}", file=self.log, flush=True)
@@ -215,12 +322,20 @@ class Soak:
         path = Path(self.session) if self.session else None
         names_lost = sum(1 for v in self.violations if v["kind"] in ("name_lost", "value_changed"))
         return {
-            "turns": self.turns, "seed": self.seed, "actions": len(self.plan),
+            "turns": self.turns, "seed": self.seed, "fault_rate": self.fault_rate,
+            "completed_actions": self.next, "cut_short": self.stop_requested,
+            "actions": len(self.plan),
             "faults": {k: dict(c) for k, c in self.faults.items()},
             "violations": self.violations,
             "entries_lost": self.stats["entries_lost"], "duplicates": self.stats["duplicates"],
             "names_lost": names_lost,
-            "compactions": soak_checks.count_compactions(path) if path else 0,
+            "compactions": soak_checks.count_compactions(path) if path and path.exists() else 0,
+            # checked at the end only: None in a progress report
+            "secret_files": self.stats["secret_files"] if self.end_checked else None,
+            "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
+            "hosts_stopped": self.stats["hosts_stopped"],
+            "sched_idle_interrupted": self.stats["sched_idle_interrupted"],
+            "sched_idle_pending_at_cut": self.stats["sched_idle_pending_at_cut"],
             "ledger_names": len(self.ledger),
             "entries": len(self.acked),
             "hosts": self.stats["hosts"], "orphan_kernels": self.stats["orphan_kernels"],
@@ -242,16 +357,16 @@ def _alive(pid: int) -> bool:
 
 
 def table(r: dict[str, Any]) -> str:
-    rows = [f"{'fault':<14}{'injected':>9}{'survived':>9}{'failed':>7}"]
+    rows = [f"{'fault':<22}{'injected':>9}{'survived':>9}{'failed':>7}"]
     for kind, c in r["faults"].items():
         tag = " (host)" if kind in HOST_FAULTS else ""
-        rows.append(f"{kind + tag:<14}{c.get('injected', 0):>9}{c.get('survived', 0):>9}"
+        rows.append(f"{kind + tag:<22}{c.get('injected', 0):>9}{c.get('survived', 0):>9}"
                     f"{c.get('failed', 0):>7}")
     rows.append("")
-    for key in ("turns", "actions", "hosts", "compactions", "entries", "entries_lost",
+    for key in ("turns", "actions", "hosts", "hosts_stopped", "compactions", "entries", "entries_lost",
                 "duplicates", "names_lost", "ledger_names", "ticks_delivered", "ticks_coalesced",
                 "ticks_interrupted", "orphan_kernels", "disk_checks", "compaction_checks",
-                "wall_s", "host_peak_rss_mib"):
+                "secret_files", "outside_changes", "wall_s", "host_peak_rss_mib"):
         rows.append(f"{key:<22}{r[key]}")
     rows.append(f"{'violations':<22}{len(r['violations'])}")
     return "\n".join(rows)
@@ -261,13 +376,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=300)
     ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--fault-rate", type=float, default=FAULT_RATE,
+                    help="share of the other turns (first 80%%) that become a random fault")
     ap.add_argument("--out", type=Path, default=Path("bench/out/soak.json"))
-    ap.add_argument("--home", type=Path, default=None, help="RLM_HOME for the run (default: temp)")
+    ap.add_argument("--home", type=Path, default=None,
+                    help="the run's root (RLM_HOME is ROOT/rlm; HOME, TMPDIR, XDG dirs and the "
+                    "cwd are under it too; default: temp)")
     ap.add_argument("--keep", action="store_true", help="keep the session files")
     args = ap.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="rlm-soak-"))
     try:
-        result = Soak(args.turns, args.seed, home.absolute()).run()
+        partial = args.out.with_name(args.out.stem + ".partial.json")
+        result = Soak(args.turns, args.seed, home.absolute(), progress=partial,
+                      fault_rate=args.fault_rate).run()
     finally:
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)

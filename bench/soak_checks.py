@@ -8,6 +8,8 @@ still writing.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -117,3 +119,69 @@ def check_goal(path: Path) -> list[dict[str, Any]]:
 
 def count_compactions(path: Path) -> int:
     return sum(1 for e in raw_entries(path) if e.get("type") == "compaction")
+
+
+# ------------------------------------------------------- secrets and the outside world
+SECRET_ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
+
+
+def files_with_secret(root: Path, secret: str) -> list[str]:
+    """Every file under `root` whose bytes hold `secret` in UTF-8, UTF-16-LE or UTF-32-LE
+    (all bytes of every file are read; symlinks are not followed)."""
+    needles = [secret.encode(enc) for enc in SECRET_ENCODINGS]
+    overlap = max(len(n) for n in needles)
+    hits = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                if path.is_symlink() or not path.is_file():
+                    continue
+                with open(path, "rb") as f:
+                    tail = b""
+                    while chunk := f.read(1 << 24):
+                        buf = tail + chunk
+                        if any(n in buf for n in needles):
+                            hits.append(str(path))
+                            break
+                        tail = buf[-overlap:]
+            except OSError:
+                continue
+    return sorted(hits)
+
+
+def check_secrets(root: Path, secret: str) -> list[dict[str, Any]]:
+    hits = files_with_secret(root, secret)
+    return [{"kind": "secret_on_disk", "files": hits[:20], "count": len(hits)}] if hits else []
+
+
+def tree_state(roots: list[Path], skip: tuple[Path, ...] = ()) -> dict[str, tuple[Any, ...]]:
+    """path -> (type, size, mtime_ns, mode) of everything under `roots` (not under `skip`)."""
+    state: dict[str, tuple[Any, ...]] = {}
+    skipped = {str(p) for p in skip}
+    for root in roots:
+        for dirpath, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skipped]
+            for name in dirs + files:
+                p = os.path.join(dirpath, name)
+                try:
+                    st = os.lstat(p)
+                except OSError:
+                    continue
+                kind = "d" if stat.S_ISDIR(st.st_mode) else "f"
+                # a directory's mtime changes when an entry comes and goes: its entries say it
+                state[p] = (kind, st.st_mode) if kind == "d" else (
+                    kind, st.st_size, st.st_mtime_ns, st.st_mode)
+    return state
+
+
+def check_outside(before: dict[str, tuple[Any, ...]], after: dict[str, tuple[Any, ...]]
+                  ) -> list[dict[str, Any]]:
+    """Nothing created, changed or removed outside $RLM_HOME (HOME, TMPDIR, XDG, cwd)."""
+    created = sorted(set(after) - set(before))
+    removed = sorted(set(before) - set(after))
+    changed = sorted(p for p in set(before) & set(after) if before[p] != after[p])
+    if not (created or removed or changed):
+        return []
+    return [{"kind": "written_outside_home", "created": created[:30], "changed": changed[:30],
+             "removed": removed[:30], "count": len(created) + len(changed) + len(removed)}]

@@ -14,14 +14,20 @@ the plan from `start` on and reports to the parent, one JSON object per line on 
   {"compaction": id, "ok"}   a compaction and its <ipython_state> check
   {"started": ..., "ok"}     after start: the restore check
   {"rss": kib}               peak RSS of this host so far
+  {"stopped": kind, "i", "ok"}  the host stops on a planned disk fault (exit 75); resume
+  {"sched_added": job, "i"}  another process added a one-shot job while the host idled
 """
 
 from __future__ import annotations
 
+import errno
+import hashlib
+import io
 import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -32,6 +38,74 @@ from bench.soak_model import PlanLLM, Summarizer
 from bench.soak_plan import CRON, HEARTBEAT_S, canonical, check_code, clock_at
 
 _OUT = -1
+STOPPED = 75  # exit status of a host that stopped on a planned disk fault
+
+# A second writer, as `rlm compact SESSION` would open it: the lock first, then the file.
+SECOND_WRITER = """
+import sys
+from rlm.app import open_for_write
+from rlm.longrun.lock import SessionBusy
+try:
+    open_for_write(sys.argv[1], "compact")
+except SessionBusy as e:
+    print("BUSY", e)
+else:
+    print("OPENED")
+"""
+
+# Another process (as `rlm schedule add` would) adds a one-shot job at the fake time.
+ADD_JOB = """
+import sys
+from pathlib import Path
+from rlm.longrun.clock import FakeClock
+from rlm.longrun.schedule import Scheduler
+job = Scheduler(Path(sys.argv[1]), FakeClock(float(sys.argv[2]))).add(
+    "in 1s", "the idle job: report the ledger size", label=sys.argv[3])
+print(job.id)
+"""
+RAW_CONTROL = ("\x1b", "\x07", "\x9b", "\x90", "\x9d")
+
+
+class TerminalSink(io.TextIOBase):
+    """Where the renderer's console writes: counts bytes, keeps raw control characters
+    found (an ESC, BEL or C1 byte reaching the terminal is a violation)."""
+
+    def __init__(self) -> None:
+        self.chars, self.raw, self.tail = 0, [], ""  # type: ignore[var-annotated]
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self.chars += len(text)
+        self.tail = (self.tail + text)[-65536:]
+        if any(c in text for c in RAW_CONTROL):
+            self.raw.append(text[:200])
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+class _FailingOS:
+    """rlm.session.store's `os` for one write: ENOSPC after half the line, or EROFS."""
+
+    def __init__(self, real: Any, err: int, sticky: bool):
+        self.real, self.err, self.sticky, self.size = real, err, sticky, None  # type: ignore[var-annotated]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def write(self, fd: int, data: Any) -> int:
+        import rlm.session.store as st
+
+        self.size = self.real.fstat(fd).st_size
+        if not self.sticky:
+            st.os = self.real
+        if self.err == errno.ENOSPC:
+            view = memoryview(data)
+            self.real.write(fd, view[: max(1, len(view) // 2)])
+        raise OSError(self.err, os.strerror(self.err))
 
 
 def emit(**msg: Any) -> None:
@@ -66,17 +140,25 @@ class Child:
         self.pending_compactions: list[Any] = []
         self.fault_violations = 0
         self.watch_stop = threading.Event()
+        self.sink = TerminalSink()
+        self.stop_fault: tuple[str, int, Any] | None = None  # (kind, action, failing os)
 
     # ------------------------------------------------------------------ setup
     def open_session(self) -> Any:
+        from rlm.longrun.lock import SessionLock
         from rlm.session.store import SessionStore
 
         if self.s.get("session"):
+            # the one-writer lock first, as `rlm resume` takes it (two_writers probes it)
+            self.lock = SessionLock.for_session(Path(self.s["session"]).parent, "resume")
+            self.lock.acquire()
             session = SessionStore.open(self.s["session"])
             if session.recovered is not None:
                 emit(note=f"torn tail recovered into {session.recovered.name}")
         else:
             session = SessionStore.create(Path(self.s["home"]), model="soak-plan", task="soak")
+            self.lock = SessionLock.for_session(session.dir, "resume")
+            self.lock.acquire()
             emit(session=str(session.path))
         orig = session.append
 
@@ -124,6 +206,14 @@ class Child:
             self.sched.add(f"every {int(HEARTBEAT_S)}s", "report progress", heartbeat=True, label="hb")
             self.sched.add(CRON, "checkpoint the ledger", label="cron")
         attach_goals(self.agent, self.goals)
+        from rich.console import Console
+
+        from rlm.cli.render import Renderer
+
+        # what a user's terminal would show: every event rendered, captured in a sink
+        self.render = Renderer(console=Console(file=self.sink, force_terminal=False,
+                                               color_system=None, width=120), animate=False)
+        self.render.header("soak-plan", self.session)
         self._arm_summarizer()
         for d in self.sched.recover(self.clock.now()):
             emit(interrupted_tick=d["tick_id"])
@@ -142,6 +232,42 @@ class Child:
             self.config.cell_timeout, self.config.interrupt_grace_s = expect["cell_timeout"], 1.0
         if "model_error" in expect or "no_code" in expect:
             emit(fault=kind, i=action["i"] if action else -1, ok=True, detail="model reply")
+        if action is None or action["i"] in self.fired:
+            return
+        if kind == "enospc_append":
+            self._fail_appends(kind, action["i"], errno.ENOSPC, sticky=False)
+        elif kind == "two_writers":
+            self._second_writer(action["i"])
+
+    def _fail_appends(self, kind: str, i: int, err: int, sticky: bool) -> None:
+        import rlm.session.store as st
+
+        fake = _FailingOS(st.os, err, sticky)
+        st.os = fake  # type: ignore[assignment]
+        self.stop_fault = (kind, i, fake)
+
+    def _second_writer(self, i: int) -> None:
+        """Another process opens the session for writing while this host runs it."""
+        path = self.session.path
+        before = hashlib.sha256(path.read_bytes()).hexdigest()
+        proc = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path)],
+                              capture_output=True, text=True, timeout=120)
+        after = hashlib.sha256(path.read_bytes()).hexdigest()
+        ok = proc.stdout.startswith("BUSY") and before == after
+        if not ok:
+            self.violation("second_writer_not_refused", i=i, out=proc.stdout[-300:],
+                           err=proc.stderr[-600:], changed=before != after)
+        emit(fault="two_writers", i=i, ok=ok, detail=proc.stdout.strip()[:200])
+
+    def add_idle_job(self, i: int) -> None:
+        """sched_idle: the turn is over and the host idles; another process adds a job."""
+        proc = subprocess.run(
+            [sys.executable, "-c", ADD_JOB, str(self.sched.path), repr(self.clock.now()),
+             f"idle{i}"], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            self.violation("sched_add_failed", i=i, err=proc.stderr[-600:])
+            return
+        emit(sched_added=proc.stdout.strip(), i=i)
 
     def _arm_summarizer(self) -> None:
         if "host_compact" in self.arm:
@@ -154,6 +280,8 @@ class Child:
         action, _ = self.current
         self.current = None
         self.config.cell_timeout, self.config.interrupt_grace_s = self.s["config"]["cell_timeout"], 1.0
+        if action is not None and action["kind"] == "sched_idle" and action["i"] not in self.fired:
+            self.add_idle_job(action["i"])  # the turn is over: the host idles
         if action is not None and not action.get("nodone"):
             emit(done=action["i"])
         emit(rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -166,6 +294,7 @@ class Child:
     def handle(self, ev: Any) -> None:
         from rlm.events import CellFinished, CellStarted, KernelRestarted
 
+        self.render(ev)
         if isinstance(ev, CellStarted) and self.current is not None:
             self._arm_cell(self.current[1])
         elif isinstance(ev, CellFinished) and self.current is not None:
@@ -183,6 +312,8 @@ class Child:
             threading.Thread(target=_kill_in_snapshot, args=(pid, snap, self.watch_stop),
                              daemon=True).start()
         action = self.current[0] if self.current else None
+        if expect.get("readonly") and action and action["i"] not in self.fired:
+            self._read_only_home(action["i"])
         if "host_kill" in expect and action and action["i"] not in self.fired:
             killme("host_turn", action["i"], delay=expect["host_kill"])
 
@@ -204,13 +335,59 @@ class Child:
         if expect.get("elided") and not (res.elided_chars > 0 and res.full_output_path):
             ok = False
             self.violation("print_not_spooled", i=action and action["i"])
+        if expect.get("elided") and res.full_output_path and not (
+                self.session.dir / res.full_output_path).is_file():
+            ok = False
+            self.violation("spool_missing", i=action and action["i"], path=res.full_output_path)
         if res.status == "ok":
             self._commit(expect)
             if "read" in expect:
                 ok = self._check_read(expect["read"], ev.shaped, action) and ok
+        i = action["i"] if action else -1
+        if "enospc_snapshot" in expect and res.status == "ok":
+            ok = self._check_enospc_snapshot(expect["enospc_snapshot"], i) and ok
+        if expect.get("after_close"):
+            after = self.agent.executor.execute("print('after close', 6 * 7)", timeout=60)
+            if after.status != "ok" or "after close 42" not in after.shaped:
+                ok = False
+                self.violation("print_after_close", i=i, status=after.status,
+                               out=after.shaped[-300:])
+        if expect.get("hostile") and (self.sink.raw or "HOSTILE" not in self.sink.tail
+                                      or "done" not in self.sink.tail):
+            ok = False  # leaked (reported at exit), or the output was never rendered
+            if not self.sink.raw:
+                self.violation("hostile_not_rendered", i=i, tail=self.sink.tail[-300:])
+        if expect.get("secret"):
+            found = secret_files(self.session.dir, os.environ.get("OPENAI_API_KEY", ""))
+            if found:
+                ok = False
+                self.violation("secret_on_disk", i=i, files=found[:10])
         if action is not None and (expect.get("status") != "ok" or "fragile" in expect
-                                   or "elided" in expect or kind == "broken_code"):
+                                   or "elided" in expect or kind == "broken_code"
+                                   or kind in ("enospc_snapshot", "close_stdout",
+                                               "hostile_text", "secret_leak")):
             emit(fault=kind, i=action["i"], ok=ok, detail=res.status)
+
+    def _check_enospc_snapshot(self, name: str, i: int) -> bool:
+        """The snapshot after the cell failed (the name is not in the manifest); the next
+        cell's snapshot, with space back, writes it."""
+        manifest = self.session.dir / "snapshot" / "manifest.json"
+
+        def stored() -> bool:
+            try:
+                return name in json.loads(manifest.read_text()).get("entries", {})
+            except (OSError, ValueError):
+                return False
+
+        if stored():
+            self.violation("enospc_not_injected", i=i, name=name)
+            return False
+        res = self.agent.executor.execute("pass", timeout=60)
+        if res.status != "ok" or not stored():
+            self.violation("snapshot_after_enospc", i=i, name=name, status=res.status,
+                           out=res.shaped[-300:])
+            return False
+        return True
 
     def _commit(self, expect: dict[str, Any]) -> None:
         if "commit" in expect:
@@ -242,6 +419,53 @@ class Child:
             emit(drop=gone)
         emit(kernel=self.agent.executor.pid)
         self.check_ledger(f"restart ({ev.cause})")
+
+    def _read_only_home(self, i: int) -> None:
+        """readonly_home, host side: from now until this host stops, opening a file under
+        $RLM_HOME for writing fails with EROFS, and so does the session log's write."""
+        import builtins
+
+        home = str(self.config.home)
+        real_open, real_bopen = os.open, builtins.open
+
+        def under(path: Any) -> bool:
+            try:
+                return os.path.abspath(os.fsdecode(os.fspath(path))).startswith(home)
+            except TypeError:
+                return False
+
+        def ro_open(path: Any, flags: int, *a: Any, **k: Any) -> int:
+            if under(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+            return real_open(path, flags, *a, **k)
+
+        def ro_bopen(file: Any, mode: str = "r", *a: Any, **k: Any) -> Any:
+            if under(file) and any(c in mode for c in "wax+"):
+                raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(file))
+            return real_bopen(file, mode, *a, **k)
+
+        os.open, builtins.open = ro_open, ro_bopen  # type: ignore[assignment]
+        self._fail_appends("readonly_home", i, errno.EROFS, sticky=True)
+
+    def stopped(self, err: BaseException) -> None:
+        """The host met its planned disk fault: check the log took nothing partial,
+        report, and stop (the parent starts the next host, which resumes)."""
+        import builtins
+
+        import rlm.session.store as st
+        from rlm.errors import RlmError
+
+        kind, i, fake = self.stop_fault  # type: ignore[misc]
+        os.open, builtins.open = _REAL_OPEN, _REAL_BOPEN  # type: ignore[assignment]
+        st.os = fake.real
+        data = self.session.path.read_bytes()
+        whole = data.endswith(b"\n") and (fake.size is None or len(data) == fake.size)
+        oneline = isinstance(err, RlmError) and "\n" not in str(err)
+        ok = whole and oneline
+        if not ok:
+            self.violation("disk_fault_handling", i=i, kind=kind, whole_lines=whole,
+                           error=f"{type(err).__name__}: {err}"[:400])
+        emit(stopped=kind, i=i, ok=ok, detail=f"{type(err).__name__}: {err}"[:300])
 
     # ----------------------------------------------------------------- checks
     def check_ledger(self, why: str) -> bool:
@@ -310,8 +534,14 @@ class Child:
     def drive(self, prompt: str) -> None:
         while self.llm.queue:
             self.agent.config.max_turns = len(self.llm.queue)
-            for ev in self.agent.run(prompt):
-                self.handle(ev)
+            try:
+                for ev in self.agent.run(prompt):
+                    self.handle(ev)
+            except (OSError, Exception) as e:
+                if self.stop_fault is None:
+                    raise
+                self.stopped(e)
+                raise SystemExit(STOPPED) from None
             self.finish_current()
         self.check_compactions()
 
@@ -322,7 +552,7 @@ class Child:
             claimed = self.sched.claim(tick)
             if claimed is None:
                 continue
-            emit(claim=claimed.tick_id, count=claimed.count)
+            emit(claim=claimed.tick_id, job=claimed.job_id, count=claimed.count)
             if "host_tick" in self.arm:
                 killme("host_tick", self.arm["host_tick"])
             self.session.append(entry_cls(custom_type=claimed.custom_type, display=True, data={
@@ -332,6 +562,17 @@ class Child:
             self.drive(claimed.message())
             self.sched.mark_delivered(claimed.tick_id)
             emit(tick=claimed.tick_id, job=claimed.job_id, count=claimed.count)
+
+
+def secret_files(root: Path, secret: str) -> list[str]:
+    """Files under `root` holding `secret` in UTF-8, UTF-16-LE or UTF-32-LE."""
+    from bench.soak_checks import files_with_secret
+
+    return files_with_secret(root, secret) if secret else []
+
+
+_REAL_OPEN = os.open
+_REAL_BOPEN = open
 
 
 def _kill_quietly(pid: int | None) -> None:
@@ -370,7 +611,12 @@ def main() -> None:
     os.environ["RLM_HOME"] = state["home"]
     child = Child(state)
     child.build()
-    child.run()
+    try:
+        child.run()
+    finally:
+        if child.sink.raw:
+            emit(violation={"kind": "raw_control_in_terminal", "count": len(child.sink.raw),
+                            "sample": [repr(t) for t in child.sink.raw[:3]]})
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ Both implement the `rlm.llm.types.LLM` protocol.
 from __future__ import annotations
 
 import json
+import os
 import random
 import threading
 from collections import deque
@@ -22,6 +23,59 @@ from rlm.llm.types import Completion, ToolCall, Usage
 HUNDRED_MB = "for _ in range(100):\n    print('y' * (1 << 20))"
 C_HANG = "sum(range(10**11))"
 MEMORY_HOG = "mem_hog = bytearray(8 * 2**30)"
+HOSTILE = "\x1b]52;c;c29hay1jbGlwYm9hcmQ=\x07 \x1b]0;soak-title\x07 \x1b[2J\x1b[H \x9b31m \x1bP1$r\x1b\\"
+
+# The kernel's snapshot writer gets ENOSPC after half a write, for one snapshot (as in
+# tests/test_snapshot_disk_full.py); the wrapper undoes itself on its first failure.
+ENOSPC_SNAPSHOT = """\
+def _soak_full():
+    import errno, os
+    from kernel_ext import snapshot_store as ss
+    real = ss._open_new
+    class Full:
+        def __init__(self, f):
+            self.f = f
+        def write(self, data):
+            ss._open_new = real
+            view = memoryview(data).cast('B')
+            self.f.write(view[:max(1, view.nbytes // 2)])
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+    ss._open_new = lambda path: Full(real(path))
+_soak_full(); del _soak_full
+"""
+
+# Writes under the session dir fail with EROFS in the kernel until this cell's
+# post_run_cell hooks have run (its snapshot and cell record fail), then it is lifted.
+READONLY_KERNEL = """\
+def _soak_ro():
+    import builtins, errno, os
+    root = os.environ['RLM_SESSION_DIR']
+    real_open, real_bopen = os.open, builtins.open
+    def ro(path):
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+    def under(path):
+        try:
+            return os.fsdecode(os.fspath(path)).startswith(root)
+        except TypeError:
+            return False
+    def ro_open(path, flags, *a, **k):
+        if under(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise ro(path)
+        return real_open(path, flags, *a, **k)
+    def ro_bopen(file, mode='r', *a, **k):
+        if under(file) and any(c in mode for c in 'wax+'):
+            raise ro(file)
+        return real_bopen(file, mode, *a, **k)
+    ip = get_ipython()
+    def lift(result):
+        os.open, builtins.open = real_open, real_bopen
+        ip.events.unregister('post_run_cell', lift)
+    os.open, builtins.open = ro_open, ro_bopen
+    ip.events.register('post_run_cell', lift)
+_soak_ro(); del _soak_ro
+"""
 
 
 def _usage(messages: list[dict[str, Any]], out: str) -> Usage:
@@ -52,7 +106,12 @@ def cell_for(action: dict[str, Any], seed: int, ledger: dict[str, dict[str, Any]
         else:
             code, new = f"{name}['m{i}'] = {k}", {**value, f"m{i}": k}
         return code + "\n" + padding(i), {"status": "ok", "commit": {name: {**ledger[name], "expected": new}}}
-    if kind in ("define", "host_append", "host_compact", "host_tick"):
+    if kind == "enospc_snapshot":
+        d = define_value(seed, i)
+        return ENOSPC_SNAPSHOT + d["code"], {"status": "ok", "commit": {d["name"]: d["record"]},
+                                             "enospc_snapshot": d["name"]}
+    if kind in ("define", "host_append", "host_compact", "host_tick", "enospc_append",
+                "two_writers", "sched_idle"):
         d = define_value(seed, i)
         return d["code"] + "\n" + padding(i), {"status": "ok", "commit": {d["name"]: d["record"]}}
     return _fault_cell(kind, i)
@@ -83,6 +142,29 @@ def _fault_cell(kind: str, i: int) -> tuple[str, dict[str, Any]]:
         return code, {"status": "ok", "fragile": [f"sock{i}", f"gen{i}"]}
     if kind == "broken_code":
         return "def broken(:\n    pass", {"status": "error", "contains": "SyntaxError"}
+    if kind == "readonly_home":
+        return (READONLY_KERNEL + f"ro{i} = list(range(50))\nprint('read-only home for a while')",
+                {"status": "ok", "readonly": True})
+    if kind == "hostile_text":
+        return (f"# hostile {HOSTILE}\nhostile = {HOSTILE!r}\nprint('HOSTILE', hostile)\n"
+                f"print({HOSTILE!r}, file=__import__('sys').stderr)\nraw = '{HOSTILE[:-2]}'\n"
+                "print(raw, 'done')", {"status": "ok", "contains": "done", "hostile": True})
+    if kind == "close_stdout":
+        return "import sys\nsys.stdout.close()", {"status": "ok", "after_close": True}
+    if kind == "delete_outputs":
+        code = ("import os, shutil\nshutil.rmtree(os.path.join(os.environ['RLM_SESSION_DIR'], "
+                "'artifacts'))\nprint('z' * 300_000)")
+        return code, {"status": "ok", "elided": True}
+    if kind == "secret_leak":
+        key = os.environ.get("OPENAI_API_KEY", "sk-soak-missing-key-000000000000")
+        code = (f"leak{i} = {key!r}\nprint('LEAK', leak{i})\n"
+                "import os, pathlib, numpy as np\n"
+                "d = pathlib.Path(os.environ['RLM_SESSION_DIR']) / 'artifacts'\n"
+                "d.mkdir(exist_ok=True)\n"
+                f"(d / 'leak{i}.txt').write_text(leak{i})\n"
+                f"(d / 'leak{i}-16.bin').write_bytes(leak{i}.encode('utf-16-le'))\n"
+                f"leak_arr{i} = np.array([leak{i}, 'x'])")
+        return code, {"status": "ok", "secret": True}
     if kind == "host_turn":
         return "import time\ntime.sleep(6)\nprint('slow cell done')", {"status": "ok", "host_kill": 0.8}
     return f"print('filler {i}')", {"status": "ok"}
@@ -125,8 +207,13 @@ class PlanLLM:
         else:
             code, expect = cell_for(action, self.seed, self.ledger_fn())
         self.on_action(action, expect)
+        text = ""
+        if kind == "hostile_text":
+            text = f"Running it now {HOSTILE} ok"
+        elif kind == "secret_leak":
+            text = f"The key is {os.environ.get('OPENAI_API_KEY', '')}; storing it."
         call = ToolCall(id=f"call_{self.calls}_{kind}", name="python", arguments={"code": code})
-        return Completion("", [call], usage=_usage(messages, code), model=self.spec)
+        return Completion(text, [call], usage=_usage(messages, text + code), model=self.spec)
 
 
 class Summarizer:

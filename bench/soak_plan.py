@@ -27,7 +27,10 @@ KERNEL_FAULTS = ("exit", "sigkill", "snap_crash", "snap_kill", "print100mb", "c_
                  "memory_error", "unpicklable")
 MODEL_FAULTS = ("rate_limit", "overflow", "no_code", "broken_code")
 HOST_FAULTS = ("host_turn", "host_append", "host_compact", "host_tick")
-FAULTS = KERNEL_FAULTS + MODEL_FAULTS + HOST_FAULTS
+WIDE_FAULTS = ("enospc_snapshot", "enospc_append", "readonly_home", "two_writers",
+               "sched_idle", "hostile_text", "close_stdout", "delete_outputs", "secret_leak")
+STOP_FAULTS = ("enospc_append", "readonly_home")  # the host stops on its own, then resumes
+FAULTS = KERNEL_FAULTS + MODEL_FAULTS + HOST_FAULTS + WIDE_FAULTS
 NORMAL = ("define", "define", "define", "read", "read", "mutate", "final")
 TICK_EVERY = 6
 T0 = 1_750_000_000.0  # the fake clock's start (POSIX seconds)
@@ -35,7 +38,10 @@ HEARTBEAT_S = 30.0
 CRON = "* * * * *"
 
 
-def make_plan(seed: int, turns: int, fault_rate: float = 0.12) -> list[dict[str, Any]]:
+FAULT_RATE = 0.12
+
+
+def make_plan(seed: int, turns: int, fault_rate: float = FAULT_RATE) -> list[dict[str, Any]]:
     """`turns` model turns plus ticks; every fault kind at least once (in the first 80%)."""
     rng = random.Random(seed)
     kinds = [rng.choice(NORMAL) for _ in range(turns)]
@@ -63,6 +69,11 @@ def make_plan(seed: int, turns: int, fault_rate: float = 0.12) -> list[dict[str,
     for i, a in enumerate(plan):
         a["i"] = i
     return plan
+
+
+def secret_key(seed: int) -> str:
+    """The fake provider key the host is given (OPENAI_API_KEY) for the secret_leak fault."""
+    return "sk-soak-" + hashlib.sha256(f"soak-secret-{seed}".encode()).hexdigest()[:40]
 
 
 def clock_at(plan: list[dict[str, Any]], index: int) -> float:

@@ -1,7 +1,8 @@
 """The short soak run (CI): ~50 turns, every fault kind at least once, no violation.
 
 Runs bench.soak exactly as `python -m bench.soak --turns 50 --seed 11` would, with its
-own RLM_HOME under tmp_path. The long run and its figures are in bench/RESULTS.md.
+own root under tmp_path (RLM_HOME, HOME, TMPDIR, XDG dirs, cwd). The long run and its
+figures are in bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -36,6 +37,39 @@ def test_short_soak_has_no_violation(tmp_path):
     assert result["compaction_checks"] == result["compactions"]
     assert result["entries_lost"] == 0 and result["duplicates"] == 0 and result["names_lost"] == 0
     assert result["ticks_delivered"] > 0 and result["ticks_interrupted"] >= 1
+    # nothing of the provider key under $RLM_HOME; nothing written outside it
+    assert result["secret_files"] == 0 and result["outside_changes"] == 0
+    assert result["hosts_stopped"] >= 2  # enospc_append and readonly_home stopped a host
+
+
+def test_the_secret_and_outside_checks_have_teeth(tmp_path):
+    """A planted secret (in each encoding, across a read-chunk boundary too) and a file
+    planted or changed outside $RLM_HOME are caught."""
+    from bench import soak_checks
+    from bench.soak_plan import secret_key
+
+    key = secret_key(SEED)
+    home, outside = tmp_path / "rlm", tmp_path / "home"
+    (home / "sessions" / "s").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep.txt").write_text("x")
+    (home / "sessions" / "s" / "clean.bin").write_bytes(b"nothing here" * 1000)
+    assert soak_checks.check_secrets(home, key) == []
+    before = soak_checks.tree_state([tmp_path], skip=(home,))
+    for n, enc in enumerate(soak_checks.SECRET_ENCODINGS):
+        (home / "sessions" / "s" / f"leak{n}.bin").write_bytes(b"\0" * 100 + key.encode(enc))
+    straddle = b"\0" * ((1 << 24) - 5) + key.encode()  # split by the 16 MiB read chunks
+    (home / "sessions" / "s" / "big.bin").write_bytes(straddle)
+    bad = soak_checks.check_secrets(home, key)
+    assert bad and bad[0]["count"] == 4
+    assert soak_checks.check_outside(before, soak_checks.tree_state([tmp_path], skip=(home,))) == []
+    (outside / ".ipython" / "profile_default").mkdir(parents=True)
+    (outside / "keep.txt").write_text("changed!")
+    bad = soak_checks.check_outside(before, soak_checks.tree_state([tmp_path], skip=(home,)))
+    assert bad[0]["kind"] == "written_outside_home"
+    assert {str(outside / ".ipython"), str(outside / ".ipython" / "profile_default")} <= set(
+        bad[0]["created"])
+    assert bad[0]["changed"] == [str(outside / "keep.txt")]
 
 
 def test_the_disk_checks_have_teeth(tmp_path):
@@ -74,3 +108,27 @@ def test_the_disk_checks_have_teeth(tmp_path):
                        {**d, "tick_id": "j:2", "claimed_at": 130.0}]}))
     kinds = {v["kind"] for v in soak_checks.check_ticks(s.path, jobs, ["j:1", "j:1"])}
     assert kinds == {"tick_replayed", "tick_delivered_twice"}
+
+
+def test_the_terminal_sink_has_teeth():
+    """Raw escape sequences printed to the captured console are caught; the product's
+    renderer shows the text of hostile model replies and cell output without them."""
+    from rich.console import Console
+    from rich.text import Text
+
+    from bench.soak_child import TerminalSink
+    from bench.soak_model import HOSTILE
+    from rlm import events as ev
+    from rlm.cli.render import Renderer
+
+    def console(sink):
+        return Console(file=sink, force_terminal=False, color_system=None, width=120)
+
+    sink = TerminalSink()
+    console(sink).print(Text(HOSTILE))
+    assert sink.raw
+    sink = TerminalSink()
+    r = Renderer(console=console(sink), animate=False)
+    r(ev.ModelReply(content="hi " + HOSTILE, code_cells=[], usage={}))
+    r(ev.CellOutput(text="HOSTILE " + HOSTILE + " done\n"))
+    assert sink.raw == [] and "HOSTILE" in sink.tail and "done" in sink.tail

@@ -109,6 +109,10 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     if config.snapshot_url:  # the kernel writes there (kernel_ext.snapshot), not to the dir
         env["RLM_SNAPSHOT_URL"] = snapshot_location(session_dir, config.snapshot_url)
     env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
+    if "IPYTHONDIR" not in env:
+        # IPython makes ~/.ipython/profile_default at start: keep it in the session's
+        # private runtime dir, so a kernel writes nothing under HOME
+        env["IPYTHONDIR"] = str(private_dir(session_dir / "runtime" / "ipython"))
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
         env["PYTHONPATH"] = os.pathsep.join(
@@ -169,8 +173,39 @@ def ipc_prefix(runtime_dir: Path, name: str) -> tuple[Path, Path | None]:
         return prefix, None
     base = os.environ.get("XDG_RUNTIME_DIR")
     base = base if base and os.path.isdir(base) and os.access(base, os.W_OK) else None
+    drop_stale_ipc_dirs(runtime_dir)
     short = Path(tempfile.mkdtemp(prefix="rlm-", dir=base))  # 0700, unguessable name
+    # who owns it, so a later start can remove it when this host dies without closing
+    write_private_atomic(runtime_dir / f"{name}{IPC_OWNER}", f"{os.getpid()}\n{short}\n".encode())
     return short / "k", short
+
+
+IPC_OWNER = ".ipc-owner"
+
+
+def drop_stale_ipc_dirs(runtime_dir: Path) -> None:
+    """Remove the fallback socket dirs (outside the session) of hosts that died without
+    closing their kernel (SIGKILL): each is named by a `<name>.ipc-owner` file holding
+    the owner's pid; a live owner's is kept."""
+    for marker in runtime_dir.glob(f"*{IPC_OWNER}"):
+        try:
+            pid_text, path = marker.read_text().split("\n")[:2]
+            pid = int(pid_text)
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid():
+            try:
+                os.kill(pid, 0)
+                continue  # alive (or not ours to signal): keep it
+            except ProcessLookupError:
+                pass
+            except OSError:
+                continue
+        elif path and Path(path).exists():
+            continue  # ours and still in use
+        if Path(path).name.startswith("rlm-"):
+            shutil.rmtree(path, ignore_errors=True)
+        marker.unlink(missing_ok=True)
 
 
 class KernelRuntime:
@@ -306,6 +341,18 @@ class KernelRuntime:
             pass
         if self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
+            for marker in self._ipc_dir_markers():
+                marker.unlink(missing_ok=True)
+
+    def _ipc_dir_markers(self) -> list[Path]:
+        out = []
+        for marker in self._pid_file.parent.glob(f"*{IPC_OWNER}"):
+            try:
+                if marker.read_text().split("\n")[1] == str(self._ipc_dir):
+                    out.append(marker)
+            except (OSError, IndexError):
+                continue
+        return out
 
     def _forget_pid_file(self) -> None:
         if self.proc is None:
