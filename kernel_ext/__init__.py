@@ -32,7 +32,16 @@ _MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", 
 _installed: list[Any] = []
 
 
+# set by kernel_ext.launch: the umask to give back once IPython has made its profile dir
+_restore_umask: int | None = None
+
+
 def load_ipython_extension(ip: Any) -> None:
+    global _restore_umask
+    if _restore_umask is not None:  # user code creates files with the user's own umask
+        os.umask(_restore_umask)
+        _restore_umask = None
+        _private_profile()
     if _installed:
         return
     adopt_gateway_env()
@@ -40,6 +49,24 @@ def load_ipython_extension(ip: Any) -> None:
         mod = importlib.import_module(f"kernel_ext.{name}")
         mod.install(ip)
         _installed.append(mod)
+
+
+def _private_profile() -> None:
+    """IPython copies its profile's README files with their installed modes (shutil.copy
+    ignores the umask): make the profile dir the host gave it (IPYTHONDIR inside the
+    session directory, never a user's own) 0700 dirs and 0600 files."""
+    base, session = os.environ.get("IPYTHONDIR"), os.environ.get("RLM_SESSION_DIR")
+    if not base or not session:
+        return
+    base = os.path.realpath(base)
+    if not base.startswith(os.path.realpath(session) + os.sep):
+        return
+    for root, _dirs, files in os.walk(base):
+        for path, mode in [(root, 0o700)] + [(os.path.join(root, f), 0o600) for f in files]:
+            try:
+                os.chmod(path, mode, follow_symlinks=False)
+            except (OSError, NotImplementedError):
+                pass
 
 
 def unload_ipython_extension(ip: Any) -> None:

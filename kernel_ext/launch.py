@@ -20,6 +20,7 @@ these capabilities, so confining it changes nothing.
 from __future__ import annotations
 
 import ctypes
+import os
 import runpy
 import sys
 
@@ -69,6 +70,13 @@ def confine(caps: tuple[int, ...] = DROPPED) -> list[int]:
 
 def main() -> None:
     confine()
+    # IPython's start-up writes its profile dir (IPYTHONDIR is in the session's private
+    # runtime dir) with the default umask: 0755 dirs and 0644 files in a session directory
+    # that must be the user's alone. kernel_ext gives the umask back when it loads, before
+    # any user code runs.
+    import kernel_ext
+
+    kernel_ext._restore_umask = os.umask(0o077)
     sys.argv[0] = "ipykernel_launcher"
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 

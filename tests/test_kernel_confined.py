@@ -65,6 +65,12 @@ def test_a_root_kernel_cannot_open_the_hosts_memory(tmp_path, host):
                          "capture_output=True, text=True).stdout.strip(), "
                          "len(open('/etc/hostname', 'rb').read()) > 0, "
                          "open('/proc/self/mem', 'rb').close() is None)")
+        umask = k.execute("import os\nm = os.umask(0)\nos.umask(m)\nprint(oct(m))")
     assert shown == "mem:PermissionError environ:PermissionError 0 0"
     assert child.shaped.strip() == shown
     assert rest.shaped.strip() == "0 True True"
+    # the launcher's umask 077 (IPython's profile dir is private) is given back before
+    # user code runs: files a cell writes get the user's own modes
+    host_umask = os.umask(0)
+    os.umask(host_umask)
+    assert umask.shaped.strip() == oct(host_umask)

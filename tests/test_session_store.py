@@ -172,6 +172,18 @@ def test_a_whole_last_entry_without_its_newline_is_kept(rlm_home_path):
     assert [e.message["content"] for e in SessionStore.open(s.path).branch()] == ["a", "kept", "next"]
 
 
+@pytest.mark.parametrize("tail", [b"{}", b'{"type": "message", "id": "z", "parent_id": "nope"}'])
+def test_an_unterminated_object_that_is_no_valid_entry_is_a_torn_tail(rlm_home_path, tail):
+    s = SessionStore.create(rlm_home_path)
+    s.append(_msg("user", "a"))
+    s.close()
+    good = s.path.read_bytes()
+    s.path.write_bytes(good + tail)
+    again = SessionStore.open(s.path)
+    assert len(again) == 1 and s.path.read_bytes() == good
+    assert again.recovered is not None and again.recovered.read_bytes() == tail
+
+
 def test_readonly_open_never_touches_the_file(rlm_home_path):
     s = SessionStore.create(rlm_home_path)
     s.append(_msg("user", "a"))

@@ -178,14 +178,21 @@ class SessionStore:
         gc.disable()
         try:
             records, cut, unterminated = _read_records(path)
-            store = cls._from_records(path, records)
+            try:
+                store = cls._from_records(path, records)
+            except SessionCorrupt as e:
+                # an unterminated tail that parses but is no valid entry: torn after all
+                if unterminated is None or e.line != records[-1][0]:
+                    raise
+                records, cut, unterminated = _read_records(path, keep_unterminated=False)
+                store = cls._from_records(path, records)
         finally:
             if gc_was_on:
                 gc.enable()
         if not readonly:
             if cut is not None:
                 store.recovered = _move_torn_tail(path, cut)
-            elif unterminated:  # a whole entry whose newline never reached the disk
+            elif unterminated is not None:  # a whole entry whose newline never reached disk
                 _terminate(path)
             if store._needs_rewrite:
                 _rewrite_migrated(path, store)
@@ -464,10 +471,12 @@ def _parse_line(raw: str) -> Any:
     return obj
 
 
-def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | None, bool]:
+def _read_records(
+    path: Path, *, keep_unterminated: bool = True,
+) -> tuple[list[tuple[int, dict[str, Any]]], int | None, int | None]:
     """Parse every line. Returns (records with line numbers, byte offset where a torn
-    tail starts or None, whether the last record lacks its newline). Raises
-    SessionCorrupt; never writes.
+    tail starts or None, the offset of a last record that lacks its newline or None).
+    Raises SessionCorrupt; never writes.
 
     Torn: bytes after the last newline that are not a whole JSON object, or an invalid-JSON
     (or non-UTF-8) last line. A last entry that parses whole but lost only its newline (a
@@ -477,8 +486,9 @@ def _read_records(path: Path) -> tuple[list[tuple[int, dict[str, Any]]], int | N
     except OSError as e:
         raise SessionError(f"cannot read {path}: {e}") from e
     end = data.rfind(b"\n") + 1  # 0 when there is no newline at all
-    unterminated = end < len(data) and _whole_object(data[end:])
-    if unterminated:
+    unterminated = end if (keep_unterminated and end < len(data)
+                           and _whole_object(data[end:])) else None
+    if unterminated is not None:
         data, end = data + b"\n", len(data) + 1
     cut: int | None = end if end < len(data) else None
     raw_lines = data[:end].split(b"\n")[:-1]
