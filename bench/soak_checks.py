@@ -17,17 +17,71 @@ from typing import Any
 from bench.soak_plan import HEARTBEAT_S
 
 
+class LogTail:
+    """The session log's complete lines, read incrementally: each read parses only the bytes
+    past the last one. The log is append-only and recovery only cuts a torn tail (which was
+    never read as an entry), so a file replaced, cut shorter than what was read, or whose
+    last read bytes changed is read again from the start. Entries keep only the fields the
+    checks use (a long soak's log is tens of MB)."""
+
+    GUARD = 64  # bytes before the read offset that must be unchanged
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.reset()
+
+    def reset(self) -> None:
+        self.ino: int | None = None
+        self.offset = 0
+        self.guard = b""
+        self.entries: list[dict[str, Any]] = []
+        self.rereads = getattr(self, "rereads", -1) + 1
+
+    def read(self) -> list[dict[str, Any]]:
+        with open(self.path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if self.ino is not None and (
+                    st.st_ino != self.ino or st.st_size < self.offset or self._moved(f)):
+                self.reset()
+            self.ino = st.st_ino
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        for raw in data[:end].split(b"\n")[:-1]:
+            self.entries.append(_slim(raw))
+        self.offset += end
+        self.guard = (self.guard + data[:end])[-self.GUARD:]
+        return self.entries
+
+    def _moved(self, f: Any) -> bool:
+        start = self.offset - len(self.guard)
+        f.seek(start)
+        return f.read(len(self.guard)) != self.guard
+
+
+def _slim(raw: bytes) -> dict[str, Any]:
+    try:
+        e = json.loads(raw)
+    except ValueError:
+        return {"type": "<unparsable>", "data": {}}
+    if not isinstance(e, dict):
+        return {"type": "<unparsable>", "data": {}}
+    data = e.get("data") if isinstance(e.get("data"), dict) else {}
+    return {"id": e.get("id"), "parent_id": e.get("parent_id"), "type": e.get("type"),
+            "custom_type": e.get("custom_type"),
+            "data": {k: data[k] for k in ("tick_id", "goal") if k in data}}
+
+
+_TAILS: dict[Path, LogTail] = {}
+
+
 def raw_entries(path: Path) -> list[dict[str, Any]]:
-    """Every complete line (a torn tail without its newline is not an entry)."""
-    data = path.read_bytes()
-    lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
-    out = []
-    for raw in lines:
-        try:
-            out.append(json.loads(raw))
-        except ValueError:
-            out.append({"type": "<unparsable>"})
-    return out
+    """Every complete line (a torn tail without its newline is not an entry), read
+    incrementally across calls for the same path (LogTail)."""
+    tail = _TAILS.get(path)
+    if tail is None:
+        tail = _TAILS[path] = LogTail(path)
+    return tail.read()
 
 
 def check_session(path: Path, acked: set[str]) -> tuple[list[dict[str, Any]], dict[str, int]]:
@@ -61,7 +115,7 @@ def check_ticks(path: Path, jobs_path: Path, delivered: list[str]) -> list[dict[
     """No tick delivered twice; missed instants coalesced (counts add up), never replayed."""
     bad: list[dict[str, Any]] = []
     twice = sorted(t for t, c in Counter(delivered).items() if c > 1)
-    logged = [e.get("data", {}).get("tick_id") for e in raw_entries(path)
+    logged = [e["data"].get("tick_id") for e in raw_entries(path)
               if e.get("custom_type") in ("heartbeat_prompt", "cron_prompt")]
     twice_log = sorted(t for t, c in Counter(logged).items() if c > 1)
     if twice or twice_log:

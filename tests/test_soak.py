@@ -132,3 +132,45 @@ def test_the_terminal_sink_has_teeth():
     r(ev.ModelReply(content="hi " + HOSTILE, code_cells=[], usage={}))
     r(ev.CellOutput(text="HOSTILE " + HOSTILE + " done\n"))
     assert sink.raw == [] and "HOSTILE" in sink.tail and "done" in sink.tail
+
+
+def test_the_log_is_read_incrementally_and_again_when_it_was_rewritten(tmp_path):
+    """LogTail parses only new complete lines, and reads from the start when the file
+    was cut shorter, replaced, or its last read bytes changed; each branch gives the
+    same entries a full read does."""
+    import json
+    import os
+
+    from bench.soak_checks import LogTail
+
+    path = tmp_path / "session.jsonl"
+
+    def line(i: int) -> bytes:
+        return json.dumps({"id": f"e{i}", "type": "message", "data": {"tick_id": i}}).encode() + b"\n"
+
+    def ids(tail: LogTail) -> list[str]:
+        return [e["id"] for e in tail.read()]
+
+    path.write_bytes(line(0) + line(1))
+    tail = LogTail(path)
+    assert ids(tail) == ["e0", "e1"] and tail.rereads == 0
+    with open(path, "ab") as f:  # a new line and a torn tail: only the whole line counts
+        f.write(line(2) + b'{"id": "e3", "ty')
+    assert ids(tail) == ["e0", "e1", "e2"] and tail.rereads == 0
+    assert tail.offset == len(line(0) + line(1) + line(2))
+    with open(path, "r+b") as f:  # the torn tail cut and its line written whole
+        f.truncate(tail.offset)
+        f.seek(0, 2)
+        f.write(line(3))
+    assert ids(tail) == ["e0", "e1", "e2", "e3"] and tail.rereads == 0
+    path.write_bytes(line(0) + line(1))  # cut shorter than what was read
+    assert ids(tail) == ["e0", "e1"] and tail.rereads == 1
+    path.write_bytes(line(0) + line(9) + line(5))  # same length or longer, last bytes changed
+    assert ids(tail) == ["e0", "e9", "e5"] and tail.rereads == 2
+    other = tmp_path / "other.jsonl"  # replaced by another file (a rename over it)
+    other.write_bytes(line(0) + line(9) + line(5) + line(6))
+    os.replace(other, path)
+    assert ids(tail) == ["e0", "e9", "e5", "e6"] and tail.rereads == 3
+    with open(path, "ab") as f:
+        f.write(b"not json\n")
+    assert tail.read()[-1] == {"type": "<unparsable>", "data": {}}
