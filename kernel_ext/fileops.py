@@ -43,7 +43,7 @@ def _compute_ignored() -> tuple[str, ...]:
             prefixes.add(p + os.sep)
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
         prefixes.add(os.path.join(p, "lib") + os.sep)
-    for env in ("RLM_SNAPSHOT_DIR", "JUPYTER_RUNTIME_DIR"):
+    for env in ("RLM_SNAPSHOT_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR", "IPYTHONDIR"):
         v = os.environ.get(env)
         if v:
             prefixes.add(os.path.abspath(v).rstrip(os.sep) + os.sep)

@@ -113,12 +113,24 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
         # IPython makes ~/.ipython/profile_default at start: keep it in the session's
         # private runtime dir, so a kernel writes nothing under HOME
         env["IPYTHONDIR"] = str(private_dir(session_dir / "runtime" / "ipython"))
+    if "MPLCONFIGDIR" not in env and not _user_mpl_config(env).exists():
+        # matplotlib writes its font cache under ~/.cache/matplotlib (and a config dir)
+        # on first import: with no config of the user's own to hide, keep both in
+        # $RLM_HOME (shared by its sessions, so the font cache is built once)
+        env["MPLCONFIGDIR"] = str(private_dir(config.home / "cache" / "matplotlib"))
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
         env["PYTHONPATH"] = os.pathsep.join(
             p for p in (_KERNEL_EXT_ROOT, env.get("PYTHONPATH")) if p
         )
     return env
+
+
+def _user_mpl_config(env: dict[str, str]) -> Path:
+    """matplotlib's per-user config dir (matplotlibrc, stylelib) when MPLCONFIGDIR is
+    unset: $XDG_CONFIG_HOME/matplotlib, else ~/.config/matplotlib."""
+    base = env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "matplotlib"
 
 
 def provisioned_spec(name: str, config: Config) -> KernelSpec:
