@@ -51,6 +51,37 @@ def test_a_name_error_lists_the_names_that_exist_inputs_first(_isolated_home, tm
     assert "chars" in listing.split("- notes:")[1].splitlines()[0]
 
 
+def test_a_module_used_without_its_import_gets_the_import_line(_isolated_home, tmp_path):
+    """The task suite's 1.5B model wrote `pd.read_csv(...)` three times in a row after
+    "`pd` does not exist ... use one of these names". A module alias (or a stdlib module)
+    used without its import is named as a module, with the line that fixes it, and the
+    inputs that already hold the data; a real variable name still gets the listing."""
+    (tmp_path / "audit.log").write_text("2025-01-01 badge T-1 issued to Ana\n" * 20)
+    llm = _Fenced([_cell("df = pd.read_csv('audit.log')"), _cell("print(re.findall('T-1', audit)[:1])"),
+                   _cell("import re\nprint(re.findall('T-1', audit)[:1])"), "FINAL(T-1)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "audit.log"])
+        events = list(agent.run("Which badge went to Ana?"))
+    first, second = llm.calls[1][-1]["content"], llm.calls[2][-1]["content"]
+    assert "NameError: name 'pd' is not defined" in first
+    assert "start the cell with `import pandas as pd`" in first
+    assert "Use one of these names" not in first
+    assert "- audit: str" in first.split("already in these variables")[1]
+    assert "`import re`" in second
+    assert events[-1].final == "T-1"
+
+
+def test_import_line_knows_aliases_and_modules_only():
+    from rlm.agent.notices import import_line
+
+    assert import_line("np") == "import numpy as np"
+    assert import_line("plt") == "import matplotlib.pyplot as plt"
+    assert import_line("json") == "import json"
+    assert import_line("context_variables") is None
+    assert import_line("orders") is None
+
+
 def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_home, tmp_path):
     """The task suite's 1.5B model wrote `orders["value"].groupby("region")`, read
     `KeyError: 'region'` as "no such column", and repeated or guessed other names for

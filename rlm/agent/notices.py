@@ -7,6 +7,7 @@ names it does not know about.
 from __future__ import annotations
 
 import re
+import sys
 from typing import Any
 
 from kernel_ext.describe import listing_line, listing_lines
@@ -132,11 +133,38 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
     return "\n".join(lines) + "\nUse one of these names.]"
 
 
+# the aliases notebooks import by habit; small models use them without the import
+MODULE_ALIASES = {"pd": "pandas", "np": "numpy", "plt": "matplotlib.pyplot",
+                  "sns": "seaborn", "mpl": "matplotlib"}
+_THIRD_PARTY = frozenset({"pandas", "numpy", "matplotlib", "scipy", "seaborn", "sklearn"})
+
+
+def import_line(name: str) -> str | None:
+    """The import that defines `name` when it is a module (or a habitual alias of one) a
+    cell used without importing it: `pd` -> `import pandas as pd`; else None."""
+    if name in MODULE_ALIASES:
+        return f"import {MODULE_ALIASES[name]} as {name}"
+    if name in sys.stdlib_module_names or name in _THIRD_PARTY:
+        return f"import {name}"
+    return None
+
+
 def existing_names(missing: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
     """After a NameError: the names that do exist, the input variables first (with type and
-    size), so a small model stops inventing names from the prompt's wording."""
+    size), so a small model stops inventing names from the prompt's wording. A module used
+    without its import (`pd`) is named as such, with the line that fixes it: "use one of
+    these names" would send the model looking for a variable."""
     first = [r for r in rows if r.get("name") in inputs]
     rest = [r for r in rows if r.get("name") not in inputs]
+    imp = import_line(missing)
+    if imp is not None:
+        head = (f"\n[`{missing}` is a module this kernel has not imported: start the cell with "
+                f"`{imp}` (nothing is imported for you).")
+        if not first:
+            return head + "]"
+        lines = [head, "Your input is already in these variables (use them, do not read "
+                 "files again):"] + [listing_line(r) for r in first]
+        return "\n".join(lines) + "]"
     if not first and not rest:
         return f"\n[`{missing}` does not exist: no variables exist in the kernel yet.]"
     lines = [f"\n[`{missing}` does not exist. The variables that do exist"
