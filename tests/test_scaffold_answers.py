@@ -334,17 +334,45 @@ def test_an_answer_that_nothing_was_found_is_refused_once_while_a_turn_is_left(_
     assert ended.final == "4" and ended.verified is True
 
 
-def test_a_repeated_failing_cell_raises_the_temperature_of_the_next_call(_isolated_home):
-    """At temperature 0 the task suite's 1.5B model sent one failing groupby five times in
-    a row, whatever the result said. After a repeat, the next call samples (0.7)."""
-    from rlm.agent.loop import LOOP_BREAK_TEMPERATURE
+def test_a_reply_repeating_the_failing_cell_is_sampled_again_not_run(_isolated_home):
+    """The task suite's 1.5B model sent one failing groupby four times in a row whatever
+    the notes said: each copy in the context made the next more likely. A reply whose first
+    cell is the cell that just failed is not run and never reaches the model: it is logged
+    hidden and sampled again at RESAMPLE_TEMPERATURE."""
+    from rlm.agent.loop import RESAMPLE_TEMPERATURE
 
     bad = _cell("print({}['missing'])")
     llm = _Fenced([bad, bad, _cell("print(1 + 1)"), "FINAL(2)"])
+    agent, session = _agent(_isolated_home, llm)
+    with agent:
+        events = list(agent.run("go"))
+    ended = events[-1]
+    temps = [r["temperature"] for r in llm.requests]
+    configured = agent.config.temperature
+    assert temps == [configured, configured, RESAMPLE_TEMPERATURE, configured]
+    assert llm.calls[2] == llm.calls[1]  # the rejected reply is not in the context
+    assert ended.final == "2" and ended.verified is True
+    branch = SessionStore.open(session.path).branch()
+    resampled = [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == "resampled"]
+    assert len(resampled) == 1 and resampled[0].content is None
+    assert "['missing']" in resampled[0].data["content"]
+    cells = [e for e in branch if getattr(e, "role", None) == "tool"]
+    assert len(cells) == 2  # the failing cell ran once, then the new one
+    assert any("sampling a new reply" in getattr(e, "text", "") for e in events)
+
+
+def test_a_cell_repeated_through_every_resample_runs_and_raises_the_temperature(_isolated_home):
+    """When every resample repeats the failing cell too, it runs once more with the note
+    that it repeats, and the next call samples at LOOP_BREAK_TEMPERATURE."""
+    from rlm.agent.loop import LOOP_BREAK_TEMPERATURE, RESAMPLE_TEMPERATURE, RESAMPLES
+
+    bad = _cell("print({}['missing'])")
+    llm = _Fenced([bad] * (RESAMPLES + 2) + [_cell("print(1 + 1)"), "FINAL(2)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         ended = [e for e in agent.run("go") if isinstance(e, RunEnded)][-1]
     temps = [r["temperature"] for r in llm.requests]
-    configured = agent.config.temperature
-    assert temps == [configured, configured, LOOP_BREAK_TEMPERATURE, configured]
+    c = agent.config.temperature
+    assert temps == [c, c] + [RESAMPLE_TEMPERATURE] * RESAMPLES + [LOOP_BREAK_TEMPERATURE, c]
+    assert "exactly the same code" in llm.calls[-2][-1]["content"]
     assert ended.final == "2"

@@ -62,6 +62,10 @@ from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
 from rlm.session.entries import CustomEntry, MessageEntry
 
 LOOP_BREAK_TEMPERATURE = 0.7
+# a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
+# again (up to RESAMPLES times, at RESAMPLE_TEMPERATURE) and kept out of the context
+RESAMPLES = 2
+RESAMPLE_TEMPERATURE = 1.0
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
             "Change the code: check the names, columns and types involved with a small cell "
             "first.]")
@@ -369,11 +373,38 @@ class Agent:
         self._drain_steered()
         try:
             completion = yield from self._call_model()
+            for _ in range(RESAMPLES):
+                if completion is None or not self._repeats_failed_cell(completion):
+                    break
+                completion = yield from self._resample(completion)
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)
             return (yield from self._act(completion))
         finally:
             self.turn_active = False
+
+    def _repeats_failed_cell(self, completion: Completion) -> bool:
+        """A fenced-code reply whose first cell is the cell that just failed, unchanged."""
+        failed = self.state.last_failed_code
+        if self.llm.native_tools or failed is None or completion.tool_calls:
+            return False
+        calls = code_tool_calls(completion.content)
+        return bool(calls) and str(calls[0].arguments.get("code", "")).strip() == failed.strip()
+
+    def _resample(self, rejected: Completion) -> Generator[Event, None, Completion | None]:
+        """Sample again instead of running the failing cell again: a small model that sees
+        its own failing cell repeated in the context repeats it more (the task suite's 1.5B
+        model sent one failing groupby four times in a row, whatever the notes said). The
+        rejected reply is charged and logged as a hidden `resampled` entry (it never
+        reaches the model)."""
+        self.charge(rejected.usage)
+        self.session.append(CustomEntry(
+            custom_type="resampled", display=False, content=None,
+            data={"why": "the reply's first cell repeats the cell that just failed",
+                  "content": rejected.content, "usage": rejected.usage.to_dict()}))
+        yield Notice("the model sent the failing cell again; sampling a new reply instead of "
+                     "running it")
+        return (yield from self._call_model(temperature=RESAMPLE_TEMPERATURE))
 
     def _temperature(self) -> float | None:
         """The configured temperature; for a fenced-code model whose newest cell repeated
@@ -385,7 +416,10 @@ class Agent:
             return max(t or 0.0, LOOP_BREAK_TEMPERATURE)
         return t
 
-    def _call_model(self) -> Generator[Event, None, Completion | None]:
+    def _call_model(self, temperature: float | None = None
+                    ) -> Generator[Event, None, Completion | None]:
+        """One model call (a retry after a compaction on overflow); `temperature` overrides
+        the run's (`_temperature`)."""
         native = self.llm.native_tools
         for attempt in range(2):
             # incremental projection kept by the store: O(new entries) per turn
@@ -401,7 +435,7 @@ class Agent:
                         messages,
                         tools=[PYTHON_TOOL] if native else None,
                         on_text=on_text,
-                        temperature=self._temperature(),
+                        temperature=self._temperature() if temperature is None else temperature,
                     )
 
             yield ModelCallStarted(self.llm.spec, prompt_tokens(messages))
