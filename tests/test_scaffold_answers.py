@@ -258,6 +258,34 @@ def test_an_ungrounded_answer_is_refused_once_while_a_turn_is_left(_isolated_hom
     assert ended.final == "431" and ended.verified is False and len(llm.calls) == 2
 
 
+def test_an_answer_naming_what_no_output_shows_is_refused_once(_isolated_home):
+    """The task suite's 1.5B model printed one mean over all rows and answered "September,
+    with an average temperature of 9.95...": the figure was printed, the month never was.
+    A name in the answer that neither the prompt nor any output holds is refused once."""
+    llm = _Fenced([_cell("temps = {'June': 21.5, 'July': 19.0}\nprint(sum(temps.values()) / 2)"),
+                   "FINAL(September, with an average temperature of 20.25 at the south station)",
+                   _cell("print(max(temps, key=temps.get))"), "FINAL(June)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("Which month was warmest at the South station?")
+                 if isinstance(e, RunEnded)][-1]
+    refusal = llm.calls[2][-1]["content"]
+    assert refusal.startswith("Not accepted yet: the answer names September, which no output")
+    assert ended.final == "June" and ended.verified is True
+
+
+def test_unseen_names_only_counts_new_capitalised_words():
+    from rlm.agent.nudge import unseen_names
+
+    assert unseen_names("July", "month 7: 21.5", "Which month?") == (
+        "the answer names July, which no output of this run shows")
+    assert unseen_names("Lyon, with 1493.88", "city\nlyon 1493.88", "Which city?") is None
+    assert unseen_names("160 returned orders from Lyon", "160", "returned orders in Lyon?") is None
+    assert unseen_names("The answer is 42", "42", "?") is None  # stopwords are not names
+    assert unseen_names("Based on the output, Turin leads", "Turin 1200", "?") is None
+    assert unseen_names("yes", "", "?") is None
+
+
 def test_the_last_turn_the_limit_allows_asks_for_an_answer_from_the_cells(_isolated_home):
     """Small models plan more cells than they have turns: before the last allowed turn the
     model is told it is the last one, and its FINAL from the printed output ends the run

@@ -280,7 +280,8 @@ class Agent:
         if self.executor is None:
             self.start()
         # per-run state, reset in this one place
-        self.state = st = RunState(tokens_at_start=self.tokens_used, has_data=bool(self._attached))
+        self.state = st = RunState(tokens_at_start=self.tokens_used, has_data=bool(self._attached),
+                                   prompt=prompt or "")
         for start_hook in self.run_start_hooks:
             start_hook(self)
         notices_now, self.notices = self.notices, []
@@ -530,7 +531,7 @@ class Agent:
              "the model answered that nothing was found; asked it to look at the data"),
             (NUDGE_UNGROUNDED, ungrounded_refusal(answer, st.outputs, native_tools=tools,
                                                   turn=st.turns, limit=limit,
-                                                  refused=st.refused),
+                                                  refused=st.refused, prompt=st.prompt),
              "the model answered with something no output of this run shows; asked it to "
              "compute it first"),
         ]

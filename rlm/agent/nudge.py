@@ -76,18 +76,35 @@ def last_turn_note(turn: int, limit: int | None, *, native_tools: bool,
 
 
 def ungrounded_refusal(answer: str, outputs: list[str], *, native_tools: bool, turn: int,
-                       limit: int | None, refused: set[str]) -> str | None:
+                       limit: int | None, refused: set[str], prompt: str = "") -> str | None:
     """For fenced-code models: refuse, once per run and only while a turn is left to fix
-    it, a text answer stating figures that no successful output of this run shows: small
-    models write a number before their cells computed it, or copy one from the prompt's
-    example. Words are not checked here ("not found" after printing None is an answer);
-    they still decide `verified`. None to accept."""
+    it, a text answer stating figures, or naming names, that no successful output of this
+    run shows: small models write a number before their cells computed it, copy one from
+    the prompt's example, or print a mean and name a month no cell printed. Other words are
+    not checked here ("not found" after printing None is an answer); they still decide
+    `verified`. None to accept."""
     if native_tools or NUDGE_UNGROUNDED in refused or (limit is not None and turn >= limit):
         return None
     if not outputs or error_text(answer):  # the no-cell, failed-cell and error-text
         return None  # refusals cover these: one refusal per mistake is enough
-    why = unseen_figures(answer, "\n".join(outputs))
+    text = "\n".join(outputs)
+    why = unseen_figures(answer, text) or unseen_names(answer, text, prompt)
     return None if why is None else NUDGE_UNGROUNDED.format(why=why)
+
+
+_NAME = re.compile(r"(?<![\w.])[A-Z][a-z][\w-]+")
+
+
+def unseen_names(answer: str, text: str, prompt: str) -> str | None:
+    """Why `answer`'s names (capitalised words that are not in the prompt: the answer's
+    own claim, "September", "Turin") are unsupported by `text` (none of them appears in
+    it, case-insensitively), or None. An answer naming nothing new passes."""
+    asked = prompt.lower()
+    names = [n for n in dict.fromkeys(_NAME.findall(answer))
+             if n.lower() not in _STOPWORDS and n.lower() not in asked]
+    if not names or any(n.lower() in text.lower() for n in names):
+        return None
+    return f"the answer names {', '.join(names[:3])}, which no output of this run shows"
 
 
 # answers that say the data holds no answer: "None", "not found", "No budget information

@@ -20,6 +20,7 @@ class RunState:
     error_detail: str | None = None
     nudges: int = 0
     has_data: bool = False  # input was attached for this run's prompt
+    prompt: str = ""  # this run's prompt (an answer's names it already holds are not new)
     last_failed_code: str | None = None
     looping: bool = False  # the newest cell repeated the failing one before it
     cells: int = 0  # cells executed in this run
