@@ -19,6 +19,20 @@ def _tree(root):
                   for d, dirs, files in os.walk(root) for n in dirs + files)
 
 
+def _run_in_kernel(tmp_path, code):
+    """Start a kernel for a session under tmp_path/rlm, run `code`, stop it: (session, result)."""
+    session = tmp_path / "rlm" / "sessions" / "s1"
+    session.mkdir(parents=True)
+    k = Kernel(session, Config(home=tmp_path / "rlm"))
+    k.start()
+    try:
+        res = k.execute(code)
+    finally:
+        k.stop()
+    assert res.status == "ok", res.shaped
+    return session, res
+
+
 def test_kernel_start_writes_nothing_under_home(tmp_path, monkeypatch):
     outside = tmp_path / "outside"
     env = {"HOME": outside / "home", "TMPDIR": outside / "tmp",
@@ -30,26 +44,19 @@ def test_kernel_start_writes_nothing_under_home(tmp_path, monkeypatch):
     monkeypatch.delenv("IPYTHONDIR", raising=False)
     monkeypatch.delenv("MPLCONFIGDIR", raising=False)
     monkeypatch.chdir(outside)
-    session = tmp_path / "rlm" / "sessions" / "s1"
-    session.mkdir(parents=True)
-    k = Kernel(session, Config(home=tmp_path / "rlm"))
-    k.start()
-    try:
-        res = k.execute("import os, IPython\nprint(IPython.paths.get_ipython_dir())\n"
-                        "import numpy, pandas\nx = list(range(10))\n"
-                        "import matplotlib, matplotlib.pyplot as plt\nplt.plot([1, 3])\n"
-                        "plt.show()\nprint(matplotlib.get_cachedir())")
-        assert res.status == "ok", res.shaped
-        lines = res.shaped.strip().splitlines()
-        ipdir, mpl = lines[0], lines[-1]
-        assert any(line.startswith("[image: ") for line in lines), res.shaped
-        assert ipdir.startswith(str(session / "runtime")), ipdir
-        assert (session / "runtime" / "ipython").stat().st_mode & 0o777 == 0o700
-        # matplotlib's font cache: in $RLM_HOME (the user has no matplotlib config to hide)
-        assert mpl == str(tmp_path / "rlm" / "cache" / "matplotlib"), mpl
-        assert any((tmp_path / "rlm" / "cache" / "matplotlib").glob("fontlist-*.json"))
-    finally:
-        k.stop()
+    session, res = _run_in_kernel(
+        tmp_path, "import os, IPython\nprint(IPython.paths.get_ipython_dir())\n"
+        "import numpy, pandas\nx = list(range(10))\n"
+        "import matplotlib, matplotlib.pyplot as plt\nplt.plot([1, 3])\n"
+        "plt.show()\nprint(matplotlib.get_cachedir())")
+    lines = res.shaped.strip().splitlines()
+    ipdir, mpl = lines[0], lines[-1]
+    assert any(line.startswith("[image: ") for line in lines), res.shaped
+    assert ipdir.startswith(str(session / "runtime")), ipdir
+    assert (session / "runtime" / "ipython").stat().st_mode & 0o777 == 0o700
+    # matplotlib's font cache: in $RLM_HOME (the user has no matplotlib config to hide)
+    assert mpl == str(tmp_path / "rlm" / "cache" / "matplotlib"), mpl
+    assert any((tmp_path / "rlm" / "cache" / "matplotlib").glob("fontlist-*.json"))
     assert _tree(outside) == sorted(os.path.relpath(p, outside) for p in env.values())
 
 
@@ -61,17 +68,9 @@ def test_a_users_own_matplotlib_config_is_still_read(tmp_path, monkeypatch):
     (config / "matplotlib" / "matplotlibrc").write_text("lines.linewidth: 7.25\n")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
     monkeypatch.delenv("MPLCONFIGDIR", raising=False)
-    session = tmp_path / "rlm" / "sessions" / "s1"
-    session.mkdir(parents=True)
-    k = Kernel(session, Config(home=tmp_path / "rlm"))
-    k.start()
-    try:
-        res = k.execute("import matplotlib\nprint(matplotlib.rcParams['lines.linewidth'], "
-                        "matplotlib.get_configdir())")
-        assert res.status == "ok", res.shaped
-        assert res.shaped.split() == ["7.25", str(config / "matplotlib")], res.shaped
-    finally:
-        k.stop()
+    _, res = _run_in_kernel(tmp_path, "import matplotlib\nprint(matplotlib.rcParams["
+                            "'lines.linewidth'], matplotlib.get_configdir())")
+    assert res.shaped.split() == ["7.25", str(config / "matplotlib")], res.shaped
     assert not (tmp_path / "rlm" / "cache").exists()
 
 
