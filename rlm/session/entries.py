@@ -105,7 +105,7 @@ class CustomEntry(Entry):
     """Host-side state and notices. `display` false: reaches the model, not the transcript.
 
     Known custom types: ipython_state, kernel_restored, thread_goal_state, heartbeat_prompt,
-    cron_prompt, compaction_outcome, context_vars, notebook_import, final.
+    cron_prompt, compaction_outcome, context_vars, notebook_import, final, resampled.
     """
 
     type: ClassVar[str] = "custom"
