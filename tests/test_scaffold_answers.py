@@ -274,6 +274,19 @@ def test_an_answer_naming_what_no_output_shows_is_refused_once(_isolated_home):
     assert ended.final == "June" and ended.verified is True
 
 
+def test_a_figure_the_question_holds_is_not_the_answers_claim(_isolated_home):
+    """The task suite's model printed `bath` and answered "bath, with the highest total
+    sales value in 2025" to a question about 2025: refused for the unseen figure 2025, it
+    ran the same cell again. A figure the prompt holds is the question's, not a claim."""
+    llm = _Fenced([_cell("print('bath')"), "FINAL(bath, with the highest total sales value in 2025)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("In 2025, what category had the highest total sales value?")
+                 if isinstance(e, RunEnded)][-1]
+    assert len(llm.calls) == 2
+    assert ended.final.startswith("bath") and ended.verified is True
+
+
 def test_unseen_names_only_counts_new_capitalised_words():
     from rlm.agent.nudge import unseen_names
 

@@ -549,6 +549,7 @@ class Agent:
         st.unverified = unverified_why(source=source, cells_run=st.cells,
                                        last_cell_ok=st.last_cell_ok,
                                        error_like=error_text(answer), answer=answer,
+                                       prompt=st.prompt,
                                        # fenced-code (small) models answer from outputs;
                                        # a native-tool model's closing reply may be prose
                                        outputs=None if source in ("final", "final_var")

@@ -88,7 +88,7 @@ def ungrounded_refusal(answer: str, outputs: list[str], *, native_tools: bool, t
     if not outputs or error_text(answer):  # the no-cell, failed-cell and error-text
         return None  # refusals cover these: one refusal per mistake is enough
     text = "\n".join(outputs)
-    why = unseen_figures(answer, text) or unseen_names(answer, text, prompt)
+    why = unseen_figures(answer, text, prompt) or unseen_names(answer, text, prompt)
     return None if why is None else NUDGE_UNGROUNDED.format(why=why)
 
 
@@ -155,7 +155,7 @@ def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_da
 
 def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
                    error_like: str | None, answer: str = "",
-                   outputs: list[str] | None = None) -> str | None:
+                   outputs: list[str] | None = None, prompt: str = "") -> str | None:
     """Why an accepted answer is not verified, or None when it is. A text answer must also
     be grounded in what this run's successful cells printed (`outputs`): one of its figures,
     or without figures one of its words, appears there."""
@@ -167,7 +167,7 @@ def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
         return "no cell ran in this run: the answer was not checked by code"
     if not last_cell_ok:
         return "the last cell of this run failed: no successful output supports the answer"
-    return ungrounded_why(answer, outputs) if outputs is not None else None
+    return ungrounded_why(answer, outputs, prompt) if outputs is not None else None
 
 
 _NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|-?\d+(?:\.\d+)?")
@@ -197,31 +197,37 @@ def _figure_seen(value: float, decimals: int, seen: list[tuple[float, int]]) -> 
     return any(abs(v - value) <= tol or abs(v * 100 - value) <= tol for v, _ in seen)
 
 
-def ungrounded_why(answer: str, outputs: list[str]) -> str | None:
+def ungrounded_why(answer: str, outputs: list[str], prompt: str = "") -> str | None:
     """None when `answer` is grounded in `outputs`, else why not (answers with nothing to
     check, such as "yes", pass)."""
     text = "\n".join(outputs)
-    if _result_figures(answer):
-        return unseen_figures(answer, text)
+    if _result_figures(answer, prompt):
+        return unseen_figures(answer, text, prompt)
     words = {w.lower() for w in _WORD.findall(answer)} - _STOPWORDS
     if not words or any(w in text.lower() for w in words):
         return None
     return "none of the answer's words appears in an output of this run"
 
 
-def _result_figures(answer: str) -> list[tuple[float, int]]:
-    # small whole numbers are counts and ordinals ("the top 3") more often than results
-    return [(v, d) for v, d in _figures(answer) if d or abs(v) >= 10]
+def _result_figures(answer: str, prompt: str = "") -> list[tuple[float, int]]:
+    """The figures `answer` claims: small whole numbers are counts and ordinals ("the top
+    3") more often than results, and a figure the prompt already holds ("in 2025") is the
+    question's, not the answer's."""
+    asked = _figures(prompt)
+    return [(v, d) for v, d in _figures(answer)
+            if (d or abs(v) >= 10) and not any(v == a for a, _ in asked)]
 
 
-def unseen_figures(answer: str, text: str) -> str | None:
+def unseen_figures(answer: str, text: str, prompt: str = "") -> str | None:
     """Why `answer`'s figures are unsupported by `text` (none of them appears), or None
     (one appears, or the answer states no figure)."""
-    figures = _result_figures(answer)
+    figures = _result_figures(answer, prompt)
     if not figures:
         return None
     seen = _figures(text)
     if any(_figure_seen(v, d, seen) for v, d in figures):
         return None
-    shown = ", ".join(m.group(0) for m in itertools.islice(_NUMBER.finditer(answer), 3))
+    claimed = {v for v, _ in figures}
+    shown = ", ".join(itertools.islice((m.group(0) for m in _NUMBER.finditer(answer)
+                                        if float(m.group(0).replace(",", "")) in claimed), 3))
     return f"none of the answer's figures ({shown}) appears in an output of this run"
