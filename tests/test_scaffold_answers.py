@@ -287,6 +287,18 @@ def test_a_figure_the_question_holds_is_not_the_answers_claim(_isolated_home):
     assert ended.final.startswith("bath") and ended.verified is True
 
 
+def test_a_final_when_no_cell_succeeded_is_refused_once(_isolated_home):
+    """After a resample the task suite's model answered `FINAL(Audio)` although its only
+    cell had failed: nothing it ran showed an answer. Refused once, like unseen figures."""
+    llm = _Fenced([_cell("print({}['missing'])"), "FINAL(Audio)", _cell("print('sports')"),
+                   "FINAL(sports)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        ended = [e for e in agent.run("which category?") if isinstance(e, RunEnded)][-1]
+    assert "no cell of this run has succeeded yet" in llm.calls[2][-1]["content"]
+    assert ended.final == "sports" and ended.verified is True
+
+
 def test_unseen_names_only_counts_new_capitalised_words():
     from rlm.agent.nudge import unseen_names
 

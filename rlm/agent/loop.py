@@ -531,7 +531,8 @@ class Agent:
              "the model answered that nothing was found; asked it to look at the data"),
             (NUDGE_UNGROUNDED, ungrounded_refusal(answer, st.outputs, native_tools=tools,
                                                   turn=st.turns, limit=limit,
-                                                  refused=st.refused, prompt=st.prompt),
+                                                  refused=st.refused, prompt=st.prompt,
+                                                  cells_run=st.cells),
              "the model answered with something no output of this run shows; asked it to "
              "compute it first"),
         ]

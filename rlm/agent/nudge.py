@@ -76,19 +76,25 @@ def last_turn_note(turn: int, limit: int | None, *, native_tools: bool,
 
 
 def ungrounded_refusal(answer: str, outputs: list[str], *, native_tools: bool, turn: int,
-                       limit: int | None, refused: set[str], prompt: str = "") -> str | None:
+                       limit: int | None, refused: set[str], prompt: str = "",
+                       cells_run: int = 0) -> str | None:
     """For fenced-code models: refuse, once per run and only while a turn is left to fix
     it, a text answer stating figures, or naming names, that no successful output of this
     run shows: small models write a number before their cells computed it, copy one from
     the prompt's example, or print a mean and name a month no cell printed. Other words are
     not checked here ("not found" after printing None is an answer); they still decide
-    `verified`. None to accept."""
+    `verified`. An answer when cells ran but none succeeded is refused too (a guess after
+    a failing cell: `FINAL(Audio)`). None to accept."""
     if native_tools or NUDGE_UNGROUNDED in refused or (limit is not None and turn >= limit):
         return None
-    if not outputs or error_text(answer):  # the no-cell, failed-cell and error-text
-        return None  # refusals cover these: one refusal per mistake is enough
-    text = "\n".join(outputs)
-    why = unseen_figures(answer, text, prompt) or unseen_names(answer, text, prompt)
+    if error_text(answer) or (not outputs and (cells_run == 0 or NUDGE_FAILED in refused)):
+        return None  # the error-text, no-cell and failed-cell refusals cover these: one
+        # refusal per mistake is enough
+    if not outputs:
+        why: str | None = "no cell of this run has succeeded yet"
+    else:
+        text = "\n".join(outputs)
+        why = unseen_figures(answer, text, prompt) or unseen_names(answer, text, prompt)
     return None if why is None else NUDGE_UNGROUNDED.format(why=why)
 
 
