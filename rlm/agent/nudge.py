@@ -52,7 +52,7 @@ WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its d
 # An error message or a traceback line, not an answer: `NameError: ...`, `Traceback (most
 # recent call last)`, `Error: ...`, `... does not exist`, `... is not defined`, `No such file`.
 _ERROR_TEXT = re.compile(
-    r"\b[A-Z]\w*(?:Error|Exception)\b\s*:|Traceback \(most recent call last\)|^\s*Traceback\b"
+    r"\b[A-Z]\w*(?:Error|Exception)\b\s*[:,]|Traceback \(most recent call last\)|^\s*Traceback\b"
     r"|(?:^|\s)Error\s*:|\bdoes not exist\b|\bis not defined\b|\bNo such file or directory\b"
     r"|\bcould not be (?:run|found|loaded)\b",
     re.M)
