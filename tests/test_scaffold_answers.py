@@ -128,7 +128,8 @@ def test_an_error_answer_is_refused_only_once_and_then_marked_unverified(_isolat
 def test_error_text_patterns():
     for bad in ("NameError: name 'x' is not defined", "Traceback (most recent call last):",
                 "Error: no such column", "sales.csv does not exist in the current directory",
-                "KeyError: 'amount'", "KeyError, the 'region' column is missing"):
+                "KeyError: 'amount'", "KeyError, the 'region' column is missing",
+                "No module named 'sklearn'"):
         assert error_text(bad), bad
     for good in ("Lyon, with 431 orders", "not found", "4711", "The error rate is 3%"):
         assert error_text(good) is None, good

@@ -54,7 +54,7 @@ WHY = {NUDGE_FAILED: "after a failed cell", NUDGE_LOOK: "before looking at its d
 _ERROR_TEXT = re.compile(
     r"\b[A-Z]\w*(?:Error|Exception)\b\s*[:,]|Traceback \(most recent call last\)|^\s*Traceback\b"
     r"|(?:^|\s)Error\s*:|\bdoes not exist\b|\bis not defined\b|\bNo such file or directory\b"
-    r"|\bcould not be (?:run|found|loaded)\b",
+    r"|\bcould not be (?:run|found|loaded)\b|\bNo module named\b",
     re.M)
 
 
