@@ -28,21 +28,22 @@ class LogTail:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.reset()
-
-    def reset(self) -> None:
+        self.rereads = 0  # times the file had to be read from the start again
         self.ino: int | None = None
+        self._clear()
+
+    def _clear(self) -> None:
         self.offset = 0
         self.guard = b""
         self.entries: list[dict[str, Any]] = []
-        self.rereads = getattr(self, "rereads", -1) + 1
 
     def read(self) -> list[dict[str, Any]]:
         with open(self.path, "rb") as f:
             st = os.fstat(f.fileno())
             if self.ino is not None and (
                     st.st_ino != self.ino or st.st_size < self.offset or self._moved(f)):
-                self.reset()
+                self._clear()
+                self.rereads += 1
             self.ino = st.st_ino
             f.seek(self.offset)
             data = f.read()

@@ -108,7 +108,8 @@ def unseen_names(answer: str, text: str, prompt: str) -> str | None:
     asked = prompt.lower()
     names = [n for n in dict.fromkeys(_NAME.findall(answer))
              if n.lower() not in _STOPWORDS and n.lower() not in asked]
-    if not names or any(n.lower() in text.lower() for n in names):
+    shown = text.lower()
+    if not names or any(n.lower() in shown for n in names):
         return None
     return f"the answer names {', '.join(names[:3])}, which no output of this run shows"
 
