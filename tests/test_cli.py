@@ -13,7 +13,8 @@ import nbformat
 
 def rlm(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, env=env,
+    # -P: like the `rlm` console script, the cwd is not on sys.path (a user's `rlm/` folder)
+    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=240)
     if check and proc.returncode != 0:
         raise AssertionError(f"rlm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")

@@ -77,3 +77,18 @@ def test_a_worker_whose_session_directory_is_removed_exits_and_recreates_nothing
     assert not Path(res["session_path"]).parent.exists()
     workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
     assert not [w for w in workers if w.get("session_id") == res["session_id"]]
+
+
+def test_a_detached_run_works_from_a_directory_holding_an_rlm_folder(tmp_path, _isolated_home):
+    """`python -m rlm worker` put the cwd first on sys.path: a folder named `rlm` in the
+    user's working directory shadowed the package and the worker died at import. The
+    worker is started with `-P` (no cwd on sys.path)."""
+    (tmp_path / "rlm").mkdir()
+    s = script(tmp_path / "a.json", [call("print(6 * 7)"), call("final('42')")])
+    out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path)
+    path = Path(json.loads(out.stdout.strip().splitlines()[-1])["session_path"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"custom_type":"final"' not in path.read_text():
+        time.sleep(0.3)
+    assert '"custom_type":"final"' in path.read_text(), (path.parent / "worker.log").read_text()
+    rlm("stop", path.parent.name, cwd=tmp_path)

@@ -456,11 +456,13 @@ def start_detached(
     if busy is not None:
         raise WorkerRunning(paths["lock"], busy)
     where = str(paths["dir"])  # the directory checked here, not a name resolved again
+    # -P: the cwd is not put on sys.path, so a folder named `rlm` where the user works
+    # cannot shadow the package (the worker keeps the user's cwd for relative paths)
     if runner:
-        argv = [sys.executable, "-m", "rlm.longrun.worker", where, "--runner", runner]
+        argv = [sys.executable, "-P", "-m", "rlm.longrun.worker", where, "--runner", runner]
         argv += ["--poll", str(poll_s)] if poll_s else []
     else:  # the real agent: `rlm worker`, assembled by the composition root
-        argv = [sys.executable, "-m", "rlm", "worker", where]
+        argv = [sys.executable, "-P", "-m", "rlm", "worker", where]
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
