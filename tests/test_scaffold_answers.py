@@ -101,6 +101,21 @@ def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_h
     assert "- orders: order_id, region, value" in second
 
 
+def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isolated_home, tmp_path):
+    """pandas says `KeyError: 'Column not found: amount'` for `groupby(...)['amount']`; the
+    note named "'Column not found: amount'" as the missing column."""
+    (tmp_path / "sales.csv").write_text("region,revenue\nNorth,3.5\nSouth,4.0\n")
+    llm = _Fenced([_cell("print(sales.groupby('region')['amount'].sum())"), "FINAL(none)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "sales.csv"])
+        list(agent.run("total per region?"))
+    note = llm.calls[1][-1]["content"]
+    assert "Column not found: amount" in note  # pandas' own error, kept
+    assert "`'amount'` is not a column of any DataFrame" in note
+    assert "- sales: region, revenue" in note
+
+
 def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isolated_home):
     llm = _Fenced([_cell("import pandas as pd\ndf = pd.read_csv('sales.csv')"),
                    "FINAL(FileNotFoundError: sales.csv does not exist)",

@@ -98,10 +98,18 @@ def missing_name(shaped: str) -> str | None:
 _KEY_ERROR = re.compile(r"^KeyError: (['\"])(.{1,200}?)\1\s*$", re.M)
 
 
+# pandas 3's groupby says `KeyError: 'Column not found: amount'`: the key is the tail
+_COLUMN_NOT_FOUND = re.compile(r"^Column not found: (.+)$")
+
+
 def missing_key(shaped: str) -> str | None:
     """The key a `KeyError: 'x'` in a cell's output complains about, or None."""
     found = _KEY_ERROR.findall(shaped or "")
-    return found[-1][1] if found else None
+    if not found:
+        return None
+    key = found[-1][1]
+    m = _COLUMN_NOT_FOUND.match(key)
+    return m.group(1) if m else key
 
 
 def frame_columns(summary: str) -> list[str] | None:
