@@ -24,13 +24,19 @@ the defaults.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from rlm.agent.context_files import describe_variables, load_context_files
+from rlm.agent.context_files import (
+    NAMED_FILE_LIMIT,
+    describe_variables,
+    load_context_files,
+    named_files,
+)
 from rlm.agent.loop import Agent
 from rlm.agent.prompts import system_prompt
 from rlm.agent.recursion import TokenBudget
@@ -450,6 +456,19 @@ def prepare_inputs(agent: Agent, options: RunOptions) -> None:
         load_context_files(agent, options.context)
 
 
+def with_named_files(task: str | None, options: RunOptions) -> tuple[RunOptions, list[str]]:
+    """A new session's task that names existing files (`... in sales.csv`) gets them as
+    --context inputs, recorded with the options (so a --detach worker and a resume see
+    them too); returns the options and a note per file too big to load up front."""
+    if not task:
+        return options, []
+    base = Path(options.workdir or os.getcwd())
+    load, big = named_files(task, base, options.context)
+    notes = [f"{b}, named in the task, is over {NAMED_FILE_LIMIT // 2**20} MB: not loaded "
+             f"up front (the model's code can read it; --context loads it anyway)" for b in big]
+    return (replace(options, context=[*options.context, *load]) if load else options), notes
+
+
 def put_context(agent: Agent, context: Any) -> None:
     """An rlm_query child's `context` argument, as the kernel variable `context`."""
     assert agent.session.dir is not None and agent.executor is not None
@@ -590,6 +609,7 @@ def run_task(
     options = options or RunOptions()
     if context_files:
         options = replace(options, context=[str(p) for p in context_files])
+    options, _ = with_named_files(task, options)
     session = SessionStore.create(cfg.home, model=cfg.model or "", task=task)
     record_options(session, options)
     agent = build_agent(session, cfg, entry="run_task", options=options)

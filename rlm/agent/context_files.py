@@ -62,6 +62,43 @@ def loader_code(path: Path, name: str) -> str:
     return _LOADERS.get(path.suffix.lower(), _TEXT).format(name=name, path=str(path))
 
 
+# a file the task names is loaded like --context up to this size; a bigger one is left
+# for the model's code to read (pandas holds a CSV at several times its size on disk)
+NAMED_FILE_LIMIT = 512 * 1024 * 1024
+# a path-like word: a quoted string, or a run of non-space characters, ending in .ext
+_NAMED = re.compile(r"""["'`]([^"'`\n]+)["'`]|([^\s"'`()\[\]{}<>,;]+)""")
+_EXT = re.compile(r"[^./\\]\.[A-Za-z0-9]{1,10}$")
+
+
+def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], list[str]]:
+    """The existing files the task names (`... in sales.csv`), relative to `base` or
+    absolute, that are not among `given` (--context): (to load, too big to load up front,
+    as `name (size)`). `rlm run "which region grew fastest in sales.csv"` then works like
+    `--context sales.csv`: the model is told the variable and its columns instead of
+    guessing them."""
+    seen = {Path(g).expanduser().resolve() for g in given}
+    load: list[str] = []
+    big: list[str] = []
+    for m in _NAMED.finditer(task):
+        word = (m.group(1) or m.group(2) or "").strip().rstrip(".:!?")
+        if not _EXT.search(word):
+            continue
+        path = Path(word).expanduser()
+        path = path if path.is_absolute() else base / path
+        try:
+            if not path.is_file() or path.resolve() in seen:
+                continue
+            size = path.stat().st_size
+        except OSError:
+            continue
+        seen.add(path.resolve())
+        if size > NAMED_FILE_LIMIT:
+            big.append(f"{word} ({size / 2**20:,.0f} MB)")
+        else:
+            load.append(str(path.resolve()))
+    return load, big
+
+
 def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
     """Load each file into a kernel variable; append a context_vars entry describing them."""
     names: list[str] = []

@@ -98,7 +98,9 @@ def _first_run(events: list[Event]) -> list[Event]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options, notes = app.with_named_files(args.task, options_from_args(args))
+    for note in notes:
+        print(f"rlm: {note}", file=sys.stderr)
     if args.detach:
         session, pid = app.start_detached(args.task, options)
         if args.json:

@@ -1,0 +1,74 @@
+"""A task that names a file in the working directory (`rlm run "which region grew fastest
+in sales.csv"`, the product's own example) gets it loaded like `--context sales.csv`: the
+model is told the variable and its columns instead of guessing them (the local model's
+first cell read `sales.csv` and grouped by an `amount` column that does not exist)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from test_cli import call, rlm, script
+
+from rlm.agent import context_files
+from rlm.agent.context_files import named_files
+
+CSV = "region,revenue\neast,10\nwest,25\neast,7\n"
+
+
+def _entries(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()[1:]]
+
+
+def test_a_run_whose_task_names_a_file_gets_it_as_an_input(tmp_path, _isolated_home):
+    (tmp_path / "sales.csv").write_text(CSV)
+    s = script(tmp_path / "r.json", [
+        call("top = sales.groupby('region').revenue.sum().idxmax()\nprint(top)"),
+        call("final(top)")])
+    out = rlm("run", "which region sold most in sales.csv?", "--model", s, "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "west" and res["verified"] is True
+    entries = _entries(Path(res["session_path"]))
+    ctx = [e for e in entries if e.get("custom_type") == "context_vars"]
+    assert ctx and ctx[0]["data"]["names"] == ["sales"]
+    assert ctx[0]["data"]["files"] == [str((tmp_path / "sales.csv").resolve())]
+    assert "- sales: " in ctx[0]["content"] and "region" in ctx[0]["content"]
+    options = [e for e in entries if e.get("custom_type") == "run_options"]
+    assert options[-1]["data"]["context"] == [str((tmp_path / "sales.csv").resolve())]
+
+
+def test_a_detached_run_gets_the_named_file_too(tmp_path, _isolated_home):
+    (tmp_path / "sales.csv").write_text(CSV)
+    s = script(tmp_path / "d.json", [call("final(str(len(sales)))")])
+    out = rlm("run", "how many rows has sales.csv", "--detach", "--model", s, "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    path = Path(res["session_path"])
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and '"custom_type":"final"' not in path.read_text():
+        time.sleep(0.3)  # the worker's log is the only thing to wait on
+    finals = [e for e in _entries(path) if e.get("custom_type") == "final"]
+    rlm("stop", res["session_id"], cwd=tmp_path)
+    assert finals and finals[0]["data"]["answer"] == "3"
+
+
+def test_named_files_takes_existing_files_once_and_leaves_big_ones(tmp_path, monkeypatch):
+    (tmp_path / "sales.csv").write_text(CSV)
+    (tmp_path / "my notes.txt").write_text("hello")
+    (tmp_path / "big.log").write_text("x" * 100)
+    (tmp_path / ".env").write_text("KEY=1")
+    (tmp_path / "data.d").mkdir()
+    monkeypatch.setattr(context_files, "NAMED_FILE_LIMIT", 50)
+    task = ('compare sales.csv, "my notes.txt" and big.log (sales.csv again); not '
+            'missing.csv, .env or data.d.')
+    load, big = named_files(task, tmp_path, [])
+    assert load == [str(tmp_path / "sales.csv"), str(tmp_path / "my notes.txt")]
+    assert big == ["big.log (0 MB)"]
+    # a file already given with --context is not loaded twice
+    load, _ = named_files(task, tmp_path, [str(tmp_path / "sales.csv")])
+    assert load == [str(tmp_path / "my notes.txt")]
+    # absolute paths are taken as they are
+    load, _ = named_files(f"look at {tmp_path / 'sales.csv'}.", Path("/"), [])
+    assert load == [str(tmp_path / "sales.csv")]
