@@ -69,6 +69,9 @@ RESAMPLE_TEMPERATURE = 1.0
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
             "Change the code: check the names, columns and types involved with a small cell "
             "first.]")
+RAN_AGAIN = ("\n[This cell is the same as one you already ran, so its output is the same. "
+             "If that output answers the question, reply with FINAL(answer); if it does not, "
+             "write a different cell that prints what is missing.]")
 # (reason, answer) when a turn says the run may end; None to keep going
 Outcome = tuple[str, str | None] | None
 # Continuation (asked when the run would end: a message to keep going) and TurnHook (after
@@ -375,41 +378,47 @@ class Agent:
         try:
             completion = yield from self._call_model()
             for _ in range(RESAMPLES):
-                if completion is None or not self._repeats_failed_cell(completion):
+                why = None if completion is None else self._repeats_a_cell(completion)
+                if completion is None or why is None:
                     break
-                completion = yield from self._resample(completion)
+                completion = yield from self._resample(completion, why)
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)
             return (yield from self._act(completion))
         finally:
             self.turn_active = False
 
-    def _repeats_failed_cell(self, completion: Completion) -> bool:
-        """A fenced-code reply whose first cell is the cell that just failed, unchanged."""
-        failed = self.state.last_failed_code
-        if self.llm.native_tools or failed is None or completion.tool_calls:
-            return False
+    def _repeats_a_cell(self, completion: Completion) -> str | None:
+        """Why a fenced-code reply's first cell is not worth running: it is the cell that
+        just failed, or a cell that already succeeded in this run, unchanged (its output
+        would be the same); None when it is new."""
+        if self.llm.native_tools or completion.tool_calls:
+            return None
         calls = code_tool_calls(completion.content)
-        return bool(calls) and str(calls[0].arguments.get("code", "")).strip() == failed.strip()
+        code = str(calls[0].arguments.get("code", "")).strip() if calls else ""
+        failed = self.state.last_failed_code
+        if code and failed is not None and code == failed.strip():
+            return "the reply's first cell repeats the cell that just failed"
+        if code and code in self.state.succeeded:
+            return "the reply's first cell repeats a cell that already ran in this run"
+        return None
 
-    def _resample(self, rejected: Completion) -> Generator[Event, None, Completion | None]:
-        """Sample again instead of running the failing cell again: a small model that sees
-        its own failing cell repeated in the context repeats it more (the task suite's 1.5B
-        model sent one failing groupby four times in a row, whatever the notes said). The
-        rejected reply is charged and logged as a hidden `resampled` entry (it never
-        reaches the model)."""
+    def _resample(self, rejected: Completion, why: str) -> Generator[Event, None, Completion | None]:
+        """Sample again instead of running a repeated cell: a small model that sees its own
+        cell repeated in the context repeats it more (the task suite's 1.5B model sent one
+        failing groupby four times in a row, whatever the notes said; `rlm run`'s own
+        example got one successful cell eighteen times). The rejected reply is charged and
+        logged as a hidden `resampled` entry (it never reaches the model)."""
         self.charge(rejected.usage)
         self.session.append(CustomEntry(
             custom_type="resampled", display=False, content=None,
-            data={"why": "the reply's first cell repeats the cell that just failed",
-                  "content": rejected.content, "usage": rejected.usage.to_dict()}))
-        yield Notice("the model sent the failing cell again; sampling a new reply instead of "
-                     "running it")
+            data={"why": why, "content": rejected.content, "usage": rejected.usage.to_dict()}))
+        yield Notice(f"{why}; sampling a new reply instead of running it")
         return (yield from self._call_model(temperature=RESAMPLE_TEMPERATURE))
 
     def _temperature(self) -> float | None:
         """The configured temperature; for a fenced-code model whose newest cell repeated
-        the failing one before it, at least LOOP_BREAK_TEMPERATURE: at temperature 0 a small
+        the failing one before it or a successful one, at least LOOP_BREAK_TEMPERATURE: at temperature 0 a small
         model sends the same cell again whatever the result says (the task suite's 1.5B
         model sent one failing groupby five times)."""
         t = self.config.temperature
@@ -626,10 +635,16 @@ class Agent:
         if result.ok:
             self.state.outputs.append(result.shaped)
         content = pre_notice + notices.cell_content(result) + self._existing_names(result)
-        self.state.looping = result.status == "error" and self.state.last_failed_code == code
-        if self.state.looping:
+        failed_again = result.status == "error" and self.state.last_failed_code == code
+        ran_again = result.ok and code.strip() in self.state.succeeded
+        self.state.looping = failed_again or ran_again
+        if failed_again:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell
+        elif ran_again:
+            content += RAN_AGAIN
         self.state.last_failed_code = code if result.status == "error" else None
+        if result.ok:
+            self.state.succeeded.add(code.strip())
         self.session.append(MessageEntry(
             message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content},
             cell=result.to_dict()))

@@ -22,7 +22,8 @@ class RunState:
     has_data: bool = False  # input was attached for this run's prompt
     prompt: str = ""  # this run's prompt (an answer's names it already holds are not new)
     last_failed_code: str | None = None
-    looping: bool = False  # the newest cell repeated the failing one before it
+    looping: bool = False  # the newest cell repeated the failing one or a successful one
+    succeeded: set[str] = field(default_factory=set)  # code of the cells that succeeded
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
     outputs: list[str] = field(default_factory=list)  # what the successful ones printed
