@@ -126,6 +126,7 @@ class RunOptions:
     gate: list[str] = field(default_factory=list)
     max_continuations: int | None = None
     context: list[str] = field(default_factory=list)  # files loaded before the first prompt
+    named: list[str] = field(default_factory=list)  # files the task named (loaded if they can be)
     notebook: str | None = None  # .ipynb executed before the first prompt
     overrides: dict[str, Any] = field(default_factory=dict)
     workdir: str | None = None  # the kernel's working directory for inputs (rlm demo)
@@ -143,6 +144,7 @@ class RunOptions:
         known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         opts = cls(**known)
         opts.gate, opts.context = list(opts.gate or []), list(opts.context or [])
+        opts.named = list(opts.named or [])
         opts.overrides = dict(opts.overrides or {})
         return opts
 
@@ -156,6 +158,7 @@ class RunOptions:
             max_continuations=(self.max_continuations if self.max_continuations is not None
                                else recorded.max_continuations),
             context=self.context or recorded.context,
+            named=self.named or recorded.named,
             notebook=self.notebook or recorded.notebook,
             overrides={**recorded.overrides, **self.overrides},
             workdir=self.workdir or recorded.workdir,
@@ -440,11 +443,13 @@ def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntr
 
 
 # ------------------------------------------------------------------------ inputs
-def prepare_inputs(agent: Agent, options: RunOptions) -> None:
-    """Before a session's first prompt: execute --notebook, load --context files. A session
-    that already has messages got them at its start (its kernel restores them)."""
+def prepare_inputs(agent: Agent, options: RunOptions, prompt: str | None = None) -> list[str]:
+    """Before a session's first prompt: execute --notebook, load --context files and the
+    files the task named. A session that already has messages got them at its start (its
+    kernel restores them); there, files the new `prompt` names are loaded. Returns notes
+    for the user."""
     if any(isinstance(e, MessageEntry) for e in agent.session.branch()):
-        return
+        return attach_named_files(agent, prompt)
     ex = agent.executor
     if ex is None:
         raise RlmError("start the agent before loading its inputs")
@@ -452,21 +457,42 @@ def prepare_inputs(agent: Agent, options: RunOptions) -> None:
         from rlm.notebook.from_notebook import import_notebook
 
         import_notebook(Path(options.notebook), ex, agent.session)
-    if options.context:
-        load_context_files(agent, options.context)
+    if options.context or options.named:
+        load_context_files(agent, [*options.context, *options.named], optional=options.named)
+    return []
 
 
 def with_named_files(task: str | None, options: RunOptions) -> tuple[RunOptions, list[str]]:
     """A new session's task that names existing files (`... in sales.csv`) gets them as
-    --context inputs, recorded with the options (so a --detach worker and a resume see
-    them too); returns the options and a note per file too big to load up front."""
+    inputs (`RunOptions.named`, recorded with the options, so a --detach worker loads them
+    too); returns the options and a note per file too big to load up front."""
     if not task:
         return options, []
-    base = Path(options.workdir or os.getcwd())
-    load, big = named_files(task, base, options.context)
-    notes = [f"{b}, named in the task, is over {NAMED_FILE_LIMIT // 2**20} MB: not loaded "
-             f"up front (the model's code can read it; --context loads it anyway)" for b in big]
-    return (replace(options, context=[*options.context, *load]) if load else options), notes
+    load, big = named_files(task, Path(options.workdir or os.getcwd()), options.context)
+    return (replace(options, named=load) if load else options), _too_big(big)
+
+
+def attach_named_files(agent: Agent, prompt: str | None) -> list[str]:
+    """A prompt to a session that already ran (a chat message, `rlm resume ID "..."`)
+    that names files no input entry holds yet: they are loaded as `/load` does. Returns
+    notes for the user: what was loaded, what was too big."""
+    if not prompt or agent.executor is None:
+        return []
+    held = [f for e in agent.session.branch()
+            if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+            for f in (e.data or {}).get("files") or []]
+    load, big = named_files(prompt, Path(agent.config.kernel_cwd or os.getcwd()), held)
+    notes = _too_big(big)
+    if load:
+        names = load_context_files(agent, load, optional=load)
+        notes.append(f"loaded {', '.join(Path(f).name for f in load)} (named in the prompt)"
+                     + (f" as {', '.join(names)}" if names else ": none could be read"))
+    return notes
+
+
+def _too_big(big: list[str]) -> list[str]:
+    return [f"{b}, named in the prompt, is over {NAMED_FILE_LIMIT // 2**20} MB: not loaded "
+            f"up front (the model's code can read it; --context loads it anyway)" for b in big]
 
 
 def put_context(agent: Agent, context: Any) -> None:
@@ -632,6 +658,7 @@ class AgentRunner:
         prepare_inputs(self.agent, self.options)
 
     def __call__(self, prompt: str) -> Iterator[Event]:
+        attach_named_files(self.agent, prompt)  # a later prompt's files (the first's: options)
         return self.agent.run(prompt)
 
     def steer(self, text: str, custom_type: str = "steer",

@@ -6,6 +6,8 @@ first cell read `sales.csv` and grouped by an `amount` column that does not exis
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +38,44 @@ def test_a_run_whose_task_names_a_file_gets_it_as_an_input(tmp_path, _isolated_h
     assert ctx[0]["data"]["files"] == [str((tmp_path / "sales.csv").resolve())]
     assert "- sales: " in ctx[0]["content"] and "region" in ctx[0]["content"]
     options = [e for e in entries if e.get("custom_type") == "run_options"]
-    assert options[-1]["data"]["context"] == [str((tmp_path / "sales.csv").resolve())]
+    assert options[-1]["data"]["named"] == [str((tmp_path / "sales.csv").resolve())]
+
+
+def test_a_named_file_that_does_not_load_is_described_not_fatal(tmp_path, _isolated_home):
+    """`--context broken.csv` fails the run (the user asked for it); a file the task only
+    names is told to the model as not loaded, with pandas' reason, and the run goes on."""
+    (tmp_path / "broken.csv").write_text("a,b\n1,2\n1,2,3,4\n")
+    s = script(tmp_path / "b.json", [call("final('read it by hand')")])
+    out = rlm("run", "why does broken.csv not parse?", "--model", s, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "final"
+    ctx = [e for e in _entries(Path(res["session_path"]))
+           if e.get("custom_type") == "context_vars"]
+    assert ctx[0]["data"]["names"] == []
+    assert "Not loaded" in ctx[0]["content"] and "broken.csv: ParserError" in ctx[0]["content"]
+
+
+def test_resume_and_chat_load_the_files_a_later_prompt_names(tmp_path, _isolated_home):
+    (tmp_path / "sales.csv").write_text(CSV)
+    (tmp_path / "costs.csv").write_text("region,cost\neast,4\nwest,30\n")
+    s1 = script(tmp_path / "1.json", [call("final(str(len(sales)))")])
+    res = json.loads(rlm("run", "rows in sales.csv?", "--model", s1, "--json",
+                         cwd=tmp_path).stdout.strip().splitlines()[-1])
+    s2 = script(tmp_path / "2.json", [call("final(str(costs.cost.sum() + len(sales)))")])
+    out = rlm("resume", res["session_id"], "add the costs in costs.csv", "--model", s2,
+              "--json", cwd=tmp_path)
+    assert "loaded costs.csv (named in the prompt) as costs" in out.stderr
+    assert json.loads(out.stdout.strip().splitlines()[-1])["final"] == "37"
+    # chat: a message naming a file not loaded yet loads it before the model runs
+    (tmp_path / "notes.txt").write_text("the east office moved")
+    s3 = script(tmp_path / "3.json", [call("final(notes.split()[1])")])
+    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "chat", res["session_id"],
+                           "--model", s3], cwd=tmp_path, input="what does notes.txt say?\n/exit\n",
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    assert "loaded notes.txt (named in the prompt) as notes" in proc.stdout
+    finals = [e for e in _entries(Path(res["session_path"])) if e.get("custom_type") == "final"]
+    assert finals[-1]["data"]["answer"] == "east"
 
 
 def test_a_detached_run_gets_the_named_file_too(tmp_path, _isolated_home):

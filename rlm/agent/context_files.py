@@ -99,14 +99,23 @@ def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], lis
     return load, big
 
 
-def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
-    """Load each file into a kernel variable; append a context_vars entry describing them."""
+def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | None = None
+                       ) -> list[str]:
+    """Load each file into a kernel variable; append a context_vars entry describing them.
+    A file in `optional` (named in a prompt, not given with --context) that does not load
+    is described as not loaded, with pandas' or Python's one-line reason, instead of
+    failing the run."""
     names: list[str] = []
     renamed: list[str] = []
+    failed: list[str] = []
     taken: set[str] = set()
+    lenient = {str(p) for p in optional or []}
     for raw in paths:
         path = Path(raw).expanduser().resolve()
         if not path.is_file():
+            if str(raw) in lenient:
+                failed.append(f"{path.name}: no such file")
+                continue
             raise ConfigError(f"--context {raw}: no such file")
         name = variable_name(path, taken)
         if name != re.sub(r"\W", "_", path.stem).strip("_").lower():
@@ -114,19 +123,36 @@ def load_context_files(agent: Any, paths: list[Any]) -> list[str]:
         code = loader_code(path, name)
         res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
         if not res.ok:
+            why = _error_line(res.shaped)
+            if str(raw) in lenient:
+                failed.append(f"{path.name}: {why}")
+                taken.discard(name)
+                continue
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
         names.append(name)
-    items = agent.executor.describe(names)
+    items = agent.executor.describe(names) if names else []
+    content = format_description(items, origin="loaded from the files you were given")
+    if renamed:
+        content += (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API "
+                    f"or another file): {'; '.join(renamed)}")
+    if failed:
+        content = ((content + "\n") if names else "") + (
+            "Not loaded (read them with your own code if you need them): " + "; ".join(failed))
     agent.attach_context(CustomEntry(
         custom_type="context_vars",
         data={"names": names, "files": [str(p) for p in paths],
               "long_texts": [d["name"] for d in items if d.get("hint")]},
-        display=True,
-        content=format_description(items, origin="loaded from the files you were given")
-        + (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API or "
-           f"another file): {'; '.join(renamed)}" if renamed else ""),
-    ))
+        display=True, content=content))
     return names
+
+
+_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b.*$", re.M)
+
+
+def _error_line(shaped: str) -> str:
+    """The exception line of a failed cell's output (`ParserError: Error tokenizing ...`)."""
+    found = _ERROR_LINE.findall(shaped or "")
+    return (found[-1] if found else (shaped.strip().splitlines() or ["?"])[-1])[:300]
 
 
 def describe_variables(agent: Any, names: list[str] | None, *, origin: str) -> str:

@@ -45,6 +45,8 @@ def chat_loop(agent: Agent, session: SessionLog, args: argparse.Namespace,
                 if not _slash(agent, line, render):
                     break
                 continue
+            for loaded in app.attach_named_files(agent, line):
+                render.console.print(loaded, style="dim", markup=False)
             app.drive(agent, line, render)
     render.session_line(session)
     note = app.schedules_note(session)

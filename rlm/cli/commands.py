@@ -36,7 +36,8 @@ def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: arg
     failure: RlmError | None = None
     try:
         with agent:
-            app.prepare_inputs(agent, options)
+            for line in app.prepare_inputs(agent, options, prompt):
+                print(f"rlm: {line}", file=sys.stderr)
             render.header(agent.llm.spec, session, input_summaries(agent))
             events = app.drive(agent, prompt, render)
         note = app.schedules_note(session)
