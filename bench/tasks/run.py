@@ -5,7 +5,7 @@ the same window. Scores every answer automatically.
     python -m bench.tasks.run --model local --sizes 100000 --seeds 1 --modes rlm     # smoke
     python -m bench.tasks.run --model local --sizes 100000,1000000 --seeds 1,2,3
 
-Writes one JSON line per item to bench/out/tasks-<time>.jsonl and prints accuracy and mean
+Writes one JSON line per item to bench/out/tasks-<time>-<pid>.jsonl and prints accuracy and mean
 seconds per (family, size, mode). The model sees the files only as `--context` inputs
 (rlm) or as text in the prompt (direct); the question is the family's own wording.
 """
@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     # one home for every item (the runs' cwd is a temp dir; the model file is joined once)
     os.environ["RLM_HOME"] = str(rlm_home().resolve())
     OUT.mkdir(exist_ok=True)
-    out_path = OUT / f"tasks-{time.strftime('%Y%m%d-%H%M%S')}.jsonl"
+    # the pid too: two runs started in the same second wrote one file, lines interleaved
+    out_path = OUT / f"tasks-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
     stats: dict[tuple[str, int, str], list[dict]] = defaultdict(list)
     with out_path.open("w") as out:
         for family in args.families.split(","):
