@@ -449,7 +449,7 @@ def test_a_cell_repeated_through_every_resample_runs_and_raises_the_temperature(
 
 def test_a_reply_repeating_a_cell_that_already_ran_is_sampled_again_not_run(_isolated_home):
     """`rlm run "find which region grew fastest in sales.csv"` on the local model sent one
-    successful cell (printing a row label, 340) eighteen times, to the turn limit: its
+    successful cell (printing a row label, 340) sixteen times in a row: its
     output could not change. A reply whose first cell already ran in this run is sampled
     again; if every resample repeats it, it runs with a note and the temperature rises."""
     from rlm.agent.loop import LOOP_BREAK_TEMPERATURE, RESAMPLE_TEMPERATURE, RESAMPLES

@@ -407,7 +407,7 @@ class Agent:
         """Sample again instead of running a repeated cell: a small model that sees its own
         cell repeated in the context repeats it more (the task suite's 1.5B model sent one
         failing groupby four times in a row, whatever the notes said; `rlm run`'s own
-        example got one successful cell eighteen times). The rejected reply is charged and
+        example got one successful cell sixteen times). The rejected reply is charged and
         logged as a hidden `resampled` entry (it never reaches the model)."""
         self.charge(rejected.usage)
         self.session.append(CustomEntry(
