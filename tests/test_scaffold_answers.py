@@ -447,30 +447,28 @@ def test_a_cell_repeated_through_every_resample_runs_and_raises_the_temperature(
     assert ended.final == "2"
 
 
-def test_a_reply_repeating_a_cell_that_already_ran_is_sampled_again_not_run(_isolated_home):
+def test_a_cell_that_already_ran_twice_is_sampled_again_not_run(_isolated_home):
     """`rlm run "find which region grew fastest in sales.csv"` on the local model sent one
-    successful cell (printing a row label, 340) sixteen times in a row: its
-    output could not change. A reply whose first cell already ran in this run is sampled
-    again; if every resample repeats it, it runs with a note and the temperature rises."""
+    successful cell (printing a row label, 340) sixteen times in a row: its output could
+    not change. The first repeat of a successful cell runs, with a note (after a refusal
+    the model re-runs its cell to read the output again); a further repeat is sampled
+    again; if every resample repeats it, it runs with the note and the temperature rises."""
     from rlm.agent.loop import LOOP_BREAK_TEMPERATURE, RESAMPLE_TEMPERATURE, RESAMPLES
 
     same = _cell("x = 6 * 7\nprint(x)")
-    llm = _Fenced([same, same, _cell("print(x + 1)"), same] + [same] * RESAMPLES
-                  + ["FINAL(42)"])
+    llm = _Fenced([same, same, same] + [same] * RESAMPLES + ["FINAL(42)"])
     agent, session = _agent(_isolated_home, llm)
     with agent:
         events = list(agent.run("go"))
     c = agent.config.temperature
     temps = [r["temperature"] for r in llm.requests]
-    # first repeat: resampled once (a new cell came); second: through every resample, run
-    assert temps == ([c, c, RESAMPLE_TEMPERATURE, c] + [RESAMPLE_TEMPERATURE] * RESAMPLES
-                     + [LOOP_BREAK_TEMPERATURE])
+    assert temps == [c, c, c] + [RESAMPLE_TEMPERATURE] * RESAMPLES + [LOOP_BREAK_TEMPERATURE]
     branch = SessionStore.open(session.path).branch()
     resampled = [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == "resampled"]
-    assert len(resampled) == 1 + RESAMPLES
-    assert all("already ran in this run" in e.data["why"] for e in resampled)
+    assert len(resampled) == RESAMPLES
+    assert all("already ran twice in this run" in e.data["why"] for e in resampled)
     cells = [e for e in branch if getattr(e, "role", None) == "tool"]
-    assert len(cells) == 3  # x = 6 * 7, x + 1, then the repeat that outlasted the resamples
-    assert "same as one you already ran" in cells[-1].message["content"]
+    assert len(cells) == 3  # the first run, the first repeat, the one that outlasted resamples
     assert "same as one you already ran" not in cells[0].message["content"]
+    assert all("same as one you already ran" in e.message["content"] for e in cells[1:])
     assert events[-1].final == "42"

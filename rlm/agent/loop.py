@@ -390,8 +390,11 @@ class Agent:
 
     def _repeats_a_cell(self, completion: Completion) -> str | None:
         """Why a fenced-code reply's first cell is not worth running: it is the cell that
-        just failed, or a cell that already succeeded in this run, unchanged (its output
-        would be the same); None when it is new."""
+        just failed, or a cell that already succeeded twice in this run, unchanged (its
+        output would be the same); None when it is new. A first repeat of a successful
+        cell runs, with a note: after a refusal the local model re-runs its cell to see
+        the output again, then answers from it (the e2e region test: resampling that
+        repeat made it answer a bare total instead of the region)."""
         if self.llm.native_tools or completion.tool_calls:
             return None
         calls = code_tool_calls(completion.content)
@@ -399,8 +402,8 @@ class Agent:
         failed = self.state.last_failed_code
         if code and failed is not None and code == failed.strip():
             return "the reply's first cell repeats the cell that just failed"
-        if code and code in self.state.succeeded:
-            return "the reply's first cell repeats a cell that already ran in this run"
+        if code and self.state.succeeded.get(code, 0) >= 2:
+            return "the reply's first cell repeats a cell that already ran twice in this run"
         return None
 
     def _resample(self, rejected: Completion, why: str) -> Generator[Event, None, Completion | None]:
@@ -636,15 +639,15 @@ class Agent:
             self.state.outputs.append(result.shaped)
         content = pre_notice + notices.cell_content(result) + self._existing_names(result)
         failed_again = result.status == "error" and self.state.last_failed_code == code
-        ran_again = result.ok and code.strip() in self.state.succeeded
-        self.state.looping = failed_again or ran_again
+        before = self.state.succeeded.get(code.strip(), 0) if result.ok else 0
+        self.state.looping = failed_again or before >= 2
         if failed_again:
             content += REPEATED  # small models at temperature 0 can loop on one failing cell
-        elif ran_again:
+        elif before:
             content += RAN_AGAIN
         self.state.last_failed_code = code if result.status == "error" else None
         if result.ok:
-            self.state.succeeded.add(code.strip())
+            self.state.succeeded[code.strip()] = before + 1
         self.session.append(MessageEntry(
             message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content},
             cell=result.to_dict()))

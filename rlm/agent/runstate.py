@@ -23,7 +23,7 @@ class RunState:
     prompt: str = ""  # this run's prompt (an answer's names it already holds are not new)
     last_failed_code: str | None = None
     looping: bool = False  # the newest cell repeated the failing one or a successful one
-    succeeded: set[str] = field(default_factory=set)  # code of the cells that succeeded
+    succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
     outputs: list[str] = field(default_factory=list)  # what the successful ones printed
