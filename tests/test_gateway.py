@@ -61,7 +61,9 @@ def test_scripted_run_through_the_gateway(gateway, token_env, _isolated_home):
     ])
     sub = ScriptedLLM(["pong"])
     config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
-                    kernel=gateway.spec, cell_timeout=4, interrupt_grace_s=0.5)
+                    # 10 s: the interrupt is sent when "sleeping" arrives; with 4 s, a
+                    # loaded machine (a local-model run beside CI) timed the cell out first
+                    kernel=gateway.spec, cell_timeout=10, interrupt_grace_s=0.5)
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
     agent = build_agent(session, config, entry="run", llm=main, llm_factory=lambda spec: sub)
     events = []
