@@ -478,9 +478,7 @@ def attach_named_files(agent: Agent, prompt: str | None) -> list[str]:
     notes for the user: what was loaded, what was too big."""
     if not prompt or agent.executor is None:
         return []
-    held = [f for e in agent.session.branch()
-            if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
-            for f in (e.data or {}).get("files") or []]
+    held = sorted(agent.input_files())
     load, big = named_files(prompt, Path(agent.config.kernel_cwd or os.getcwd()), held)
     notes = _too_big(big)
     if load:

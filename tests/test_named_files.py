@@ -91,6 +91,9 @@ def test_a_detached_run_gets_the_named_file_too(tmp_path, _isolated_home):
     finals = [e for e in _entries(path) if e.get("custom_type") == "final"]
     rlm("stop", res["session_id"], cwd=tmp_path)
     assert finals and finals[0]["data"]["answer"] == "3"
+    # loaded once: the worker's first prompt does not load what its start already did
+    ctx = [e for e in _entries(path) if e.get("custom_type") == "context_vars"]
+    assert len(ctx) == 1 and ctx[0]["data"]["names"] == ["sales"]
 
 
 def test_named_files_takes_existing_files_once_and_leaves_big_ones(tmp_path, monkeypatch):

@@ -234,6 +234,13 @@ class Agent:
         self._attached.append(entry)
         self.input_names().update(_input_names(entry))
 
+    def input_files(self) -> set[str]:
+        """The files the input entries were loaded from: on the branch, and attached for
+        the next prompt (not in the session yet)."""
+        return {f for e in [*self.session.branch(), *self._attached]
+                if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+                for f in (e.data or {}).get("files") or [] if isinstance(f, str)}
+
     def input_names(self) -> set[str]:
         """Kernel variables that hold input described to the model (files, parent context)."""
         if self._inputs is None:
@@ -421,9 +428,10 @@ class Agent:
 
     def _temperature(self) -> float | None:
         """The configured temperature; for a fenced-code model whose newest cell repeated
-        the failing one before it or a successful one, at least LOOP_BREAK_TEMPERATURE: at temperature 0 a small
-        model sends the same cell again whatever the result says (the task suite's 1.5B
-        model sent one failing groupby five times)."""
+        the failing one before it (or a successful one that ran twice before), at least
+        LOOP_BREAK_TEMPERATURE: at temperature 0 a small model sends the same cell again
+        whatever the result says (the task suite's 1.5B model sent one failing groupby
+        five times)."""
         t = self.config.temperature
         if self.state.looping and not self.llm.native_tools:
             return max(t or 0.0, LOOP_BREAK_TEMPERATURE)

@@ -22,7 +22,7 @@ class RunState:
     has_data: bool = False  # input was attached for this run's prompt
     prompt: str = ""  # this run's prompt (an answer's names it already holds are not new)
     last_failed_code: str | None = None
-    looping: bool = False  # the newest cell repeated the failing one or a successful one
+    looping: bool = False  # the newest cell repeated the failing one, or a successful one again
     succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
