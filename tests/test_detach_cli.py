@@ -87,8 +87,6 @@ def test_a_detached_run_works_from_a_directory_holding_an_rlm_folder(tmp_path, _
     s = script(tmp_path / "a.json", [call("print(6 * 7)"), call("final('42')")])
     out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path)
     path = Path(json.loads(out.stdout.strip().splitlines()[-1])["session_path"])
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and '"custom_type":"final"' not in path.read_text():
-        time.sleep(0.3)
+    rlm("attach", path.parent.name, cwd=tmp_path)  # returns when the worker's run has ended
     assert '"custom_type":"final"' in path.read_text(), (path.parent / "worker.log").read_text()
     rlm("stop", path.parent.name, cwd=tmp_path)
