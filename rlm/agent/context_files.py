@@ -123,7 +123,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
         code = loader_code(path, name)
         res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
         if not res.ok:
-            why = _error_line(res.shaped)
+            why = _error_line(res)
             if str(raw) in lenient:
                 failed.append(f"{path.name}: {why}")
                 taken.discard(name)
@@ -146,13 +146,13 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
     return names
 
 
-_ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Warning)\b.*$", re.M)
-
-
-def _error_line(shaped: str) -> str:
-    """The exception line of a failed cell's output (`ParserError: Error tokenizing ...`)."""
-    found = _ERROR_LINE.findall(shaped or "")
-    return (found[-1] if found else (shaped.strip().splitlines() or ["?"])[-1])[:300]
+def _error_line(res: Any) -> str:
+    """Why a loader cell failed, in one line: its exception (`ParserError: Error
+    tokenizing data...`), else its status (a timeout, a kernel that died)."""
+    for out in res.outputs:
+        if out.kind == "error":
+            return f"{out.ename}: {out.evalue}"[:300]
+    return f"the load ended with status {res.status}"
 
 
 def describe_variables(agent: Any, names: list[str] | None, *, origin: str) -> str:
