@@ -385,8 +385,7 @@ class Agent:
         try:
             completion = yield from self._call_model()
             for _ in range(RESAMPLES):
-                why = None if completion is None else self._repeats_a_cell(completion)
-                if completion is None or why is None:
+                if completion is None or (why := self._repeats_a_cell(completion)) is None:
                     break
                 completion = yield from self._resample(completion, why)
             if completion is None:
