@@ -43,10 +43,11 @@ STOPPED = 75  # exit status of a host that stopped on a planned disk fault
 # A second writer, as `rlm compact SESSION` would open it: the lock first, then the file.
 SECOND_WRITER = """
 import sys
-from rlm.app import open_for_write
+from rlm.app import SessionRun
 from rlm.longrun.lock import SessionBusy
 try:
-    open_for_write(sys.argv[1], "compact")
+    with SessionRun.open("compact", sys.argv[1], build=False):
+        pass
 except SessionBusy as e:
     print("BUSY", e)
 else:
@@ -188,24 +189,23 @@ class Child:
         session._write = torn
 
     def build(self) -> None:
-        from rlm.agent import Agent
-        from rlm.app import attach_compaction
-        from rlm.longrun.goals import GoalManager, attach_goals
+        from rlm.app import build_agent
+        from rlm.longrun.goals import GoalManager
         from rlm.longrun.schedule import Scheduler
 
         self.session = self.open_session()
         self.llm = PlanLLM(self.s["seed"], lambda: self.ledger, self.on_action)
         self.summarizer = Summarizer(lambda: sorted(self.ledger))
-        self.agent = Agent(self.session, self.config, llm=self.llm,
-                           llm_factory=lambda spec: self.summarizer)
-        attach_compaction(self.agent)
-        self.goals = GoalManager(self.session, self.clock)
         self.sched = Scheduler(self.session.dir / "scheduled-jobs.json", self.clock)
         if not self.s.get("session"):
-            self.goals.set("Keep the soak ledger correct through every fault.")
+            GoalManager(self.session, self.clock).set(
+                "Keep the soak ledger correct through every fault.")
             self.sched.add(f"every {int(HEARTBEAT_S)}s", "report progress", heartbeat=True, label="hb")
             self.sched.add(CRON, "checkpoint the ledger", label="cron")
-        attach_goals(self.agent, self.goals)
+        # assembled by the composition root, as `rlm resume` assembles its agent: the soak's
+        # figures speak for the root's wiring (compaction, goals, schedules, child runner)
+        self.agent = build_agent(self.session, self.config, entry="resume", llm=self.llm,
+                                 llm_factory=lambda spec: self.summarizer, clock=self.clock)
         from rich.console import Console
 
         from rlm.cli.render import Renderer

@@ -135,3 +135,12 @@ class CellOutput(Event):
 
     text: str
     name: str = "stdout"  # stdout | stderr | result | error
+
+
+def first_run(events: list[Event]) -> list[Event]:
+    """The events of the first run in `events`, up to its RunEnded (ticks delivered after
+    a prompt's run are runs of their own)."""
+    for i, ev in enumerate(events):
+        if isinstance(ev, RunEnded):
+            return events[: i + 1]
+    return events

@@ -48,6 +48,13 @@ class Executor(Protocol):
 
 
 @runtime_checkable
+class StartableExecutor(Executor, Protocol):
+    """An executor the agent starts itself (the session's kernel: start restores its
+    snapshot and says what came back)."""
+
+    def start(self) -> RestoreReport: ...
+
+
 class SessionLog(Protocol):
     """The append-only session log the loop writes to and projects context from."""
 

@@ -1,11 +1,17 @@
 """Entry points x features: every entry point is assembled by rlm.app and gets every
 feature, or refuses it visibly (rlm.app.GAPS). Real kernels, scripted models.
 
+No case sets the context window, the reserve or keep-recent: every script declares its
+model's window (`{"window": 4000, "replies": [...]}`), as a real model reports its own,
+so each case proves that compaction is sized to the model's window on that entry point
+(reserve and keep-recent scale to 1,000 tokens each on 4,000).
+
 One scripted scenario per entry point exercises every feature in a single run:
-  turn 1  a cell asks `compact.run()`            -> a "requested" compaction after the turn
-          (summaries come from their own scripted compaction model)
+  turn 1  a cell prints ~1,100 tokens and asks `compact.run()` -> a "requested" compaction
+          after the turn (summaries come from their own scripted compaction model)
   turn 2  a cell adds a one-shot job, already due -> fired into this run once; the reply
-          reports 5,000 input tokens on a 4,000-token window -> a "threshold" compaction
+          reports 5,000 input tokens on the script's 4,000-token window -> a "threshold"
+          compaction
   turn 3  a cell kills the kernel                 -> restarted, `x` restored from the snapshot
   turn 4  print(x + 1) -> 42; final(...)          -> with a goal set, the goal continues:
   turn 5  goal.complete(...), turn 6 a reply      -> the run ends
@@ -23,12 +29,10 @@ import pytest
 
 from rlm import app
 from rlm.config import load_config
-from rlm.longrun.goals import GoalManager
 
 pytestmark = pytest.mark.timeout(240)
 
-WINDOW = ["--context-window", "4000", "--reserve-tokens", "1000", "--keep-recent-tokens", "20"]
-WINDOW_OVERRIDES = {"context_window": 4000, "reserve_tokens": 1000, "keep_recent_tokens": 20}
+WINDOW = 4000  # the window every script declares
 
 ADD_JOB = (
     "import glob, os, time\n"
@@ -51,11 +55,17 @@ def call(code: str, **extra) -> dict:
             **extra}
 
 
+# ~1,100 tokens of output (3,700 characters: within the 4,000-character output budget a
+# 4,000-token window gets), just over the scaled keep-recent (1,000): a compaction after
+# this cell has an older part to summarise
+ROWS = "\nprint(' '.join(f'row{i}' for i in range(550)))"
+
+
 def scenario(*, goal: bool, crash: bool = True, refused: bool = False) -> list:
     big = {"usage": {"input_tokens": 5000, "output_tokens": 10}}
     replies: list = [
-        call("x = 41\nprint(compact.run('keep x'))"),
-        call(TRY_REFUSED if refused else ADD_JOB, **big),
+        call("x = 41" + ROWS + "\nprint(compact.run('keep x'))"),
+        call((TRY_REFUSED if refused else ADD_JOB) + ROWS, **big),
     ]
     if crash:
         replies.append(call("import os\nos._exit(1)"))
@@ -70,7 +80,8 @@ SUMMARIES = [f"## Goal\nx holds 41 (summary {i})" for i in range(6)]
 
 
 def summaries(tmp_path: Path) -> str:
-    return script(tmp_path, "summaries.json", SUMMARIES)
+    # no window of its own: compaction is sized to the session's model, never to this one
+    return script(tmp_path, "summaries.json", SUMMARIES, window=None)
 
 
 def entries(path: Path) -> list[dict]:
@@ -101,9 +112,10 @@ def check(path: Path, *, goal: bool, crash: bool = True, schedule: bool = True) 
     return es
 
 
-def script(tmp_path: Path, name: str, replies: list) -> str:
+def script(tmp_path: Path, name: str, replies: list, window: int | None = WINDOW) -> str:
+    """A script that declares its model's window (None: the scripted default, 128,000)."""
     p = tmp_path / name
-    p.write_text(json.dumps(replies))
+    p.write_text(json.dumps(replies if window is None else {"window": window, "replies": replies}))
     return f"script:{p}"
 
 
@@ -128,28 +140,66 @@ def only_session(home: Path) -> Path:
 # ------------------------------------------------------------------------ CLI entries
 def test_run(tmp_path, _isolated_home):
     s = script(tmp_path, "s.json", scenario(goal=True))
-    out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path), *WINDOW,
+    out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path),
               "--goal", "answer the question", "--json", cwd=tmp_path)
-    assert json.loads(out.stdout.splitlines()[-1])["final"] == "all done"
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert res["final"] == "all done"
+    assert res["compaction"]["window"] == WINDOW  # the model's own, not a flag's
     check(only_session(_isolated_home), goal=True)
 
 
 def test_chat_stdin_driven(tmp_path, _isolated_home):
     s = script(tmp_path, "s.json", scenario(goal=True))
-    rlm("chat", "--model", s, "--compaction-model", summaries(tmp_path), *WINDOW, cwd=tmp_path,
+    rlm("chat", "--model", s, "--compaction-model", summaries(tmp_path), cwd=tmp_path,
         stdin="/goal answer the question\ngo\n/exit\n")
     check(only_session(_isolated_home), goal=True)
 
 
 def test_resume_uses_the_recorded_options(tmp_path, _isolated_home):
     s = script(tmp_path, "s.json", scenario(goal=True))
-    options = app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path),
-                                        **WINDOW_OVERRIDES})
-    session = app.new_session("earlier task", options)
-    GoalManager(session).set("answer the question")
-    session.close()
-    rlm("resume", session.id, "go", cwd=tmp_path)  # no flags: the recorded window applies
+    options = app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path)},
+                             goal="answer the question")
+    session = created(options)
+    rlm("resume", session.id, "go", cwd=tmp_path)  # no flags: the recorded models apply
     check(session.path, goal=True)
+
+
+def created(options: app.RunOptions, task: str = "earlier task"):
+    """A session created (options recorded, goal set) as `rlm run` creates it."""
+    with app.SessionRun.new("run", task, options, build=False) as run:
+        assert run.session is not None
+        return run.session
+
+
+def test_detach_runs_in_a_real_worker(tmp_path, _isolated_home):
+    """`rlm run --detach`: a worker process assembles the recorded run (no flag but the
+    models and the goal), on the model's own window."""
+    s = script(tmp_path, "s.json", scenario(goal=True) + ["tick handled"])
+    out = rlm("run", "go", "--detach", "--model", s, "--compaction-model", summaries(tmp_path),
+              "--goal", "answer the question", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.splitlines()[-1])
+    try:
+        rlm("attach", res["session_id"], cwd=tmp_path)  # returns when the worker's run ends
+        check(Path(res["session_path"]), goal=True, schedule=False)  # ticks: the worker test
+    finally:
+        rlm("stop", res["session_id"], cwd=tmp_path, check_rc=False)
+
+
+def test_compact_uses_the_recorded_models_and_the_models_window(tmp_path, _isolated_home):
+    """`rlm compact SESSION` with no flag: the summary comes from the compaction model the
+    run recorded, sized to the session model's window (4,000: keep-recent 1,000), not to
+    the summary model's (128,000: nothing would be old enough to summarise)."""
+    big = "print(' '.join(f'row{i}' for i in range(300)))"
+    s = script(tmp_path, "s.json", [call(big), call(big), call("final('done')")])
+    out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path), "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert not [e for e in entries(Path(res["session_path"])) if e["type"] == "compaction"]
+    done = rlm("compact", res["session_id"], "--json", cwd=tmp_path)
+    summary = json.loads(done.stdout)["summary"]
+    assert summary.startswith(SUMMARIES[0]), summary
+    [entry] = [e for e in entries(Path(res["session_path"])) if e["type"] == "compaction"]
+    assert entry["trigger"] == "manual"
 
 
 # --------------------------------------------------------------- in-process entries
@@ -158,10 +208,8 @@ def test_worker_assembles_the_recorded_run(tmp_path, _isolated_home):
 
     # the worker delivers a follow-up tick as a run of its own, after the prompt's run
     s = script(tmp_path, "s.json", scenario(goal=True) + ["tick handled"])
-    session = app.new_session("t", app.RunOptions(overrides={
-        "model": s, "compaction_model": summaries(tmp_path), **WINDOW_OVERRIDES}))
-    GoalManager(session).set("answer the question")
-    session.close()
+    session = created(app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path)},
+                                     goal="answer the question"), "t")
     send_prompt(session.id, "go", _isolated_home)
     w = Worker(session.id, load_config(), runner_factory=app.agent_runner, home=_isolated_home)
     w.start()
@@ -173,20 +221,19 @@ def test_worker_assembles_the_recorded_run(tmp_path, _isolated_home):
     check(session.path, goal=True)
 
 
-def test_run_task(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=False))
-    cfg = load_config(model=s, compaction_model=summaries(tmp_path), **WINDOW_OVERRIDES)
-    res = app.run_task("go", config=cfg)
-    assert res.final == "42"
-    check(Path(res.session_path), goal=False)
+def test_run_task_continues_its_goal(tmp_path, _isolated_home):
+    s = script(tmp_path, "s.json", scenario(goal=True))
+    cfg = load_config(model=s, compaction_model=summaries(tmp_path))
+    res = app.run_task("go", config=cfg, options=app.RunOptions(goal="answer the question"))
+    assert res.final == "all done"  # the goal continued the run past its first answer
+    check(Path(res.session_path), goal=True)
 
 
 def test_rlm_query_child_gets_compaction_and_refuses_goals_and_schedules(tmp_path, _isolated_home):
     parent = script(tmp_path, "p.json", [call("print(rlm_query('child task'))"),
                                          call("final('parent done')")])
     child = script(tmp_path, "c.json", scenario(goal=False, refused=True))
-    cfg = load_config(model=parent, sub_model=child, compaction_model=summaries(tmp_path),
-                      **WINDOW_OVERRIDES)
+    cfg = load_config(model=parent, sub_model=child, compaction_model=summaries(tmp_path))
     res = app.run_task("go", config=cfg)
     assert res.final == "parent done"
     kids = list(Path(res.session_path).parent.glob("children/*/session.jsonl"))
@@ -206,8 +253,7 @@ def test_notebook_magic(tmp_path):
 
     s = script(tmp_path, "s.json", scenario(goal=True, crash=False))
     toml = tmp_path / "rlm.toml"
-    toml.write_text("context_window = 4000\nreserve_tokens = 1000\nkeep_recent_tokens = 20\n"
-                    f"compaction_model = {summaries(tmp_path)!r}\n")
+    toml.write_text(f"compaction_model = {summaries(tmp_path)!r}\n")
     home = tmp_path / "home"
     env = {**os.environ, "RLM_HOME": str(home), "RLM_CONFIG": str(toml),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

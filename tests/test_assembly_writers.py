@@ -135,6 +135,6 @@ def test_detach_keeps_max_turns_and_a_restarted_worker_keeps_the_options(tmp_pat
 def test_logs_without_run_options_open_with_defaults(_isolated_home):
     session = SessionStore.create(_isolated_home, model="script:x", task="old")
     session.close()
-    s, options = app.open_session(session.id, readonly=True)
-    assert options == app.RunOptions()
+    s = SessionStore.open(session.id, _isolated_home, readonly=True)
     assert app.recorded_options(s) is None
+    assert app.RunOptions().over(app.recorded_options(s)) == app.RunOptions()

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # higher number = higher layer; a module may import its own layer or lower ones
 LAYERS: list[tuple[str, int]] = [
-    ("rlm.cli", 7), ("rlm.notebook.magic", 7), ("rlm.__main__", 7), ("rlm.demo", 7),
+    ("rlm.cli", 7), ("rlm.magic", 7), ("rlm.__main__", 7), ("rlm.demo", 7),
     ("rlm.app", 6),
     ("rlm.agent", 5), ("rlm.notebook", 5),
     ("rlm.compaction", 4), ("rlm.longrun", 4),

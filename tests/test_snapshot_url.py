@@ -118,13 +118,15 @@ def test_a_url_from_the_config_file_is_pinned_to_the_session(tmp_path, monkeypat
 
     (tmp_path / "s.json").write_text(json.dumps(["done"]))
     (tmp_path / "rlm.toml").write_text(f'snapshot_url = "file://{tmp_path}/snaps"\n')
-    session = app.new_session("t", app.RunOptions(overrides={"model": f"script:{tmp_path}/s.json"}))
-    recorded = app.recorded_options(session)
-    session.close()
+    with app.SessionRun.new("run", "t", app.RunOptions(
+            overrides={"model": f"script:{tmp_path}/s.json"}), build=False) as run:
+        assert run.session is not None
+        recorded = app.recorded_options(run.session)
     (tmp_path / "rlm.toml").unlink()  # a later config without it: the session keeps its URL
     assert recorded is not None and recorded.overrides["snapshot_url"] == f"file://{tmp_path}/snaps"
-    _, options = app.open_session(session.id)
-    assert options.config(session).snapshot_url == f"file://{tmp_path}/snaps"
+    with app.SessionRun.open("resume", run.session.id, build=False) as reopened:
+        assert reopened.config is not None
+        assert reopened.config.snapshot_url == f"file://{tmp_path}/snaps"
 
 
 # ---------------------------------------------------------------- config and errors

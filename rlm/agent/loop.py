@@ -58,7 +58,15 @@ from rlm.events import (
 from rlm.kernel.types import CellResult, RestoreReport
 from rlm.llm.seam import retry_notices
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, ToolCall, Usage
-from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
+from rlm.protocols import (
+    BridgeHandler,
+    Continuation,
+    Executor,
+    Handler,
+    SessionLog,
+    StartableExecutor,
+    TurnHook,
+)
 from rlm.session.entries import CustomEntry, MessageEntry
 
 LOOP_BREAK_TEMPERATURE = 0.7
@@ -80,6 +88,13 @@ Outcome = tuple[str, str | None] | None
 # root (rlm.app), which gives children their own wiring.
 ChildRunner = Callable[["Agent", str, Any], "str | None"]
 Delivered = Callable[[], None]
+# the session's kernel, not started yet (the Agent starts it with its bridge handler)
+KernelFactory = Callable[[BridgeHandler], StartableExecutor]
+
+
+def _no_other_model(spec: str) -> LLM:
+    raise RlmError(f"no model factory: {spec!r} cannot be built here (build agents with "
+                   "rlm.app.build_agent)")
 
 
 class Agent:
@@ -90,22 +105,24 @@ class Agent:
         session: SessionLog,
         config: Config,
         *,
-        executor: Executor | None = None,
-        llm: LLM | None = None,
+        llm: LLM,
         llm_factory: Callable[[str], LLM] | None = None,
+        executor: Executor | None = None,
+        kernel_factory: KernelFactory | None = None,
         depth: int = 0,
         budget: TokenBudget | None = None,
     ):
-        from rlm.llm import get_llm
-
+        """The composition root (rlm.app.build_agent) builds the model, the factory for
+        sub-call and compaction models, and the kernel factory: the agent runs turns."""
         self.session = session
         self.config = config
-        self._llm_factory = llm_factory or (lambda spec: get_llm(spec, config))
-        self.llm = llm or self._llm_factory(config.model or "")
+        self.llm = llm
+        self.llm_factory: Callable[[str], LLM] = llm_factory or _no_other_model
         self.executor: Executor | None = executor
+        self.kernel_factory = kernel_factory
         self.depth = depth
         self.budget = budget or TokenBudget(config.token_budget)
-        self.recursion = Recursion(self, self._llm_factory)
+        self.recursion = Recursion(self, self.llm_factory)
         self.tokens_used = 0
         self.turns = 0
         self.turn_active = False
@@ -146,11 +163,9 @@ class Agent:
         if self.executor is not None:
             self.executor.set_bridge_handler(self.handle_bridge)
             return None
-        from rlm.kernel import Kernel
-
-        if self.session.dir is None:
-            raise RlmError("a kernel needs an on-disk session; pass an executor for in-memory ones")
-        kernel = Kernel(self.session.dir, self.config, bridge_handler=self.handle_bridge)
+        if self.kernel_factory is None:
+            raise RlmError("this agent has no kernel: build agents with rlm.app.build_agent")
+        kernel = self.kernel_factory(self.handle_bridge)
         self.executor = kernel
         report = kernel.start()
         if report.snapshot_found:
@@ -185,7 +200,7 @@ class Agent:
 
     def compaction_llm(self) -> LLM:
         spec = self.config.compaction_model
-        return self._llm_factory(spec) if spec else self.llm
+        return self.llm_factory(spec) if spec else self.llm
 
     # ------------------------------------------------------------------ bridge
     def handle_bridge(self, method: str, params: dict[str, Any]) -> Any:

@@ -7,52 +7,104 @@
 /state                      names in the kernel
 /exit                       leave (the session stays on disk; `rlm resume` continues it)
 
-Due heartbeats and scheduled jobs fire while chat holds the session (after each prompt's
-run); a slash command that fails prints one line and chat goes on.
+Due heartbeats and scheduled jobs fire while chat holds the session: into a prompt's run,
+after it, and (on a terminal) while chat waits at its prompt. A slash command that fails
+prints one line and chat goes on. `--json`: one JSON object per prompt's run on stdout.
 """
 
 from __future__ import annotations
 
 import argparse
+import select
 import shlex
+import sys
+import time
+from collections.abc import Callable
 
 from rlm import app
 from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
+from rlm.agent.session_run import RunResult
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
-from rlm.cli.render import Renderer, input_summaries
+from rlm.cli.render import Renderer, input_summaries, print_json
 from rlm.errors import RlmError
-from rlm.protocols import SessionLog
+from rlm.events import first_run
 
 
-def chat_loop(agent: Agent, session: SessionLog, args: argparse.Namespace,
-              options: app.RunOptions) -> int:
-    render = Renderer()
-    with agent:
-        app.prepare_inputs(agent, options)
-        render.header(agent.llm.spec, session, input_summaries(agent))  # as `rlm run` shows it
-        render.console.print("rlm chat · /help for commands · /exit to leave", style="dim",
-                             markup=False)
-        while True:
-            try:
-                line = input("rlm> ").strip()
-            except (EOFError, KeyboardInterrupt):
-                render.console.print()
+def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
+    """The interactive loop over an entered run. With --json each prompt's run ends with
+    one JSON object on stdout (as `rlm run --json` prints it); rendering goes to stderr."""
+    agent, session = run.agent, run.session
+    assert agent is not None and session is not None
+    quiet = bool(getattr(args, "json", False))
+    render = Renderer(quiet=quiet)
+    for loaded in run.prepare():
+        render.console.print(loaded, style="dim", markup=False)
+    render.header(agent.llm.spec, session, input_summaries(agent))  # as `rlm run` shows it
+    render.console.print("rlm chat · /help for commands · /exit to leave", style="dim",
+                         markup=False)
+    schedules = app.ForegroundSchedules(agent)
+    while True:
+        try:
+            line = read_line("rlm> ", schedules, lambda: schedules.run_due(render)).strip()
+        except (EOFError, KeyboardInterrupt):
+            render.console.print()
+            break
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not _slash(agent, line, render):
                 break
-            if not line:
-                continue
-            if line.startswith("/"):
-                if not _slash(agent, line, render):
-                    break
-                continue
-            for loaded in app.attach_named_files(agent, line):
-                render.console.print(loaded, style="dim", markup=False)
-            app.drive(agent, line, render)
+            continue
+        for loaded in app.attach_named_files(agent, line):
+            render.console.print(loaded, style="dim", markup=False)
+        started = time.monotonic()
+        events = schedules.run(line, render)
+        render.close()
+        if quiet:
+            print_json(RunResult.from_events(session, first_run(events), model=agent.llm.spec,
+                                             duration_s=time.monotonic() - started).to_json())
     render.session_line(session)
     note = app.schedules_note(session)
     if note:
         render.console.print(note, style="yellow", markup=False)
     return 0
+
+
+def read_line(prompt: str, schedules: app.ForegroundSchedules,
+              on_due: Callable[[], object]) -> str:
+    """`input(prompt)`, except that on a terminal the due heartbeats and jobs fire while it
+    waits (select on stdin until the next one is due, run it, show the prompt again). A
+    pipe is read as it is: its lines are there already."""
+    if not sys.stdin.isatty():
+        return input(prompt)
+    shown = False
+    while True:
+        wait = schedules.seconds_to_next_due()
+        if wait is None:
+            if shown:  # the prompt is on screen already
+                return _line(sys.stdin.readline())
+            return input(prompt)
+        if not shown:
+            print(prompt, end="", flush=True)
+            shown = True
+        # a terminal in canonical mode makes stdin readable only once a line is entered
+        ready, _, _ = select.select([sys.stdin], [], [], min(wait, MAX_WAIT_S))
+        if ready:
+            return _line(sys.stdin.readline())
+        if schedules.seconds_to_next_due() == 0:
+            print(flush=True)  # off the prompt line
+            on_due()
+            shown = False
+
+
+MAX_WAIT_S = 60.0  # a job added by another process is seen within this
+
+
+def _line(raw: str) -> str:
+    if raw == "":
+        raise EOFError
+    return raw.rstrip("\n")
 
 
 def _slash(agent: Agent, line: str, render: Renderer) -> bool:

@@ -6,55 +6,62 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
 from rlm import app
-from rlm.agent.loop import Agent
 from rlm.agent.session_run import RunResult
 from rlm.cli.common import open_readonly, options_from_args
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.config import load_config
 from rlm.errors import RlmError
-from rlm.events import Event, RunEnded
-from rlm.longrun.lock import SessionLock
+from rlm.events import first_run
+from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry, call_code
 from rlm.session.store import SessionStore
 
-
 # ------------------------------------------------------------------ running
-def drive_cli(agent: Agent, session: SessionStore, prompt: str | None, args: argparse.Namespace,
-              options: app.RunOptions, lock: SessionLock, *, fresh: bool = False) -> int:
-    """Run one prompt with rendering (schedules fire meanwhile); print the --json summary
-    or the end-of-run line; release the session; return the exit code. A `fresh` session
-    whose start fails before its first prompt is removed; with --json a failure still
-    prints its JSON object (`"reason": "error"`) before the error line."""
-    render = Renderer(quiet=bool(getattr(args, "json", False)))
+Prompt = str | None | Callable[[SessionLog], str | None]
+
+
+def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> int:
+    """Enter the run, load its inputs, drive one prompt with rendering (schedules fire
+    meanwhile), leave it; print the --json summary or the end-of-run line; return the exit
+    code. `prompt` may be computed from the opened session (`rlm resume`). With --json a
+    failure still prints its JSON object (`"reason": "error"`) before the error line."""
+    quiet = bool(getattr(args, "json", False))
+    render = Renderer(quiet=quiet)
     started = time.monotonic()
-    failure: RlmError | None = None
     try:
-        with agent:
-            for line in app.prepare_inputs(agent, options, prompt):
+        with run:
+            session, agent = run.session, run.agent
+            assert session is not None and agent is not None
+            text = prompt(session) if callable(prompt) else prompt
+            for line in run.prepare(text):
                 print(f"rlm: {line}", file=sys.stderr)
             render.header(agent.llm.spec, session, input_summaries(agent))
-            events = app.drive(agent, prompt, render)
-        note = app.schedules_note(session)
+            events = run.drive(text, render)
+            note = app.schedules_note(session)
     except RlmError as e:
-        failure = e
-        raise
-    finally:
         render.close()
-        session.close()
-        lock.release()
-        if failure is not None:
-            _failed_start(agent, session, args, failure, fresh, time.monotonic() - started)
-    result = RunResult.from_events(session, _first_run(events), model=agent.llm.spec,
+        if quiet:  # a --json run prints its object whatever happened
+            kept = run.kept()
+            print_json(RunResult(
+                session_id=run.session.id if kept and run.session else None,
+                session_path=str(run.session.path) if kept and run.session else None,
+                final=None, turns=0, reason="error", model=run.model_spec,
+                duration_s=round(time.monotonic() - started, 3), error=str(e)).to_json())
+        raise
+    render.close()
+    result = RunResult.from_events(session, first_run(events), model=agent.llm.spec,
                                    duration_s=time.monotonic() - started)
     if agent.compaction is not None:  # the window, threshold, reserve and keep-recent used
         result.compaction = agent.compaction.effective().to_dict()
-    if getattr(args, "json", False):
+    if quiet:
         out = result.to_json()
         if note:
             out["schedules"] = note
@@ -77,27 +84,6 @@ def exit_code(result: RunResult) -> int:
     return EXIT_UNVERIFIED if result.verified is False else 0
 
 
-def _failed_start(agent: Agent, session: SessionStore, args: argparse.Namespace,
-                  error: RlmError, fresh: bool, duration_s: float) -> None:
-    """A run that raised: a fresh session without a prompt is removed; --json still gets
-    its object (session fields null when the session was removed)."""
-    gone = (fresh and app.discard_unstarted(session)) or (
-        session.dir is not None and not session.dir.is_dir())  # removed by a cell
-    if getattr(args, "json", False):
-        print_json(RunResult(session_id=None if gone else session.id,
-                             session_path=None if gone else str(session.path), final=None,
-                             turns=0, reason="error", model=agent.llm.spec,
-                             duration_s=round(duration_s, 3), error=str(error)).to_json())
-
-
-def _first_run(events: list[Event]) -> list[Event]:
-    """The prompt's own run (ticks delivered after it are runs of their own)."""
-    for i, ev in enumerate(events):
-        if isinstance(ev, RunEnded):
-            return events[: i + 1]
-    return events
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     options, notes = app.with_named_files(args.task, options_from_args(args))
     for note in notes:
@@ -111,85 +97,48 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"session {session.id} running in worker {pid}; `rlm attach {session.id}` "
                   "to follow")
         return 0
-    try:
-        session = app.new_session(args.task, options)  # checks the model first
-    except RlmError as e:
-        if args.json:  # a --json run prints its object whatever happened
-            print_json(RunResult(session_id=None, session_path=None, final=None, turns=0,
-                                 reason="error", model=options.config().model,
-                                 error=str(e)).to_json())
-        raise
-    try:
-        lock = app.writer_lock(session, "run")
-        agent = app.build_agent(session, options.config(session), entry="run", options=options)
-        return drive_cli(agent, session, args.task, args, options, lock, fresh=True)
-    except BaseException:
-        app.discard_unstarted(session)  # a start that failed leaves no empty session
-        raise
+    return run_cli(app.SessionRun.new("run", args.task, options), args, args.task)
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    session, options, lock = app.open_for_write(args.session, "resume", options_from_args(args))
-    try:
-        prompt = app.resume_prompt(session, args.task, args.from_entry)
-        agent = app.build_agent(session, options.config(session), entry="resume",
-                                options=options, leaf=args.from_entry)
-    except BaseException:
-        session.close()
-        lock.release()
-        raise
-    return drive_cli(agent, session, prompt, args, options, lock)
+    run = app.SessionRun.open("resume", args.session, options_from_args(args),
+                              leaf=args.from_entry)
+    return run_cli(run, args, lambda s: app.resume_prompt(s, args.task, args.from_entry))
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
     from rlm.cli.chat import chat_loop
 
     options = options_from_args(args)
-    if args.session:
-        session, options, lock = app.open_for_write(args.session, "chat", options)
-    else:
-        session = app.new_session(None, options)
-        lock = app.writer_lock(session, "chat")
-    try:
-        agent = app.build_agent(session, options.config(session), entry="chat", options=options)
-        return chat_loop(agent, session, args, options)
-    except BaseException:
-        if not args.session:  # a new chat whose start failed leaves no empty session
-            session.close()
-            lock.release()
-            app.discard_unstarted(session)
-        raise
-    finally:
-        session.close()
-        lock.release()
+    run = (app.SessionRun.open("chat", args.session, options) if args.session
+           else app.SessionRun.new("chat", None, options))
+    with run:
+        return chat_loop(run, args)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     from rlm.demo import DEMO_TASK, make_demo_data, notebook_path
 
-    options = app.RunOptions(overrides={"model": args.model or "local",
-                                        "max_turns": args.max_turns})
-    session = app.new_session(DEMO_TASK, options)
-    try:
-        lock = app.writer_lock(session, "run")
+    render = Renderer(quiet=args.json)
+
+    def with_data(session: SessionStore, options: app.RunOptions) -> app.RunOptions:
         assert session.dir is not None  # created on disk
         data = make_demo_data(session.dir, seed=args.seed, rows=args.rows)
-        # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
-        # model tries first) reads the same data as the loaded `sales`
-        options.context, options.workdir = [str(data)], str(data.parent)
-        cfg = options.config(session)
-        render = Renderer(quiet=args.json)
         # the model is named once, in the run's header that follows
         render.console.print(f"[bold]rlm demo[/bold] · data {escape(str(data))}")
-        agent = app.build_agent(session, cfg, entry="run", options=options)
-        code = drive_cli(agent, session, DEMO_TASK, args, options, lock, fresh=True)
-    except BaseException:
-        app.discard_unstarted(session)
-        raise
+        # the kernel works in the data's folder, so `pd.read_csv('sales.csv')` (what a small
+        # model tries first) reads the same data as the loaded `sales`
+        return replace(options, context=[str(data)], workdir=str(data.parent))
+
+    options = app.RunOptions(overrides={"model": args.model or "local",
+                                        "max_turns": args.max_turns})
+    run = app.SessionRun.new("run", DEMO_TASK, options, on_session=with_data)
+    code = run_cli(run, args, DEMO_TASK)
+    assert run.session is not None
     try:
         from rlm.notebook.export import export_session
 
-        nb = export_session(session.path, notebook_path(session, args.output))
+        nb = export_session(run.session.path, notebook_path(run.session, args.output))
         render.console.print(f"notebook: {nb}")
     except Exception as e:  # noqa: BLE001 - the demo's answer matters more than its export
         render.console.print(f"notebook export failed: {e}", style="yellow", markup=False)
@@ -347,15 +296,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
-    from rlm.compaction.cli import compact_session
-
-    session, _, lock = app.open_for_write(args.session, "compact")
-    try:
-        cfg = load_config(model=args.model)
-        entry = compact_session(session, cfg, instructions=args.instructions)
-    finally:
-        session.close()
-        lock.release()
+    """The session's recorded options (window, reserve, keep-recent, compaction model) and
+    its model's own window; `--model` names the summary model for this compaction only."""
+    extra = {"compaction_model": args.model} if args.model else {}
+    with app.SessionRun.open("compact", args.session, extra=extra, start=False) as run:
+        assert run.agent is not None and run.session is not None
+        entry = app.compact_now(run.agent, args.instructions)
+        session = run.session
     if args.json:
         print_json(None if entry is None else {
             "session_id": session.id, "tokens_before": entry.tokens_before,

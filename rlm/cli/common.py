@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from rlm.app import RunOptions
 from rlm.config import load_config
@@ -23,8 +22,9 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     """The run flags the user gave (None / absent ones are not recorded)."""
     overrides = {k: getattr(args, k) for k in CONFIG_FLAGS if getattr(args, k, None) is not None}
     return RunOptions(
-        autonomous=bool(getattr(args, "autonomous", False)),
+        autonomous=getattr(args, "autonomous", None),  # None: not given (resume keeps it)
         gate=list(getattr(args, "gate", None) or []),
+        no_gate=bool(getattr(args, "no_gate", False)),
         max_continuations=getattr(args, "max_continuations", None),
         context=list(getattr(args, "context", None) or []),
         notebook=getattr(args, "notebook", None),
@@ -41,8 +41,3 @@ def open_readonly(session_id: str) -> SessionStore:
         raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
 
 
-def session_or_error(fn: Any, session_id: str) -> Any:
-    try:
-        return fn()
-    except FileNotFoundError as e:
-        raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e

@@ -54,8 +54,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--goal", metavar="TEXT",
                    help="set the session's goal first: the run continues until the model "
                         "marks it complete (or a limit ends it); replaces any current goal")
-    a.add_argument("--autonomous", action="store_true", help="keep going unattended within the limits")
-    a.add_argument("--gate", action="append", default=[], help="shell command that must pass before finishing")
+    a.add_argument("--autonomous", action=argparse.BooleanOptionalAction, default=None,
+                   help="keep going unattended within the limits (--no-autonomous: turn a "
+                        "recorded --autonomous off on resume)")
+    a.add_argument("--gate", action="append", default=[],
+                   help="shell command that must pass before finishing, e.g. a content check: "
+                        "--gate \"grep -q 'EWR: month' report.md\" (repeatable)")
+    a.add_argument("--no-gate", action="store_true",
+                   help="drop the gates recorded with the session (resume)")
     a.add_argument("--max-continuations", type=_limit_int,
                    help="autonomous continuations allowed ('unlimited' for none)")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")

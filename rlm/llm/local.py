@@ -58,7 +58,7 @@ from rlm.llm import modelfile, types
 
 PROVIDER = "rlm_local"
 BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
-DEFAULT_N_CTX = 8192
+DEFAULT_N_CTX = modelfile.DEFAULT_N_CTX
 DEFAULT_MAX_TOKENS = 1024
 DEFAULT_SEED = 0
 # The small model, having seen the worked example, tends to keep writing the conversation
@@ -493,10 +493,7 @@ class LocalHandler(CustomLLM):
 
 
 def _n_ctx(config: Any) -> int:
-    env = os.environ.get("RLM_LOCAL_N_CTX")
-    if env:
-        return int(env)
-    return int(getattr(config, "context_window", None) or DEFAULT_N_CTX)
+    return modelfile.local_n_ctx(config)
 
 
 def make_handler(model_path: str | None, config: Any) -> LocalHandler:

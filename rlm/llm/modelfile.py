@@ -270,3 +270,15 @@ def check_user_model(spec_path: str, home: Path | None = None) -> Path:
         sidecar = private_dir(models_dir() / "verified") / f"{tag}.sha256"
         verify(path, expected, sidecar=sidecar, fix_hint="Check the file or the #sha256= value.")
     return path
+
+
+DEFAULT_N_CTX = 8192  # the local model's window unless configured
+
+
+def local_n_ctx(config: object) -> int:
+    """The window the local model is loaded with: RLM_LOCAL_N_CTX, else the configured
+    context window, else DEFAULT_N_CTX (offline and cheap: nothing is loaded)."""
+    env = os.environ.get("RLM_LOCAL_N_CTX")
+    if env:
+        return int(env)
+    return int(getattr(config, "context_window", None) or DEFAULT_N_CTX)

@@ -114,3 +114,22 @@ def _check_local(path: str | None, config: Config | None) -> None:
 
 
 __all__ = ["KEY_ENVS", "key_envs", "preflight", "provider_of"]
+
+
+def declared_window(spec: str | None, config: Config | None = None) -> int | None:
+    """The window `spec` will report, where that is known offline and cheaply (no litellm,
+    no model load): `--context-window`, a script's declared window (or the scripted
+    default), the local model's n_ctx. None for hosted models: their window is checked
+    once the model is built."""
+    if config is not None and config.context_window:
+        return int(config.context_window)
+    spec = (spec or "").strip()
+    if spec.startswith("script:"):
+        from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, read_script
+
+        return read_script(spec.removeprefix("script:")).window or DEFAULT_SCRIPT_WINDOW
+    if spec == "local" or spec.startswith("local:"):
+        from rlm.llm.modelfile import local_n_ctx
+
+        return local_n_ctx(config)
+    return None

@@ -1,6 +1,9 @@
 """Scripted replies for `script:PATH` models (tests, demos, bug reports). No litellm here.
 
-A script is a JSON list; each item is one reply to one model request, in order:
+A script is a JSON list; each item is one reply to one model request, in order (or an
+object `{"window": N, "replies": [...]}`: a script that declares its model's context
+window, so compaction is sized to it as to a real model's; without it a scripted model
+reports `DEFAULT_SCRIPT_WINDOW`):
 
     "assistant text, may hold ```python fenced blocks```"
     {"content": "text", "tool_calls": [{"name": "python", "arguments": {"code": "..."}}]}
@@ -25,6 +28,7 @@ from typing import Any
 
 from rlm.errors import ConfigError, ScriptExhausted
 
+DEFAULT_SCRIPT_WINDOW = 128_000  # scripted models: a common hosted window, unless declared
 ERROR_KINDS = ("overflow", "rate_limit", "auth", "server", "timeout")
 
 
@@ -105,7 +109,18 @@ def parse_script(items: Any, source: str) -> list[Reply]:
     return [parse_reply(item, f"{source} reply {i + 1}") for i, item in enumerate(items)]
 
 
+@dataclass
+class Script:
+    replies: list[Reply]
+    window: int | None = None  # the context window the script declares (None: the default)
+
+
 def load_script(path: str | Path) -> list[Reply]:
+    return read_script(path).replies
+
+
+def read_script(path: str | Path) -> Script:
+    """A script file: its replies and the window it declares."""
     p = Path(path)
     try:
         items = json.loads(p.read_text())
@@ -115,7 +130,14 @@ def load_script(path: str | Path) -> list[Reply]:
         ) from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read script {p}: {e}") from e
-    return parse_script(items, str(p))
+    window = None
+    if isinstance(items, dict):
+        window = items.get("window")
+        if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
+            raise ConfigError(f"{p}: a script object declares \"window\" as a positive whole "
+                              "number of tokens, beside its \"replies\" list")
+        items = items.get("replies")
+    return Script(parse_script(items, str(p)), window)
 
 
 class ReplyQueue:

@@ -11,7 +11,8 @@
 
 Every model reports its window (`context_window()`): an explicit `--context-window` /
 config value wins; else the local model's `n_ctx`, litellm's model info for hosted models
-(offline: litellm's bundled cost map), `DEFAULT_SCRIPT_WINDOW` for scripted ones; None
+(offline: litellm's bundled cost map), the window a script declares or
+`DEFAULT_SCRIPT_WINDOW` for scripted ones; None
 only for a hosted model litellm does not know.
 
 `complete()` streams text to `on_text`, assembles tool calls and returns a `Completion`.
@@ -51,7 +52,7 @@ from rlm.errors import (
 )
 from rlm.llm import offline
 from rlm.llm.preflight import key_envs, provider_of
-from rlm.llm.script import Reply, ReplyQueue, load_script, parse_script
+from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
 from rlm.llm.types import PYTHON_TOOL, TURN_STOPS, Completion, StreamCallback, ToolCall, Usage
 
@@ -72,7 +73,6 @@ _RATE_LIMIT = re.compile(
     re.I,
 )
 _TRANSIENT = re.compile(r"overloaded|temporarily unavailable", re.I)
-DEFAULT_SCRIPT_WINDOW = 128_000  # scripted models: a common hosted window, unless configured
 SILENT_OVERFLOW_FRACTION = 0.99
 _KEYLIKE = re.compile(r"\b(sk-[A-Za-z0-9_\-]{4})[A-Za-z0-9_\-*]{8,}|\b(AIza)[A-Za-z0-9_\-]{20,}")
 # missing or rejected credentials, whatever status the provider wrapped them in (a
@@ -577,9 +577,11 @@ class ScriptedLLM(SeamLLM):
         spec: str = "script:<inline>",
         source: str | None = None,
         stream: bool = False,
+        window: int | None = None,
         **kw: Any,
     ) -> None:
         super().__init__(spec, config, **kw)
+        self.window = window or DEFAULT_SCRIPT_WINDOW  # the script's own, or the default
         # canned text gains nothing from streaming, and litellm's stream wrapper costs
         # ~7 ms per call; stream=True exercises the streaming path (tests of the seam)
         self.stream = stream
@@ -599,7 +601,9 @@ class ScriptedLLM(SeamLLM):
 
     @classmethod
     def from_file(cls, path: str | Path, config: Config | None = None, **kw: Any) -> ScriptedLLM:
-        return cls(load_script(path), config, spec=f"script:{path}", source=str(path), **kw)
+        script = read_script(path)
+        return cls(script.replies, config, spec=f"script:{path}", source=str(path),
+                   window=script.window, **kw)
 
     def enqueue(self, *replies: Any) -> None:
         self.queue.enqueue(*parse_script(list(replies), self.queue.source))
@@ -609,7 +613,7 @@ class ScriptedLLM(SeamLLM):
         return self.queue.position
 
     def _own_window(self) -> int | None:
-        return DEFAULT_SCRIPT_WINDOW
+        return self.window
 
     def _attempt(
         self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]

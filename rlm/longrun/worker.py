@@ -441,16 +441,26 @@ def send_prompt(session_id: str, text: str, home: Path | None = None) -> Path:
     return send_request(session_id, {"kind": "prompt", "text": text}, home)
 
 
+class WorkerSlow(RlmError):
+    """The detached worker is alive but has not built its agent within the wait."""
+
+
+START_WAIT_S = 120.0  # the first use of the local model joins and hashes a 1.1 GB file
+
+
 def start_detached(
     session_id: str,
     home: Path | None = None,
     *,
     runner: str | None = None,
     poll_s: float | None = None,
-    wait_s: float = 30.0,
+    wait_s: float = START_WAIT_S,
 ) -> int:
     """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
-    it holds the lock. `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
+    it holds the lock and its runner is built (worker.json past "starting"). A worker that
+    exits first raises RlmError with its own error line; one still starting after
+    `wait_s` raises WorkerSlow (it may yet start: `rlm ps`, worker.log).
+    `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
     paths = _paths(session_id, home)
     busy = lock_holder_info(paths["lock"])
     if busy is not None:
@@ -466,6 +476,7 @@ def start_detached(
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
+        start = os.fstat(log_fd).st_size  # this worker's lines start here
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=env,
             start_new_session=True, close_fds=True,
@@ -474,14 +485,39 @@ def start_detached(
         os.close(log_fd)
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        if lock_holder(paths["lock"]) == proc.pid and paths["status"].is_file():
-            return proc.pid  # it holds the lock and has said so in worker.json
+        if lock_holder(paths["lock"]) == proc.pid and _started(paths["status"], proc.pid):
+            return proc.pid  # it holds the lock and has built its runner
         if proc.poll() is not None:
-            tail = paths["log"].read_text(errors="replace")[-2000:]
-            raise RlmError(f"the worker exited at start (code {proc.returncode}):\n{tail}")
+            raise RlmError(_start_failure(paths["log"], start, proc.returncode))
         time.sleep(0.05)
-    raise RlmError(f"the worker (pid {proc.pid}) has not taken the session within {wait_s:g} s; "
-                   f"see {paths['log']}, and `rlm ps` once it is up")
+    raise WorkerSlow(f"the worker (pid {proc.pid}) has not finished starting within "
+                     f"{wait_s:g} s; see {paths['log']}, and `rlm ps` once it is up")
+
+
+def _started(status: Path, pid: int) -> bool:
+    """worker.json says this worker is past "starting" (its runner is built)."""
+    try:
+        data = json.loads(status.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and data.get("pid") == pid and \
+        data.get("state") not in (None, "starting")
+
+
+def _start_failure(log: Path, start: int, code: int | None) -> str:
+    """The worker's own error line (`rlm worker: ...`), else the tail of its log."""
+    try:
+        with open(log, "rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+    except OSError:
+        text = ""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    own = [ln for ln in lines if ln.startswith("rlm worker: ")]
+    if own:
+        return own[-1].removeprefix("rlm worker: ")
+    tail = "\n".join(lines[-20:])
+    return f"the worker exited at start (code {code})" + (f":\n{tail}" if tail else "")
 
 
 def list_workers(home: Path | None = None) -> list[dict[str, Any]]:

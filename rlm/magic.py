@@ -15,7 +15,6 @@ Ctrl-C / the stop button ends the run cleanly (the interrupted cell is recorded)
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
@@ -23,7 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import Markdown, display
 
 from rlm.agent.loop import Agent
-from rlm.app import RunOptions, build_agent, drive, new_session, record_options, writer_lock
+from rlm.app import RunOptions, SessionRun
 from rlm.config import Config, load_config
 from rlm.errors import RlmError
 from rlm.events import (
@@ -36,83 +35,77 @@ from rlm.events import (
     Notice,
     RunEnded,
 )
-from rlm.longrun.goals import GoalManager
-from rlm.longrun.lock import SessionLock
+from rlm.protocols import SessionLog
 
 if TYPE_CHECKING:
     from rlm.notebook.inprocess import InProcessExecutor
-    from rlm.session.store import SessionStore
 
 _FENCE = re.compile(r"```[^\n]*\n.*?```", re.DOTALL)
 
 
-@dataclass
-class _Session:
-    store: SessionStore
-    executor: InProcessExecutor
-    lock: SessionLock
-
-
 class NotebookAgent:
-    """Plain class behind the magics: one session + executor per shell. Each `%%rlm` cell
-    is one run of an agent assembled by the composition root (entry "notebook")."""
+    """Plain class behind the magics: one session per shell, held (with its writer lock)
+    for as long as the kernel lives. Each `%%rlm` cell is one run of an agent assembled by
+    the composition root (entry "notebook") over the notebook's own kernel."""
 
     def __init__(self, shell: Any):
         self.shell = shell
-        self.current: _Session | None = None
+        self.current: SessionRun | None = None
+        self.executor: InProcessExecutor | None = None
 
-    def session(self, options: RunOptions, config: Config, task: str) -> tuple[_Session, bool]:
-        """The kernel's session (created by the first `%%rlm`); True when it is new."""
-        if self.current is not None:
-            record_options(self.current.store, options)
-            return self.current, False
+    def _executor(self, session: SessionLog, config: Config) -> InProcessExecutor:
         from rlm.notebook.inprocess import InProcessExecutor
 
-        store = new_session(task, options, home=config.home)
-        assert store.dir is not None  # create() always writes a session file
-        # this kernel is the session's one writer for as long as it lives (released by the
-        # OS when the kernel exits): `rlm goal`/`rlm resume` on it are refused meanwhile
-        lock = writer_lock(store, "notebook")
-        self.current = _Session(store, InProcessExecutor(self.shell, store.dir, config), lock)
-        return self.current, True
+        assert session.dir is not None  # created on disk
+        self.executor = InProcessExecutor(self.shell, session.dir, config)
+        return self.executor
+
+    def agent(self, options: RunOptions, task: str) -> Agent:
+        """The first `%%rlm` enters the kernel's SessionRun (session, lock, agent); later
+        cells rebuild the agent for their flags over the same session and executor."""
+        if self.current is None:
+            run = SessionRun.new("notebook", task, options, executor_factory=self._executor)
+            # this kernel is the session's one writer for as long as it lives (released by
+            # the OS when the kernel exits): `rlm goal`/`rlm resume` on it are refused
+            run.__enter__()
+            self.current = run
+            assert run.agent is not None
+            return run.agent
+        agent = self.current.rebuild(options)
+        agent.notices.clear()  # the notebook's limits were shown at its first run
+        return agent
 
     def run(self, task: str, *, model: str | None = None, max_turns: int | None = None,
             goal: str | None = None) -> None:
         try:
             flags = {"model": model, "max_turns": max_turns}
-            options = RunOptions(overrides={k: v for k, v in flags.items() if v is not None})
-            config = options.config()
-            sess, first = self.session(options, config, task)
-            agent = build_agent(sess.store, config, entry="notebook", options=options,
-                                executor=sess.executor)
-            if not first:
-                agent.notices.clear()  # the notebook's limits were shown at its first run
-            if goal:
-                GoalManager(sess.store).set(goal)
-            agent.start()  # with an executor given: only installs the bridge handler
+            options = RunOptions(overrides={k: v for k, v in flags.items() if v is not None},
+                                 goal=goal)
+            agent = self.agent(options, task)
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
             return
-        sess.executor.config = config
-        sess.executor.on_user_interrupt = agent.stop
+        executor = self.executor
+        assert executor is not None and self.current is not None
+        executor.on_user_interrupt = agent.stop
         _describe_user_data(agent)
         try:
-            drive(agent, task.strip(), render)
+            self.current.drive(task.strip(), render)
         except KeyboardInterrupt:
             display(Markdown("*Interrupted.*"))
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
         finally:
-            sess.executor.on_user_interrupt = None
-            sess.executor.set_bridge_handler(None)
+            executor.on_user_interrupt = None
+            executor.set_bridge_handler(None)
 
     def state(self) -> None:
         from rlm.notebook.inprocess import InProcessExecutor
 
-        ex = self.current.executor if self.current else InProcessExecutor(
-            self.shell, ".", load_config())
+        ex = self.executor or InProcessExecutor(self.shell, ".", load_config())
         names = ex.list_namespace().get("names", [])
-        head = f"Session `{self.current.store.id}`" if self.current else "No %%rlm session yet"
+        session = self.current.session if self.current else None
+        head = f"Session `{session.id}`" if session else "No %%rlm session yet"
         display(Markdown(head + "\n\n" + state_table(names)))
 
 

@@ -1,0 +1,158 @@
+"""What `build_agent` (rlm.app.lifecycle) attaches to an agent: the model and kernel
+factories, compaction sized to the model's window, goals, the scheduler's kernel handlers
+and the autonomous policy. The Agent only runs turns; everything it is given comes from
+here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from rlm.agent.loop import Agent
+from rlm.agent.prompts import system_prompt
+from rlm.app.features import gap, refuse
+from rlm.app.options import RunOptions
+from rlm.compaction.controller import CompactionController
+from rlm.compaction.core import perform_compaction
+from rlm.compaction.plan import CompactionSettings, effective_settings
+from rlm.config import Config, scaled_output_budget
+from rlm.errors import RlmError
+from rlm.events import Compacted, Event, Notice
+from rlm.llm.types import LLM
+from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
+from rlm.longrun.clock import Clock
+from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
+from rlm.protocols import BridgeHandler, SessionLog, StartableExecutor
+from rlm.session.context import build_messages
+from rlm.session.entries import CompactionEntry, MessageEntry
+
+
+def model_factory(config: Config) -> Callable[[str], LLM]:
+    """spec -> model, for the run's model, its sub-calls and its compaction model."""
+    from rlm.llm import get_llm
+
+    return lambda spec: get_llm(spec, config)
+
+
+def kernel_factory(session: SessionLog,
+                   config: Config) -> Callable[[BridgeHandler], StartableExecutor]:
+    """The session's kernel (started by the Agent, which owns its bridge handler)."""
+    def make(handler: BridgeHandler) -> StartableExecutor:
+        from rlm.kernel import Kernel
+
+        if session.dir is None:
+            raise RlmError("a kernel needs an on-disk session; pass an executor for "
+                           "in-memory ones")
+        return Kernel(session.dir, config, bridge_handler=handler)
+
+    return make
+
+
+def size_output_to_window(agent: Agent) -> None:
+    """An output budget the user did not set is scaled to the model's window, for the
+    prompt, the kernel's shaping and notebook imports alike (an executor handed in, e.g.
+    `%%rlm`'s or a parent's kernel, gets the same value)."""
+    if agent.config.output_budget_chars is not None:
+        return
+    budget = scaled_output_budget(agent.context_window())
+    agent.config = replace(agent.config, output_budget_chars=budget)
+    executor_config = getattr(agent.executor, "config", None)
+    if isinstance(executor_config, Config) and executor_config.output_budget_chars is None:
+        agent.executor.config = replace(executor_config,  # type: ignore[union-attr]
+                                        output_budget_chars=budget)
+
+
+def attach_compaction(agent: Agent) -> CompactionController:
+    """Three triggers, one core: compact.run/status handlers, after-turn and overflow."""
+    ctl = CompactionController(
+        agent.session,
+        agent.compaction_llm,
+        CompactionSettings.from_config(agent.config),
+        agent.context_window,
+        current_model_fn=lambda: agent.llm.spec,
+        turn_active_fn=lambda: agent.turn_active,
+        projection=lambda branch: build_messages(
+            list(branch), system_prompt=system_prompt(agent.config,
+                                                      native_tools=agent.llm.native_tools),
+            native_tools=agent.llm.native_tools),
+    )
+    eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
+    agent.compaction = ctl
+    window_note = getattr(agent.llm, "window_note", None)
+    note = window_note() if eff.enabled and eff.window is None and window_note else None
+    if note and agent.entry != "child":
+        agent.notices.append(Notice(note, "warning"))
+    agent.handlers["compact.run"] = lambda p: ctl.request(p.get("instructions"))
+    agent.handlers["compact.status"] = lambda p: ctl.status()
+
+    def compacted(entry: CompactionEntry | None) -> list[Event]:
+        return [] if entry is None else [Compacted(entry.trigger, entry.tokens_before,
+                                                   entry.summary)]
+
+    def before_prompt(a: Agent) -> list[Event]:
+        return compacted(ctl.before_prompt(a.executor))
+
+    def after_turn(a: Agent) -> list[Event]:
+        last = next((e for e in reversed(a.session.branch())
+                     if isinstance(e, MessageEntry) and e.role == "assistant"), None)
+        if last is not None and last.error is None:
+            ctl.note_assistant_ok()
+        return compacted(ctl.after_turn(a.executor))
+
+    def on_overflow(a: Agent, entry: MessageEntry) -> str:
+        decision = ctl.on_overflow(entry.id, entry.model, a.executor)
+        return decision if decision == "retry" else (ctl.overflow_message or "report")
+
+    def at_run_start(a: Agent) -> None:
+        ctl.start_run()  # resets the overflow guard; refuses settings that cannot fit
+
+    agent.run_start_hooks.append(at_run_start)
+    agent.prompt_hooks.append(before_prompt)
+    agent.turn_hooks.append(after_turn)
+    agent.overflow_hook = on_overflow
+    return ctl
+
+
+def attach_longrun(agent: Agent, entry: str, options: RunOptions,
+                   clock: Clock | None = None) -> None:
+    """Goals, the scheduler's kernel handlers and the autonomous policy (`clock`: a test's
+    or the soak's FakeClock; default the system clock)."""
+    cfg = agent.config
+    policy = None
+    if options.autonomous and gap(entry, "autonomous") is None:
+        cont = options.max_continuations
+        policy = AutonomousPolicy(
+            max_continuations=None if cont in (None, -1) else cont,
+            max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
+            gates=list(options.gate), cwd=Path.cwd(),
+        )
+    goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
+    scheduler = None
+    sched_gap = gap(entry, "schedules")
+    if agent.session.dir is not None and not (sched_gap is not None and sched_gap.refused):
+        scheduler = Scheduler(agent.session.dir / "scheduled-jobs.json", clock)
+    install(agent, goals=goals, scheduler=scheduler, policy=policy, clock=clock)
+    agent.policy = policy
+    for feature, methods in (("goals", [f"goal.{v}" for v in ("get", "complete", "block")]),
+                             ("schedules", list(SCHEDULE_METHODS))):
+        g = gap(entry, feature)
+        if g is not None and g.refused:
+            for m in methods:
+                agent.handlers[m] = refuse(g)
+
+
+def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntry | None:
+    """`/compact` between turns of a chat: the live kernel is listed, never touched; the
+    settings are the ones scaled to the model's window."""
+    if agent.compaction is not None:
+        return agent.compaction.compact("manual", agent.executor, instructions)
+    return perform_compaction(
+        agent.session,
+        agent.compaction_llm(),
+        effective_settings(agent.config, agent.context_window(), strict=False).settings,
+        trigger="manual",
+        instructions=instructions,
+        kernel=agent.executor,
+    )
+

@@ -1,0 +1,74 @@
+"""Entry point x feature: what each entry point offers, decided in ONE place (`GAPS`).
+
+A feature an entry point lacks is refused (`Gap.refused`: its kernel calls fail with the
+message, and the user gets it as a Notice at the start of the run) or offered in part
+(the user is told the limit). `feature_table()` prints the table for docs and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from rlm.errors import RlmError
+
+ENTRY_POINTS = ("run", "chat", "resume", "worker", "notebook", "run_task", "child", "compact")
+FEATURES = ("compaction", "goals", "schedules", "autonomous", "snapshot")
+
+
+@dataclass(frozen=True)
+class Gap:
+    """A feature an entry point lacks (`refused`: its kernel calls fail with `message`) or
+    offers only in part (`refused=False`: the user is told the limit)."""
+
+    message: str
+    refused: bool = True
+
+
+# Every feature is offered at every entry point except these. The one place to look.
+GAPS: dict[str, dict[str, Gap]] = {
+    "notebook": {
+        "snapshot": Gap(
+            "%%rlm runs in your notebook's own kernel: rlm does not snapshot it, so nothing is "
+            "restored after a kernel restart (restart it from JupyterLab and rerun your cells)",
+            refused=True),
+        "schedules": Gap(
+            "heartbeats and cron jobs of a %%rlm session fire only while a %%rlm cell runs "
+            "(the notebook has no worker)", refused=False),
+    },
+    "child": {
+        "goals": Gap("goals belong to the top-level session: an rlm_query child cannot read "
+                     "or change them; report back to the parent instead"),
+        "schedules": Gap("heartbeats and cron jobs belong to the top-level session: an "
+                         "rlm_query child cannot create them"),
+    },
+}
+
+
+def gap(entry: str, feature: str) -> Gap | None:
+    if entry not in ENTRY_POINTS or feature not in FEATURES:
+        raise ValueError(f"unknown entry point/feature {entry!r}/{feature!r}")
+    return GAPS.get(entry, {}).get(feature)
+
+
+def feature_table() -> dict[str, dict[str, str]]:
+    """entry point -> feature -> "yes" | "partial: ..." | "no: ..." (docs and tests)."""
+    out: dict[str, dict[str, str]] = {}
+    for e in ENTRY_POINTS:
+        row = {}
+        for f in FEATURES:
+            g = gap(e, f)
+            row[f] = "yes" if g is None else ("no: " if g.refused else "partial: ") + g.message
+        out[e] = row
+    return out
+
+
+def refuse(g: Gap | None) -> Callable[[dict[str, Any]], Any]:
+    """A bridge handler that fails with the gap's message."""
+    message = g.message if g is not None else "not available here"
+
+    def refused(params: dict[str, Any]) -> Any:
+        raise RlmError(message)
+
+    return refused

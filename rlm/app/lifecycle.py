@@ -1,0 +1,377 @@
+"""One run's lifecycle, the same for every entry point: `SessionRun`.
+
+    with SessionRun.new("run", task, options) as run:    # or .open(...), .child(...)
+        notes = run.prepare(task)                        # --context, --notebook, named files
+        events = run.drive(task, on_event)
+
+Entering acquires, in this order, and unwinds in reverse when any step fails:
+
+- new:  config (defaults < TOML < env < flags) -> `check_start` (the models preflighted,
+        compaction settings checked against the window known offline) -> session created
+        (options recorded, `--goal` set) -> writer lock -> agent built -> kernel started;
+- open: writer lock -> session opened (torn tail recovered; the options given now over the
+        recorded ones) -> `check_start` -> `--goal` -> agent built (`--from` branch, options
+        recorded) -> kernel started (snapshot restored);
+- child: a session under the parent's `children/`, the parent's model factory and budget.
+
+Leaving is one `finally`: kernel stopped, session closed, lock released; a session this
+run created is removed when the run failed before its first prompt reached the log.
+`build_agent` is here too: every agent, with or without a SessionRun, is built by it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rlm.agent.loop import Agent
+from rlm.agent.recursion import TokenBudget
+from rlm.agent.session_run import move_to_branch
+from rlm.app.build import (
+    attach_compaction,
+    attach_longrun,
+    kernel_factory,
+    model_factory,
+    size_output_to_window,
+)
+from rlm.app.driving import drive
+from rlm.app.features import ENTRY_POINTS, FEATURES, gap
+from rlm.app.inputs import prepare_inputs, put_context
+from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
+from rlm.compaction.plan import effective_settings
+from rlm.config import Config, load_config
+from rlm.errors import ConfigError, RlmError
+from rlm.events import Event, Notice, RunEnded
+from rlm.kernel.kinds import kernel_notes
+from rlm.llm.preflight import declared_window, preflight
+from rlm.llm.types import LLM
+from rlm.longrun.clock import Clock
+from rlm.longrun.lock import SessionLock
+from rlm.paths import private_dir
+from rlm.protocols import Executor, SessionLog
+from rlm.session.entries import MessageEntry, new_id
+from rlm.session.store import SessionStore, resolve_session_path
+
+# entries whose options are the user's (the CLI's flags travel with the run)
+RECORDING = ("run", "chat", "resume", "worker")
+# the writer-lock kind each entry takes (None: the worker holds its own; a child's session
+# is written only by its parent's process)
+LOCK_KINDS: dict[str, str | None] = {
+    "run": "run", "chat": "chat", "resume": "resume", "worker": None, "notebook": "notebook",
+    "run_task": "run", "child": None, "compact": "compact",
+}
+ExecutorFactory = Callable[[SessionLog, Config], Executor]
+
+
+# ------------------------------------------------------------------------------ build
+def build_agent(
+    session: SessionLog,
+    config: Config,
+    *,
+    entry: str = "run",
+    options: RunOptions | None = None,
+    executor: Executor | None = None,
+    llm: LLM | None = None,
+    llm_factory: Callable[[str], LLM] | None = None,
+    depth: int = 0,
+    budget: TokenBudget | None = None,
+    leaf: str | None = None,
+    clock: Clock | None = None,
+) -> Agent:
+    """A ready agent for `entry` (one of ENTRY_POINTS): the model built here (or `llm`),
+    the kernel factory, everything attached, the gaps told. `clock` drives goals and
+    schedules (tests and the soak pass a FakeClock)."""
+    if entry not in ENTRY_POINTS:
+        raise ValueError(f"unknown entry point {entry!r}")
+    options = options or RunOptions()
+    llm_factory = llm_factory or model_factory(config)
+    agent = Agent(session, config, llm=llm or llm_factory(config.model or ""),
+                  llm_factory=llm_factory, executor=executor,
+                  kernel_factory=kernel_factory(session, config), depth=depth, budget=budget)
+    attach_all(agent, entry, options, clock)
+    if leaf and leaf != session.leaf_id:
+        move_to_branch(agent, leaf)
+    if entry in RECORDING:
+        record_options(session, options)
+    return agent
+
+
+def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = None,
+               clock: Clock | None = None) -> None:
+    """Wire an Agent for `entry`: child runner, compaction, goals, schedules, policy, and
+    a Notice for each gap."""
+    agent.child_runner = run_child
+    agent.entry = entry
+    size_output_to_window(agent)
+    attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
+    attach_longrun(agent, entry, options or RunOptions(), clock)
+    if entry in ("child", "compact"):  # a child's user is its parent's model; `rlm
+        return  # compact` runs no turn: nobody to tell
+    for feature in FEATURES:
+        g = gap(entry, feature)
+        if g is not None:
+            agent.notices.append(Notice(g.message, "warning" if g.refused else "info"))
+    if agent.executor is None:  # where the kernel runs, said once
+        agent.notices.extend(Notice(n, "info") for n in kernel_notes(agent.config))
+
+
+def check_start(config: Config) -> None:
+    """What can be checked before a session exists, cheaply and offline: every model the
+    run names can run here (`preflight`), and the compaction settings fit the window the
+    model will report when that is known without loading it (a script's, the local
+    model's n_ctx, `--context-window`). Raises a one-line RlmError naming the fix."""
+    preflight(config.model, config)
+    for spec in {config.sub_model, config.compaction_model} - {None, "", config.model}:
+        preflight(spec, config)
+    effective_settings(config, declared_window(config.model, config), strict=True)
+
+
+# -------------------------------------------------------------------------- lifecycle
+@dataclass
+class SessionRun:
+    """One run of one session, from its lock to its teardown (see the module doc). Build
+    it with `new`, `open` or `child`; enter it; `prepare` and `drive`; leave it."""
+
+    entry: str
+    options: RunOptions = field(default_factory=RunOptions)
+    task: str | None = None
+    session_id: str | None = None  # None: a new session
+    base: Config | None = None  # the Config the options apply over (run_task, the worker)
+    exact: Config | None = None  # this Config as it is (a child: its parent's, its model)
+    extra: dict[str, Any] = field(default_factory=dict)  # config for this run only
+    home: Path | None = None
+    leaf: str | None = None  # --from ENTRY
+    lock: bool = True  # False: the caller holds the session's lock (the worker)
+    build: bool = True  # False: session only (the parent of a --detach worker)
+    start: bool = True  # False: no kernel (rlm compact)
+    executor_factory: ExecutorFactory | None = None  # %%rlm: the notebook's own kernel
+    on_session: Callable[[SessionStore, RunOptions], RunOptions] | None = None  # rlm demo
+    session_dir: Path | None = None  # a child's directory
+    parent_session: str | None = None
+    llm_factory: Callable[[str], LLM] | None = None
+    depth: int = 0
+    budget: TokenBudget | None = None
+    # set while entered
+    session: SessionStore | None = None
+    config: Config | None = None
+    agent: Agent | None = None
+    writer: SessionLock | None = None
+    keep: bool = False  # True: a failure does not remove the new session (a worker may own it)
+    _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def new(cls, entry: str, task: str | None, options: RunOptions | None = None,
+            **kw: Any) -> SessionRun:
+        return cls(entry, options or RunOptions(), task=task, **kw)
+
+    @classmethod
+    def open(cls, entry: str, session_id: str, given: RunOptions | None = None,
+             **kw: Any) -> SessionRun:
+        return cls(entry, given or RunOptions(), session_id=session_id, **kw)
+
+    @classmethod
+    def child(cls, parent: Agent, task: str) -> SessionRun:
+        """An rlm_query child: its own session and kernel under the parent's session, the
+        sub-model (else the parent's), the parent's model factory and token budget."""
+        cfg = parent.config
+        model = cfg.sub_model or cfg.model
+        if not model:
+            raise ConfigError("rlm_query needs a model: set --sub-model or --model")
+        if parent.session.dir is None:
+            raise RlmError("rlm_query needs an on-disk parent session")
+        return cls("child", task=task, exact=replace(cfg, model=model), home=cfg.home,
+                   session_dir=parent.session.dir / "children" / new_id(),
+                   parent_session=parent.session.id, llm_factory=parent.llm_factory,
+                   depth=parent.depth + 1, budget=parent.budget)
+
+    # ------------------------------------------------------------------- lifecycle
+    def __enter__(self) -> SessionRun:
+        if self.entry not in ENTRY_POINTS:
+            raise ValueError(f"unknown entry point {self.entry!r}")
+        with contextlib.ExitStack() as stack:
+            if self.session_id is None:
+                self._create(stack)
+            else:
+                self._open(stack)
+            if self.build:
+                self._build(stack)
+            self._stack = stack.pop_all()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._stack.__exit__(exc_type, exc, tb)
+
+    def close(self) -> None:
+        """Leave the run (for holders that keep it open across calls: the worker)."""
+        self._stack.close()
+
+    def _create(self, stack: contextlib.ExitStack) -> None:
+        opts = self.options
+        cfg = self.exact or opts.config(base=self.base)
+        check_start(cfg)  # a model that cannot run fails here, before a session exists
+        opts = replace(opts, context=[str(Path(c).expanduser().resolve()) for c in opts.context],
+                       notebook=str(Path(opts.notebook).resolve()) if opts.notebook else None)
+        if cfg.snapshot_url and "snapshot_url" not in opts.overrides:  # from a config file:
+            opts.overrides = {**opts.overrides, "snapshot_url": cfg.snapshot_url}  # pinned
+        if self.session_dir is not None:
+            private_dir(self.session_dir)
+        session = SessionStore.create(self.home or cfg.home, model=cfg.model or "",
+                                      task=self.task, parent_session=self.parent_session,
+                                      session_dir=self.session_dir)
+        self.session = session
+        stack.push(self._discard_on_failure)  # runs last: after the kernel and the lock
+        stack.callback(session.close)
+        if self.entry != "child":
+            record_options(session, opts)
+            set_goal_given(session, opts)
+        if self.on_session is not None:
+            opts = self.on_session(session, opts)
+        self.options = opts
+        self._take_lock(stack, session.dir)
+        self.config = self.exact or opts.config(session, base=self.base)
+
+    def _open(self, stack: contextlib.ExitStack) -> None:
+        assert self.session_id is not None
+        home = self.home or (self.base.home if self.base is not None else load_config().home)
+        path = resolve_session_path(self.session_id, home)
+        # the lock first: torn-tail recovery and the options record are writes
+        self._take_lock(stack, path.parent)
+        session = SessionStore.open(str(path), home)
+        self.session = session
+        stack.callback(session.close)
+        self.options = self.options.over(recorded_options(session))
+        self.config = self.options.config(session, base=self.base)
+        if self.build:
+            check_start(self._config())
+        if self.entry != "compact":
+            set_goal_given(session, self.options)
+
+    def _take_lock(self, stack: contextlib.ExitStack, session_dir: Path | None) -> None:
+        kind = LOCK_KINDS[self.entry]
+        if not self.lock or kind is None or session_dir is None:
+            return
+        self.writer = SessionLock.for_session(session_dir, kind)
+        self.writer.acquire()  # SessionBusy names the holder
+        stack.callback(self.writer.release)
+
+    def _build(self, stack: contextlib.ExitStack) -> None:
+        assert self.session is not None
+        cfg = self._config()
+        executor = None
+        if self.executor_factory is not None:
+            executor = self.executor_factory(self.session, cfg)
+        self.agent = build_agent(self.session, cfg, entry=self.entry, options=self.options,
+                                 executor=executor, leaf=self.leaf,
+                                 llm_factory=self.llm_factory, depth=self.depth,
+                                 budget=self.budget)
+        stack.callback(self._close_agent)
+        if self.start:
+            self.agent.start()  # the kernel (its snapshot restored), or the bridge handler
+
+    def _close_agent(self) -> None:
+        if self.agent is not None:
+            self.agent.close()
+
+    def _discard_on_failure(self, exc_type: type[BaseException] | None, *_: object) -> bool:
+        if exc_type is not None and not self.keep and self.session is not None:
+            discard_unstarted(self.session)
+        return False
+
+    def _config(self) -> Config:
+        assert self.config is not None
+        return self.config.with_overrides(**self.extra) if self.extra else self.config
+
+    # ------------------------------------------------------------------------ work
+    def prepare(self, prompt: str | None = None) -> list[str]:
+        """Load the run's inputs (see rlm.app.inputs.prepare_inputs); notes for the user."""
+        return prepare_inputs(self._agent(), self.options, prompt)
+
+    def drive(self, prompt: str | None,
+              on_event: Callable[[Event], None] | None = None) -> list[Event]:
+        """One prompt, with due schedules firing into it (rlm.app.driving)."""
+        return drive(self._agent(), prompt, on_event)
+
+    def rebuild(self, options: RunOptions) -> Agent:
+        """A new agent over the same session and executor, for new options (each `%%rlm`
+        cell may pass other flags); the old agent's executor is kept, not stopped."""
+        assert self.session is not None and self.agent is not None
+        self.options = options
+        self.config = options.config(self.session, base=self.base)
+        set_goal_given(self.session, options)
+        executor = self.agent.executor
+        if isinstance(getattr(executor, "config", None), Config):  # its limits follow the
+            # flags; build_agent scales its output budget
+            executor.config = self._config()  # type: ignore[union-attr]
+        self.agent = build_agent(self.session, self._config(), entry=self.entry,
+                                 options=options, executor=executor,
+                                 llm_factory=self.llm_factory)
+        self.agent.start()
+        return self.agent
+
+    def _agent(self) -> Agent:
+        if self.agent is None:
+            raise RlmError("the run is not entered: use it as a context manager")
+        return self.agent
+
+    @property
+    def model_spec(self) -> str | None:
+        """The run's model, also when the run failed before its config was complete."""
+        if self.agent is not None:
+            return self.agent.llm.spec
+        if self.config is not None:
+            return self.config.model
+        return self.options.overrides.get("model")
+
+    def kept(self) -> bool:
+        """The run's session exists on disk (False when it failed before being kept)."""
+        return self.session is not None and self.session.dir is not None and \
+            self.session.dir.is_dir()
+
+
+def discard_unstarted(session: SessionLog) -> bool:
+    """Remove a session this process created when its start failed before the first
+    prompt reached the log: no header-only sessions pile up. True when removed."""
+    import shutil
+
+    if session.dir is None or not session.dir.is_dir():
+        return False
+    if any(isinstance(e, MessageEntry) for e in session.branch()):
+        return False
+    session.close()
+    shutil.rmtree(session.dir, ignore_errors=True)
+    return True
+
+
+# ---------------------------------------------------------------------- children
+def run_child(parent: Agent, task: str, context: Any) -> str | None:
+    """rlm_query: a child agent with its own kernel and session under the parent's,
+    assembled like every other agent (entry "child": compaction, no goals/schedules)."""
+    run = SessionRun.child(parent, task)
+    try:
+        with run:
+            if context is not None:
+                put_context(run._agent(), context)
+            end = next((ev for ev in reversed(run.drive(task)) if isinstance(ev, RunEnded)),
+                       None)
+            if end is not None and end.reason not in ("final", "no_code"):
+                raise RlmError(child_failure(run._agent().session, end.reason, end.detail))
+            return end.final if end else None
+    finally:
+        if run.agent is not None:
+            parent.add_tokens(run.agent.tokens_used)
+
+
+def child_failure(session: SessionLog, reason: str, detail: str | None) -> str:
+    """Why an rlm_query child ended without an answer, as its log says (an overflow says
+    "context overflow", not a generic failure)."""
+    err = next((e.error for e in reversed(session.branch())
+                if isinstance(e, MessageEntry) and e.error), None)
+    why = err or detail
+    return (f"the rlm_query child {session.id} ended without an answer ({reason}"
+            f"{': ' + why if why else ''})")

@@ -1,0 +1,111 @@
+"""Run options: how a run was asked for, recorded in the session so they travel with it.
+
+`new_session` records them as a hidden `run_options` entry (custom, content None: never
+sent to the model); opening a session merges what the user passes now over what was
+recorded (`RunOptions.over`), so `--detach`, a worker restart and `rlm resume` keep the
+options the run started with. Logs written before this entry existed open with the
+defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from rlm.agent.session_run import resolve_model
+from rlm.config import Config, load_config
+from rlm.longrun import GoalManager
+from rlm.protocols import SessionLog
+from rlm.session.entries import CustomEntry
+
+RUN_OPTIONS = "run_options"
+
+
+@dataclass
+class RunOptions:
+    """How a run was asked for: the command line's run flags plus its Config overrides
+    (only the flags the user gave; -1 means "unlimited" for the limit flags)."""
+
+    # None: not given now (a resume keeps the recorded value); False: --no-autonomous
+    autonomous: bool | None = None
+    gate: list[str] = field(default_factory=list)
+    no_gate: bool = False  # --no-gate: drop the recorded gates (not recorded itself)
+    max_continuations: int | None = None
+    context: list[str] = field(default_factory=list)  # files loaded before the first prompt
+    named: list[str] = field(default_factory=list)  # files the task named (loaded if they can be)
+    notebook: str | None = None  # .ipynb executed before the first prompt
+    overrides: dict[str, Any] = field(default_factory=dict)
+    workdir: str | None = None  # the kernel's working directory for inputs (rlm demo)
+    # set as the session's goal when it is opened for this run; not recorded with the
+    # options (the goal lives in its own entries, and a resume must not reset it)
+    goal: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        del d["goal"], d["no_gate"]
+        d["autonomous"] = bool(self.autonomous)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RunOptions:
+        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        opts = cls(**known)
+        opts.gate, opts.context = list(opts.gate or []), list(opts.context or [])
+        opts.named = list(opts.named or [])
+        opts.overrides = dict(opts.overrides or {})
+        return opts
+
+    def over(self, recorded: RunOptions | None) -> RunOptions:
+        """These options (given now) over `recorded` ones: what the user gives wins."""
+        if recorded is None:
+            return self
+        return RunOptions(
+            autonomous=(self.autonomous if self.autonomous is not None
+                        else recorded.autonomous),
+            gate=[] if self.no_gate else (self.gate or recorded.gate),
+            max_continuations=(self.max_continuations if self.max_continuations is not None
+                               else recorded.max_continuations),
+            context=self.context or recorded.context,
+            named=self.named or recorded.named,
+            notebook=self.notebook or recorded.notebook,
+            overrides={**recorded.overrides, **self.overrides},
+            workdir=self.workdir or recorded.workdir,
+            goal=self.goal,
+        )
+
+    def config(self, session: SessionLog | None = None, base: Config | None = None) -> Config:
+        """Defaults < TOML < env < these overrides; the session's model unless one is given."""
+        flags = {k: v for k, v in self.overrides.items() if v is not None and v != -1}
+        cfg = base.with_overrides(**flags) if base is not None else load_config(**flags)
+        if self.overrides.get("max_turns") == -1:
+            cfg = replace(cfg, max_turns=None)
+        if self.overrides.get("max_tokens") == -1:
+            cfg = replace(cfg, max_tokens=None)
+        if not cfg.model and session is not None and session.header.model:
+            cfg = replace(cfg, model=session.header.model)
+        if self.workdir:  # every kernel of the run starts there: resume and restarts too
+            cfg = replace(cfg, kernel_cwd=self.workdir)
+        return resolve_model(cfg)
+
+
+def recorded_options(session: SessionLog) -> RunOptions | None:
+    """The newest `run_options` entry on the branch (None for logs written before them)."""
+    for e in reversed(session.branch()):
+        if isinstance(e, CustomEntry) and e.custom_type == RUN_OPTIONS:
+            return RunOptions.from_dict(e.data or {})
+    return None
+
+
+def record_options(session: SessionLog, options: RunOptions) -> None:
+    recorded = recorded_options(session)
+    if recorded is None or recorded.to_dict() != options.to_dict():
+        session.append(CustomEntry(custom_type=RUN_OPTIONS, data=options.to_dict(),
+                                   display=False, content=None))
+
+
+
+def set_goal_given(session: SessionLog, options: RunOptions) -> None:
+    """`--goal TEXT`: the session's goal from now on (replacing any), before the first
+    prompt, so the run continues until the goal is complete (rlm.longrun.goals)."""
+    if options.goal is not None:
+        GoalManager(session).set(options.goal)
