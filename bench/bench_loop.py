@@ -19,7 +19,7 @@ from pathlib import Path
 
 from jupyter_client import KernelManager
 
-from rlm.agent import Agent
+from rlm.app import build_agent
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
@@ -52,7 +52,7 @@ def rlm_run(n: int) -> tuple[float, float]:
                 in_model[0] += time.perf_counter() - t
 
         llm.complete = timed  # type: ignore[method-assign]
-        with Agent(session, cfg, llm=llm) as agent:
+        with build_agent(session, cfg, llm=llm) as agent:
             agent.executor.execute("0")  # warm
             t0 = time.perf_counter()
             for _ in agent.run("bench"):

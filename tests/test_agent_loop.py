@@ -13,6 +13,7 @@ import pytest
 
 from rlm.agent import Agent
 from rlm.app import attach_all
+from rlm.app.build import kernel_factory
 from rlm.config import Config
 from rlm.events import CellFinished, FinalAnswer, KernelRestarted, Notice, RunEnded
 from rlm.llm import ScriptedLLM
@@ -24,11 +25,17 @@ def call(code: str) -> dict:
     return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
+def agent_for(session, config, **kw) -> Agent:
+    """The loop alone (these are its own unit tests): the session's kernel, no feature
+    attached unless a test attaches it (rlm.app.attach_all)."""
+    return Agent(session, config, kernel_factory=kernel_factory(session, config), **kw)
+
+
 def make_agent(home, replies, **cfg) -> tuple[Agent, SessionStore, ScriptedLLM]:
     config = Config(home=home, model="script:inline", cell_timeout=cfg.pop("cell_timeout", 60), **cfg)
     llm = ScriptedLLM(list(replies))
     session = SessionStore.create(home, model="script:inline", task="t")
-    return Agent(session, config, llm=llm), session, llm
+    return agent_for(session, config, llm=llm), session, llm
 
 
 def run(agent: Agent, prompt: str) -> list:
@@ -165,7 +172,7 @@ def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
     config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
     llm = _Fenced([retype, "```python\nprint(len(notes))\n```", "FINAL(ok)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         load_context_files(agent, [tmp_path / "notes.txt"])
         run(agent, "What is the code for X?")
         # refused, not run: the kernel still holds the file, and the model was told why
@@ -174,7 +181,7 @@ def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
     # the guard survives a resume: the input names come from the session log
     resumed = SessionStore.open(session.path)
     llm2 = _Fenced([retype, "FINAL(ok)"])
-    with Agent(resumed, config, llm=llm2) as agent:
+    with agent_for(resumed, config, llm=llm2) as agent:
         run(agent, "again")
     assert "Not run" in llm2.calls[1][-1]["content"]
 
@@ -215,7 +222,7 @@ def test_llm_query_batched_reaches_the_sub_model_concurrently(_isolated_home):
         call("final(str(len(answers)))"),
     ])
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
-    agent = Agent(session, config, llm=main, llm_factory=lambda spec: sub)
+    agent = agent_for(session, config, llm=main, llm_factory=lambda spec: sub)
     with agent:
         events = run(agent, "summarise")
     assert events[-1].final == "8"
@@ -234,7 +241,7 @@ def test_rlm_query_runs_a_child_and_respects_the_depth_limit(_isolated_home):
         call("final(r)"),
     ])
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
-    agent = Agent(session, config, llm=main, llm_factory=lambda spec: child_llm)
+    agent = agent_for(session, config, llm=main, llm_factory=lambda spec: child_llm)
     attach_all(agent)  # assembled as rlm.app does it: rlm_query gets the app's child runner
     with agent:
         events = run(agent, "delegate")
@@ -255,7 +262,7 @@ def test_token_budget_bounds_the_tree(_isolated_home):
     config = Config(home=_isolated_home, model="script:main", cell_timeout=60, token_budget=1)
     main = ScriptedLLM([call("print(1)"), call("print(2)")])
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
-    agent = Agent(session, config, llm=main)
+    agent = agent_for(session, config, llm=main)
     with agent:
         events = run(agent, "spend")
     assert events[-1].reason == "limit:token_budget"
@@ -304,7 +311,7 @@ def test_small_model_giving_up_after_an_error_is_nudged_once(_isolated_home):
         "FINAL(3)",
     ])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         events = run(agent, "total revenue?")
     assert events[-1].reason == "final" and events[-1].final == "3"
     nudge = llm.calls[2][-1]
@@ -320,7 +327,7 @@ def test_small_model_answering_before_looking_at_its_data_is_nudged(_isolated_ho
                    "```python\ni = notes.find('code for X')\nprint(notes[i:i+20])\n```",
                    "FINAL(4711)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         load_context_files(agent, [tmp_path / "notes.txt"])
         events = run(agent, "What is the code for X? Answer with the number only.")
     assert events[-1].final == "4711"
@@ -331,7 +338,7 @@ def test_prose_after_a_good_cell_is_the_answer(_isolated_home):
     config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
     llm = _Fenced(["```python\nprint(6 * 7)\n```", "It is 42."])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         events = run(agent, "6*7?")
     assert events[-1].reason == "no_code" and events[-1].final == "It is 42."
 
@@ -341,7 +348,7 @@ def test_rate_limits_are_retried_then_end_the_run_cleanly(_isolated_home):
     limited = {"error": "rate_limit", "message": "slow down"}
     llm = ScriptedLLM([limited, limited, call("final('ok')")], base_delay=0)
     session = SessionStore.create(_isolated_home, model="script:x", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         assert run(agent, "go")[-1].final == "ok"  # two transient failures, retried
         llm.enqueue(*[limited] * 5)  # more than the retries allow
         events = run(agent, "again")
@@ -360,7 +367,7 @@ def test_auth_error_ends_the_run_with_the_fix(_isolated_home):
     config = Config(home=_isolated_home, model="script:x", cell_timeout=60)
     llm = ScriptedLLM([{"error": "auth", "message": "invalid api key"}], base_delay=0)
     session = SessionStore.create(_isolated_home, model="script:x", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         events = run(agent, "go")
     end = events[-1]
     assert end.reason == "error" and "authentication failed" in (end.detail or "")
@@ -376,7 +383,7 @@ def test_token_limit_counts_this_run_only(_isolated_home):
     llm = ScriptedLLM([{"content": "one", "usage": {"input_tokens": 2500, "output_tokens": 10}},
                        {"content": "two", "usage": {"input_tokens": 1500, "output_tokens": 10}}])
     session = SessionStore.create(_isolated_home, model="script:x", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         assert run(agent, "first")[-1].final == "one"
         # 2510 tokens were spent by the first run; the second run has its own 2000
         assert run(agent, "second")[-1].final == "two"
@@ -390,7 +397,7 @@ def test_small_model_final_after_a_silent_cell_is_nudged(_isolated_home):
                    "FINAL(not found)",  # refused once: a turn is left to look again
                    "FINAL(not found)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with agent_for(session, config, llm=llm) as agent:
         events = run(agent, "find it")
     assert events[-1].final == "not found"
     assert "printed nothing" in llm.calls[2][-1]["content"]

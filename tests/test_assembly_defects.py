@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent import Agent
-from rlm.app import attach_all
+from rlm.app import build_agent
 from rlm.cli.main import main
 from rlm.config import Config
 from rlm.events import Compacted, RunEnded
@@ -77,7 +77,7 @@ def agent_with(home, replies, **cfg) -> tuple[Agent, SessionStore, ScriptedLLM]:
     config = Config(home=home, model="script:inline", **cfg)
     llm = ScriptedLLM(list(replies))
     session = SessionStore.create(home, model="script:inline", task="t")
-    return Agent(session, config, llm=llm, executor=NoKernel()), session, llm
+    return build_agent(session, config, llm=llm, executor=NoKernel()), session, llm
 
 
 # ------------------------------------------------------------------------------ goals
@@ -87,7 +87,6 @@ def test_the_turn_that_exhausts_a_goal_budget_ends_the_continuation(_isolated_ho
         "a second turn that must not be asked for",
     ])
     GoalManager(session).set("finish the report", token_budget=100)
-    attach_all(agent)
     with agent:
         events = list(agent.run("go"))
     end = events[-1]
@@ -100,7 +99,7 @@ def test_the_turn_that_exhausts_a_goal_budget_ends_the_continuation(_isolated_ho
             if isinstance(e, CustomEntry) and e.custom_type == "goal_budget_reached"]
     assert len(told) == 1 and "token budget of 100 is used up" in (told[0].content or "")
     # the model sees it in its next context
-    agent2 = Agent(session, agent.config, llm=ScriptedLLM(["ok"]), executor=NoKernel())
+    agent2 = build_agent(session, agent.config, llm=ScriptedLLM(["ok"]), executor=NoKernel())
     list(agent2.run("next"))
     assert any("goal_budget_reached" in str(m.get("content")) for m in agent2.llm.calls[0])
 
@@ -156,12 +155,11 @@ def test_no_compaction_after_a_double_ctrl_c(_isolated_home):
         session.append(MessageEntry(message={"role": "user", "content": f"question {i} " * 30}))
         session.append(MessageEntry(message={"role": "assistant", "content": f"answer {i} " * 30},
                                     usage={"input_tokens": 100 * (i + 1), "output_tokens": 20}))
-    agent = Agent(session, Config(home=_isolated_home, model="fake", compaction_model="sum",
-                                  keep_recent_tokens=10),
-                  llm=llm, llm_factory=lambda spec: summaries,  # type: ignore[arg-type]
-                  executor=NoKernel())
+    agent = build_agent(session, Config(home=_isolated_home, model="fake", compaction_model="sum",
+                                        keep_recent_tokens=10),
+                        llm=llm, llm_factory=lambda spec: summaries,  # type: ignore[arg-type]
+                        executor=NoKernel())
     llm.agent = agent
-    attach_all(agent)
     with agent:
         events = list(agent.run("go"))
     assert isinstance(events[-1], RunEnded)
@@ -338,7 +336,6 @@ def test_the_overflow_guard_is_reset_when_a_run_starts(_isolated_home):
     agent, session, llm = agent_with(_isolated_home, [
         {"error": "overflow", "message": "prompt is too long"},
     ])
-    attach_all(agent)
     agent.compaction.overflow_state = "reported"  # how the previous run ended
     with agent:
         events = list(agent.run("one more"))

@@ -41,8 +41,7 @@ def cell(k: int, code: str) -> Completion:
 
 @pytest.mark.timeout(120)
 def test_three_compactions_keep_the_kernel_and_its_names(tmp_path):
-    from rlm.agent.loop import Agent
-    from rlm.app import attach_compaction
+    from rlm.app import build_agent
 
     steps = []
     for k in range(9):  # each step defines v{k} and prints ~500 tokens of numbers
@@ -54,8 +53,7 @@ def test_three_compactions_keep_the_kernel_and_its_names(tmp_path):
     cfg = Config(model="script:agent", compaction_model="script:summary", context_window=3000,
                  reserve_tokens=1000, keep_recent_tokens=600, max_turns=20, home=tmp_path)
     session = SessionStore.create(tmp_path, model="script:agent", task="e2e")
-    agent = Agent(session, cfg, llm=agent_llm, llm_factory=lambda spec: summarizer)
-    attach_compaction(agent)
+    agent = build_agent(session, cfg, llm=agent_llm, llm_factory=lambda spec: summarizer)
     with agent:
         pid = agent.executor.pid
         events = list(agent.run("Define v0..v8, then check sum(v0) + sum(v1)."))

@@ -6,8 +6,8 @@ import builtins
 import json
 from pathlib import Path
 
-from rlm.agent import Agent
 from rlm.agent.context_files import KERNEL_API, load_context_files, variable_name
+from rlm.app import build_agent
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
@@ -39,7 +39,7 @@ def test_files_named_like_the_api_load_and_final_still_works(_isolated_home, tmp
     llm = ScriptedLLM([call("print(final_csv.shape, print_txt, open_txt, callable(open))"),
                        call("final(str(final_csv.a.sum()))")])
     session = SessionStore.create(_isolated_home, model="script:inline", task="t")
-    agent = Agent(session, Config(home=_isolated_home, model="script:inline", cell_timeout=60),
+    agent = build_agent(session, Config(home=_isolated_home, model="script:inline", cell_timeout=60),
                   llm=llm)
     with agent:
         names = load_context_files(agent, [tmp_path / n for n in ("final.csv", "print.txt", "open.txt")])

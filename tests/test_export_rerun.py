@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from rlm.agent import Agent
+from rlm.app import build_agent
 from rlm.cli.main import main
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
@@ -97,7 +97,7 @@ def test_the_loops_nudges_are_notes_not_user_words(_isolated_home, tmp_path):
     llm = _Fenced(["```python\nprint(1 / 0)\n```", "I cannot divide, sorry.",
                    "```python\nprint(2)\n```", "FINAL(2)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with build_agent(session, config, llm=llm) as agent:
         list(agent.run("what is 2?"))
     nudges = [e for e in session.branch() if isinstance(e, MessageEntry) and e.origin == "nudge"]
     assert len(nudges) == 1 and nudges[0].role == "user"  # marked in the log

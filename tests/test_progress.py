@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 
 from rlm import events as ev
-from rlm.agent import Agent
+from rlm.app import build_agent
 from rlm.cli.render import Renderer
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
@@ -118,7 +118,7 @@ def test_cell_output_reaches_the_terminal_while_the_cell_runs(_isolated_home, tm
     session = SessionStore.create(_isolated_home, model="script:inline", task="t")
     watcher = _Watcher(marker)
     render = Renderer(console=Console(file=watcher, width=120, color_system=None))
-    with Agent(session, config, llm=ScriptedLLM([call(code), call("final('ok')")])) as agent:
+    with build_agent(session, config, llm=ScriptedLLM([call(code), call("final('ok')")])) as agent:
         events = []
         for e in agent.run("go"):
             events.append(e)

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.agent import Agent
-from rlm.app import attach_compaction
+from rlm.app import build_agent
 from rlm.config import Config
 from rlm.events import KernelRestarted
 from rlm.llm import ScriptedLLM
@@ -82,8 +81,7 @@ def _run_session(home: Path, keys: dict[str, str]) -> tuple[SessionStore, dict]:
     ])
     config = Config(home=home, model="script:inline", cell_timeout=60, context_window=100_000)
     session = SessionStore.create(home, model="script:inline", task="secrets")
-    agent = Agent(session, config, llm=llm)
-    attach_compaction(agent)
+    agent = build_agent(session, config, llm=llm)
     with agent:
         seen["pids"].append(agent.executor.pid)
         for ev in agent.run("Use the kernel; then answer."):

@@ -3,8 +3,8 @@ inventing the next turn, and whatever a provider sends past that point never run
 
 from __future__ import annotations
 
-from rlm.agent import Agent
 from rlm.agent.codeparse import code_tool_calls, own_turn, text_final
+from rlm.app import build_agent
 from rlm.config import Config
 from rlm.events import CellFinished
 from rlm.llm import ScriptedLLM
@@ -51,7 +51,7 @@ def test_the_loop_runs_one_cell_from_a_reply_with_invented_turns(_isolated_home,
     config = Config(home=_isolated_home, model="script:fenced", cell_timeout=60)
     llm = _Fenced([INVENTED.replace("notes", "'abc'"), "FINAL(3)"])
     session = SessionStore.create(_isolated_home, model="script:fenced", task="t")
-    with Agent(session, config, llm=llm) as agent:
+    with build_agent(session, config, llm=llm) as agent:
         events = list(agent.run("how long is it?"))
     cells = [e for e in events if isinstance(e, CellFinished)]
     assert len(cells) == 1

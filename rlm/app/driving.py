@@ -79,6 +79,11 @@ class ForegroundSchedules:
         for tick in self.dispatch.claim_due():
             self.dispatch.drive(self.agent.run(tick.message()), tick.tick_id, take)
 
+    @property
+    def active(self) -> bool:
+        """This process fires the session's ticks (the entry has schedules)."""
+        return self.dispatch is not None
+
     def seconds_to_next_due(self) -> float | None:
         """How long until a tick falls due (0 when one is due now; None: nothing is
         scheduled, or a worker fires them)."""

@@ -43,6 +43,13 @@ GAPS: dict[str, dict[str, Gap]] = {
         "schedules": Gap("heartbeats and cron jobs belong to the top-level session: an "
                          "rlm_query child cannot create them"),
     },
+    # `rlm compact SESSION`: the session's own model and window, summarising only
+    "compact": {
+        feature: Gap(f"rlm compact only summarises the log: no turn runs, so no {what}")
+        for feature, what in (("goals", "goal continues"), ("schedules", "job fires"),
+                              ("autonomous", "continuation"),
+                              ("snapshot", "kernel starts (the next run restores it)"))
+    },
 }
 
 

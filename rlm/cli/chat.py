@@ -20,6 +20,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
+from typing import TextIO
 
 from rlm import app
 from rlm.agent.context_files import load_context_files
@@ -46,7 +47,8 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     schedules = app.ForegroundSchedules(agent)
     while True:
         try:
-            line = read_line("rlm> ", schedules, lambda: schedules.run_due(render)).strip()
+            line = read_line("rlm> ", schedules, lambda: schedules.run_due(render),
+                             out=sys.stderr if quiet else sys.stdout).strip()
         except (EOFError, KeyboardInterrupt):
             render.console.print()
             break
@@ -71,34 +73,34 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     return 0
 
 
-def read_line(prompt: str, schedules: app.ForegroundSchedules,
-              on_due: Callable[[], object]) -> str:
+POLL_S = 1.0  # how often chat, waiting at its prompt, looks at the jobs file
+
+
+def read_line(prompt: str, schedules: app.ForegroundSchedules, on_due: Callable[[], object],
+              *, out: TextIO | None = None, poll_s: float = POLL_S) -> str:
     """`input(prompt)`, except that on a terminal the due heartbeats and jobs fire while it
-    waits (select on stdin until the next one is due, run it, show the prompt again). A
-    pipe is read as it is: its lines are there already."""
-    if not sys.stdin.isatty():
-        return input(prompt)
-    shown = False
+    waits: stdin is watched with select, the jobs file every `poll_s` (a job added by
+    `rlm schedule` from another terminal is seen too); a due tick runs, then the prompt
+    is shown again. A pipe is read as it is: its lines are there already. The prompt goes
+    to `out` (stderr with --json: stdout carries only the JSON objects)."""
+    out = out or sys.stdout
+    out.write(prompt)
+    out.flush()
+    if not sys.stdin.isatty() or not schedules.active:
+        return input()
     while True:
         wait = schedules.seconds_to_next_due()
-        if wait is None:
-            if shown:  # the prompt is on screen already
-                return _line(sys.stdin.readline())
-            return input(prompt)
-        if not shown:
-            print(prompt, end="", flush=True)
-            shown = True
+        if wait == 0:
+            out.write("\n")  # off the prompt line
+            on_due()
+            out.write(prompt)
+            out.flush()
+            continue
         # a terminal in canonical mode makes stdin readable only once a line is entered
-        ready, _, _ = select.select([sys.stdin], [], [], min(wait, MAX_WAIT_S))
+        timeout = poll_s if wait is None else min(wait, poll_s)
+        ready, _, _ = select.select([sys.stdin], [], [], timeout)
         if ready:
             return _line(sys.stdin.readline())
-        if schedules.seconds_to_next_due() == 0:
-            print(flush=True)  # off the prompt line
-            on_due()
-            shown = False
-
-
-MAX_WAIT_S = 60.0  # a job added by another process is seen within this
 
 
 def _line(raw: str) -> str:
