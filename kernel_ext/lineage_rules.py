@@ -36,6 +36,7 @@ from __future__ import annotations
 import ast
 import builtins
 import functools
+import itertools
 import re
 import types
 from collections.abc import Iterator, Mapping
@@ -92,6 +93,7 @@ DENIED_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "getattr",
                              "delattr", "globals", "locals", "vars", "breakpoint", "input",
                              "help", "exit", "quit"})
 _DUNDERS_OK = frozenset({"__name__", "__doc__", "__qualname__", "__version__"})
+_MODE = re.compile(r"[rwxabtU+]{1,4}")
 _URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
 _SQL_OUT = re.compile(r"\b(attach|vacuum|load_extension)\b", re.I)
 _BUILTINS = frozenset(dir(builtins))
@@ -166,10 +168,8 @@ def classify(v: Any) -> tuple[str, str]:
 
 
 def _classify_items(v: Any) -> tuple[str, str]:
-    items: Any = list(v.items()) if isinstance(v, dict) else v
-    for n, item in enumerate(items):
-        if n >= _SCAN_ITEMS:
-            break
+    items: Any = v.items() if isinstance(v, dict) else v
+    for item in itertools.islice(items, _SCAN_ITEMS):
         for x in (item if isinstance(v, dict) else (item,)):
             if isinstance(x, (str, int, float, bool, type(None))):
                 continue
@@ -343,7 +343,9 @@ class Check:
         attr = func.attr
         root, attrs = _attr_chain(func)
         if attr == "open":
-            self._open_mode(node)
+            module = isinstance(root, ast.Name) and len(attrs) == 1 and (
+                root.id in self.imports or isinstance(self.ns.get(root.id), types.ModuleType))
+            self._open_mode(node, method=not module)
         elif attr in WRITE_METHODS:
             self.effects.add(f"{attr}() acts outside the kernel (writes, runs or sends)")
         elif attr in WRITE_IF_DESTINATION and (node.args or any(
@@ -351,6 +353,8 @@ class Check:
             self.effects.add(f"{attr}() writes a file")
         elif attr in SQL_CON_CALLS:
             self._con_argument(node, attr)
+        elif attr == "load" and any(k.arg == "allow_pickle" for k in node.keywords):
+            self.effects.add("load(allow_pickle=...) runs code a file holds")
         if attr == "connect" and isinstance(root, ast.Name) and self._is_sqlite(root.id):
             self._connect(node)
         if not isinstance(root, ast.Name):
@@ -383,15 +387,20 @@ class Check:
         else:
             self.effects.add(f"{what}() on a database that is not an in-memory sqlite3 one held by a name")
 
-    def _open_mode(self, node: ast.Call) -> None:
-        mode = node.args[1] if len(node.args) > 1 else next(
-            (k.value for k in node.keywords if k.arg == "mode"), None)
-        if mode is None:
-            return
-        if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
-            self.effects.add("opens a file with a mode that is not a literal (counts as writing)")
-        elif any(c in mode.value for c in "wax+"):
-            self.effects.add(f"opens a file for writing (mode {mode.value!r})")
+    def _open_mode(self, node: ast.Call, method: bool = False) -> None:
+        """`open(file, mode)` (also io/gzip/bz2/lzma.open); `method`: a value's
+        `.open(...)` (`Path(p).open('w')`, `zf.open(name, mode)`), where the mode may be
+        any positional argument: every one is looked at."""
+        modes = [k.value for k in node.keywords if k.arg == "mode"]
+        if method:
+            modes += node.args
+        elif len(node.args) > 1:
+            modes.append(node.args[1])
+        for mode in modes:
+            if not (isinstance(mode, ast.Constant) and isinstance(mode.value, str)):
+                self.effects.add("opens a file with a mode that is not a literal (counts as writing)")
+            elif any(c in mode.value for c in "wax+") and _MODE.fullmatch(mode.value):
+                self.effects.add(f"opens a file for writing (mode {mode.value!r})")
 
     def _connect(self, node: ast.Call) -> None:
         target = node.args[0] if node.args else next(

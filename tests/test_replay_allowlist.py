@@ -56,6 +56,7 @@ def refused(recs: list[dict[str, Any]], held: dict[str, Any] | None = None, name
     ("from pathlib import Path\nPath('p').open('w')", "imports pathlib"),
     ("mode = 'w'\nfh = open('p', mode)", "opens a file with a mode that is not a literal"),
     ("fh = open('p', 'r+')", "opens a file for writing (mode 'r+')"),
+    ("fh = p.open('a')", "opens a file for writing (mode 'a')"),  # Path.open: the mode comes first
     ("import http.client\nc = http.client.HTTPConnection('localhost', 9)\nc.request('POST', '/')",
      "imports http.client"),
     ("import socket\ns = socket.create_connection(('localhost', 9))", "imports socket"),
@@ -67,6 +68,7 @@ def refused(recs: list[dict[str, Any]], held: dict[str, Any] | None = None, name
     ("x = ().__class__.__base__.__subclasses__()", "uses the attribute __class__"),
     ("import numpy as np\nnp.save('a.npy', [1])", "uses np.save (leaves the kernel)"),
     ("import json\njson.dump({}, fh)", "uses json.dump"),
+    ("import numpy as np\na = np.load('a.npy', allow_pickle=True)", "runs code a file holds"),
     ("print('x', file=fh)", "prints to a file"),
     ("import pandas as pd\npd.DataFrame().to_parquet('x.pq')", "to_parquet() acts outside the kernel"),
     ("import pandas as pd\ndf = pd.read_csv('https://example.com/x.csv')", "names a URL"),
@@ -168,3 +170,23 @@ def test_pure_data_cells_stay_replayable():
                    "fh = open('notes.txt')\nfirst = fh.readline()\nfrom os.path import join\n"
                    "import os.path as osp\nwhere = join(osp.dirname('a/b'), 'c')")
     assert recs[0]["effects"] == []
+
+
+def test_the_users_announcement_escapes_what_the_kernel_sent():
+    """The line printed before a replay quotes cell code (the model's): escapes and bidi
+    overrides reach the terminal escaped."""
+    from rlm.kernel.state import replay_announcement
+
+    line = replay_announcement({"cells": [{"cell": 0, "code": "x = 1  # \x1b]52;c;YQ==\x07 \u202e"}],
+                                "rebuilt": {"gen\x1b[2J": [0]}}, True)
+    assert line is not None and "\x1b" not in line and "\u202e" not in line and "\x07" not in line
+    assert "[0] x = 1  # \\x1b]52;c;YQ==\\x07 \\u202e" in line and "gen\\x1b[2J" in line
+    assert replay_announcement({"cells": [], "rebuilt": {}}, True) is None
+
+
+def test_an_instance_of_a_class_a_cell_defined_is_not_used_as_restored():
+    """Its methods came back from the snapshot (by value): unchecked, never run by replay."""
+    ns: dict[str, Any] = {"__name__": "__main__"}
+    exec("class Wiper:\n    def go(self):\n        return 1\nw = Wiper()", ns)
+    why = refused(records("n = w.go()" + GEN), {"w": ns["w"]})
+    assert "it uses w, restored from the snapshot as a Wiper object of a class defined in a cell" in why

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -226,14 +227,23 @@ def replay_off(plan: dict[str, Any]) -> dict[str, Any]:
     return {"rebuilt": {}, "lost": lost, "cells": []}
 
 
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: Any) -> str:
+    """Cell code and names from the kernel, safe for a terminal: control characters and
+    bidi overrides shown escaped (\\x1b, \\u202e)."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))[:200]
+
+
 def replay_announcement(plan: dict[str, Any], enabled: bool) -> str | None:
     """The line the user reads before a restore re-runs recorded cells (None: nothing to
-    re-run, nothing to say)."""
-    cells = list(plan.get("cells") or [])
+    re-run, nothing to say). Everything in it came from the kernel: made printable."""
+    cells = [c for c in list(plan.get("cells") or []) if isinstance(c, dict)]
     if not cells:
         return None
-    names = ", ".join(sorted(plan.get("rebuilt") or {}))
-    listed = "; ".join(f"[{c.get('cell')}] {c.get('code')}" for c in cells[:10])
+    names = _printable(", ".join(sorted(map(str, plan.get("rebuilt") or {}))))
+    listed = "; ".join(f"[{_printable(c.get('cell'))}] {_printable(c.get('code'))}" for c in cells[:10])
     more = f"; +{len(cells) - 10} more" if len(cells) > 10 else ""
     if not enabled:
         return (f"replay is off (--no-replay): not re-running {len(cells)} recorded cell(s) "
