@@ -171,94 +171,115 @@ def replay_plan(lost: list[str], records: list[dict[str, Any]], present: set[str
     them changes them), `kinds` what the held values are (`lineage_rules.classify`): a
     replayed cell may not use a held value that leaves the kernel, and a held function a
     cell defined is first re-defined from its recorded cell. See the module docstring."""
-    kinds = kinds or {}
-
-    def changes(rec: dict[str, Any]) -> set[str]:
-        return set(rec["mutates"]) | set(rec.get("iterates", ()))
-
-    def binder(name: str, before: int) -> int | None:
-        return max((i for i in range(before) if name in records[i]["binds"]), default=None)
-
-    def writers(name: str, before: int) -> list[int]:
-        last = binder(name, before)
-        if last is None:
-            return []
-        later = [i for i in range(last + 1, before) if name in changes(records[i])
-                 and name not in records[i]["binds"]]
-        return [last, *later]
-
-    def memory_db(name: str, at: int) -> bool:
-        """`name` in cell `at` is an in-memory sqlite3 database (or a cursor of one)."""
-        for _ in range(len(records) + 1):
-            db = records[at].get("db") or {}
-            if name not in db:
-                j = binder(name, at)
-                if j is None or name not in (records[j].get("db") or {}):
-                    return False
-                at, db = j, records[j]["db"]
-            if db[name] == rules.MEMORY_DB:
-                return True
-            name = db[name]
-        return False
-
-    def refusal(i: int, rec: dict[str, Any]) -> str | None:
-        if rec["effects"]:
-            return "; ".join(rec["effects"])
-        clobbers = sorted((set(rec["mutates"]) | (set(rec.get("iterates", ())) & iterators)) & present)
-        if clobbers:
-            return f"it changes {', '.join(clobbers)}, restored from the snapshot"
-        for n in sorted(set(rec.get("loads", ())) & present):
-            kind, what = kinds.get(n, ("data", ""))
-            if kind in ("unsafe", "user-object") or (kind == "object" and n in rec.get("roots", ())):
-                return f"it uses {n}, restored from the snapshot as {what}"
-        for n in rec.get("db_uses", ()):
-            if not memory_db(n, i):
-                return f"it runs SQL on {n}, which is not an in-memory sqlite3 database"
-        return None
-
+    planner = _Planner(records, present, iterators, kinds or {})
     cells: set[int] = set()
     rebuilt: dict[str, list[int]] = {}
     why: dict[str, str] = {}
     for name in lost:
-        need: set[int] = set()
-        # (name, before, the cell that needs it and whether it must be a def there)
-        stack: list[tuple[str, int, int | None, bool]] = [(name, len(records), None, False)]
-        problem = None
-        seen: set[tuple[str, int]] = set()
-        while stack and problem is None:
-            n, before, by, must_define = stack.pop()
-            if (n, before) in seen:
-                continue
-            seen.add((n, before))
-            ws = writers(n, before)
-            if must_define and (not ws or n not in records[ws[0]].get("defines", ())):
-                problem = (f"cell {by} not replayed: it uses {n}, a function or class restored "
-                           "from the snapshot that no earlier recorded cell defines")
-                break
-            if not ws:
-                problem = f"no recorded cell defines {n}" if n == name else f"needs {n}, which no recorded cell defines"
-                break
-            for i in ws:
-                rec = records[i]
-                bad = refusal(i, rec)
-                if bad:
-                    via = f" (cell {by} needs {n} from it)" if by is not None and by != i else ""
-                    problem = f"cell {i} not replayed: {bad}{via}"
-                    break
-                need.add(i)
-                for r in rec["reads"]:
-                    # a name the cell binds itself is cell-local unless an earlier cell bound it
-                    if r not in present and (r not in rec["binds"] or writers(r, i)):
-                        stack.append((r, i, i, False))
-                for r in sorted(set(rec.get("loads", ())) & present):
-                    if kinds.get(r, ("data", ""))[0] == "user" and r not in rec["binds"]:
-                        stack.append((r, i, i, True))  # re-defined from its checked cell first
+        need, problem = planner.cells_for(name)
         if problem:
             why[name] = problem
         else:
             rebuilt[name] = sorted(need)
             cells |= need
     return sorted(cells), rebuilt, why
+
+
+class _Planner:
+    """The rule of `replay_plan` over one set of records (pure)."""
+
+    def __init__(self, records: list[dict[str, Any]], present: set[str],
+                 iterators: frozenset[str], kinds: Kinds):
+        self.records, self.present, self.iterators, self.kinds = records, present, iterators, kinds
+
+    def binder(self, name: str, before: int) -> int | None:
+        return max((i for i in range(before) if name in self.records[i]["binds"]), default=None)
+
+    def writers(self, name: str, before: int) -> list[int]:
+        """The last cell before `before` that binds `name`, and the later ones changing it."""
+        last = self.binder(name, before)
+        if last is None:
+            return []
+        later = [i for i in range(last + 1, before) if name in _changes(self.records[i])
+                 and name not in self.records[i]["binds"]]
+        return [last, *later]
+
+    def memory_db(self, name: str, at: int) -> bool:
+        """`name` in cell `at` is an in-memory sqlite3 database (or a cursor of one)."""
+        for _ in range(len(self.records) + 1):
+            db = self.records[at].get("db") or {}
+            if name not in db:
+                j = self.binder(name, at)
+                if j is None or name not in (self.records[j].get("db") or {}):
+                    return False
+                at, db = j, self.records[j]["db"]
+            if db[name] == rules.MEMORY_DB:
+                return True
+            name = db[name]
+        return False
+
+    def refusal(self, i: int) -> str | None:
+        """Why cell i may not be replayed now, or None."""
+        rec = self.records[i]
+        if rec["effects"]:
+            return "; ".join(rec["effects"])
+        changed = set(rec["mutates"]) | (set(rec.get("iterates", ())) & self.iterators)
+        clobbers = sorted(changed & self.present)
+        if clobbers:
+            return f"it changes {', '.join(clobbers)}, restored from the snapshot"
+        for n in sorted(set(rec.get("loads", ())) & self.present):
+            kind, what = self.kinds.get(n, ("data", ""))
+            if kind in ("unsafe", "user-object") or (kind == "object" and n in rec.get("roots", ())):
+                return f"it uses {n}, restored from the snapshot as {what}"
+        for n in rec.get("db_uses", ()):
+            if not self.memory_db(n, i):
+                return f"it runs SQL on {n}, which is not an in-memory sqlite3 database"
+        return None
+
+    def cells_for(self, name: str) -> tuple[set[int], str | None]:
+        """The cells that rebuild `name`, or the first reason they cannot."""
+        need: set[int] = set()
+        # (name, before, the cell that needs it, whether it must be a def/class there)
+        stack: list[tuple[str, int, int | None, bool]] = [(name, len(self.records), None, False)]
+        seen: set[tuple[str, int]] = set()
+        while stack:
+            n, before, by, must_define = stack.pop()
+            if (n, before) in seen:
+                continue
+            seen.add((n, before))
+            ws = self.writers(n, before)
+            if must_define and (not ws or n not in self.records[ws[0]].get("defines", ())):
+                return need, (f"cell {by} not replayed: it uses {n}, a function or class restored "
+                              "from the snapshot that no earlier recorded cell defines")
+            if not ws:
+                return need, (f"no recorded cell defines {n}" if n == name
+                              else f"needs {n}, which no recorded cell defines")
+            for i in ws:
+                bad = self.refusal(i)
+                if bad:
+                    via = f" (cell {by} needs {n} from it)" if by is not None and by != i else ""
+                    return need, f"cell {i} not replayed: {bad}{via}"
+                need.add(i)
+                stack += self._inputs(i)
+        return need, None
+
+    def _inputs(self, i: int) -> list[tuple[str, int, int | None, bool]]:
+        """What cell i needs first: lost names it reads, and the recorded definitions of
+        held functions and classes it uses (re-defined, never trusted as restored)."""
+        rec = self.records[i]
+        out: list[tuple[str, int, int | None, bool]] = []
+        for r in rec["reads"]:
+            # a name the cell binds itself is cell-local unless an earlier cell bound it
+            if r not in self.present and (r not in rec["binds"] or self.writers(r, i)):
+                out.append((r, i, i, False))
+        for r in sorted(set(rec.get("loads", ())) & self.present):
+            if self.kinds.get(r, ("data", ""))[0] == "user" and r not in rec["binds"]:
+                out.append((r, i, i, True))
+        return out
+
+
+def _changes(rec: dict[str, Any]) -> set[str]:
+    return set(rec["mutates"]) | set(rec.get("iterates", ()))
 
 
 def _is_iterator(value: Any) -> bool:

@@ -336,10 +336,14 @@ class Check:
                 self._connect(node)
             elif name in SQL_CON_CALLS:
                 self._con_argument(node, name)
-            return
-        if not isinstance(func, ast.Attribute):
+        elif isinstance(func, ast.Attribute):
+            self._method_call(node, func)
+        else:
             self.effects.add("calls the result of an expression (e.g. getattr(...)(...), d[k](...))")
-            return
+
+    def _method_call(self, node: ast.Call, func: ast.Attribute) -> None:
+        """`x.attr(...)`: writing methods, `.open` modes, SQL on a named connection, and
+        (record time) the type of a held `x`."""
         attr = func.attr
         root, attrs = _attr_chain(func)
         if attr == "open":
