@@ -190,3 +190,38 @@ def test_an_instance_of_a_class_a_cell_defined_is_not_used_as_restored():
     exec("class Wiper:\n    def go(self):\n        return 1\nw = Wiper()", ns)
     why = refused(records("n = w.go()" + GEN), {"w": ns["w"]})
     assert "it uses w, restored from the snapshot as a Wiper object of a class defined in a cell" in why
+
+
+FIXTURE = Path(__file__).parent / "fixtures" / "replay" / "session_cells.jsonl"
+
+
+def test_a_recorded_session_with_every_bypass_plans_only_its_pure_cells():
+    """tests/fixtures/replay/session_cells.jsonl: the cells.jsonl an IPython shell with
+    kernel_ext's snapshots wrote for the bypasses of issue 26 (getattr, an alias, `!rm`, a
+    helper from an earlier cell, Path.open('w'), a mode in a variable, an HTTP client
+    restored from the snapshot), an in-memory database and a pure helper. After a restart
+    the kernel holds what the snapshot restored (the picklable names)."""
+    from kernel_ext.lineage import parse_records
+
+    recs = parse_records(FIXTURE.read_text().splitlines())
+    held = {"os": os, "rm": os.remove, "_os": os, "wipe": user_fn(), "Path": Path, "mode": "a",
+            "conn": http.client.HTTPConnection("127.0.0.1", 9), "sqlite3": sqlite3,
+            "double": user_fn()}
+    lost = [f"g{n}" for n in range(1, 9)] + ["db", "rows"]
+    order, rebuilt, why = plan(recs, lost, held)
+    assert rebuilt == {"db": [9, 10], "rows": [9, 10], "g8": [11, 12]} and order == [9, 10, 11, 12]
+    assert why == {
+        "g1": "cell 0 not replayed: calls the result of an expression (e.g. getattr(...)(...), d[k](...)); "
+              "imports os (not a pure data library); uses getattr (attribute-obfuscated access or code "
+              "from a string); uses os (module os)",
+        "g2": "cell 1 not replayed: imports os (not a pure data library); uses rm (posix.remove)",
+        "g3": "cell 2 not replayed: get_ipython() runs a shell command or magic; system() acts outside "
+              "the kernel (writes, runs or sends)",
+        "g4": "cell 3 not replayed: imports os (not a pure data library); uses _os (module os); uses "
+              "_os.remove (posix.remove) (cell 4 needs wipe from it)",
+        "g5": "cell 5 not replayed: imports pathlib (not a pure data library); opens a file for writing "
+              "(mode 'w'); uses Path (pathlib.Path); write() acts outside the kernel (writes, runs or sends)",
+        "g6": "cell 6 not replayed: opens a file with a mode that is not a literal (counts as writing); "
+              "write() acts outside the kernel (writes, runs or sends)",
+        "g7": "cell 8 not replayed: calls conn.request (a http.client.HTTPConnection object)",
+    }
