@@ -357,6 +357,8 @@ class Child:
             ok = False  # leaked (reported at exit), or the output was never rendered
             if not self.sink.raw:
                 self.violation("hostile_not_rendered", i=i, tail=self.sink.tail[-300:])
+        if "replay_victim" in expect and res.status == "ok":
+            ok = self._check_replay_destructive(expect, i) and ok
         if expect.get("secret"):
             found = secret_files(self.session.dir, os.environ.get("OPENAI_API_KEY", ""))
             if found:
@@ -406,8 +408,35 @@ class Child:
             return False
         return True
 
+    def _check_replay_destructive(self, expect: dict[str, Any], i: int) -> bool:
+        """replay_destructive: restart the kernel now; its replay must not re-run the cell
+        (the victim keeps its one line, nothing else outside $RLM_HOME changes) and the
+        report names the cell and why. The cell's own first effect is then undone, so
+        the end-of-run check of everything outside $RLM_HOME stays exact."""
+        from bench.soak_checks import check_outside, tree_state
+
+        home = Path(self.config.home)
+        # the new kernel's connection files (XDG_RUNTIME_DIR) are the restart's, not the replay's
+        runtime = os.environ.get("XDG_RUNTIME_DIR")
+        skip = (home, home.parent / "harness", *([Path(runtime)] if runtime else []))
+        victim, name = Path(expect["replay_victim"]), expect["replay_name"]
+        first = victim.read_text() if victim.exists() else None
+        before = tree_state([home.parent], skip=skip)
+        rep = self.agent.executor.restart("soak: replay of a destructive cell")
+        touched = check_outside(before, tree_state([home.parent], skip=skip))
+        self._restarted({d["name"] for d in rep.failed + rep.skipped}, "replay_destructive")
+        why = rep.not_replayed.get(name, "")
+        ok = first == "ran\n" and not touched and name not in rep.rebuilt and why.startswith("cell ")
+        if not ok:
+            self.violation("replay_destructive", i=i, first=first, touched=touched[:1],
+                           rebuilt=sorted(rep.rebuilt), why=why[:300])
+        victim.unlink(missing_ok=True)
+        return ok
+
     def on_restart(self, ev: Any) -> None:
-        lost = set(ev.lost)
+        self._restarted(set(ev.lost), ev.cause)
+
+    def _restarted(self, lost: set[str], cause: str) -> None:
         gone = sorted(self.fragile)
         unreported = [n for n in gone if n not in lost and n in self.ledger]
         if unreported:
@@ -418,7 +447,7 @@ class Child:
         if gone:
             emit(drop=gone)
         emit(kernel=self.agent.executor.pid)
-        self.check_ledger(f"restart ({ev.cause})")
+        self.check_ledger(f"restart ({cause})")
 
     def _read_only_home(self, i: int) -> None:
         """readonly_home, host side: from now until this host stops, opening a file under

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -78,6 +79,21 @@ _soak_ro(); del _soak_ro
 """
 
 
+def replay_victim_code(i: int, victim: str) -> str:
+    """A cell that appends one line to `victim` (outside $RLM_HOME) by one of the routes
+    the deny-list replay missed (issue 26), chosen by `i`, and binds a generator (which
+    no snapshot holds, so a restart would rebuild it by replay)."""
+    q = shlex.quote(victim)
+    variants = [
+        f"mode = 'a'\nwith open({victim!r}, mode) as fh:\n    fh.write('ran\\n')",
+        f"!echo ran >> {q}",
+        f"from pathlib import Path\nwith Path({victim!r}).open('a') as fh:\n    fh.write('ran\\n')",
+        f"import os\ngetattr(os, 'system')({f'echo ran >> {q}'!r})",
+        f"from os import system as sh\nsh({f'echo ran >> {q}'!r})",
+    ]
+    return variants[i % len(variants)] + f"\nreplay_gen{i} = (x for x in range(3))"
+
+
 def _usage(messages: list[dict[str, Any]], out: str) -> Usage:
     return Usage(input_tokens=len(json.dumps(messages, default=str)) // 4,
                  output_tokens=max(1, len(out) // 4))
@@ -140,6 +156,11 @@ def _fault_cell(kind: str, i: int) -> tuple[str, dict[str, Any]]:
     if kind == "unpicklable":
         code = f"import socket\nsock{i} = socket.socket()\ngen{i} = (x for x in range(5))"
         return code, {"status": "ok", "fragile": [f"sock{i}", f"gen{i}"]}
+    if kind == "replay_destructive":
+        victim = os.path.join(os.getcwd(), f"replay-victim-{i}.txt")
+        return replay_victim_code(i, victim), {
+            "status": "ok", "fragile": [f"replay_gen{i}"], "replay_victim": victim,
+            "replay_name": f"replay_gen{i}"}
     if kind == "broken_code":
         return "def broken(:\n    pass", {"status": "error", "contains": "SyntaxError"}
     if kind == "readonly_home":

@@ -9,7 +9,10 @@ Fault kinds (each injected at least once, then at seeded random points):
   kernel: exit (os._exit in a cell), sigkill (SIGKILL from a timer thread), snap_crash
           (RLM_SNAPSHOT_CRASH_AFTER_FILES), snap_kill (SIGKILL timed into a big snapshot),
           print100mb, c_hang (sum(range(10**11)) under a short timeout), memory_error
-          (under config.memory_cap_bytes), unpicklable (socket + generator)
+          (under config.memory_cap_bytes), unpicklable (socket + generator),
+          replay_destructive (a cell that appends to a file outside $RLM_HOME by a route
+          the old deny-list missed, and binds a generator; the kernel is then restarted:
+          the replay must re-run nothing and touch 0 files outside $RLM_HOME)
   model:  rate_limit, overflow, no_code, broken_code
   host:   host_turn (SIGKILL of the host mid-cell), host_append (mid-append: a torn
           line), host_compact (inside the summarizer call), host_tick (between claiming
@@ -24,7 +27,7 @@ import random
 from typing import Any
 
 KERNEL_FAULTS = ("exit", "sigkill", "snap_crash", "snap_kill", "print100mb", "c_hang",
-                 "memory_error", "unpicklable")
+                 "memory_error", "unpicklable", "replay_destructive")
 MODEL_FAULTS = ("rate_limit", "overflow", "no_code", "broken_code")
 HOST_FAULTS = ("host_turn", "host_append", "host_compact", "host_tick")
 WIDE_FAULTS = ("enospc_snapshot", "enospc_append", "readonly_home", "two_writers",

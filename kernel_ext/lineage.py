@@ -11,10 +11,16 @@ name N, `replay_plan` takes the last cell that binds N, every later cell that mu
 file's read position, a generator's progress), and — transitively — the cells that bind
 the names those read and that are not in the kernel now; it runs them in recorded order.
 A needed cell is NOT replayed, and N is reported lost with the reason, when the cell
-  * has an effect outside the kernel (writes or deletes a file, network, subprocess,
-    sub-model calls: `effects`), or
+  * is not known to stay in the kernel: replay is by allow-list (kernel_ext.lineage_rules
+    says what a replayable cell may do; anything else is an `effect`: a shell escape, a
+    non-data import, a file opened for writing, a socket, a sub-model call, ...), or
+  * uses a held (restored) value that leaves the kernel or cannot be checked (`kinds`:
+    a module outside the allow-list, a function of one, an instance of a class a cell
+    defined), or runs SQL on anything but an in-memory sqlite3 database, or
   * mutates a name whose value was restored from the snapshot (replaying it would apply
     the mutation twice).
+A function or class a needed cell uses and that came back from the snapshot is re-defined
+from its recorded cell first (that cell passes the same check), never trusted as restored.
 Names that a replayed cell rebinds and that were restored are put back to their restored
 values afterwards (the snapshot is newer than the replay).
 
@@ -28,56 +34,30 @@ from __future__ import annotations
 import ast
 import builtins
 import json
-import re
+from collections.abc import Mapping
 from typing import Any
+
+from kernel_ext import lineage_rules as rules
 
 _MUTATORS = frozenset({
     "append", "extend", "insert", "pop", "popitem", "remove", "clear", "update", "setdefault",
     "add", "discard", "sort", "reverse", "read", "readline", "readlines", "write", "writelines",
-    "seek", "send", "close", "execute", "executemany", "fetchone", "fetchall", "fetchmany",
+    "seek", "send", "close", "execute", "executemany", "executescript", "fetchone", "fetchall",
+    "fetchmany", "commit", "rollback",
 })
-# calls whose effect leaves the kernel, on any object (method names specific enough)
-_EFFECT_METHODS = {
-    "write_text": "writes a file", "write_bytes": "writes a file", "savefig": "writes a file",
-    "to_csv": "writes a file", "to_parquet": "writes a file", "to_excel": "writes a file",
-    "to_json": "writes a file", "to_pickle": "writes a file", "to_hdf": "writes a file",
-    "to_feather": "writes a file", "to_sql": "writes to a database", "tofile": "writes a file",
-    "commit": "commits to a database", "urlopen": "uses the network", "sendall": "uses the network",
-    "connect_ex": "uses the network", "unlink": "deletes a file", "rmdir": "deletes a directory",
-}
-_EFFECT_FUNCTIONS = {"llm_query": "calls a sub-model", "llm_query_batched": "calls a sub-model",
-                     "rlm_query": "runs a child agent", "final": "gives the final answer",
-                     "final_var": "gives the final answer"}
-# module.function calls that leave the kernel
-_EFFECT_MODULE_CALLS = {
-    "os": {"remove": "deletes a file", "unlink": "deletes a file", "rmdir": "deletes a directory",
-           "removedirs": "deletes directories", "rename": "renames a file",
-           "replace": "renames a file", "makedirs": "creates directories",
-           "mkdir": "creates a directory", "system": "runs a shell command",
-           "popen": "runs a shell command", "kill": "signals a process"},
-    "json": {"dump": "writes a file"}, "pickle": {"dump": "writes a file"},
-    "dill": {"dump": "writes a file"}, "joblib": {"dump": "writes a file"},
-    "np": {"save": "writes a file", "savez": "writes a file", "savetxt": "writes a file"},
-    "numpy": {"save": "writes a file", "savez": "writes a file", "savetxt": "writes a file"},
-}
-_EFFECT_MODULES = {"requests": "uses the network", "httpx": "uses the network",
-                   "urllib": "uses the network", "subprocess": "runs a process",
-                   "shutil": "changes files", "compact": "compacts the conversation",
-                   "goal": "changes the goal", "heartbeat": "schedules a heartbeat",
-                   "cron": "schedules a job"}
 _BUILTINS = frozenset(dir(builtins))
 _CONSUMERS = frozenset({"next", "list", "tuple", "set", "sum", "sorted", "any", "all", "max",
                         "min", "dict", "enumerate", "zip"})
 RECORDS_NAME = "cells.jsonl"
-_SQL_WRITE = re.compile(r"\s*(create|insert|update|delete|drop|alter|replace|attach|vacuum)\b", re.I)
 
 
-def record_line(code: str, transformed: str) -> str | None:
+def record_line(code: str, transformed: str, ns: Mapping[str, Any] | None = None) -> str | None:
     """One successful cell's record as a JSON line, or None when the cell binds, mutates
     and iterates nothing (`df.head()`, `print(x)`): never needed for a replay, not recorded.
-    The snapshot store keeps the lines (`<snapshot dir>/cells.jsonl`, 0600, or one object
-    each in an object store); cell numbers in replay reports index them."""
-    rec = {**cell_record(transformed), "code": code}
+    `ns` is the kernel's namespace after the cell (what its names refer to). The snapshot
+    store keeps the lines (`<snapshot dir>/cells.jsonl`, 0600, or one object each in an
+    object store); cell numbers in replay reports index them."""
+    rec = {**cell_record(transformed, ns), "code": code}
     if not (rec["binds"] or rec["mutates"] or rec["iterates"]):
         return None
     return json.dumps(rec)
@@ -104,12 +84,6 @@ def _call_name(func: ast.expr) -> tuple[str | None, str | None]:
             root = root.func if isinstance(root, ast.Call) else root.value
         return (root.id if isinstance(root, ast.Name) else None), func.attr
     return None, None
-
-
-def _open_mode(call: ast.Call) -> str:
-    mode = call.args[1] if len(call.args) > 1 else next(
-        (k.value for k in call.keywords if k.arg == "mode"), None)
-    return mode.value if isinstance(mode, ast.Constant) and isinstance(mode.value, str) else "r"
 
 
 def _target_root(node: ast.expr) -> str | None:
@@ -139,26 +113,24 @@ def _walk_cell(tree: ast.AST) -> Any:
         todo.extend(ast.iter_child_nodes(node))
 
 
-def cell_record(code: str) -> dict[str, Any]:
-    """{"reads", "binds", "mutates", "iterates", "effects"} of one (IPython-transformed) cell."""
+def cell_record(code: str, ns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """{"reads", "binds", "mutates", "iterates", "effects", "loads", "roots", "defines",
+    "db", "db_uses"} of one (IPython-transformed) cell; `effects` are the reasons it may
+    not be replayed (kernel_ext.lineage_rules), empty when it is known to stay in the
+    kernel. `ns`: what the cell's names refer to (the kernel's namespace after it ran)."""
     try:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
-        return {"reads": [], "binds": [], "mutates": [], "effects": ["could not be parsed"]}
+        return {"reads": [], "binds": [], "mutates": [], "iterates": [], "effects": ["could not be parsed"]}
     reads: set[str] = set()
     binds: set[str] = set()
     mutates: set[str] = set()
     iterates: set[str] = set()  # a mutation only if the value is an iterator
-    effects: list[str] = []
     for node in _walk_cell(tree):
         if isinstance(node, ast.Name):
             (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             binds.update(a.asname or a.name.split(".")[0] for a in node.names if a.name != "*")
-            mods = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            for m in mods:
-                if m.split(".")[0] in _EFFECT_MODULES:
-                    effects.append(f"imports {m.split('.')[0]} ({_EFFECT_MODULES[m.split('.')[0]]})")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             binds.add(node.name)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
@@ -170,88 +142,144 @@ def cell_record(code: str) -> dict[str, Any]:
                         mutates.add(root)
         elif isinstance(node, ast.Call):
             root, attr = _call_name(node.func)
-            if attr == "open" and any(c in _open_mode(node) for c in "wax+"):
-                effects.append(f"opens a file for writing (mode {_open_mode(node)!r})")
-            elif root == attr and attr in _EFFECT_FUNCTIONS:
-                effects.append(f"{attr}() {_EFFECT_FUNCTIONS[attr]}")
-            elif root != attr and attr in _EFFECT_METHODS:
-                effects.append(f"{attr}() {_EFFECT_METHODS[attr]}")
-            elif root in _EFFECT_MODULE_CALLS and attr in _EFFECT_MODULE_CALLS[root]:
-                effects.append(f"{root}.{attr}() {_EFFECT_MODULE_CALLS[root][attr]}")
-            elif attr in ("execute", "executemany", "executescript") and node.args and \
-                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) and \
-                    _SQL_WRITE.match(node.args[0].value):
-                effects.append(f"{attr}() writes to a database")
-            elif root in _EFFECT_MODULES:
-                effects.append(f"{root}.{attr}() {_EFFECT_MODULES[root]}")
             if root and attr in _MUTATORS and root != attr:
                 mutates.add(root)
             if root == attr and attr in _CONSUMERS and node.args and isinstance(node.args[0], ast.Name):
                 iterates.add(node.args[0].id)  # next(it), list(gen): an iterator moves on
+            if attr in rules.SQL_CON_CALLS and len(node.args) > 1 and isinstance(node.args[1], ast.Name):
+                mutates.add(node.args[1].id)  # df.to_sql('t', con) changes the database
         elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name):
             iterates.add(node.iter.id)
     reads -= _BUILTINS - binds
+    c = rules.check(tree, ns)
     return {"reads": sorted(reads), "binds": sorted(binds), "mutates": sorted(mutates),
-            "iterates": sorted(iterates), "effects": sorted(set(effects))}
+            "iterates": sorted(iterates), "effects": sorted(c.effects), "loads": sorted(c.loads),
+            "roots": sorted(c.roots), "defines": sorted(c.defs & binds), "db": c.db,
+            "db_uses": sorted(c.db_uses)}
+
+
+Kinds = Mapping[str, tuple[str, str]]  # held name -> lineage_rules.classify of its value
 
 
 def replay_plan(lost: list[str], records: list[dict[str, Any]], present: set[str],
-                iterators: frozenset[str] = frozenset()
+                iterators: frozenset[str] = frozenset(), kinds: Kinds | None = None,
                 ) -> tuple[list[int], dict[str, list[int]], dict[str, str]]:
     """(cells to run in order, name -> cells that rebuild it, name -> why it stays lost).
 
     `records[i]` is cell i's `cell_record` (plus "code"); `present` are the names the kernel
     holds now (restored), `iterators` those of them whose value is an iterator (iterating
-    them changes them). See the module docstring for the rule."""
-    def changes(rec: dict[str, Any]) -> set[str]:
-        return set(rec["mutates"]) | set(rec.get("iterates", ()))
-
-    def writers(name: str, before: int) -> list[int]:
-        last = max((i for i in range(before) if name in records[i]["binds"]), default=None)
-        if last is None:
-            return []
-        later = [i for i in range(last + 1, before) if name in changes(records[i])
-                 and name not in records[i]["binds"]]
-        return [last, *later]
-
+    them changes them), `kinds` what the held values are (`lineage_rules.classify`): a
+    replayed cell may not use a held value that leaves the kernel, and a held function a
+    cell defined is first re-defined from its recorded cell. See the module docstring."""
+    planner = _Planner(records, present, iterators, kinds or {})
     cells: set[int] = set()
     rebuilt: dict[str, list[int]] = {}
     why: dict[str, str] = {}
     for name in lost:
-        need: set[int] = set()
-        stack = [(name, len(records))]
-        problem = None
-        seen: set[tuple[str, int]] = set()
-        while stack and problem is None:
-            n, before = stack.pop()
-            if (n, before) in seen:
-                continue
-            seen.add((n, before))
-            ws = writers(n, before)
-            if not ws:
-                problem = f"no recorded cell defines {n}" if n == name else f"needs {n}, which no recorded cell defines"
-                break
-            for i in ws:
-                rec = records[i]
-                if rec["effects"]:
-                    problem = f"cell {i} not replayed: {'; '.join(rec['effects'])}"
-                    break
-                clobbers = sorted((set(rec["mutates"]) | (set(rec.get("iterates", ())) & iterators))
-                                  & present)
-                if clobbers:
-                    problem = f"cell {i} not replayed: it changes {', '.join(clobbers)}, restored from the snapshot"
-                    break
-                need.add(i)
-                for r in rec["reads"]:
-                    # a name the cell binds itself is cell-local unless an earlier cell bound it
-                    if r not in present and (r not in rec["binds"] or writers(r, i)):
-                        stack.append((r, i))
+        need, problem = planner.cells_for(name)
         if problem:
             why[name] = problem
         else:
             rebuilt[name] = sorted(need)
             cells |= need
     return sorted(cells), rebuilt, why
+
+
+class _Planner:
+    """The rule of `replay_plan` over one set of records (pure)."""
+
+    def __init__(self, records: list[dict[str, Any]], present: set[str],
+                 iterators: frozenset[str], kinds: Kinds):
+        self.records, self.present, self.iterators, self.kinds = records, present, iterators, kinds
+
+    def binder(self, name: str, before: int) -> int | None:
+        return max((i for i in range(before) if name in self.records[i]["binds"]), default=None)
+
+    def writers(self, name: str, before: int) -> list[int]:
+        """The last cell before `before` that binds `name`, and the later ones changing it."""
+        last = self.binder(name, before)
+        if last is None:
+            return []
+        later = [i for i in range(last + 1, before) if name in _changes(self.records[i])
+                 and name not in self.records[i]["binds"]]
+        return [last, *later]
+
+    def memory_db(self, name: str, at: int) -> bool:
+        """`name` in cell `at` is an in-memory sqlite3 database (or a cursor of one)."""
+        for _ in range(len(self.records) + 1):
+            db = self.records[at].get("db") or {}
+            if name not in db:
+                j = self.binder(name, at)
+                if j is None or name not in (self.records[j].get("db") or {}):
+                    return False
+                at, db = j, self.records[j]["db"]
+            if db[name] == rules.MEMORY_DB:
+                return True
+            name = db[name]
+        return False
+
+    def refusal(self, i: int) -> str | None:
+        """Why cell i may not be replayed now, or None."""
+        rec = self.records[i]
+        if rec["effects"]:
+            return "; ".join(rec["effects"])
+        changed = set(rec["mutates"]) | (set(rec.get("iterates", ())) & self.iterators)
+        clobbers = sorted(changed & self.present)
+        if clobbers:
+            return f"it changes {', '.join(clobbers)}, restored from the snapshot"
+        for n in sorted(set(rec.get("loads", ())) & self.present):
+            kind, what = self.kinds.get(n, ("data", ""))
+            if kind in ("unsafe", "user-object") or (kind == "object" and n in rec.get("roots", ())):
+                return f"it uses {n}, restored from the snapshot as {what}"
+        for n in rec.get("db_uses", ()):
+            if not self.memory_db(n, i):
+                return f"it runs SQL on {n}, which is not an in-memory sqlite3 database"
+        return None
+
+    def cells_for(self, name: str) -> tuple[set[int], str | None]:
+        """The cells that rebuild `name`, or the first reason they cannot."""
+        need: set[int] = set()
+        # (name, before, the cell that needs it, whether it must be a def/class there)
+        stack: list[tuple[str, int, int | None, bool]] = [(name, len(self.records), None, False)]
+        seen: set[tuple[str, int]] = set()
+        while stack:
+            n, before, by, must_define = stack.pop()
+            if (n, before) in seen:
+                continue
+            seen.add((n, before))
+            ws = self.writers(n, before)
+            if must_define and (not ws or n not in self.records[ws[0]].get("defines", ())):
+                return need, (f"cell {by} not replayed: it uses {n}, a function or class restored "
+                              "from the snapshot that no earlier recorded cell defines")
+            if not ws:
+                return need, (f"no recorded cell defines {n}" if n == name
+                              else f"needs {n}, which no recorded cell defines")
+            for i in ws:
+                bad = self.refusal(i)
+                if bad:
+                    via = f" (cell {by} needs {n} from it)" if by is not None and by != i else ""
+                    return need, f"cell {i} not replayed: {bad}{via}"
+                need.add(i)
+                stack += self._inputs(i)
+        return need, None
+
+    def _inputs(self, i: int) -> list[tuple[str, int, int | None, bool]]:
+        """What cell i needs first: lost names it reads, and the recorded definitions of
+        held functions and classes it uses (re-defined, never trusted as restored)."""
+        rec = self.records[i]
+        out: list[tuple[str, int, int | None, bool]] = []
+        for r in rec["reads"]:
+            # a name the cell binds itself is cell-local unless an earlier cell bound it
+            if r not in self.present and (r not in rec["binds"] or self.writers(r, i)):
+                out.append((r, i, i, False))
+        for r in sorted(set(rec.get("loads", ())) & self.present):
+            if self.kinds.get(r, ("data", ""))[0] == "user" and r not in rec["binds"]:
+                out.append((r, i, i, True))
+        return out
+
+
+def _changes(rec: dict[str, Any]) -> set[str]:
+    return set(rec["mutates"]) | set(rec.get("iterates", ()))
 
 
 def _is_iterator(value: Any) -> bool:
@@ -261,15 +289,32 @@ def _is_iterator(value: Any) -> bool:
         return False
 
 
-def replay(ip: Any, lost: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Run the plan in `ip` (silently: no snapshot hooks, no history); restored names that
-    a replayed cell rebinds get their restored values back. Returns {"rebuilt": {name:
-    [cells]}, "lost": {name: reason}}."""
+def plan(ip: Any, lost: list[str], records: list[dict[str, Any]]
+         ) -> tuple[list[int], dict[str, list[int]], dict[str, str]]:
+    """`replay_plan` for the kernel `ip` holds now (nothing runs)."""
     ns = ip.user_ns
     present = {k for k in ns if k not in lost}
     iterators = frozenset(k for k in present if _is_iterator(ns[k]))
-    order, rebuilt, why = replay_plan(lost, records, present, iterators)
-    keep = {k: ns[k] for k in present}
+    return replay_plan(lost, records, present, iterators, rules.iter_kinds(ns, present))
+
+
+def describe_plan(order: list[int], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The cells a replay would run, for the user: number and first line of code."""
+    out = []
+    for i in order:
+        lines = [ln for ln in str(records[i].get("code", "")).splitlines() if ln.strip()]
+        first = lines[0][:100] if lines else ""
+        out.append({"cell": i, "code": first + (" …" if len(lines) > 1 else "")})
+    return out
+
+
+def replay(ip: Any, lost: list[str], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Run the plan in `ip` (silently: no snapshot hooks, no history); restored names that
+    a replayed cell rebinds get their restored values back. Returns {"rebuilt": {name:
+    [cells]}, "lost": {name: reason}, "cells": describe_plan(...)}."""
+    ns = ip.user_ns
+    order, rebuilt, why = plan(ip, lost, records)
+    keep = {k: ns[k] for k in ns if k not in lost}
     failed: str | None = None
     for i in order:
         res = ip.run_cell(records[i]["code"], store_history=False, silent=True)
@@ -286,4 +331,4 @@ def replay(ip: Any, lost: list[str], records: list[dict[str, Any]]) -> dict[str,
             out_rebuilt[name] = cs
         else:
             why[name] = failed or "replayed, but the cells did not define it"
-    return {"rebuilt": out_rebuilt, "lost": why}
+    return {"rebuilt": out_rebuilt, "lost": why, "cells": describe_plan(order, records)}

@@ -134,7 +134,7 @@ class Snapshotter:
             return  # touched names stay pending for the next successful cell
         if raw.strip():
             try:
-                line = lineage.record_line(raw, self.ip.transform_cell(raw))
+                line = lineage.record_line(raw, self.ip.transform_cell(raw), self.ip.user_ns)
                 if line is not None and self.store is not None:
                     self.store.append_cell(line)
             except Exception as exc:  # noqa: BLE001 - never break the user's cell
@@ -426,16 +426,29 @@ class Snapshotter:
         return {k: by_member[k] for k in names}
 
     # ---- rebuild by replay ------------------------------------------------------------
+    def _lost(self) -> list[str]:
+        rep = self.restore()
+        return [d["name"] for d in rep["failed"] + rep["skipped"]
+                if d["name"] != MANIFEST_NAME and d["name"] not in self.ip.user_ns]
+
+    def rebuild_plan(self) -> dict[str, Any]:
+        """What `rebuild` would re-run, without running anything: {"cells": [{"cell",
+        "code"}], "rebuilt": {name: [cells]}, "lost": {name: reason}} (the host tells
+        the user before it asks for the rebuild)."""
+        if not self.path:
+            return {"cells": [], "rebuilt": {}, "lost": {}}
+        assert self.store is not None
+        records = lineage.parse_records(self.store.cell_lines())
+        order, rebuilt, why = lineage.plan(self.ip, self._lost(), records)
+        return {"cells": lineage.describe_plan(order, records), "rebuilt": rebuilt, "lost": why}
+
     def rebuild(self) -> dict[str, Any]:
         """Re-run recorded cells for the names the restore could not bring back (see
         kernel_ext.lineage). Call after `restore`, under the normal cell timeout."""
-        rep = self.restore()
         if not self.path:
-            return {"rebuilt": {}, "lost": {}}
-        lost = [d["name"] for d in rep["failed"] + rep["skipped"]
-                if d["name"] != MANIFEST_NAME and d["name"] not in self.ip.user_ns]
+            return {"rebuilt": {}, "lost": {}, "cells": []}
         assert self.store is not None
-        out = lineage.replay(self.ip, lost, lineage.parse_records(self.store.cell_lines()))
+        out = lineage.replay(self.ip, self._lost(), lineage.parse_records(self.store.cell_lines()))
         for name in out["rebuilt"]:
             self.pending.add(name)  # the next snapshot looks at them (most stay unpicklable)
         return out
@@ -515,8 +528,14 @@ def restore_report_json(ip: Any = None) -> str:
 
 
 def rebuild_json(ip: Any = None) -> str:
-    """{"rebuilt": {name: [cell numbers]}, "lost": {name: reason}}: see Snapshotter.rebuild."""
+    """{"rebuilt": {name: [cell numbers]}, "lost": {name: reason}, "cells": [...]}: see
+    Snapshotter.rebuild."""
     return json.dumps(_get(ip).rebuild())
+
+
+def rebuild_plan_json(ip: Any = None) -> str:
+    """What rebuild_json would re-run (nothing runs): see Snapshotter.rebuild_plan."""
+    return json.dumps(_get(ip).rebuild_plan())
 
 
 def namespace_json(ip: Any = None) -> str:

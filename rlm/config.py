@@ -51,6 +51,9 @@ class Config:
     # where the kernel writes snapshots: an fsspec URL (s3://bucket/prefix, gs://...,
     # file:///path); each session under <url>/<session id>. None: <session dir>/snapshot
     snapshot_url: str | None = None
+    # rebuild names a snapshot could not hold by re-running their recorded cells (only
+    # cells known to stay in the kernel: kernel_ext.lineage_rules); `--no-replay` turns it off
+    replay: bool = True
 
     # compaction
     compaction_enabled: bool = True

@@ -97,7 +97,7 @@ def test_reply_without_code_ends_the_run(_isolated_home):
 
 def test_kernel_crash_notice_reaches_the_model(_isolated_home):
     agent, session, llm = make_agent(_isolated_home, [
-        call("import socket\nkeep = {'a': 1, 'b': [1, 2]}\nsock = socket.socket()\nprint('ok')"),
+        call("keep = {'a': 1, 'b': [1, 2]}\nsock = (v for v in keep['b'])\nprint('ok')"),
         call("import os\nos._exit(1)"),
         call("print(keep)"),
         call("final('done')"),
@@ -111,7 +111,7 @@ def test_kernel_crash_notice_reaches_the_model(_isolated_home):
     crash_text = tool_texts(llm.calls[2])[1]
     assert "<kernel_restarted>" in crash_text and "exit code 1" in crash_text
     assert "keep" in crash_text and "Rebuilt by re-running recorded cells" in crash_text
-    assert "sock (cells" in crash_text  # a socket cannot be pickled: its cell was replayed
+    assert "sock (cells" in crash_text  # a generator cannot be pickled: its cell was replayed
     assert "{'a': 1, 'b': [1, 2]}" in tool_texts(llm.calls[3])[2]
 
 

@@ -30,7 +30,9 @@ pytestmark = pytest.mark.timeout(600)
 # are then "not run"); before co-variable groups: see bench/RESULTS.md
 # CI's clean venv has neither scikit-learn nor scipy (4 kinds not run): 133 there
 RESTORED_EQUAL_FLOOR = 133
-REBUILT_FLOOR = 9
+# replay by allow-list (issue 26): 3 kinds whose cells are not known to stay in the kernel
+# (a socket, a threading.Thread, a file-backed sqlite3 connection) are no longer re-run
+REBUILT_FLOOR = 6
 EQUAL, DIFFERS, LOST, NOT_RUN = "restored equal", "restored, differs", "lost", "not run"
 REBUILT, REBUILT_DIFFERS = "rebuilt by replay", "rebuilt, differs"
 REBUILD = "__import__('kernel_ext.snapshot').snapshot.rebuild_json()"

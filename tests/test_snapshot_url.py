@@ -94,7 +94,7 @@ def test_garbage_collection_keeps_the_previous_generation(mem_shell):
 
 
 def test_unpicklable_names_are_rebuilt_from_cell_records_in_the_store(mem_shell):
-    run(mem_shell, "import socket\nn = 5\nconn = socket.socket()")
+    run(mem_shell, "import sqlite3\nn = 5\nconn = sqlite3.connect(':memory:')")
     cells = store.open_store(mem_shell.rlm_url)._names(store.CELLS_DIR)
     assert cells == ["c00000001.json"]
     new_kernel(mem_shell)

@@ -42,6 +42,20 @@ def test_short_soak_has_no_violation(tmp_path):
     assert result["hosts_stopped"] >= 2  # enospc_append and readonly_home stopped a host
 
 
+def test_every_replay_destructive_variant_is_refused_by_the_planner():
+    """The soak's replay_destructive cells (one route each, rotated by the action index)
+    are each planned as not replayed, naming their cell."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    from bench.soak_model import replay_victim_code
+    from kernel_ext.lineage import cell_record, replay_plan
+
+    for i in range(5):
+        code = TransformerManager().transform_cell(replay_victim_code(i, "/elsewhere/victim.txt"))
+        order, rebuilt, why = replay_plan([f"replay_gen{i}"], [cell_record(code)], set())
+        assert order == [] and why[f"replay_gen{i}"].startswith("cell 0 not replayed: "), why
+
+
 def test_the_secret_and_outside_checks_have_teeth(tmp_path):
     """A planted secret (in each encoding, across a read-chunk boundary too) and a file
     planted or changed outside $RLM_HOME are caught."""

@@ -23,7 +23,16 @@ def _names(items: list[str]) -> str:
 
 
 def _lost(report: RestoreReport) -> list[str]:
-    return [f"{f['name']} ({f.get('reason', 'failed')})" for f in report.failed + report.skipped]
+    """Each lost name with its reason; why replay did not rebuild it is said once, on the
+    "Not rebuilt by replay" line."""
+    out = []
+    for f in report.failed + report.skipped:
+        reason = str(f.get("reason", "failed"))
+        why = report.not_replayed.get(str(f.get("name")))
+        if why and not report.replay_off:
+            reason = reason.replace(f"; not rebuilt: {why}", "")
+        out.append(f"{f['name']} ({reason})")
+    return out
 
 
 def restore_lines(report: RestoreReport) -> list[str]:
@@ -40,6 +49,15 @@ def restore_lines(report: RestoreReport) -> list[str]:
     if report.rebuilt:
         lines.append("Rebuilt by re-running recorded cells (they could not be snapshotted): " + ", ".join(
             f"{k} (cells {', '.join(map(str, v))})" for k, v in sorted(report.rebuilt.items())) + ".")
+        if report.replayed:
+            lines.append("Cells re-run: " + "; ".join(
+                f"[{c.get('cell')}] {c.get('code')}" for c in report.replayed[:20]) + ".")
+    if report.replay_off:
+        lines.append("Replay was off for this run (--no-replay): no recorded cell was re-run.")
+    elif report.not_replayed:
+        lines.append("Not rebuilt by replay (only cells known to stay in the kernel are re-run; "
+                     "a cell that writes files, runs commands or uses the network never is): "
+                     + "; ".join(f"{k}: {v}" for k, v in sorted(report.not_replayed.items())[:MAX_NAMES]) + ".")
     lost = _lost(report)
     if lost:
         lines.append("Not restored: " + _names(lost) + ".")

@@ -54,6 +54,30 @@ class RecursionHost(Protocol):
     def run_child(self, task: str, context: Any) -> str | None: ...
 
 
+def configured_models(cfg: Config) -> list[str]:
+    """The models a cell may name in a sub-call: the run's --model, --sub-model and
+    compaction model (the user's choices; never a spec a cell makes up)."""
+    out: list[str] = []
+    for spec in (cfg.model, cfg.sub_model, cfg.compaction_model):
+        if spec and spec not in out:
+            out.append(spec)
+    return out
+
+
+def check_model(model: Any, cfg: Config) -> None:
+    """Refuse a sub-call model the user did not configure (issue 26: a cell naming
+    `script:/any/file`, `local:/any.gguf` or a provider would make the host read that
+    file or use its keys). The cell gets the error as an exception."""
+    allowed = configured_models(cfg)
+    if isinstance(model, str) and model in allowed:
+        return
+    shown = repr(model if len(model) <= 200 else model[:200] + "…") if isinstance(model, str) \
+        else f"a {type(model).__name__}"
+    raise RlmError(f"llm_query(model={shown}) is not a configured model; a cell may name only "
+                   f"{', '.join(map(repr, allowed)) or 'none'} (or leave model out for the "
+                   "default); the user sets them with --model, --sub-model and --compaction-model")
+
+
 class Recursion:
     """Host-side handlers for the kernel's sub-call helpers of one agent."""
 
@@ -63,8 +87,10 @@ class Recursion:
         self._llms: dict[str, LLM] = {}
         self._lock = threading.Lock()
 
-    def _llm(self, model: str | None) -> LLM:
+    def _llm(self, model: Any) -> LLM:
         cfg = self.agent.config
+        if model is not None:
+            check_model(model, cfg)
         spec = model or cfg.sub_model or cfg.model or ""
         with self._lock:
             if spec not in self._llms:
@@ -91,6 +117,8 @@ class Recursion:
         if len(prompts) > MAX_BATCH:
             raise RlmError(f"llm_query_batched got {len(prompts)} prompts; at most {MAX_BATCH} per call")
         model = params.get("model")
+        if model is not None:
+            check_model(model, self.agent.config)  # once, before any prompt is sent
         workers = max(1, min(self.agent.config.batch_concurrency, len(prompts) or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
             return list(pool.map(lambda p: self.llm_query({"prompt": p, "model": model}), prompts))

@@ -15,6 +15,7 @@ CONFIG_FLAGS = (
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled", "sandbox",
     "kernel",
     "snapshot_url",
+    "replay",
 )
 
 

@@ -34,6 +34,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sandbox", action="store_const", const=True,
                    help="kernel in its own user + network namespace: no network, no access "
                         "to the host's memory or environment (Linux, unshare)")
+    g.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None,
+                   help="after a restart or resume, re-run recorded cells (only ones known to "
+                        "stay in the kernel) to rebuild names the snapshot could not hold; "
+                        "--no-replay keeps them lost (default: replay; recorded with the session)")
     g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")

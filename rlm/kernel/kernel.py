@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 import uuid
@@ -34,9 +35,12 @@ from rlm.kernel.kinds import Runtime, make_runtime
 from rlm.kernel.runtime import died_cause
 from rlm.kernel.state import (
     REBUILD_EXPR,
+    REBUILD_PLAN_EXPR,
     expression_value,
     merge_rebuild,
     needs_rebuild,
+    replay_announcement,
+    replay_off,
     scrub_snapshot_url,
     snapshot_fallback,
     snapshot_location,
@@ -60,6 +64,10 @@ _FILEOPS = "__import__('kernel_ext.fileops').fileops"
 HANDSHAKE_EXPR = "__import__('kernel_ext').handshake()"
 
 
+def _tell_stderr(line: str) -> None:
+    print(f"rlm: {line}", file=sys.stderr, flush=True)
+
+
 class Kernel:
     def __init__(
         self, session_dir: Path | str, config: Config, bridge_handler: BridgeHandler | None = None
@@ -75,6 +83,8 @@ class Kernel:
         self._lister_lock = threading.Lock()
         self.last_restart_cause: str | None = None
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
+        # told before a restore re-runs recorded cells (which ones); default: a stderr line
+        self.replay_notice: Callable[[str], None] = _tell_stderr
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> RestoreReport:
@@ -318,13 +328,7 @@ class Kernel:
             text = self._expression(f"{_SNAPSHOT}.restore_report_json()", timeout)
             report = RestoreReport.from_dict(json.loads(text))
             if needs_rebuild(report):  # replay recorded cells for what was not snapshotted
-                try:
-                    merge_rebuild(report, json.loads(self._expression(REBUILD_EXPR, self.config.cell_timeout)))
-                except KernelBusy:
-                    self.interrupt()
-                    merge_rebuild(report, None, f"replay did not end within {self.config.cell_timeout} s")
-                except (RuntimeError, ValueError) as e:
-                    merge_rebuild(report, None, f"replay failed: {e}")
+                self._rebuild(report)
             return report
         except KernelDied as e:
             tail = self._rt.log_tail() if self._rt is not None else ""
@@ -339,6 +343,27 @@ class Kernel:
             ) from e
         except (RuntimeError, ValueError) as e:
             return RestoreReport(failed=[{"name": "*", "reason": f"restore failed: {e}"}])
+
+    def _rebuild(self, report: RestoreReport) -> None:
+        """Plan the replay (nothing runs), tell the user which cells it re-runs
+        (`replay_notice`), then run it — unless `config.replay` is off."""
+        try:
+            plan = json.loads(self._expression(REBUILD_PLAN_EXPR, self.config.cell_timeout))
+            line = replay_announcement(plan, self.config.replay)
+            if line is not None:
+                self.replay_notice(line)
+            if not plan.get("cells"):
+                merge_rebuild(report, plan)
+            elif not self.config.replay:
+                merge_rebuild(report, replay_off(plan))
+                report.replay_off = True
+            else:
+                merge_rebuild(report, json.loads(self._expression(REBUILD_EXPR, self.config.cell_timeout)))
+        except KernelBusy:
+            self.interrupt()
+            merge_rebuild(report, None, f"replay did not end within {self.config.cell_timeout} s")
+        except (RuntimeError, ValueError) as e:
+            merge_rebuild(report, None, f"replay failed: {e}")
 
     def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
         """Type, size and a short preview of kernel values (kernel_ext.describe), silently."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,8 @@ def _rows(entries: dict[str, Any], groups: dict[str, Any]) -> list[dict[str, Any
 
 
 REBUILD_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).rebuild_json()"
+REBUILD_PLAN_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).rebuild_plan_json()"
+REPLAY_OFF = "replay is off for this run (--no-replay)"
 
 
 def needs_rebuild(report: Any) -> bool:
@@ -205,6 +208,8 @@ def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None
     rebuilt = dict((rebuild or {}).get("rebuilt") or {})
     why = dict((rebuild or {}).get("lost") or {})
     report.rebuilt = rebuilt
+    report.replayed = list((rebuild or {}).get("cells") or []) if rebuilt else []
+    report.not_replayed = {k: v for k, v in why.items() if k not in rebuilt}
     for bucket in (report.failed, report.skipped):
         keep = []
         for d in bucket:
@@ -214,6 +219,37 @@ def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None
             extra = why.get(name) or (error if name not in ("*", MANIFEST_NAME) else None)
             keep.append({**d, "reason": f"{d.get('reason')}; not rebuilt: {extra}"} if extra else d)
         bucket[:] = keep
+
+
+def replay_off(plan: dict[str, Any]) -> dict[str, Any]:
+    """A rebuild answer for a run with --no-replay: the plan's names stay lost, said why."""
+    lost = {**dict(plan.get("lost") or {}), **dict.fromkeys(plan.get("rebuilt") or {}, REPLAY_OFF)}
+    return {"rebuilt": {}, "lost": lost, "cells": []}
+
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: Any) -> str:
+    """Cell code and names from the kernel, safe for a terminal: control characters and
+    bidi overrides shown escaped (\\x1b, \\u202e)."""
+    return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))[:200]
+
+
+def replay_announcement(plan: dict[str, Any], enabled: bool) -> str | None:
+    """The line the user reads before a restore re-runs recorded cells (None: nothing to
+    re-run, nothing to say). Everything in it came from the kernel: made printable."""
+    cells = [c for c in list(plan.get("cells") or []) if isinstance(c, dict)]
+    if not cells:
+        return None
+    names = _printable(", ".join(sorted(map(str, plan.get("rebuilt") or {}))))
+    listed = "; ".join(f"[{_printable(c.get('cell'))}] {_printable(c.get('code'))}" for c in cells[:10])
+    more = f"; +{len(cells) - 10} more" if len(cells) > 10 else ""
+    if not enabled:
+        return (f"replay is off (--no-replay): not re-running {len(cells)} recorded cell(s) "
+                f"that would rebuild {names}: {listed}{more}")
+    return (f"rebuilding {names} by re-running {len(cells)} recorded cell(s) (only cells known to "
+            f"stay in the kernel; --no-replay turns this off): {listed}{more}")
 
 
 def session_state(session_dir: Path, timeout: float = 3.0,

@@ -37,13 +37,17 @@ class RestoreReport:
     snapshot_found: bool = False
     summaries: dict[str, str] = field(default_factory=dict)  # name -> kernel_ext.describe.summary
     rebuilt: dict[str, list[int]] = field(default_factory=dict)  # name -> replayed cells (lineage)
+    replayed: list[dict[str, Any]] = field(default_factory=list)  # [{cell, code}] re-run, in order
+    not_replayed: dict[str, str] = field(default_factory=dict)  # name -> why replay did not rebuild it
+    replay_off: bool = False  # --no-replay: nothing was re-run
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RestoreReport:
-        keys = ("restored", "failed", "skipped", "snapshot_found", "summaries", "rebuilt")
+        keys = ("restored", "failed", "skipped", "snapshot_found", "summaries", "rebuilt",
+                "replayed", "not_replayed", "replay_off")
         return cls(**{k: d[k] for k in keys if k in d})
 
 
