@@ -1,4 +1,4 @@
-"""Running one cell of a reply: checks before it runs, execution on a worker thread, the
+"""Running the cells of a reply, in order, and each cell: checks before it runs, execution on a worker thread, the
 result the model reads (notices, the policy's note), and the session entry.
 
 Used by the loop (rlm.agent.loop) through `CellHost`, the part of the Agent a cell needs.
@@ -16,9 +16,10 @@ from rlm.agent.codeparse import overwritten_inputs
 from rlm.agent.policy import AnswerPolicy
 from rlm.agent.progress import OutputStream
 from rlm.agent.runner import Work
+from rlm.agent.runstate import RunState
 from rlm.config import Config
 from rlm.errors import RlmError
-from rlm.events import CellFinished, CellStarted, Event, KernelRestarted
+from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
 from rlm.kernel.types import CellResult
 from rlm.llm.types import ToolCall
 from rlm.protocols import Executor, SessionLog
@@ -33,11 +34,35 @@ class CellHost(Protocol):
     config: Config
     executor: Executor | None
     answers: AnswerPolicy
+    state: RunState
     on_cell_output: Callable[[Any], None] | None
 
     def input_names(self) -> set[str]: ...
 
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
+
+
+def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, None]:
+    """Run a reply's cells in order until one calls final() (`host.state.final`) or the
+    run is stopped; the rest are recorded as not run, with the reason."""
+    for i, call in enumerate(calls):
+        if host.state.stopping:
+            record_skipped(host, call, "not run: the turn was interrupted")
+            continue
+        showed = yield from run_cell(host, call, i)
+        if host.state.final is not None:
+            for rest in calls[i + 1:]:
+                record_skipped(host, rest, "not run: final() was called")
+            return
+        if call.synthetic and i + 1 < len(calls) and showed:
+            # the later fences were written before this output was seen (small models
+            # add "if that fails, try ..." blocks): they wait for the model's next reply
+            # the reason once: a degenerate reply can hold dozens of fences
+            for k, rest in enumerate(calls[i + 1:]):
+                record_skipped(host, rest, NOT_RUN_UNSEEN if k == 0 else "Not run.")
+            yield Notice(f"{len(calls) - i - 1} more code block(s) in the reply not run: "
+                         "written before the output above was seen")
+            return
 
 
 def executor_of(host: CellHost) -> Executor:

@@ -13,23 +13,18 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
-import queue
 import threading
-import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.cells import (
-    NOT_RUN_UNSEEN,
-    executor_of,
     kill_kernel,
     read_var,
-    record_skipped,
-    run_cell,
+    run_cells,
 )
 from rlm.agent.codeparse import code_tool_calls, text_final
-from rlm.agent.context_files import with_question_example
+from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
 from rlm.agent.modelcall import call_model, resample
 from rlm.agent.policy import (
     LOOP_BREAK_TEMPERATURE,
@@ -43,12 +38,13 @@ from rlm.agent.policy import (
 )
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
-from rlm.agent.runstate import RunState
+from rlm.agent.runstate import RunState, limit_hit
+from rlm.agent.steering import Delivered, Steered
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, FinalAnswer, ModelReply, Notice, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
-from rlm.llm.types import LLM, Completion, ToolCall, Usage
+from rlm.llm.types import LLM, Completion, Usage
 from rlm.protocols import Continuation, Executor, Handler, SessionLog, TurnHook
 from rlm.session.entries import CustomEntry, MessageEntry
 
@@ -61,7 +57,6 @@ Outcome = tuple[str, str | None] | None
 # rlm_query: (parent, task, context) -> the child's final answer. Set by the composition
 # root (rlm.app), which gives children their own wiring.
 ChildRunner = Callable[["Agent", str, Any], "str | None"]
-Delivered = Callable[[], None]
 
 
 class Agent:
@@ -111,7 +106,7 @@ class Agent:
         self.state = RunState()
         self.answers = AnswerPolicy()  # the answer policy (rlm.agent.policy): rules plug in there
         self._charge_lock = threading.Lock()  # bridge handlers charge from a thread pool
-        self._steered: queue.SimpleQueue[tuple[str, str, Delivered | None]] = queue.SimpleQueue()
+        self._steered = Steered()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
         self.policy: Any = None  # rlm.longrun.AutonomousPolicy when --autonomous
@@ -208,42 +203,29 @@ class Agent:
         the model before the next model call, never between a call and its results.
         `on_delivered` runs once the message is in the session (a queued message waits for
         the next run if this one has ended)."""
-        self._steered.put((text, custom_type, on_delivered))
+        self._steered.put(text, custom_type, on_delivered)
 
     def attach_context(self, entry: CustomEntry) -> None:
         """Describe input for the next prompt (loaded files, notebook variables). It is
         appended right before that prompt, so the question is the last thing the model
         reads (measured: the 1.5B local model answers the wrong question otherwise)."""
         self._attached.append(entry)
-        self.input_names().update(_input_names(entry))
+        self.input_names().update(input_names_of([entry]))
 
     def input_files(self) -> set[str]:
         """The files the input entries were loaded from: on the branch, and attached for
         the next prompt (not in the session yet)."""
-        return {f for e in [*self.session.branch(), *self._attached]
-                if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
-                for f in (e.data or {}).get("files") or [] if isinstance(f, str)}
+        return input_files_of([*self.session.branch(), *self._attached])
 
     def input_names(self) -> set[str]:
         """Kernel variables that hold input described to the model (files, parent context)."""
         if self._inputs is None:
-            self._inputs = {n for e in self.session.branch() for n in _input_names(e)}
+            self._inputs = input_names_of(self.session.branch())
         return self._inputs
-
-    def _drain_steered(self) -> None:
-        while True:
-            try:
-                text, kind, delivered = self._steered.get_nowait()
-            except queue.Empty:
-                return
-            self.session.append(CustomEntry(custom_type=kind, data={"text": text},
-                                            display=True, content=text))
-            if delivered is not None:
-                delivered()
 
     def pending_steered(self) -> bool:
         """Messages queued by `steer` that no run has written into the session yet."""
-        return not self._steered.empty()
+        return self._steered.pending()
 
     @property
     def stop_requested(self) -> bool:
@@ -288,7 +270,7 @@ class Agent:
         for prompt_hook in self.prompt_hooks:
             yield from prompt_hook(self) or []
         while True:
-            limit = self._limit_hit(st.turns, st.started)
+            limit = limit_hit(self.config, st, self.tokens_used, self.budget)
             if limit:
                 yield from self._end(f"limit:{limit[0]}", st.turns, detail=limit[1])
                 return
@@ -320,15 +302,11 @@ class Agent:
     def _end(self, reason: str, turns: int, *, final: str | None = None,
              detail: str | None = None) -> Iterator[Event]:
         verdict = self.state.accepted if final is not None else None
-        if verdict is not None:
+        if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={
-                "answer": final, "reason": reason, "verified": verdict.verified,
-                **({"why": verdict.why} if verdict.why else {}),
-                **_claims(verdict)}))
+                "answer": final, "reason": reason, **_judged(verdict)}))
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail,
-                       verified=None if verdict is None else verdict.verified,
-                       why=None if verdict is None else verdict.why,
-                       **(_claims(verdict) if verdict is not None else {}))
+                       **(_judged(verdict) if verdict is not None else {}))
 
     def _continuation(self, reason: str, answer: str | None) -> str | None:
         if self.state.stopping or reason.startswith(("error", "interrupted")):
@@ -346,25 +324,12 @@ class Agent:
                                              origin=note.origin))
             yield Notice(note.notice)
 
-    def _limit_hit(self, turns: int, started: float) -> tuple[str, str] | None:
-        c = self.config
-        if c.max_turns is not None and turns >= c.max_turns:
-            return ("turns", f"{turns} of {c.max_turns} turns used")
-        spent = self.tokens_used - self.state.tokens_at_start
-        if c.max_tokens is not None and spent >= c.max_tokens:
-            return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
-        if c.max_wall_s is not None and time.monotonic() - started >= c.max_wall_s:
-            return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
-        if self.budget.limit is not None and self.budget.remaining == 0:
-            return ("token_budget", f"{self.budget.spent} of {self.budget.limit} tokens used")
-        return None
-
     # -------------------------------------------------------------------- turn
     def _turn(self, turn: int) -> Generator[Event, None, Outcome]:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
         yield TurnStarted(turn)
         self.turn_active = True
-        self._drain_steered()
+        self._steered.drain(self.session)
         try:
             completion = yield from call_model(self)
             while completion is not None and isinstance(
@@ -391,33 +356,15 @@ class Agent:
                          completion.usage.to_dict())
         if not calls:
             return (yield from self._answer_without_code(completion.content))
-        return (yield from self._run_cells(calls))
-
-    def _run_cells(self, calls: list[ToolCall]) -> Generator[Event, None, Outcome]:
-        for i, call in enumerate(calls):
-            if self.state.stopping:
-                record_skipped(self, call, "not run: the turn was interrupted")
-                continue
-            showed = yield from run_cell(self, call, i)
-            if self.state.final is not None:
-                for rest in calls[i + 1:]:
-                    record_skipped(self, rest, "not run: final() was called")
-                answer, kind = self.state.final
-                if not (yield from self._decide(Answer(answer, kind))):
-                    self.state.final = None
-                    return None
-                yield FinalAnswer(answer, kind)
-                return ("final", answer)
-            if call.synthetic and i + 1 < len(calls) and showed:
-                # the later fences were written before this output was seen (small models
-                # add "if that fails, try ..." blocks): they wait for the model's next reply
-                # the reason once: a degenerate reply can hold dozens of fences
-                for k, rest in enumerate(calls[i + 1:]):
-                    record_skipped(self, rest, NOT_RUN_UNSEEN if k == 0 else "Not run.")
-                yield Notice(f"{len(calls) - i - 1} more code block(s) in the reply not run: "
-                             "written before the output above was seen")
-                break
-        return None
+        yield from run_cells(self, calls)
+        if self.state.final is None:
+            return None
+        answer, kind = self.state.final
+        if not (yield from self._decide(Answer(answer, kind))):
+            self.state.final = None
+            return None
+        yield FinalAnswer(answer, kind)
+        return ("final", answer)
 
     def _decide(self, answer: Answer) -> Generator[Event, None, bool]:
         """Ask the policy about `answer`: carry out a refusal (False) or keep the
@@ -443,9 +390,6 @@ class Agent:
         return ("no_code" if found is None else "final", answer.text)
 
     # ------------------------------------------------------------------ helpers
-    def _executor(self) -> Executor:
-        return executor_of(self)
-
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:
         """Run fn on a worker thread (rlm.agent.runner); Ctrl-C stays responsive. After a
         second Ctrl-C a model call is abandoned; a cell that outlives the interrupt grace
@@ -456,17 +400,11 @@ class Agent:
             kill=(lambda: kill_kernel(self.executor)) if cell else None))
 
 
-def _claims(verdict: Accept) -> dict[str, Any]:
-    """The evidence of a verified answer, or the claims nothing supports."""
+def _judged(verdict: Accept) -> dict[str, Any]:
+    """verified, why, and the evidence of a verified answer or the claims nothing supports."""
     if verdict.verified:
-        return {"evidence": verdict.evidence}
-    return {"unverified_claims": verdict.unverified_claims}
-
-
-def _input_names(entry: Any) -> list[str]:
-    if isinstance(entry, CustomEntry) and entry.custom_type == "context_vars":
-        return [n for n in (entry.data or {}).get("names", []) if isinstance(n, str)]
-    return []
+        return {"verified": True, "evidence": verdict.evidence}
+    return {"verified": False, "why": verdict.why, "unverified_claims": verdict.unverified_claims}
 
 
 def _plain_first_line(text: str) -> str:

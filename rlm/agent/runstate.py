@@ -12,6 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent.recursion import TokenBudget
+from rlm.config import Config
+
 
 @dataclass
 class RunState:
@@ -27,3 +30,19 @@ class RunState:
     @property
     def stopping(self) -> bool:
         return self.stop.is_set()
+
+
+def limit_hit(config: Config, state: RunState, tokens_used: int,
+              budget: TokenBudget) -> tuple[str, str] | None:
+    """(name, detail) of the run's limit that is reached, or None."""
+    c = config
+    if c.max_turns is not None and state.turns >= c.max_turns:
+        return ("turns", f"{state.turns} of {c.max_turns} turns used")
+    spent = tokens_used - state.tokens_at_start
+    if c.max_tokens is not None and spent >= c.max_tokens:
+        return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
+    if c.max_wall_s is not None and time.monotonic() - state.started >= c.max_wall_s:
+        return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
+    if budget.limit is not None and budget.remaining == 0:
+        return ("token_budget", f"{budget.spent} of {budget.limit} tokens used")
+    return None
