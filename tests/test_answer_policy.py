@@ -237,3 +237,12 @@ def test_a_final_value_is_evidence_unless_the_model_typed_it():
                codes=["top = df.tailnum.value_counts().idxmax()",
                       "final(f'{top}, with 1000 flights')"])
     assert not mixed.verified and mixed.unverified_claims == ["1000"]
+
+
+def test_numbers_code_computes_with_are_not_typed_answers():
+    """`rows.append(3); final(str(rows))` computes [1, 2, 3]: the 3 is an operand, not
+    an answer the model typed; `final(42)` and `answer = 1000` are typed."""
+    assert _v("[1, 2, 3]", [], source="final", codes=["rows.append(3)\nfinal(str(rows))"]).verified
+    assert not _v("42", [], source="final", codes=["final(42)"]).verified
+    assert not _v("1000", [], source="final", codes=["answer = 1000", "final(answer)"]).verified
+    assert _v("575", [], source="final", codes=["n = df.head(10).x.sum()\nfinal(n)"]).verified

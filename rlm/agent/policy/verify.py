@@ -160,8 +160,11 @@ def holds(claim: Claim, figures: list[float], words: set[str]) -> bool:
 
 
 def typed_literals(codes: list[str]) -> tuple[list[float], set[str]]:
-    """Figures and words of the string and number literals in `codes` (what the model
-    typed, as opposed to what its code computed). Code that does not parse counts whole."""
+    """Figures and words the model typed as an answer in `codes`: every string literal
+    (f-string text included: `f"{top}, with 1000 flights"`) and the numbers passed
+    straight to final() or bound straight to a name (`final(42)`, `answer = 1000`), not
+    the numbers code computes with (`rows.append(3)`, `head(10)`). Code that does not
+    parse counts whole."""
     parts: list[str] = []
     for code in codes:
         try:
@@ -169,11 +172,29 @@ def typed_literals(codes: list[str]) -> tuple[list[float], set[str]]:
         except SyntaxError:
             parts.append(code)
             continue
-        parts.extend(str(n.value) for n in ast.walk(tree)
-                     if isinstance(n, ast.Constant) and isinstance(n.value, (str, int, float))
-                     and not isinstance(n.value, bool))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                parts.append(node.value)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in _FINALS:
+                parts.extend(_number(a) for a in node.args)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                parts.append(_number(node.value))
     text = "\n".join(parts)
     return _output_figures(text), _output_words(text)
+
+
+_FINALS = ("final", "final_var")
+
+
+def _number(node: ast.expr) -> str:
+    """The text of a number literal (`42`, `-1.5`), or ""."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return f"-{inner}" if inner else ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return repr(node.value)
+    return ""
 
 
 def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
