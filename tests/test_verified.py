@@ -125,3 +125,23 @@ def test_both_kinds_of_model_get_the_same_result_on_the_same_transcript(_isolate
             end, _, _ = _run(_isolated_home, where, kind, steps, "Which one?", max_turns=turns)
             got.append((end.final, end.verified, end.unverified_claims, sorted(end.evidence or {})))
         assert got[0] == got[1], (steps, got)
+
+
+def test_rlm_run_json_gives_the_unverified_claims_and_exit_5(tmp_path, _isolated_home):
+    """The flights case through the real entry point: `--json` said `"verified": true`,
+    exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_script("native", [
+        ("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")])))
+    proc = subprocess.run([sys.executable, "-m", "rlm", "run", "Which plane flew the most?",
+                           "--model", f"script:{path}", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "RLM_HOME": str(_isolated_home)})
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert res["verified"] is False and res["unverified_claims"] == ["1000"]
+    assert "figures (1000)" in res["unverified_why"] and "evidence" not in res
