@@ -246,3 +246,11 @@ def test_numbers_code_computes_with_are_not_typed_answers():
     assert not _v("42", [], source="final", codes=["final(42)"]).verified
     assert not _v("1000", [], source="final", codes=["answer = 1000", "final(answer)"]).verified
     assert _v("575", [], source="final", codes=["n = df.head(10).x.sum()\nfinal(n)"]).verified
+
+
+def test_a_whole_table_as_the_answer_is_checked_whole_and_recorded_bounded():
+    table = "\n".join(f"row{i} {i * 3}.5" for i in range(2000))
+    v = _v(table, [table])
+    assert v.verified and len(v.evidence) == 100
+    wrong = _v(table + "\nrow9999 1.25", [table])
+    assert not wrong.verified and wrong.unverified_claims == ["row9999", "1.25"]

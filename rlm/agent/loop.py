@@ -7,6 +7,10 @@ stops, continuation hooks (goals, autonomous mode) may hand it a new message ins
 Everything the model sees is projected from the session log (rlm.session.context), so a
 resumed session sees exactly what the live one did.
 
+The loop knows no answer rule: it asks the answer policy (`self.answers`,
+rlm.agent.policy) about each turn, reply, cell and answer, and carries out the decision
+(a note for the model, a resample, a refusal, an accepted answer and its verdict).
+
 The loop only yields `rlm.events` dataclasses; it never prints.
 """
 

@@ -27,6 +27,7 @@ _TOKEN = re.compile(
     r"|(?P<word>[^\W_](?:[\w'-]*[^\W_])?)")
 # figures in outputs are read loosely (a superset: scientific notation, "1,2" as 1, 2 and 12)
 _OUT_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+MAX_RECORDED = 100  # claims listed in evidence / unverified_claims (all are checked)
 _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)$", re.I)
 _PERCENT = re.compile(r"\bper ?cent\b", re.I)
 
@@ -205,10 +206,10 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
     computed by the cell `final_entry`), or text | reply (written by the model); `codes`
     are the cells this run executed; `prompts` every user prompt of the session."""
     found = claims(answer, prompts)
+    read = [(s.entry_id, _output_figures(s.text), _output_words(s.text)) for s in shown]
     evidence: dict[str, list[str]] = {}
     for c in found:
-        evidence[c.text] = [s.entry_id for s in shown
-                            if holds(c, _output_figures(s.text), _output_words(s.text))]
+        evidence[c.text] = [entry for entry, figures, words in read if holds(c, figures, words)]
     if source in ("final", "final_var") and final_entry is not None:
         typed_figures, typed_words = typed_literals(codes)
         for c in found:
@@ -217,9 +218,10 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
     missing = [c for c in found if not evidence[c.text]]
     why = _why(missing, source=source, shown=shown, cells_run=cells_run,
                last_cell_ok=last_cell_ok, error_like=error_like)
-    if why is None:
-        return Verdict(True, None, evidence)
-    return Verdict(False, why, {}, [c.text for c in missing] or [c.text for c in found])
+    if why is None:  # what is recorded is bounded: an answer can be a whole table
+        return Verdict(True, None, dict(list(evidence.items())[:MAX_RECORDED]))
+    return Verdict(False, why, {},
+                   ([c.text for c in missing] or [c.text for c in found])[:MAX_RECORDED])
 
 
 def _why(missing: list[Claim], *, source: str, shown: list[Shown], cells_run: int,
