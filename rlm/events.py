@@ -112,10 +112,14 @@ class RunEnded(Event):
     turns: int
     final: str | None = None
     detail: str | None = None
-    # an answer is verified when a successful cell of this run, or final()/final_var(),
-    # supports it (rlm.agent.nudge); None when the run ended without an answer
+    # an answer is verified when every figure and name it asserts is in the output of a
+    # successful cell of this run, or is the value final()/final_var() computed
+    # (rlm.agent.policy.verify); None when the run ended without an answer
     verified: bool | None = None
     why: str | None = None  # why it is not verified
+    # verified: per claim, the session entry ids of the cell results that hold it
+    evidence: dict[str, list[str]] | None = None
+    unverified_claims: list[str] | None = None  # not verified: the claims nothing supports
 
 
 # ---------------------------------------------------------------- progress (issue 14.3)

@@ -52,7 +52,7 @@ def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_
     running = tmp_path / "running"
     proc = start(tmp_path, [call(f"import time\nopen({str(running)!r}, 'w').close()\n"
                                  "time.sleep(120)"),
-                            call("final('went on')")])
+                            call("print('went on')\nfinal('went on')")])
     wait_for(running, proc)
     path = session_log(_isolated_home)
     os.kill(proc.pid, signal.SIGINT)

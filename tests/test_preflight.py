@@ -149,7 +149,7 @@ def test_json_carries_tokens_duration_model_and_images(tmp_path, _isolated_home)
            "AAAABJRU5ErkJggg==")
     code = (f"import base64\nfrom IPython.display import Image, display\n"
             f"display(Image(data=base64.b64decode({png!r}), format='png'))")
-    model = script(tmp_path / "s.json", [call(code), call("final('drawn')")])
+    model = script(tmp_path / "s.json", [call(code), call("print('drawn')\nfinal('drawn')")])
     proc = rlm("run", "draw", "--model", model, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])

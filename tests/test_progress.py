@@ -143,7 +143,9 @@ def test_cli_run_shows_header_streamed_output_once_and_footer_and_json_stays_cle
     csv.write_text("region,total\n" + "".join(f"r{i % 3},{i}\n" for i in range(3000)))
     code = ("# by region, once\nbest = orders.groupby('region').total.sum().idxmax()\n"
             "x = 1\nx = 2\nx = 3\nprint(best)\norders['nope']")
-    replies = [{"content": f"Checking.\n```python\n{code}\n```\n"}, call("final('r2')")]
+    # final(best), not final('r2'): the cell printing r2 failed, so a typed 'r2' is
+    # unverified (exit 5, issue 25); the computed value is the evidence
+    replies = [{"content": f"Checking.\n```python\n{code}\n```\n"}, call("final(best)")]
     (tmp_path / "s.json").write_text(json.dumps(replies))
     model = f"script:{tmp_path / 's.json'}"
     proc = rlm_cli("run", "which region?", "--model", model, "--context", str(csv), cwd=tmp_path)

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from rlm.agent import Agent
 from rlm.agent.context_files import load_context_files
 from rlm.agent.nudge import NUDGE_FAILED, error_text
 from rlm.agent.session_run import RunResult
+from rlm.app import build_agent
 from rlm.cli.commands import EXIT_UNVERIFIED, exit_code
 from rlm.config import Config
 from rlm.events import RunEnded
@@ -27,7 +27,7 @@ class _Fenced(ScriptedLLM):
 def _agent(home, llm):
     config = Config(home=home, model="script:small", cell_timeout=60)
     session = SessionStore.create(home, model="script:small", task="t")
-    return Agent(session, config, llm=llm), session
+    return build_agent(session, config, llm=llm), session
 
 
 def _cell(code: str) -> str:

@@ -168,7 +168,7 @@ def test_a_cell_cannot_read_the_key_from_the_host_process(_isolated_home, tmp_pa
     key = f"sk-test-{_rand(40)}"
     code = ("import os\ntry:\n    raw = open(f'/proc/{os.getppid()}/environ', 'rb').read()\n"
             "    seen = f\"{raw.count(b'sk-test-')} {b'OPENAI_API_KEY' in raw}\"\n"
-            "except PermissionError:\n    seen = 'denied'\nfinal(seen)")
+            "except PermissionError:\n    seen = 'denied'\nprint(seen)\nfinal(seen)")
     script = tmp_path / "s.json"
     script.write_text(json.dumps([call(code)]))
     env = dict(os.environ, OPENAI_API_KEY=key)

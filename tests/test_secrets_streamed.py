@@ -74,7 +74,7 @@ def test_a_key_split_across_chunks_or_cut_by_the_stream_cap_reaches_no_file(_iso
              content=f"{'Checking the key':16}{key} now."),  # deltas split at 16, 32, ...
         call(f"print('x' * {pad} + k)"),
         call(f"print('h' * {head - 20} + k + 'y' * 30000)"),  # head + tail shaping cuts it
-        call("final('done')"),
+        call("print('done')\nfinal('done')"),
     ]
     script = tmp_path / "script.json"
     script.write_text(json.dumps(replies))

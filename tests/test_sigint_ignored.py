@@ -22,7 +22,7 @@ def test_ctrl_c_interrupts_a_cell_when_started_with_sigint_ignored(tmp_path, _is
     replies = [
         {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": cell}}]},
         {"content": "", "tool_calls": [{"name": "python",
-                                        "arguments": {"code": "final('went on')"}}]},
+                                        "arguments": {"code": "print('went on')\nfinal('went on')"}}]},
     ]
     script = tmp_path / "replies.json"
     script.write_text(json.dumps(replies))

@@ -208,3 +208,15 @@ def with_question_example(entry: CustomEntry, question: str | None) -> CustomEnt
              f"print({n}[max(0, i-300):i+300])" for n in long_texts]
     return CustomEntry(custom_type=entry.custom_type, data=data, display=entry.display,
                        content=entry.content + "\n" + "\n".join(lines))
+
+
+def input_names_of(entries: list[Any]) -> set[str]:
+    """The kernel variables the `context_vars` entries among `entries` describe."""
+    return {n for e in entries if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+            for n in (e.data or {}).get("names", []) if isinstance(n, str)}
+
+
+def input_files_of(entries: list[Any]) -> set[str]:
+    """The files the `context_vars` entries among `entries` were loaded from."""
+    return {f for e in entries if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+            for f in (e.data or {}).get("files") or [] if isinstance(f, str)}

@@ -1,15 +1,14 @@
-"""The answer policy: when an answer is refused once, and whether an accepted one is verified.
+"""The answer policy's texts and pure checks: when an answer is refused once, and why.
 
 Small fenced-code models answer too early: in prose right after a failed or silent cell,
 before any cell ran (a guess), or with the text of an error they just saw
 (`FINAL(NameError: ...)`). Each of those is refused once per run with the reason
-(`MAX_NUDGES` in all). An answer that is accepted is *verified* when it follows a cell of
-this run that succeeded, or came from `final()`/`final_var()` in the kernel; otherwise
-`RunEnded.verified` is False and `why` says what was missing.
+(`MAX_NUDGES` in all). The rules that use these are rlm.agent.policy.rules; whether an
+accepted answer is verified is rlm.agent.policy.verify.
 
 Native-tool models are not refused: they call the `python` tool when they mean to (a
-conversational reply is a legitimate answer for them), and their unchecked answers are
-still marked unverified.
+conversational reply is a legitimate answer for them); their answers are verified by the
+same rule as everyone's.
 """
 
 from __future__ import annotations
@@ -160,25 +159,7 @@ def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_da
     return None
 
 
-def unverified_why(*, source: str, cells_run: int, last_cell_ok: bool | None,
-                   error_like: str | None, answer: str = "",
-                   outputs: list[str] | None = None, prompt: str = "") -> str | None:
-    """Why an accepted answer is not verified, or None when it is. A text answer must also
-    be grounded in what this run's successful cells printed (`outputs`): one of its figures,
-    or without figures one of its words, appears there."""
-    if error_like:
-        return f"the answer reads like an error message ({error_like})"
-    if source in ("final", "final_var"):
-        return None  # computed in the kernel by a cell of this run
-    if cells_run == 0:
-        return "no cell ran in this run: the answer was not checked by code"
-    if not last_cell_ok:
-        return "the last cell of this run failed: no successful output supports the answer"
-    return ungrounded_why(answer, outputs, prompt) if outputs is not None else None
-
-
 _NUMBER = re.compile(r"(?<![\w.])-?\d{1,3}(?:,\d{3})+(?:\.\d+)?(?![\w])|-?\d+(?:\.\d+)?")
-_WORD = re.compile(r"[^\W\d_][\w-]{2,}")
 _STOPWORDS = frozenset(
     "the and for are was were with that this from has have its than into over under not "
     "answer final which what there their they them then also been being more most less "
@@ -202,18 +183,6 @@ def _figure_seen(value: float, decimals: int, seen: list[tuple[float, int]]) -> 
     2253.44 agree; 0.2312 and 23.12% do too)."""
     tol = 0.5 * 10 ** -decimals + 1e-9
     return any(abs(v - value) <= tol or abs(v * 100 - value) <= tol for v, _ in seen)
-
-
-def ungrounded_why(answer: str, outputs: list[str], prompt: str = "") -> str | None:
-    """None when `answer` is grounded in `outputs`, else why not (answers with nothing to
-    check, such as "yes", pass)."""
-    text = "\n".join(outputs)
-    if _result_figures(answer, prompt):
-        return unseen_figures(answer, text, prompt)
-    words = {w.lower() for w in _WORD.findall(answer)} - _STOPWORDS
-    if not words or any(w in text.lower() for w in words):
-        return None
-    return "none of the answer's words appears in an output of this run"
 
 
 def _result_figures(answer: str, prompt: str = "") -> list[tuple[float, int]]:

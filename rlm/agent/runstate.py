@@ -1,7 +1,8 @@
 """What one `Agent.run` owns, reset in one place when the run starts.
 
 Everything else on the Agent lives as long as the session (hooks, handlers, the total
-token count); a value that must not leak from one run into the next belongs here.
+token count); a value that must not leak from one run into the next belongs here. What
+the answer policy knows of a run is its own (rlm.agent.policy.Facts).
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.agent.recursion import TokenBudget
+from rlm.config import Config
 
 
 @dataclass
@@ -17,22 +22,27 @@ class RunState:
     turns: int = 0
     tokens_at_start: int = 0  # limits are per run (chat runs many)
     final: tuple[str, str] | None = None  # (answer, kind) from final()/final_var()
+    accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
     error_detail: str | None = None
-    nudges: int = 0
-    has_data: bool = False  # input was attached for this run's prompt
-    prompt: str = ""  # this run's prompt (an answer's names it already holds are not new)
-    last_failed_code: str | None = None
-    looping: bool = False  # the newest cell repeated the failing one, or a successful one again
-    succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
-    cells: int = 0  # cells executed in this run
-    last_cell_ok: bool | None = None  # the status of the newest of them
-    outputs: list[str] = field(default_factory=list)  # what the successful ones printed
-    refused: set[str] = field(default_factory=set)  # answer refusals given (nudge texts)
-    unverified: str | None = None  # why the answer that ends the run is not verified
     interrupts: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
-    budget_reached: str | None = None  # a goal's budget ran out during this run
 
     @property
     def stopping(self) -> bool:
         return self.stop.is_set()
+
+
+def limit_hit(config: Config, state: RunState, tokens_used: int,
+              budget: TokenBudget) -> tuple[str, str] | None:
+    """(name, detail) of the run's limit that is reached, or None."""
+    c = config
+    if c.max_turns is not None and state.turns >= c.max_turns:
+        return ("turns", f"{state.turns} of {c.max_turns} turns used")
+    spent = tokens_used - state.tokens_at_start
+    if c.max_tokens is not None and spent >= c.max_tokens:
+        return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
+    if c.max_wall_s is not None and time.monotonic() - state.started >= c.max_wall_s:
+        return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
+    if budget.limit is not None and budget.remaining == 0:
+        return ("token_budget", f"{budget.spent} of {budget.limit} tokens used")
+    return None

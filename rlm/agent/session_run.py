@@ -55,6 +55,8 @@ class RunResult:
     error: str | None = None  # why the run ended, for reason "error"
     verified: bool | None = None  # RunEnded.verified: None when the run gave no answer
     why: str | None = None  # why the answer is not verified
+    evidence: dict[str, list[str]] | None = None  # RunEnded.evidence
+    unverified_claims: list[str] | None = None  # RunEnded.unverified_claims
 
     @classmethod
     def from_events(cls, session: SessionLog, events: list[Event], *,
@@ -82,6 +84,8 @@ class RunResult:
             error=(end.detail if end and reason == "error" else None),
             verified=end.verified if end else None,
             why=end.why if end else None,
+            evidence=end.evidence if end else None,
+            unverified_claims=end.unverified_claims if end else None,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -94,6 +98,9 @@ class RunResult:
             "cells": len(self.cells),
             "verified": self.verified,
             **({"unverified_why": self.why} if self.why else {}),
+            **({"evidence": self.evidence} if self.evidence is not None else {}),
+            **({"unverified_claims": self.unverified_claims}
+               if self.unverified_claims is not None else {}),
             **({"compaction": self.compaction} if self.compaction is not None else {}),
             "model": self.model,
             "tokens": self.tokens,

@@ -1,0 +1,167 @@
+"""Running the cells of a reply, in order, and each cell: checks before it runs, execution on a worker thread, the
+result the model reads (notices, the policy's note), and the session entry.
+
+Used by the loop (rlm.agent.loop) through `CellHost`, the part of the Agent a cell needs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Generator
+from typing import Any, Protocol
+
+from rlm.agent import notices
+from rlm.agent.codeparse import overwritten_inputs
+from rlm.agent.policy import AnswerPolicy
+from rlm.agent.progress import OutputStream
+from rlm.agent.runner import Work
+from rlm.agent.runstate import RunState
+from rlm.config import Config
+from rlm.errors import RlmError
+from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
+from rlm.kernel.types import CellResult
+from rlm.llm.types import ToolCall
+from rlm.protocols import Executor, SessionLog
+from rlm.session.entries import MessageEntry, new_id
+
+NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
+                  "you wrote it (that output is above). Write your next cell from that output.")
+
+
+class CellHost(Protocol):
+    session: SessionLog
+    config: Config
+    executor: Executor | None
+    answers: AnswerPolicy
+    state: RunState
+    on_cell_output: Callable[[Any], None] | None
+
+    def input_names(self) -> set[str]: ...
+
+    def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
+
+
+def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, None]:
+    """Run a reply's cells in order until one calls final() (`host.state.final`) or the
+    run is stopped; the rest are recorded as not run, with the reason."""
+    for i, call in enumerate(calls):
+        if host.state.stopping:
+            record_skipped(host, call, "not run: the turn was interrupted")
+            continue
+        showed = yield from run_cell(host, call, i)
+        if host.state.final is not None:
+            for rest in calls[i + 1:]:
+                record_skipped(host, rest, "not run: final() was called")
+            return
+        if call.synthetic and i + 1 < len(calls) and showed:
+            # the later fences were written before this output was seen (small models
+            # add "if that fails, try ..." blocks): they wait for the model's next reply
+            # the reason once: a degenerate reply can hold dozens of fences
+            for k, rest in enumerate(calls[i + 1:]):
+                record_skipped(host, rest, NOT_RUN_UNSEEN if k == 0 else "Not run.")
+            yield Notice(f"{len(calls) - i - 1} more code block(s) in the reply not run: "
+                         "written before the output above was seen")
+            return
+
+
+def executor_of(host: CellHost) -> Executor:
+    if host.executor is None:
+        raise RlmError("the agent is not started: use it as a context manager or call start()")
+    return host.executor
+
+
+def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, None, bool]:
+    """Run `call`'s code (or record why not) and log its result. Returns whether the model
+    saw something new: the cell failed or printed."""
+    code = call.arguments.get("code")
+    if not isinstance(code, str):
+        # a garbled tool call is the model's mistake: tell it, run nothing
+        raw = call.arguments.get("_invalid_arguments", call.arguments)
+        why = (f"Your python tool call could not be run: its arguments must be JSON "
+               f'{{"code": "<python source>"}}; got {str(raw)[:300]!r}.')
+        record_skipped(host, call, why, status="error")
+        host.answers.cell_not_run()
+        yield CellFinished("", "error", why, 0.0, None)
+        return True
+    if clobbered := overwritten_inputs(code, host.input_names()):
+        names = ", ".join(f"`{n}`" for n in clobbered)
+        why = (f"Not run: this cell assigns a literal to {names}, which already holds your "
+               f"input (the preview you saw is only its start). Use the variable as it is: "
+               f"search it or slice it.")
+        record_skipped(host, call, why, status="error")
+        host.answers.cell_not_run()
+        yield CellFinished(code, "error", why, 0.0, None)
+        return True
+    yield CellStarted(code, index)
+    pre_notice = ""
+    ex = executor_of(host)
+    if not ex.is_alive():
+        report = ex.restart("the kernel was not running")
+        pre_notice = notices.restarted("was found dead before this cell", report)
+    result: CellResult = yield from _execute(host, code)
+    entry_id = new_id()
+    verdict = host.answers.cell(code, result, entry_id)
+    content = pre_notice + notices.cell_content(result) + _existing_names(host, result) + verdict.note
+    host.session.append(MessageEntry(
+        id=entry_id, cell=result.to_dict(),
+        message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}))
+    yield CellFinished(code, result.status, content, result.duration_s, result)
+    if result.restart is not None:
+        yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
+                              [f["name"] for f in result.restart.failed + result.restart.skipped])
+    return not result.ok or bool(result.shaped.strip())
+
+
+def _existing_names(host: CellHost, result: CellResult) -> str:
+    """After a NameError: the names that exist, inputs first; after a KeyError: where
+    that column is, or the columns that exist (rlm.agent.notices)."""
+    if result.status != "error" or host.executor is None:
+        return ""
+    missing = notices.missing_name(result.shaped)
+    key = None if missing is not None else notices.missing_key(result.shaped)
+    if missing is None and key is None:
+        return ""
+    try:
+        rows = host.executor.list_namespace(timeout=5.0).get("names", [])
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
+        return ""
+    if missing is not None:
+        return notices.existing_names(missing, rows, host.input_names())
+    return notices.key_note(str(key), rows, host.input_names())
+
+
+def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:
+    timeout = host.config.cell_timeout
+    ex = executor_of(host)
+    if getattr(ex, "run_in_caller_thread", False):  # optional Executor flag (notebook)
+        return ex.execute(code, timeout=timeout, on_output=host.on_cell_output)
+        yield  # pragma: no cover - makes this a generator
+
+    def run(emit: Callable[[Event], None]) -> CellResult:
+        with OutputStream(emit, host.session.dir, host.on_cell_output) as stream:
+            return ex.execute(code, timeout=timeout, on_output=stream)
+
+    return (yield from host.in_thread(run, cell=True))
+
+
+def read_var(host: CellHost, name: str) -> str:
+    """FINAL_VAR(name): the variable's value as text (not logged as a cell)."""
+    res = executor_of(host).execute(f"print(str({name}), end='')", timeout=30)
+    return res.shaped if res.ok else f"[FINAL_VAR: {name} is not defined]"
+
+
+def record_skipped(host: CellHost, call: ToolCall, why: str, status: str = "interrupted") -> None:
+    host.session.append(MessageEntry(
+        message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": why},
+        cell=CellResult(status=status, shaped=why).to_dict()))
+
+
+def kill_kernel(executor: Executor | None) -> None:
+    """SIGKILL the kernel process (never the notebook's own: the host's pid)."""
+    pid = executor.pid if executor is not None else None
+    if pid and pid != os.getpid():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass

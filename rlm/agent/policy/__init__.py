@@ -1,0 +1,136 @@
+"""The answer policy: every rule about what a run's replies, cells and answers lead to.
+
+The loop (rlm.agent.loop) tells the policy what happened and carries out what it decides;
+it knows no rule. One `AnswerPolicy` lives as long as its Agent; `start_run` resets its
+facts. Decisions (rlm.agent.policy.decisions):
+
+  turn_note(turn)                -> Note | None         a message before the model call
+  reply(content, tool_calls)     -> Run | Resample      before a reply's cells run
+  cell(code, result, entry_id)   -> CellVerdict         the note for the result, looping
+  cell_not_run()                                        a garbled or refused cell (failed)
+  answer(Answer, branch)         -> Refuse | Accept     refuse with a note, or accept with
+                                                        verified + evidence / claims
+  temperature(configured)        -> float | None        for the next model call
+
+New rules plug in as objects in `rules` (rlm.agent.policy.rules: `Rule` and the hooks),
+consulted in order; the first decision wins (cell notes: every rule's note is appended).
+Verification is not a rule that can refuse: it is how an accepted answer is judged
+(rlm.agent.policy.verify).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rlm.agent.nudge import error_text
+from rlm.agent.policy.decisions import (
+    Accept,
+    Answer,
+    Cell,
+    CellVerdict,
+    Facts,
+    Note,
+    Refuse,
+    Reply,
+    Resample,
+    Run,
+)
+from rlm.agent.policy.rules import RESAMPLE_TEMPERATURE, RESAMPLES, Rule, default_rules
+from rlm.agent.policy.verify import Shown, verify
+from rlm.session.entries import Entry, MessageEntry
+
+LOOP_BREAK_TEMPERATURE = 0.7
+
+__all__ = [
+    "LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Accept", "Answer",
+    "AnswerPolicy", "CellVerdict", "Facts", "Note", "Refuse", "Resample", "Rule", "Run",
+    "asked_prompts",
+]
+
+
+def asked_prompts(branch: list[Entry]) -> list[str]:
+    """Every user prompt on the branch (the user's and continuations; not the loop's own
+    nudges): their words and figures are the question's, not an answer's claims."""
+    return [e.message["content"] for e in branch
+            if isinstance(e, MessageEntry) and e.role == "user" and e.origin != "nudge"
+            and isinstance(e.message.get("content"), str)]
+
+
+class AnswerPolicy:
+    def __init__(self, rules: list[Rule] | None = None):
+        self.rules: list[Rule] = default_rules() if rules is None else rules
+        self.facts = Facts()
+
+    def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool) -> None:
+        self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
+
+    # ------------------------------------------------------------------------ turns
+    def turn_note(self, turn: int) -> Note | None:
+        """A turn starts: a note the model should read before it replies, or None."""
+        self.facts.turn, self.facts.resamples = turn, 0
+        return _first(r.on_turn(self.facts, turn) for r in self.rules)
+
+    def temperature(self, configured: float | None) -> float | None:
+        """The next call's temperature: at least LOOP_BREAK_TEMPERATURE for a fenced-code
+        model whose newest cell repeated the failing one (or a successful one that ran twice
+        before): at temperature 0 a small model sends the same cell again whatever the
+        result says (the task suite's 1.5B model sent one failing groupby five times)."""
+        if self.facts.looping and not self.facts.native_tools:
+            return max(configured or 0.0, LOOP_BREAK_TEMPERATURE)
+        return configured
+
+    def reply(self, content: str, tool_calls: bool) -> Run | Resample:
+        decision = _first(r.on_reply(self.facts, Reply(content, tool_calls)) for r in self.rules)
+        if decision is None:
+            return Run()
+        self.facts.resamples += 1
+        return decision
+
+    # ------------------------------------------------------------------------ cells
+    def cell(self, code: str, result: Any, entry_id: str) -> CellVerdict:
+        """A cell ran (`result`: rlm.kernel.types.CellResult) and its result will be the
+        session entry `entry_id`."""
+        f = self.facts
+        f.cells += 1
+        f.last_cell_ok = result.ok
+        f.codes.append(code)
+        f.last_entry = entry_id
+        if result.ok:
+            f.shown.append(Shown(entry_id, result.shaped))
+        failed_again = result.status == "error" and f.last_failed_code == code
+        before = f.succeeded.get(code.strip(), 0) if result.ok else 0
+        f.looping = failed_again or before >= 2
+        cell = Cell(code, result.ok, result.status, failed_again, before)
+        note = "".join(n for r in self.rules if (n := r.on_cell(f, cell)))
+        f.last_failed_code = code if result.status == "error" else None
+        if result.ok:
+            f.succeeded[code.strip()] = before + 1
+        return CellVerdict(note, f.looping)
+
+    def cell_not_run(self) -> None:
+        """A cell the loop did not run (garbled arguments, a literal over an input): it
+        counts as a failed cell for what follows."""
+        self.facts.last_cell_ok = False
+
+    # ---------------------------------------------------------------------- answers
+    def answer(self, answer: Answer, branch: list[Entry]) -> Refuse | Accept:
+        """Refuse `answer` (once per rule and run), or accept it, verified or not."""
+        asked = asked_prompts(branch)
+        refusal = _first(r.on_answer(self.facts, answer, asked, branch) for r in self.rules)
+        if refusal is not None:
+            self.facts.refused.add(refusal.key)
+            self.facts.nudges += refusal.counts_as_nudge
+            return refusal
+        return self.judge(answer, asked)
+
+    def judge(self, answer: Answer, asked: list[str]) -> Accept:
+        f = self.facts
+        text = answer.text
+        v = verify(text, source=answer.source, shown=f.shown, codes=f.codes, prompts=asked,
+                   cells_run=f.cells, last_cell_ok=f.last_cell_ok, error_like=error_text(text),
+                   final_entry=f.last_entry if answer.from_kernel else None)
+        return Accept(v.verified, v.why, v.evidence, v.unverified_claims)
+
+
+def _first(decisions: Any) -> Any:
+    return next((d for d in decisions if d is not None), None)

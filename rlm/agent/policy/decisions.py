@@ -1,0 +1,127 @@
+"""What the answer policy hands the loop: small decisions, and the facts rules read."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from rlm.agent.policy.verify import Shown
+
+
+# ------------------------------------------------------------------ what the loop asks about
+@dataclass(frozen=True)
+class Reply:
+    """A model reply before any of its cells runs."""
+
+    content: str
+    tool_calls: bool  # the reply holds native tool calls
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell that just ran, as the rules see it."""
+
+    code: str
+    ok: bool
+    status: str
+    failed_again: bool  # the same code as the cell that failed just before
+    runs_before: int  # how often this code already succeeded in this run
+
+
+class Answer:
+    """An answer the model gave. `source`: final | final_var (from the kernel), text
+    (FINAL(...)), var (FINAL_VAR(name): `read` fetches its value, only when a rule needs
+    it) or reply (prose without code)."""
+
+    def __init__(self, raw: str, source: str, read: Callable[[str], str] | None = None):
+        self.raw, self.source, self._read = raw, source, read
+
+    @cached_property
+    def text(self) -> str:
+        return self._read(self.raw) if self._read is not None else self.raw
+
+    @property
+    def from_kernel(self) -> bool:
+        return self.source in ("final", "final_var")
+
+    @property
+    def without_code(self) -> bool:
+        return self.source in ("text", "var", "reply")
+
+
+# --------------------------------------------------------------------------- decisions
+@dataclass(frozen=True)
+class Run:
+    """Run the reply's cells."""
+
+
+@dataclass(frozen=True)
+class Resample:
+    """Do not run the reply: log it hidden and sample again at `temperature`."""
+
+    why: str
+    temperature: float
+
+    @property
+    def notice(self) -> str:
+        return f"{self.why}; sampling a new reply instead of running it"
+
+
+@dataclass(frozen=True)
+class CellVerdict:
+    note: str  # appended to the cell's result (what the model reads)
+    looping: bool  # the run repeats itself: the next call samples hotter
+
+
+@dataclass(frozen=True)
+class Note:
+    """A message for the model (a user message the loop writes) and a notice for the user."""
+
+    text: str
+    notice: str
+    origin: str | None = "nudge"  # the MessageEntry origin; None reads as the user's words
+
+
+@dataclass(frozen=True)
+class Refuse(Note):
+    """The answer is not accepted: the model is told why and the run goes on."""
+
+    key: str = ""  # which refusal (each is given once per run)
+    counts_as_nudge: bool = False  # counts toward nudge.MAX_NUDGES
+
+
+@dataclass(frozen=True)
+class Accept:
+    """The answer ends the run; `verified` with the evidence for each claim, or why not."""
+
+    verified: bool
+    why: str | None = None
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+    unverified_claims: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------- the run's facts
+@dataclass
+class Facts:
+    """What the rules may read: the policy's state for one run, reset at its start."""
+
+    native_tools: bool = False
+    max_turns: int | None = None
+    has_data: bool = False  # input was attached for this run's prompt
+    turn: int = 0
+    cells: int = 0  # cells executed in this run
+    last_cell_ok: bool | None = None  # the status of the newest of them
+    shown: list[Shown] = field(default_factory=list)  # successful cells: entry id, output
+    codes: list[str] = field(default_factory=list)  # the code of every executed cell
+    last_entry: str | None = None  # the session entry of the newest cell's result
+    last_failed_code: str | None = None
+    succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
+    looping: bool = False  # the newest cell repeated the failing one, or a successful one
+    refused: set[str] = field(default_factory=set)  # refusals given (their keys)
+    nudges: int = 0
+    resamples: int = 0  # in this turn
+
+    @property
+    def outputs(self) -> list[str]:
+        return [s.text for s in self.shown]

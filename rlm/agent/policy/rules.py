@@ -1,0 +1,170 @@
+"""The rules the answer policy consults, in order. Each hook returns a decision or None.
+
+A rule is an object with any of these hooks (`Rule` has them all as no-ops):
+
+  on_turn(facts, turn)            -> Note | None      before a turn's model call
+  on_reply(facts, reply)          -> Resample | None  before a reply's cells run
+  on_cell(facts, cell)            -> str | None       a note appended to a cell's result
+  on_answer(facts, answer, asked) -> Refuse | None    before an answer is accepted
+
+`facts` (rlm.agent.policy.decisions.Facts) is the run so far; `asked` the session's user
+prompts. Rules hold no state of their own: what must be given once per run is in
+`facts.refused`, which the policy fills from the decisions it returns.
+"""
+
+from __future__ import annotations
+
+from rlm.agent.codeparse import code_tool_calls
+from rlm.agent.nudge import (
+    NUDGE_ERROR_TEXT,
+    NUDGE_NOT_FOUND,
+    NUDGE_UNGROUNDED,
+    WHY,
+    choose_nudge,
+    error_text,
+    last_turn_note,
+    non_answer_refusal,
+    ungrounded_refusal,
+)
+from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
+from rlm.session.entries import Entry
+
+# a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
+# again (up to RESAMPLES times, at RESAMPLE_TEMPERATURE) and kept out of the context
+RESAMPLES = 2
+RESAMPLE_TEMPERATURE = 1.0
+REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
+            "Change the code: check the names, columns and types involved with a small cell "
+            "first.]")
+RAN_AGAIN = ("\n[This cell is the same as one you already ran, so its output is the same. "
+             "If that output answers the question, reply with FINAL(answer); if it does not, "
+             "write a different cell that prints what is missing.]")
+
+
+class Rule:
+    """A rule with no opinion on anything; subclasses override the hooks they need."""
+
+    def on_turn(self, facts: Facts, turn: int) -> Note | None:
+        return None
+
+    def on_reply(self, facts: Facts, reply: Reply) -> Resample | None:
+        return None
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        return None
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        return None
+
+
+class LastTurn(Rule):
+    """Before the last turn a limit allows, a fenced-code model that ran cells is told to
+    answer from what its cells printed (rlm.agent.nudge.last_turn_note)."""
+
+    def on_turn(self, facts: Facts, turn: int) -> Note | None:
+        note = last_turn_note(turn, facts.max_turns, native_tools=facts.native_tools,
+                              cells_run=facts.cells)
+        if note is None:
+            return None
+        return Note(note, f"last turn ({turn} of {facts.max_turns}): asked the model to "
+                          "answer from what its cells showed")
+
+
+class RepeatedCell(Rule):
+    """A fenced-code reply whose first cell is the cell that just failed, or a cell that
+    already succeeded twice in this run, unchanged, is sampled again (its output would be
+    the same); a repeat that runs anyway gets a note saying so. A first repeat of a
+    successful cell runs: after a refusal the local model re-runs its cell to see the
+    output again, then answers from it (the e2e region test: resampling that repeat made
+    it answer a bare total instead of the region). A small model that sees its own cell
+    repeated in the context repeats it more (the task suite's 1.5B model sent one failing
+    groupby four times in a row; `rlm run`'s own example got one cell sixteen times)."""
+
+    def on_reply(self, facts: Facts, reply: Reply) -> Resample | None:
+        if facts.native_tools or reply.tool_calls or facts.resamples >= RESAMPLES:
+            return None
+        calls = code_tool_calls(reply.content)
+        code = str(calls[0].arguments.get("code", "")).strip() if calls else ""
+        failed = facts.last_failed_code
+        if code and failed is not None and code == failed.strip():
+            return Resample("the reply's first cell repeats the cell that just failed",
+                            RESAMPLE_TEMPERATURE)
+        if code and facts.succeeded.get(code, 0) >= 2:
+            return Resample("the reply's first cell repeats a cell that already ran twice in "
+                            "this run", RESAMPLE_TEMPERATURE)
+        return None
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if cell.failed_again:
+            return REPEATED  # small models at temperature 0 can loop on one failing cell
+        return RAN_AGAIN if cell.runs_before else None
+
+
+class NoCodeNudge(Rule):
+    """A fenced-code model answering without code right after a failed or silent cell,
+    or before any cell of this run (rlm.agent.nudge.choose_nudge)."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        if not answer.without_code:
+            return None
+        nudge = choose_nudge(branch, native_tools=facts.native_tools, nudges=facts.nudges,
+                             has_data=facts.has_data, final=answer.source != "reply",
+                             cells_run=facts.cells, refused=facts.refused)
+        if nudge is None:
+            return None
+        return Refuse(nudge, f"the model answered without code {WHY[nudge]}; asked it to use a "
+                             "cell first", key=nudge, counts_as_nudge=True)
+
+
+class ErrorText(Rule):
+    """An answer that is the text of an error, once per run, for every model."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        what = error_text(answer.text)
+        if what is None or NUDGE_ERROR_TEXT in facts.refused:
+            return None
+        return Refuse(NUDGE_ERROR_TEXT.format(what=what[:80]),
+                      f"the model answered with an error message ({what[:80]}); asked it to fix "
+                      "its code instead", origin=None, key=NUDGE_ERROR_TEXT)
+
+
+class NotFound(Rule):
+    """A fenced-code model's text answer saying the data holds nothing, once per run while a
+    turn is left (rlm.agent.nudge.non_answer_refusal)."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        if answer.source not in ("text", "reply"):
+            return None
+        nudge = non_answer_refusal(answer.text, native_tools=facts.native_tools, turn=facts.turn,
+                                   limit=facts.max_turns, refused=facts.refused,
+                                   cells_run=facts.cells)
+        return None if nudge is None else Refuse(
+            nudge, "the model answered that nothing was found; asked it to look at the data",
+            key=NUDGE_NOT_FOUND)
+
+
+class Ungrounded(Rule):
+    """A fenced-code model's text answer stating figures or names no output of this run
+    shows, once per run while a turn is left (rlm.agent.nudge.ungrounded_refusal). Words
+    of any prompt of the session are the question's."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        if answer.source not in ("text", "reply"):
+            return None
+        nudge = ungrounded_refusal(answer.text, facts.outputs, native_tools=facts.native_tools,
+                                   turn=facts.turn, limit=facts.max_turns,
+                                   refused=facts.refused, prompt="\n".join(asked),
+                                   cells_run=facts.cells)
+        return None if nudge is None else Refuse(
+            nudge, "the model answered with something no output of this run shows; asked it "
+                   "to compute it first", key=NUDGE_UNGROUNDED)
+
+
+def default_rules() -> list[Rule]:
+    """The built-in rules in the order they are consulted."""
+    return [LastTurn(), RepeatedCell(), NoCodeNudge(), ErrorText(), NotFound(), Ungrounded()]

@@ -1,0 +1,242 @@
+"""Whether an accepted answer is verified: every claim it makes is shown by this run. Pure.
+
+A *claim* is a figure ("1000", "23.5%", "1,800") or a named entity ("N725MQ", "EV", "9E",
+"Lyon", "T-1": a capitalised word, a code, an all-caps token) the answer asserts. When an
+answer asserts neither, its content words are its claims ("bath", "date and category").
+Words and figures of any user prompt of the session are the question's, not claims, and
+so are function words ("the", "based", "overall").
+
+A claim is supported by a successful cell of this run whose output holds it (a figure at
+the answer's precision; a word as a whole token, case-insensitively), or, for
+`final(value)` / `final_var(name)`, by the value the kernel computed, unless the claim is
+a literal typed in a cell of this run (`final("42")`, `answer = "N725MQ, with 1000"`):
+typed claims are checked against the outputs like text. The same rule holds for
+fenced-code and native-tool models.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+# a figure: thousands separators, decimals, an optional percent sign; not part of a code
+# ("9E", "N725MQ", "2025-01-15" are words) nor of a dotted or hyphenated run
+_TOKEN = re.compile(
+    r"(?P<num>(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w-]|[.,]\d))(?P<pct>\s?%)?"
+    r"|(?P<word>[^\W_](?:[\w'-]*[^\W_])?)")
+# figures in outputs are read loosely (a superset: scientific notation, "1,2" as 1, 2 and 12)
+_OUT_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)*(?:[eE][-+]?\d+)?")
+MAX_RECORDED = 100  # claims listed in evidence / unverified_claims (all are checked)
+_ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)$", re.I)
+_PERCENT = re.compile(r"\bper ?cent\b", re.I)
+
+# function words and the vocabulary of answers about data: never a claim on their own
+STOPWORDS = frozenset("""
+a an the and or but nor so yet for of in on at to by with from into onto over under than
+then that this these those there their they them it its is are was were be been being am
+has have had do does did not no yes true false none null nan ok i we you he she his her
+our your which what who whom whose when where why how all any each every some most more
+less least many much few one two three per as if also only just about around approx
+approximately roughly nearly almost exactly total overall average mean median sum count
+number value values result results answer answers final output outputs data based here
+thus therefore hence so given shows show shown printed computed calculated found see
+according highest lowest largest smallest biggest greatest top bottom best worst first last
+max min maximum minimum amount amounts same other another both either neither such like
+while after before during since because between among within without via per cent percent
+record records row rows column columns table file files list item items entry entries
+category categories region regions city cities month months year years day days
+customer customers order orders vendor vendors station project badge code codes
+""".split())
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str  # as the answer wrote it
+    kind: str  # figure | name | word
+    value: float | None = None
+    decimals: int = 0
+    percent: bool = False
+
+    def key(self) -> str:
+        return self.text.lower()
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A successful cell of this run: its session entry id and the output the model saw."""
+
+    entry_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    verified: bool
+    why: str | None = None
+    # per claim (as written): the entry ids of the cell results that hold it
+    evidence: dict[str, list[str]] = field(default_factory=dict)
+    unverified_claims: list[str] = field(default_factory=list)
+
+
+def _figure(raw: str, pct: bool) -> tuple[float, int] | None:
+    digits = raw.replace(",", "")
+    try:
+        return float(digits), len(digits.split(".")[1]) if "." in digits else 0
+    except ValueError:
+        return None
+
+
+def question_vocabulary(prompts: list[str]) -> tuple[set[str], list[float]]:
+    """The words (lowercased) and figures of the session's prompts."""
+    words: set[str] = set()
+    figures: list[float] = []
+    for text in prompts:
+        for m in _TOKEN.finditer(text):
+            if m.group("word"):
+                words.add(_bare(m.group("word")).lower())
+            elif (f := _figure(m.group("num"), False)) is not None:
+                figures.append(f[0])
+    return words, figures
+
+
+def _bare(word: str) -> str:
+    return re.sub(r"'s$", "", word)
+
+
+def claims(answer: str, prompts: list[str]) -> list[Claim]:
+    """Every figure and named entity `answer` asserts that the prompts do not hold; its
+    content words when it asserts none."""
+    asked_words, asked_figures = question_vocabulary(prompts)
+    percent_words = bool(_PERCENT.search(answer))
+    strong: list[Claim] = []
+    words: list[Claim] = []
+    seen: set[str] = set()
+    for m in _TOKEN.finditer(answer):
+        if m.group("num"):
+            f = _figure(m.group("num"), bool(m.group("pct")))
+            if f is None or f[0] in asked_figures or m.group("num") in seen:
+                continue
+            seen.add(m.group("num"))
+            strong.append(Claim(m.group(0).replace(" ", ""), "figure", f[0], f[1],
+                                bool(m.group("pct")) or percent_words))
+            continue
+        word = _bare(m.group("word"))
+        low = word.lower()
+        if low in STOPWORDS or low in asked_words or low in seen or _ORDINAL.match(word):
+            continue
+        seen.add(low)
+        code = any(c.isdigit() for c in word) or (len(word) >= 2 and word.isupper())
+        if code or word[0].isupper():
+            strong.append(Claim(word, "name"))
+        else:
+            words.append(Claim(word, "word"))
+    return strong or words
+
+
+def _output_figures(text: str) -> list[float]:
+    out: list[float] = []
+    for m in _OUT_NUMBER.finditer(text):
+        raw = m.group(0)
+        for candidate in {raw.replace(",", ""), *raw.split(",")}:
+            try:
+                out.append(float(candidate))
+            except ValueError:
+                continue
+    return out
+
+
+def _output_words(text: str) -> set[str]:
+    return {_bare(m.group("word")).lower() for m in _TOKEN.finditer(text) if m.group("word")}
+
+
+def holds(claim: Claim, figures: list[float], words: set[str]) -> bool:
+    """`claim` is among an output's figures (at the answer's precision; a percent also as
+    a fraction) or words."""
+    if claim.kind != "figure" or claim.value is None:
+        return claim.key() in words
+    tol = 0.5 * 10 ** -claim.decimals + 1e-9
+    return any(abs(v - claim.value) <= tol or (claim.percent and abs(v * 100 - claim.value) <= tol)
+               for v in figures)
+
+
+def typed_literals(codes: list[str]) -> tuple[list[float], set[str]]:
+    """Figures and words the model typed as an answer in `codes`: every string literal
+    (f-string text included: `f"{top}, with 1000 flights"`) and the numbers passed
+    straight to final() or bound straight to a name (`final(42)`, `answer = 1000`), not
+    the numbers code computes with (`rows.append(3)`, `head(10)`). Code that does not
+    parse counts whole."""
+    parts: list[str] = []
+    for code in codes:
+        try:
+            tree = ast.parse(code)
+        except SyntaxError:
+            parts.append(code)
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                parts.append(node.value)
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in _FINALS:
+                parts.extend(_number(a) for a in node.args)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                parts.append(_number(node.value))
+    text = "\n".join(parts)
+    return _output_figures(text), _output_words(text)
+
+
+_FINALS = ("final", "final_var")
+
+
+def _number(node: ast.expr) -> str:
+    """The text of a number literal (`42`, `-1.5`), or ""."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return f"-{inner}" if inner else ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        return repr(node.value)
+    return ""
+
+
+def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
+           cells_run: int, last_cell_ok: bool | None, error_like: str | None = None,
+           final_entry: str | None = None) -> Verdict:
+    """Whether `answer` is verified by this run, with the evidence for each claim or the
+    claims nothing supports. `source` is final | final_var (a value from the kernel,
+    computed by the cell `final_entry`), or text | reply (written by the model); `codes`
+    are the cells this run executed; `prompts` every user prompt of the session."""
+    found = claims(answer, prompts)
+    read = [(s.entry_id, _output_figures(s.text), _output_words(s.text)) for s in shown]
+    evidence: dict[str, list[str]] = {}
+    for c in found:
+        evidence[c.text] = [entry for entry, figures, words in read if holds(c, figures, words)]
+    if source in ("final", "final_var") and final_entry is not None:
+        typed_figures, typed_words = typed_literals(codes)
+        for c in found:
+            if not evidence[c.text] and not holds(c, typed_figures, typed_words):
+                evidence[c.text] = [final_entry]  # computed in the kernel, not typed
+    missing = [c for c in found if not evidence[c.text]]
+    why = _why(missing, source=source, shown=shown, cells_run=cells_run,
+               last_cell_ok=last_cell_ok, error_like=error_like)
+    if why is None:  # what is recorded is bounded: an answer can be a whole table
+        return Verdict(True, None, dict(list(evidence.items())[:MAX_RECORDED]))
+    return Verdict(False, why, {},
+                   ([c.text for c in missing] or [c.text for c in found])[:MAX_RECORDED])
+
+
+def _why(missing: list[Claim], *, source: str, shown: list[Shown], cells_run: int,
+         last_cell_ok: bool | None, error_like: str | None) -> str | None:
+    if error_like:
+        return f"the answer reads like an error message ({error_like})"
+    if cells_run == 0 and source not in ("final", "final_var"):
+        return "no cell ran in this run: the answer was not checked by code"
+    if not shown and source not in ("final", "final_var"):
+        if last_cell_ok is False:
+            return "the last cell of this run failed: no successful output supports the answer"
+        return "no cell of this run succeeded: no output supports the answer"
+    if not missing:
+        return None
+    kinds = {"figure": "figures", "name": "names", "word": "words"}
+    groups = [f"{kinds[k]} ({', '.join(c.text for c in missing if c.kind == k)[:120]})"
+              for k in kinds if any(c.kind == k for c in missing)]
+    return f"the answer's {' and '.join(groups)} appear in no output of this run"

@@ -1,0 +1,147 @@
+"""An honest "verified" (issue 25): every figure and name an answer asserts is in the output
+of a successful cell of this run, or is the value `final()` computed; the same for
+fenced-code and native-tool models. Agents built through the composition root with
+`script:` models, real kernels; assertions on RunEnded, `--json`'s dict and the log."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlm.agent.session_run import RunResult
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.events import RunEnded
+from rlm.llm import get_llm
+from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.store import SessionStore
+
+KINDS = ("fenced", "native")
+
+
+def _script(kind: str, steps: list[tuple[str, str]]) -> list:
+    """The same transcript as each kind of model writes it: ("cell", code) | ("answer", text)."""
+    out: list = []
+    for what, text in steps:
+        if what == "cell":
+            out.append(f"```python\n{text}\n```" if kind == "fenced" else
+                       {"content": "", "tool_calls": [{"name": "python",
+                                                      "arguments": {"code": text}}]})
+        else:
+            out.append(f"FINAL({text})" if kind == "fenced" else text)
+    return out
+
+
+def _run(home, tmp_path, kind: str, steps: list[tuple[str, str]], prompt: str,
+         max_turns: int | None = None) -> tuple[RunEnded, RunResult, SessionStore]:
+    path = tmp_path / f"{kind}.json"
+    path.write_text(json.dumps(_script(kind, steps)))
+    spec = f"script:{path}"
+    config = Config(home=home, model=spec, cell_timeout=60, max_turns=max_turns)
+    llm = get_llm(spec, config)
+    if kind == "fenced":
+        llm.native_tools = False  # like the local model: fenced code, text FINAL
+    session = SessionStore.create(home, model=spec, task=prompt)
+    agent = build_agent(session, config, entry="run", llm=llm)
+    with agent:
+        events = list(agent.run(prompt))
+    end = [e for e in events if isinstance(e, RunEnded)][-1]
+    return end, RunResult.from_events(session, events), session
+
+
+def _cell_entries(session: SessionStore, holding: str) -> list[str]:
+    return [e.id for e in SessionStore.open(session.path).branch()
+            if isinstance(e, MessageEntry) and e.role == "tool" and holding in (e.cell or {}).get(
+                "shaped", "")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_literal_final_with_no_output_holding_it_is_unverified(_isolated_home, tmp_path, kind):
+    end, result, session = _run(_isolated_home, tmp_path, kind,
+                                [("cell", "x = 6 * 7"), ("cell", 'final("42")')], "6 times 7?")
+    assert end.final == "42" and end.verified is False
+    assert end.unverified_claims == ["42"] and "figures (42)" in end.why
+    out = result.to_json()
+    assert out["verified"] is False and out["unverified_claims"] == ["42"]
+    assert "evidence" not in out
+    final = [e for e in SessionStore.open(session.path).branch()
+             if isinstance(e, CustomEntry) and e.custom_type == "final"][-1]
+    assert final.data["verified"] is False and final.data["unverified_claims"] == ["42"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_computed_final_is_verified_with_its_cell_as_evidence(_isolated_home, tmp_path, kind):
+    end, result, session = _run(_isolated_home, tmp_path, kind,
+                                [("cell", "final(6 * 7)")], "6 times 7?")
+    cell = [e.id for e in SessionStore.open(session.path).branch()
+            if isinstance(e, MessageEntry) and e.role == "tool"]
+    assert end.verified is True and end.evidence == {"42": cell}
+    assert result.to_json()["evidence"] == {"42": cell}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_figures_of_which_one_no_output_holds_is_unverified(_isolated_home, tmp_path, kind):
+    end, _, _ = _run(_isolated_home, tmp_path, kind,
+                     [("cell", "print(575)"), ("answer", "575 of 1000 flights")],
+                     "How many flights?", max_turns=2)
+    assert end.verified is False and end.unverified_claims == ["1000"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_flights_case_a_count_no_cell_printed_is_unverified(_isolated_home, tmp_path, kind):
+    """Seen with the default model: the only cell printed N725MQ; the answer "N725MQ, with
+    1000 flights" (the true count is 575) was verified, exit 0."""
+    end, result, _ = _run(_isolated_home, tmp_path, kind,
+                          [("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")],
+                          "Which plane (tailnum) flew the most flights?", max_turns=2)
+    assert end.verified is False and end.unverified_claims == ["1000"]
+    assert "figures (1000)" in end.why and result.to_json()["unverified_why"] == end.why
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_short_code_printed_and_answered_is_verified(_isolated_home, tmp_path, kind):
+    """An answer `EV` whose cell printed `EV` was unverified: words under 3 characters
+    were never checked."""
+    end, result, session = _run(_isolated_home, tmp_path, kind,
+                                [("cell", "print('EV')"), ("answer", "EV")],
+                                "Which carrier had the most delayed flights?")
+    assert end.verified is True and end.evidence == {"EV": _cell_entries(session, "EV")}
+    assert result.to_json()["evidence"] == end.evidence
+
+
+def test_both_kinds_of_model_get_the_same_result_on_the_same_transcript(_isolated_home, tmp_path):
+    transcripts = [
+        ([("cell", "print('N725MQ', 575)"), ("answer", "N725MQ, with 575 flights")], 2),
+        ([("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")], 2),
+        ([("cell", "print({}['x'])"), ("cell", "print('west')"), ("answer", "west")], 3),
+        ([("cell", "print('x')"), ("cell", 'final("Lyon")')], 2),
+    ]
+    for i, (steps, turns) in enumerate(transcripts):
+        got = []
+        for kind in KINDS:
+            where = tmp_path / f"{i}"
+            where.mkdir(exist_ok=True)
+            end, _, _ = _run(_isolated_home, where, kind, steps, "Which one?", max_turns=turns)
+            got.append((end.final, end.verified, end.unverified_claims, sorted(end.evidence or {})))
+        assert got[0] == got[1], (steps, got)
+
+
+def test_rlm_run_json_gives_the_unverified_claims_and_exit_5(tmp_path, _isolated_home):
+    """The flights case through the real entry point: `--json` said `"verified": true`,
+    exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_script("native", [
+        ("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")])))
+    proc = subprocess.run([sys.executable, "-m", "rlm", "run", "Which plane flew the most?",
+                           "--model", f"script:{path}", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "RLM_HOME": str(_isolated_home)})
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert res["verified"] is False and res["unverified_claims"] == ["1000"]
+    assert "figures (1000)" in res["unverified_why"] and "evidence" not in res
