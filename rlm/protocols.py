@@ -55,6 +55,7 @@ class StartableExecutor(Executor, Protocol):
     def start(self) -> RestoreReport: ...
 
 
+@runtime_checkable
 class SessionLog(Protocol):
     """The append-only session log the loop writes to and projects context from."""
 

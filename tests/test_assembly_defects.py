@@ -219,7 +219,9 @@ def test_worker_never_marks_a_steered_tick_delivered_before_the_agent_takes_it(_
 
 # ----------------------------------------------------------------------- CLI defects
 def long_session(home: Path, n: int) -> SessionStore:
-    s = SessionStore.create(home, model="script:x", task="long")
+    model = home.parent / "long-session-model.json"  # `rlm compact` builds the session's
+    model.write_text("[]")  # model for its window: it must exist
+    s = SessionStore.create(home, model=f"script:{model}", task="long")
     for i in range(n):
         s.append(MessageEntry(message={"role": "user" if i % 2 else "assistant",
                                        "content": f"m{i}"}))

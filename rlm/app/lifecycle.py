@@ -119,14 +119,18 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
         agent.notices.extend(Notice(n, "info") for n in kernel_notes(agent.config))
 
 
-def check_start(config: Config) -> None:
+def check_start(config: Config, *, summary_only: bool = False) -> None:
     """What can be checked before a session exists, cheaply and offline: every model the
-    run names can run here (`preflight`), and the compaction settings fit the window the
+    run names can run here (`preflight`; `summary_only`: the model that writes the summary,
+    for `rlm compact`, which runs no turn), and the compaction settings fit the window the
     model will report when that is known without loading it (a script's, the local
     model's n_ctx, `--context-window`). Raises a one-line RlmError naming the fix."""
-    preflight(config.model, config)
-    for spec in {config.sub_model, config.compaction_model} - {None, "", config.model}:
-        preflight(spec, config)
+    if summary_only:
+        preflight(config.compaction_model or config.model, config)
+    else:
+        preflight(config.model, config)
+        for spec in {config.sub_model, config.compaction_model} - {None, "", config.model}:
+            preflight(spec, config)
     effective_settings(config, declared_window(config.model, config), strict=True)
 
 
@@ -214,7 +218,8 @@ class SessionRun:
     def _create(self, stack: contextlib.ExitStack) -> None:
         opts = self.options
         cfg = self.exact or opts.config(base=self.base)
-        check_start(cfg)  # a model that cannot run fails here, before a session exists
+        if self.entry != "child":  # a child's models were checked at its parent's start
+            check_start(cfg)  # a model that cannot run fails here, before a session exists
         opts = replace(opts, context=[str(Path(c).expanduser().resolve()) for c in opts.context],
                        notebook=str(Path(opts.notebook).resolve()) if opts.notebook else None)
         if cfg.snapshot_url and "snapshot_url" not in opts.overrides:  # from a config file:
@@ -248,7 +253,7 @@ class SessionRun:
         self.options = self.options.over(recorded_options(session))
         self.config = self.options.config(session, base=self.base)
         if self.build:
-            check_start(self._config())
+            check_start(self._config(), summary_only=self.entry == "compact")
         if self.entry != "compact":
             set_goal_given(session, self.options)
 
