@@ -10,7 +10,7 @@ import json
 
 from rlm.agent.context_files import load_context_files
 from rlm.agent.nudge import NUDGE_FAILED, error_text
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 from rlm.app import build_agent
 from rlm.cli.commands import EXIT_UNVERIFIED, exit_code
 from rlm.config import Config

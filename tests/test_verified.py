@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 from rlm.app import build_agent
 from rlm.config import Config
 from rlm.events import RunEnded

@@ -2,6 +2,6 @@
 composition root, `rlm.app` (`build_agent`, `run_task`)."""
 
 from rlm.agent.loop import Agent
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 
 __all__ = ["Agent", "RunResult"]

@@ -18,7 +18,6 @@ foreground run.
 
 from __future__ import annotations
 
-from rlm.agent.session_run import default_model
 from rlm.app.build import attach_compaction, compact_now, size_output_to_window
 from rlm.app.driving import ForegroundSchedules, drive, schedules_note
 from rlm.app.entries import (
@@ -44,6 +43,7 @@ from rlm.app.lifecycle import (
     run_child,
 )
 from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
+from rlm.llm.defaults import default_model
 
 __all__ = [
     "ENTRY_POINTS", "FEATURES", "GAPS", "AgentRunner", "ForegroundSchedules", "Gap",

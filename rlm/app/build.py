@@ -13,6 +13,7 @@ from rlm.agent.loop import Agent
 from rlm.agent.prompts import system_prompt
 from rlm.app.features import gap, refuse
 from rlm.app.options import RunOptions
+from rlm.compaction.branch import summarize_branch
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
@@ -25,7 +26,7 @@ from rlm.longrun.clock import Clock
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
 from rlm.protocols import BridgeHandler, SessionLog, StartableExecutor
 from rlm.session.context import build_messages
-from rlm.session.entries import CompactionEntry, MessageEntry
+from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
 
 def model_factory(config: Config) -> Callable[[str], LLM]:
@@ -156,3 +157,23 @@ def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntr
         kernel=agent.executor,
     )
 
+
+# budget for summarising an abandoned branch when the model's window is unknown
+DEFAULT_BRANCH_BUDGET = 16_000
+
+
+def move_to_branch(agent: Agent, leaf: str) -> Entry | None:
+    """Resume from an earlier entry: the work on the branch being left is summarised into
+    a branch_summary entry at the new position, so the model knows what was tried there."""
+    session = agent.session
+    old_leaf = session.leaf_id
+    session.get(leaf)  # a clear error for an unknown entry id, before anything moves
+    window = agent.context_window()
+    threshold = effective_settings(agent.config, window, strict=False).threshold
+    budget = threshold if threshold and threshold > 0 else DEFAULT_BRANCH_BUDGET
+    entry = None
+    if old_leaf is not None:
+        entry = summarize_branch(session, old_leaf, leaf, agent.compaction_llm(), budget)
+    if entry is None:
+        session.set_leaf(leaf)
+    return entry

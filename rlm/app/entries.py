@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from rlm.agent.loop import Agent
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 from rlm.app.inputs import attach_named_files, with_named_files
 from rlm.app.lifecycle import SessionRun
 from rlm.app.options import RunOptions

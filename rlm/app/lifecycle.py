@@ -30,12 +30,12 @@ from typing import Any
 
 from rlm.agent.loop import Agent
 from rlm.agent.recursion import TokenBudget
-from rlm.agent.session_run import move_to_branch
 from rlm.app.build import (
     attach_compaction,
     attach_longrun,
     kernel_factory,
     model_factory,
+    move_to_branch,
     size_output_to_window,
 )
 from rlm.app.driving import drive

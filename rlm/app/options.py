@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from rlm.agent.session_run import resolve_model
 from rlm.config import Config, load_config
+from rlm.llm.defaults import resolve_model
 from rlm.longrun import GoalManager
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry

@@ -25,7 +25,7 @@ from typing import TextIO
 from rlm import app
 from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer, input_summaries, print_json
 from rlm.errors import RlmError

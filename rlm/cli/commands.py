@@ -14,7 +14,7 @@ from typing import Any
 from rich.markup import escape
 
 from rlm import app
-from rlm.agent.session_run import RunResult
+from rlm.agent.result import RunResult
 from rlm.cli.common import open_readonly, options_from_args
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.config import load_config

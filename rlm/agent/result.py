@@ -1,38 +1,12 @@
-"""What a run needs around the loop: the default model, a run's result, moving to another
-branch. Building agents is the composition root's job (rlm.app)."""
+"""`RunResult`: what one run produced, read from its events (rlm run --json, run_task)."""
 
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from rlm.agent.loop import Agent
-from rlm.config import Config
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
 from rlm.protocols import SessionLog
-from rlm.session.entries import Entry
-
-# Provider keys and the model used when one is set but no model is configured.
-_KEY_DEFAULTS = (
-    ("OPENAI_API_KEY", "openai/gpt-4o-mini"),
-    ("ANTHROPIC_API_KEY", "anthropic/claude-3-5-haiku-latest"),
-    ("GEMINI_API_KEY", "gemini/gemini-2.0-flash"),
-    ("OPENROUTER_API_KEY", "openrouter/openai/gpt-4o-mini"),
-)
-
-
-def default_model() -> str:
-    """`local` unless a provider key is set; then that provider's small model."""
-    for key, model in _KEY_DEFAULTS:
-        if os.environ.get(key):
-            return model
-    return "local"
-
-
-def resolve_model(config: Config) -> Config:
-    return config if config.model else replace(config, model=default_model())
-
 
 TOKEN_KEYS = ("prompt", "completion", "total")
 
@@ -122,28 +96,3 @@ def _images(session: SessionLog, events: list[Event]) -> list[str]:
                 if mime.startswith("image/"):
                     out.append(str((session.dir / rel).resolve()))
     return out
-
-
-# budget for summarising an abandoned branch when the model's window is unknown
-DEFAULT_BRANCH_BUDGET = 16_000
-
-
-def move_to_branch(agent: Agent, leaf: str) -> Entry | None:
-    """Resume from an earlier entry: the work on the branch being left is summarised into
-    a branch_summary entry at the new position, so the model knows what was tried there."""
-    from rlm.compaction.branch import summarize_branch
-
-    session = agent.session
-    old_leaf = session.leaf_id
-    session.get(leaf)  # a clear error for an unknown entry id, before anything moves
-    from rlm.compaction.plan import effective_settings
-
-    window = agent.context_window()
-    threshold = effective_settings(agent.config, window, strict=False).threshold
-    budget = threshold if threshold and threshold > 0 else DEFAULT_BRANCH_BUDGET
-    entry = None
-    if old_leaf is not None:
-        entry = summarize_branch(session, old_leaf, leaf, agent.compaction_llm(), budget)
-    if entry is None:
-        session.set_leaf(leaf)
-    return entry
