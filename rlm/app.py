@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from rlm import trust
 from rlm.agent.context_files import (
     NAMED_FILE_LIMIT,
     describe_variables,
@@ -133,10 +134,11 @@ class RunOptions:
     # set as the session's goal when it is opened for this run; not recorded with the
     # options (the goal lives in its own entries, and a resume must not reset it)
     goal: str | None = None
+    refused: list[str] = field(default_factory=list, compare=False)  # trust.screen's lines
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["goal"]
+        del d["goal"], d["refused"]
         return d
 
     @classmethod
@@ -193,6 +195,7 @@ def record_options(session: SessionLog, options: RunOptions) -> None:
     if recorded is None or recorded.to_dict() != options.to_dict():
         session.append(CustomEntry(custom_type=RUN_OPTIONS, data=options.to_dict(),
                                    display=False, content=None))
+        trust.remember(session.id, session.dir, options.to_dict(), session.header.model)
 
 
 # --------------------------------------------------------------------------- sessions
@@ -238,7 +241,7 @@ def open_session(session_id: str, given: RunOptions | None = None, *,
     """Open a stored session; returns it with the effective options (given over recorded).
     `build_agent` records them (after moving to a `--from` branch) when they changed."""
     session = SessionStore.open(session_id, home or load_config().home, readonly=readonly)
-    options = (given or RunOptions()).over(recorded_options(session))
+    options = trust.merged(session, given or RunOptions(), recorded_options(session), load_config())
     return session, options
 
 
@@ -305,6 +308,7 @@ def build_agent(
     agent = Agent(session, config, executor=executor, llm=llm, llm_factory=llm_factory,
                   depth=depth, budget=budget)
     attach_all(agent, entry, options)
+    agent.notices.extend(Notice(line, "warning") for line in options.refused)
     if leaf and leaf != session.leaf_id:
         move_to_branch(agent, leaf)
     if entry in ("run", "chat", "resume", "worker"):  # the CLI's options travel with the run

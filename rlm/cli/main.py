@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rlm import __version__
@@ -138,6 +139,7 @@ EXAMPLES: dict[str, str] = {
     "stop": "rlm stop last",
     "ps": "rlm ps --json",
     "demo": "rlm demo --rows 1000 -o demo.ipynb",
+    "trust": "rlm trust ./rlm.toml",
 }
 SESSION_HELP = "session id, unique prefix or suffix of one, a session directory, or 'last' (default)"
 
@@ -212,6 +214,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="notebook path (default: in the session directory)")
     d.add_argument("--max-turns", type=int, default=8, help="turn limit (default 8)")
     d.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    tr = sub.add_parser("trust", help="allow a project's rlm.toml to set every setting")
+    tr.add_argument("path", nargs="?", default="rlm.toml",
+                    help="the config file to allow (default ./rlm.toml); its sha256 is "
+                         "recorded, so a changed file needs consent again")
     for name, parser in sub.choices.items():
         parser.epilog = f"example:\n  {EXAMPLES[name]}"
     return p
@@ -246,9 +252,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         "export": commands.cmd_export,
         "compact": commands.cmd_compact,
         "demo": commands.cmd_demo,
+        "trust": _cmd_trust,
         **longrun_cli.COMMANDS,
     }
     return table[args.command](args)
+
+
+def _cmd_trust(args: argparse.Namespace) -> int:
+    """`rlm trust [PATH]`: the user allows that file's exact bytes (rlm.trust)."""
+    from rlm import trust
+
+    try:
+        print(trust.allow_file(Path(args.path)))
+    except FileNotFoundError as e:
+        raise RlmError(f"{e}; give the path of the rlm.toml to allow") from None
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
