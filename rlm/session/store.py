@@ -679,6 +679,11 @@ def list_sessions(home: Path | None = None) -> list[SessionInfo]:
             problem = f"corrupt header ({_reason(e)})"
         except OSError:
             continue  # gone, or not a regular file: not a session
+        if problem is None:
+            try:  # a FIFO or symlinked lock, a symlinked snapshot/: listed with the reason
+                check_session_layout(path.parent)
+            except SessionError as e:
+                problem = str(e)
         if problem is not None:  # listed, so it does not vanish; `rlm log` gives the detail
             out.append(SessionInfo(id=path.parent.name, path=path, model="", task=None,
                                    created=_mtime(path), parent_session=None, problem=problem))
