@@ -223,3 +223,41 @@ def test_every_run_says_which_config_files_it_read(tmp_path):
     (tmp_path / "rlm.toml").unlink()
     out = rlm("run", "hi", "--model", s, cwd=tmp_path, check=False)
     assert "config: no file" in out.stdout + out.stderr
+
+
+# ------------------------------------------------------------------ item 8, small ones
+@pytest.mark.parametrize("flag", ["--cell-timeout", "--max-wall", "--max-depth",
+                                  "--token-budget", "--context-window", "--reserve-tokens"])
+def test_minus_one_is_refused_not_taken_for_the_default(flag, capsys):
+    from rlm.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args(["run", "hi", flag, "-1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and "'-1' must be" in err and "leave the flag out" in err
+
+
+def test_bidi_overrides_never_reach_the_terminal():
+    from rlm.cli.render import terminal_safe
+
+    shown = terminal_safe("invoice_\u202egpj.exe and \u2066x\u2069 \u200fy")
+    assert shown == "invoice_gpj.exe and x y"
+
+
+def test_the_kernel_gets_no_name_the_secret_list_holds(monkeypatch, tmp_path):
+    from rlm.config import Config
+    from rlm.kernel.runtime import kernel_env
+    from rlm.secrets import SECRET_ENV_SUFFIXES
+
+    held = ("WATSONX_APIKEY", "LANGFUSE_SECRET_KEY", "GITHUB_PRIVATE_KEY", "OPENAI_API_KEY",
+            "HF_TOKEN", "MY_SECRET")
+    passed = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "DB_PASSWORD")
+    for name in held + passed:
+        monkeypatch.setenv(name, "value-0123456789")
+    env = kernel_env(tmp_path, Config(home=tmp_path))
+    assert [n for n in held if n in env] == []
+    assert all(n in env for n in passed)
+    secretish = [k for k in env if k.upper().endswith(SECRET_ENV_SUFFIXES)
+                 and "PASS" not in k.upper() and k not in passed]
+    assert secretish == []

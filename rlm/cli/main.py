@@ -26,28 +26,28 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compaction-model", help="model that writes summaries (default: --model)")
     g.add_argument("--max-turns", type=_limit_int, help="turn limit ('unlimited' for none; default 30)")
     g.add_argument("--max-tokens", type=_limit_int, help="token limit for this run")
-    g.add_argument("--max-wall", type=float, dest="max_wall_s", help="wall-clock limit in seconds")
-    g.add_argument("--cell-timeout", type=float, help="seconds before a cell is interrupted (default 300)")
+    g.add_argument("--max-wall", type=_seconds, dest="max_wall_s", help="wall-clock limit in seconds")
+    g.add_argument("--cell-timeout", type=_seconds, help="seconds before a cell is interrupted (default 300)")
     g.add_argument("--memory-cap", type=_bytes, dest="memory_cap_bytes",
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
-    g.add_argument("--max-depth", type=int, help="rlm_query depth limit (default 1)")
+    g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action="store_const", const=True,
                    help="kernel in its own user + network namespace: no network, no access "
                         "to the host's memory or environment (Linux, unshare)")
     g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")
-    g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
+    g.add_argument("--token-budget", type=_whole(1), help="token budget for the whole rlm_query tree")
     g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
                    help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
                         "file:///path (credentials from the environment; default: the "
                         "session directory)")
     c = p.add_argument_group("compaction")
-    c.add_argument("--context-window", type=int, help="model context window in tokens")
-    c.add_argument("--reserve-tokens", type=int,
+    c.add_argument("--context-window", type=_whole(1), help="model context window in tokens")
+    c.add_argument("--reserve-tokens", type=_whole(0),
                    help="tokens kept free for the reply; compaction starts before they are used")
-    c.add_argument("--keep-recent-tokens", type=int,
+    c.add_argument("--keep-recent-tokens", type=_whole(0),
                    help="recent tokens compaction keeps verbatim (older ones are summarised)")
     c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False,
                    help="never summarise old turns (the run stops at the window instead)")
@@ -73,6 +73,38 @@ def _limit_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 (or 'unlimited')")
     return value
+
+
+def _seconds(text: str) -> float:
+    """Seconds > 0. A negative value is refused here: -1 is not "unlimited" for these
+    flags, and the run options would otherwise take it for "not given" (the default)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds > 0 "
+                                         "(leave the flag out for the default)")
+    return value
+
+
+def _whole(low: int) -> Callable[[str], int]:
+    """A whole number >= low (see `_seconds` for why -1 is refused)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {low} (leave the "
+                                             "flag out for the default)")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its error
+    return parse
 
 
 def _snapshot_url(text: str) -> str:

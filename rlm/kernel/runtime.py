@@ -31,15 +31,19 @@ from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.kernel.state import check_snapshot_url, snapshot_location
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
-from rlm.secrets import scrub_session
+from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
 
-# Model-provider credentials never enter the kernel. Data-access credentials do, on
-# purpose: the kernel is the user's data environment (pd.read_csv("s3://..."), SQL), so
-# AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and *_PASSWORD pass through;
+# Model-provider credentials never enter the kernel: every name rlm.secrets counts as a
+# secret (…_KEY, …_APIKEY, …_TOKEN, …_SECRET: WATSONX_APIKEY, LANGFUSE_SECRET_KEY,
+# *_PRIVATE_KEY) is held back. Data-access credentials pass, on purpose: the kernel is
+# the user's data environment (pd.read_csv("s3://..."), SQL), so AWS_ACCESS_KEY_ID/
+# AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and *_PASSWORD pass through;
 # Config.kernel_env_pass names more (e.g. a database token). The session log redacts any
 # secret-looking value a cell prints anyway (rlm.secrets).
-_SECRET_ENV = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.IGNORECASE)
-_DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
+_SECRET_ENV = re.compile(
+    "(" + "|".join(re.escape(s) for s in SECRET_ENV_SUFFIXES if "PASS" not in s) + ")$",
+    re.IGNORECASE)
+_DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_SECRET_ACCESS_KEY"})
 _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
 
 
