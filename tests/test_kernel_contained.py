@@ -150,19 +150,45 @@ def call(code: str) -> dict:
     return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
-@pytest.mark.parametrize("sandbox", [False, True])
-def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox):
+def _as_nobody(argv: list[str], env: dict[str, str], base: Path) -> list[str]:
+    """argv as nobody with the system interpreter and this venv's packages (the venv's
+    own interpreter may sit under root's 0700 home); `base` made world-writable."""
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
+        pytest.skip("needs root, setpriv and the system python to run as nobody")
+    for path in (base, *base.rglob("*")):
+        os.chmod(path, 0o777 if path.is_dir() else 0o666)
+    env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HOME=str(base),
+               RLM_HOME=str(base / "home"), XDG_CONFIG_HOME=str(base / "xdg"),
+               XDG_CACHE_HOME=str(base / "cache"), RLM_MODEL_CACHE=str(base / "models"))
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, *argv[1:]]
+
+
+@pytest.mark.parametrize("sandbox, user", [(False, "me"), (True, "me"), (False, "nobody"),
+                                           (True, "nobody")])
+def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox, user):
     if sandbox and not sandbox_available():
         pytest.skip("no user namespaces here")
-    pidfile, marker = tmp_path / "child.pid", tmp_path / "MARKER"
-    model = tmp_path / "s.json"
+    base = Path(tempfile.mkdtemp(prefix="rlm-setsid-")) if user == "nobody" else tmp_path
+    try:
+        _setsid_case(base, sandbox, user)
+    finally:
+        if user == "nobody":
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
+    pidfile, marker = base / "child.pid", base / "MARKER"
+    model = base / "s.json"
     model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile),
                                                          marker=str(marker))),
                                  call("final('done')")]))
     args = ["run", "go", "--model", f"script:{model}", "--json"] + (["--sandbox"] if sandbox else [])
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=240)
+    argv = [sys.executable, "-P", "-m", "rlm", *args]
+    if user == "nobody":
+        argv = _as_nobody(argv, env, base)
+    proc = subprocess.run(argv, cwd=base, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     pid = int(pidfile.read_text())
     try:
