@@ -72,6 +72,19 @@ def test_a_sandboxed_cell_cannot_write_the_log_the_config_or_the_lock(tmp_path, 
 
 
 @needs_sandbox
+def test_a_session_outside_rlm_home_is_read_only_too(tmp_path, _isolated_home):
+    session = tmp_path / "elsewhere" / "s1"  # `rlm resume ./elsewhere/s1`
+    session.mkdir(parents=True)
+    (session / "session.jsonl").write_text("{}\n")
+    paths = [str(session / "session.jsonl"), str(session / "worker.lock")]
+    with Kernel(session, Config(home=_isolated_home, cell_timeout=60, sandbox=True)) as k:
+        assert k.execute(WRITES.format(targets=paths)).shaped.strip() == "EROFS EROFS"
+        k.execute("kept = 1")  # its snapshot still works
+    assert (session / "session.jsonl").read_text() == "{}\n"
+    assert any((session / "snapshot").iterdir())
+
+
+@needs_sandbox
 def test_the_control_an_unsandboxed_cell_can(tmp_path, _isolated_home):
     session = _isolated_home / "sessions" / "s1"
     session.mkdir(parents=True)

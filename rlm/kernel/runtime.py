@@ -120,7 +120,8 @@ def sandbox_binds(config: Config, session_dir: Path | None) -> list[str]:
     out: list[str] = []
     for path in rw:
         out += ["--rw", str(path)]
-    for path in trust.protected_paths(config.home):
+    # the session dir itself too: one given as a path may live outside $RLM_HOME
+    for path in trust.protected_paths(config.home, [session_dir] if session_dir else []):
         out += ["--ro", str(path)]
     return out
 
