@@ -46,13 +46,20 @@ from typing import Any
 
 import platformdirs
 
-from rlm.paths import APP_NAME, PRIVATE_FILE, private_dir, write_private_atomic
+from rlm.paths import APP_NAME, PRIVATE_FILE, write_private_atomic
 
 # Config overrides a command line can set that decide what runs or what the kernel sees.
 SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model")
 # Config fields only the user's config or environment may set: never taken from a record.
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
 RUN_FLAGS = ("autonomous", "gate")
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create one of the user's own config dirs (owner-only when made here). Unlike
+    `paths.private_dir` a symlink is fine: dotfile managers link ~/.config/rlm."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
 
 
 def config_dir() -> Path:
@@ -93,8 +100,11 @@ def remember(session_id: str, session_dir: Path | None, options: dict[str, Any],
     record = {"session": session_id, "dir": _where(session_dir),
               "options": security_subset(options, header_model)}
     path = _record_path(session_dir)
-    private_dir(path.parent)
-    write_private_atomic(path, json.dumps(record, sort_keys=True).encode())
+    try:
+        ensure_dir(path.parent)
+        write_private_atomic(path, json.dumps(record, sort_keys=True).encode())
+    except OSError:
+        pass  # a read-only config dir: the next open judges against the user's config (safe)
 
 
 def remembered(session_id: str, session_dir: Path | None) -> dict[str, Any] | None:
@@ -295,7 +305,7 @@ def allow_file(path: Path) -> str:
     consents = _consents()
     consents[str(path)] = sha256_of(data)
     target = _consent_path()
-    private_dir(target.parent)
+    ensure_dir(target.parent)
     write_private_atomic(target, json.dumps(consents, indent=1, sort_keys=True).encode())
     return f"allowed {path} (sha256 {consents[str(path)][:12]}...); a change to it needs `rlm trust` again"
 
@@ -314,4 +324,4 @@ def protected_paths(home: Path, extra: Iterable[Path] = ()) -> list[Path]:
     if explicit:
         out.append(Path(explicit))
     out.extend(extra)
-    return out
+    return [p.resolve() for p in out]  # a linked dir is protected where it really is

@@ -110,7 +110,7 @@ def check_sandbox() -> None:
 def sandbox_binds(config: Config, session_dir: Path | None) -> list[str]:
     """The sandbox launcher's `--rw`/`--ro` arguments: what a sandboxed kernel may write
     under the paths it sees read-only (rlm.trust.protected_paths)."""
-    private_dir(trust.config_dir())  # exists, so a cell cannot create it with records
+    trust.ensure_dir(trust.config_dir())  # exists, so a cell cannot create it with records
     rw: list[Path] = []
     if session_dir is not None:
         rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime", "artifacts")]

@@ -52,11 +52,11 @@ def enter(ro: list[str], rw: list[str]) -> None:
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
     _mount(None, "/", MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host
-    for path in rw:
-        if os.path.isdir(path) and not os.path.islink(path):
+    for path in map(os.path.realpath, rw):
+        if os.path.isdir(path):
             _mount(path, path, MS_BIND | MS_REC)
-    for path in ro:
-        if not os.path.exists(path) or os.path.islink(path):
+    for path in map(os.path.realpath, ro):  # a linked dir: protected where it really is
+        if not os.path.exists(path):
             continue
         _mount(path, path, MS_BIND | MS_REC)
         kept = os.statvfs(path).f_flag
