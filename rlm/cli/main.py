@@ -33,8 +33,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
     g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action="store_const", const=True,
-                   help="kernel in its own user + network namespace: no network, no access "
-                        "to the host's memory or environment (Linux, unshare)")
+                   help="kernel in its own user, mount and network namespaces: no network, "
+                        "no access to the host's memory or environment, $RLM_HOME and your "
+                        "rlm config read-only (Linux)")
     g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")
