@@ -322,7 +322,7 @@ class SessionStore:
     def _write(self, line: bytes) -> None:
         if self._fd is None:
             assert self.path is not None
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)  # never via a link
         st = os.fstat(self._fd)
         if st.st_nlink == 0:  # unlinked under us (the directory removed): writes would vanish
             raise SessionGone(Path(str(self.path)).parent)
@@ -523,7 +523,7 @@ def _whole_object(tail: bytes) -> bool:
 
 def _terminate(path: Path) -> None:
     """Write the missing newline after a whole last entry, so the next append starts a line."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, b"\n")
         os.fsync(fd)
@@ -547,7 +547,7 @@ def _move_torn_tail(path: Path, cut: int) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     aside = path.with_name(f"{path.name}.torn-{stamp}")
     write_private_atomic(aside, torn)
-    fd = os.open(path, os.O_WRONLY)
+    fd = open_regular(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, cut)
         os.fsync(fd)
