@@ -179,9 +179,12 @@ def screen(recorded: dict[str, Any] | None, *, session_id: str, session_dir: Pat
     for key in SECURITY_FLAGS:
         if key not in overrides or key in given_over:
             continue
-        baseline = record.get(key) if record is not None else _user_value(key, user_config)
-        if record is None and baseline is None and key.endswith("model"):
-            continue  # no record, no model of the user's: the session's own (its header's)
+        if record is not None and key in record:
+            baseline = record[key]  # what the host recorded from a command line
+        else:  # not recorded by the host: the user's own config (or the default)
+            baseline = _user_value(key, user_config)
+            if record is None and baseline is None and key.endswith("model"):
+                continue  # no record, no model of the user's: the session's own (its header's)
         if _looser(key, overrides[key], baseline):
             refuse(key, overrides.pop(key), baseline)
             if baseline is not None:

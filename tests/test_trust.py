@@ -261,3 +261,17 @@ def test_the_kernel_gets_no_name_the_secret_list_holds(monkeypatch, tmp_path):
     secretish = [k for k in env if k.upper().endswith(SECRET_ENV_SUFFIXES)
                  and "PASS" not in k.upper() and k not in passed]
     assert secretish == []
+
+
+def test_a_forged_sandbox_false_cannot_beat_the_users_config_either(tmp_path, _isolated_home):
+    """The host's record has no sandbox key (the run gave no --sandbox); the user's
+    config.toml says sandbox = true: a recorded `sandbox: false` override would win over
+    the config, so it is refused too."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text("sandbox = true\n")
+    session, _ = _session(tmp_path)
+    session.close()
+    forge(session.path, overrides={"sandbox": False})
+    _, options = app.open_session(session.id)
+    assert any(line.startswith("refused sandbox") for line in options.refused)
+    assert options.config().sandbox is True
