@@ -208,6 +208,9 @@ def test_notebook_magic(tmp_path):
     toml = tmp_path / "rlm.toml"
     toml.write_text("context_window = 4000\nreserve_tokens = 1000\nkeep_recent_tokens = 20\n"
                     f"compaction_model = {summaries(tmp_path)!r}\n")
+    from rlm import trust
+
+    trust.allow_file(toml)  # `rlm goal` below reads it as ./rlm.toml: a script: model path
     home = tmp_path / "home"
     env = {**os.environ, "RLM_HOME": str(home), "RLM_CONFIG": str(toml),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
