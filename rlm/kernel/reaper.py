@@ -12,6 +12,10 @@ both in the host:
   starts); at stop the host kills the kernel's descendants and every descendant of its
   own that carries that kernel's mark, then reaps them.
 
+Side effect: an orphan re-parented to the host that exits on its own stays a zombie of
+the host until the host exits (it holds no resources but a pid; reaping unknown children
+could steal an exit status a `Popen` of the host is waiting for).
+
 Not covered: a descendant that both detaches and clears its environment before the stop
 (documented in docs/architecture.md); use `--sandbox`, where it still cannot write the
 session log, `$RLM_HOME` or the user's config (rlm.kernel.sandbox).
