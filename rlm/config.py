@@ -3,6 +3,15 @@
 TOML file: $RLM_CONFIG, else ./rlm.toml, else $RLM_HOME/config.toml; keys are the field
 names below (e.g. `model = "openai/gpt-4o-mini"`, `cell_timeout = 120`).
 Env: RLM_MODEL, RLM_SUB_MODEL, RLM_COMPACTION_MODEL, RLM_HOME.
+
+Trust (rlm.trust): `$RLM_CONFIG` and `$RLM_HOME/config.toml` are the user's own. A
+working-directory `rlm.toml` is a project's: it may set only `PROJECT_SAFE` settings
+(model choice, limits, compaction); anything that changes what runs or what the kernel
+sees (kernel_python, kernel_env_pass, home, kernel, snapshot_url, ...) is refused unless
+the user allowed that file's exact bytes with `rlm trust [PATH]`. RLM_HOME wins over a
+file's `home`, and a file's `home` must be under the user's home directory (a root run
+must not write /etc/sessions because a file said so); set RLM_HOME for anywhere else.
+`files_read()` names the files the last `load_config` read (the run header shows it).
 """
 
 from __future__ import annotations
@@ -15,6 +24,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from rlm import trust
 from rlm.errors import ConfigError
 from rlm.paths import rlm_home
 
@@ -231,17 +241,62 @@ _ENV = {
 }
 
 
-def _config_file() -> Path | None:
+PROJECT_FILE = "rlm.toml"
+# What a working-directory rlm.toml may set without `rlm trust`: choices and limits that
+# change neither what runs on the host nor what the kernel sees.
+PROJECT_SAFE = frozenset({
+    "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
+    "temperature", "cell_timeout", "interrupt_grace_s", "output_budget_chars",
+    "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
+    "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
+    "batch_concurrency", "worker_idle_exit_s",
+})
+_FILES_READ: list[str] = []
+
+
+def files_read() -> list[str]:
+    """The config files the last `load_config` read, each with how it was taken."""
+    return list(_FILES_READ)
+
+
+def _config_file() -> tuple[Path, bool] | None:
+    """The config file to read and whether it is the user's own (else a project's)."""
     explicit = os.environ.get("RLM_CONFIG")
     if explicit:
         p = Path(explicit)
         if not p.is_file():
             raise ConfigError(f"RLM_CONFIG points at {p}, which does not exist")
-        return p
-    for p in (Path("rlm.toml"), rlm_home() / "config.toml"):
-        if p.is_file():
-            return p
-    return None
+        return p, True
+    project = Path(PROJECT_FILE)
+    if project.is_file():
+        return project, False
+    own = rlm_home() / "config.toml"
+    return (own, True) if own.is_file() else None
+
+
+def _model_names_a_file(value: Any) -> bool:
+    return isinstance(value, str) and (value.startswith("script:") or value.startswith("local:"))
+
+
+def _project_refusals(path: Path, data: dict[str, Any]) -> list[str]:
+    """The settings an un-allowed project file may not set."""
+    out = [k for k in data if k not in PROJECT_SAFE and not (k == "sandbox" and data[k] is True)]
+    # a model spec that makes the host read a file (script:PATH, local:PATH.gguf)
+    out += [k for k in ("model", "sub_model", "compaction_model") if _model_names_a_file(data.get(k))]
+    return sorted(set(out))
+
+
+def _home_from_file(path: Path, value: Path) -> Path | None:
+    """A file's `home`: None when RLM_HOME is set (the environment wins); refused
+    outside the user's home directory."""
+    if os.environ.get("RLM_HOME"):
+        return None
+    home = (path.parent / value.expanduser()).resolve()
+    mine = Path.home().resolve()
+    if home != mine and mine not in home.parents:
+        raise ConfigError(f"{path}: home = {str(value)!r} is outside your home directory "
+                          f"({mine}); set RLM_HOME={home} to use it")
+    return home
 
 
 _KINDS: dict[str, tuple[type, ...]] = {}
@@ -279,17 +334,37 @@ def _checked(path: Path, name: str, value: Any) -> Any:
 def load_config(**flags: Any) -> Config:
     """Defaults < TOML file < env < flags (None flags are ignored)."""
     cfg = Config()
-    path = _config_file()
-    if path is not None:
+    _FILES_READ.clear()
+    found = _config_file()
+    if found is not None:
+        path, own = found
+        raw = trust.read_regular(path, limit=1 << 20)
         try:
-            data = tomllib.loads(path.read_text())
-        except (OSError, tomllib.TOMLDecodeError) as e:
+            if raw is None:
+                raise OSError("not a regular file you can read")
+            data = tomllib.loads(raw.decode())
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"{path}: cannot read config ({e}); fix the file or remove it") from e
         known = {f.name: f for f in fields(Config)}
         unknown = sorted(set(data) - set(known))
         if unknown:
             raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-        cfg = replace(cfg, **{k: _checked(path, k, v) for k, v in data.items()})
+        allowed = own or trust.allowed(path, raw)
+        refused = [] if allowed else _project_refusals(path, data)
+        if refused:
+            raise ConfigError(
+                f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
+                f"sees; allow this file with `rlm trust {path}` (records its sha256) or remove "
+                f"the setting(s)")
+        values = {k: _checked(path, k, v) for k, v in data.items()}
+        if "home" in values:
+            file_home = _home_from_file(path, values.pop("home"))
+            if file_home is not None:
+                values["home"] = file_home
+        cfg = replace(cfg, **values)
+        how = ("your config" if own else "project file, allowed by `rlm trust`" if allowed
+               else "project file: harmless settings only")
+        _FILES_READ.append(f"{path.resolve()} ({how})")
     env: dict[str, Any] = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)

@@ -55,10 +55,45 @@ def model_cache() -> Path:
 
 
 def private_dir(path: Path) -> Path:
-    """Create `path` (and parents) and make it owner-only."""
+    """Create `path` (and parents) and make it owner-only. A symlink at `path` is refused
+    (never chmodded or written through): a copied session's `snapshot -> /etc` must not
+    make rlm change /etc."""
     path.mkdir(parents=True, exist_ok=True, mode=PRIVATE_DIR)
-    os.chmod(path, PRIVATE_DIR)
+    if os.path.islink(path):
+        raise SessionError(f"{path} is a symbolic link; rlm does not follow links where it "
+                           "writes (a copied directory could point anywhere): remove it")
+    os.chmod(path, PRIVATE_DIR, follow_symlinks=False)
     return path
+
+
+# What a session directory holds (rlm.session.store, rlm.longrun, kernel_ext.snapshot):
+# each must be what it says, never a symlink, FIFO or device.
+SESSION_DIRS = ("snapshot", "runtime", "artifacts", "children", "worker-inbox")
+SESSION_FILES = ("session.jsonl", "worker.lock", "worker.json", "worker-events.jsonl",
+                 "worker.log", "scheduled-jobs.json", ".lock", ".scrubbed")
+
+
+def check_session_layout(folder: Path) -> None:
+    """Refuse a session directory whose known entries are symlinks or of the wrong kind
+    (a FIFO `worker.lock` would hang every reader; a symlinked one would be truncated
+    through the link). One line naming the entry and the fix."""
+    import stat as st_
+
+    for name in SESSION_DIRS + SESSION_FILES:
+        try:
+            mode = os.lstat(folder / name).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise SessionError(f"cannot check {folder / name}: {e.strerror}") from None
+        want_dir = name in SESSION_DIRS
+        ok = st_.S_ISDIR(mode) if want_dir else st_.S_ISREG(mode)
+        if not ok:
+            what = "a symbolic link" if st_.S_ISLNK(mode) else ("not a directory" if want_dir
+                                                               else "not a regular file")
+            raise SessionError(f"{folder / name} is {what}; rlm refuses it (a copied session "
+                               "could point it at any file or block readers): remove it, "
+                               "or use a session you made")
 
 
 def sessions_path(home: Path | None = None) -> Path:

@@ -254,6 +254,9 @@ def test_notebook_magic(tmp_path):
     s = script(tmp_path, "s.json", scenario(goal=True, crash=False))
     toml = tmp_path / "rlm.toml"
     toml.write_text(f"compaction_model = {summaries(tmp_path)!r}\n")
+    from rlm import trust
+
+    trust.allow_file(toml)  # `rlm goal` below reads it as ./rlm.toml: a script: model path
     home = tmp_path / "home"
     env = {**os.environ, "RLM_HOME": str(home), "RLM_CONFIG": str(toml),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}

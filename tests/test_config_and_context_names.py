@@ -9,6 +9,7 @@ from kernel_ext.describe import describe_value
 from rlm.agent.context_files import variable_name
 from rlm.config import load_config
 from rlm.errors import ConfigError
+from rlm.paths import rlm_home
 
 
 def test_precedence(tmp_path, monkeypatch):
@@ -49,8 +50,13 @@ def test_wrong_value_types_are_caught_at_load(tmp_path):
     with pytest.raises(ConfigError, match="compaction_enabled"):
         load_config()
     (tmp_path / "rlm.toml").write_text('cell_timeout = 30\nhome = "h"\nkernel_env_pass = ["A_TOKEN"]\n')
-    cfg = load_config()
-    assert cfg.cell_timeout == 30 and cfg.home == Path("h") and cfg.kernel_env_pass == ("A_TOKEN",)
+    with pytest.raises(ConfigError, match="sets home, kernel_env_pass.*rlm trust"):
+        load_config()  # a project file: consent first (tests/test_trust.py)
+    from rlm import trust
+
+    trust.allow_file(tmp_path / "rlm.toml")
+    cfg = load_config()  # RLM_HOME (set for every test) wins over the file's home
+    assert cfg.cell_timeout == 30 and cfg.home == rlm_home() and cfg.kernel_env_pass == ("A_TOKEN",)
 
 
 def test_a_long_text_is_described_with_a_short_preview_and_how_to_search_it():

@@ -23,7 +23,7 @@ LAYERS: list[tuple[str, int]] = [
     ("rlm.llm", 2),
     ("rlm.kernel", 1),
     ("rlm.config", 0), ("rlm.errors", 0), ("rlm.paths", 0), ("rlm.events", 0),
-    ("rlm.secrets", 0), ("rlm.prompts", 0),
+    ("rlm.secrets", 0), ("rlm.prompts", 0), ("rlm.trust", 0),
 ]
 
 

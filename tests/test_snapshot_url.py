@@ -118,6 +118,9 @@ def test_a_url_from_the_config_file_is_pinned_to_the_session(tmp_path, monkeypat
 
     (tmp_path / "s.json").write_text(json.dumps(["done"]))
     (tmp_path / "rlm.toml").write_text(f'snapshot_url = "file://{tmp_path}/snaps"\n')
+    from rlm import trust
+
+    trust.allow_file(tmp_path / "rlm.toml")  # a project file sets it only with consent
     with app.SessionRun.new("run", "t", app.RunOptions(
             overrides={"model": f"script:{tmp_path}/s.json"}), build=False) as run:
         assert run.session is not None

@@ -10,26 +10,29 @@ from __future__ import annotations
 import builtins
 import keyword
 import re
+import unicodedata
 from pathlib import Path
 from typing import Any
 
 from rlm.errors import ConfigError
 from rlm.session.entries import CustomEntry
 
+# Each loader binds only its target name: modules come from `__import__(...)` inside the
+# expression, so nothing else in the user's namespace is bound or deleted (a loader
+# that did `import pandas as _pd ... del _pd` removed a `_pd` the user had).
 _LOADERS = {
-    ".csv": "import pandas as _pd\n{name} = _pd.read_csv({path!r})\ndel _pd\n",
-    ".tsv": "import pandas as _pd\n{name} = _pd.read_csv({path!r}, sep='\\t')\ndel _pd\n",
-    ".parquet": "import pandas as _pd\n{name} = _pd.read_parquet({path!r})\ndel _pd\n",
-    ".json": "import json as _j\nwith open({path!r}) as _f:\n    {name} = _j.load(_f)\ndel _j, _f\n",
+    ".csv": "{name} = __import__('pandas').read_csv({path!r})\n",
+    ".tsv": "{name} = __import__('pandas').read_csv({path!r}, sep='\\t')\n",
+    ".parquet": "{name} = __import__('pandas').read_parquet({path!r})\n",
+    ".json": "{name} = __import__('json').loads(__import__('pathlib').Path({path!r}).read_bytes())\n",
 }
 _TEXT = (
-    "with open({path!r}, 'rb') as _f:\n    {name} = _f.read()\ndel _f\n"
+    "{name} = __import__('pathlib').Path({path!r}).read_bytes()\n"
     "try:\n    {name} = {name}.decode('utf-8')\nexcept UnicodeDecodeError:\n    pass\n"
 )
 # JSON Lines: one record per line, a table like a CSV (text when a line is not JSON)
-_LINES = ("import pandas as _pd\ntry:\n    {name} = _pd.read_json({path!r}, lines=True)\n"
-          "except ValueError:\n" + "".join("    " + line + "\n" for line in _TEXT.splitlines())
-          + "del _pd\n")
+_LINES = ("try:\n    {name} = __import__('pandas').read_json({path!r}, lines=True)\n"
+          "except ValueError:\n" + "".join("    " + line + "\n" for line in _TEXT.splitlines()))
 _LOADERS[".jsonl"] = _LOADERS[".ndjson"] = _LINES
 
 # names a context file must not take: the kernel API (kernel_ext.api.NAMES; a test keeps
@@ -40,15 +43,30 @@ RESERVED_NAMES = KERNEL_API | frozenset(dir(builtins)) | frozenset(
     {"In", "Out", "get_ipython", "exit", "quit", "display"})
 
 
+def _identifier_part(text: str) -> str:
+    """`text` as the characters an identifier may hold, each after NFKC (what Python does
+    to an identifier: `ｐｒｉｎｔ` is `print`, `ﬁnal_var` is `final_var`); any other
+    character (`²` in `a²b`, punctuation) becomes `_`."""
+    out = []
+    for ch in unicodedata.normalize("NFKC", text):
+        out.append(ch if ("a" + ch).isidentifier() else "_")
+    return "".join(out)
+
+
 def variable_name(path: Path, taken: set[str]) -> str:
-    """An identifier from the file's stem; a keyword or a leading digit gets `data_` in
-    front, a builtin or kernel API name gets the extension behind (`final.csv` ->
-    `final_csv`), a repeat gets `_2`, `_3`, ..."""
-    base = re.sub(r"\W", "_", path.stem).strip("_").lower() or "data"
+    """An identifier from the file's stem, normalised as Python normalises identifiers
+    (NFKC) BEFORE the reserved-name check, so a look-alike cannot shadow a builtin or
+    the kernel API; a keyword or a leading digit gets `data_` in front, a builtin or
+    kernel API name gets the extension behind (`final.csv` -> `final_csv`), a name in
+    `taken` (another file, or a variable the kernel already holds) gets `_2`, `_3`, ..."""
+    base = re.sub(r"_+", "_", _identifier_part(path.stem)).strip("_").lower() or "data"
+    base = unicodedata.normalize("NFKC", base)  # lower() can un-normalise (rare)
     if base[0].isdigit() or keyword.iskeyword(base):
         base = "data_" + base
+    if not base.isidentifier():
+        base = "data_" + base
     if base in RESERVED_NAMES:
-        ext = re.sub(r"\W", "_", path.suffix.lstrip(".")).lower()
+        ext = _identifier_part(path.suffix.lstrip(".")).lower()
         base = f"{base}_{ext or 'data'}"
     name, i = base, 2
     while name in taken:
@@ -108,7 +126,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
     names: list[str] = []
     renamed: list[str] = []
     failed: list[str] = []
-    taken: set[str] = set()
+    taken = _bound_names(agent)  # a later prompt's file never replaces the model's `result`
     lenient = {str(p) for p in optional or []}
     for raw in paths:
         path = Path(raw).expanduser().resolve()
@@ -133,8 +151,8 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
     items = agent.executor.describe(names) if names else []
     content = format_description(items, origin="loaded from the files you were given")
     if renamed:
-        content += (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API "
-                    f"or another file): {'; '.join(renamed)}")
+        content += (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API, "
+                    f"another file or a variable the kernel holds): {'; '.join(renamed)}")
     if failed:
         content = ((content + "\n") if names else "") + (
             "Not loaded (read them with your own code if you need them): " + "; ".join(failed))
@@ -144,6 +162,15 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
               "long_texts": [d["name"] for d in items if d.get("hint")]},
         display=True, content=content))
     return names
+
+
+def _bound_names(agent: Any) -> set[str]:
+    """The names the kernel holds now (empty when it cannot say in time)."""
+    try:
+        listing = agent.executor.list_namespace(timeout=10.0)
+    except Exception:  # busy, dead, or an executor without listings: load with fresh names
+        return set()
+    return {str(n.get("name")) for n in (listing or {}).get("names", []) if isinstance(n, dict)}
 
 
 def _error_line(res: Any) -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from rlm import trust
 from rlm.agent.loop import Agent
 from rlm.agent.recursion import TokenBudget
 from rlm.app.build import (
@@ -93,6 +94,7 @@ def build_agent(
                   llm_factory=llm_factory, executor=executor,
                   kernel_factory=kernel_factory(session, config), depth=depth, budget=budget)
     attach_all(agent, entry, options, clock)
+    agent.notices.extend(Notice(line, "warning") for line in options.refused)
     if leaf and leaf != session.leaf_id:
         move_to_branch(agent, leaf)
     if entry in RECORDING:
@@ -250,7 +252,10 @@ class SessionRun:
         session = SessionStore.open(str(path), home)
         self.session = session
         stack.callback(session.close)
-        self.options = self.options.over(recorded_options(session))
+        # a recorded value that would loosen the user's own is refused (rlm.trust): a cell
+        # can write the log
+        self.options = trust.merged(session, self.options, recorded_options(session),
+                                    load_config())
         self.config = self.options.config(session, base=self.base)
         if self.build:
             check_start(self._config(), summary_only=self.entry == "compact")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from rlm import trust
 from rlm.config import Config, load_config
 from rlm.llm.defaults import resolve_model
 from rlm.longrun import GoalManager
@@ -39,10 +40,11 @@ class RunOptions:
     # set as the session's goal when it is opened for this run; not recorded with the
     # options (the goal lives in its own entries, and a resume must not reset it)
     goal: str | None = None
+    refused: list[str] = field(default_factory=list, compare=False)  # trust.screen's lines
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
-        del d["goal"], d["no_gate"]
+        del d["goal"], d["no_gate"], d["refused"]
         d["autonomous"] = bool(self.autonomous)
         return d
 
@@ -101,6 +103,8 @@ def record_options(session: SessionLog, options: RunOptions) -> None:
     if recorded is None or recorded.to_dict() != options.to_dict():
         session.append(CustomEntry(custom_type=RUN_OPTIONS, data=options.to_dict(),
                                    display=False, content=None))
+        # the copy a cell cannot write (rlm.trust): what a later open screens the log by
+        trust.remember(session.id, session.dir, options.to_dict(), session.header.model)
 
 
 

@@ -159,7 +159,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         found = found[-args.n:]
     rows: list[dict[str, Any]] = []
     for s in found:
-        status, turns, answer = _session_status(s.path)
+        status, turns, answer = _session_status(s.path) if s.problem is None else ("corrupt", 0, s.problem)
         rows.append({"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
                      "created": s.created, "parent_session": s.parent_session, "cwd": s.cwd,
                      "status": status, "turns": turns, "answer": answer})

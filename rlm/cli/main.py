@@ -12,6 +12,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NoReturn
 
 from rlm import __version__
@@ -25,15 +26,16 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compaction-model", help="model that writes summaries (default: --model)")
     g.add_argument("--max-turns", type=_limit_int, help="turn limit ('unlimited' for none; default 30)")
     g.add_argument("--max-tokens", type=_limit_int, help="token limit for this run")
-    g.add_argument("--max-wall", type=float, dest="max_wall_s", help="wall-clock limit in seconds")
-    g.add_argument("--cell-timeout", type=float, help="seconds before a cell is interrupted (default 300)")
+    g.add_argument("--max-wall", type=_seconds, dest="max_wall_s", help="wall-clock limit in seconds")
+    g.add_argument("--cell-timeout", type=_seconds, help="seconds before a cell is interrupted (default 300)")
     g.add_argument("--memory-cap", type=_bytes, dest="memory_cap_bytes",
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
-    g.add_argument("--max-depth", type=int, help="rlm_query depth limit (default 1)")
+    g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action="store_const", const=True,
-                   help="kernel in its own user + network namespace: no network, no access "
-                        "to the host's memory or environment (Linux, unshare)")
+                   help="kernel in its own user, mount and network namespaces: no network, "
+                        "no access to the host's memory or environment, $RLM_HOME and your "
+                        "rlm config read-only (Linux)")
     g.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None,
                    help="after a restart or resume, re-run recorded cells (only ones known to "
                         "stay in the kernel) to rebuild names the snapshot could not hold; "
@@ -41,16 +43,16 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")
-    g.add_argument("--token-budget", type=int, help="token budget for the whole rlm_query tree")
+    g.add_argument("--token-budget", type=_whole(1), help="token budget for the whole rlm_query tree")
     g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
                    help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
                         "file:///path (credentials from the environment; default: the "
                         "session directory)")
     c = p.add_argument_group("compaction")
-    c.add_argument("--context-window", type=int, help="model context window in tokens")
-    c.add_argument("--reserve-tokens", type=int,
+    c.add_argument("--context-window", type=_whole(1), help="model context window in tokens")
+    c.add_argument("--reserve-tokens", type=_whole(0),
                    help="tokens kept free for the reply; compaction starts before they are used")
-    c.add_argument("--keep-recent-tokens", type=int,
+    c.add_argument("--keep-recent-tokens", type=_whole(0),
                    help="recent tokens compaction keeps verbatim (older ones are summarised)")
     c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False,
                    help="never summarise old turns (the run stops at the window instead)")
@@ -82,6 +84,38 @@ def _limit_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be at least 1 (or 'unlimited')")
     return value
+
+
+def _seconds(text: str) -> float:
+    """Seconds > 0. A negative value is refused here: -1 is not "unlimited" for these
+    flags, and the run options would otherwise take it for "not given" (the default)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a number of seconds > 0 "
+                                         "(leave the flag out for the default)")
+    return value
+
+
+def _whole(low: int) -> Callable[[str], int]:
+    """A whole number >= low (see `_seconds` for why -1 is refused)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} must be at least {low} (leave the "
+                                             "flag out for the default)")
+        return value
+
+    parse.__name__ = "whole number"  # argparse names the type in its error
+    return parse
 
 
 def _snapshot_url(text: str) -> str:
@@ -148,6 +182,7 @@ EXAMPLES: dict[str, str] = {
     "stop": "rlm stop last",
     "ps": "rlm ps --json",
     "demo": "rlm demo --rows 1000 -o demo.ipynb",
+    "trust": "rlm trust ./rlm.toml",
 }
 SESSION_HELP = "session id, unique prefix or suffix of one, a session directory, or 'last' (default)"
 
@@ -222,6 +257,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="notebook path (default: in the session directory)")
     d.add_argument("--max-turns", type=int, default=8, help="turn limit (default 8)")
     d.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    tr = sub.add_parser("trust", help="allow a project's rlm.toml to set every setting")
+    tr.add_argument("path", nargs="?", default="rlm.toml",
+                    help="the config file to allow (default ./rlm.toml); its sha256 is "
+                         "recorded, so a changed file needs consent again")
     for name, parser in sub.choices.items():
         parser.epilog = f"example:\n  {EXAMPLES[name]}"
     return p
@@ -256,9 +295,21 @@ def _dispatch(args: argparse.Namespace) -> int:
         "export": commands.cmd_export,
         "compact": commands.cmd_compact,
         "demo": commands.cmd_demo,
+        "trust": _cmd_trust,
         **longrun_cli.COMMANDS,
     }
     return table[args.command](args)
+
+
+def _cmd_trust(args: argparse.Namespace) -> int:
+    """`rlm trust [PATH]`: the user allows that file's exact bytes (rlm.trust)."""
+    from rlm import trust
+
+    try:
+        print(trust.allow_file(Path(args.path)))
+    except FileNotFoundError as e:
+        raise RlmError(f"{e}; give the path of the rlm.toml to allow") from None
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,15 +18,18 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rlm import events as ev
+from rlm.config import files_read
 
 MAX_SHOWN_OUTPUT = 4000
 
 # Whole escape sequences (CSI, OSC up to BEL/ST, DCS/APC/PM/SOS strings, two-byte ESC x),
 # then any control character left but newline and tab, C1 controls (U+0080-U+009F: 0x9B is
-# a one-character CSI for some terminals) included.
+# a one-character CSI for some terminals) included, and the bidirectional overrides and
+# isolates (U+202A-U+202E, U+2066-U+2069, U+200E/U+200F, U+061C): they reorder what
+# the terminal shows, so a file name or an answer could read as something it is not.
 _ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b[\]PX^_].*?(?:\x07|\x1b\\|$)|\x1b[ -~]?",
                       re.DOTALL)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def terminal_safe(text: str) -> str:
@@ -68,6 +71,10 @@ class Renderer:
         self._base = Path(session.dir) if getattr(session, "dir", None) else None
         self.console.print(Text(terminal_safe(f"rlm · model {model} · session {session.id}")),
                            style="bold", soft_wrap=True)
+        read = files_read()  # which config files this run read (rlm.config)
+        self.console.print(Text(terminal_safe("config: " + ("; ".join(read) if read else
+                                              "no file (defaults, environment, flags)"))),
+                           style="dim", soft_wrap=True)
         if inputs:
             self.console.print(Text(terminal_safe("inputs: " + "; ".join(inputs))), style="dim",
                                soft_wrap=True)

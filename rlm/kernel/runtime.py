@@ -23,25 +23,31 @@ import zmq
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from rlm import trust
 from rlm.config import Config
 from rlm.errors import KernelError
+from rlm.kernel import reaper
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.kernel.state import check_snapshot_url, snapshot_location
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
-from rlm.secrets import scrub_session
+from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
 
-# Model-provider credentials never enter the kernel. Data-access credentials do, on
-# purpose: the kernel is the user's data environment (pd.read_csv("s3://..."), SQL), so
-# AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and *_PASSWORD pass through;
+# Model-provider credentials never enter the kernel: every name rlm.secrets counts as a
+# secret (…_KEY, …_APIKEY, …_TOKEN, …_SECRET: WATSONX_APIKEY, LANGFUSE_SECRET_KEY,
+# *_PRIVATE_KEY) is held back. Data-access credentials pass, on purpose: the kernel is
+# the user's data environment (pd.read_csv("s3://..."), SQL), so AWS_ACCESS_KEY_ID/
+# AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN and *_PASSWORD pass through;
 # Config.kernel_env_pass names more (e.g. a database token). The session log redacts any
 # secret-looking value a cell prints anyway (rlm.secrets).
-_SECRET_ENV = re.compile(r"(_API_KEY|_TOKEN|_SECRET)$", re.IGNORECASE)
-_DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"})
+_SECRET_ENV = re.compile(
+    "(" + "|".join(re.escape(s) for s in SECRET_ENV_SUFFIXES if "PASS" not in s) + ")$",
+    re.IGNORECASE)
+_DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_SECRET_ACCESS_KEY"})
 _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
 
 
-def kernel_argv(config: Config) -> list[str]:
+def kernel_argv(config: Config, session_dir: Path | None = None) -> list[str]:
     """The kernel command line ({connection_file} is filled in by jupyter_client).
     kernel_ext.launch gives up the capabilities that reach into other processes' memory
     (a root kernel could otherwise read the host's), then runs ipykernel_launcher."""
@@ -59,7 +65,7 @@ def kernel_argv(config: Config) -> list[str]:
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
         argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
     if sandboxed(config):
-        argv = [*SANDBOX_ARGV, *argv]
+        argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir), "--", *argv]
     return argv
 
 
@@ -67,10 +73,15 @@ def kernel_argv(config: Config) -> list[str]:
 # and liveness work as usual). In a new network namespace the kernel has no network, not
 # even loopback (the bridge and the ipc channels are unix sockets, so llm_query works);
 # in a new user namespace it holds no capability over the host's processes, so even a
-# root kernel cannot read the host's /proc/<pid>/environ or mem. Costs: no network for
+# root kernel cannot read the host's /proc/<pid>/environ or mem; in a new mount
+# namespace $RLM_HOME (every session's log and lock, config.toml), the user's rlm config
+# dir (run records, `rlm trust` consents) and $RLM_CONFIG are read-only, except the
+# session's snapshot/, runtime/ and artifacts/ and the shared matplotlib cache
+# (`sandbox_binds`; rlm/kernel/sandbox_exec.py does the mounts). Costs: no network for
 # data reads from the kernel, and output printed by a fork()ed child process is lost
 # (ipykernel's fork pipe is a loopback TCP socket).
-SANDBOX_ARGV = ("unshare", "--user", "--map-current-user", "--net", "--")
+_SANDBOX_EXEC = str(Path(__file__).resolve().with_name("sandbox_exec.py"))
+SANDBOX_ARGV = (sys.executable, "-I", _SANDBOX_EXEC, "--")
 _sandbox_ok: list[str | None] = []  # cached probe: [None] works, [reason] does not
 
 
@@ -91,9 +102,28 @@ def check_sandbox() -> None:
             _sandbox_ok.append(str(e))
     if _sandbox_ok[0] is not None:
         raise KernelError(
-            f"--sandbox is not available here ({_sandbox_ok[0]}): it needs util-linux "
-            "`unshare` and unprivileged user namespaces; run without --sandbox"
+            f"--sandbox is not available here ({_sandbox_ok[0]}): it needs Linux user, "
+            "mount and network namespaces (unprivileged); run without --sandbox"
         )
+
+
+def sandbox_binds(config: Config, session_dir: Path | None) -> list[str]:
+    """The sandbox launcher's `--rw`/`--ro` arguments: what a sandboxed kernel may write
+    under the paths it sees read-only (rlm.trust.protected_paths)."""
+    trust.ensure_dir(trust.config_dir())  # exists, so a cell cannot create it with records
+    rw: list[Path] = []
+    if session_dir is not None:
+        rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime", "artifacts")]
+    rw.append(private_dir(config.home / "cache" / "matplotlib"))
+    if config.kernel_cwd:
+        rw.append(Path(config.kernel_cwd))
+    out: list[str] = []
+    for path in rw:
+        out += ["--rw", str(path)]
+    # the session dir itself too: one given as a path may live outside $RLM_HOME
+    for path in trust.protected_paths(config.home, [session_dir] if session_dir else []):
+        out += ["--ro", str(path)]
+    return out
 
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
@@ -239,7 +269,7 @@ class KernelRuntime:
         if config.snapshot_url:
             check_snapshot_url(config.snapshot_url)
         spec = provisioned_spec(provisioner, config) if provisioner else \
-            KernelSpec(argv=kernel_argv(config), display_name="rlm", language="python")
+            KernelSpec(argv=kernel_argv(config, session_dir), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
@@ -253,12 +283,16 @@ class KernelRuntime:
             **extra,
         )
         self.km.shutdown_wait_time = 2.0
+        # what the kernel starts ends with it, setsid children too (rlm.kernel.reaper)
+        reaper.become_subreaper()
+        self._mark = reaper.new_mark()
         self._log_path = runtime_dir / "kernel.log"
         log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
         with os.fdopen(log_fd, "ab") as log_file:
             try:
                 self.km.start_kernel(
-                    env=kernel_env(session_dir, config), stdout=log_file, stderr=log_file,
+                    env={**kernel_env(session_dir, config), reaper.MARK_ENV: self._mark},
+                    stdout=log_file, stderr=log_file,
                     **({"cwd": config.kernel_cwd} if config.kernel_cwd else {}),
                 )
             except FileNotFoundError as e:
@@ -337,6 +371,7 @@ class KernelRuntime:
 
     def close(self, now: bool = False) -> None:
         """Stop the process (shutdown request, SIGTERM, SIGKILL) and free everything."""
+        reaper.kill_kernel_processes(self.pid, self._mark)
         if self.poll() is None:
             try:
                 self.km.shutdown_kernel(now=now)
@@ -385,6 +420,7 @@ class KernelRuntime:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except OSError:
             pass
+        reaper.kill_kernel_processes(self.proc.pid, self._mark)  # started during shutdown
         deadline = time.monotonic() + 5.0
         while self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -18,8 +18,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.errors import RlmError
+from rlm.errors import RlmError, SessionError
 from rlm.paths import PRIVATE_FILE
+from rlm.trust import open_regular
 
 LOCK_NAME = "worker.lock"
 # `holder()` probes with a shared flock, which makes a concurrent exclusive acquire fail;
@@ -74,6 +75,20 @@ def _read_holder(fd: int) -> Holder:
     return Holder(pid, since, kind)
 
 
+def _open_lock(path: Path, flags: int) -> int:
+    """The lock file, opened safely: never through a symlink (a copied session's
+    `worker.lock -> ~/.bashrc` would be truncated), never blocking on a FIFO (it would
+    hang `rlm sessions` and `rlm stop`): a one-line SessionError instead."""
+    try:
+        return open_regular(path, flags, PRIVATE_FILE)
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        what = "a symbolic link" if os.path.islink(path) else "not a regular file"
+        raise SessionError(f"{path} is {what}; rlm refuses to use it as the session's lock: "
+                           "remove it") from e
+
+
 class SessionLock:
     def __init__(self, path: Path, kind: str = "worker"):
         self.path = Path(path)
@@ -89,7 +104,7 @@ class SessionLock:
         return self._fd is not None
 
     def acquire(self) -> None:
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+        fd = _open_lock(self.path, os.O_RDWR | os.O_CREAT)
         for attempt in range(PROBE_RETRIES + 1):
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -126,7 +141,7 @@ class SessionLock:
 def holder(path: Path) -> Holder | None:
     """Who holds the lock (pid 0/None if unknown), or None when it is free."""
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_lock(path, os.O_RDONLY)
     except FileNotFoundError:
         return None
     try:
@@ -150,3 +165,33 @@ def worker_holds(session_dir: Path) -> bool:
     """True when a resident worker (not a foreground command) holds the session."""
     h = holder(Path(session_dir) / LOCK_NAME)
     return h is not None and h.kind == "worker"
+
+
+def holds_lock(path: Path, pid: int) -> bool | None:
+    """Does process `pid` hold the flock on `path`? From /proc/locks (Linux): True/False;
+    None where the kernel does not say. `rlm stop` checks this before it signals the pid
+    the file names (the file's contents are only informational: a copied or edited
+    `worker.lock` could name any process)."""
+    try:
+        st = os.stat(path)
+        with open("/proc/locks", encoding="ascii", errors="replace") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.replace("->", " ").split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF"
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[4] == str(pid):
+            dev_ino = parts[5].split(":")
+            if len(dev_ino) == 3 and _same_file(dev_ino, st):
+                return True
+    return False
+
+
+def _same_file(dev_ino: list[str], st: os.stat_result) -> bool:
+    try:
+        major, minor, ino = int(dev_ino[0], 16), int(dev_ino[1], 16), int(dev_ino[2])
+    except ValueError:
+        return False
+    return (major, minor, ino) == (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
+

@@ -48,7 +48,7 @@ from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.longrun.dispatch import STEER_CHECK_S, TickDispatcher
 from rlm.longrun.goals import GoalManager
-from rlm.longrun.lock import SessionLock, WorkerRunning, lock_holder
+from rlm.longrun.lock import SessionLock, WorkerRunning, holds_lock, lock_holder
 from rlm.longrun.lock import holder as lock_holder_info
 from rlm.longrun.schedule import Scheduler, Tick
 from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
@@ -548,6 +548,9 @@ def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 30
     pid = lock_holder(lock)
     if not pid:
         return False
+    if holds_lock(lock, pid) is False:  # the file names a process that is not the holder
+        raise RlmError(f"{lock} names pid {pid}, which does not hold the session's lock; "
+                       "not signalled (`rlm ps` shows the session's real worker)")
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

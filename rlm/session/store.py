@@ -41,6 +41,7 @@ from rlm.errors import SessionCorrupt, SessionError, SessionGone
 from rlm.paths import (
     PRIVATE_FILE,
     check_session_id,
+    check_session_layout,
     fsync_dir,
     private_dir,
     sessions_path,
@@ -61,6 +62,7 @@ from rlm.session.entries import (
     entry_from_dict,
     new_id,
 )
+from rlm.trust import open_regular
 
 FILE_NAME = "session.jsonl"
 
@@ -95,6 +97,9 @@ class SessionInfo:
     created: str
     parent_session: str | None
     cwd: str = ""  # where it was started ("" in logs that did not record it)
+    # why the header cannot be read (the session is listed, not hidden), else None
+    problem: str | None = None
+    header_id: str | None = None  # the id its header names, when not its directory's name
 
 
 def _new_session_id() -> str:
@@ -317,7 +322,7 @@ class SessionStore:
     def _write(self, line: bytes) -> None:
         if self._fd is None:
             assert self.path is not None
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)  # never via a link
         st = os.fstat(self._fd)
         if st.st_nlink == 0:  # unlinked under us (the directory removed): writes would vanish
             raise SessionGone(Path(str(self.path)).parent)
@@ -482,7 +487,8 @@ def _read_records(
     (or non-UTF-8) last line. A last entry that parses whole but lost only its newline (a
     crash between the two writes of an editor or another tool) is kept, not moved aside."""
     try:
-        data = path.read_bytes()
+        with os.fdopen(open_regular(path), "rb") as f:  # no symlink, FIFO or device
+            data = f.read()
     except OSError as e:
         raise SessionError(f"cannot read {path}: {e}") from e
     end = data.rfind(b"\n") + 1  # 0 when there is no newline at all
@@ -517,7 +523,7 @@ def _whole_object(tail: bytes) -> bool:
 
 def _terminate(path: Path) -> None:
     """Write the missing newline after a whole last entry, so the next append starts a line."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
     try:
         os.write(fd, b"\n")
         os.fsync(fd)
@@ -541,7 +547,7 @@ def _move_torn_tail(path: Path, cut: int) -> Path:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
     aside = path.with_name(f"{path.name}.torn-{stamp}")
     write_private_atomic(aside, torn)
-    fd = os.open(path, os.O_WRONLY)
+    fd = open_regular(path, os.O_WRONLY)
     try:
         os.ftruncate(fd, cut)
         os.fsync(fd)
@@ -578,6 +584,12 @@ def resolve_session_dir(ref: str | Path, home: Path | None = None) -> Path:
       later writes there (worker.lock, scheduled-jobs.json, chmod) can reach it.
     Anything else raises a one-line SessionError.
     """
+    found = _find_session_dir(ref, home)
+    check_session_layout(found)
+    return found
+
+
+def _find_session_dir(ref: str | Path, home: Path | None) -> Path:
     if isinstance(ref, Path) or "/" in ref or ref in (".", ".."):
         return _session_dir_from_path(Path(ref))
     if ref == LAST:
@@ -633,6 +645,13 @@ def _session_dir_from_path(p: Path) -> Path:
     return folder
 
 
+def _mtime(path: Path) -> str:
+    try:
+        return datetime.fromtimestamp(os.lstat(path).st_mtime, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    except OSError:
+        return ""
+
+
 def resolve_session_path(id_or_path: str | Path, home: Path | None = None) -> Path:
     """The session.jsonl of an existing session (see `resolve_session_dir`)."""
     return resolve_session_dir(id_or_path, home) / FILE_NAME
@@ -650,16 +669,32 @@ def list_sessions(home: Path | None = None) -> list[SessionInfo]:
     for path in paths:
         if not _is_session_file(path):
             continue
+        head: Any = None
         try:
-            with open(path, "rb") as f:
-                head = json.loads(f.readline())
-        except (OSError, ValueError):
-            continue  # unreadable header: `rlm log` on it gives the precise error
-        if not isinstance(head, dict) or head.get("type") != "session":
+            with os.fdopen(open_regular(path), "rb") as f:  # no symlink, FIFO, device
+                head = json.loads(f.readline(1 << 20))
+            problem = None if isinstance(head, dict) and head.get("type") == "session" else \
+                "the first line is not a session header"
+        except ValueError as e:
+            problem = f"corrupt header ({_reason(e)})"
+        except OSError:
+            continue  # gone, or not a regular file: not a session
+        if problem is None:
+            try:  # a FIFO or symlinked lock, a symlinked snapshot/: listed with the reason
+                check_session_layout(path.parent)
+            except SessionError as e:
+                problem = str(e)
+        if problem is not None:  # listed, so it does not vanish; `rlm log` gives the detail
+            out.append(SessionInfo(id=path.parent.name, path=path, model="", task=None,
+                                   created=_mtime(path), parent_session=None, problem=problem))
             continue
+        # the id is the directory's name (what `rlm resume ID` finds): a copied session
+        # keeps its header's id, and must not be listed twice under it
+        header_id = str(head.get("id", path.parent.name))
         out.append(
             SessionInfo(
-                id=str(head.get("id", path.parent.name)),
+                id=path.parent.name,
+                header_id=header_id if header_id != path.parent.name else None,
                 path=path,
                 model=str(head.get("model", "")),
                 task=head.get("task"),

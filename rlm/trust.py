@@ -1,0 +1,332 @@
+"""The trust boundary: what the host may take from what.
+
+The kernel runs code the model wrote, and the model reads data that can steer it, so
+everything a cell can write is untrusted input to the host. This module is the one place
+that decides what crosses:
+
+| source | trusted for security-relevant settings? |
+|---|---|
+| the command line of the process the user started | yes |
+| the environment of that process (RLM_HOME, RLM_CONFIG, RLM_MODEL, ...) | yes |
+| the user's own config: `$RLM_CONFIG`, `$RLM_HOME/config.toml` | yes |
+| the user's run records: `<user config dir>/runs/<hash of the session dir>.json` (written by the host from a command line, see `remember`) | yes |
+| a working-directory `rlm.toml` | harmless settings only, unless `rlm trust` allowed that file's exact bytes (rlm.config) |
+| the session log (`run_options` entries, the header), anything under a session dir | no: a cell can append to it, and a copied session is someone else's |
+| bridge requests from the kernel | validated per method (rlm.agent, rlm.kernel.bridge) |
+| cell outputs | shaped, redacted, shown to the model as data |
+
+Security-relevant settings (`SECURITY_FLAGS` and `NEVER_RECORDED`, plus the run flags
+`autonomous` and `gate`) decide what runs on the host and what the kernel sees: the
+sandbox, the environment passed to the kernel, the kernel executable and kind, gates
+(shell commands run on the host), the home directory, the models (a model spec can make
+the host read a file, or send the conversation to another provider), the autonomous
+policy. `screen` takes the newest recorded `run_options` entry of a session and refuses
+every such value that would LOOSEN what the user's own sources give (the run record
+this host wrote for that session directory, else the user's config): sandbox true ->
+false, more environment passed, a different kernel, model or interpreter, gates not
+given, autonomous switched on. Each refusal is one line naming where the value came
+from; the run uses the safe value. A recorded value that is as tight or tighter (a
+recorded `--sandbox`) is kept: options still travel with the run (`--detach`, a worker
+restart, `rlm resume`), because the host remembered them where a cell cannot write
+(the sandboxed kernel sees the user config dir read-only: rlm.kernel.sandbox).
+
+Not covered (said in docs/architecture.md): a kernel WITHOUT `--sandbox` runs as the
+user and can write the user's config and run records like any program the user runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import platformdirs
+
+from rlm.paths import APP_NAME, PRIVATE_FILE, write_private_atomic
+
+# Config overrides a command line can set that decide what runs or what the kernel sees.
+SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model", "replay")
+# Config fields only the user's config or environment may set: never taken from a record.
+NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
+RUN_FLAGS = ("autonomous", "gate")
+
+
+def ensure_dir(path: Path) -> Path:
+    """Create one of the user's own config dirs (owner-only when made here). Unlike
+    `paths.private_dir` a symlink is fine: dotfile managers link ~/.config/rlm."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def config_dir() -> Path:
+    """The user's own rlm config directory ($XDG_CONFIG_HOME/rlm): run records and the
+    project files the user allowed (`rlm trust`). Creates nothing."""
+    return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+# ------------------------------------------------------------------ the run records
+def _record_path(session_dir: Path) -> Path:
+    """One record per session DIRECTORY (a copy of a session has the same id, not the
+    same record)."""
+    return config_dir() / "runs" / f"{hashlib.sha256(_where(session_dir).encode()).hexdigest()[:32]}.json"
+
+
+def _where(session_dir: Path | None) -> str:
+    return str(Path(session_dir).resolve()) if session_dir is not None else ""
+
+
+def security_subset(options: dict[str, Any], header_model: str | None = None) -> dict[str, Any]:
+    """The part of a run_options dict this module guards (what a record remembers)."""
+    overrides = options.get("overrides") or {}
+    out: dict[str, Any] = {k: overrides[k] for k in SECURITY_FLAGS if k in overrides}
+    out["autonomous"] = bool(options.get("autonomous"))
+    out["gate"] = [str(g) for g in options.get("gate") or []]
+    if header_model:
+        out["header_model"] = header_model
+    return out
+
+
+def remember(session_id: str, session_dir: Path | None, options: dict[str, Any],
+             header_model: str | None = None) -> None:
+    """Record, in the user's config dir, the security-relevant options the host just
+    recorded for this session from the user's command line (the log holds a copy a
+    cell could change; this is the one `screen` trusts)."""
+    if session_dir is None:
+        return
+    record = {"session": session_id, "dir": _where(session_dir),
+              "options": security_subset(options, header_model)}
+    path = _record_path(session_dir)
+    try:
+        ensure_dir(path.parent)
+        write_private_atomic(path, json.dumps(record, sort_keys=True).encode())
+    except OSError:
+        pass  # a read-only config dir: the next open judges against the user's config (safe)
+
+
+def remembered(session_id: str, session_dir: Path | None) -> dict[str, Any] | None:
+    """The user's record for this session directory, or None (an older session, a copy
+    made elsewhere, a record for another directory with the same id)."""
+    if session_dir is None:
+        return None
+    data = read_regular(_record_path(session_dir), limit=1 << 20)
+    if data is None:
+        return None
+    try:
+        record = json.loads(data)
+    except ValueError:
+        return None
+    if not isinstance(record, dict) or record.get("dir") != _where(session_dir):
+        return None
+    opts = record.get("options")
+    return opts if isinstance(opts, dict) else None
+
+
+# ------------------------------------------------------------------- the screen
+def _user_value(key: str, user_config: Any) -> Any:
+    return getattr(user_config, key, None) if user_config is not None else None
+
+
+def _looser(key: str, recorded: Any, baseline: Any) -> bool:
+    """Would `recorded` loosen `baseline` (the value from the user's own sources)?"""
+    if key == "sandbox":
+        return bool(baseline) and not bool(recorded)
+    if key == "autonomous":
+        return bool(recorded) and not bool(baseline)
+    if key == "replay":  # re-running recorded cells after the user said --no-replay
+        return bool(recorded) and baseline is not None and not bool(baseline)
+    if key == "gate":
+        return any(g not in (baseline or []) for g in recorded or [])
+    if key == "kernel":
+        return (recorded or "local") != (baseline or "local")
+    return recorded != baseline  # models: another model is another destination
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def screen(recorded: dict[str, Any] | None, *, session_id: str, session_dir: Path | None,
+           given: dict[str, Any], user_config: Any = None,
+           where: str = "session.jsonl") -> tuple[dict[str, Any] | None, list[str]]:
+    """The recorded run_options (a `RunOptions.to_dict()`) with every security-relevant
+    value that would loosen the user's own removed; and one line per refusal.
+
+    `given`: the options the user gives now (what they give wins anyway, so those keys
+    are not judged). `user_config`: the Config from the user's own sources (flags aside),
+    the baseline when this host has no record for the session."""
+    if recorded is None:
+        return None, []
+    out = json.loads(json.dumps(recorded))  # a deep copy of plain JSON
+    overrides: dict[str, Any] = dict(out.get("overrides") or {})
+    given_over = given.get("overrides") or {}
+    record = remembered(session_id, session_dir)
+    source = ("this host's record of the run" if record is not None
+              else "your config and environment")
+    notes: list[str] = []
+
+    def refuse(key: str, value: Any, safe: Any) -> None:
+        notes.append(f"refused {key} = {_shown(value)} from {where} (run_options; a cell "
+                     f"can write that file): it would loosen {source} ({key} = {_shown(safe)}); "
+                     f"pass it on the command line to use it")
+
+    for key in NEVER_RECORDED:
+        if key in overrides:
+            notes.append(f"refused {key} = {_shown(overrides.pop(key))} from {where} "
+                         f"(run_options): {key} comes only from your config or environment")
+    for key in SECURITY_FLAGS:
+        if key not in overrides or key in given_over:
+            continue
+        if record is not None and key in record:
+            baseline = record[key]  # what the host recorded from a command line
+        else:  # not recorded by the host: the user's own config (or the default)
+            baseline = _user_value(key, user_config)
+            if record is None and baseline is None and key.endswith("model"):
+                continue  # no record, no model of the user's: the session's own (its header's)
+        if _looser(key, overrides[key], baseline):
+            refuse(key, overrides.pop(key), baseline)
+            if baseline is not None:
+                overrides[key] = baseline
+    for key in RUN_FLAGS:
+        value = out.get(key)
+        if not value or given.get(key):
+            continue
+        baseline = record.get(key) if record is not None else None
+        if _looser(key, value, baseline):
+            refuse(key, value, baseline or ([] if key == "gate" else False))
+            out[key] = baseline or ([] if key == "gate" else False)
+    out["overrides"] = overrides
+    return out, notes
+
+
+def header_model_refusal(header_model: str | None, *, session_id: str,
+                         session_dir: Path | None) -> str | None:
+    """A session header's model differs from the one this host recorded for the session
+    (a rewritten header): the line saying so, else None. Without a record the header's
+    model is used (older sessions; documented gap)."""
+    record = remembered(session_id, session_dir)
+    if record is None or not header_model or "header_model" not in record:
+        return None
+    if record["header_model"] == header_model:
+        return None
+    return (f"refused model {header_model!r} from the session header (a cell can rewrite "
+            f"the log): this host recorded {record['header_model']!r} for the session")
+
+
+def merged(session: Any, given: Any, recorded: Any, user_config: Any) -> Any:
+    """`given.over(recorded)` after `screen`: the options a run uses. `given`/`recorded`
+    are `rlm.app.RunOptions` (duck-typed: this module sits below the root); the
+    refusals go to `.refused` (one line each; the root shows them as Notices)."""
+    if recorded is None:
+        return given
+    sid, sdir = session.id, getattr(session, "dir", None)
+    clean, notes = screen(recorded.to_dict(), session_id=sid, session_dir=sdir,
+                          given=given.to_dict(), user_config=user_config)
+    out = given.over(type(recorded).from_dict(clean or {}))
+    header = getattr(getattr(session, "header", None), "model", None)
+    why = header_model_refusal(header, session_id=sid, session_dir=sdir)
+    if why and "model" not in out.overrides:
+        record = remembered(sid, sdir) or {}
+        out.overrides = {**out.overrides, "model": record.get("header_model")}
+        notes.append(why)
+    out.refused = notes
+    return out
+
+
+# ------------------------------------------------------------- files opened safely
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = PRIVATE_FILE) -> int:
+    """`os.open` that refuses anything but a regular file: never follows a symlink at the
+    last component (O_NOFOLLOW), never blocks on a FIFO (O_NONBLOCK, cleared after the
+    check). Raises OSError (ELOOP for a symlink) or `NotRegular`."""
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegular(path)
+        fl = os.get_blocking(fd)
+        if not fl:
+            os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+class NotRegular(OSError):
+    def __init__(self, path: Path):
+        super().__init__(f"{path} is not a regular file (a FIFO, device or directory); "
+                         "remove it or use another session")
+        self.filename = str(path)
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """A regular file's bytes (at most `limit`), or None when it is missing, a symlink,
+    a FIFO or unreadable."""
+    try:
+        fd = open_regular(path)
+    except OSError:
+        return None
+    try:
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(1 << 16, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------ project file consent
+def _consent_path() -> Path:
+    return config_dir() / "trusted-files.json"
+
+
+def _consents() -> dict[str, str]:
+    data = read_regular(_consent_path(), limit=1 << 20)
+    try:
+        parsed = json.loads(data) if data else {}
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in parsed.items()} if isinstance(parsed, dict) else {}
+
+
+def allow_file(path: Path) -> str:
+    """`rlm trust PATH`: record PATH's sha256 as allowed by the user; the line to show."""
+    path = Path(path).resolve()
+    data = read_regular(path, limit=1 << 20)
+    if data is None:
+        raise FileNotFoundError(f"{path} is not a regular file you can read")
+    consents = _consents()
+    consents[str(path)] = sha256_of(data)
+    target = _consent_path()
+    ensure_dir(target.parent)
+    write_private_atomic(target, json.dumps(consents, indent=1, sort_keys=True).encode())
+    return f"allowed {path} (sha256 {consents[str(path)][:12]}...); a change to it needs `rlm trust` again"
+
+
+def allowed(path: Path, data: bytes) -> bool:
+    """Did the user allow exactly these bytes at this path (`rlm trust`)?"""
+    return _consents().get(str(Path(path).resolve())) == sha256_of(data)
+
+
+def protected_paths(home: Path, extra: Iterable[Path] = ()) -> list[Path]:
+    """What a sandboxed kernel must see read-only: the user's config dir (run records,
+    consents), `$RLM_HOME` (config.toml, every session's log and lock) and any config
+    file named by RLM_CONFIG."""
+    out = [config_dir(), Path(home)]
+    explicit = os.environ.get("RLM_CONFIG")
+    if explicit:
+        out.append(Path(explicit))
+    out.extend(extra)
+    return [p.resolve() for p in out]  # a linked dir is protected where it really is

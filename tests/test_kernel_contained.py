@@ -1,0 +1,217 @@
+"""Issue 26 item 1: a sandboxed kernel cannot write what steers the host (the session
+log, `$RLM_HOME` with its config and locks, the user's rlm config dir), and no process a
+cell starts outlives the run, `setsid` double-forks included (rlm/kernel/sandbox_exec.py,
+rlm/kernel/reaper.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rlm import trust
+from rlm.config import Config
+from rlm.errors import KernelError
+from rlm.kernel import Kernel, runtime
+
+WRITES = """
+import errno, os
+results = []
+for p in {targets!r}:
+    try:
+        with open(p, "a") as f:
+            f.write("forged\\n")
+        results.append("wrote")
+    except OSError as e:
+        results.append(errno.errorcode[e.errno])
+print(" ".join(results))
+"""
+
+
+def sandbox_available() -> bool:
+    try:
+        runtime.check_sandbox()
+        return True
+    except KernelError:
+        return False
+
+
+needs_sandbox = pytest.mark.skipif(not sandbox_available(), reason="no user namespaces here")
+
+
+def targets(home: Path, session: Path) -> list[str]:
+    (home / "config.toml").write_text("")
+    return [str(session / "session.jsonl"), str(home / "config.toml"),
+            str(session / "worker.lock"), str(trust.config_dir() / "trusted-files.json"),
+            str(home / "new-file"), str(session / "worker-inbox-forged")]
+
+
+@needs_sandbox
+def test_a_sandboxed_cell_cannot_write_the_log_the_config_or_the_lock(tmp_path, _isolated_home):
+    session = _isolated_home / "sessions" / "s1"
+    session.mkdir(parents=True)
+    (session / "session.jsonl").write_text("{}\n")
+    (session / "worker.lock").write_text("")
+    paths = targets(_isolated_home, session)
+    with Kernel(session, Config(home=_isolated_home, cell_timeout=60, sandbox=True)) as k:
+        shown = k.execute(WRITES.format(targets=paths)).shaped.strip()
+        # what it needs still works: a name survives a restart through its snapshot
+        k.execute("kept = 41 + 1")
+        k.restart("test")
+        assert k.execute("print(kept)").shaped.strip() == "42"
+    assert shown == " ".join(["EROFS"] * len(paths))
+    assert (session / "session.jsonl").read_text() == "{}\n"
+    assert not (_isolated_home / "new-file").exists()
+
+
+@needs_sandbox
+def test_a_session_outside_rlm_home_is_read_only_too(tmp_path, _isolated_home):
+    session = tmp_path / "elsewhere" / "s1"  # `rlm resume ./elsewhere/s1`
+    session.mkdir(parents=True)
+    (session / "session.jsonl").write_text("{}\n")
+    paths = [str(session / "session.jsonl"), str(session / "worker.lock")]
+    with Kernel(session, Config(home=_isolated_home, cell_timeout=60, sandbox=True)) as k:
+        assert k.execute(WRITES.format(targets=paths)).shaped.strip() == "EROFS EROFS"
+        k.execute("kept = 1")  # its snapshot still works
+    assert (session / "session.jsonl").read_text() == "{}\n"
+    assert any((session / "snapshot").iterdir())
+
+
+@needs_sandbox
+def test_the_control_an_unsandboxed_cell_can(tmp_path, _isolated_home):
+    session = _isolated_home / "sessions" / "s1"
+    session.mkdir(parents=True)
+    (session / "session.jsonl").write_text("{}\n")
+    paths = targets(_isolated_home, session)[:2]
+    with Kernel(session, Config(home=_isolated_home, cell_timeout=60)) as k:
+        assert k.execute(WRITES.format(targets=paths)).shaped.strip() == "wrote wrote"
+
+
+UNPRIVILEGED = """
+import os, sys
+from pathlib import Path
+from rlm.config import Config
+from rlm.kernel import Kernel
+home = Path(sys.argv[1])
+session = home / "sessions" / "s1"
+session.mkdir(parents=True)
+(session / "session.jsonl").write_text("{}\\n")
+(home / "config.toml").write_text("")
+code = sys.argv[2]
+with Kernel(session, Config(home=home, cell_timeout=60, sandbox=True)) as k:
+    print(k.execute(code).shaped.strip())
+"""
+
+
+@needs_sandbox
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root + setpriv")
+def test_the_same_holds_for_an_unprivileged_user(tmp_path):
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if not os.path.exists(python):
+        pytest.skip(f"no {python} to run as nobody")
+    base = Path(tempfile.mkdtemp(prefix="rlm-unpriv-"))
+    try:
+        os.chmod(base, 0o777)
+        home = base / "home"
+        cfg = base / "xdg"
+        paths = [str(home / "sessions" / "s1" / "session.jsonl"), str(home / "config.toml"),
+                 str(cfg / "rlm" / "trusted-files.json")]
+        env = {**os.environ, "RLM_HOME": str(home), "XDG_CONFIG_HOME": str(cfg),
+               "HOME": str(base), "PYTHONPATH": os.pathsep.join(sys.path)}
+        proc = subprocess.run(
+            # the system interpreter with this venv's packages: a venv's own interpreter
+            # may sit under root's 0700 home
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python,
+             "-c", UNPRIVILEGED, str(home), WRITES.format(targets=paths)],
+            env=env, cwd=base, capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.strip().splitlines()[-1] == "EROFS EROFS EROFS"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+# ------------------------------------------------------------ processes end with the run
+DOUBLE_FORK = """
+import os, time
+host = os.getppid()
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        with open({pidfile!r} + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename({pidfile!r} + ".tmp", {pidfile!r})
+        while os.path.exists(f"/proc/{{host}}"):
+            time.sleep(0.05)
+        open({marker!r}, "w").write("outlived the host")
+        os._exit(0)
+    os._exit(0)
+os.wait()
+while not os.path.exists({pidfile!r}):
+    time.sleep(0.01)
+print("forked")
+"""
+
+
+def call(code: str) -> dict:
+    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+def _as_nobody(argv: list[str], env: dict[str, str], base: Path) -> list[str]:
+    """argv as nobody with the system interpreter and this venv's packages (the venv's
+    own interpreter may sit under root's 0700 home); `base` made world-writable."""
+    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
+        pytest.skip("needs root, setpriv and the system python to run as nobody")
+    for path in (base, *base.rglob("*")):
+        os.chmod(path, 0o777 if path.is_dir() else 0o666)
+    env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HOME=str(base),
+               RLM_HOME=str(base / "home"), XDG_CONFIG_HOME=str(base / "xdg"),
+               XDG_CACHE_HOME=str(base / "cache"), RLM_MODEL_CACHE=str(base / "models"))
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, *argv[1:]]
+
+
+@pytest.mark.parametrize("sandbox, user", [(False, "me"), (True, "me"), (False, "nobody"),
+                                           (True, "nobody")])
+def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox, user):
+    if sandbox and not sandbox_available():
+        pytest.skip("no user namespaces here")
+    base = Path(tempfile.mkdtemp(prefix="rlm-setsid-")) if user == "nobody" else tmp_path
+    try:
+        _setsid_case(base, sandbox, user)
+    finally:
+        if user == "nobody":
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
+    pidfile, marker = base / "child.pid", base / "MARKER"
+    model = base / "s.json"
+    model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile),
+                                                         marker=str(marker))),
+                                 call("final('done')")]))
+    args = ["run", "go", "--model", f"script:{model}", "--json"] + (["--sandbox"] if sandbox else [])
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    argv = [sys.executable, "-P", "-m", "rlm", *args]
+    if user == "nobody":
+        argv = _as_nobody(argv, env, base)
+    proc = subprocess.run(argv, cwd=base, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    pid = int(pidfile.read_text())
+    try:
+        child = psutil.Process(pid)
+        alive = child.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        alive = False
+    try:
+        assert not alive, "the setsid grandchild outlived the host"
+        assert not marker.exists()  # and, being gone, it never will write it
+    finally:
+        if alive:
+            child.kill()
