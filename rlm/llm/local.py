@@ -11,7 +11,9 @@ exactly like any other litellm model (streaming, usage counts, error mapping).
 
 Runtime rules:
 - One `LocalModel` per (file, n_ctx) per process, loaded on first call (or `.load()`),
-  `n_threads = os.cpu_count()`, one lock around the `Llama` object.
+  `n_threads = os.cpu_count()`, one lock around the `Llama` object. `n_ctx` is
+  `--context-window` when given (RLM_LOCAL_N_CTX is then ignored), else RLM_LOCAL_N_CTX,
+  else 8192: the window loaded is always the one compaction is sized to.
 - A call pays only for the tokens it adds. The agent's projection is append-only and
   byte-stable, and the prompt is rendered and tokenized deterministically, so llama.cpp's
   KV cache keeps the previous prompt (and the reply it generated) and evaluates only the
@@ -53,7 +55,7 @@ import litellm
 from litellm.llms.custom_llm import CustomLLM
 from litellm.types.utils import GenericStreamingChunk, ModelResponse
 
-from rlm.errors import ModelError
+from rlm.errors import ConfigError, ModelError
 from rlm.llm import modelfile, types
 
 PROVIDER = "rlm_local"
@@ -492,11 +494,24 @@ class LocalHandler(CustomLLM):
         return model_response
 
 
+N_CTX_ENV = "RLM_LOCAL_N_CTX"
+
+
 def _n_ctx(config: Any) -> int:
-    env = os.environ.get("RLM_LOCAL_N_CTX")
-    if env:
-        return int(env)
-    return int(getattr(config, "context_window", None) or DEFAULT_N_CTX)
+    """The window the model is loaded with: `--context-window` (Config.context_window)
+    wins, else RLM_LOCAL_N_CTX, else DEFAULT_N_CTX. The loop sizes compaction to
+    Config.context_window when it is set, so the flag must win here too: with both set the
+    model loads the window compaction is sized to, and the env var is ignored."""
+    configured = getattr(config, "context_window", None)
+    if configured:
+        return int(configured)
+    env = os.environ.get(N_CTX_ENV, "").strip()
+    if not env:
+        return DEFAULT_N_CTX
+    if not env.isdigit() or int(env) <= 0:
+        raise ConfigError(f"{N_CTX_ENV}={env!r} is not a positive number of tokens; set it to "
+                          "e.g. 8192, or unset it and pass --context-window")
+    return int(env)
 
 
 def make_handler(model_path: str | None, config: Any) -> LocalHandler:
