@@ -14,6 +14,7 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
                rlm_query, compact, goal, heartbeat, cron
+    aliases    pd, np, plt (contract.ALIASES), bound lazily when installed
 `unload_ipython_extension` undoes every install in reverse order.
 
 It installs on its own as `rlm-kernel-ext` (kernel_ext/pyproject.toml), versioned with the
@@ -32,7 +33,7 @@ from kernel_ext import contract
 
 __version__ = "0.1.0"  # always rlm's version (tests/test_gateway_unit.py checks)
 
-_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api")
+_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api", "aliases")
 _installed: list[Any] = []
 
 
