@@ -3,10 +3,16 @@
 These run on the host, called through the bridge while a cell waits. Every token they
 spend is charged to the run that owns the cell, and to a `TokenBudget` shared by the
 whole rlm_query tree, so a budget bounds the parent and all its children together.
+
+Each answer is recorded in the session as a hidden `subcall` custom entry (content None:
+never sent to the model): method, the prompt's (or task's) sha256 and its first
+characters, and the reply. An exported notebook answers the same calls from them
+(rlm.notebook.export), so "Run All" reproduces the session offline.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +22,13 @@ from typing import Any, Protocol
 from rlm.config import Config
 from rlm.errors import LimitReached, RlmError
 from rlm.llm.types import LLM, Usage
+from rlm.protocols import SessionLog
+from rlm.session.entries import CustomEntry
 
 MAX_PROMPT_CHARS = 2_000_000
 MAX_BATCH = 1000
+SUBCALL_ENTRY = "subcall"
+PREVIEW_CHARS = 200
 
 
 @dataclass
@@ -48,6 +58,7 @@ class RecursionHost(Protocol):
     config: Config
     depth: int
     budget: TokenBudget
+    session: SessionLog
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
@@ -82,6 +93,7 @@ class Recursion:
         c = llm.complete([{"role": "user", "content": prompt}], tools=[],
                          temperature=self.agent.config.temperature)
         self.agent.charge(c.usage, sub=True)
+        self._record("llm_query", prompt, c.content, model=params.get("model"))
         return c.content
 
     def llm_query_batched(self, params: dict[str, Any]) -> list[str]:
@@ -106,4 +118,15 @@ class Recursion:
                 f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth"
             )
         agent.budget.check("rlm_query")
-        return agent.run_child(task, params.get("context"))
+        answer = agent.run_child(task, params.get("context"))
+        self._record("rlm_query", task, answer)
+        return answer
+
+    def _record(self, method: str, asked: str, reply: Any, model: Any = None) -> None:
+        """The answer as a hidden `subcall` entry; one at a time (a batch answers from a
+        thread pool)."""
+        data = {"method": method, "sha256": hashlib.sha256(asked.encode()).hexdigest(),
+                "preview": asked[:PREVIEW_CHARS], "model": model, "reply": reply}
+        with self._lock:
+            self.agent.session.append(CustomEntry(custom_type=SUBCALL_ENTRY, data=data,
+                                                  display=False, content=None))
