@@ -72,9 +72,11 @@ def session_using_the_api(_isolated_home, tmp_path):
 def test_sub_call_replies_are_recorded_hidden_from_the_model(session_using_the_api):
     subcalls = [e for e in session_using_the_api.branch()
                 if isinstance(e, CustomEntry) and e.custom_type == "subcall"]
-    got = [(e.data["method"], e.data["preview"], e.data["reply"]) for e in subcalls]
-    assert got == [("llm_query", "say hi", "hello there"), ("llm_query", "one", "uno"),
-                   ("llm_query", "two", "dos"), ("rlm_query", "what is 6*7?", "42")]
+    got = [(e.data["method"], [(c["preview"], c["reply"]) for c in e.data["calls"]])
+           for e in subcalls]
+    assert got == [("llm_query", [("say hi", "hello there")]),
+                   ("llm_query_batched", [("one", "uno"), ("two", "dos")]),  # one entry
+                   ("rlm_query", [("what is 6*7?", "42")])]
     assert all(e.content is None and not e.display for e in subcalls)  # never sent
 
 

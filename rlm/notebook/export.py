@@ -396,10 +396,12 @@ class _Builder:
             self._md(f"**Final answer:** {_text(answer)}", entry)
         elif entry.custom_type == "context_vars" and data.get("files"):
             self._inputs(entry, loaded_inputs(data))
-        elif entry.custom_type == SUBCALL_ENTRY and isinstance(data.get("sha256"), str):
-            method = "llm_query" if data.get("method") == "llm_query" else "rlm_query"
-            self.replies.setdefault(method, {}).setdefault(data["sha256"], []).append(
-                data.get("reply"))
+        elif entry.custom_type == SUBCALL_ENTRY:
+            method = "rlm_query" if data.get("method") == "rlm_query" else "llm_query"
+            for c in data.get("calls") or []:
+                if isinstance(c, dict) and isinstance(c.get("sha256"), str):
+                    self.replies.setdefault(method, {}).setdefault(c["sha256"], []).append(
+                        c.get("reply"))
         elif entry.custom_type == "notebook_import":
             self._md(f"*Imported from notebook `{data.get('path', '?')}`:*", entry)
             for i, item in enumerate(data.get("cells") or []):
