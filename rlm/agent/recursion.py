@@ -6,8 +6,8 @@ whole rlm_query tree, so a budget bounds the parent and all its children togethe
 
 Each answer is recorded in the session as a hidden `subcall` custom entry (content None:
 never sent to the model): method, model, and per prompt (or task) its sha256, its first
-characters and the reply; a batch is one entry. An exported notebook answers the same calls from them
-(rlm.notebook.export), so "Run All" reproduces the session offline.
+characters and the reply; a batch is one entry. An exported notebook answers the same
+calls from them (rlm.notebook.export), so "Run All" reproduces the session offline.
 """
 
 from __future__ import annotations
