@@ -1,7 +1,9 @@
 """rlm's IPython extension: the code that runs inside the kernel.
 
 Load with `%load_ext kernel_ext` (the host passes it at kernel start-up). It never imports
-`rlm`: it may run in another interpreter. It shares only `kernel_ext.wire` with the host.
+`rlm`: it may run in another interpreter. What it shares with the host is declared once in
+`kernel_ext.contract`: the environment the host sets, the functions the host calls in the
+kernel, the modules the host imports (among them `kernel_ext.wire`, the bridge format).
 
 Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     channels   the kernel's unix sockets made 0600 (ipc transport)
@@ -12,6 +14,7 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
                rlm_query, compact, goal, heartbeat, cron
+    aliases    pd, np, plt (contract.ALIASES), bound lazily when installed
 `unload_ipython_extension` undoes every install in reverse order.
 
 It installs on its own as `rlm-kernel-ext` (kernel_ext/pyproject.toml), versioned with the
@@ -26,9 +29,11 @@ import os
 import sys
 from typing import Any
 
+from kernel_ext import contract
+
 __version__ = "0.1.0"  # always rlm's version (tests/test_gateway_unit.py checks)
 
-_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api")
+_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api", "aliases")
 _installed: list[Any] = []
 
 
@@ -55,7 +60,7 @@ def _private_profile() -> None:
     """IPython copies its profile's README files with their installed modes (shutil.copy
     ignores the umask): make the profile dir the host gave it (IPYTHONDIR inside the
     session directory, never a user's own) 0700 dirs and 0600 files."""
-    base, session = os.environ.get("IPYTHONDIR"), os.environ.get("RLM_SESSION_DIR")
+    base, session = os.environ.get(contract.IPYTHONDIR), os.environ.get(contract.SESSION_DIR)
     if not base or not session:
         return
     base = os.path.realpath(base)
@@ -76,12 +81,13 @@ def unload_ipython_extension(ip: Any) -> None:
 
 def adopt_gateway_env(environ: Any = None) -> None:
     """Gateways pass a client's environment only as `KERNEL_*` names (Enterprise Gateway
-    and Kernel Gateway both): `KERNEL_RLM_X` becomes `RLM_X` (and `KERNEL_MPLBACKEND`
-    `MPLBACKEND`) unless the kernel's own environment already sets it."""
+    and Kernel Gateway both): `KERNEL_RLM_X` becomes `RLM_X` for each name of
+    `contract.GATEWAY_ENV` unless the kernel's own environment already sets it."""
     env = os.environ if environ is None else environ
-    for key, value in list(env.items()):
-        if key.startswith("KERNEL_RLM_") or key == "KERNEL_MPLBACKEND":
-            env.setdefault(key[len("KERNEL_"):], value)
+    for name in contract.GATEWAY_ENV:
+        sent = env.get(contract.GATEWAY_PREFIX + name)
+        if sent is not None:
+            env.setdefault(name, sent)
 
 
 def handshake() -> str:

@@ -66,8 +66,11 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
 
 
 def describe_json(names: list[str] | None = None, n: int = PREVIEW_CHARS, ip: Any = None) -> str:
-    """JSON list of descriptions; names=None: the user's data values (no modules/functions)."""
+    """JSON list of descriptions; names=None: the user's data values (no modules/functions).
+    A name of `contract.ALIASES` bound to its module is described by `alias_item`."""
     from kernel_ext import namespace
+    from kernel_ext.aliases import defined
+    from kernel_ext.contract import ALIASES
 
     if ip is None:
         from IPython import get_ipython
@@ -77,7 +80,15 @@ def describe_json(names: list[str] | None = None, n: int = PREVIEW_CHARS, ip: An
     if names is None:
         names = [k for k, v in values.items()
                  if not callable(v) and type(v).__name__ != "module"][:MAX_NAMES]
-    return json.dumps([describe_value(k, values[k], n) for k in names if k in values])
+    aliases = defined(ip) if any(k in ALIASES for k in names) else {}
+    return json.dumps([describe_value(k, values[k], n) if k in values else alias_item(k, aliases[k])
+                       for k in names if k in values or k in aliases])
+
+
+def alias_item(name: str, module: str) -> dict[str, str]:
+    """A name the kernel defined before the first cell (kernel_ext.aliases), asked for by
+    name: `alias` holds its module."""
+    return {"name": name, "type": "module", "size": "", "preview": "", "alias": module}
 
 
 SUMMARY_CHARS = 240  # one name's line, at most

@@ -23,6 +23,8 @@ import sysconfig
 import tempfile
 from typing import Any
 
+from kernel_ext import contract
+
 MAX_PATHS = 1000
 
 _enabled = False
@@ -43,13 +45,12 @@ def _compute_ignored() -> tuple[str, ...]:
             prefixes.add(p + os.sep)
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
         prefixes.add(os.path.join(p, "lib") + os.sep)
-    for env in ("RLM_SNAPSHOT_DIR", "JUPYTER_RUNTIME_DIR", "MPLCONFIGDIR", "IPYTHONDIR"):
-        v = os.environ.get(env)
+    # dirs the host set up for the kernel and its libraries; the session dir holds the
+    # host's own files (log, snapshot, runtime, artifacts, context.json)
+    for v in (os.environ.get(contract.SNAPSHOT_DIR), os.environ.get(contract.MPLCONFIGDIR),
+              os.environ.get(contract.IPYTHONDIR), os.environ.get(contract.SESSION_DIR)):
         if v:
             prefixes.add(os.path.abspath(v).rstrip(os.sep) + os.sep)
-    sess = os.environ.get("RLM_SESSION_DIR")
-    if sess:  # the host's own files (log, snapshot, runtime, artifacts, context.json)
-        prefixes.add(os.path.abspath(sess).rstrip(os.sep) + os.sep)
     # this package's own source (an editable install lives outside site-packages)
     prefixes.add(os.path.dirname(os.path.abspath(__file__)) + os.sep)
     try:

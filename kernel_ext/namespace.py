@@ -37,6 +37,8 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+from kernel_ext.aliases import is_alias
+
 IPYTHON_NAMES = frozenset(
     {"In", "Out", "_", "__", "___", "_i", "_ii", "_iii", "_ih", "_oh", "_dh", "exit", "quit",
      "get_ipython"}
@@ -69,15 +71,18 @@ def _from_extension(value: Any) -> bool:
 
 def user_values(ip: Any) -> dict[str, Any]:
     """User-defined names -> values: no IPython internals, no hidden names (unless the user
-    rebound them), no objects injected by kernel_ext."""
+    rebound them), no objects injected by kernel_ext, and no alias the kernel bound
+    (kernel_ext.aliases) that still names its module, also after a cell's own `import
+    pandas as pd`: a new kernel binds it again, so it is never snapshotted."""
     hidden = ip.user_ns_hidden
     out = {}
     missing = object()
     for name, value in list(ip.user_ns.items()):  # a subshell may list during a cell
         if is_internal_name(name):
             continue
-        if hidden.get(name, missing) is value:
-            continue
+        bound = hidden.get(name, missing)
+        if bound is value or (is_alias(name, bound) and is_alias(name, value)):
+            continue  # the second: the kernel's alias, imported again by a cell
         if _from_extension(value):
             continue
         out[name] = value

@@ -11,7 +11,7 @@ string; all default to `get_ipython()`):
                                           summary, last_used, shares?}]} largest and most
                                           recently used first (kernel_ext.describe)
 
-Env read by `install`: RLM_SNAPSHOT_URL (an fsspec URL, e.g. s3://bucket/prefix/<session>:
+Env read by `install` (declared in kernel_ext.contract): RLM_SNAPSHOT_URL (an fsspec URL, e.g. s3://bucket/prefix/<session>:
 snapshots go there; credentials come from this process's environment), else
 RLM_SNAPSHOT_DIR (unset/empty: no snapshots are written; listing and restore still
 answer), RLM_SNAPSHOT_VAR_CAP (bytes, default 256 MiB),
@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from kernel_ext import lineage
+from kernel_ext import contract, lineage
 from kernel_ext import snapshot_store as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
@@ -68,8 +68,8 @@ _RESTORE_ORDER = {"module": 0, "import": 0, "dill": 1, "pickle": 2}
 _state: Snapshotter | None = None
 
 
-def _env_int(name: str, default: int) -> int:
-    raw = os.environ.get(name, "").strip()
+def _positive_int(raw: str | None, default: int) -> int:
+    raw = (raw or "").strip()
     return int(raw) if raw.isdigit() and int(raw) > 0 else default
 
 
@@ -482,13 +482,13 @@ class Snapshotter:
 
 
 def _from_env(ip: Any) -> Snapshotter:
-    path = os.environ.get("RLM_SNAPSHOT_URL", "").strip() or None
+    path = os.environ.get(contract.SNAPSHOT_URL, "").strip() or None
     if path is None:
-        local = os.environ.get("RLM_SNAPSHOT_DIR", "").strip()
+        local = os.environ.get(contract.SNAPSHOT_DIR, "").strip()
         path = os.path.abspath(local) if local else None
     return Snapshotter(ip, path,
-                       _env_int("RLM_SNAPSHOT_VAR_CAP", DEFAULT_VAR_CAP),
-                       _env_int("RLM_SNAPSHOT_TOTAL_CAP", DEFAULT_TOTAL_CAP))
+                       _positive_int(os.environ.get(contract.SNAPSHOT_VAR_CAP), DEFAULT_VAR_CAP),
+                       _positive_int(os.environ.get(contract.SNAPSHOT_TOTAL_CAP), DEFAULT_TOTAL_CAP))
 
 
 def install(ip: Any) -> None:

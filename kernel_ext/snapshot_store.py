@@ -40,13 +40,14 @@ import sys
 import time
 from typing import Any
 
+from kernel_ext import contract
 from kernel_ext.lineage import RECORDS_NAME
 from kernel_ext.wire import MANIFEST_NAME, MANIFEST_VERSION
 
 SMALL_LIMIT = 1024 * 1024
 MAX_SMALL_FILES = 8
 ALIGN = 64
-CRASH_ENV = "RLM_SNAPSHOT_CRASH_AFTER_FILES"
+CRASH_ENV = contract.SNAPSHOT_CRASH_AFTER_FILES
 FILE_RE = re.compile(r"g(\d{8})-(small|v\d+)\.bin$")
 _TMP_RE = re.compile(r"\.manifest\.\d+\.tmp$")
 
@@ -156,7 +157,7 @@ class GenerationWriter:
         self.files_written, self.bytes_written = 0, 0
         self._small: list[tuple[str, list[Any]]] = []
         self._large_index = 0
-        env = os.environ.get(CRASH_ENV, "")
+        env = os.environ.get(contract.SNAPSHOT_CRASH_AFTER_FILES, "")
         self._crash_after = int(env) if env.strip().isdigit() else None
 
     def _open(self, fname: str) -> Any:

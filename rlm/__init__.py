@@ -13,14 +13,16 @@ def run_task(task, **kw):  # type: ignore[no-untyped-def]
 
 def load_ipython_extension(ip):  # type: ignore[no-untyped-def]
     """`%load_ext rlm`: load kernel_ext and register `%%rlm` / `%rlm_state`."""
+    from kernel_ext.contract import EXTENSION
     from rlm.magic import load
 
-    ip.extension_manager.load_extension("kernel_ext")
+    ip.extension_manager.load_extension(EXTENSION)
     load(ip)
 
 
 def unload_ipython_extension(ip):  # type: ignore[no-untyped-def]
+    from kernel_ext.contract import EXTENSION
     from rlm.magic import unload
 
     unload(ip)
-    ip.extension_manager.unload_extension("kernel_ext")
+    ip.extension_manager.unload_extension(EXTENSION)

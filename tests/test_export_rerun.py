@@ -50,7 +50,9 @@ def context_session(tmp_path, capsys):
 
 
 def _streams(cell) -> str:
-    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o["output_type"] == "stream")
+    """The cell's printed text, without the prelude's "[rlm] final() is a no-op" lines."""
+    text = "".join(o.get("text", "") for o in cell.get("outputs", []) if o["output_type"] == "stream")
+    return "".join(line for line in text.splitlines(keepends=True) if not line.startswith("[rlm] "))
 
 
 def test_exported_context_session_reruns_with_the_same_outputs(context_session, tmp_path):

@@ -55,9 +55,24 @@ def test_what_a_gateway_cannot_do_is_refused_once_clearly():
         Config(kernel="gateway:http://h:1", memory_cap_bytes=2 * 1024**3)
     with pytest.raises(ConfigError, match="--sandbox is not available with --kernel gateway"):
         Config(kernel="gateway:http://h:1", sandbox=True)
-    (note,) = kernel_notes(Config(kernel="gateway:http://h:1#spec"))
+    note, _snapshots = kernel_notes(Config(kernel="gateway:http://h:1#spec"))
     assert "no memory cap or sandbox from rlm" in note and "(kernelspec spec)" in note
     assert kernel_notes(Config()) == []
+
+
+def test_a_gateway_without_a_snapshot_url_is_told_where_snapshots_land(tmp_path):
+    """The kernel gets this host's snapshot path, which names a directory on the gateway's
+    machine: the user is told so at start (a Notice from kernel_notes), and how to fix it."""
+    notes = kernel_notes(Config(kernel="gateway:http://h:1"))
+    (where,) = [n for n in notes if "snapshots" in n]
+    assert "on the gateway's machine" in where and "not on this machine" in where
+    assert "--snapshot-url" in where
+    # what the kernel is given is indeed this host's path
+    assert remote_env(tmp_path, Config(kernel="gateway:http://h:1"))[
+        "KERNEL_RLM_SNAPSHOT_DIR"] == str(tmp_path / "snapshot")
+    with_url = kernel_notes(Config(kernel="gateway:http://h:1", snapshot_url="memory://b/p"))
+    assert not [n for n in with_url if "snapshots" in n]
+    assert len(with_url) == 1
 
 
 def test_config_file_key_and_recorded_run_option(tmp_path, monkeypatch):

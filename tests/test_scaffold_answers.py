@@ -57,15 +57,16 @@ def test_a_module_used_without_its_import_gets_the_import_line(_isolated_home, t
     used without its import is named as a module, with the line that fixes it, and the
     inputs that already hold the data; a real variable name still gets the listing."""
     (tmp_path / "audit.log").write_text("2025-01-01 badge T-1 issued to Ana\n" * 20)
-    llm = _Fenced([_cell("df = pd.read_csv('audit.log')"), _cell("print(re.findall('T-1', audit)[:1])"),
+    # (`pd`, `np`, `plt` are defined at kernel start now: kernel_ext.aliases; `sns` is not)
+    llm = _Fenced([_cell("df = sns.load_dataset('audit')"), _cell("print(re.findall('T-1', audit)[:1])"),
                    _cell("import re\nprint(re.findall('T-1', audit)[:1])"), "FINAL(T-1)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         load_context_files(agent, [tmp_path / "audit.log"])
         events = list(agent.run("Which badge went to Ana?"))
     first, second = llm.calls[1][-1]["content"], llm.calls[2][-1]["content"]
-    assert "NameError: name 'pd' is not defined" in first
-    assert "start the cell with `import pandas as pd`" in first
+    assert "NameError: name 'sns' is not defined" in first
+    assert "start the cell with `import seaborn as sns`" in first
     assert "Use one of these names" not in first
     assert "- audit: str" in first.split("already in these variables")[1]
     assert "`import re`" in second

@@ -29,9 +29,10 @@ def rlm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def made_session(tmp_path: Path) -> Path:
     (tmp_path / "s.json").write_text(json.dumps(["done"]))
-    s = app.new_session("t", app.RunOptions(overrides={"model": f"script:{tmp_path}/s.json"}))
-    s.close()
-    assert s.dir is not None
+    with app.SessionRun.new("run", "t", app.RunOptions(
+            overrides={"model": f"script:{tmp_path}/s.json"}), build=False) as run:
+        s = run.session
+    assert s is not None and s.dir is not None
     return s.dir
 
 

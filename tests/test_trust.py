@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -68,7 +69,7 @@ FORGED = dict(overrides={"sandbox": False, "kernel_env_pass": ["FAKE_API_KEY"],
 def test_a_forged_run_options_entry_changes_nothing_and_is_reported(tmp_path):
     if not sandbox_available():
         pytest.skip("no user namespaces here: the first run needs --sandbox")
-    first = script(tmp_path / "one.json", [call("x = 1"), call("final('ok')")])
+    first = script(tmp_path / "one.json", [call("x = 1"), call("print('ok')\nfinal('ok')")])
     out = rlm("run", "start", "--model", first, "--sandbox", "--json", cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     log = Path(res["session_path"])
@@ -76,7 +77,7 @@ def test_a_forged_run_options_entry_changes_nothing_and_is_reported(tmp_path):
 
     probe = ("import os\nprint(os.environ.get('FAKE_API_KEY'), "
              "len(open('/proc/net/dev').read().splitlines()))")
-    second = script(tmp_path / "two.json", [call(probe), call("final('done')")])
+    second = script(tmp_path / "two.json", [call(probe), call("print('done')\nfinal('done')")])
     out = rlm("resume", res["session_id"], "continue", "--model", second, "--json",
               cwd=tmp_path, env={"FAKE_API_KEY": "sk-fake-0123456789abcdef0123"})
     err = out.stderr
@@ -95,18 +96,26 @@ def test_a_forged_run_options_entry_changes_nothing_and_is_reported(tmp_path):
 
 
 # ------------------------------------------------------------------ item 1, the rule
-def _session(tmp_path: Path, **opts) -> tuple[app.SessionStore, app.RunOptions]:
+def _session(tmp_path: Path, **opts) -> tuple[Any, app.RunOptions]:
+    """A session created as `rlm run` creates it (options recorded), not run."""
     (tmp_path / "s.json").write_text(json.dumps(["done"]))
     overrides = {"model": f"script:{tmp_path}/s.json", **opts.pop("overrides", {})}
     options = app.RunOptions(overrides=overrides, **opts)
-    return app.new_session("t", options), options
+    with app.SessionRun.new("run", "t", options, build=False) as run:
+        return run.session, options
+
+
+def opened(session_id: str, given: app.RunOptions | None = None) -> app.RunOptions:
+    """The options a resume of the session would run with (SessionRun.open)."""
+    with app.SessionRun.open("resume", session_id, given, build=False) as run:
+        return run.options
 
 
 def test_options_the_host_recorded_still_travel_with_the_run(tmp_path):
     session, _ = _session(tmp_path, overrides={"sandbox": True}, autonomous=True,
                           gate=["pytest -q"])
     session.close()
-    _, options = app.open_session(session.id)
+    options = opened(session.id)
     assert options.refused == []
     assert options.autonomous and options.gate == ["pytest -q"]
     assert options.overrides["sandbox"] is True
@@ -116,7 +125,7 @@ def test_a_forged_entry_is_refused_line_by_line(tmp_path):
     session, _ = _session(tmp_path, overrides={"sandbox": True})
     session.close()
     forge(session.path, **FORGED)
-    _, options = app.open_session(session.id)
+    options = opened(session.id)
     assert options.overrides["sandbox"] is True
     assert "kernel_env_pass" not in options.overrides and "kernel_python" not in options.overrides
     assert options.gate == [] and options.autonomous is False
@@ -131,7 +140,7 @@ def test_what_the_user_gives_now_wins_without_a_refusal(tmp_path):
     session.close()
     forge(session.path, gate=["touch PWNED"])
     given = app.RunOptions(gate=["make check"], overrides={"sandbox": True})
-    _, options = app.open_session(session.id, given)
+    options = opened(session.id, given)
     assert options.gate == ["make check"] and options.refused == []
 
 
@@ -142,12 +151,12 @@ def test_without_a_record_the_users_config_is_the_baseline(tmp_path, _isolated_h
     session.close()
     for record in (trust.config_dir() / "runs").iterdir():
         record.unlink()  # as for a session copied here from elsewhere
-    _, options = app.open_session(session.id)
+    options = opened(session.id)
     assert options.overrides["sandbox"] is True and options.refused == []  # tighter: kept
     _isolated_home.mkdir(exist_ok=True)
     (_isolated_home / "config.toml").write_text("sandbox = true\n")
     forge(session.path, overrides={"sandbox": False})
-    _, options = app.open_session(session.id)
+    options = opened(session.id)
     assert any(line.startswith("refused sandbox") for line in options.refused)
     assert options.config().sandbox is True
 
@@ -272,6 +281,6 @@ def test_a_forged_sandbox_false_cannot_beat_the_users_config_either(tmp_path, _i
     session, _ = _session(tmp_path)
     session.close()
     forge(session.path, overrides={"sandbox": False})
-    _, options = app.open_session(session.id)
+    options = opened(session.id)
     assert any(line.startswith("refused sandbox") for line in options.refused)
     assert options.config().sandbox is True

@@ -14,6 +14,7 @@ import unicodedata
 from pathlib import Path
 from typing import Any
 
+from kernel_ext.contract import ALIASES
 from rlm.errors import ConfigError
 from rlm.session.entries import CustomEntry
 
@@ -124,6 +125,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
     is described as not loaded, with pandas' or Python's one-line reason, instead of
     failing the run."""
     names: list[str] = []
+    loaded: list[str] = []  # the file of each name (`files` also holds those that failed)
     renamed: list[str] = []
     failed: list[str] = []
     taken = _bound_names(agent)  # a later prompt's file never replaces the model's `result`
@@ -148,7 +150,8 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
                 continue
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
         names.append(name)
-    items = agent.executor.describe(names) if names else []
+        loaded.append(str(raw))
+    items = agent.executor.describe([*names, *ALIASES])  # the aliases: what is defined
     content = format_description(items, origin="loaded from the files you were given")
     if renamed:
         content += (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API, "
@@ -158,7 +161,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
             "Not loaded (read them with your own code if you need them): " + "; ".join(failed))
     agent.attach_context(CustomEntry(
         custom_type="context_vars",
-        data={"names": names, "files": [str(p) for p in paths],
+        data={"names": names, "files": [str(p) for p in paths], "loaded": loaded,
               "long_texts": [d["name"] for d in items if d.get("hint")]},
         display=True, content=content))
     return names
@@ -185,20 +188,27 @@ def _error_line(res: Any) -> str:
 def describe_variables(agent: Any, names: list[str] | None, *, origin: str) -> str:
     """Text telling the model which kernel variables hold its input (names=None: all the
     user's data values). Computed by the executor without running a visible cell."""
-    return format_description(agent.executor.describe(names), origin=origin)
+    asked = None if names is None else [*names, *ALIASES]
+    return format_description(agent.executor.describe(asked), origin=origin)
 
 
 def format_description(items: list[dict[str, Any]], *, origin: str) -> str:
     """No XML-like tag around it: the 1.5B model turned `<context_variables>` into
-    `context_variables['context']`. Only the real variable names look like names."""
+    `context_variables['context']`. Only the real variable names look like names. Items
+    with an `alias` (kernel_ext.describe.alias_item) are the modules the kernel defined
+    before the first cell: one line saying they need no import."""
+    values = [d for d in items if not d.get("alias")]
     lines = [f"Input: these kernel variables already hold your input ({origin}); "
              "read them through code, in slices:"]
-    for d in items:
+    for d in values:
         lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
         if d.get("hint"):
             lines.append(f"  {d['hint']}")
-    if not items:
+    if not values:
         lines.append("- (none)")
+    aliases = [f"{d['name']} ({d['alias']})" for d in items if d.get("alias")]
+    if aliases:
+        lines.append(f"Already imported, no import needed: {', '.join(aliases)}.")
     return "\n".join(lines)
 
 

@@ -3,10 +3,16 @@
 These run on the host, called through the bridge while a cell waits. Every token they
 spend is charged to the run that owns the cell, and to a `TokenBudget` shared by the
 whole rlm_query tree, so a budget bounds the parent and all its children together.
+
+Each answer is recorded in the session as a hidden `subcall` custom entry (content None:
+never sent to the model): method, model, and per prompt (or task) its sha256, its first
+characters and the reply; a batch is one entry. An exported notebook answers the same
+calls from them (rlm.notebook.export), so "Run All" reproduces the session offline.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,9 +22,13 @@ from typing import Any, Protocol
 from rlm.config import Config
 from rlm.errors import LimitReached, RlmError
 from rlm.llm.types import LLM, Usage
+from rlm.protocols import SessionLog
+from rlm.session.entries import CustomEntry
 
 MAX_PROMPT_CHARS = 2_000_000
 MAX_BATCH = 1000
+SUBCALL_ENTRY = "subcall"
+PREVIEW_CHARS = 200
 
 
 @dataclass
@@ -48,6 +58,7 @@ class RecursionHost(Protocol):
     config: Config
     depth: int
     budget: TokenBudget
+    session: SessionLog
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
@@ -97,7 +108,7 @@ class Recursion:
                 self._llms[spec] = self._factory(spec)
             return self._llms[spec]
 
-    def llm_query(self, params: dict[str, Any]) -> str:
+    def llm_query(self, params: dict[str, Any], record: bool = True) -> str:
         prompt = params.get("prompt")
         if not isinstance(prompt, str):
             raise RlmError("llm_query(prompt): prompt must be a string")
@@ -108,6 +119,8 @@ class Recursion:
         c = llm.complete([{"role": "user", "content": prompt}], tools=[],
                          temperature=self.agent.config.temperature)
         self.agent.charge(c.usage, sub=True)
+        if record:
+            self._record("llm_query", [(prompt, c.content)], params.get("model"))
         return c.content
 
     def llm_query_batched(self, params: dict[str, Any]) -> list[str]:
@@ -121,7 +134,10 @@ class Recursion:
             check_model(model, self.agent.config)  # once, before any prompt is sent
         workers = max(1, min(self.agent.config.batch_concurrency, len(prompts) or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
-            return list(pool.map(lambda p: self.llm_query({"prompt": p, "model": model}), prompts))
+            replies = list(pool.map(lambda p: self.llm_query({"prompt": p, "model": model},
+                                                             record=False), prompts))
+        self._record("llm_query_batched", list(zip(prompts, replies, strict=True)), model)
+        return replies
 
     def rlm_query(self, params: dict[str, Any]) -> str | None:
         task = params.get("task")
@@ -134,4 +150,16 @@ class Recursion:
                 f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth"
             )
         agent.budget.check("rlm_query")
-        return agent.run_child(task, params.get("context"))
+        answer = agent.run_child(task, params.get("context"))
+        self._record("rlm_query", [(task, answer)])
+        return answer
+
+    def _record(self, method: str, answered: list[tuple[str, Any]], model: Any = None) -> None:
+        """One call's answers as a hidden `subcall` entry (a batch is one entry: an entry
+        costs an fsync, ~7 ms here). One at a time: handlers answer from a thread pool."""
+        data = {"method": method, "model": model, "calls": [
+            {"sha256": hashlib.sha256(asked.encode()).hexdigest(),
+             "preview": asked[:PREVIEW_CHARS], "reply": reply} for asked, reply in answered]}
+        with self._lock:
+            self.agent.session.append(CustomEntry(custom_type=SUBCALL_ENTRY, data=data,
+                                                  display=False, content=None))

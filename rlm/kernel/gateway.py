@@ -38,13 +38,14 @@ from urllib.parse import quote
 from jupyter_client.jsonutil import json_default
 from jupyter_client.session import Session
 
+from kernel_ext import contract
 from rlm.config import Config, kernel_kind
 from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import Router
 from rlm.kernel.runtime import kernel_env
 from rlm.paths import private_dir, write_private_atomic
-from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
+from rlm.secrets import scrub_session
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,6 @@ START_REQUEST_TIMEOUT_S = 300.0  # a cluster may pull an image and schedule a po
 WS_PING_S = 1.0
 WS_PING_TIMEOUT_S = 1.0  # tornado: at most the interval; a silent gateway is gone in ~2 s
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
-# what the kernel needs from the host's kernel environment, sent as KERNEL_<NAME> (the
-# only names both gateways pass through); kernel_ext.adopt_gateway_env maps them back
-_SENT_PREFIXES = ("RLM_SESSION_", "RLM_SNAPSHOT_")
-_SENT_NAMES = ("MPLBACKEND",)
 
 
 def gateway_token() -> str | None:
@@ -71,13 +68,11 @@ def gateway_token() -> str | None:
 def remote_env(session_dir: Path, config: Config) -> dict[str, str]:
     """The env sent with the start request: kernel_ext's settings only, never secrets."""
     env = kernel_env(session_dir, config)
-    out = {}
-    for key, value in env.items():
-        if key.upper().endswith(SECRET_ENV_SUFFIXES):
-            continue
-        if key.startswith(_SENT_PREFIXES) or key in _SENT_NAMES:
-            out[f"KERNEL_{key}"] = value
-    return out
+    # what the kernel needs of it (kernel_ext.contract.GATEWAY_ENV, no secret among them),
+    # sent as KERNEL_<NAME>: the only names both gateways pass through;
+    # kernel_ext.adopt_gateway_env maps them back
+    return {f"{contract.GATEWAY_PREFIX}{key}": env[key] for key in contract.GATEWAY_ENV
+            if key in env}
 
 
 class GatewayHttp:

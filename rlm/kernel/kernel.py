@@ -2,8 +2,9 @@
 
 Policy lives here: timeouts (interrupt, grace, restart), death (report the cause, restart,
 restore the snapshot), helper calls into kernel_ext through `user_expressions` (silent, no
-history, no snapshot hook). The process mechanics are in runtime.py, the wait loop and
-output collection in execution.py, the bridge in bridge.py.
+history, no snapshot hook), each one a `kernel_ext.contract.Call`. The process mechanics
+are in runtime.py, the wait loop and output collection in execution.py, the bridge in
+bridge.py.
 
 Thread model: the caller's thread (one at a time, `_shell_lock`) uses the shell socket;
 the runtime's IOPub listener thread reads IOPub and writes control; bridge handlers run
@@ -25,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kernel_ext import snapshot_store
+from kernel_ext import contract, snapshot_store
 from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
@@ -34,8 +35,6 @@ from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.kinds import Runtime, make_runtime
 from rlm.kernel.runtime import died_cause
 from rlm.kernel.state import (
-    REBUILD_EXPR,
-    REBUILD_PLAN_EXPR,
     expression_value,
     merge_rebuild,
     needs_rebuild,
@@ -59,9 +58,7 @@ START_TIMEOUT_S = 60.0
 # a restore reads the whole snapshot: allow this much on top of START_TIMEOUT_S per byte
 # (pessimistic for a shared 2-core machine: unpickling measured at ~250 MB/s; dill is slower)
 RESTORE_BYTES_PER_S = 20 * 1024 * 1024
-_SNAPSHOT = "__import__('kernel_ext.snapshot').snapshot"
-_FILEOPS = "__import__('kernel_ext.fileops').fileops"
-HANDSHAKE_EXPR = "__import__('kernel_ext').handshake()"
+HANDSHAKE_EXPR = contract.HANDSHAKE.expression()
 
 
 def _tell_stderr(line: str) -> None:
@@ -325,7 +322,7 @@ class Kernel:
         timeout = self.restore_timeout()
         try:
             self._handshake(timeout)
-            text = self._expression(f"{_SNAPSHOT}.restore_report_json()", timeout)
+            text = self._expression(contract.RESTORE_REPORT.expression(), timeout)
             report = RestoreReport.from_dict(json.loads(text))
             if needs_rebuild(report):  # replay recorded cells for what was not snapshotted
                 self._rebuild(report)
@@ -348,7 +345,8 @@ class Kernel:
         """Plan the replay (nothing runs), tell the user which cells it re-runs
         (`replay_notice`), then run it — unless `config.replay` is off."""
         try:
-            plan = json.loads(self._expression(REBUILD_PLAN_EXPR, self.config.cell_timeout))
+            plan = json.loads(self._expression(contract.REBUILD_PLAN.expression(),
+                                               self.config.cell_timeout))
             line = replay_announcement(plan, self.config.replay)
             if line is not None:
                 self.replay_notice(line)
@@ -358,7 +356,8 @@ class Kernel:
                 merge_rebuild(report, replay_off(plan))
                 report.replay_off = True
             else:
-                merge_rebuild(report, json.loads(self._expression(REBUILD_EXPR, self.config.cell_timeout)))
+                merge_rebuild(report, json.loads(self._expression(contract.REBUILD.expression(),
+                                                                  self.config.cell_timeout)))
         except KernelBusy:
             self.interrupt()
             merge_rebuild(report, None, f"replay did not end within {self.config.cell_timeout} s")
@@ -367,8 +366,7 @@ class Kernel:
 
     def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
         """Type, size and a short preview of kernel values (kernel_ext.describe), silently."""
-        expr = (f"__import__('kernel_ext.describe', fromlist=['x']).describe_json("
-                f"{json.dumps(names) if names is not None else 'None'})")
+        expr = contract.DESCRIBE.expression(list(names) if names is not None else None)
         return list(json.loads(self._expression(expr, timeout)))
 
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
@@ -381,7 +379,7 @@ class Kernel:
         if self._cell_running or not self._shell_lock.acquire(blocking=False):
             return self._busy_listing(timeout)
         try:
-            return json.loads(self._expression(f"{_SNAPSHOT}.namespace_json()", timeout))
+            return json.loads(self._expression(contract.SNAPSHOT_NAMESPACE.expression(), timeout))
         finally:
             self._shell_lock.release()
 
@@ -417,11 +415,11 @@ class Kernel:
         KernelBusy at once while a cell runs (a compaction then goes on without them)."""
         if self._cell_running:
             raise KernelBusy("a cell is running; file operations are known when it ends")
-        return json.loads(self._expression(f"{_FILEOPS}.file_ops_json()", timeout))
+        return json.loads(self._expression(contract.FILE_OPS.expression(), timeout))
 
     def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
         """Force a snapshot now; returns kernel_ext.snapshot's summary."""
-        return json.loads(self._expression(f"{_SNAPSHOT}.snapshot_now()", timeout))
+        return json.loads(self._expression(contract.SNAPSHOT_NOW.expression(), timeout))
 
 
 def _status_note(res: CellResult) -> str:

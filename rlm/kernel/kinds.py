@@ -68,6 +68,15 @@ def make_runtime(session_dir: Path, config: Config, bridge: BridgeDispatcher) ->
     return KernelRuntime(session_dir, config, bridge)
 
 
+# Without --snapshot-url the kernel is given this host's snapshot path (RLM_SNAPSHOT_DIR),
+# which on a gateway names a directory on the gateway's machine, not this one.
+GATEWAY_SNAPSHOT_NOTE = (
+    "snapshots are written on the gateway's machine, under this session's path there "
+    "(<session dir>/snapshot), not on this machine: `rlm state` of a stopped session and a "
+    "kernel started on another node will not find them; pass --snapshot-url "
+    "s3://BUCKET/PREFIX (any fsspec URL both can reach) to keep them in one place")
+
+
 def kernel_notes(config: Config) -> list[str]:
     """What the chosen kind does differently, said once at the start of a run."""
     kind = kernel_kind(config.kernel)
@@ -76,7 +85,8 @@ def kernel_notes(config: Config) -> list[str]:
                 f"{' (kernelspec ' + kind.name + ')' if kind.name else ''}: no memory cap or "
                 "sandbox from rlm (the gateway's kernelspec or cluster sets them); channels "
                 "go over its websocket, not private unix sockets; a crash is noticed when "
-                "the gateway reports it (its KernelRestarter.time_to_dead)"]
+                "the gateway reports it (its KernelRestarter.time_to_dead)"] + (
+                    [] if config.snapshot_url else [GATEWAY_SNAPSHOT_NOTE])
     if kind.kind == "provisioner":
         return [f"kernel started by the provisioner {kind.name!r} over TCP channels; the "
                 "memory cap and --sandbox apply only if it runs the kernelspec's command "

@@ -31,7 +31,9 @@ import uuid
 
 import psutil
 
-MARK_ENV = "RLM_KERNEL_MARK"
+from kernel_ext import contract
+
+MARK_ENV = contract.KERNEL_MARK
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper: list[bool] = []
 

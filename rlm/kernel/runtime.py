@@ -23,6 +23,7 @@ import zmq
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
+from kernel_ext import contract
 from rlm import trust
 from rlm.config import Config
 from rlm.errors import KernelError
@@ -55,11 +56,11 @@ def kernel_argv(config: Config, session_dir: Path | None = None) -> list[str]:
     argv = [
         python,
         "-m",
-        "kernel_ext.launch",
+        contract.LAUNCHER,
         "-f",
         "{connection_file}",
         "--HistoryManager.hist_file=:memory:",
-        "--IPKernelApp.extensions=kernel_ext",
+        f"--IPKernelApp.extensions={contract.EXTENSION}",
     ]
     if config.memory_cap_bytes:
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
@@ -127,31 +128,32 @@ def sandbox_binds(config: Config, session_dir: Path | None) -> list[str]:
 
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
-    """The host env minus provider secrets, plus what kernel_ext needs."""
+    """The host env minus provider secrets, plus what kernel_ext needs (every name it
+    sets is declared in kernel_ext.contract)."""
     passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
     env = {k: v for k, v in os.environ.items() if k in passed or not _SECRET_ENV.search(k)}
-    env.update(
-        RLM_SESSION_DIR=str(session_dir),
-        RLM_SNAPSHOT_DIR=str(session_dir / "snapshot"),
-        RLM_SNAPSHOT_VAR_CAP=str(config.snapshot_var_cap),
-        RLM_SNAPSHOT_TOTAL_CAP=str(config.snapshot_total_cap),
-    )
+    env.update({
+        contract.SESSION_DIR: str(session_dir),
+        contract.SNAPSHOT_DIR: str(session_dir / "snapshot"),
+        contract.SNAPSHOT_VAR_CAP: str(config.snapshot_var_cap),
+        contract.SNAPSHOT_TOTAL_CAP: str(config.snapshot_total_cap),
+    })
     if config.snapshot_url:  # the kernel writes there (kernel_ext.snapshot), not to the dir
-        env["RLM_SNAPSHOT_URL"] = snapshot_location(session_dir, config.snapshot_url)
-    env.setdefault("MPLBACKEND", "module://matplotlib_inline.backend_inline")
-    if "IPYTHONDIR" not in env:
+        env[contract.SNAPSHOT_URL] = snapshot_location(session_dir, config.snapshot_url)
+    env.setdefault(contract.MPLBACKEND, "module://matplotlib_inline.backend_inline")
+    if contract.IPYTHONDIR not in env:
         # IPython makes ~/.ipython/profile_default at start: keep it in the session's
         # private runtime dir, so a kernel writes nothing under HOME
-        env["IPYTHONDIR"] = str(private_dir(session_dir / "runtime" / "ipython"))
-    if "MPLCONFIGDIR" not in env and not _user_mpl_config(env).exists():
+        env[contract.IPYTHONDIR] = str(private_dir(session_dir / "runtime" / "ipython"))
+    if contract.MPLCONFIGDIR not in env and not _user_mpl_config(env).exists():
         # matplotlib writes its font cache under ~/.cache/matplotlib (and a config dir)
         # on first import: with no config of the user's own to hide, keep both in
         # $RLM_HOME (shared by its sessions, so the font cache is built once)
-        env["MPLCONFIGDIR"] = str(private_dir(config.home / "cache" / "matplotlib"))
+        env[contract.MPLCONFIGDIR] = str(private_dir(config.home / "cache" / "matplotlib"))
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (_KERNEL_EXT_ROOT, env.get("PYTHONPATH")) if p
+        env[contract.PYTHONPATH] = os.pathsep.join(
+            p for p in (_KERNEL_EXT_ROOT, env.get(contract.PYTHONPATH)) if p
         )
     return env
 

@@ -21,14 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_ext import snapshot_store
+from kernel_ext import contract, snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 from rlm.errors import ConfigError, SessionError
 from rlm.paths import write_private_atomic
 from rlm.secrets import SCRUB_SLACK_NS, known_secrets, mask_buffer, scrub_tree
 
-LISTING_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).namespace_json()"
+LISTING_EXPR = contract.SNAPSHOT_NAMESPACE.expression()
 
 
 def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | None:
@@ -191,8 +191,6 @@ def _rows(entries: dict[str, Any], groups: dict[str, Any]) -> list[dict[str, Any
     return order_names(names)
 
 
-REBUILD_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).rebuild_json()"
-REBUILD_PLAN_EXPR = "__import__('kernel_ext.snapshot', fromlist=['x']).rebuild_plan_json()"
 REPLAY_OFF = "replay is off for this run (--no-replay)"
 
 

@@ -11,7 +11,9 @@ exactly like any other litellm model (streaming, usage counts, error mapping).
 
 Runtime rules:
 - One `LocalModel` per (file, n_ctx) per process, loaded on first call (or `.load()`),
-  `n_threads = os.cpu_count()`, one lock around the `Llama` object.
+  `n_threads = os.cpu_count()`, one lock around the `Llama` object. `n_ctx` is
+  `--context-window` when given (RLM_LOCAL_N_CTX is then ignored), else RLM_LOCAL_N_CTX,
+  else 8192: the window loaded is always the one compaction is sized to.
 - A call pays only for the tokens it adds. The agent's projection is append-only and
   byte-stable, and the prompt is rendered and tokenized deterministically, so llama.cpp's
   KV cache keeps the previous prompt (and the reply it generated) and evaluates only the
@@ -490,6 +492,9 @@ class LocalHandler(CustomLLM):
             total_tokens=usage["total_tokens"],
         )
         return model_response
+
+
+N_CTX_ENV = modelfile.N_CTX_ENV
 
 
 def _n_ctx(config: Any) -> int:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from importlib import resources
 from pathlib import Path
 
-from rlm.errors import ModelError
+from rlm.errors import ConfigError, ModelError
 from rlm.paths import LEGACY_HOME, PRIVATE_FILE, model_cache, private_dir, rlm_home
 
 MODEL_FILENAME = "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
@@ -273,12 +273,22 @@ def check_user_model(spec_path: str, home: Path | None = None) -> Path:
 
 
 DEFAULT_N_CTX = 8192  # the local model's window unless configured
+N_CTX_ENV = "RLM_LOCAL_N_CTX"
 
 
 def local_n_ctx(config: object) -> int:
-    """The window the local model is loaded with: RLM_LOCAL_N_CTX, else the configured
-    context window, else DEFAULT_N_CTX (offline and cheap: nothing is loaded)."""
-    env = os.environ.get("RLM_LOCAL_N_CTX")
-    if env:
-        return int(env)
-    return int(getattr(config, "context_window", None) or DEFAULT_N_CTX)
+    """The window the local model is loaded with (offline and cheap: nothing is loaded):
+    `--context-window` (Config.context_window) wins, else RLM_LOCAL_N_CTX, else
+    DEFAULT_N_CTX. The loop sizes compaction to Config.context_window when it is set, so
+    the flag must win here too: with both set the model loads the window compaction is
+    sized to, and the env var is ignored."""
+    configured = getattr(config, "context_window", None)
+    if configured:
+        return int(configured)
+    env = os.environ.get(N_CTX_ENV, "").strip()
+    if not env:
+        return DEFAULT_N_CTX
+    if not env.isdigit() or int(env) <= 0:
+        raise ConfigError(f"{N_CTX_ENV}={env!r} is not a positive number of tokens; set it to "
+                          "e.g. 8192, or unset it and pass --context-window")
+    return int(env)

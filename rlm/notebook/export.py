@@ -17,6 +17,12 @@ Cell mapping, in branch order:
 - a cell that killed or timed out the kernel, or a `kernel_restored` entry -> markdown
   "⚠ Kernel restarted: ..." right after the cell where it happened
 - `final` -> markdown "**Final answer:** ..."; `notebook_import` -> the imported code cells
+- the names the agent's kernel defined (kernel_ext.api, kernel_ext.aliases) that the cells
+  use -> one first cell (`prelude`) defining them: `llm_query`, `llm_query_batched` and
+  `rlm_query` answer from the session's `subcall` entries (rlm.agent.recursion), so "Run
+  All" reproduces the session offline; `final`, `final_var`, `compact`, `goal`, `cron`,
+  `heartbeat` are no-ops that print so; `pd`, `np`, `plt` are imported
+- a `context_vars` entry's files -> loader cells for the files that loaded (`loaded_inputs`)
 
 Cells that raised carry the `raises-exception` tag so nbclient re-runs the notebook top to
 bottom. Every string written is scanned for secrets (see `redact`).
@@ -29,6 +35,7 @@ import contextlib
 import json
 import os
 import platform
+import pprint
 import re
 import stat
 from pathlib import Path
@@ -38,8 +45,10 @@ import nbformat
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 import rlm
-from rlm.agent.context_files import loader_code
+from kernel_ext.contract import ALIASES
+from rlm.agent.context_files import loader_code, variable_name
 from rlm.agent.nudge import WHY as _NUDGE_TEXTS
+from rlm.agent.recursion import SUBCALL_ENTRY
 from rlm.errors import RlmError
 from rlm.paths import PRIVATE_FILE, fsync_dir
 from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
@@ -56,13 +65,9 @@ from rlm.session.entries import (
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3|ipython)?[ \t]*\n(.*?)```", re.DOTALL)
 _TEXT_MIMES = ("text/", "image/svg+xml")
-_PRELUDE = (
-    "# rlm: stand-ins for the agent's kernel helpers, so this notebook re-runs outside rlm\n"
-    "try:\n    final\nexcept NameError:\n"
-    "    def final(value):\n        return value\n"
-    "try:\n    final_var\nexcept NameError:\n"
-    "    def final_var(name):\n        return globals()[name]\n"
-)
+_API = ("llm_query_batched", "llm_query", "rlm_query", "final_var", "final", "compact",
+        "goal", "cron", "heartbeat")  # kernel_ext.api.NAMES (a test keeps them in step)
+_USES = re.compile(r"\b(" + "|".join([*_API, *ALIASES]) + r")\b")
 
 
 class ExportError(RlmError):
@@ -164,8 +169,8 @@ def build_notebook(branch: list[Entry], header: SessionHeader | None,
         builder.add(entry)
     if not builder.saw_task and header is not None and header.task:
         builder.cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
-    if builder.uses_helpers:
-        builder.cells.insert(0, _prelude_cell())
+    if builder.uses:
+        builder.cells.insert(0, _prelude_cell(prelude(builder.uses, builder.replies)))
     nb = new_notebook(cells=builder.cells, metadata=_metadata(header))
     redact(nb)
     nbformat.validate(nb)
@@ -185,10 +190,94 @@ def _metadata(header: SessionHeader | None) -> dict[str, Any]:
     }
 
 
-def _prelude_cell() -> nbformat.NotebookNode:
-    cell = new_code_cell(_PRELUDE, id="rlm-prelude")
+def _prelude_cell(source: str) -> nbformat.NotebookNode:
+    cell = new_code_cell(source, id="rlm-prelude")
     cell.metadata["tags"] = ["rlm-prelude"]
     return cell
+
+
+_REPLY = '''
+import hashlib as _rlm_hashlib
+
+_RLM_REPLIES = {replies}
+
+
+def _rlm_reply(method, asked):
+    """The reply the session recorded for this call (no model is called)."""
+    key = _rlm_hashlib.sha256(str(asked).encode()).hexdigest()
+    replies = _RLM_REPLIES.get(method, {{}}).get(key)
+    if not replies:
+        raise LookupError(f"{{method}}: the session recorded no reply to {{str(asked)[:80]!r}} "
+                          "(a different prompt than the one asked in the session)")
+    return replies.pop(0) if len(replies) > 1 else replies[0]
+'''
+_STAND_INS = {
+    "llm_query": '''
+def llm_query(prompt, model=None):
+    """Recorded: the reply the session got for this prompt."""
+    return _rlm_reply("llm_query", prompt)
+''',
+    "llm_query_batched": '''
+def llm_query_batched(prompts, model=None):
+    """Recorded: the replies the session got for these prompts, in order."""
+    return [_rlm_reply("llm_query", p) for p in prompts]
+''',
+    "rlm_query": '''
+def rlm_query(task, context=None):
+    """Recorded: the answer the session's child agent gave for this task."""
+    return _rlm_reply("rlm_query", task)
+''',
+    "final": '''
+def final(value):
+    print(f"[rlm] final() is a no-op outside rlm; the session's answer was: {value}")
+''',
+    "final_var": '''
+def final_var(name):
+    print(f"[rlm] final_var() is a no-op outside rlm; the session's answer was {name}: "
+          f"{globals()[name]}")
+''',
+}
+_NO_OP = '''
+class _RlmNoOp:
+    """compact, goal, cron, heartbeat: the agent's controls mean nothing outside rlm."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+
+        def no_op(*args, **kwargs):
+            print(f"[rlm] {self._name}.{attr}() is a no-op outside rlm")
+        return no_op
+
+    def __repr__(self):
+        return f"<{self._name}: a no-op outside rlm>"
+'''
+_CONTROLS = ("compact", "goal", "cron", "heartbeat")
+
+
+def prelude(uses: set[str], replies: dict[str, dict[str, list[Any]]]) -> str:
+    """The first cell: the names the kernel defined that the cells use. The sub-call
+    helpers answer from the session's recorded replies, the agent's controls are no-ops
+    that say so, the aliases are imported. Each is defined only where the name is not
+    (run inside an rlm kernel, its own helpers stay)."""
+    parts = ["# rlm: what the agent's kernel defined, so \"Run All\" re-runs this notebook "
+             "outside rlm,\n# offline: llm_query and rlm_query answer from the replies the "
+             "session recorded\n"]
+    parts += [f"import {ALIASES[a]} as {a}\n" for a in ALIASES if a in uses]
+    if uses & {"llm_query", "llm_query_batched", "rlm_query"}:
+        parts.append(_REPLY.format(replies=pprint.pformat(replies, width=96)))
+    if uses & set(_CONTROLS):
+        parts.append(_NO_OP)
+    for name in _API:
+        if name not in uses:
+            continue
+        body = _STAND_INS.get(name) or f"\n{name} = _RlmNoOp({name!r})\n"
+        parts.append(f"\nif {name!r} not in globals():" + "".join(
+            f"\n    {line}" if line else "\n" for line in body.strip("\n").splitlines()) + "\n")
+    return "".join(parts).rstrip("\n") + "\n"
 
 
 class _Builder:
@@ -200,7 +289,8 @@ class _Builder:
         self.cells: list[nbformat.NotebookNode] = []
         self.pending: dict[str, nbformat.NotebookNode] = {}
         self.saw_task = False
-        self.uses_helpers = False
+        self.uses: set[str] = set()  # kernel-defined names the code cells use
+        self.replies: dict[str, dict[str, list[Any]]] = {}  # method -> sha256 -> replies
         self.ids: set[str] = set()
 
     def _append(self, cell: nbformat.NotebookNode) -> nbformat.NotebookNode:
@@ -264,8 +354,7 @@ class _Builder:
 
     def _code(self, entry: Entry, call_id: str, code: str, n: int) -> None:
         cell = new_code_cell(code, id=_cell_id(entry, "c", n))
-        if re.search(r"\bfinal(_var)?\s*\(", code):
-            self.uses_helpers = True
+        self.uses.update(_USES.findall(code))
         self.pending[call_id] = self._append(cell)
 
     def _tool(self, entry: MessageEntry) -> None:
@@ -306,17 +395,21 @@ class _Builder:
             answer = data.get("answer", entry.data if not data else "")
             self._md(f"**Final answer:** {_text(answer)}", entry)
         elif entry.custom_type == "context_vars" and data.get("files"):
-            self._inputs(entry, [str(n) for n in data.get("names") or []],
-                         [str(f) for f in data["files"]])
+            self._inputs(entry, loaded_inputs(data))
+        elif entry.custom_type == SUBCALL_ENTRY:
+            method = "rlm_query" if data.get("method") == "rlm_query" else "llm_query"
+            for c in data.get("calls") or []:
+                if isinstance(c, dict) and isinstance(c.get("sha256"), str):
+                    self.replies.setdefault(method, {}).setdefault(c["sha256"], []).append(
+                        c.get("reply"))
         elif entry.custom_type == "notebook_import":
             self._md(f"*Imported from notebook `{data.get('path', '?')}`:*", entry)
             for i, item in enumerate(data.get("cells") or []):
                 cell = self._append(new_code_cell(item.get("code", ""), id=_cell_id(entry, "c", i)))
                 self._fill(cell, item.get("cell") or {}, entry)
 
-    def _inputs(self, entry: Entry, names: list[str], files: list[str]) -> None:
+    def _inputs(self, entry: Entry, pairs: list[tuple[str, str]]) -> None:
         """Cells that load the run's `--context` files, so the notebook re-runs."""
-        pairs = list(zip(names, files, strict=False))
         listed = ", ".join(f"`{name}`" for name, _ in pairs)
         self._md(f"*Inputs: the files given with `--context`, loaded as {listed}.*", entry, 0)
         for i, (name, raw) in enumerate(pairs):
@@ -361,6 +454,32 @@ class _Builder:
             missing = ", ".join(refs.values()) or "no data"
             data["text/plain"] = f"[output not available: {missing}]"
         return data
+
+
+def loaded_inputs(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """(variable, file) for each input file that loaded. `files` also lists those that
+    failed (a named file that is not a table), so it is not zipped with `names`: since
+    `loaded` exists it pairs them; an older entry's names are matched to the file whose
+    stem gives that name (`load_context_files` names a variable after its file's stem)."""
+    names = [str(n) for n in data.get("names") or []]
+    loaded = data.get("loaded")
+    if isinstance(loaded, list) and len(loaded) == len(names):
+        return list(zip(names, [str(f) for f in loaded], strict=True))
+    files = [str(f) for f in data.get("files") or []]
+    if len(files) == len(names):
+        return list(zip(names, files, strict=True))
+    pairs, left = [], list(files)
+    for name in names:
+        match = next((f for f in left if _named_after(name, f)), None)
+        if match is not None:
+            left.remove(match)
+            pairs.append((name, match))
+    return pairs
+
+
+def _named_after(name: str, path: str) -> bool:
+    base = variable_name(Path(path), set())
+    return name == base or (name.startswith(base + "_") and name[len(base) + 1:].isdigit())
 
 
 def _loop_message(entry: MessageEntry) -> bool:

@@ -1,0 +1,126 @@
+"""The host <-> kernel contract: everything rlm and kernel_ext share, declared once.
+
+kernel_ext never imports rlm (it may run in another interpreter, on another machine); rlm
+reaches kernel_ext only through what this module declares, by name:
+
+  ENV           environment variables the host sets for the kernel (kernel_ext reads them
+                as `contract.NAME`, the host sets them as `contract.NAME`); GATEWAY_ENV is
+                the part that travels to a gateway kernel as `KERNEL_<name>`
+  CALLS         kernel_ext functions the host evaluates inside the kernel (user_expressions,
+                silent): `SNAPSHOT_NAMESPACE.expression()` is the only way to spell one
+  HOST_IMPORTS  kernel_ext modules and names the host imports into its own process: the
+                wire format (`kernel_ext.wire`: bridge messages, the snapshot manifest's
+                name, the subshell listing message), pure helpers both sides use (value
+                descriptions, the snapshot store's reader), and the in-process executor's
+                calls (`%%rlm`, where the agent runs inside the user's kernel)
+  EXTENSION, LAUNCHER  how the host loads the extension and starts the kernel process
+  ALIASES       the conventional names a kernel defines before its first cell
+
+tests/test_contract.py reads both packages with `ast` and fails on a kernel_ext call, an
+import, or an environment variable one side names that is not declared here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# -- environment: host -> kernel -------------------------------------------------------
+SESSION_DIR = "RLM_SESSION_DIR"  # the session's directory (a path on the host's machine)
+SNAPSHOT_DIR = "RLM_SNAPSHOT_DIR"  # where snapshots go (unset/empty: none are written)
+SNAPSHOT_URL = "RLM_SNAPSHOT_URL"  # an fsspec URL for snapshots (wins over SNAPSHOT_DIR)
+SNAPSHOT_VAR_CAP = "RLM_SNAPSHOT_VAR_CAP"  # bytes per snapshotted value
+SNAPSHOT_TOTAL_CAP = "RLM_SNAPSHOT_TOTAL_CAP"  # bytes per snapshot
+# fault injection (tests, soak runs): the kernel dies after writing N snapshot data
+# files; the host passes it through from its own environment, never sets it
+SNAPSHOT_CRASH_AFTER_FILES = "RLM_SNAPSHOT_CRASH_AFTER_FILES"
+# not rlm's own: set by the host for the kernel's libraries, read by kernel_ext too
+IPYTHONDIR = "IPYTHONDIR"  # IPython's profile dir (kept inside the session)
+MPLCONFIGDIR = "MPLCONFIGDIR"  # matplotlib's cache/config dir (kept under $RLM_HOME)
+MPLBACKEND = "MPLBACKEND"  # inline figures
+PYTHONPATH = "PYTHONPATH"  # kernel_ext's root, for a kernel_python of another venv
+
+# the host's mark on every process of the kernel (rlm/kernel/reaper.py kills them all at
+# stop, setsid children too); kernel_ext never reads it
+KERNEL_MARK = "RLM_KERNEL_MARK"
+ENV = frozenset({SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAPSHOT_TOTAL_CAP,
+                 SNAPSHOT_CRASH_AFTER_FILES, KERNEL_MARK, IPYTHONDIR, MPLCONFIGDIR, MPLBACKEND,
+                 PYTHONPATH})
+
+# Gateways forward a client's environment only as `KERNEL_<NAME>` (Enterprise Gateway and
+# Kernel Gateway both); kernel_ext.adopt_gateway_env maps these back. The paths are the
+# host's: on a gateway they name directories on the gateway's machine.
+GATEWAY_PREFIX = "KERNEL_"
+GATEWAY_ENV = (SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAPSHOT_TOTAL_CAP,
+               SNAPSHOT_CRASH_AFTER_FILES, MPLBACKEND)
+
+
+# -- calls: host -> kernel, evaluated in the kernel ------------------------------------
+@dataclass(frozen=True)
+class Call:
+    """A kernel_ext function the host evaluates in the kernel; it returns a str (JSON)."""
+
+    module: str
+    function: str
+
+    def expression(self, *args: Any) -> str:
+        """The Python expression to send (as a user_expression). Arguments are plain
+        literals (str, int, float, bool, None, and lists/dicts of them), written with
+        repr(), so the expression is code with no name from the host's side."""
+        for a in args:
+            _check_literal(a)
+        return (f"__import__({self.module!r}, fromlist=['_']).{self.function}"
+                f"({', '.join(repr(a) for a in args)})")
+
+
+def _check_literal(value: Any) -> None:
+    if value is None or type(value) in (str, int, float, bool):
+        return
+    if type(value) in (list, tuple):
+        for v in value:
+            _check_literal(v)
+        return
+    if type(value) is dict:
+        for k, v in value.items():
+            _check_literal(k)
+            _check_literal(v)
+        return
+    raise TypeError(f"a kernel call's argument must be a plain literal, not {type(value).__name__}")
+
+
+HANDSHAKE = Call("kernel_ext", "handshake")  # JSON: version, python, loaded_by_kernelspec
+RESTORE_REPORT = Call("kernel_ext.snapshot", "restore_report_json")
+REBUILD = Call("kernel_ext.snapshot", "rebuild_json")  # replay what the snapshot lacked
+REBUILD_PLAN = Call("kernel_ext.snapshot", "rebuild_plan_json")  # what it would replay; runs nothing
+SNAPSHOT_NAMESPACE = Call("kernel_ext.snapshot", "namespace_json")  # the listing
+SNAPSHOT_NOW = Call("kernel_ext.snapshot", "snapshot_now")
+FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
+DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
+
+CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS, DESCRIBE)
+
+# -- how the host starts the kernel ---------------------------------------------------
+EXTENSION = "kernel_ext"  # `%load_ext kernel_ext`, `--IPKernelApp.extensions=kernel_ext`
+LAUNCHER = "kernel_ext.launch"  # `python -m kernel_ext.launch -f CONNECTION_FILE ...`
+
+# -- imports into the host's own process -----------------------------------------------
+ALL = frozenset({"*"})  # the whole module is shared (a format module)
+HOST_IMPORTS: dict[str, frozenset[str]] = {
+    "kernel_ext": frozenset(),  # loaded by name (`%load_ext kernel_ext`), never imported
+    "kernel_ext.contract": ALL,
+    "kernel_ext.wire": ALL,
+    "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
+                                      "summary", "describe_json"}),
+    "kernel_ext.snapshot_store": frozenset({"StoreError", "ObjectStore", "open_store",
+                                            "is_url", "public_url"}),
+    # the in-process executor (%%rlm): the agent runs in the user's kernel
+    "kernel_ext.bridge": frozenset({"set_local_handler"}),
+    "kernel_ext.snapshot": frozenset({"namespace_json"}),
+    "kernel_ext.fileops": frozenset({"file_ops_json"}),
+}
+
+# -- names a kernel defines before its first cell --------------------------------------
+# name -> module, bound (lazily: imported on first attribute use, so a kernel start pays
+# nothing) when the module is installed where the kernel runs (kernel_ext.aliases). Hidden
+# from listings and snapshots like the kernel API; a user's own binding of the name wins.
+ALIASES: dict[str, str] = {"pd": "pandas", "np": "numpy", "plt": "matplotlib.pyplot"}
