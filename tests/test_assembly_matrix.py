@@ -190,14 +190,14 @@ def test_compact_uses_the_recorded_models_and_the_models_window(tmp_path, _isola
     run recorded, sized to the session model's window (4,000: keep-recent 1,000), not to
     the summary model's (128,000: nothing would be old enough to summarise)."""
     big = "print(' '.join(f'row{i}' for i in range(300)))"
-    s = script(tmp_path, "s.json", [call(big), call(big), call("final('done')")])
+    s = script(tmp_path, "s.json", [call(big), call(big), call("print('done')\nfinal('done')")])
     out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path), "--json",
               cwd=tmp_path)
     res = json.loads(out.stdout.splitlines()[-1])
     assert not [e for e in entries(Path(res["session_path"])) if e["type"] == "compaction"]
     done = rlm("compact", res["session_id"], "--json", cwd=tmp_path)
     summary = json.loads(done.stdout)["summary"]
-    assert summary.startswith(SUMMARIES[0]), summary
+    assert SUMMARIES[0] in summary, summary  # the recorded compaction model wrote it
     [entry] = [e for e in entries(Path(res["session_path"])) if e["type"] == "compaction"]
     assert entry["trigger"] == "manual"
 
