@@ -195,7 +195,7 @@ def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
     model = base / "s.json"
     model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile),
                                                          marker=str(marker))),
-                                 call("final('done')")]))
+                                 call("print('done')\nfinal('done')")]))
     args = ["run", "go", "--model", f"script:{model}", "--json"] + (["--sandbox"] if sandbox else [])
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     argv = [sys.executable, "-P", "-m", "rlm", *args]
