@@ -28,7 +28,7 @@ def call(code: str) -> dict:
 def agent_for(session, config, **kw) -> Agent:
     """The loop alone (these are its own unit tests): the session's kernel, no feature
     attached unless a test attaches it (rlm.app.attach_all)."""
-    return Agent(session, config, kernel_factory=kernel_factory(session, config), **kw)
+    return Agent(session, config, kernel_factory=kernel_factory(session), **kw)
 
 
 def make_agent(home, replies, **cfg) -> tuple[Agent, SessionStore, ScriptedLLM]:

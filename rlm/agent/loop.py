@@ -70,7 +70,7 @@ Outcome = tuple[str, str | None] | None
 # root (rlm.app), which gives children their own wiring.
 ChildRunner = Callable[["Agent", str, Any], "str | None"]
 # the session's kernel, not started yet (the Agent starts it with its bridge handler)
-KernelFactory = Callable[[BridgeHandler], StartableExecutor]
+KernelFactory = Callable[[BridgeHandler, Config], StartableExecutor]
 
 
 def _no_other_model(spec: str) -> LLM:
@@ -147,7 +147,7 @@ class Agent:
             return None
         if self.kernel_factory is None:
             raise RlmError("this agent has no kernel: build agents with rlm.app.build_agent")
-        kernel = self.kernel_factory(self.handle_bridge)
+        kernel = self.kernel_factory(self.handle_bridge, self.config)  # as scaled by the root
         self.executor = kernel
         report = kernel.start()
         if report.snapshot_found:

@@ -36,10 +36,10 @@ def model_factory(config: Config) -> Callable[[str], LLM]:
     return lambda spec: get_llm(spec, config)
 
 
-def kernel_factory(session: SessionLog,
-                   config: Config) -> Callable[[BridgeHandler], StartableExecutor]:
-    """The session's kernel (started by the Agent, which owns its bridge handler)."""
-    def make(handler: BridgeHandler) -> StartableExecutor:
+def kernel_factory(session: SessionLog) -> Callable[[BridgeHandler, Config], StartableExecutor]:
+    """The session's kernel, made when the Agent starts it (with its bridge handler and
+    its config as it is then: the output budget scaled to the model's window)."""
+    def make(handler: BridgeHandler, config: Config) -> StartableExecutor:
         from rlm.kernel import Kernel
 
         if session.dir is None:

@@ -92,7 +92,7 @@ def build_agent(
     llm_factory = llm_factory or model_factory(config)
     agent = Agent(session, config, llm=llm or llm_factory(config.model or ""),
                   llm_factory=llm_factory, executor=executor,
-                  kernel_factory=kernel_factory(session, config), depth=depth, budget=budget)
+                  kernel_factory=kernel_factory(session), depth=depth, budget=budget)
     attach_all(agent, entry, options, clock)
     agent.notices.extend(Notice(line, "warning") for line in options.refused)
     if leaf and leaf != session.leaf_id:
