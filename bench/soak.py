@@ -85,6 +85,7 @@ class Soak:
         for d in (self.home, self.harness, self.cwd, *self.env_dirs.values()):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.env_dirs["XDG_RUNTIME_DIR"], 0o700)
+        self.run_records().mkdir(parents=True, mode=0o700, exist_ok=True)  # before `outside`
         self.plan_path.write_text(json.dumps(self.plan))
         self.outside_before = self.outside()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -105,7 +106,13 @@ class Soak:
         self.stop_requested = True
 
     def outside(self) -> dict[str, Any]:
-        return soak_checks.tree_state([self.root], skip=(self.home, self.harness))
+        # the host's run records (rlm.trust: the copy of each session's security options a
+        # cell cannot write) live in the user's rlm config dir by design, outside $RLM_HOME
+        return soak_checks.tree_state([self.root],
+                                      skip=(self.home, self.harness, self.run_records()))
+
+    def run_records(self) -> Path:
+        return self.env_dirs["XDG_CONFIG_HOME"] / "rlm" / "runs"
 
     def final_checks(self) -> None:
         if self.stop_requested:  # cut short: a job added lately may not be due yet
