@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_kernel_contained import sandbox_available
 
 from rlm import app, trust
 from rlm.config import files_read, load_config
-from rlm.errors import ConfigError, KernelError
-from rlm.kernel import runtime
+from rlm.errors import ConfigError
 
 
 def rlm(*args: str, cwd: Path, env: dict[str, str] | None = None,
@@ -37,14 +37,6 @@ def call(code: str) -> dict:
 def script(path: Path, replies: list) -> str:
     path.write_text(json.dumps(replies))
     return f"script:{path}"
-
-
-def sandbox_available() -> bool:
-    try:
-        runtime.check_sandbox()
-        return True
-    except KernelError:
-        return False
 
 
 def forge(log: Path, **changes) -> None:
