@@ -28,6 +28,7 @@ from typing import Any
 
 from bench import soak_checks
 from bench.soak_child import STOPPED
+from bench.soak_model import FORGE_MARK
 from bench.soak_plan import FAULT_RATE, FAULTS, HOST_FAULTS, make_plan, secret_key
 
 REPO = Path(__file__).resolve().parents[1]
@@ -44,8 +45,10 @@ class Soak:
     files), and the hosts' HOME, TMPDIR, XDG dirs and cwd, which must end as they began."""
 
     def __init__(self, turns: int, seed: int, root: Path, log: Any = sys.stderr,
-                 progress: Path | None = None, fault_rate: float = FAULT_RATE):
+                 progress: Path | None = None, fault_rate: float = FAULT_RATE,
+                 tiers: bool = True):
         self.turns, self.seed, self.root, self.log = turns, seed, root, log
+        self.config = {**CONFIG, "context_tiers": tiers}
         self.home = root / "rlm"
         self.harness = root / "harness"
         self.progress_path, self.last_progress = progress, time.monotonic()
@@ -85,7 +88,8 @@ class Soak:
         for d in (self.home, self.harness, self.cwd, *self.env_dirs.values()):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.env_dirs["XDG_RUNTIME_DIR"], 0o700)
-        self.run_records().mkdir(parents=True, mode=0o700, exist_ok=True)  # before `outside`
+        for d in self.host_records():  # before `outside`
+            d.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.plan_path.write_text(json.dumps(self.plan))
         self.outside_before = self.outside()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -107,12 +111,14 @@ class Soak:
 
     def outside(self) -> dict[str, Any]:
         # the host's run records (rlm.trust: the copy of each session's security options a
-        # cell cannot write) live in the user's rlm config dir by design, outside $RLM_HOME
+        # cell cannot write) and its shown-once notice markers (rlm.trust.first_time) live in
+        # the user's rlm config dir by design, outside $RLM_HOME
         return soak_checks.tree_state([self.root],
-                                      skip=(self.home, self.harness, self.run_records()))
+                                      skip=(self.home, self.harness, *self.host_records()))
 
-    def run_records(self) -> Path:
-        return self.env_dirs["XDG_CONFIG_HOME"] / "rlm" / "runs"
+    def host_records(self) -> tuple[Path, ...]:
+        config = self.env_dirs["XDG_CONFIG_HOME"] / "rlm"
+        return config / "runs", config / "shown"
 
     def final_checks(self) -> None:
         if self.stop_requested:  # cut short: a job added lately may not be due yet
@@ -122,6 +128,9 @@ class Soak:
             self.faults["sched_idle"]["failed"] += 1
             self.violate({"kind": "scheduled_job_not_delivered", "job": job, "added_at": i})
         self.sched_pending.clear()
+        for v in soak_checks.check_forged(self.home, self.cwd, FORGE_MARK):
+            self.faults["forge_control"]["failed"] += 1
+            self.violate({**v, "when": "end of run"})
         secret_bad = soak_checks.check_secrets(self.home, self.secret)
         outside_bad = soak_checks.check_outside(self.outside_before, self.outside())
         self.end_checked = True
@@ -133,7 +142,7 @@ class Soak:
     def host(self) -> None:
         state = {"home": str(self.home), "session": self.session, "plan": str(self.plan_path),
                  "start": self.next, "ledger": self.ledger, "fragile": self.fragile,
-                 "seed": self.seed, "config": CONFIG, "fired": self.fired,
+                 "seed": self.seed, "config": self.config, "fired": self.fired,
                  "armed": self.armed}
         state_path = self.harness / "soak-state.json"
         state_path.write_text(json.dumps(state))
@@ -337,6 +346,8 @@ class Soak:
             "entries_lost": self.stats["entries_lost"], "duplicates": self.stats["duplicates"],
             "names_lost": names_lost,
             "compactions": soak_checks.count_compactions(path) if path and path.exists() else 0,
+            "tiers": soak_checks.tier_figures(path) if path and path.exists() else {},
+            "context_tiers": self.config.get("context_tiers", True),
             # checked at the end only: None in a progress report
             "secret_files": self.stats["secret_files"] if self.end_checked else None,
             "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
@@ -375,6 +386,8 @@ def table(r: dict[str, Any]) -> str:
                 "ticks_interrupted", "orphan_kernels", "disk_checks", "compaction_checks",
                 "secret_files", "outside_changes", "wall_s", "host_peak_rss_mib"):
         rows.append(f"{key:<22}{r[key]}")
+    for key, value in r.get("tiers", {}).items():
+        rows.append(f"{key:<22}{value}")
     rows.append(f"{'violations':<22}{len(r['violations'])}")
     return "\n".join(rows)
 
@@ -390,12 +403,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="the run's root (RLM_HOME is ROOT/rlm; HOME, TMPDIR, XDG dirs and the "
                     "cwd are under it too; default: temp)")
     ap.add_argument("--keep", action="store_true", help="keep the session files")
+    ap.add_argument("--no-context-tiers", dest="tiers", action="store_false",
+                    help="summaries only (no pruning or shaking): the baseline for the tiers")
     args = ap.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="rlm-soak-"))
     try:
         partial = args.out.with_name(args.out.stem + ".partial.json")
         result = Soak(args.turns, args.seed, home.absolute(), progress=partial,
-                      fault_rate=args.fault_rate).run()
+                      fault_rate=args.fault_rate, tiers=args.tiers).run()
     finally:
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)

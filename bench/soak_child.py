@@ -359,6 +359,8 @@ class Child:
                 self.violation("hostile_not_rendered", i=i, tail=self.sink.tail[-300:])
         if "replay_victim" in expect and res.status == "ok":
             ok = self._check_replay_destructive(expect, i) and ok
+        if expect.get("forge") is not None and res.status == "ok":
+            ok = self._check_forge(ev.shaped, i) and ok
         if expect.get("secret"):
             found = secret_files(self.session.dir, os.environ.get("OPENAI_API_KEY", ""))
             if found:
@@ -367,7 +369,7 @@ class Child:
         if action is not None and (expect.get("status") != "ok" or "fragile" in expect
                                    or "elided" in expect or kind == "broken_code"
                                    or kind in ("enospc_snapshot", "close_stdout",
-                                               "hostile_text", "secret_leak")):
+                                               "hostile_text", "secret_leak", "forge_control")):
             emit(fault=kind, i=action["i"], ok=ok, detail=res.status)
 
     def _check_enospc_snapshot(self, name: str, i: int) -> bool:
@@ -408,12 +410,28 @@ class Child:
             return False
         return True
 
+    def _check_forge(self, shaped: str, i: int) -> bool:
+        """The cell's own report of its attempts: the user's config must not have been
+        writable (the sandbox; without it the attack of issue 26 item 1). A log line it
+        could append (no sandbox) is the next host's to refuse: the end checks look for
+        any sign that a host obeyed it."""
+        line = next((ln for ln in shaped.splitlines() if ln.startswith("FORGE ")), None)
+        if line is None:
+            self.violation("forge_no_report", i=i, tail=shaped[-300:])
+            return False
+        tries = json.loads(line[len("FORGE "):])
+        if tries.get("config") == "written":
+            self.violation("cell_wrote_user_config", i=i, tries=tries)
+            return False
+        return True
+
     def _check_replay_destructive(self, expect: dict[str, Any], i: int) -> bool:
         """replay_destructive: restart the kernel now; its replay must not re-run the cell
         (the victim keeps its one line, nothing else outside $RLM_HOME changes) and the
         report names the cell and why. The cell's own first effect is then undone, so
         the end-of-run check of everything outside $RLM_HOME stays exact."""
         from bench.soak_checks import check_outside, tree_state
+        from rlm.kernel.runtime import socket_base
 
         home = Path(self.config.home)
         # the new kernel's connection files (XDG_RUNTIME_DIR) are the restart's, not the replay's
@@ -421,9 +439,16 @@ class Child:
         skip = (home, home.parent / "harness", *([Path(runtime)] if runtime else []))
         victim, name = Path(expect["replay_victim"]), expect["replay_name"]
         first = victim.read_text() if victim.exists() else None
-        before = tree_state([home.parent], skip=skip)
+        # nor is the fallback dir of its unix sockets (`rlm-*` under a short TMPDIR)
+        sockets = str(socket_base() / "rlm-")
+
+        def state() -> dict[str, Any]:
+            return {p: v for p, v in tree_state([home.parent], skip=skip).items()
+                    if not p.startswith(sockets)}
+
+        before = state()
         rep = self.agent.executor.restart("soak: replay of a destructive cell")
-        touched = check_outside(before, tree_state([home.parent], skip=skip))
+        touched = check_outside(before, state())
         self._restarted({d["name"] for d in rep.failed + rep.skipped}, "replay_destructive")
         why = rep.not_replayed.get(name, "")
         ok = first == "ran\n" and not touched and name not in rep.rebuilt and why.startswith("cell ")

@@ -31,7 +31,8 @@ KERNEL_FAULTS = ("exit", "sigkill", "snap_crash", "snap_kill", "print100mb", "c_
 MODEL_FAULTS = ("rate_limit", "overflow", "no_code", "broken_code")
 HOST_FAULTS = ("host_turn", "host_append", "host_compact", "host_tick")
 WIDE_FAULTS = ("enospc_snapshot", "enospc_append", "readonly_home", "two_writers",
-               "sched_idle", "hostile_text", "close_stdout", "delete_outputs", "secret_leak")
+               "sched_idle", "hostile_text", "close_stdout", "delete_outputs", "secret_leak",
+               "forge_control")
 STOP_FAULTS = ("enospc_append", "readonly_home")  # the host stops on its own, then resumes
 FAULTS = KERNEL_FAULTS + MODEL_FAULTS + HOST_FAULTS + WIDE_FAULTS
 NORMAL = ("define", "define", "define", "read", "read", "mutate", "final")

@@ -13,7 +13,7 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     fileops    an audit hook recording files the user's code reads and writes
     subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
-               rlm_query, compact, goal, heartbeat, cron
+               rlm_query, compact, goal, heartbeat, cron, memory
     aliases    pd, np, plt (contract.ALIASES), bound lazily when installed
 `unload_ipython_extension` undoes every install in reverse order.
 

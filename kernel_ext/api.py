@@ -10,10 +10,13 @@ with the host's message.
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from kernel_ext import bridge
+from kernel_ext.children import rlm_gather, rlm_spawn, rlm_wait, yield_section
 
 
 def _jsonable(value: Any) -> Any:
@@ -64,22 +67,72 @@ class _Compact:
     def status(self) -> Any:
         return bridge.request("compact.status", {})
 
+    def shake(self) -> Any:
+        """Old cell outputs become placeholders at the end of this turn (no model call)."""
+        return bridge.request("compact.shake", {})
+
     def __repr__(self) -> str:
-        return "<compact: .run(instructions=None), .status()>"
+        return "<compact: .run(instructions=None), .status(), .shake()>"
+
+
+class _History:
+    """The session's own log, read-only through the host: what compaction took out of the
+    context is still here (`history.cell(N)` returns a cell's full original output)."""
+
+    def cell(self, n: int) -> Any:
+        """Cell N's code, status and full output (also when pruned, shaken or summarised)."""
+        return bridge.request("history.cell", {"n": int(n)})
+
+    def search(self, pattern: str, limit: int = 20) -> Any:
+        """Messages and outputs matching a regex (or plain text), with a snippet each."""
+        return bridge.request("history.search", {"pattern": str(pattern), "limit": int(limit)})
+
+    def messages(self, since: int = 0, role: str | None = None, limit: int = 20) -> Any:
+        """Messages from position `since`, optionally of one role (user/assistant/tool)."""
+        return bridge.request("history.messages",
+                              {"since": int(since), "role": role, "limit": int(limit)})
+
+    def __repr__(self) -> str:
+        return "<history: .cell(N), .search(pattern), .messages(since=0, role=None)>"
+
+
+class GoalReply(dict):  # type: ignore[type-arg]
+    """What goal.get/complete/block return: the dict, shown as one line when it is a
+    cell's last value (not a 12-line dump in the output)."""
+
+    def __repr__(self) -> str:
+        g = self.get("goal") or {}
+        if not g:
+            return "<goal: none>"
+        left = self.get("remaining_tokens")
+        budget = f", {left:,} tokens left" if isinstance(left, int) else ""
+        return f"<goal {g.get('status')}: {str(g.get('objective', ''))[:60]!r}{budget}>"
+
+    def __str__(self) -> str:  # print(goal.get()) still shows every field
+        return dict.__repr__(self)
+
+    def _repr_pretty_(self, p: Any, cycle: bool) -> None:
+        p.text(repr(self))
+
+
+def _goal_reply(reply: Any) -> Any:
+    return GoalReply(reply) if isinstance(reply, dict) else reply
 
 
 class _Goal:
     def get(self) -> Any:
-        return bridge.request("goal.get", {})
+        return _goal_reply(bridge.request("goal.get", {}))
 
-    def complete(self) -> Any:
-        return bridge.request("goal.complete", {})
+    def complete(self, summary: str | None = None) -> Any:
+        """Claim the goal is met (`summary`: what shows it); the host checks the claim."""
+        return _goal_reply(bridge.request("goal.complete",
+                                          {} if summary is None else {"summary": summary}))
 
     def block(self, reason: str) -> Any:
-        return bridge.request("goal.block", {"reason": str(reason)})
+        return _goal_reply(bridge.request("goal.block", {"reason": str(reason)}))
 
     def __repr__(self) -> str:
-        return "<goal: .get(), .complete(), .block(reason)>"
+        return "<goal: .get(), .complete(summary=None), .block(reason)>"
 
 
 class _Heartbeat:
@@ -119,7 +172,52 @@ class _Cron:
         return "<cron: .add(when, prompt), .list(), .cancel(id)>"
 
 
+class _Memory:
+    """The project's memory: short files in `.agent/` of the working directory, shown at
+    the head of every context in this and later sessions (they survive compaction).
+
+    Write when: a unit of work is done or the next steps change (state), a decision is
+    made or the user states a preference (conventions), a bug is found and fixed (log),
+    a dataset's path/schema/row count is established (context). Never write narrative,
+    or what the kernel or the data already say. Keep each line short and factual.
+    """
+
+    def update(self, file: str, content: Any, mode: str | None = None) -> Any:
+        """file: 'state' (where the work stands: ## In progress / ## Recently done /
+        ## Known problems / ## Next steps), 'conventions' ('- rule' lines) or 'context'
+        (a dict). mode: 'merge' (default: state's ## sections replaced, new convention
+        lines added, context keys updated), 'append' or 'replace' (the whole file). A
+        write over the file's budget is refused with the reason: condense and replace."""
+        if mode is None:
+            mode = "merge"
+        reply = bridge.request("memory.update", {"file": str(file),
+                                                 "content": _jsonable(content), "mode": str(mode)})
+        if isinstance(reply, dict) and reply.get("warning"):
+            print(f"memory: {reply['warning']}")
+        return reply
+
+    def log(self, action: str, target: str = "", note: str = "") -> Any:
+        """One line in .agent/history.log, e.g. log('fixed', 'clean.py', 'dates as UTC')."""
+        return bridge.request("memory.log", {"action": str(action), "target": str(target),
+                                             "note": str(note)})
+
+    def snapshot(self, label: str) -> Any:
+        """Copy state, conventions and context to .agent/snapshots/NNN-<label>.md (a
+        milestone)."""
+        return bridge.request("memory.snapshot", {"label": str(label)})
+
+    def show(self) -> str:
+        """The memory block as the model is shown it."""
+        return str(bridge.request("memory.show", {}).get("text", ""))
+
+    def __repr__(self) -> str:
+        return ("<memory: .update(file, content, mode='merge'), .log(action, target, note), "
+                ".snapshot(label), .show()>")
+
+
 compact = _Compact()
+history = _History()
+memory = _Memory()
 goal = _Goal()
 heartbeat = _Heartbeat()
 cron = _Cron()
@@ -130,10 +228,16 @@ NAMES: dict[str, Any] = {
     "llm_query": llm_query,
     "llm_query_batched": llm_query_batched,
     "rlm_query": rlm_query,
+    "rlm_spawn": rlm_spawn,
+    "rlm_gather": rlm_gather,
+    "rlm_wait": rlm_wait,
+    "yield_section": yield_section,
     "compact": compact,
+    "history": history,
     "goal": goal,
     "heartbeat": heartbeat,
     "cron": cron,
+    "memory": memory,
 }
 
 _state: dict[str, Any] = {"ip": None}
@@ -148,6 +252,30 @@ def install(ip: Any) -> None:
     ip.push(dict(NAMES), interactive=False)  # interactive=False: hidden from %who etc.
     for name in NAMES:
         ip.user_ns_hidden[name] = NAMES[name]
+
+
+def withdraw(ip: Any) -> None:
+    """Take the API's names out of the user's namespace (where they are still the API's):
+    `%load_ext rlm` leaves a notebook's globals as they were; `scoped` lends the names to
+    a `%%rlm` run."""
+    for name, obj in NAMES.items():
+        if ip.user_ns.get(name) is obj:
+            del ip.user_ns[name]
+        ip.user_ns_hidden.pop(name, None)
+
+
+@contextlib.contextmanager
+def scoped(ip: Any) -> Iterator[None]:
+    """The API's names in the user's namespace for one `%%rlm` run; afterwards the
+    notebook's own values of those names (a user's `final = ...`) are back."""
+    own = {n: ip.user_ns[n] for n, obj in NAMES.items()
+           if n in ip.user_ns and ip.user_ns[n] is not obj}
+    install(ip)
+    try:
+        yield
+    finally:
+        withdraw(ip)
+        ip.user_ns.update(own)
 
 
 def uninstall(ip: Any) -> None:

@@ -95,9 +95,11 @@ REBUILD_PLAN = Call("kernel_ext.snapshot", "rebuild_plan_json")  # what it would
 SNAPSHOT_NAMESPACE = Call("kernel_ext.snapshot", "namespace_json")  # the listing
 SNAPSHOT_NOW = Call("kernel_ext.snapshot", "snapshot_now")
 FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
+CELL_READS = Call("kernel_ext.fileops", "cell_reads_json")  # with each cell's execute_request
 DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
 
-CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS, DESCRIBE)
+CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
+         CELL_READS, DESCRIBE)
 
 # -- how the host starts the kernel ---------------------------------------------------
 EXTENSION = "kernel_ext"  # `%load_ext kernel_ext`, `--IPKernelApp.extensions=kernel_ext`
@@ -109,6 +111,7 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext": frozenset(),  # loaded by name (`%load_ext kernel_ext`), never imported
     "kernel_ext.contract": ALL,
     "kernel_ext.wire": ALL,
+    "kernel_ext.lineage": frozenset({"cell_record"}),  # the names a cell binds (tiers)
     "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
                                       "summary", "describe_json"}),
     "kernel_ext.snapshot_store": frozenset({"StoreError", "ObjectStore", "open_store",
@@ -117,6 +120,8 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.bridge": frozenset({"set_local_handler"}),
     "kernel_ext.snapshot": frozenset({"namespace_json"}),
     "kernel_ext.fileops": frozenset({"file_ops_json"}),
+    # %load_ext rlm leaves the notebook's globals alone; %%rlm lends the API for its run
+    "kernel_ext.api": frozenset({"withdraw", "scoped"}),
 }
 
 # -- names a kernel defines before its first cell --------------------------------------

@@ -30,6 +30,7 @@ MAX_PATHS = 1000
 _enabled = False
 _hook_added = False
 _read: set[str] = set()
+_cell_read: set[str] = set()  # the files the running (or last) cell read
 _modified: set[str] = set()
 _ignored_prefixes: tuple[str, ...] = ("/proc/", "/dev/", "/sys/")
 _WRITE_CHARS = frozenset("wax+")
@@ -92,6 +93,8 @@ def _record(target: set[str], path: Any) -> None:
     if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p or _is_scratch(p):
         return
     target.add(p)
+    if target is _read and len(_cell_read) < MAX_PATHS:
+        _cell_read.add(p)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
@@ -122,6 +125,7 @@ _in_cell = False  # record only while a user cell runs: kernel start-up is not t
 def _cell_started(*_: Any) -> None:
     global _in_cell
     _in_cell = True
+    _cell_read.clear()
 
 
 def _cell_ended(*_: Any) -> None:
@@ -158,6 +162,12 @@ def file_ops() -> dict[str, list[str]]:
 
 def file_ops_json() -> str:
     return json.dumps(file_ops())
+
+
+def cell_reads_json() -> str:
+    """The files the last cell read (the host asks with the cell's own execute_request, so
+    a re-read of the same file can supersede an older result: rlm.compaction.tiers)."""
+    return json.dumps(sorted(_cell_read))
 
 
 def reset_file_ops() -> str:

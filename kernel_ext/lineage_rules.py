@@ -87,6 +87,7 @@ SQL_METHODS = frozenset({"execute", "executemany", "executescript", "cursor", "c
 KERNEL_API = {"llm_query": "calls a sub-model", "llm_query_batched": "calls a sub-model",
               "rlm_query": "runs a child agent", "final": "gives the final answer",
               "final_var": "gives the final answer", "compact": "compacts the conversation",
+              "history": "reads the session log",
               "goal": "changes the goal", "heartbeat": "schedules a heartbeat",
               "cron": "schedules a job", "get_ipython": "runs a shell command or magic"}
 DENIED_BUILTINS = frozenset({"eval", "exec", "compile", "__import__", "getattr", "setattr",

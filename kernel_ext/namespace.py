@@ -61,9 +61,15 @@ def is_internal_name(name: str) -> bool:
 
 
 def _from_extension(value: Any) -> bool:
+    """An object kernel_ext injected; not a value a cell made of one of its types that
+    says it is user data (`_rlm_user_data`: child handles and gathered results)."""
     try:
-        mod = getattr(value, "__module__", None) if isinstance(value, (type, types.FunctionType)) \
-            else type(value).__module__
+        if isinstance(value, (type, types.FunctionType)):
+            mod = getattr(value, "__module__", None)
+        else:
+            if getattr(type(value), "_rlm_user_data", False):
+                return False
+            mod = type(value).__module__
     except Exception:  # noqa: BLE001 - arbitrary user objects
         return False
     return isinstance(mod, str) and mod.startswith(_EXT_PREFIX)

@@ -26,7 +26,9 @@ from __future__ import annotations
 import functools
 import importlib
 import io
+import os
 import pickle
+import stat
 import threading
 import types
 from dataclasses import dataclass, field
@@ -169,8 +171,20 @@ _RLOCK = type(threading.RLock())
 
 
 def _reopen(name: str, mode: str, encoding: str | None, position: int | None) -> Any:
-    """Unpickle helper: a file reopened in `mode`, at `position` (None: where it opens)."""
-    f = open(name, mode, encoding=encoding) if "b" not in mode else open(name, mode)  # noqa: SIM115
+    """Unpickle helper: a file reopened in `mode`, at `position` (None: where it opens).
+    Regular files only, opened without blocking: a FIFO put at the path since (or an
+    older snapshot's) would block the restore until the kernel's start timeout, and every
+    other name would be lost with it; it fails this one name instead."""
+    def regular_only(path: str, flags: int) -> int:
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o666)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise OSError(f"{path} is not a regular file (a FIFO or device): not reopened")
+        os.set_blocking(fd, True)
+        return fd
+
+    f = (open(name, mode, encoding=encoding, opener=regular_only) if "b" not in mode  # noqa: SIM115
+         else open(name, mode, opener=regular_only))  # noqa: SIM115
     if position is not None:
         f.seek(position)
     return f
@@ -187,6 +201,12 @@ def _file_reduce(obj: Any) -> Any:
         return NotImplemented
     if obj.closed:
         raise TypeError(f"closed file {name!r} is not stored")
+    try:
+        regular = stat.S_ISREG(os.fstat(obj.fileno()).st_mode)
+    except (OSError, ValueError):
+        regular = False
+    if not regular:  # a FIFO, socket or device: reopening it could block the restore
+        raise TypeError(f"{name!r} is not a regular file (a FIFO, socket or device): not stored")
     enc = obj.encoding if isinstance(obj, io.TextIOWrapper) else None
     if mode in ("r", "rb", "rt"):
         return _reopen, (name, mode, enc, obj.tell())

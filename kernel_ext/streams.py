@@ -87,7 +87,9 @@ def repair(*_: Any) -> list[str]:
     repaired (post_run_cell hook)."""
     fixed = []
     for name, stream, pub_thread in _originals:
-        if getattr(sys, name) is not stream:
+        now = getattr(sys, name)
+        # a capture that writes through to the kernel's stream (`%%rlm`'s tee) is no harm
+        if now is not stream and getattr(now, "writes_through_to", None) is not stream:
             setattr(sys, name, stream)
             fixed.append(f"sys.{name} was rebound")
         if pub_thread is not None and getattr(stream, "pub_thread", pub_thread) is None:

@@ -16,7 +16,12 @@ def load_ipython_extension(ip):  # type: ignore[no-untyped-def]
     from kernel_ext.contract import EXTENSION
     from rlm.magic import load
 
+    own = dict(ip.user_ns)  # a user's own `final = ...` survives the load
     ip.extension_manager.load_extension(EXTENSION)
+    from kernel_ext import api
+
+    api.withdraw(ip)  # the notebook's globals stay its own; `%%rlm` lends the names
+    ip.user_ns.update({k: v for k, v in own.items() if ip.user_ns.get(k, ip) is not v})
     load(ip)
 
 

@@ -2,7 +2,7 @@
 
 TOML file: $RLM_CONFIG, else ./rlm.toml, else $RLM_HOME/config.toml; keys are the field
 names below (e.g. `model = "openai/gpt-4o-mini"`, `cell_timeout = 120`).
-Env: RLM_MODEL, RLM_SUB_MODEL, RLM_COMPACTION_MODEL, RLM_HOME.
+Env: RLM_MODEL, RLM_SUB_MODEL, RLM_COMPACTION_MODEL, RLM_ADVISOR, RLM_HOME.
 
 Trust (rlm.trust): `$RLM_CONFIG` and `$RLM_HOME/config.toml` are the user's own. A
 working-directory `rlm.toml` is a project's: it may set only `PROJECT_SAFE` settings
@@ -36,6 +36,7 @@ class Config:
     model: str | None = None  # litellm string | local | local:PATH.gguf | script:PATH
     sub_model: str | None = None  # llm_query default; None: the session's model
     compaction_model: str | None = None  # None: the session's model
+    advisor: str | None = None  # a second model that watches and advises (rlm.app.advising)
     home: Path = field(default_factory=rlm_home)
 
     # run limits (None: unlimited)
@@ -46,6 +47,7 @@ class Config:
 
     # kernel
     cell_timeout: float = 300.0
+    gate_timeout_s: float = 600.0  # a --gate command is killed (its process group) after this
     interrupt_grace_s: float = 2.0
     # characters of a cell's output the model sees (head + tail; the rest is spooled).
     # None: scaled to the model's window (`scaled_output_budget`), at most 20,000
@@ -56,7 +58,9 @@ class Config:
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB
-    sandbox: bool = False  # kernel in its own user + network namespace (rlm.kernel.runtime)
+    # kernel in its own user, mount and network namespaces (rlm.kernel.sandbox_exec). None:
+    # wherever the platform allows it (rlm.kernel.sandbox_policy); False: never; True: required
+    sandbox: bool | None = None
     kernel: str = "local"  # local | gateway:URL[#KERNELSPEC] | provisioner:NAME (KernelKind)
     # where the kernel writes snapshots: an fsspec URL (s3://bucket/prefix, gs://...,
     # file:///path); each session under <url>/<session id>. None: <session dir>/snapshot
@@ -64,6 +68,9 @@ class Config:
     # rebuild names a snapshot could not hold by re-running their recorded cells (only
     # cells known to stay in the kernel: kernel_ext.lineage_rules); `--no-replay` turns it off
     replay: bool = True
+    # project memory: the `.agent/` files of the working directory at the head of every
+    # context, written through the kernel's `memory` helper (rlm.memory); `--no-memory`
+    memory: bool = True
 
     # compaction
     compaction_enabled: bool = True
@@ -72,11 +79,19 @@ class Config:
     # or by a flag is kept as given, and refused at start when it cannot fit the window
     reserve_tokens: int | None = None
     keep_recent_tokens: int | None = None
+    # tiers before a summary (rlm.compaction.tiers): prune superseded results, shake old ones
+    context_tiers: bool = True
 
     # recursion
     max_depth: int = 1
     token_budget: int | None = None  # bounds the whole rlm_query tree
     batch_concurrency: int = 8
+    # children (rlm_spawn, rlm_query) and batched sub-calls running at once in the whole
+    # session tree (rlm.agent.slots); 0: unlimited
+    max_children: int = 8
+    # with a --token-budget, each child's own budget is this share of what remains of its
+    # parent's when it starts (rlm.agent.recursion.TokenBudget.for_child)
+    child_budget_share: float = 0.5
 
     # resident worker: with no queued prompt, active goal or schedule it exits after this
     # many idle seconds (None: never)
@@ -115,12 +130,15 @@ MIN_MEMORY_CAP = 1024 * MiB
 _POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concurrency",
                  "max_depth", "token_budget", "context_window", "snapshot_var_cap",
                  "snapshot_total_cap")
-_NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens")
-_POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s", "worker_idle_exit_s")
+_NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens", "max_children")
+_POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s", "worker_idle_exit_s",
+                     "gate_timeout_s")
 _NONE_IS_UNLIMITED = ("max_wall_s", "worker_idle_exit_s")
 _FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout": "--cell-timeout",
+         "gate_timeout_s": "--gate-timeout",
          "max_wall_s": "--max-wall", "memory_cap_bytes": "--memory-cap",
          "max_depth": "--max-depth", "token_budget": "--token-budget",
+         "max_children": "--max-children",
          "context_window": "--context-window", "reserve_tokens": "--reserve-tokens",
          "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature",
          "snapshot_url": "--snapshot-url"}
@@ -192,12 +210,15 @@ def validate(cfg: Config) -> None:
         if (isinstance(value, bool) or not isinstance(value, int | float)
                 or not math.isfinite(value) or value <= 0):
             raise ConfigError(f"{_name(name)} must be a finite number of seconds > 0, got {value!r}")
+    share = cfg.child_budget_share
+    if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        raise ConfigError(f"child_budget_share must be a number in (0, 1], got {share!r}")
     cap = cfg.memory_cap_bytes
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < MIN_MEMORY_CAP):
         raise ConfigError(f"{_name('memory_cap_bytes')} must be at least {MIN_MEMORY_CAP // MiB}M "
                           f"(a kernel with numpy and pandas cannot start under less), got {cap!r}")
     kind = kernel_kind(cfg.kernel)
-    if kind.kind == "gateway" and cfg.sandbox:
+    if kind.kind == "gateway" and cfg.sandbox is True:
         raise ConfigError(f"--sandbox is not available with --kernel {cfg.kernel}: the kernel "
                           "runs on the gateway's machine; isolate it there (container, pod)")
     if kind.kind == "gateway" and cfg.memory_cap_bytes:
@@ -238,6 +259,7 @@ _ENV = {
     "model": "RLM_MODEL",
     "sub_model": "RLM_SUB_MODEL",
     "compaction_model": "RLM_COMPACTION_MODEL",
+    "advisor": "RLM_ADVISOR",
 }
 
 
@@ -245,11 +267,12 @@ PROJECT_FILE = "rlm.toml"
 # What a working-directory rlm.toml may set without `rlm trust`: choices and limits that
 # change neither what runs on the host nor what the kernel sees.
 PROJECT_SAFE = frozenset({
-    "model", "sub_model", "compaction_model", "max_turns", "max_tokens", "max_wall_s",
-    "temperature", "cell_timeout", "interrupt_grace_s", "output_budget_chars",
+    "model", "sub_model", "compaction_model", "advisor", "max_turns", "max_tokens",
+    "max_wall_s", "temperature", "cell_timeout", "gate_timeout_s", "interrupt_grace_s",
+    "output_budget_chars",
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
-    "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
-    "batch_concurrency", "worker_idle_exit_s",
+    "context_tiers", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
+    "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
 })
 _FILES_READ: list[str] = []
 
@@ -282,7 +305,8 @@ def _project_refusals(path: Path, data: dict[str, Any]) -> list[str]:
     """The settings an un-allowed project file may not set."""
     out = [k for k in data if k not in PROJECT_SAFE and not (k == "sandbox" and data[k] is True)]
     # a model spec that makes the host read a file (script:PATH, local:PATH.gguf)
-    out += [k for k in ("model", "sub_model", "compaction_model") if _model_names_a_file(data.get(k))]
+    out += [k for k in ("model", "sub_model", "compaction_model", "advisor")
+            if _model_names_a_file(data.get(k))]
     return sorted(set(out))
 
 

@@ -108,7 +108,7 @@ class FinalAnswer(Event):
 
 @dataclass
 class RunEnded(Event):
-    reason: str  # final | no_code | limit:<name> | interrupted | error
+    reason: str  # final | no_code | limit:<name> | stuck | interrupted | error
     turns: int
     final: str | None = None
     detail: str | None = None
@@ -120,6 +120,8 @@ class RunEnded(Event):
     # verified: per claim, the session entry ids of the cell results that hold it
     evidence: dict[str, list[str]] | None = None
     unverified_claims: list[str] | None = None  # not verified: the claims nothing supports
+    # reason "stuck": what was detected, turns and tokens spent after it, what was tried
+    stuck: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------- progress (issue 14.3)

@@ -22,7 +22,7 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from IPython.display import Markdown, display
 
 from rlm.agent.loop import Agent
-from rlm.app import RunOptions, SessionRun
+from rlm.app import GAPS, RunOptions, SessionRun
 from rlm.config import Config, load_config
 from rlm.errors import RlmError
 from rlm.events import (
@@ -71,17 +71,18 @@ class NotebookAgent:
             self.current = run
             assert run.agent is not None
             return run.agent
-        agent = self.current.rebuild(options)
-        agent.notices.clear()  # the notebook's limits were shown at its first run
-        return agent
+        return self.current.rebuild(options)  # its notes: filtered as the first run's
 
     def run(self, task: str, *, model: str | None = None, max_turns: int | None = None,
-            goal: str | None = None) -> None:
+            goal: str | None = None, verbose: bool = False) -> None:
         try:
             flags = {"model": model, "max_turns": max_turns}
             options = RunOptions(overrides={k: v for k, v in flags.items() if v is not None},
                                  goal=goal)
             agent = self.agent(options, task)
+            if not verbose:  # what every %%rlm session does differently: said on request
+                same_every_time = {g.message for g in GAPS.get("notebook", {}).values()}
+                agent.notices = [n for n in agent.notices if n.text not in same_every_time]
         except RlmError as e:
             display(Markdown(f"**rlm:** {e}"))
             return
@@ -89,8 +90,11 @@ class NotebookAgent:
         assert executor is not None and self.current is not None
         executor.on_user_interrupt = agent.stop
         _describe_user_data(agent)
+        from kernel_ext import api
+
         try:
-            self.current.drive(task.strip(), render)
+            with api.scoped(self.shell):  # final, goal, ... only while the run goes
+                self.current.drive(task.strip(), render)
         except KeyboardInterrupt:
             display(Markdown("*Interrupted.*"))
         except RlmError as e:
@@ -182,6 +186,8 @@ class RlmMagics(Magics):
     @argument("--max-turns", type=int, default=None, help="stop after this many model turns")
     @argument("--goal", default=None,
               help="set the session's goal first: the run continues until it is complete")
+    @argument("--verbose", action="store_true",
+              help="also show the notes on what %%%%rlm does differently from `rlm run`")
     @cell_magic
     def rlm(self, line: str, cell: str) -> None:
         """Run the agent on the task in the cell body, inside this kernel."""
@@ -190,7 +196,8 @@ class RlmMagics(Magics):
             display(Markdown("**rlm:** write the task in the cell body, below `%%rlm`."))
             return
         goal = args.goal.strip("'\"") if args.goal else None
-        self.agent.run(cell, model=args.model, max_turns=args.max_turns, goal=goal)
+        self.agent.run(cell, model=args.model, max_turns=args.max_turns, goal=goal,
+                       verbose=args.verbose)
 
     @line_magic
     def rlm_state(self, line: str = "") -> None:

@@ -9,7 +9,7 @@ result types), so any layer above may use it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -73,7 +73,7 @@ class SessionLog(Protocol):
 
     def append(self, entry: Entry) -> Entry: ...
 
-    def branch(self, leaf: str | None = None) -> list[Entry]: ...
+    def branch(self, leaf: str | None = None) -> Sequence[Entry]: ...
 
     def get(self, entry_id: str) -> Entry: ...
 
@@ -91,6 +91,8 @@ Handler = Callable[[dict[str, Any]], Any]
 Continuation = Callable[[Any, str], "str | None"]
 # after every turn; may return events (rlm.events.Event) for the caller to yield
 TurnHook = Callable[[Any], "list[Any] | None"]
+# when a run ends: (agent, reason, detail)
+EndHook = Callable[[Any, str, "str | None"], None]
 
 
 class LoopHost(Protocol):
@@ -101,8 +103,10 @@ class LoopHost(Protocol):
     account_hooks: list[TurnHook]
     turn_hooks: list[TurnHook]
     continuations: list[Continuation]
+    end_hooks: list[EndHook]
     turns: int
     tokens_used: int
+    state: Any  # rlm.agent.runstate.RunState: the current run's (a hook may set `end_as`)
 
     @property
     def session(self) -> SessionLog: ...

@@ -49,7 +49,8 @@ import platformdirs
 from rlm.paths import APP_NAME, PRIVATE_FILE, write_private_atomic
 
 # Config overrides a command line can set that decide what runs or what the kernel sees.
-SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model", "replay")
+SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model", "advisor",
+                  "replay")
 # Config fields only the user's config or environment may set: never taken from a record.
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
 RUN_FLAGS = ("autonomous", "gate")
@@ -66,6 +67,19 @@ def config_dir() -> Path:
     """The user's own rlm config directory ($XDG_CONFIG_HOME/rlm): run records and the
     project files the user allowed (`rlm trust`). Creates nothing."""
     return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+def first_time(key: str) -> bool:
+    """True the first time this user's runs ask about `key` (a notice shown once: the
+    marker `<user config dir>/shown/<key>` is made now); False after, and when the marker
+    cannot be made (a read-only config dir: better silent than said on every run)."""
+    path = config_dir() / "shown" / key
+    try:
+        ensure_dir(path.parent)
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE))
+    except OSError:
+        return False
+    return True
 
 
 # ------------------------------------------------------------------ the run records
@@ -132,8 +146,8 @@ def _user_value(key: str, user_config: Any) -> Any:
 
 def _looser(key: str, recorded: Any, baseline: Any) -> bool:
     """Would `recorded` loosen `baseline` (the value from the user's own sources)?"""
-    if key == "sandbox":
-        return bool(baseline) and not bool(recorded)
+    if key == "sandbox":  # the default (None) is the sandbox where available: on
+        return not recorded and baseline is not False
     if key == "autonomous":
         return bool(recorded) and not bool(baseline)
     if key == "replay":  # re-running recorded cells after the user said --no-replay

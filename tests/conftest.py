@@ -50,5 +50,14 @@ def local_model(joined_model_cache, monkeypatch):
     return joined_model_cache / MODEL_FILENAME
 
 
+def pytest_collection_modifyitems(items):
+    """Every test on the real offline model runs on one xdist worker (`--dist loadgroup`
+    in pyproject.toml): the 1.1 GB model is joined once per run, and two llama.cpp
+    generations never compete for the same 2 cores."""
+    for item in items:
+        if "local_model" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group("local_model"))
+
+
 # the in-process IPython shell with snapshots installed (tests/snapshot_shell.py)
 from tests.snapshot_shell import shell  # noqa: E402,F401

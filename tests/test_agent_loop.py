@@ -186,6 +186,47 @@ def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
     assert "Not run" in llm2.calls[1][-1]["content"]
 
 
+def test_a_refused_retyping_cell_sent_again_is_sampled_again(_isolated_home, tmp_path):
+    """The local model copied an input's preview into a literal, was refused, and sent the
+    same cell five more times to the turn limit: a refused cell counts as the cell that
+    just failed, so its exact repeat is resampled (hidden), never refused again."""
+    from rlm.agent.context_files import load_context_files
+
+    (tmp_path / "nums.json").write_text(json.dumps(list(range(3, 600))))  # preview cut
+    retype = "```python\nnums = [3, 4, 5, 6]\nprint(sum(n % 2 == 0 for n in nums))\n```"
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced([retype, retype, "```python\nprint(sum(n % 2 == 0 for n in nums))\n```",
+                   "FINAL(298)"])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with agent_for(session, config, llm=llm) as agent:
+        load_context_files(agent, [tmp_path / "nums.json"])
+        run(agent, "How many even numbers?")
+    branch = SessionStore.open(session.path).branch()
+    refused = [e for e in branch if getattr(e, "role", None) == "tool"
+               and "Not run: this cell assigns a literal" in str(e.message.get("content"))]
+    resampled = [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == "resampled"]
+    assert len(refused) == 1 and len(resampled) == 1
+    assert llm.calls[2] == llm.calls[1]  # the repeat never reached the context
+    assert "298" in llm.calls[3][-1]["content"]
+
+
+def test_an_input_retyped_as_its_whole_preview_runs(_isolated_home, tmp_path):
+    """A short input shown whole in its preview and retyped exactly is the same value:
+    the cell runs (the local model's count_even e2e task retyped its 15 numbers, was
+    refused six times and never answered)."""
+    from rlm.agent.context_files import load_context_files
+
+    (tmp_path / "nums.json").write_text("[3, 8, 15, 22]")
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    llm = _Fenced(["```python\nnums = [3, 8, 15, 22]\nprint(sum(n % 2 == 0 for n in nums))\n```",
+                   "FINAL(2)"])
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    with agent_for(session, config, llm=llm) as agent:
+        load_context_files(agent, [tmp_path / "nums.json"])
+        run(agent, "How many even numbers?")
+    assert llm.calls[1][-1]["content"].strip().endswith("\n2")  # it ran: its output
+
+
 class _Concurrency:
     """Wraps a sub-model to observe how many calls are in flight at once: the first two
     calls wait for each other at a barrier, which only opens if they overlap."""
@@ -276,7 +317,8 @@ def test_compact_run_from_a_cell_is_deferred_to_turn_end(_isolated_home):
     ], context_window=100_000, keep_recent_tokens=20)
     attach_all(agent)
     with agent:
-        events = run(agent, "compact please")
+        # a long prompt: a summary that would not shrink the context is rejected (issue 27)
+        events = run(agent, "compact please. " + "background " * 300)
         pid = agent.executor.pid
         assert agent.executor.execute("print(x)").shaped.strip() == "41"
         assert agent.executor.pid == pid  # compaction never touches the kernel
@@ -293,7 +335,8 @@ def test_compact_run_from_a_cell_is_deferred_to_turn_end(_isolated_home):
     # the summarizer got the instructions; the next model call starts with the summary
     assert "keep x" in json.dumps(llm.calls[1])
     after = llm.calls[2]
-    assert "x holds 41" in after[1]["content"]
+    assert after[1]["content"].startswith("Project memory")  # the project memory, then
+    assert "x holds 41" in after[2]["content"]  # the summary
     assert any(m["role"] == "user" and "<ipython_state>" in m["content"] and "x" in m["content"]
                for m in after)
 

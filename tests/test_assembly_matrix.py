@@ -7,6 +7,8 @@ so each case proves that compaction is sized to the model's window on that entry
 (reserve and keep-recent scale to 1,000 tokens each on 4,000).
 
 One scripted scenario per entry point exercises every feature in a single run:
+  turn 0  a cell prints ~1,100 tokens (what the requested summary shrinks: a summary that
+          would not make the context smaller is rejected, issue 27)
   turn 1  a cell prints ~1,100 tokens and asks `compact.run()` -> a "requested" compaction
           after the turn (summaries come from their own scripted compaction model)
   turn 2  a cell adds a one-shot job, already due -> fired into this run once; the reply
@@ -34,16 +36,51 @@ pytestmark = pytest.mark.timeout(240)
 
 WINDOW = 4000  # the window every script declares
 
+# a one-shot job added from outside the kernel mid-run (the sandboxed kernel cannot write
+# its session dir): the cell asks through a marker file in the test's dir, the test's
+# `outside` thread adds the job (already due, on a clock an hour back) and answers
 ADD_JOB = (
-    "import glob, os, time\n"
-    "from rlm.longrun.clock import FakeClock\n"
-    "from rlm.longrun.schedule import Scheduler\n"
+    "import glob, os, pathlib, time\n"
+    "ask = pathlib.Path({dir!r})\n"
     "d = os.environ.get('RLM_SESSION_DIR') or sorted(glob.glob(os.environ['RLM_HOME'] + "
-    "'/sessions/*'), key=os.path.getmtime)[-1]\n"
-    "Scheduler(os.path.join(d, 'scheduled-jobs.json'), FakeClock(time.time() - 3600))"
-    ".add('in 1m', 'tick-once')\n"
-    "print('job added')"
+    "'/sessions/*'), key=os.path.getmtime)[-1]\n"  # %%rlm: the user's own kernel
+    "(ask / 'add-job.tmp').write_text(d)\n"
+    "os.replace(ask / 'add-job.tmp', ask / 'add-job')\n"
+    "deadline = time.monotonic() + 60\n"
+    "while not (ask / 'job-added').exists() and time.monotonic() < deadline:\n"
+    "    time.sleep(0.05)\n"
+    "print('job added' if (ask / 'job-added').exists() else 'no job added')"
 )
+
+
+@pytest.fixture(autouse=True)
+def outside(tmp_path):
+    """Adds the job a cell asks for (see ADD_JOB) to the session it names."""
+    import threading
+    import time
+
+    from rlm.longrun.clock import FakeClock
+    from rlm.longrun.schedule import Scheduler
+
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.wait(0.05):  # polling a marker file
+            ask = tmp_path / "add-job"
+            if ask.exists():
+                session_dir = ask.read_text()
+                ask.unlink()
+                Scheduler(os.path.join(session_dir, "scheduled-jobs.json"),
+                          FakeClock(time.time() - 3600)).add("in 1m", "tick-once")
+                (tmp_path / "job-added").write_text("")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join()
+
+
 TRY_REFUSED = (
     "for f in (lambda: cron.add('in 1m', 'x'), lambda: goal.get()):\n"
     "    try:\n        f()\n    except Exception as e:\n        print('refused:', e)\n"
@@ -61,11 +98,12 @@ def call(code: str, **extra) -> dict:
 ROWS = "\nprint(' '.join(f'row{i}' for i in range(550)))"
 
 
-def scenario(*, goal: bool, crash: bool = True, refused: bool = False) -> list:
+def scenario(tmp_path: Path, *, goal: bool, crash: bool = True, refused: bool = False) -> list:
     big = {"usage": {"input_tokens": 5000, "output_tokens": 10}}
     replies: list = [
+        call(ROWS.strip()),
         call("x = 41" + ROWS + "\nprint(compact.run('keep x'))"),
-        call((TRY_REFUSED if refused else ADD_JOB) + ROWS, **big),
+        call((TRY_REFUSED if refused else ADD_JOB.format(dir=str(tmp_path))) + ROWS, **big),
     ]
     if crash:
         replies.append(call("import os\nos._exit(1)"))
@@ -139,7 +177,7 @@ def only_session(home: Path) -> Path:
 
 # ------------------------------------------------------------------------ CLI entries
 def test_run(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=True))
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True))
     out = rlm("run", "go", "--model", s, "--compaction-model", summaries(tmp_path),
               "--goal", "answer the question", "--json", cwd=tmp_path)
     res = json.loads(out.stdout.splitlines()[-1])
@@ -149,14 +187,14 @@ def test_run(tmp_path, _isolated_home):
 
 
 def test_chat_stdin_driven(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=True))
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True))
     rlm("chat", "--model", s, "--compaction-model", summaries(tmp_path), cwd=tmp_path,
         stdin="/goal answer the question\ngo\n/exit\n")
     check(only_session(_isolated_home), goal=True)
 
 
 def test_resume_uses_the_recorded_options(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=True))
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True))
     options = app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path)},
                              goal="answer the question")
     session = created(options)
@@ -174,7 +212,7 @@ def created(options: app.RunOptions, task: str = "earlier task"):
 def test_detach_runs_in_a_real_worker(tmp_path, _isolated_home):
     """`rlm run --detach`: a worker process assembles the recorded run (no flag but the
     models and the goal), on the model's own window."""
-    s = script(tmp_path, "s.json", scenario(goal=True) + ["tick handled"])
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True) + ["tick handled"])
     out = rlm("run", "go", "--detach", "--model", s, "--compaction-model", summaries(tmp_path),
               "--goal", "answer the question", "--json", cwd=tmp_path)
     res = json.loads(out.stdout.splitlines()[-1])
@@ -207,7 +245,7 @@ def test_worker_assembles_the_recorded_run(tmp_path, _isolated_home):
     from rlm.longrun.worker import Worker, send_prompt
 
     # the worker delivers a follow-up tick as a run of its own, after the prompt's run
-    s = script(tmp_path, "s.json", scenario(goal=True) + ["tick handled"])
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True) + ["tick handled"])
     session = created(app.RunOptions(overrides={"model": s, "compaction_model": summaries(tmp_path)},
                                      goal="answer the question"), "t")
     send_prompt(session.id, "go", _isolated_home)
@@ -222,7 +260,7 @@ def test_worker_assembles_the_recorded_run(tmp_path, _isolated_home):
 
 
 def test_run_task_continues_its_goal(tmp_path, _isolated_home):
-    s = script(tmp_path, "s.json", scenario(goal=True))
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True))
     cfg = load_config(model=s, compaction_model=summaries(tmp_path))
     res = app.run_task("go", config=cfg, options=app.RunOptions(goal="answer the question"))
     assert res.final == "all done"  # the goal continued the run past its first answer
@@ -232,7 +270,7 @@ def test_run_task_continues_its_goal(tmp_path, _isolated_home):
 def test_rlm_query_child_gets_compaction_and_refuses_goals_and_schedules(tmp_path, _isolated_home):
     parent = script(tmp_path, "p.json", [call("print(rlm_query('child task'))"),
                                          call("final('parent done')")])
-    child = script(tmp_path, "c.json", scenario(goal=False, refused=True))
+    child = script(tmp_path, "c.json", scenario(tmp_path, goal=False, refused=True))
     cfg = load_config(model=parent, sub_model=child, compaction_model=summaries(tmp_path))
     res = app.run_task("go", config=cfg)
     assert res.final == "parent done"
@@ -251,7 +289,7 @@ def test_notebook_magic(tmp_path):
     from frontend import run
     from jupyter_client.manager import start_new_kernel
 
-    s = script(tmp_path, "s.json", scenario(goal=True, crash=False))
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True, crash=False))
     toml = tmp_path / "rlm.toml"
     toml.write_text(f"compaction_model = {summaries(tmp_path)!r}\n")
     from rlm import trust
@@ -263,8 +301,9 @@ def test_notebook_magic(tmp_path):
     km, kc = start_new_kernel(kernel_name="python3", env=env, cwd=str(tmp_path))
     try:
         run(kc, "%load_ext rlm")
-        msgs = run(kc, f"%%rlm --model {s} --max-turns 10 --goal 'answer the question'\ngo",
-                   timeout=120)
+        # --verbose: the notes every %%rlm session has (its gaps) are said on request
+        msgs = run(kc, f"%%rlm --model {s} --max-turns 10 --verbose "
+                   "--goal 'answer the question'\ngo", timeout=120)
         # the kernel holds the session: a second writer is refused, naming it
         sid = only_session(home).parent.name
         refused = rlm("goal", sid, "set", "other", cwd=tmp_path, check_rc=False,

@@ -56,12 +56,12 @@ def test_stall_ends_the_run(tmp_path: Path):
 
 
 def test_limits_end_with_clear_reasons(tmp_path: Path):
-    assert AutonomousPolicy(max_turns=40).decide(RunState(turns=40)) == Stop(
+    assert AutonomousPolicy(max_turns=40).decide(RunState(turns=40, finished=False)) == Stop(
         "max_turns (40) reached", limit="max_turns"
     )
     stop = AutonomousPolicy(max_tokens=1000).decide(RunState(tokens=1200, finished=False))
     assert stop.reason == "max_tokens (1000) reached (1200 tokens used)"
-    stop = AutonomousPolicy(max_wall_s=60).decide(RunState(elapsed_s=61))
+    stop = AutonomousPolicy(max_wall_s=60).decide(RunState(elapsed_s=61, finished=False))
     assert stop.reason == "max_wall_s (60) reached (61 s elapsed)"
     policy = AutonomousPolicy(max_continuations=2, gates=["false"], cwd=tmp_path, max_stalls=9)
     for cells in (1, 2):
@@ -70,6 +70,18 @@ def test_limits_end_with_clear_reasons(tmp_path: Path):
     assert stop.reason == "max_continuations (2) reached; gate 'false' still failing"
     unlimited = AutonomousPolicy()
     assert unlimited.decide(RunState(turns=10**6, tokens=10**9, elapsed_s=1e9)).ok
+
+
+def test_an_answer_in_the_last_turn_is_still_judged_by_the_gates(tmp_path: Path):
+    """At the limit, a finished run's gates still run: passing, it is a success; failing,
+    the run stops on the limit, not as a success (the loop ends it `limit:turns`)."""
+    failing = AutonomousPolicy(max_turns=2, gates=["false"], cwd=tmp_path)
+    stop = failing.decide(RunState(turns=2, cells=1))
+    assert stop == Stop("max_turns (2) reached; gate 'false' still failing", limit="max_turns")
+    assert failing.gate_runs == 1
+    passing = AutonomousPolicy(max_turns=2, gates=["true"], cwd=tmp_path)
+    assert passing.decide(RunState(turns=2, cells=1)) == Stop("all 1 gates passed", ok=True)
+    assert AutonomousPolicy(max_turns=2).decide(RunState(turns=2)).ok  # no gates: finished
 
 
 def test_gate_output_bounded_and_timeout(tmp_path: Path):

@@ -101,13 +101,13 @@ def test_sessions_last_and_the_listing(tmp_path):
     assert res.returncode == 0, res.stderr
     sid = json.loads(res.stdout.splitlines()[-1])["session_id"]
 
-    table = rlm("sessions", home=home, cwd=work).stdout.splitlines()
-    assert table[0].split()[:5] == ["ID", "CREATED", "STATUS", "TURNS", "MODEL"]
+    table = rlm("sessions", home=home, cwd=work).stdout.splitlines()  # 80 columns: a pipe
+    assert table[0].split() == ["ID", "STATUS", "TURNS", "TASK"]
     row = table[1].split()
-    assert row[0] == sid and row[3:5] == ["ended", "2"] and "42" in row and row[-1] == str(work)
+    assert row[0] == sid and row[1:3] == ["answered", "2"] and row[3:] == ["add", "one"]
     rows = json.loads(rlm("sessions", "--json", "-n", "1", home=home, cwd=work).stdout)
-    assert [(r["id"], r["status"], r["turns"], r["answer"], r["cwd"]) for r in rows] == [
-        (sid, "ended", 2, "42", str(work))]
+    assert [(r["id"], r["status"], r["turns"], r["answer"], r["cwd"], r["verified"])
+            for r in rows] == [(sid, "answered", 2, "42", str(work), True)]
     assert json.loads(rlm("sessions", "--here", "--json", home=home, cwd=elsewhere).stdout) == []
     assert [r["id"] for r in json.loads(
         rlm("sessions", "--here", "--json", home=home, cwd=work).stdout)] == [sid]

@@ -37,12 +37,24 @@ def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
     assert json.loads(again.stdout.strip().splitlines()[-1])["final"] == "2"
 
 
+DELETE_SESSION = "import os, shutil; shutil.rmtree(os.environ['RLM_SESSION_DIR'])"
+
+
+def test_the_sandboxed_kernel_cannot_delete_its_session(tmp_path):
+    """The default: the session dir is read-only to the kernel, the cell fails, the log
+    is whole and the run goes on."""
+    proc, res = _run(tmp_path, [call(DELETE_SESSION), call("print('done')\nfinal('done')")])
+    if "unsandboxed" in proc.stdout + proc.stderr:
+        pytest.skip("no user namespaces here: the kernel runs unsandboxed")
+    assert res["final"] == "done", proc.stderr
+    assert "Read-only file system" in Path(res["session_path"]).read_text()
+
+
 def test_a_cell_that_deletes_its_own_session_fails_in_one_line(tmp_path):
-    """The session directory removed by a cell: the run says so in one line and exits
-    non-zero; --json reports no session_path that no longer exists (it used to exit 0,
-    the log's writes going to an unlinked file)."""
-    proc, res = _run(tmp_path, [call("import os, shutil; shutil.rmtree(os.environ['RLM_SESSION_DIR'])"),
-                                call("final('done')")])
+    """Unsandboxed, the session directory removed by a cell: the run says so in one line
+    and exits non-zero; --json reports no session_path that no longer exists (it used to
+    exit 0, the log's writes going to an unlinked file)."""
+    proc, res = _run(tmp_path, [call(DELETE_SESSION), call("final('done')")], "--no-sandbox")
     assert proc.returncode == 1, proc.stderr
     assert res["reason"] == "error" and "was removed while the session ran" in res["error"]
     assert res["session_path"] is None and res["final"] is None

@@ -15,7 +15,9 @@ def controller(name="task_with_cells", *, window=4000, enabled=True, replies=("S
     s = session_from(name)
     llm = ScriptedLLM(list(replies))
     settings = CompactionSettings(enabled=enabled, reserve_tokens=1000, keep_recent_tokens=110)
-    ctl = CompactionController(s, llm, settings, lambda: window, current_model_fn=lambda: current)
+    # the summary tier alone (tiers=False): the ladder before it is in test_context_tiers
+    ctl = CompactionController(s, llm, settings, lambda: window, current_model_fn=lambda: current,
+                               tiers=False)
     return s, llm, ctl
 
 

@@ -14,7 +14,7 @@ from rlm.session.entries import CompactionEntry, CustomEntry, entry_from_dict
 from rlm.session.store import SessionStore
 
 FIXTURES = Path(__file__).parent / "fixtures" / "compaction"
-NOTE = load_prompt("kernel_note")
+NOTE = load_prompt("kernel_note") + "\n\n" + load_prompt("memory_note")  # the tail of every prompt
 
 
 class ScriptedLLM:
@@ -155,7 +155,7 @@ def test_ipython_state_lists_names_fragile_and_removed():
     assert state.content == (
         "<ipython_state>\nThe IPython kernel persisted through this compaction (it was not "
         "restarted): every name below is still defined with its current value. Reuse them; "
-        "do not recompute or redefine them.\nDefined names (3):\n- df: DataFrame, 2.3 MB\n"
+        "do not recompute or redefine them. Outputs no longer shown are in `history.cell(N)` and `history.search(pattern)`.\nDefined names (3):\n- df: DataFrame, 2.3 MB\n"
         "- top3: Series, 300 B\n- conn: sqlite3.Connection, 64 B\n"
         "These would NOT survive a kernel restart (not snapshotted); keep how to rebuild them:\n"
         "- conn: cannot pickle 'sqlite3.Connection' object\n"

@@ -50,8 +50,11 @@ def test_three_compactions_keep_the_kernel_and_its_names(tmp_path):
     steps.append(Completion(content="Done: check = 235"))
     agent_llm = QueueModel("script:agent", steps)
     summarizer = QueueModel("script:summary", [f"## Goal\nsummary {i}" for i in range(40)])
+    # the summary tier alone: with the default tiers, shaking spares most summaries here
+    # (tests/test_context_tiers_e2e.py covers the ladder)
     cfg = Config(model="script:agent", compaction_model="script:summary", context_window=3000,
-                 reserve_tokens=1000, keep_recent_tokens=600, max_turns=20, home=tmp_path)
+                 reserve_tokens=1000, keep_recent_tokens=600, max_turns=20, home=tmp_path,
+                 context_tiers=False)
     session = SessionStore.create(tmp_path, model="script:agent", task="e2e")
     agent = build_agent(session, cfg, llm=agent_llm, llm_factory=lambda spec: summarizer)
     with agent:
@@ -72,7 +75,8 @@ def test_three_compactions_keep_the_kernel_and_its_names(tmp_path):
         assert defined <= listed, (defined - listed)
     # the next model call after each compaction starts with the summary and the state notice
     for msgs in agent_llm.calls[1:]:
-        if "compacted into the following summary" in str(msgs[1].get("content")):
+        assert str(msgs[1].get("content")).startswith("Project memory")  # the project memory
+        if "compacted into the following summary" in str(msgs[2].get("content")):
             assert any("<ipython_state>" in str(m.get("content")) for m in msgs)
     last_result = [e for e in branch if isinstance(e, MessageEntry) and e.role == "tool"][-1]
     assert "check 235" in last_result.message["content"]  # sum(range(10)) + sum(range(20))

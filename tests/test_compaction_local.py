@@ -84,15 +84,21 @@ def test_local_model_with_no_settings_compacts_instead_of_overflowing(
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["model"] == "local" and out["compaction"]["window"] == 8192, out
     branch = SessionStore.open(out["session_path"]).branch()
-    compactions = [e for e in branch if isinstance(e, CompactionEntry)]
+    # relieved by the cheapest tier that suffices (issue 27: prune, shake, then a summary)
+    reliefs = [e for e in branch if isinstance(e, CompactionEntry) or (
+        isinstance(e, CustomEntry) and e.custom_type == "context_relief")]
     states = [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == "ipython_state"]
     errors = [e.error for e in branch if isinstance(e, MessageEntry) and e.error]
-    assert compactions, f"no compaction (reason {out['reason']}, errors {errors})"
-    assert compactions[0].trigger == "threshold", compactions[0].trigger
-    # compacted before the resumed run's first model call, not after it
-    first = branch.index(compactions[0])
+    assert reliefs, f"no compaction (reason {out['reason']}, errors {errors})"
+    first_relief = reliefs[0]
+    trigger = (first_relief.trigger if isinstance(first_relief, CompactionEntry)
+               else first_relief.data["trigger"])
+    assert trigger == "threshold", trigger
+    # relieved before the resumed run's first model call, not after it
+    first = branch.index(first_relief)
     assert not any(isinstance(e, MessageEntry) and e.role == "assistant" and e.model == "local"
                    for e in branch[:first])
-    assert states and "words" in states[-1].content and "<ipython_state>" in states[-1].content
+    if any(isinstance(e, CompactionEntry) for e in reliefs):  # a summary: the names listed
+        assert states and "words" in states[-1].content and "<ipython_state>" in states[-1].content
     assert not any("overflow" in e for e in errors), errors
     assert code in (0, 3, 5), out

@@ -126,6 +126,15 @@ def test_default_settings_compact_a_local_sized_context():
     ctl.start_run()
     before = ctl.context_tokens()
     assert before > ctl.effective().threshold
+    # the default ladder relieves it (shaking the old results) without a model call
+    entry = ctl.after_turn(FakeKernel([{"name": "log", "type": "list"}]))
+    assert entry is not None and ctl.context_tokens() < ctl.effective().threshold
+    assert llm.calls == []
+    # the summary tier alone (no tiers) compacts it too
+    s = _long_session(turns=10, chars=4000)
+    ctl = CompactionController(s, llm, CompactionSettings.from_config(Config()), lambda: LOCAL_WINDOW,
+                               tiers=False)
+    ctl.start_run()
     entry = ctl.after_turn(FakeKernel([{"name": "log", "type": "list"}]))
     assert isinstance(entry, CompactionEntry) and entry.trigger == "threshold", s.branch()[-1]
     assert s.branch()[-1].custom_type == "ipython_state"
@@ -143,7 +152,7 @@ def test_overflow_state_resets_at_the_start_of_each_run():
     s = session_from("task_with_cells")
     llm = ScriptedLLM(["S1", "S2"])
     ctl = CompactionController(s, llm, CompactionSettings(reserve_tokens=1000, keep_recent_tokens=110),
-                               lambda: 4000)
+                               lambda: 4000, tiers=False)  # the summary tier's overflow state
     ctl.overflow_state, ctl.overflow_message = "reported", "old report"
     ctl.start_run()
     assert (ctl.overflow_state, ctl.overflow_message) == ("idle", None)

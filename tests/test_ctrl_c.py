@@ -48,15 +48,24 @@ def consistent(path: Path) -> list[dict]:
     return entries
 
 
-def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_home):
+def signal_a_sleeping_cell(tmp_path: Path, home: Path, then: str, sig: int
+                           ) -> tuple[subprocess.Popen, Path, str, str]:
+    """Run a cell that sleeps (then the cell `then`), send `sig` once it is running;
+    (process, session log, stdout, stderr) once the run has ended."""
     running = tmp_path / "running"
     proc = start(tmp_path, [call(f"import time\nopen({str(running)!r}, 'w').close()\n"
                                  "time.sleep(120)"),
-                            call("print('went on')\nfinal('went on')")])
+                            call(then)])
     wait_for(running, proc)
-    path = session_log(_isolated_home)
-    os.kill(proc.pid, signal.SIGINT)
+    path = session_log(home)
+    os.kill(proc.pid, sig)
     out, err = proc.communicate(timeout=120)
+    return proc, path, out, err
+
+
+def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_home):
+    proc, path, out, err = signal_a_sleeping_cell(
+        tmp_path, _isolated_home, "print('went on')\nfinal('went on')", signal.SIGINT)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["final"] == "went on"
     entries = consistent(path)
@@ -80,3 +89,17 @@ def test_two_ctrl_c_end_the_turn(tmp_path, _isolated_home):
     result = json.loads(out.strip().splitlines()[-1])
     assert result["reason"] == "interrupted" and result["final"] is None, (out, err)
     consistent(path)
+
+
+def test_sigterm_ends_the_run_and_a_json_run_still_prints_its_object(tmp_path, _isolated_home):
+    """`timeout`, a CI runner or a stopped pod sends SIGTERM: the run ends `interrupted`
+    as with the stop button (the cell interrupted, the log consistent), the --json object
+    is printed, the exit is 3. Before, the default action killed rlm with nothing printed."""
+    proc, path, out, err = signal_a_sleeping_cell(
+        tmp_path, _isolated_home, "final('should not run')", signal.SIGTERM)
+    assert proc.returncode == 3, err
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["reason"] == "interrupted" and result["final"] is None, (out, err)
+    entries = consistent(path)
+    ends = [e["data"] for e in entries if e.get("custom_type") == "run_end"]
+    assert ends and ends[-1]["reason"] == "interrupted"

@@ -12,7 +12,9 @@ from test_cli import call, rlm, script
 def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
     s = script(tmp_path / "a.json", [call("import time\nlabel = 'from the worker'\nprint(label)"),
                                      call("final(label)")])
-    out = rlm("run", "detached task", "--detach", "--model", s, "--json", cwd=tmp_path)
+    quiet = script(tmp_path / "advisor.json", ["", "", ""])  # an advisor that never advises
+    out = rlm("run", "detached task", "--detach", "--model", s, "--advisor", quiet, "--json",
+              cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])  # the client has exited already
     sid, path = res["session_id"], Path(res["session_path"])
     deadline = time.monotonic() + 120
@@ -26,6 +28,8 @@ def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
     workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
     mine = [w for w in workers if w.get("session_id") == sid]
     assert mine and mine[0]["alive"] is True
+    assert mine[0]["advisor"]["health"].startswith("silent for")  # never "healthy"
+    assert f"advisor of {sid}: silent for" in rlm("ps", cwd=tmp_path).stdout
     rlm("stop", sid, cwd=tmp_path)
     workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
     assert not [w for w in workers if w.get("session_id") == sid and w.get("alive")]
@@ -56,7 +60,7 @@ def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isol
 
 def test_a_worker_whose_session_directory_is_removed_exits_and_recreates_nothing(
         tmp_path, _isolated_home):
-    """Issue 15.11 in the worker: the cell removes the session directory; the worker ends
+    """Issue 15.11 in the worker: an unsandboxed cell removes the session dir; the worker ends
     (it used to stay, and its status, events and jobs lock brought the directory back
     holding no session.jsonl)."""
     import os
@@ -64,7 +68,8 @@ def test_a_worker_whose_session_directory_is_removed_exits_and_recreates_nothing
 
     s = script(tmp_path / "d.json", [call("import os, shutil\nshutil.rmtree(os.environ['RLM_SESSION_DIR'])"),
                                      call("final('unreachable')")])
-    out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path)
+    # unsandboxed: the sandbox's kernel cannot remove its session (test_cli_disk)
+    out = rlm("run", "t", "--detach", "--no-sandbox", "--model", s, "--json", cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     try:
         fd = os.pidfd_open(res["worker_pid"])

@@ -141,7 +141,8 @@ def test_attach_goals_to_an_agent(session, goals):
 
     from rlm.longrun.goals import attach_goals
 
-    agent = SimpleNamespace(handlers={}, account_hooks=[], turn_hooks=[], continuations=[lambda a, r: "other"])
+    agent = SimpleNamespace(handlers={}, account_hooks=[], turn_hooks=[], end_hooks=[],
+                            continuations=[lambda a, r: "other"])
     attach_goals(agent, goals)
     goals.set("analyse", token_budget=500)
     session.append(MessageEntry(message={"role": "user", "content": "go"}))

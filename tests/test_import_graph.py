@@ -18,12 +18,13 @@ LAYERS: list[tuple[str, int]] = [
     ("rlm.cli", 7), ("rlm.magic", 7), ("rlm.__main__", 7), ("rlm.demo", 7),
     ("rlm.app", 6),
     ("rlm.agent", 5), ("rlm.notebook", 5),
-    ("rlm.compaction", 4), ("rlm.longrun", 4),
+    ("rlm.compaction", 4), ("rlm.longrun", 4), ("rlm.memory", 4),
     ("rlm.protocols", 3), ("rlm.session", 3),
     ("rlm.llm", 2),
     ("rlm.kernel", 1),
     ("rlm.config", 0), ("rlm.errors", 0), ("rlm.paths", 0), ("rlm.events", 0),
     ("rlm.secrets", 0), ("rlm.prompts", 0), ("rlm.trust", 0),
+    ("rlm.spelling", 0),
 ]
 
 

@@ -90,7 +90,8 @@ def test_the_control_an_unsandboxed_cell_can(tmp_path, _isolated_home):
     session.mkdir(parents=True)
     (session / "session.jsonl").write_text("{}\n")
     paths = targets(_isolated_home, session)[:2]
-    with Kernel(session, Config(home=_isolated_home, cell_timeout=60)) as k:
+    # the control opts out of the default sandbox: it shows what the sandbox prevents
+    with Kernel(session, Config(home=_isolated_home, cell_timeout=60, sandbox=False)) as k:
         assert k.execute(WRITES.format(targets=paths)).shaped.strip() == "wrote wrote"
 
 
@@ -178,7 +179,7 @@ def _as_nobody(argv: list[str], env: dict[str, str], base: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("sandbox, user", [(False, "me"), (True, "me"), (False, "nobody"),
-                                           (True, "nobody")])
+                                           (True, "nobody"), (None, "nobody")])
 def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox, user):
     if sandbox and not sandbox_available():
         pytest.skip("no user namespaces here")
@@ -215,3 +216,84 @@ def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
     finally:
         if alive:
             child.kill()
+
+
+ANCESTOR_ENVIRONS = """
+import os
+found, pid = 0, os.getppid()
+while pid > 1:
+    try:  # the host itself is non-dumpable: its environ is refused, its parent's is not
+        found += open(f'/proc/{pid}/environ', 'rb').read().count(b'sk-wrapped-')
+    except OSError:
+        pass
+    try:
+        pid = int(open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1])
+    except OSError:
+        break
+print(f'found {found}')
+final(f'found {found}')
+"""
+
+
+@pytest.mark.parametrize("sandbox, user", [(False, "me"), (True, "me"), (False, "nobody"),
+                                           (True, "nobody"), (None, "nobody")])
+def test_a_key_held_by_a_wrapper_parent_is_hidden_from_a_sandboxed_cell(tmp_path, sandbox, user):
+    """Issue 26.6: `rlm` started by a wrapper that keeps the key in its environment (here
+    `sh -c '...; exit'`, like `timeout`, `make`, `uv run` or a CI runner). The host drops
+    the key and is non-dumpable, but the wrapper's /proc/<pid>/environ still holds it: a
+    cell of an unprivileged user walking up its ancestors reads it without --sandbox (the
+    documented limit; a root kernel cannot, having given up CAP_SYS_PTRACE, so the root
+    wrapper's permitted capabilities are not a subset of its own), and finds nothing with
+    --sandbox (rlm/kernel/sandbox_exec.py hides those /proc entries), nor with no flag at
+    all (None: the default is the sandbox where the platform allows it)."""
+    if sandbox is not False and not sandbox_available():
+        pytest.skip("no user namespaces here")
+    base = Path(tempfile.mkdtemp(prefix="rlm-wrapped-")) if user == "nobody" else tmp_path
+    try:
+        model = base / "s.json"
+        model.write_text(json.dumps([call(ANCESTOR_ENVIRONS)]))
+        args = ["run", "go", "--model", f"script:{model}", "--json"]
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env["OPENAI_API_KEY"] = "sk-wrapped-" + "x" * 32
+        argv = [sys.executable, "-P", "-m", "rlm", *args, *{True: ["--sandbox"], False: ["--no-sandbox"], None: []}[sandbox]]
+        wrap = ["sh", "-c", '"$@"; exit $?', "sh"]
+        if user == "nobody":  # the wrapper runs as nobody too: setpriv ... sh -c ... python
+            argv = _as_nobody(argv, env, base)
+            at = argv.index("--clear-groups") + 1
+            argv, wrap = argv[:at] + wrap + argv[at:], []
+        proc = subprocess.run([*wrap, *argv], cwd=base, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        final = json.loads(proc.stdout.strip().splitlines()[-1])["final"]
+        readable = sandbox is False and (user == "nobody" or os.geteuid() != 0)
+        assert final == ("found 1" if readable else "found 0"), final
+    finally:
+        if user == "nobody":
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_dead_hosts_leftover_is_swept_by_the_next_host_of_the_session(tmp_path):
+    """A SIGKILLed host reaps nothing: what its kernel started stays. The next host of that
+    session sweeps it when it starts a kernel; another session's process is left alone.
+    (The sweeper runs in its own process: the leftover is not its descendant.)"""
+    from rlm.kernel import reaper
+
+    def leftover(session_dir: Path) -> subprocess.Popen:
+        env = {**os.environ, reaper.MARK_ENV: "a-dead-hosts-kernel",
+               reaper.SESSION_DIR_ENV: str(session_dir)}
+        return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                                env=env, start_new_session=True)
+
+    mine, other = leftover(tmp_path / "s1"), leftover(tmp_path / "s2")
+    try:
+        sweep = subprocess.run(
+            [sys.executable, "-c", "import sys; from rlm.kernel.reaper import "
+             "sweep_session_orphans as s; print(s(sys.argv[1]))", str(tmp_path / "s1")],
+            capture_output=True, text=True, timeout=60, check=True)
+        assert sweep.stdout.strip() == "1"
+        assert mine.wait(timeout=30) == -9
+        assert other.poll() is None
+    finally:
+        for p in (mine, other):
+            p.kill()
+            p.wait()

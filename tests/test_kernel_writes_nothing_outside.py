@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rlm.config import Config
-from rlm.kernel import Kernel
+from rlm.kernel import Kernel, runtime
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -57,7 +57,10 @@ def test_kernel_start_writes_nothing_under_home(tmp_path, monkeypatch):
     # matplotlib's font cache: in $RLM_HOME (the user has no matplotlib config to hide)
     assert mpl == str(tmp_path / "rlm" / "cache" / "matplotlib"), mpl
     assert any((tmp_path / "rlm" / "cache" / "matplotlib").glob("fontlist-*.json"))
-    assert _tree(outside) == sorted(os.path.relpath(p, outside) for p in env.values())
+    made = [os.path.relpath(p, outside) for p in env.values()]
+    if runtime.sandboxed(Config()):  # the user's rlm config dir, made (empty) by the host
+        made.append("config/rlm")  # so a sandboxed cell cannot create it (rlm.trust)
+    assert _tree(outside) == sorted(made)
 
 
 def test_a_users_own_matplotlib_config_is_still_read(tmp_path, monkeypatch):
@@ -98,8 +101,30 @@ def test_a_dead_hosts_socket_dir_outside_the_session_is_removed(tmp_path):
     assert dirs["live"].exists() and (runtime / f"klive{IPC_OWNER}").exists()
 
 
+def test_a_socket_dir_whose_session_never_starts_again_is_removed_by_any_start(tmp_path):
+    """A child session's host killed with its parent never starts again: its fallback dir
+    names its owner inside, and the next kernel start of any session sweeps it; a live
+    owner's, one without an owner file, and another name's stay."""
+    import subprocess
+    import sys
+
+    from rlm.kernel.runtime import IPC_OWNER, sweep_orphan_ipc_dirs
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    dirs = {name: tmp_path / name for name in ("rlm-dead", "rlm-live", "rlm-bare", "other")}
+    for d in dirs.values():
+        d.mkdir()
+    (dirs["rlm-dead"] / IPC_OWNER).write_text(f"{dead.pid}\n{dirs['rlm-dead']}\n")
+    (dirs["rlm-live"] / IPC_OWNER).write_text(f"{os.getppid()}\n{dirs['rlm-live']}\n")
+    (dirs["other"] / IPC_OWNER).write_text(f"{dead.pid}\n")
+    sweep_orphan_ipc_dirs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other", "rlm-bare", "rlm-live"]
+
 def test_a_deep_session_leaves_no_socket_dir_behind(tmp_path, monkeypatch):
-    xdg = tmp_path / "xdg"
+    # not tmp_path/xdg, where the other XDG dirs of conftest live; under $RLM_HOME here
+    # (home=tmp_path), so a sandboxed kernel sees it only through its own bind
+    xdg = tmp_path / "run-user"
     xdg.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(xdg))
     session = tmp_path.joinpath(*["d" * 20] * 5)
@@ -113,3 +138,19 @@ def test_a_deep_session_leaves_no_socket_dir_behind(tmp_path, monkeypatch):
         k.stop()
     assert list(xdg.iterdir()) == []
     assert not list((session / "runtime").glob("*.ipc-owner"))
+
+
+def test_a_runtime_dir_too_deep_for_sockets_falls_back_to_a_short_one(tmp_path, monkeypatch):
+    """$XDG_RUNTIME_DIR itself too deep for AF_UNIX (a deep test or CI dir): the sockets go
+    under the temp dir instead; with no short dir at all, one clear error names the fix."""
+    import tempfile
+
+    from rlm.errors import KernelError
+
+    deep = tmp_path / ("d" * 100)
+    deep.mkdir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(deep))
+    assert str(runtime.socket_base()) == tempfile.gettempdir()
+    monkeypatch.setattr(runtime, "AF_UNIX_PATH_MAX", 10)
+    with pytest.raises(KernelError, match="too deep for the kernel's unix sockets"):
+        runtime.socket_base()

@@ -178,6 +178,12 @@ def test_a_sub_call_in_between_does_not_evict_the_conversation(cfg):
 # -- end to end: the agent loop with the real model ----------------------------------------
 
 
+# six turns of the 1.5B model, a resampled repeat included, on a CI core the other xdist
+# worker shares: one CI run took over 300 s (each model call 40-60 s); the turn limit, not
+# this timeout, bounds the run
+E2E_TIMEOUT = pytest.mark.timeout(900)
+
+
 def _numbers(text: str) -> list[float]:
     return [float(x.replace(",", "")) for x in re.findall(r"-?\d[\d,]*\.?\d*", text)]
 
@@ -191,14 +197,36 @@ def _run(task: str, cfg: Config, files: list[Path]):
     return res
 
 
+@E2E_TIMEOUT
 def test_e2e_count_even_numbers(cfg, tmp_path):
     nums = [3, 8, 15, 22, 7, 40, 11, 6, 9, 14, 31, 2, 5, 18, 27]
     (tmp_path / "nums.json").write_text(json.dumps(nums))
     want = sum(1 for n in nums if n % 2 == 0)
     res = _run("How many even numbers are in the list `nums`?", cfg, [tmp_path / "nums.json"])
     assert want in _numbers(res.final), res.final
+    _assert_streamed(res.events)
 
 
+def _assert_streamed(events) -> None:
+    """Issue 31's streaming, on the local model: the first reply reached the user as it was
+    written, in many pieces, its code included, before the reply was complete."""
+    from rlm.events import ModelReply, ModelText
+
+    deltas: list[str] = []
+    reply = None
+    for e in events:
+        if isinstance(e, ModelText):
+            deltas.append(e.delta)
+        elif isinstance(e, ModelReply):
+            reply = e
+            break
+    assert reply is not None and len(deltas) >= 5, (len(deltas), reply)
+    streamed = "".join(deltas)
+    assert streamed.endswith(reply.content)  # a resampled reply streams before it, if any
+    assert reply.code_cells and reply.code_cells[0].strip() in streamed
+
+
+@E2E_TIMEOUT
 def test_e2e_mean_of_column(cfg, tmp_path):
     rows = [("ann", 71.0), ("bob", 64.5), ("cy", 88.0), ("dee", 90.5), ("eve", 58.0), ("fay", 77.0)]
     lines = ["name,score"] + [f"{n},{s}" for n, s in rows]
@@ -209,6 +237,7 @@ def test_e2e_mean_of_column(cfg, tmp_path):
     assert any(abs(x - want) < 0.01 for x in _numbers(res.final)), res.final
 
 
+@E2E_TIMEOUT
 def test_e2e_region_with_largest_total(cfg, tmp_path):
     from rlm.demo import file_answer, make_sales_dataset
 

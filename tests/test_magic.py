@@ -87,7 +87,30 @@ def test_load_and_unload_extension(kernel):
                        "print('rlm' in ip.magics_manager.magics['cell'], "
                        "'rlm_state' in ip.magics_manager.magics['line'], 'final' in ip.user_ns)\n"
                        "%unload_ext rlm\nprint('rlm' in ip.magics_manager.magics['cell'], 'final' in ip.user_ns)")
-    assert _texts(msgs)[0] == "True True True\nFalse False\n"
+    # the kernel API is not left in the notebook's globals (%%rlm lends it for its run)
+    assert _texts(msgs)[0] == "True True False\nFalse False\n"
+
+
+def test_rlm_magic_leaves_the_notebook_tidy(kernel, tmp_path):
+    """Issue 31: no API names left in the globals (a user's own `final` is back after the
+    run), no boilerplate notes unless --verbose, no `[rlm: sys.stdout was rebound]` line."""
+    replies = tmp_path / "r.json"
+    replies.write_text(json.dumps([
+        {"content": "", "tool_calls": [{"name": "python", "arguments": {
+            "code": "print('rows', len(user_data))\nfinal(str(len(user_data)))"}}]}]))
+    run(kernel, "user_data = [1, 2, 3]\nfinal = 'my own final'\n%load_ext rlm")
+    msgs = run(kernel, f"%%rlm --model script:{replies}\nHow many rows?", timeout=120)
+    stream, rich = _texts(msgs)
+    assert "rows 3\n" in stream and "**Final answer:**\n\n3" in rich
+    assert "rebound" not in stream, stream
+    assert "snapshot" not in rich and "heartbeats" not in rich, rich  # no boilerplate
+    after, _ = _texts(run(kernel, "print(final, sorted(n for n in ('goal', 'cron', 'final_var', "
+                                  "'llm_query', 'rlm_query', 'compact', 'heartbeat') "
+                                  "if n in globals()))"))
+    assert after == "my own final []\n"
+    replies.write_text(json.dumps(["Three."]))
+    _, rich = _texts(run(kernel, f"%%rlm --verbose --model script:{replies}\nAgain?", timeout=120))
+    assert "does not snapshot it" in rich  # the notes, when asked for
 
 
 def test_state_without_session(kernel):

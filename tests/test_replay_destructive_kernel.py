@@ -9,6 +9,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from as_nobody import rerun_as_nobody
 
 from rlm.agent.notices import restored_on_start
 from rlm.config import load_config
@@ -66,7 +67,9 @@ def test_destructive_cells_binding_generators_are_not_replayed(tmp_path):
     files, cells = _cells(d, listener.getsockname()[1])
     _put_back(files)
     told: list[str] = []
-    with Kernel(tmp_path / "session", load_config()) as k:
+    # sandbox=False: g7 must reach this listener once to show it is not reached again (a
+    # sandboxed kernel has no network, so the first run could not connect at all)
+    with Kernel(tmp_path / "session", load_config().with_overrides(sandbox=False)) as k:
         k.replay_notice = told.append
         for _, code, _ in cells:
             res = k.execute(code)
@@ -79,7 +82,8 @@ def test_destructive_cells_binding_generators_are_not_replayed(tmp_path):
         assert died.status == "died" and died.restart is not None
         _check(died.restart, files, listener, cells)
         assert told == []  # nothing was re-run, so nothing was announced
-    k = Kernel(tmp_path / "session", load_config())  # `rlm resume`: a new kernel on the session
+    # `rlm resume`: a new kernel on the session
+    k = Kernel(tmp_path / "session", load_config().with_overrides(sandbox=False))
     k.replay_notice = told.append
     try:
         rep = k.start()
@@ -89,3 +93,10 @@ def test_destructive_cells_binding_generators_are_not_replayed(tmp_path):
         k.stop()
     assert "Not rebuilt by replay" in notice and "g4: cell 3 not replayed: " in notice
     listener.close()
+
+
+
+def test_the_same_as_an_unprivileged_user():
+    """Issue 26 'Tests must show': the repro above as an unprivileged user too."""
+    rerun_as_nobody("test_replay_destructive_kernel.py::"
+                    "test_destructive_cells_binding_generators_are_not_replayed")

@@ -45,7 +45,7 @@ def test_resume_announces_the_replay_and_no_replay_turns_it_off(tmp_path):
     on = rlm("resume", sid, "check", "--replay", "--model",
              script(tmp_path / "three.json", [call(CHECK)]), "--json", cwd=tmp_path)
     assert json.loads(on.stdout.strip().splitlines()[-1])["final"] == "20"
-    line = [ln for ln in on.stderr.splitlines() if "re-running" in ln]
+    line = [ln for ln in on.stderr.splitlines() if ln.startswith("rlm: ") and "re-running" in ln]
     assert line == ["rlm: rebuilding gen by re-running 1 recorded cell(s) (only cells known to stay "
                     "in the kernel; --no-replay turns this off): [0] rows = [1, 2, 3] …"], on.stderr
     rep = _restored(path)

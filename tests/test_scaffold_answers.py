@@ -225,10 +225,10 @@ def test_the_terminal_shows_an_unverified_answer_in_yellow_with_why():
     r = Renderer(console=Console(file=buf, width=200, color_system="standard", force_terminal=True))
     r(End(reason="final", turns=2, final="7", verified=False, why="the last cell failed"))
     out = buf.getvalue()
-    assert "unverified answer: the last cell failed" in out and "\x1b[33m" in out  # yellow
+    assert "unverified: the last cell failed" in out and "\x1b[33m" in out  # yellow
     buf.truncate(0)
     r(End(reason="final", turns=2, final="7", verified=True))
-    assert "unverified" not in buf.getvalue()
+    assert "unverified" not in buf.getvalue() and "✓ verified" in buf.getvalue()
 
 
 def test_a_text_answer_must_be_grounded_in_this_runs_output(_isolated_home):

@@ -9,6 +9,7 @@ files (connection files included) 0600.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import stat
@@ -172,9 +173,11 @@ def test_a_cell_cannot_read_the_key_from_the_host_process(_isolated_home, tmp_pa
     script = tmp_path / "s.json"
     script.write_text(json.dumps([call(code)]))
     env = dict(os.environ, OPENAI_API_KEY=key)
+    # --no-sandbox: this is the host's own protection, which must hold without the sandbox
+    # too (the default sandbox hides the host's /proc entry outright: FileNotFoundError)
     out = subprocess.run([sys.executable, "-m", "rlm", "run", "t", "--model", f"script:{script}",
-                          "--json"], env=env, capture_output=True, text=True, timeout=180,
-                         cwd=tmp_path)
+                          "--json", "--no-sandbox"], env=env, capture_output=True, text=True,
+                         timeout=180, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["final"] == "denied"
 
@@ -314,3 +317,48 @@ def test_a_same_user_process_cannot_open_the_hosts_environ_or_mem(mode):
     assert out.returncode == 0, out.stderr[-2000:]
     expected = "PermissionError PermissionError" if mode == "protect" else "opened opened"
     assert out.stdout.strip() == expected
+
+
+def test_a_host_killed_mid_cell_leaves_no_key_in_the_spooled_output(tmp_path, _isolated_home):
+    """Issue 26 item 8: the user passed the key to the kernel (kernel_env_pass) and a cell
+    printed it in an output long enough to spool to artifacts/cell-*.txt; the host is
+    SIGKILLed mid-cell, before its after-cell scrub. The spool was written redacted, so no
+    later open (with the key unset, it could not look for it) has a key to find."""
+    import contextlib
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    key = "sk-spooled-" + "K3y" * 12
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text('kernel_env_pass = ["OPENAI_API_KEY"]\n')
+    code = ("import os, time\nopen('kernel.pid', 'w').write(str(os.getpid()))\n"
+            "print(os.environ['OPENAI_API_KEY'])\nprint('f' * 60000)\n"
+            "print(os.environ['OPENAI_API_KEY'][:30])\ntime.sleep(600)")
+    model = tmp_path / "m.json"
+    model.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"name": "python", "arguments": {"code": code}}]}]))
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["OPENAI_API_KEY"] = key
+    host = subprocess.Popen([sys.executable, "-P", "-m", "rlm", "run", "go", "--model",
+                             f"script:{model}", "--json"], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    spooled: list = []
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and not spooled:  # the spool holds the outputs
+            spooled = [p for p in (_isolated_home / "sessions").glob("*/artifacts/cell-*.txt")
+                       if p.stat().st_size > 60000]
+            time.sleep(0.2)
+        assert spooled, "the cell's output never reached the spool"
+    finally:
+        os.killpg(host.pid, signal.SIGKILL)  # the host, mid-cell
+        host.wait()
+        if (tmp_path / "kernel.pid").exists():  # and its kernel (its own process group)
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int((tmp_path / "kernel.pid").read_text()), signal.SIGKILL)
+    data = spooled[0].read_bytes()
+    assert key.encode() not in data and key[:30].encode() not in data
+    assert b"f" * 1000 in data  # the output itself is there

@@ -191,3 +191,31 @@ def test_host_kernel_restart_restores(tmp_path):
         assert res.status == "ok", res
         listing = {e["name"]: e for e in k.list_namespace()["names"]}
         assert listing["f"]["restorable"] and "sock" not in listing
+
+
+def test_an_open_fifo_does_not_block_the_restore_or_lose_the_other_names(tmp_path):
+    """Issue 26 item 8: a name holding a FIFO open for writing (reopened for appending, a
+    write-open of a FIFO blocks until a reader comes) made the restore block until the
+    start timeout, and every name was lost. It is not stored (one name skipped, said why);
+    the others come back, and a FIFO put at a stored regular file's path fails that name
+    only."""
+    from rlm.config import load_config
+    from rlm.kernel.kernel import Kernel
+
+    fifo, plain = tmp_path / "pipe", tmp_path / "plain.txt"
+    os.mkfifo(fifo)
+    code = (f"import os\nx = 42\nr = os.open({str(fifo)!r}, os.O_RDONLY | os.O_NONBLOCK)\n"
+            f"p = open({str(fifo)!r}, 'wb')\n"  # a reader is there: no block in the cell
+            f"q = open({str(plain)!r}, 'w')\nq.write('a')\nq.flush()")
+    with Kernel(tmp_path / "session", load_config()) as k:
+        assert k.execute(code).status == "ok"
+        plain.unlink()
+        os.mkfifo(plain)  # the stored file's path is a FIFO now
+        died = k.execute("import os; os._exit(1)")
+        assert died.status == "died" and died.restart is not None, died
+        rep = died.restart
+        assert "x" in rep.restored and rep.snapshot_found
+        assert "p" not in rep.restored and "q" not in rep.restored
+        why = {d["name"]: d["reason"] for d in rep.failed + rep.skipped}
+        assert "not a regular file" in why.get("p", "") + why.get("q", "") or "p" in rep.not_replayed
+        assert k.execute("print(x)").shaped.strip() == "42"

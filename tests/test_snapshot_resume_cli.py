@@ -23,7 +23,8 @@ CHECK = ("rows.append(3)\n"
          "final(f\"{alias is sales} {by_name['sales'] is sales} {holder['r']}\")")
 
 
-def test_state_and_resume_keep_identity_and_describe(tmp_path):
+def test_state_and_resume_keep_identity_and_describe(tmp_path, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "120")  # `rlm state` fits 80 columns by default: room
     out = rlm("run", "set up", "--model", script(tmp_path / "one.json", [call(SETUP)]), "--json",
               cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])

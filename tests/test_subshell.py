@@ -52,7 +52,10 @@ class Markers:
 def running(k: Kernel, tmp: Path, before: str, during: str = "time.sleep(0.05)",
             after: str = "") -> Iterator[Markers]:
     """A cell running on another thread, between its `started` and `finished` markers."""
-    m = Markers(tmp)
+    # beside tmp, not in it: tmp is $RLM_HOME here, read-only to the (default) sandbox
+    markers = tmp.parent / f"{tmp.name}-markers"
+    markers.mkdir(exist_ok=True)
+    m = Markers(markers)
     code = m.cell(before, during, after)
     t = threading.Thread(target=lambda: setattr(m, "result", k.execute(code, timeout=WAIT_S + 30)))
     t.start()

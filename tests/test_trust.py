@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from as_nobody import rerun_as_nobody
 from test_kernel_contained import sandbox_available
 
 from rlm import app, trust
@@ -101,6 +102,11 @@ def opened(session_id: str, given: app.RunOptions | None = None) -> app.RunOptio
     """The options a resume of the session would run with (SessionRun.open)."""
     with app.SessionRun.open("resume", session_id, given, build=False) as run:
         return run.options
+
+
+def test_the_forged_entry_as_an_unprivileged_user():
+    """Issue 26 'Tests must show': the item 1 repro above as an unprivileged user too."""
+    rerun_as_nobody("test_trust.py::test_a_forged_run_options_entry_changes_nothing_and_is_reported")
 
 
 def test_options_the_host_recorded_still_travel_with_the_run(tmp_path):
@@ -276,3 +282,17 @@ def test_a_forged_sandbox_false_cannot_beat_the_users_config_either(tmp_path, _i
     options = opened(session.id)
     assert any(line.startswith("refused sandbox") for line in options.refused)
     assert options.config().sandbox is True
+
+
+def test_a_forged_sandbox_false_cannot_beat_the_default_sandbox(tmp_path):
+    """No --sandbox, no config: the default is the sandbox where available, so a recorded
+    `sandbox: false` the user never gave loosens it and is refused; an explicit
+    `--no-sandbox` given now wins (the user's own command line)."""
+    session, _ = _session(tmp_path)
+    session.close()
+    forge(session.path, overrides={"sandbox": False})
+    options = opened(session.id)
+    assert any(line.startswith("refused sandbox") for line in options.refused), options.refused
+    assert options.config().sandbox is None  # the default: sandboxed where available
+    given = app.RunOptions(overrides={"sandbox": False})
+    assert opened(session.id, given).config().sandbox is False

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from rlm.agent import notices
 from rlm.agent.codeparse import overwritten_inputs
+from rlm.agent.context_files import input_previews_of
 from rlm.agent.policy import AnswerPolicy
 from rlm.agent.progress import OutputStream
 from rlm.agent.runner import Work
@@ -84,13 +85,17 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
         host.answers.cell_not_run()
         yield CellFinished("", "error", why, 0.0, None)
         return True
-    if clobbered := overwritten_inputs(code, host.input_names()):
+    clobbered = overwritten_inputs(code, host.input_names())
+    if clobbered:  # not an input retyped exactly as its whole preview (the same value)
+        clobbered = overwritten_inputs(code, set(clobbered),
+                                       input_previews_of(host.session.branch()))
+    if clobbered:
         names = ", ".join(f"`{n}`" for n in clobbered)
         why = (f"Not run: this cell assigns a literal to {names}, which already holds your "
                f"input (the preview you saw is only its start). Use the variable as it is: "
                f"search it or slice it.")
         record_skipped(host, call, why, status="error")
-        host.answers.cell_not_run()
+        host.answers.cell_not_run(code)
         yield CellFinished(code, "error", why, 0.0, None)
         return True
     yield CellStarted(code, index)

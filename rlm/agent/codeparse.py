@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import re
 import uuid
+from collections.abc import Mapping
 
 from rlm.llm.types import TURN_STOPS, ToolCall
 
@@ -109,8 +110,11 @@ def _is_literal(node: ast.expr) -> bool:
     return False
 
 
-def overwritten_inputs(code: str, inputs: set[str]) -> list[str]:
-    """Input variable names that a top-level statement of `code` binds to a literal value."""
+def overwritten_inputs(code: str, inputs: set[str],
+                       previews: Mapping[str, str] | None = None) -> list[str]:
+    """Input variable names that a top-level statement of `code` binds to a literal value,
+    except a literal whose repr is the whole preview the model was shown (`previews`: a
+    short input retyped in full is the same value; a cut preview never matches)."""
     if not inputs:
         return []
     try:
@@ -126,5 +130,14 @@ def overwritten_inputs(code: str, inputs: set[str]) -> list[str]:
         else:
             continue
         if _is_literal(value):
-            hit += [t.id for t in targets if isinstance(t, ast.Name) and t.id in inputs]
+            same = _literal_repr(value)
+            hit += [t.id for t in targets if isinstance(t, ast.Name) and t.id in inputs
+                    and (same is None or (previews or {}).get(t.id) != same)]
     return list(dict.fromkeys(hit))
+
+
+def _literal_repr(node: ast.expr) -> str | None:
+    try:
+        return repr(ast.literal_eval(node))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None

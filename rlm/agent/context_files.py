@@ -11,11 +11,13 @@ import builtins
 import keyword
 import re
 import unicodedata
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from kernel_ext.contract import ALIASES
 from rlm.errors import ConfigError
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
 # Each loader binds only its target name: modules come from `__import__(...)` inside the
@@ -39,7 +41,8 @@ _LOADERS[".jsonl"] = _LOADERS[".ndjson"] = _LINES
 # names a context file must not take: the kernel API (kernel_ext.api.NAMES; a test keeps
 # the two in step), IPython's own, and every builtin (`print.txt` must not shadow print)
 KERNEL_API = frozenset({"final", "final_var", "llm_query", "llm_query_batched", "rlm_query",
-                        "compact", "goal", "heartbeat", "cron"})
+                        "compact", "history", "goal", "heartbeat", "cron", "memory",
+                        "rlm_spawn", "rlm_gather", "rlm_wait", "yield_section"})
 RESERVED_NAMES = KERNEL_API | frozenset(dir(builtins)) | frozenset(
     {"In", "Out", "get_ipython", "exit", "quit", "display"})
 
@@ -98,12 +101,7 @@ def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], lis
     seen = {Path(g).expanduser().resolve() for g in given}
     load: list[str] = []
     big: list[str] = []
-    for m in _NAMED.finditer(task):
-        word = (m.group(1) or m.group(2) or "").strip().rstrip(".:!?")
-        if not _EXT.search(word):
-            continue
-        path = Path(word).expanduser()
-        path = path if path.is_absolute() else base / path
+    for word, path in _file_words(task, base):
         try:
             if not path.is_file() or path.resolve() in seen:
                 continue
@@ -116,6 +114,36 @@ def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], lis
         else:
             load.append(str(path.resolve()))
     return load, big
+
+
+def _file_words(task: str, base: Path) -> Iterator[tuple[str, Path]]:
+    """The words of `task` that look like file names, each with its path (relative ones
+    under `base`)."""
+    for m in _NAMED.finditer(task):
+        word = (m.group(1) or m.group(2) or "").strip().rstrip(".:!?")
+        if _EXT.search(word):
+            path = Path(word).expanduser()
+            yield word, path if path.is_absolute() else base / path
+
+
+def misspelled_files(task: str, base: Path) -> list[tuple[str, Path]]:
+    """Words of the task that look like file names (`flights.cvs`) but name no file, each
+    with the one existing file in that folder one edit away (`flights.csv`); a word with
+    no such file, or with several, is left out."""
+    from rlm.spelling import one_edit_away
+
+    out: list[tuple[str, Path]] = []
+    for word, path in _file_words(task, base):
+        try:
+            if path.exists() or not path.parent.is_dir():
+                continue
+            files = [p.name for p in path.parent.iterdir() if p.is_file()]
+        except OSError:
+            continue
+        near = one_edit_away(path.name, files)
+        if near is not None and all(w != word for w, _ in out):
+            out.append((word, path.parent / near))
+    return out
 
 
 def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | None = None
@@ -247,13 +275,23 @@ def with_question_example(entry: CustomEntry, question: str | None) -> CustomEnt
                        content=entry.content + "\n" + "\n".join(lines))
 
 
-def input_names_of(entries: list[Any]) -> set[str]:
+def input_names_of(entries: Sequence[Any]) -> set[str]:
     """The kernel variables the `context_vars` entries among `entries` describe."""
-    return {n for e in entries if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+    return {n for e in custom_entries(entries, "context_vars")
             for n in (e.data or {}).get("names", []) if isinstance(n, str)}
 
 
-def input_files_of(entries: list[Any]) -> set[str]:
+_PREVIEW = re.compile(r"^- ([A-Za-z_][A-Za-z0-9_]*): [^\n]*\n  preview: ([^\n]*)$", re.M)
+
+
+def input_previews_of(entries: Sequence[Any]) -> dict[str, str]:
+    """name -> the one-line preview the model was shown (`format_description`): a cell
+    that assigns exactly that value, complete, changes nothing (rlm.agent.codeparse)."""
+    return {m.group(1): m.group(2) for e in custom_entries(entries, "context_vars")
+            if isinstance(e.content, str) for m in _PREVIEW.finditer(e.content)}
+
+
+def input_files_of(entries: Sequence[Any]) -> set[str]:
     """The files the `context_vars` entries among `entries` were loaded from."""
-    return {f for e in entries if isinstance(e, CustomEntry) and e.custom_type == "context_vars"
+    return {f for e in custom_entries(entries, "context_vars")
             for f in (e.data or {}).get("files") or [] if isinstance(f, str)}

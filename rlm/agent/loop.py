@@ -27,9 +27,11 @@ from rlm.agent.cells import (
     read_var,
     run_cells,
 )
+from rlm.agent.children import Children
 from rlm.agent.codeparse import code_tool_calls, text_final
 from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
-from rlm.agent.modelcall import call_model, resample
+from rlm.agent.interrupts import ctrl_c_notice
+from rlm.agent.modelcall import sample
 from rlm.agent.policy import (
     LOOP_BREAK_TEMPERATURE,
     RESAMPLE_TEMPERATURE,
@@ -38,11 +40,11 @@ from rlm.agent.policy import (
     Answer,
     AnswerPolicy,
     Note,
-    Resample,
 )
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, run_interruptible
 from rlm.agent.runstate import RunState, limit_hit
+from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
 from rlm.config import Config
 from rlm.errors import RlmError
@@ -66,9 +68,10 @@ __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent
 Outcome = tuple[str, str | None] | None
 # Continuation (asked when the run would end: a message to keep going) and TurnHook (after
 # every turn: compaction, goal accounting; may return events) are rlm.protocols types.
-# rlm_query: (parent, task, context) -> the child's final answer. Set by the composition
-# root (rlm.app), which gives children their own wiring.
-ChildRunner = Callable[["Agent", str, Any], "str | None"]
+# rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer, where
+# run is its rlm.agent.children.ChildRun. Set by the composition root (rlm.app), which
+# gives children their own wiring.
+ChildRunner = Callable[["Agent", str, Any, Any], Any]
 # the session's kernel, not started yet (the Agent starts it with its bridge handler)
 KernelFactory = Callable[[BridgeHandler, Config], StartableExecutor]
 
@@ -92,6 +95,7 @@ class Agent:
         kernel_factory: KernelFactory | None = None,
         depth: int = 0,
         budget: TokenBudget | None = None,
+        slots: TreeSlots | None = None,
     ):
         """The composition root (rlm.app.build_agent) builds the model, the factory for
         sub-call and compaction models, and the kernel factory: the agent runs turns."""
@@ -103,6 +107,8 @@ class Agent:
         self.kernel_factory = kernel_factory
         self.depth = depth
         self.budget = budget or TokenBudget(config.token_budget)
+        # the session tree's concurrency bound (children and batched sub-calls)
+        self.slots = slots or TreeSlots(config.max_children)
         self.recursion = Recursion(self, self.llm_factory)
         self.tokens_used = 0
         self.turns = 0
@@ -117,9 +123,12 @@ class Agent:
         self.account_hooks: list[TurnHook] = []
         # run after every turn, after a continuation is queued (compaction)
         self.turn_hooks: list[TurnHook] = []
+        # run when a run ends, with its reason and detail (a stuck run blocks its goal)
+        self.end_hooks: list[Callable[[Agent, str, str | None], None]] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: Callable[[Agent, MessageEntry], str] | None = None
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
+        self.memory: Any = None  # rlm.memory.MemoryHead: the project memory after the system prompt
         self.child_runner: ChildRunner | None = None
         self.entry = "run"  # which entry point assembled this agent (rlm.app.ENTRY_POINTS)
         self.notices: list[Notice] = []  # shown once, at the start of the next run
@@ -131,6 +140,7 @@ class Agent:
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
         self.policy: Any = None  # rlm.longrun.AutonomousPolicy when --autonomous
+        self.advisor: Any = None  # rlm.agent.advisor.Advisor when --advisor (rlm.app.advising)
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
             "final": self._on_final,
@@ -138,6 +148,8 @@ class Agent:
             "llm_query_batched": self.recursion.llm_query_batched,
             "rlm_query": self.recursion.rlm_query,
         }
+        self.children = Children(self)  # rlm_spawn's registry (rlm.agent.children)
+        self.handlers.update(self.children.handlers())
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> RestoreReport | None:
@@ -162,6 +174,9 @@ class Agent:
         return report
 
     def close(self) -> None:
+        if self.advisor is not None:
+            self.advisor.close()
+        self.children.close()  # none is left running (or orphaned) past its parent
         ex, self.executor = self.executor, None
         if ex is not None:
             ex.stop()
@@ -197,13 +212,6 @@ class Agent:
         self.state.final = (text, str(params.get("kind") or "final"))
         return {"ok": True}
 
-    def run_child(self, task: str, context: Any) -> str | None:
-        """rlm_query: run a child agent with its own kernel and session to completion."""
-        if self.child_runner is None:
-            raise RlmError("rlm_query is not available here: this agent was built without a "
-                           "child runner (build agents with rlm.app.build_agent)")
-        return self.child_runner(self, task, context)
-
     def charge(self, usage: Usage, *, sub: bool = False) -> None:
         """Count tokens spent by this agent (the loop, or llm_query/rlm_query handlers running
         concurrently on the bridge pool: one lock keeps the sums exact)."""
@@ -234,7 +242,7 @@ class Agent:
     def input_files(self) -> set[str]:
         """The files the input entries were loaded from: on the branch, and attached for
         the next prompt (not in the session yet)."""
-        return input_files_of([*self.session.branch(), *self._attached])
+        return input_files_of(self.session.branch()) | input_files_of(self._attached)
 
     def input_names(self) -> set[str]:
         """Kernel variables that hold input described to the model (files, parent context)."""
@@ -260,6 +268,7 @@ class Agent:
     def interrupt(self) -> None:
         """Ctrl-C: once interrupts the running cell, twice ends the turn."""
         self.state.interrupts += 1
+        self.children.cancel_all()  # an interrupted parent's children stop too
         if self.executor is not None:
             try:
                 self.executor.interrupt()
@@ -267,6 +276,11 @@ class Agent:
                 pass
         if self.state.interrupts >= 2:
             self.state.stop.set()
+
+    def _ctrl_c(self, in_cell: bool) -> Event:
+        """Ctrl-C pressed: interrupt, and say what happens next (rlm.agent.interrupts)."""
+        self.interrupt()
+        return ctrl_c_notice(self.state.interrupts, in_cell=in_cell)
 
     # --------------------------------------------------------------------- run
     def run(self, prompt: str | None) -> Generator[Event, None, None]:
@@ -296,6 +310,10 @@ class Agent:
             if st.stopping:
                 yield from self._end("interrupted", st.turns)
                 return
+            halt = self.answers.halt(st.turns + 1, self.tokens_used)
+            if halt is not None:  # stuck, and the policy's one note did not help
+                yield from self._end(halt.reason, st.turns, detail=halt.detail, stuck=halt.report)
+                return
             st.turns += 1
             self.turns += 1
             yield from self._say(self.answers.turn_note(st.turns))
@@ -315,21 +333,28 @@ class Agent:
                 for hook in self.turn_hooks:
                     yield from hook(self) or []
             if outcome is not None and follow is None:
-                yield from self._end(outcome[0], st.turns, final=outcome[1], detail=st.error_detail)
+                reason, detail = st.end_as or (outcome[0], st.error_detail)
+                yield from self._end(reason, st.turns, final=outcome[1], detail=detail)
                 return
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
-             detail: str | None = None) -> Iterator[Event]:
+             detail: str | None = None, stuck: dict[str, Any] | None = None) -> Iterator[Event]:
         verdict = self.state.accepted if final is not None else None
         if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={
                 "answer": final, "reason": reason, **_judged(verdict)}))
-        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail,
+        else:  # how a run without an answer ended (`rlm sessions`); never sent to the model
+            self.session.append(CustomEntry(custom_type="run_end", data={
+                "reason": reason, "detail": detail}, display=False))
+        for hook in self.end_hooks:
+            hook(self, reason, detail)
+        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
                        **(_judged(verdict) if verdict is not None else {}))
 
     def _continuation(self, reason: str, answer: str | None) -> str | None:
         if self.state.stopping or reason.startswith(("error", "interrupted")):
             return None
+        self.state.answer = answer  # a goal's judge reads it (a completion claim)
         for hook in self.continuations:
             msg = hook(self, reason)
             if msg:
@@ -350,11 +375,7 @@ class Agent:
         self.turn_active = True
         self._steered.drain(self.session)
         try:
-            completion = yield from call_model(self)
-            while completion is not None and isinstance(
-                    decision := self.answers.reply(completion.content, bool(completion.tool_calls)),
-                    Resample):
-                completion = yield from resample(self, completion, decision)
+            completion = yield from sample(self)  # resampled / retried as the policy decides
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)
             return (yield from self._act(completion))
@@ -374,7 +395,8 @@ class Agent:
         yield ModelReply(completion.content, [str(c.arguments.get("code", "")) for c in calls],
                          completion.usage.to_dict())
         if not calls:
-            return (yield from self._answer_without_code(completion.content))
+            unknown = tuple(c.name for c in completion.tool_calls if c.name != "python")
+            return (yield from self._answer_without_code(completion.content, unknown))
         yield from run_cells(self, calls)
         if self.state.final is None:
             return None
@@ -388,17 +410,18 @@ class Agent:
     def _decide(self, answer: Answer) -> Generator[Event, None, bool]:
         """Ask the policy about `answer`: carry out a refusal (False) or keep the
         acceptance for the end of the run (True)."""
-        decision = self.answers.answer(answer, self.session.branch())
+        decision = self.answers.answer(answer, list(self.session.branch()))
         if isinstance(decision, Accept):
             self.state.accepted = decision
             return True
         yield from self._say(decision)
         return False
 
-    def _answer_without_code(self, content: str) -> Generator[Event, None, Outcome]:
+    def _answer_without_code(self, content: str,
+                             unknown_tools: tuple[str, ...] = ()) -> Generator[Event, None, Outcome]:
         found = text_final(content)
         if found is None:
-            answer = Answer(content.strip(), "reply")
+            answer = Answer(content.strip(), "reply", unknown_tools=unknown_tools)
         elif found[0] == "var":
             answer = Answer(found[1], "var", read=lambda name: read_var(self, name))
         else:
@@ -414,7 +437,7 @@ class Agent:
         second Ctrl-C a model call is abandoned; a cell that outlives the interrupt grace
         has its kernel killed, which the execute loop reports as a death and restores."""
         return (yield from run_interruptible(
-            fn, stop=self.state.stop, on_keyboard_interrupt=self.interrupt,
+            fn, stop=self.state.stop, on_keyboard_interrupt=lambda: self._ctrl_c(cell),
             grace_s=self.config.interrupt_grace_s,
             kill=(lambda: kill_kernel(self.executor)) if cell else None))
 

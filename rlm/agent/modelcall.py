@@ -1,5 +1,8 @@
 """One model call of the loop: the projected messages, streaming, retries told as notices,
-one retry after a compaction on overflow, and a resample the policy asked for.
+one retry after a compaction on overflow, a resample the policy asked for, and stream
+rules: the reply streams through the policy's scanner (rlm.agent.policy.stream); a match
+stops it, the partial reply is dropped (never logged, no cell runs), the injection is
+appended and the turn's call is made again (`sample`).
 
 Used by the loop (rlm.agent.loop) through `ModelHost`, the part of the Agent a call needs.
 """
@@ -10,16 +13,19 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from rlm.agent import notices
-from rlm.agent.policy import AnswerPolicy, Resample
+from rlm.agent.policy import Abort, AnswerPolicy, Resample
 from rlm.agent.progress import ModelTextStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
+from rlm.agent.steer.match import Match, ReplyScanner
 from rlm.config import Config
-from rlm.errors import AuthError, ContextOverflow, RateLimited, ScriptExhausted
+from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import Event, ModelCallStarted, Notice
 from rlm.llm.seam import retry_notices
+from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage
+from rlm.memory import with_memory
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
 
@@ -31,38 +37,91 @@ class ModelHost(Protocol):
     state: RunState
     answers: AnswerPolicy
     overflow_hook: Callable[[Any, MessageEntry], str] | None
+    memory: Any  # rlm.memory.MemoryHead | None
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
 
 
+# retries of one turn after stream-rule aborts (each rule also stops after PER_TURN hits)
+MAX_ABORTS = 6
+
+
+class RuleMatched(RlmError):
+    """Raised from the stream callback: a stream rule matched; the stream stops here."""
+
+    def __init__(self, match: Match, partial: str):
+        super().__init__(f"stream rule {match.rule.name!r} matched")
+        self.match, self.partial = match, partial
+
+
+class Stopped:
+    """A reply a stream rule stopped, and what it cost so far (estimated)."""
+
+    def __init__(self, match: Match, usage: Usage):
+        self.match, self.usage = match, usage
+
+
+def sample(host: ModelHost) -> Generator[Event, None, Completion | None]:
+    """The turn's reply: a model call, resampled as the policy asks, made again after a
+    stream rule stopped it. A retry only happens for the run and turn it was made for and
+    not after the user asked to stop (the retry token); an abort is never an error."""
+    token = (id(host.state), host.state.turns)
+    completion = yield from call_model(host)
+    aborts = 0
+    while completion is not None:
+        if isinstance(completion, Stopped):
+            decision = host.answers.rule_hit(completion.match, list(host.session.branch()))
+            yield from _carry_out(host, decision, completion.usage)
+            aborts += 1
+            if host.state.stopping or token != (id(host.state), host.state.turns) \
+                    or aborts > MAX_ABORTS:
+                return None
+            completion = yield from call_model(host)
+            continue
+        decision2 = host.answers.reply(completion.content, bool(completion.tool_calls))
+        if not isinstance(decision2, Resample):
+            return completion
+        completion = yield from resample(host, completion, decision2)
+    return None
+
+
+def _carry_out(host: ModelHost, decision: Abort, usage: Usage) -> Generator[Event, None, None]:
+    host.charge(usage)
+    host.session.append(decision.entry)
+    yield Notice(decision.notice)
+    if decision.demoted:
+        yield Notice(decision.demoted, "warning")
+
+
 def call_model(host: ModelHost, temperature: float | None = None
-               ) -> Generator[Event, None, Completion | None]:
+               ) -> Generator[Event, None, Completion | Stopped | None]:
     """One model call (a retry after a compaction on overflow); `temperature` overrides
     the policy's (`AnswerPolicy.temperature`). None when the call failed (said once, by
-    RunEnded, or by a notice)."""
+    RunEnded, or by a notice); `Stopped` when a stream rule matched."""
     native = host.llm.native_tools
     for attempt in range(2):
+        branch = list(host.session.branch())  # the policy reads it as a list
+        watch = host.answers.watch(branch)
+        system = system_prompt(host.config, native_tools=native) + host.answers.system_note(branch)
         # incremental projection kept by the store: O(new entries) per turn
         # (copied per message: the store's cache must not see provider-side mutation)
         messages = [_copy_message(m) for m in host.session.messages(
-            system_prompt=system_prompt(host.config, native_tools=native), native_tools=native)]
+            system_prompt=system, native_tools=native)]
+        messages = with_memory(messages, host.memory)  # read fresh: edits between turns show
         temp = host.answers.temperature(host.config.temperature) if temperature is None \
             else temperature
 
-        def call(emit: Callable[[Event], None],
-                 messages: list[dict[str, Any]] = messages, temp: float | None = temp
-                 ) -> Completion:
-            with retry_notices(lambda text: emit(Notice(text, "warning"))), \
-                    ModelTextStream(emit) as on_text:
-                return host.llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
-                                         on_text=on_text, temperature=temp)
-
+        call = _watched_call(host.llm, messages, temp, watch)
         yield ModelCallStarted(host.llm.spec, prompt_tokens(messages))
         try:
             completion: Completion = yield from host.in_thread(call)
+            for note in watch.notes if watch is not None else ():
+                host.session.append(host.answers.rule_note(note, list(host.session.branch())))
             return completion
+        except RuleMatched as e:
+            return Stopped(e.match, Usage(prompt_tokens(messages) or 0, count_text(e.partial)))
         except (RateLimited, AuthError, ScriptExhausted) as e:
             host.session.append(MessageEntry(
                 message={"role": "assistant", "content": ""}, error=f"{type(e).__name__}: {e}",
@@ -84,8 +143,39 @@ def call_model(host: ModelHost, temperature: float | None = None
     return None
 
 
+def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
+                  watch: ReplyScanner | None) -> Work:
+    """The call run on the worker thread: text streamed to the user and through `watch`;
+    a match raises RuleMatched (the stream stops there); the whole reply's native cells
+    are checked before it returns."""
+    native = llm.native_tools
+
+    def call(emit: Callable[[Event], None]) -> Completion:
+        with retry_notices(lambda text: emit(Notice(text, "warning"))), \
+                ModelTextStream(emit) as shown:
+            seen: list[str] = []
+
+            def on_text(delta: str) -> None:
+                seen.append(delta)
+                hit = watch.feed(delta) if watch is not None else None
+                if hit is not None:
+                    raise RuleMatched(hit, "".join(seen))
+                shown(delta)
+
+            done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
+                                on_text=on_text, temperature=temp)
+            if watch is not None:
+                hit = watch.finish(str(c.arguments.get("code", "")) for c in done.tool_calls
+                                   if c.name == "python")
+                if hit is not None:
+                    raise RuleMatched(hit, done.content)
+            return done
+
+    return call
+
+
 def resample(host: ModelHost, rejected: Completion, decision: Resample
-             ) -> Generator[Event, None, Completion | None]:
+             ) -> Generator[Event, None, Completion | Stopped | None]:
     """Sample again instead of running a reply: the rejected reply is charged and logged as
     a hidden `resampled` entry (it never reaches the model)."""
     host.charge(rejected.usage)

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rlm.agent.slots import Ticket
 from rlm.config import Config
 from rlm.errors import LimitReached, RlmError
 from rlm.llm.types import LLM, Usage
@@ -33,23 +34,41 @@ PREVIEW_CHARS = 200
 
 @dataclass
 class TokenBudget:
-    """Tokens spent by a run tree (parent + rlm_query children). Thread-safe."""
+    """Tokens spent by a run tree (parent + children). Thread-safe.
+
+    A child's budget (`for_child`) is its own share of what remains of its parent's when it
+    starts (Prime's schedule: each child gets `share` of what is left, not one shared
+    counter), and every token it spends is charged up the tree too, so the root's
+    `--token-budget` still bounds everything."""
 
     limit: int | None = None
     spent: int = 0
+    parent: TokenBudget | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def charge(self, usage: Usage) -> None:
         with self._lock:
             self.spent += usage.total
+        if self.parent is not None:
+            self.parent.charge(usage)
 
     @property
     def remaining(self) -> int | None:
-        return None if self.limit is None else max(0, self.limit - self.spent)
+        own = None if self.limit is None else max(0, self.limit - self.spent)
+        up = self.parent.remaining if self.parent is not None else None
+        return own if up is None else up if own is None else min(own, up)
 
     def check(self, what: str) -> None:
-        if self.limit is not None and self.spent >= self.limit:
+        if self.remaining == 0:
             raise LimitReached("token budget", f"{self.spent} of {self.limit} tokens used before {what}")
+
+    def for_child(self, share: float) -> TokenBudget:
+        """The budget of a child starting now: `share` of what remains (this budget
+        itself when the tree has no limit)."""
+        left = self.remaining
+        if left is None:
+            return self
+        return TokenBudget(limit=max(1, int(left * share)), parent=self)
 
 
 class RecursionHost(Protocol):
@@ -60,9 +79,10 @@ class RecursionHost(Protocol):
     budget: TokenBudget
     session: SessionLog
 
-    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
+    children: Any  # rlm.agent.children.Children
+    slots: Any  # rlm.agent.slots.TreeSlots
 
-    def run_child(self, task: str, context: Any) -> str | None: ...
+    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
 
 def configured_models(cfg: Config) -> list[str]:
@@ -97,6 +117,7 @@ class Recursion:
         self._factory = llm_factory
         self._llms: dict[str, LLM] = {}
         self._lock = threading.Lock()
+        self._append_lock = threading.Lock()
 
     def _llm(self, model: Any) -> LLM:
         cfg = self.agent.config
@@ -133,26 +154,35 @@ class Recursion:
         if model is not None:
             check_model(model, self.agent.config)  # once, before any prompt is sent
         workers = max(1, min(self.agent.config.batch_concurrency, len(prompts) or 1))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
-            replies = list(pool.map(lambda p: self.llm_query({"prompt": p, "model": model},
-                                                             record=False), prompts))
+        with self.agent.children.lend(), \
+                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
+            replies = list(pool.map(lambda p: self._slotted({"prompt": p, "model": model}),
+                                    prompts))
         self._record("llm_query_batched", list(zip(prompts, replies, strict=True)), model)
         return replies
 
-    def rlm_query(self, params: dict[str, Any]) -> str | None:
+    def _slotted(self, params: dict[str, Any]) -> str:
+        """One prompt of a batch, holding a slot of the session tree (`--max-children`)."""
+        slots, ticket = self.agent.slots, Ticket()
+        slots.acquire(ticket)
+        try:
+            return self.llm_query(params, record=False)
+        finally:
+            slots.withdraw(ticket)
+
+    def rlm_query(self, params: dict[str, Any]) -> Any:
+        """The blocking form of rlm_spawn (rlm.agent.children): same path, same slots."""
         task = params.get("task")
         if not isinstance(task, str) or not task.strip():
             raise RlmError("rlm_query(task, context=None): task must be a non-empty string")
-        agent = self.agent
-        if agent.depth >= agent.config.max_depth:
-            raise RlmError(
-                f"rlm_query depth limit reached (depth {agent.depth}, max_depth "
-                f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth"
-            )
-        agent.budget.check("rlm_query")
-        answer = agent.run_child(task, params.get("context"))
+        answer = self.agent.children.query(task, params.get("context"))
         self._record("rlm_query", [(task, answer)])
         return answer
+
+    def append(self, entry: CustomEntry) -> None:
+        """Append from a bridge handler (they answer from a thread pool: one at a time)."""
+        with self._append_lock:
+            self.agent.session.append(entry)
 
     def _record(self, method: str, answered: list[tuple[str, Any]], model: Any = None) -> None:
         """One call's answers as a hidden `subcall` entry (a batch is one entry: an entry
@@ -160,6 +190,5 @@ class Recursion:
         data = {"method": method, "model": model, "calls": [
             {"sha256": hashlib.sha256(asked.encode()).hexdigest(),
              "preview": asked[:PREVIEW_CHARS], "reply": reply} for asked, reply in answered]}
-        with self._lock:
-            self.agent.session.append(CustomEntry(custom_type=SUBCALL_ENTRY, data=data,
-                                                  display=False, content=None))
+        self.append(CustomEntry(custom_type=SUBCALL_ENTRY, data=data, display=False,
+                                content=None))

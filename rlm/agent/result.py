@@ -31,6 +31,9 @@ class RunResult:
     why: str | None = None  # why the answer is not verified
     evidence: dict[str, list[str]] | None = None  # RunEnded.evidence
     unverified_claims: list[str] | None = None  # RunEnded.unverified_claims
+    stuck: dict[str, Any] | None = None  # RunEnded.stuck: reason "stuck"
+    advisor: dict[str, Any] | None = None  # AdvisorStats.report(): --advisor runs only
+    limit: str | None = None  # which limit ended a "limit:..." run, and what was left undone
 
     @classmethod
     def from_events(cls, session: SessionLog, events: list[Event], *,
@@ -60,7 +63,18 @@ class RunResult:
             why=end.why if end else None,
             evidence=end.evidence if end else None,
             unverified_claims=end.unverified_claims if end else None,
+            stuck=end.stuck if end else None,
+            limit=(end.detail if end and reason.startswith("limit:") else None),
         )
+
+    def describe_agent(self, agent: Any) -> RunResult:
+        """What the run's agent used: the effective compaction settings (window, threshold,
+        reserve, keep-recent) and the advisor's report (calls, tokens, advice, health)."""
+        if getattr(agent, "compaction", None) is not None:
+            self.compaction = agent.compaction.effective().to_dict()
+        if getattr(agent, "advisor", None) is not None:
+            self.advisor = agent.advisor.stats.report()
+        return self
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -81,6 +95,9 @@ class RunResult:
             "duration_s": self.duration_s,
             "images": self.images,
             **({"error": self.error} if self.reason == "error" else {}),
+            **({"limit": self.limit} if self.limit else {}),
+            **({"stuck": self.stuck} if self.stuck is not None else {}),
+            **({"advisor": self.advisor} if self.advisor is not None else {}),
         }
 
 

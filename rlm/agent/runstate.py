@@ -23,7 +23,11 @@ class RunState:
     tokens_at_start: int = 0  # limits are per run (chat runs many)
     final: tuple[str, str] | None = None  # (answer, kind) from final()/final_var()
     accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
+    answer: str | None = None  # that answer's text, while the continuations are asked
     error_detail: str | None = None
+    # (reason, detail) a continuation hook decided the run ends with instead of the model's
+    # own reason: an autonomous answer that never passed its gates ends on the limit
+    end_as: tuple[str, str] | None = None
     interrupts: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -43,6 +47,6 @@ def limit_hit(config: Config, state: RunState, tokens_used: int,
         return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
     if c.max_wall_s is not None and time.monotonic() - state.started >= c.max_wall_s:
         return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
-    if budget.limit is not None and budget.remaining == 0:
+    if budget.remaining == 0:  # the run's own share, or an ancestor's budget
         return ("token_budget", f"{budget.spent} of {budget.limit} tokens used")
     return None

@@ -18,13 +18,15 @@ foreground run.
 
 from __future__ import annotations
 
-from rlm.app.build import attach_compaction, compact_now, size_output_to_window
+from rlm.app.build import attach_compaction, compact_now, shake_now, size_output_to_window
 from rlm.app.driving import ForegroundSchedules, drive, schedules_note
 from rlm.app.entries import (
     AgentRunner,
     agent_runner,
     change_goal,
+    ensure_worker,
     goal_line,
+    resume_detached,
     resume_prompt,
     run_task,
     run_worker,
@@ -32,7 +34,13 @@ from rlm.app.entries import (
     start_detached,
 )
 from rlm.app.features import ENTRY_POINTS, FEATURES, GAPS, Gap, feature_table, gap
-from rlm.app.inputs import attach_named_files, prepare_inputs, put_context, with_named_files
+from rlm.app.inputs import (
+    attach_named_files,
+    pending_inputs,
+    prepare_inputs,
+    put_context,
+    with_named_files,
+)
 from rlm.app.lifecycle import (
     SessionRun,
     attach_all,
@@ -52,6 +60,6 @@ __all__ = [
     "compact_now", "default_model", "discard_unstarted", "drive", "feature_table", "gap",
     "goal_line", "prepare_inputs", "put_context", "record_options", "recorded_options",
     "resume_prompt", "run_child", "run_task", "run_worker", "schedules_note",
-    "session_holder", "set_goal_given", "size_output_to_window", "start_detached",
-    "with_named_files",
+    "session_holder", "shake_now", "set_goal_given", "size_output_to_window", "start_detached",
+    "with_named_files", "ensure_worker", "resume_detached", "pending_inputs",
 ]  # fmt: skip

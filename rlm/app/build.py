@@ -10,13 +10,16 @@ from dataclasses import replace
 from pathlib import Path
 
 from rlm.agent.loop import Agent
+from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.agent.prompts import system_prompt
 from rlm.app.features import gap, refuse
 from rlm.app.options import RunOptions
+from rlm.app.steering import goal_gate
 from rlm.compaction.branch import summarize_branch
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
+from rlm.compaction.tiers import relief_line
 from rlm.config import Config, scaled_output_budget
 from rlm.errors import RlmError
 from rlm.events import Compacted, Event, Notice
@@ -27,6 +30,7 @@ from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
 from rlm.protocols import BridgeHandler, SessionLog, StartableExecutor
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
+from rlm.session.history import install_handlers as install_history
 
 
 def model_factory(config: Config) -> Callable[[str], LLM]:
@@ -74,9 +78,10 @@ def attach_compaction(agent: Agent) -> CompactionController:
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
         projection=lambda branch: build_messages(
-            list(branch), system_prompt=system_prompt(agent.config,
+            branch, system_prompt=system_prompt(agent.config,
                                                       native_tools=agent.llm.native_tools),
             native_tools=agent.llm.native_tools),
+        tiers=agent.config.context_tiers,
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
     agent.compaction = ctl
@@ -86,10 +91,20 @@ def attach_compaction(agent: Agent) -> CompactionController:
         agent.notices.append(Notice(note, "warning"))
     agent.handlers["compact.run"] = lambda p: ctl.request(p.get("instructions"))
     agent.handlers["compact.status"] = lambda p: ctl.status()
+    agent.handlers["compact.shake"] = lambda p: ctl.request_shake()
+    install_history(agent.handlers, agent.session)  # what compaction took out stays here
 
-    def compacted(entry: CompactionEntry | None) -> list[Event]:
-        return [] if entry is None else [Compacted(entry.trigger, entry.tokens_before,
-                                                   entry.summary)]
+    def compacted(entry: Entry | None) -> list[Event]:
+        events: list[Event] = []
+        if entry is not None:  # a summary or a relief: <children_state>, clean-ups retried
+            agent.children.after_compaction()
+        if isinstance(entry, CompactionEntry):
+            events.append(Compacted(entry.trigger, entry.tokens_before, entry.summary))
+        elif entry is not None:
+            events.append(Notice(relief_line(entry)))
+        if (notice := ctl.take_notice()) is not None:
+            events.append(Notice(notice, "warning"))
+        return events
 
     def before_prompt(a: Agent) -> list[Event]:
         return compacted(ctl.before_prompt(a.executor))
@@ -103,6 +118,8 @@ def attach_compaction(agent: Agent) -> CompactionController:
 
     def on_overflow(a: Agent, entry: MessageEntry) -> str:
         decision = ctl.on_overflow(entry.id, entry.model, a.executor)
+        if decision == "retry":
+            a.children.after_compaction()
         return decision if decision == "retry" else (ctl.overflow_message or "report")
 
     def at_run_start(a: Agent) -> None:
@@ -126,21 +143,48 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
         policy = AutonomousPolicy(
             max_continuations=None if cont in (None, -1) else cont,
             max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
-            gates=list(options.gate), cwd=Path.cwd(),
+            gates=list(options.gate), cwd=Path.cwd(), gate_timeout_s=cfg.gate_timeout_s,
         )
     goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
+    if goals is not None and options.gate:  # a goal is complete only once its gates pass
+        goals.gate = goal_gate(agent, list(options.gate))
     scheduler = None
     sched_gap = gap(entry, "schedules")
     if agent.session.dir is not None and not (sched_gap is not None and sched_gap.refused):
         scheduler = Scheduler(agent.session.dir / "scheduled-jobs.json", clock)
-    install(agent, goals=goals, scheduler=scheduler, policy=policy, clock=clock)
+    judge = None if goals is None else GoalJudge(goals, Path.cwd(), policy)
+    install(agent, goals=goals, scheduler=scheduler, policy=policy, clock=clock, judge=judge)
     agent.policy = policy
+    watch_stuck(agent, goals, autonomous=policy is not None)
     for feature, methods in (("goals", [f"goal.{v}" for v in ("get", "complete", "block")]),
                              ("schedules", list(SCHEDULE_METHODS))):
         g = gap(entry, feature)
         if g is not None and g.refused:
             for m in methods:
                 agent.handlers[m] = refuse(g)
+
+
+def shake_now(agent: Agent) -> list[Entry]:
+    """`/shake` between turns of a chat: prune and shake all that is clearable now."""
+    if agent.compaction is None:
+        return []
+    return list(agent.compaction.shake("manual").records)
+
+
+def watch_stuck(agent: Agent, goals: GoalManager | None, *, autonomous: bool) -> None:
+    """A run that continues on its own (--autonomous, or an active goal) is watched for
+    being stuck (rlm.agent.policy.stuck); a stuck note names the goal in force."""
+
+    def objective() -> str | None:
+        goal = goals.get() if goals is not None else None
+        return goal.objective if goal is not None and goal.status == "active" else None
+
+    def at_run_start(a: Agent) -> None:
+        if autonomous or objective() is not None:
+            a.answers.watch_stuck()
+
+    agent.answers.goal = objective
+    agent.run_start_hooks.append(at_run_start)
 
 
 def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntry | None:

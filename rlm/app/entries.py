@@ -115,6 +115,31 @@ def start_detached(task: str, options: RunOptions) -> tuple[SessionStore, int]:
     return run.session, pid
 
 
+def resume_detached(session_id: str, task: str | None) -> tuple[str, int | None]:
+    """`rlm resume SESSION --detach`: the prompt (default: continue where it stopped) goes
+    to the session's worker, started in the background when none holds the session.
+    Returns (session id, the new worker's pid, or None when a worker already held it)."""
+    home = load_config().home
+    path = resolve_session_path(session_id, home)
+    with contextlib.closing(SessionStore.open(str(path), home, readonly=True)) as session:
+        text = resume_prompt(session, task, None) or "Continue."
+        sid = session.id
+    send_request(str(path.parent), {"kind": "prompt", "text": text}, home)
+    if worker_holds(path.parent):
+        return sid, None
+    return sid, spawn_worker(str(path.parent), home)
+
+
+def ensure_worker(session_id: str) -> tuple[str, int | None]:
+    """A background worker for the session (`--worker` on schedule, heartbeat, goal):
+    (its id, the pid of the worker started now, or None when one already held it)."""
+    home = load_config().home
+    path = resolve_session_path(session_id, home)
+    if worker_holds(path.parent):
+        return path.parent.name, None
+    return path.parent.name, spawn_worker(str(path.parent), home)
+
+
 def resume_prompt(session: SessionLog, task: str | None, from_entry: str | None) -> str | None:
     """`rlm resume` without a task: continue an unanswered prompt as it is, else "Continue."."""
     if task is not None or from_entry is not None:
@@ -178,7 +203,10 @@ def goal_line(goals: GoalManager, action: str, text: str, budget: int | None) ->
     if g is None:
         return "no goal"
     budget_s = f"{g.tokens_used:,}/{g.token_budget:,}" if g.token_budget else f"{g.tokens_used:,}"
-    return f"goal [{g.status}] {g.objective} (tokens {budget_s}, continuations {g.continuations})"
+    line = f"goal [{g.status}] {g.objective} (tokens {budget_s}, continuations {g.continuations})"
+    if g.status in ("blocked", "budget_limited") and g.last_reason:
+        line += f"\n  {g.last_reason}"  # why it stopped (a stuck run: what the host saw)
+    return line
 
 
 def session_holder(session: SessionLog) -> str | None:

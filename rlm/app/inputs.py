@@ -16,6 +16,7 @@ from rlm.agent.context_files import (
     NAMED_FILE_LIMIT,
     describe_variables,
     load_context_files,
+    misspelled_files,
     named_files,
 )
 from rlm.agent.loop import Agent
@@ -44,14 +45,26 @@ def prepare_inputs(agent: Agent, options: RunOptions, prompt: str | None = None)
     return []
 
 
+def pending_inputs(agent: Agent, options: RunOptions) -> list[str]:
+    """The files `prepare_inputs` is about to load (a session's first prompt only)."""
+    if any(isinstance(e, MessageEntry) for e in agent.session.branch()):
+        return []
+    return [Path(f).name for f in [*options.context, *options.named]]
+
+
 def with_named_files(task: str | None, options: RunOptions) -> tuple[RunOptions, list[str]]:
     """A new session's task that names existing files (`... in sales.csv`) gets them as
     inputs (`RunOptions.named`, recorded with the options, so a --detach worker loads them
     too); returns the options and a note per file too big to load up front."""
     if not task:
         return options, []
-    load, big = named_files(task, Path(options.workdir or os.getcwd()), options.context)
-    return (replace(options, named=load) if load else options), _too_big(big)
+    base = Path(options.workdir or os.getcwd())
+    load, big = named_files(task, base, options.context)
+    notes = _too_big(big)
+    for word, near in misspelled_files(task, base):  # never a silent run without its data
+        load.append(str(near.resolve()))
+        notes.append(f"{word} does not exist: loading {near.name} (one edit away) instead")
+    return (replace(options, named=load) if load else options), notes
 
 
 def attach_named_files(agent: Agent, prompt: str | None) -> list[str]:
@@ -61,8 +74,13 @@ def attach_named_files(agent: Agent, prompt: str | None) -> list[str]:
     if not prompt or agent.executor is None:
         return []
     held = sorted(agent.input_files())
-    load, big = named_files(prompt, Path(agent.config.kernel_cwd or os.getcwd()), held)
+    base = Path(agent.config.kernel_cwd or os.getcwd())
+    load, big = named_files(prompt, base, held)
     notes = _too_big(big)
+    for word, near in misspelled_files(prompt, base):
+        if str(near.resolve()) not in held:
+            load.append(str(near.resolve()))
+            notes.append(f"{word} does not exist: loading {near.name} (one edit away) instead")
     if load:
         names = load_context_files(agent, load, optional=load)
         notes.append(f"loaded {', '.join(Path(f).name for f in load)} (named in the prompt)"

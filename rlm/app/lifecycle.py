@@ -22,6 +22,7 @@ run created is removed when the run failed before its first prompt reached the l
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -29,8 +30,12 @@ from types import TracebackType
 from typing import Any
 
 from rlm import trust
+from rlm.agent.children import ChildBudgetExceeded, ChildRun, child_prompt
 from rlm.agent.loop import Agent
+from rlm.agent.policy.schema import SchemaRule, schema_note, typed_result
 from rlm.agent.recursion import TokenBudget
+from rlm.agent.slots import TreeSlots
+from rlm.app.advising import attach_advisor
 from rlm.app.build import (
     attach_compaction,
     attach_longrun,
@@ -42,12 +47,17 @@ from rlm.app.build import (
 from rlm.app.driving import drive
 from rlm.app.features import ENTRY_POINTS, FEATURES, gap
 from rlm.app.inputs import prepare_inputs, put_context
+from rlm.app.isolation import bring_back, isolate
+from rlm.app.memory import attach_memory
 from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
+from rlm.app.phases import kernel_phase
+from rlm.app.steering import attach_rules
 from rlm.compaction.plan import effective_settings
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError, RlmError
 from rlm.events import Event, Notice, RunEnded
 from rlm.kernel.kinds import kernel_notes
+from rlm.kernel.types import RestoreReport
 from rlm.llm.preflight import declared_window, preflight
 from rlm.llm.types import LLM
 from rlm.longrun.clock import Clock
@@ -82,6 +92,7 @@ def build_agent(
     budget: TokenBudget | None = None,
     leaf: str | None = None,
     clock: Clock | None = None,
+    slots: TreeSlots | None = None,
 ) -> Agent:
     """A ready agent for `entry` (one of ENTRY_POINTS): the model built here (or `llm`),
     the kernel factory, everything attached, the gaps told. `clock` drives goals and
@@ -92,7 +103,8 @@ def build_agent(
     llm_factory = llm_factory or model_factory(config)
     agent = Agent(session, config, llm=llm or llm_factory(config.model or ""),
                   llm_factory=llm_factory, executor=executor,
-                  kernel_factory=kernel_factory(session), depth=depth, budget=budget)
+                  kernel_factory=kernel_factory(session), depth=depth, budget=budget,
+                  slots=slots)
     attach_all(agent, entry, options, clock)
     agent.notices.extend(Notice(line, "warning") for line in options.refused)
     if leaf and leaf != session.leaf_id:
@@ -111,6 +123,9 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     size_output_to_window(agent)
     attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
     attach_longrun(agent, entry, options or RunOptions(), clock)
+    attach_rules(agent)  # stream rules from rule files (rlm.app.steering)
+    attach_advisor(agent)  # --advisor: a second model that watches (rlm.app.advising)
+    attach_memory(agent, entry)  # project memory in .agent/ (rlm.app.memory)
     if entry in ("child", "compact"):  # a child's user is its parent's model; `rlm
         return  # compact` runs no turn: nobody to tell
     for feature in FEATURES:
@@ -161,12 +176,16 @@ class SessionRun:
     llm_factory: Callable[[str], LLM] | None = None
     depth: int = 0
     budget: TokenBudget | None = None
+    # told of each slow phase before it starts ("restoring the kernel: snapshot 48 MB")
+    on_phase: Callable[[str], None] | None = None
+    slots: TreeSlots | None = None  # the session tree's (a child shares its parent's)
     # set while entered
     session: SessionStore | None = None
     config: Config | None = None
     agent: Agent | None = None
     writer: SessionLock | None = None
     keep: bool = False  # True: a failure does not remove the new session (a worker may own it)
+    restored: RestoreReport | None = None  # what the kernel's start brought back
     _stack: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)
 
     # ---------------------------------------------------------------- constructors
@@ -181,19 +200,23 @@ class SessionRun:
         return cls(entry, given or RunOptions(), session_id=session_id, **kw)
 
     @classmethod
-    def child(cls, parent: Agent, task: str) -> SessionRun:
-        """An rlm_query child: its own session and kernel under the parent's session, the
-        sub-model (else the parent's), the parent's model factory and token budget."""
+    def child(cls, parent: Agent, task: str, model: str | None = None,
+              child_id: str | None = None, cwd: Path | None = None) -> SessionRun:
+        """An rlm_spawn / rlm_query child: its own session and kernel under the parent's
+        session, `model` (one the user configured) else the sub-model else the parent's,
+        the parent's model factory, token budget and concurrency slots."""
         cfg = parent.config
-        model = cfg.sub_model or cfg.model
+        model = model or cfg.sub_model or cfg.model
         if not model:
             raise ConfigError("rlm_query needs a model: set --sub-model or --model")
         if parent.session.dir is None:
             raise RlmError("rlm_query needs an on-disk parent session")
-        return cls("child", task=task, exact=replace(cfg, model=model), home=cfg.home,
-                   session_dir=parent.session.dir / "children" / new_id(),
+        exact = replace(cfg, model=model, kernel_cwd=str(cwd) if cwd else cfg.kernel_cwd)
+        return cls("child", task=task, exact=exact, home=cfg.home,
+                   session_dir=parent.session.dir / "children" / (child_id or new_id()),
                    parent_session=parent.session.id, llm_factory=parent.llm_factory,
-                   depth=parent.depth + 1, budget=parent.budget)
+                   depth=parent.depth + 1, budget=parent.budget.for_child(cfg.child_budget_share),
+                   slots=parent.slots)
 
     # ------------------------------------------------------------------- lifecycle
     def __enter__(self) -> SessionRun:
@@ -279,10 +302,13 @@ class SessionRun:
         self.agent = build_agent(self.session, cfg, entry=self.entry, options=self.options,
                                  executor=executor, leaf=self.leaf,
                                  llm_factory=self.llm_factory, depth=self.depth,
-                                 budget=self.budget)
+                                 budget=self.budget, slots=self.slots)
         stack.callback(self._close_agent)
         if self.start:
-            self.agent.start()  # the kernel (its snapshot restored), or the bridge handler
+            if self.on_phase is not None and self.executor_factory is None:
+                self.on_phase(kernel_phase(self.session.dir, cfg))
+            # the kernel (its snapshot restored), or the bridge handler
+            self.restored = self.agent.start()
 
     def _close_agent(self) -> None:
         if self.agent is not None:
@@ -359,22 +385,76 @@ def discard_unstarted(session: SessionLog) -> bool:
 
 
 # ---------------------------------------------------------------------- children
-def run_child(parent: Agent, task: str, context: Any) -> str | None:
-    """rlm_query: a child agent with its own kernel and session under the parent's,
-    assembled like every other agent (entry "child": compaction, no goals/schedules)."""
-    run = SessionRun.child(parent, task)
+def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None = None) -> Any:
+    """rlm_spawn / rlm_query: a child agent with its own kernel and session under the
+    parent's, assembled like every other agent (entry "child": compaction, no
+    goals/schedules). `control` is the parent's registry entry: it reaches the child's
+    agent (cancel, steer) once it is built."""
+    iso = None
+    if control is not None and control.isolation is not None:
+        assert parent.session.dir is not None
+        iso = isolate(Path(parent.config.kernel_cwd or os.getcwd()),
+                      parent.session.dir / "children" / control.id)
+    run = SessionRun.child(parent, task, control.model if control else None,
+                           control.id if control else None, iso.cwd if iso else None)
+    schema = control.schema if control is not None else None
+    sections = control.sections if control is not None else {}
+    pid: int | None = None
     try:
         with run:
+            child = run._agent()
+            pid = getattr(child.executor, "pid", None)  # a local kernel's process
+            if control is not None:
+                control.attach(child)
+            prompt = child_prompt(task, context_given=context is not None,
+                                  can_spawn=child.depth < child.config.max_depth)
+            if schema is not None:  # a typed result: the answer policy checks final()
+                child.answers.rules.insert(0, SchemaRule(schema, sections))
+                prompt += schema_note(schema)
             if context is not None:
-                put_context(run._agent(), context)
-            end = next((ev for ev in reversed(run.drive(task)) if isinstance(ev, RunEnded)),
+                put_context(child, context)
+            end = next((ev for ev in reversed(run.drive(prompt)) if isinstance(ev, RunEnded)),
                        None)
             if end is not None and end.reason not in ("final", "no_code"):
-                raise RlmError(child_failure(run._agent().session, end.reason, end.detail))
+                why = child_failure(child.session, end.reason, end.detail)
+                raise (ChildBudgetExceeded if end.reason.startswith("limit:") else RlmError)(why)
+            if schema is not None:
+                return typed_result(end.final if end else None, sections, schema)
             return end.final if end else None
     finally:
         if run.agent is not None:
             parent.add_tokens(run.agent.tokens_used)
+        if iso is not None and control is not None:  # its changes back, or kept
+            control.isolated = bring_back(iso)
+        if pid is not None:
+            _retry_if_alive(parent, pid, task)
+
+
+def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
+    """A child's kernel process still alive after its session closed (its stop failed):
+    it is killed after every compaction of the parent and at the parent's exit, until it
+    is gone, so none is orphaned."""
+    import psutil
+
+    def gone() -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    if gone():
+        return
+
+    def retry() -> bool:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            for p in [*proc.children(recursive=True), proc]:
+                with contextlib.suppress(psutil.Error):
+                    p.kill()
+            psutil.wait_procs([proc], timeout=5)
+        return gone()
+
+    parent.children.cleanup_later(f"the kernel (pid {pid}) of the child {task[:60]!r}", retry)
 
 
 def child_failure(session: SessionLog, reason: str, detail: str | None) -> str:

@@ -17,6 +17,7 @@ from rlm.config import Config, load_config
 from rlm.llm.defaults import resolve_model
 from rlm.longrun import GoalManager
 from rlm.protocols import SessionLog
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
 RUN_OPTIONS = "run_options"
@@ -92,10 +93,8 @@ class RunOptions:
 
 def recorded_options(session: SessionLog) -> RunOptions | None:
     """The newest `run_options` entry on the branch (None for logs written before them)."""
-    for e in reversed(session.branch()):
-        if isinstance(e, CustomEntry) and e.custom_type == RUN_OPTIONS:
-            return RunOptions.from_dict(e.data or {})
-    return None
+    found = custom_entries(session.branch(), RUN_OPTIONS)  # O(1) reads on a long log
+    return RunOptions.from_dict(found[-1].data or {}) if found else None
 
 
 def record_options(session: SessionLog, options: RunOptions) -> None:

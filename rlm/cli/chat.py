@@ -2,6 +2,8 @@
 
 /goal [--budget N] OBJECTIVE | /goal status|pause|resume|clear|budget N
 /compact [instructions]     summarise now
+/shake                      replace old cell outputs by placeholders now (no model call)
+/rule WHAT WENT WRONG       the model writes a stream rule from it; saved once it matches
 /load FILE [FILE ...]       load files into kernel variables (like --context)
 /heartbeat every 10m PROMPT | /heartbeat off
 /state                      names in the kernel
@@ -26,8 +28,10 @@ from rlm import app
 from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
 from rlm.agent.result import RunResult
+from rlm.app.steering import rule_from_chat
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer, input_summaries, print_json
+from rlm.compaction.tiers import relief_line
 from rlm.errors import RlmError
 from rlm.events import first_run
 
@@ -39,11 +43,14 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     assert agent is not None and session is not None
     quiet = bool(getattr(args, "json", False))
     render = Renderer(quiet=quiet)
+    render.restored(run.restored)
+    render.inputs_phase(app.pending_inputs(agent, run.options))
     for loaded in run.prepare():
         render.console.print(loaded, style="dim", markup=False)
     render.header(agent.llm.spec, session, input_summaries(agent))  # as `rlm run` shows it
-    render.console.print("rlm chat · /help for commands · /exit to leave", style="dim",
-                         markup=False)
+    render.continue_turns(session)
+    render.console.print("rlm chat · /help for commands · /exit to leave · Ctrl-C once "
+                         "interrupts the cell, twice stops the run", style="dim", markup=False)
     schedules = app.ForegroundSchedules(agent)
     while True:
         try:
@@ -65,7 +72,8 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
         render.close()
         if quiet:
             print_json(RunResult.from_events(session, first_run(events), model=agent.llm.spec,
-                                             duration_s=time.monotonic() - started).to_json())
+                                             duration_s=time.monotonic() - started)
+                       .describe_agent(agent).to_json())
     render.session_line(session)
     note = app.schedules_note(session)
     if note:
@@ -73,6 +81,7 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     return 0
 
 
+SLASH_COMMANDS = ("goal", "compact", "load", "heartbeat", "state", "exit", "quit", "help")
 POLL_S = 1.0  # how often chat, waiting at its prompt, looks at the jobs file
 
 
@@ -135,12 +144,24 @@ def _slash(agent: Agent, line: str, render: Renderer) -> bool:
         elif cmd == "compact":
             entry = app.compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")
+        elif cmd == "shake":
+            shaken = app.shake_now(agent)
+            render.console.print("; ".join(relief_line(e) for e in shaken) or "nothing to shake",
+                                 markup=False)
+        elif cmd == "rule":
+            authored = rule_from_chat(agent, " ".join(rest))
+            render.console.print(f"saved rule {authored.rule.name!r} to {authored.path}",
+                                 markup=False)
         elif cmd == "goal":
             render.console.print(goal_command(agent, rest), markup=False)
         elif cmd == "heartbeat":
             render.console.print(heartbeat_command(agent.session, rest), markup=False)
         else:
-            render.console.print(f"unknown command /{cmd}; /help lists them", markup=False)
+            from rlm.spelling import did_you_mean
+
+            hint = did_you_mean(f"/{cmd}", [f"/{c}" for c in SLASH_COMMANDS])
+            render.console.print(f"unknown command /{cmd}; {hint or '/help lists them'}",
+                                 markup=False)
     except (RlmError, ValueError, KeyError, TypeError) as e:
         render.console.print(f"/{cmd}: {e}", style="red", markup=False)
     return True

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ from rlm import app
 from rlm.agent.result import RunResult
 from rlm.cli.common import open_readonly, options_from_args
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
+from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
 from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import first_run
@@ -36,15 +40,21 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
     quiet = bool(getattr(args, "json", False))
     render = Renderer(quiet=quiet)
     started = time.monotonic()
+    run.on_phase = render.phase  # never a silent start: the kernel, its snapshot's size
     try:
         with run:
             session, agent = run.session, run.agent
             assert session is not None and agent is not None
+            render.restored(run.restored)
             text = prompt(session) if callable(prompt) else prompt
+            render.inputs_phase(app.pending_inputs(agent, run.options))
             for line in run.prepare(text):
                 print(f"rlm: {line}", file=sys.stderr)
-            render.header(agent.llm.spec, session, input_summaries(agent))
-            events = run.drive(text, render)
+            render.header(agent.llm.spec, session, input_summaries(agent),
+                          task=text or "(continue where it stopped)")
+            render.continue_turns(session)
+            with terminate_ends_the_run(agent):
+                events = run.drive(text, render)
             note = app.schedules_note(session)
     except RlmError as e:
         render.close()
@@ -58,9 +68,7 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
         raise
     render.close()
     result = RunResult.from_events(session, first_run(events), model=agent.llm.spec,
-                                   duration_s=time.monotonic() - started)
-    if agent.compaction is not None:  # the window, threshold, reserve and keep-recent used
-        result.compaction = agent.compaction.effective().to_dict()
+                                   duration_s=time.monotonic() - started).describe_agent(agent)
     if quiet:
         out = result.to_json()
         if note:
@@ -76,6 +84,22 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
 # `rlm run` exit codes: 0 a verified answer, 3 no answer (limit, error, interrupt),
 # 4 the session is busy (SessionBusy), 5 an answer that no successful cell supports
 EXIT_UNVERIFIED = 5
+
+
+@contextlib.contextmanager
+def terminate_ends_the_run(agent: Any) -> Iterator[None]:
+    """SIGTERM (`timeout`, a CI runner, a pod being stopped) ends the run as the stop
+    button does: the running cell is interrupted, the run ends `interrupted`, the kernel is
+    stopped with its snapshot and a --json run still prints its object (before, the default
+    action killed the process on the spot, with nothing printed). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def exit_code(result: RunResult) -> int:
@@ -101,9 +125,28 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    if getattr(args, "detach", False):
+        return _resume_detached(args)
     run = app.SessionRun.open("resume", args.session, options_from_args(args),
                               leaf=args.from_entry)
     return run_cli(run, args, lambda s: app.resume_prompt(s, args.task, args.from_entry))
+
+
+def _resume_detached(args: argparse.Namespace) -> int:
+    """`rlm resume SESSION [TASK] --detach`: the worker runs with the session's recorded
+    options, so run flags given here would be silently dropped: refused instead."""
+    given = options_from_args(args)
+    if given.overrides or args.from_entry or given.gate or given.goal:
+        raise RlmError("`rlm resume --detach` continues with the session's recorded options; "
+                       "leave out the run flags (or resume in the foreground to change them)")
+    sid, pid = app.resume_detached(args.session, args.task)
+    if args.json:
+        print_json({"session_id": sid, "worker_pid": pid})
+    elif pid is None:
+        print(f"sent to the worker that holds session {sid}; `rlm attach {sid}` to follow")
+    else:
+        print(f"session {sid} continues in worker {pid}; `rlm attach {sid}` to follow")
+    return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
@@ -112,6 +155,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     run = (app.SessionRun.open("chat", args.session, options) if args.session
            else app.SessionRun.new("chat", None, options))
+    run.on_phase = Renderer(quiet=bool(args.json)).phase
     with run:
         return chat_loop(run, args)
 
@@ -149,6 +193,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_sessions(args: argparse.Namespace) -> int:
     import os
 
+    from rlm.cli import listings
     from rlm.session.store import list_sessions
 
     found = list_sessions(load_config().home)
@@ -159,10 +204,14 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         found = found[-args.n:]
     rows: list[dict[str, Any]] = []
     for s in found:
-        status, turns, answer = _session_status(s.path) if s.problem is None else ("corrupt", 0, s.problem)
-        rows.append({"id": s.id, "path": str(s.path), "model": s.model, "task": s.task,
+        st = (listings.session_status(s.path) if s.problem is None else
+              {"status": "corrupt", "turns": 0, "answer": s.problem})
+        rows.append({"id": s.id, "path": str(s.path), "model": s.model,
+                     # a chat session's task is its first message
+                     "task": s.task or st.get("first_prompt"),
                      "created": s.created, "parent_session": s.parent_session, "cwd": s.cwd,
-                     "status": status, "turns": turns, "answer": answer})
+                     "status": st["status"], "turns": st["turns"], "answer": st.get("answer"),
+                     "verified": st.get("verified"), "reason": st.get("reason")})
     if args.json:
         print_json(rows)
         return 0
@@ -170,55 +219,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
         print("no sessions here: rlm run \"your task\"" if args.here
               else "no sessions yet: rlm run \"your task\"")
         return 0
-    print(f"{'ID':<22}  {'CREATED':<16}  {'STATUS':<7}  {'TURNS':>5}  {'MODEL':<20}  "
-          f"{'TASK':<32}  {'ANSWER':<32}  CWD")
-    for r in rows:
-        print(terminal_safe(
-            f"{r['id']:<22}  {r['created'][:16].replace('T', ' '):<16}  {r['status']:<7}  "
-            f"{r['turns']:>5}  {_cut(r['model'], 20):<20}  {_cut(r['task'], 32):<32}  "
-            f"{_cut(r['answer'], 32):<32}  {r['cwd'] or '-'}"))
+    for line in listings.session_lines(rows, listings.width()):
+        print(line)
     return 0
-
-
-def _cut(text: Any, width: int) -> str:
-    line = str(text or "").strip().split("\n", 1)[0]
-    line = terminal_safe(line)
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def _session_status(path: Path) -> tuple[str, int, str | None]:
-    """(running | idle | ended, assistant turns, the last answer's first line) from the
-    session's lock, its worker status file and its log (only candidate lines parsed)."""
-    from rlm.longrun.lock import LOCK_NAME, holder
-
-    who = holder(path.parent / LOCK_NAME)
-    status = "ended"
-    if who is not None:
-        status = "running"
-        if who.kind == "worker":
-            try:
-                state = json.loads((path.parent / "worker.json").read_text()).get("state")
-            except (OSError, ValueError, AttributeError):
-                state = None
-            status = "idle" if state == "idle" else "running"
-    turns, answer = 0, None
-    try:
-        with open(path, "rb") as f:
-            for raw in f:
-                if b'"assistant"' not in raw and b'"final"' not in raw:
-                    continue
-                try:
-                    d = json.loads(raw)
-                except ValueError:
-                    continue
-                if d.get("type") == "message" and (d.get("message") or {}).get("role") == "assistant":
-                    turns += 1
-                elif d.get("type") == "custom" and d.get("custom_type") == "final":
-                    a = (d.get("data") or {}).get("answer")
-                    answer = None if a is None else str(a).strip().split("\n", 1)[0]
-    except OSError:
-        pass
-    return status, turns, answer
 
 
 def _entry_text(e: Any) -> str:
@@ -227,10 +230,23 @@ def _entry_text(e: Any) -> str:
         text = m.get("content") or ""
         for tc in m.get("tool_calls") or []:
             code = call_code(tc)
+            if code is not None and code.strip() and code.strip() in text:
+                continue  # a fenced block the reply holds already: each cell once
             text += f"\n[python]\n{code if code is not None else tc}"
         return f"{m.get('role')}: {text}" + (f" [error: {e.error}]" if e.error else "")
+    if e.type == "custom" and e.custom_type == "final" and isinstance(e.data, dict):
+        d = e.data
+        verdict = ("✓ verified" if d.get("verified") is True else
+                   f"unverified: {d.get('why')}" if d.get("verified") is False else "")
+        return f"final: {d.get('answer')}" + (f"\n({verdict})" if verdict else "")
+    if e.type == "custom" and e.custom_type == "run_end" and isinstance(e.data, dict):
+        detail = f": {e.data['detail']}" if e.data.get("detail") else ""
+        return f"run ended ({e.data.get('reason')}{detail})"
     if e.type == "compaction":
         return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"
+    if e.type == "custom" and e.custom_type == RELIEF_CUSTOM:
+        return relief_line(e) + "".join(
+            f"\n  cell {r.get('cell')}: {r.get('text')}" for r in e.data.get("replaced", []))
     if e.type == "custom":
         return f"{e.custom_type}: {e.content if e.content is not None else json.dumps(e.data)}"
     if e.type == "branch_summary":
@@ -240,7 +256,12 @@ def _entry_text(e: Any) -> str:
 
 def cmd_log(args: argparse.Namespace) -> int:
     s = open_readonly(args.session)
-    branch = s.branch()
+    branch: Sequence[Any] = s.branch()
+    last = getattr(args, "last", None)
+    if last is not None:
+        if last < 0:
+            raise RlmError(f"-n {last}: give a number of entries, 0 or more")
+        branch = branch[max(0, len(branch) - last):] if last else []  # only these are read
     if args.json:
         print_json([e.to_dict() for e in branch])
         return 0
@@ -258,6 +279,10 @@ def cmd_tree(args: argparse.Namespace) -> int:
         print_json({k or "root": v for k, v in s.tree().items()})
         return 0
     print(terminal_safe(s.format_tree()))  # iterative: a long session has a deep tree
+    from rlm.agent.children import registry_lines
+
+    for line in registry_lines(s.branch()):  # rlm_spawn / rlm_query children
+        print(terminal_safe(line))
     return 0
 
 
@@ -272,13 +297,10 @@ def cmd_state(args: argparse.Namespace) -> int:
     if args.json:
         print_json(state)
         return 0
-    print(f"source: {state['source']} ({state.get('detail', '')})")
-    for n in state["names"]:
-        mark = "" if n.get("restorable", True) else f"  [not restorable: {n.get('reason')}]"
-        print(terminal_safe(f"  {n['name']:<24} {n.get('bytes') or 0:>12,} B  "
-                            f"{n.get('summary') or n.get('type', '')}{mark}"))
-    if not state["names"]:
-        print("  (no names)")
+    from rlm.cli import listings
+
+    for line in listings.state_lines(state, listings.width()):
+        print(line)
     return 0
 
 
@@ -292,6 +314,25 @@ def cmd_export(args: argparse.Namespace) -> int:
         print_json({"session_id": s.id, "notebook": str(out)})
     else:
         print(out)
+    return 0
+
+
+def cmd_rule(args: argparse.Namespace) -> int:
+    """`rlm rule add SESSION "complaint"`: reads the session (no lock), saves a validated rule."""
+    from rlm.app.steering import add_rule
+
+    session = open_readonly(args.session)
+    config = load_config()
+    if args.model:
+        config = replace(config, model=args.model)
+    authored = add_rule(session, args.complaint, config)
+    if args.json:
+        print_json({"rule": authored.rule.name, "path": str(authored.path),
+                    "condition": list(authored.rule.conditions), "scope": authored.rule.scope,
+                    "matched": len(authored.matched), "attempts": authored.attempts})
+        return 0
+    print(f"saved rule {authored.rule.name!r} to {authored.path} (it matches "
+          f"{len(authored.matched)} of the session's outputs; {authored.attempts} attempt(s))")
     return 0
 
 

@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from rlm import app
 from rlm.cli.common import open_readonly
 from rlm.cli.render import Renderer, print_json, terminal_safe
 from rlm.config import load_config
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, RlmError
 from rlm.events import Event
 from rlm.longrun import GoalManager, Scheduler
 from rlm.protocols import SessionLog
@@ -31,11 +33,12 @@ def add_parsers(sub: Any, run_options: Callable[[argparse.ArgumentParser], None]
     session_help = "session id, unique prefix or suffix of one, or 'last'"
     g = sub.add_parser("goal", help="set, inspect or change a session's goal: SESSION ACTION")
     g.add_argument("session", help=session_help)
-    g.add_argument("action", choices=GOAL_ACTIONS,
-                   help="set OBJECTIVE | status | pause | resume | clear | budget N")
+    g.add_argument("action", choices=GOAL_ACTIONS, nargs="?", default="status",
+                   help="set OBJECTIVE | status (default) | pause | resume | clear | budget N")
     g.add_argument("text", nargs="*", help="objective (set) or token budget (budget)")
     g.add_argument("--budget", type=int, help="token budget (set)")
     g.add_argument("--json", action="store_true", help="print the goal as one JSON object")
+    _worker_flag(g)
 
     s = sub.add_parser("schedule", help="one-time and cron prompts: SESSION add|list|cancel",
                        usage="rlm schedule SESSION {add,list,cancel} [WHEN -- PROMPT | JOB_ID]")
@@ -46,12 +49,14 @@ def add_parsers(sub: Any, run_options: Callable[[argparse.ArgumentParser], None]
     s.add_argument("--steer", dest="delivery", action="store_const", const="steer",
                    help="deliver into the running turn, between cells")
     s.add_argument("--json", action="store_true", help="print one JSON value")
+    _worker_flag(s)
 
     h = sub.add_parser("heartbeat", help="the user heartbeat: SESSION every 10m PROMPT | SESSION off")
     h.add_argument("session", help=session_help)
     h.add_argument("rest", nargs="+", metavar="every INTERVAL PROMPT | off",
                    help="'every 10m PROMPT' (or '10m PROMPT') sets it; 'off' clears it")
     h.add_argument("--json", action="store_true", help="print one JSON object")
+    _worker_flag(h)
 
     w = sub.add_parser("worker", help="run a session's resident worker in the foreground")
     w.add_argument("session", help=session_help)
@@ -68,6 +73,14 @@ def add_parsers(sub: Any, run_options: Callable[[argparse.ArgumentParser], None]
     st.add_argument("--json", action="store_true", help="print one JSON object")
     ps = sub.add_parser("ps", help="list workers")
     ps.add_argument("--json", action="store_true", help="print one JSON list")
+    ps.add_argument("--prune", action="store_true",
+                    help="remove the records of workers that stopped or died")
+
+
+def _worker_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--worker", action=argparse.BooleanOptionalAction, default=None,
+                   help="start a background worker for the session if none holds it (it "
+                        "fires the jobs and continues the goal); --no-worker never asks")
 
 
 # ---------------------------------------------------------------------- goals
@@ -82,6 +95,8 @@ def cmd_goal(args: argparse.Namespace) -> int:
             print_json(g.to_dict() if g else None)  # the first wave's shape
     else:
         print(line)
+    if args.action in ("set", "resume"):
+        _offer_worker(args, "works on the goal")
     return 0
 
 
@@ -152,7 +167,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         else:
             print(f"{job.id}  next run {view.get('next_run_iso') or 'never'}")
         if who is None:
-            print(f"rlm: warning: {line}", file=sys.stderr)
+            _offer_worker(args, "fires the jobs", sid=sid, why=line)
     elif action == "cancel":
         if not rest:
             raise ConfigError("rlm schedule SESSION cancel JOB_ID")
@@ -163,9 +178,13 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         firing = _who_fires(session)
         if args.json:
             print_json(jobs)
+        from rlm.cli.listings import cut, width
+
         for j in [] if args.json else jobs:
-            print(terminal_safe(f"{j.get('id')}  {j.get('kind'):<14} {j.get('schedule')!s:<20} "
-                                f"{j.get('status')}  {str(j.get('prompt'))[:50]}"))
+            head = f"{j.get('id')}  {j.get('kind'):<14} {cut(j.get('schedule'), 20):<20} {j.get('status')}  "
+            print(head + cut(j.get("prompt"), max(10, width() - len(head))))
+            if j.get("last_error"):  # a failed scheduled run is said where the job is
+                print("  last run failed: " + cut(j["last_error"], width() - 18))
         if any(j.get("status") == "active" for j in jobs):
             print(firing[1], file=sys.stderr)
     return 0
@@ -194,12 +213,44 @@ def heartbeat_command(session: SessionLog, words: list[str]) -> str:
 def cmd_heartbeat(args: argparse.Namespace) -> int:
     line = heartbeat_command(open_readonly(args.session), args.rest)
     print_json({"message": line}) if args.json else print(line)
+    if args.rest[0] not in ("off", "stop", "clear"):
+        _offer_worker(args, "fires the heartbeat")
     return 0
+
+
+def _offer_worker(args: argparse.Namespace, does: str, *, sid: str | None = None,
+                  why: str | None = None) -> None:
+    """Long-running work from one terminal: when no process holds the session, start a
+    background worker (`--worker`, or `y` at the question on a terminal) or say how."""
+    sid = sid or args.session
+    if app.session_holder(open_readonly(sid)) is not None:
+        return
+    choice = args.worker
+    if choice is None and sys.stdin.isatty() and sys.stderr.isatty() and not args.json:
+        sys.stderr.write(f"no worker holds session {sid}: start one in the background "
+                         f"(it {does})? [y/N] ")
+        sys.stderr.flush()
+        choice = sys.stdin.readline().strip().lower() in ("y", "yes")
+    if not choice:
+        print(f"rlm: warning: {why or 'nothing runs this session now'}; `--worker` starts a "
+              f"background worker (`rlm resume {sid} --detach` too)", file=sys.stderr)
+        return
+    real, pid = app.ensure_worker(sid)
+    print(f"rlm: worker {pid} started for session {real}: it {does}; `rlm attach {real}` "
+          f"follows it, `rlm stop {real}` stops it", file=sys.stderr)
 
 
 # -------------------------------------------------------------------- workers
 def cmd_worker(args: argparse.Namespace) -> int:
+    resolve_session_dir(args.session, load_config().home)  # a bad ref: one error line, no banner
+    if not args.json:
+        print(f"rlm worker for session {args.session}: runs prompts sent to it (`rlm resume "
+              f"SESSION --detach`), due schedules, heartbeats and the goal, in this terminal "
+              f"until Ctrl-C or `rlm stop`; `rlm attach` shows its runs", file=sys.stderr,
+              flush=True)
     code = app.run_worker(args.session)
+    if not args.json:
+        print(f"rlm worker: stopped (exit {code})", file=sys.stderr)
     if args.json:
         print_json({"session_id": args.session, "exit_code": code})
     return code
@@ -207,17 +258,17 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_attach(args: argparse.Namespace) -> int:
     """The latest run of the session's worker, rendered like `rlm run`; waits for it to end
-    (`--follow`: until the worker stops; `--no-follow`: not at all)."""
-    from rlm.longrun.worker import tail_events
-
+    (`--follow`: until the worker stops; `--no-follow`: not at all). Ctrl-C detaches."""
     home = load_config().home
     sdir = str(resolve_session_dir(args.session, home))  # unknown session: one line, exit 1
-    render = Renderer()
+    render = Renderer(clock=time.time)  # durations on the records' own timestamps
 
     def show(rec: dict[str, Any]) -> None:
         if args.json:
             print_json(rec)
             return
+        ts = rec.get("ts")
+        render.clock = _at(float(ts)) if isinstance(ts, int | float) else time.time
         ev = Event.from_dict(rec)
         if ev is not None:
             render(ev)
@@ -225,6 +276,25 @@ def cmd_attach(args: argparse.Namespace) -> int:
             rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("ts", "event"))
             render.console.print(f"· {_worker_record_name(rec.get('event', ''))} {rest}".rstrip(),
                                  style="dim", markup=False)
+
+    try:
+        _follow(sdir, home, args, show)
+    except KeyboardInterrupt:  # detaching never stops the worker
+        render.close()
+        render.console.print(f"detached; the worker goes on (`rlm attach {args.session}` "
+                             f"to watch again, `rlm stop {args.session}` to stop it)",
+                             style="dim", markup=False)
+    return 0
+
+
+def _at(ts: float) -> Callable[[], float]:
+    """A clock stopped at a record's timestamp."""
+    return lambda: ts
+
+
+def _follow(sdir: str, home: Any, args: argparse.Namespace,
+            show: Callable[[dict[str, Any]], None]) -> None:
+    from rlm.longrun.worker import tail_events
 
     history = list(tail_events(sdir, home, follow=False))
     ends = [i for i, r in enumerate(history) if r.get("event") == "RunEnded"]
@@ -235,7 +305,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     for rec in history[start:]:
         show(rec)
     if args.no_wait or (over and not args.follow):
-        return 0
+        return
     for i, rec in enumerate(tail_events(sdir, home, follow=True)):
         if i < len(history):
             continue
@@ -243,7 +313,6 @@ def cmd_attach(args: argparse.Namespace) -> int:
         kind = rec.get("event")
         if kind == "WorkerStopped" or (kind == "RunEnded" and not args.follow):
             break
-    return 0
 
 
 def _worker_record_name(kind: str) -> str:
@@ -254,26 +323,50 @@ def _worker_record_name(kind: str) -> str:
 def cmd_stop(args: argparse.Namespace) -> int:
     from rlm.longrun.worker import stop_worker
 
-    ok = stop_worker(args.session, load_config().home)
+    home = load_config().home
+    sid = resolve_session_dir(args.session, home).name  # `last` named as what it is
+    ok = stop_worker(args.session, home)
     if args.json:
-        print_json({"session_id": args.session, "stopped": ok})
+        print_json({"session_id": sid, "stopped": ok})
     else:
         print("stopped" if ok else "no worker was running for that session", file=sys.stderr)
     return 0 if ok else 1
 
 
 def cmd_ps(args: argparse.Namespace) -> int:
-    from rlm.longrun.worker import list_workers
+    from rlm.agent.advisor import latest_report, report_line
+    from rlm.agent.children import registry, registry_lines
+    from rlm.cli import listings
+    from rlm.longrun.worker import list_workers, prune_workers
 
     rows = list_workers(load_config().home)
+    if args.prune:
+        gone = prune_workers(load_config().home)
+        rows = [r for r in rows if r.get("alive")]
+        if not args.json:
+            print(f"removed {len(gone)} record(s) of stopped or dead workers", file=sys.stderr)
+    branches: dict[Any, Any] = {}
+    for r in rows:  # each worker's children, as its log records them
+        try:
+            branches[r.get("session_id")] = open_readonly(str(r.get("session_id"))).branch()
+        except RlmError:
+            branches[r.get("session_id")] = []
     if args.json:
-        print_json(rows)
+        print_json([{**r, "children": registry(branches[r.get("session_id")]),
+                     "advisor": latest_report(branches[r.get("session_id")])} for r in rows])
         return 0
+    for line in listings.ps_lines(rows, listings.width()):
+        print(line)
     for r in rows:
-        print(f"{r.get('session_id')}  pid {r.get('pid')}  {r.get('state'):<9} "
-              f"{'alive' if r.get('alive') else 'dead'}  {str(r.get('activity', ''))[:60]}")
-    if not rows:
-        print("no workers")
+        advisor = latest_report(branches[r.get("session_id")])
+        if advisor is not None:  # "silent for N turns" when it has not advised: never "healthy"
+            print(terminal_safe(f"advisor of {Path(str(r.get('session_id'))).name}: "
+                                f"{report_line(advisor)}"))
+        children = registry_lines(branches[r.get("session_id")]) if r.get("alive") else []
+        if children:
+            print(terminal_safe(f"children of {Path(str(r.get('session_id'))).name}:"))
+            for line in children:
+                print(terminal_safe("  " + line))
     return 0
 
 

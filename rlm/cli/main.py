@@ -24,6 +24,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--model", help="litellm model string, 'local', 'local:PATH.gguf' or 'script:PATH'")
     g.add_argument("--sub-model", help="model for llm_query / rlm_query (default: --model)")
     g.add_argument("--compaction-model", help="model that writes summaries (default: --model)")
+    g.add_argument("--advisor", metavar="MODEL",
+                   help="a second model that watches the run and advises the agent (any model "
+                        "--model takes, or 'local'; off by default)")
     g.add_argument("--max-turns", type=_limit_int, help="turn limit ('unlimited' for none; default 30)")
     g.add_argument("--max-tokens", type=_limit_int, help="token limit for this run")
     g.add_argument("--max-wall", type=_seconds, dest="max_wall_s", help="wall-clock limit in seconds")
@@ -32,17 +35,26 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
     g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
-    g.add_argument("--sandbox", action="store_const", const=True,
+    g.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
                    help="kernel in its own user, mount and network namespaces: no network, "
                         "no access to the host's memory or environment, $RLM_HOME and your "
-                        "rlm config read-only (Linux)")
+                        "rlm config read-only (Linux). Default: on for a local kernel where "
+                        "user namespaces are available; --sandbox requires it, --no-sandbox "
+                        "turns it off")
     g.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None,
                    help="after a restart or resume, re-run recorded cells (only ones known to "
                         "stay in the kernel) to rebuild names the snapshot could not hold; "
                         "--no-replay keeps them lost (default: replay; recorded with the session)")
+    g.add_argument("--memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="project memory: the .agent/ files of the working directory at the "
+                        "head of every context, written by the model through `memory.*` "
+                        "(default: on; --no-memory turns it off; recorded with the session)")
     g.add_argument("--kernel", metavar="KIND", help="where the kernel runs: local (default), "
                    "gateway:http://HOST:PORT[#KERNELSPEC] (token in RLM_GATEWAY_TOKEN) or "
                    "provisioner:NAME")
+    g.add_argument("--max-children", type=_whole(0),
+                   help="children (rlm_spawn, rlm_query) and llm_query_batched prompts running "
+                        "at once in the whole session tree (default 8; 0: unlimited)")
     g.add_argument("--token-budget", type=_whole(1), help="token budget for the whole rlm_query tree")
     g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
                    help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
@@ -56,6 +68,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="recent tokens compaction keeps verbatim (older ones are summarised)")
     c.add_argument("--no-compaction", dest="compaction_enabled", action="store_const", const=False,
                    help="never summarise old turns (the run stops at the window instead)")
+    c.add_argument("--no-context-tiers", dest="context_tiers", action="store_const", const=False,
+                   help="no pruning/shaking of old cell results before a summary")
     a = p.add_argument_group("long-running")
     a.add_argument("--goal", metavar="TEXT",
                    help="set the session's goal first: the run continues until the model "
@@ -66,6 +80,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     a.add_argument("--gate", action="append", default=[],
                    help="shell command that must pass before finishing, e.g. a content check: "
                         "--gate \"grep -q 'EWR: month' report.md\" (repeatable)")
+    a.add_argument("--gate-timeout", dest="gate_timeout_s", type=_seconds, metavar="SECONDS",
+                   help="seconds a --gate command may run before it is killed and counts as "
+                        "failed (default 600)")
     a.add_argument("--no-gate", action="store_true",
                    help="drop the gates recorded with the session (resume)")
     a.add_argument("--max-continuations", type=_limit_int,
@@ -174,6 +191,7 @@ EXAMPLES: dict[str, str] = {
     "state": "rlm state last --json",
     "export": "rlm export last -o analysis.ipynb",
     "compact": 'rlm compact last --instructions "keep the column names"',
+    "rule": 'rlm rule add last "it used read_csv; the data is Parquet"',
     "goal": 'rlm goal last set "keep the dashboard data fresh" --budget 200000',
     "schedule": 'rlm schedule last add "0 9 * * 1-5" -- "refresh the numbers"',
     "heartbeat": 'rlm heartbeat last every 10m "check the queue"   (or: rlm heartbeat last off)',
@@ -183,6 +201,7 @@ EXAMPLES: dict[str, str] = {
     "ps": "rlm ps --json",
     "demo": "rlm demo --rows 1000 -o demo.ipynb",
     "trust": "rlm trust ./rlm.toml",
+    "memory": "rlm memory show --dir ~/projects/sales   (or: rlm memory log -n 20; rlm memory init)",
 }
 SESSION_HELP = "session id, unique prefix or suffix of one, a session directory, or 'last' (default)"
 
@@ -215,6 +234,8 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("task", nargs="?", help="the next prompt (default: continue where it stopped)")
     rs.add_argument("--from", dest="from_entry", metavar="ENTRY",
                     help="branch from this entry id (see `rlm tree`)")
+    rs.add_argument("--detach", action="store_true",
+                    help="continue in a background worker (`rlm attach` follows it)")
     _run_options(rs)
 
     s = sub.add_parser("sessions", help="list sessions, newest last")
@@ -227,6 +248,8 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
     lg.add_argument("--json", action="store_true", help="the branch's entries as one JSON list")
     lg.add_argument("--all", action="store_true", help="include hidden entries")
+    lg.add_argument("-n", "--last", type=int, default=None, metavar="N",
+                    help="only the branch's last N entries (a long session prints at once)")
     t = sub.add_parser("tree", help="print a session's entry tree")
     t.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
     t.add_argument("--json", action="store_true", help="the tree as one JSON object")
@@ -249,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     from rlm.cli import longrun_cli
 
     longrun_cli.add_parsers(sub, _run_options)
+    from rlm.cli import memory_cli
+
+    memory_cli.add_parser(sub)
 
     d = sub.add_parser("demo", help="generate a dataset and run a short task on it")
     d.add_argument("--model", help="default: local (the embedded offline model)")
@@ -257,6 +283,15 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", help="notebook path (default: in the session directory)")
     d.add_argument("--max-turns", type=int, default=8, help="turn limit (default 8)")
     d.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    ru = sub.add_parser("rule", help="write a stream rule from a complaint about a session")
+    ru_sub = ru.add_subparsers(dest="rule_command", required=True, help="add: write one")
+    ra = ru_sub.add_parser("add", help="the model writes a rule from the complaint; it is saved "
+                                       "to .rlm/rules/ only once it matches the session's bad "
+                                       "output")
+    ra.add_argument("session", help=SESSION_HELP.replace(" (default)", ""))
+    ra.add_argument("complaint", help="what the agent did wrong, in your words")
+    ra.add_argument("--model", help="model that writes the rule (default: your configured one)")
+    ra.add_argument("--json", action="store_true", help="print one JSON object")
     tr = sub.add_parser("trust", help="allow a project's rlm.toml to set every setting")
     tr.add_argument("path", nargs="?", default="rlm.toml",
                     help="the config file to allow (default ./rlm.toml); its sha256 is "
@@ -282,7 +317,7 @@ def _did_you_mean(argv: list[str], parser: argparse.ArgumentParser) -> str | Non
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from rlm.cli import commands, longrun_cli
+    from rlm.cli import commands, longrun_cli, memory_cli
 
     table: dict[str, Callable[[argparse.Namespace], int]] = {
         "run": commands.cmd_run,
@@ -294,8 +329,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         "state": commands.cmd_state,
         "export": commands.cmd_export,
         "compact": commands.cmd_compact,
+        "rule": commands.cmd_rule,
         "demo": commands.cmd_demo,
         "trust": _cmd_trust,
+        "memory": memory_cli.cmd_memory,
         **longrun_cli.COMMANDS,
     }
     return table[args.command](args)
@@ -313,6 +350,17 @@ def _cmd_trust(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = _main(argv)
+    if argv is None:  # the process ends next: its objects (litellm's tables, pandas in
+        # the host) need no cycle collection on the way out, which took 10-20 s on a
+        # loaded machine after the last line was printed
+        import gc
+
+        gc.freeze()
+    return code
+
+
+def _main(argv: list[str] | None = None) -> int:
     # our own Ctrl-C handler: a process started with SIGINT ignored (a background job in a
     # script, some CI runners) would otherwise never see KeyboardInterrupt
     if threading.current_thread() is threading.main_thread():

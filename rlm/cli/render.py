@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console, ConsoleOptions, RenderResult
+from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
 from rich.markdown import Markdown
 from rich.markup import escape
@@ -44,12 +45,24 @@ def terminal_safe(text: str) -> str:
     return _CONTROLS.sub("", text)
 
 
+def _console(quiet: bool) -> Console:
+    """On a terminal, lines wrap at its width (boxes drawn to fit); into a pipe or a log
+    file, a line of text stays one line (a path, the config line: what grep and a test
+    look for), boxes are still drawn at 80 columns."""
+    console = Console(stderr=quiet, highlight=False)
+    console.soft_wrap = not console.is_terminal
+    return console
+
+
 class Renderer:
     """Renders events as they arrive. `quiet` (for --json) sends progress to stderr."""
 
     def __init__(self, *, quiet: bool = False, console: Console | None = None,
-                 animate: bool | None = None):
-        self.console = console or Console(stderr=quiet, highlight=False)
+                 animate: bool | None = None, clock: Callable[[], float] | None = None):
+        self.console = console or _console(quiet)
+        # what durations are measured on: `rlm attach` replays a worker's records on
+        # their own timestamps (a 60 s run replayed in 0.1 s is still 60 s)
+        self.clock: Callable[[], float] = clock or time.monotonic
         self._streaming = False
         # a spinner line only on a real terminal that takes control codes; elsewhere (a
         # pipe, a log file, TERM=dumb) plain lines
@@ -57,32 +70,59 @@ class Renderer:
         self.animate = (c.is_terminal and not c.is_dumb_terminal and c.color_system is not None
                         ) if animate is None else animate
         self._live: Live | None = None
-        self._status = _Status()
+        self._status = _Status(lambda: self.clock())
+        self._draft = _Draft()
         self._base: Path | None = None  # the session dir: image paths are shown absolute
         self._model = ""
         self._text = _ProseFilter()
         self._cell_pending: str | None = None  # None: nothing streamed for this cell
-        self._run = _RunTotals()
+        self._cell_shown = ""  # what this cell streamed so far
+        self._run = _RunTotals(lambda: self.clock())
+        self.turns_before = 0  # the session's turns before this run (numbers continue)
 
     # ------------------------------------------------------------ header / status
-    def header(self, model: str, session: Any, inputs: list[str] | None = None) -> None:
-        """The first lines of a run: model, session id, the inputs loaded."""
+    def header(self, model: str, session: Any, inputs: list[str] | None = None,
+               task: str | None = None) -> None:
+        """The first lines of a run: model, session id, the task, the inputs loaded."""
         self._model = model
         self._base = Path(session.dir) if getattr(session, "dir", None) else None
         self.console.print(Text(terminal_safe(f"rlm · model {model} · session {session.id}")),
-                           style="bold", soft_wrap=True)
+                           style="bold")
+        if task and task.strip():  # wrapped, never cut: what the run was asked
+            self.console.print(Text("task: " + terminal_safe(task.strip())))
         read = files_read()  # which config files this run read (rlm.config)
         self.console.print(Text(terminal_safe("config: " + ("; ".join(read) if read else
                                               "no file (defaults, environment, flags)"))),
-                           style="dim", soft_wrap=True)
+                           style="dim")
         if inputs:
-            self.console.print(Text(terminal_safe("inputs: " + "; ".join(inputs))), style="dim",
-                               soft_wrap=True)
+            self.console.print(Text(terminal_safe("inputs: " + "; ".join(inputs))), style="dim")
+
+    def phase(self, text: str) -> None:
+        """A slow phase about to start (the kernel, its snapshot): said before it runs."""
+        self.console.print(Text(terminal_safe(text) + "...", style="dim"))
+
+    def restored(self, report: Any) -> None:
+        """After a resume: which names came back from the snapshot and which did not."""
+        from rlm.app.phases import restored_line
+
+        line = restored_line(report)
+        if line:
+            self.console.print(Text(terminal_safe(line), style="dim"))
+
+    def inputs_phase(self, files: list[str]) -> None:
+        """`loading 2 input file(s): sales.csv, regions.json...` before they load."""
+        if files:
+            self.phase(f"loading {len(files)} input file(s): {', '.join(files)}")
 
     def _start_status(self, label: str) -> None:
         self._status.start(label)
+        self._spin()
+
+    def _spin(self) -> None:
         if self.animate and self._live is None:
-            self._live = Live(Spinner("dots", text=self._status, style="cyan"),
+            # above the spinner: the code the model is writing, as it is written (a
+            # transient draft; the cell's box shows it once when it runs)
+            self._live = Live(Group(self._draft, Spinner("dots", text=self._status, style="cyan")),
                               console=self.console, transient=True, refresh_per_second=8)
             self._live.start()
 
@@ -103,16 +143,24 @@ class Renderer:
                            markup=False)
 
     def _end_stream(self) -> None:
+        self._draft.lines = []
         if self._streaming:  # a reply cut off (an error mid-stream): show what came
             self.close()
             for line in self._text.finish([]):
                 self.console.print(Text(line, style="dim"))
             self._streaming = False
 
+    def continue_turns(self, session: Any) -> None:
+        """Turn numbers continue the session's (a resume, a chat's next prompt)."""
+        from rlm.session.entries import MessageEntry
+
+        self.turns_before = sum(1 for x in session.branch() if isinstance(x, MessageEntry)
+                                and x.message.get("role") == "assistant")
+
     def _TurnStarted(self, e: ev.TurnStarted) -> None:
         self._end_stream()
         self._run.begin()
-        self.console.rule(f"turn {e.turn}", style="dim")
+        self.console.rule(f"turn {self.turns_before + e.turn}", style="dim")
 
     def _ModelCallStarted(self, e: ev.ModelCallStarted) -> None:
         self._run.begin()
@@ -131,8 +179,10 @@ class Renderer:
         self._status.label = f"{self._model or 'model'}: writing"
         for line in self._text.feed(terminal_safe(e.delta)):
             self.console.print(Text(line, style="dim"))
+        self._draft.lines = self._text.draft()
 
     def _ModelReply(self, e: ev.ModelReply) -> None:
+        self._draft.lines = []
         self.close()
         if not self._streaming and e.content.strip():
             self._text.feed(terminal_safe(e.content.strip()))
@@ -150,14 +200,17 @@ class Renderer:
     def _CellStarted(self, e: ev.CellStarted) -> None:
         self._end_stream()
         self.close()
-        self.console.print(Panel(Syntax(terminal_safe(e.code.rstrip()), "python", theme="ansi_dark"),
+        # long lines wrap inside the box: every character of the code that runs is shown
+        self.console.print(Panel(Syntax(terminal_safe(e.code.rstrip()), "python", theme="ansi_dark",
+                                        word_wrap=True),
                                  title="cell", title_align="left", border_style="blue"))
-        self._cell_pending = None
+        self._cell_pending, self._cell_shown = None, ""
         self._status.generated = 0
         self._start_status("running the cell")
 
     def _CellOutput(self, e: ev.CellOutput) -> None:
         text = (self._cell_pending or "") + terminal_safe(e.text)
+        self._cell_shown += terminal_safe(e.text)
         *lines, self._cell_pending = text.split("\n")
         style = {"stderr": "yellow", "error": "red"}.get(e.name, "")
         for line in lines:
@@ -171,10 +224,17 @@ class Renderer:
                                  for o in e.result.outputs for mime, p in (o.refs or {}).items()
                                  if mime.startswith("image/")]
         streamed, self._cell_pending = self._cell_pending, None
-        if streamed is not None and e.status in ("ok", "error"):
+        shown, self._cell_shown = self._cell_shown, ""
+        if streamed is not None:
             if streamed:
                 self.console.print(Text(streamed))
-            # the output was shown as it was printed: only the outcome now
+            # the output was shown as it was printed: only what it did not hold (why an
+            # interrupted or timed-out cell ended), then the outcome; never the output twice
+            if e.status not in ("ok", "error"):
+                seen = set(shown.splitlines())
+                for line in terminal_safe(e.shaped).splitlines():
+                    if line.strip() and line not in seen:
+                        self.console.print(Text(line, style="dim"))
             self.console.print(Text(f"{'✓' if e.status == 'ok' else '✗'} {e.status} · "
                                     f"{e.duration_s:.2f}s", style=style))
             return
@@ -194,27 +254,37 @@ class Renderer:
 
     def _Notice(self, e: ev.Notice) -> None:
         self._end_stream()
+        spinning = self._live is not None
+        self.close()  # the spinner goes below the notice, not into the scrollback
         color = "yellow" if e.level == "warning" else "cyan"
-        self.console.print(f"[{color}]{escape(terminal_safe(e.text))}[/{color}]")
+        self.console.print(Text(terminal_safe(e.text), style=color))
+        if spinning:
+            self._spin()
 
     def _FinalAnswer(self, e: ev.FinalAnswer) -> None:
         self._end_stream()
-        self.console.print(Panel(Markdown(terminal_safe(e.answer) or "(empty answer)"), title="answer",
-                                 title_align="left", border_style="bold green"))
+        answer = terminal_safe(e.answer) or "(empty answer)"
+        body = Markdown(answer) if len(answer) <= MARKDOWN_CAP else Text(answer)
+        self.console.print(Panel(body, title="answer", title_align="left",
+                                 border_style="bold green"))
 
     def _RunEnded(self, e: ev.RunEnded) -> None:
         self._end_stream()
         self.close()
         detail = f": {escape(terminal_safe(e.detail))}" if e.detail else ""
         self.console.print(f"[dim]run ended ({e.reason}{detail}) after {e.turns} turn(s)[/dim]")
-        if e.verified is False:
-            self.console.print(f"[yellow]unverified answer: {escape(terminal_safe(e.why or ''))}"
-                               "[/yellow]")
+        self.turns_before += e.turns
+        if e.verified is True:
+            self.console.print(Text("✓ verified", style="bold green"))
+        elif e.verified is False:
+            self.console.print(Text("unverified: " + terminal_safe(e.why or "no successful cell "
+                                                                    "supports the answer"),
+                                    style="yellow"))
         self._footer(e.turns)
 
     def _footer(self, turns: int) -> None:
         """Turns, tokens, time, cost where known, and where the run's images are."""
-        r, self._run = self._run, _RunTotals()
+        r, self._run = self._run, _RunTotals(lambda: self.clock())
         parts = [f"{turns} turn(s)", f"{r.input_tokens:,} prompt + {r.output_tokens:,} generated tokens",
                  f"{r.elapsed():.1f}s"]
         cost = _cost(self._model, r.input_tokens, r.output_tokens)
@@ -222,7 +292,7 @@ class Renderer:
             parts.append(f"${cost:.4f}")
         self.console.print(Text(" · ".join(parts), style="dim"))
         for path in r.images:
-            self.console.print(Text(terminal_safe(f"image: {path}"), style="dim"))
+            self.console.print(Text(terminal_safe(f"image: {path}"), style="dim"), soft_wrap=True)
 
 
 _SIZE = re.compile(r"^([\d,]+) rows x (\d+) columns$")
@@ -250,27 +320,45 @@ def input_summaries(agent: Any) -> list[str]:
 class _Status:
     """The spinner's text, computed at each refresh: elapsed time and token counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.label = ""
-        self.started = time.monotonic()
+        self.started = clock()
         self.prompt_tokens: int | None = None
         self.generated = 0
 
     def start(self, label: str) -> None:
-        self.label, self.started = label, time.monotonic()
+        self.label, self.started = label, self.clock()
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        return max(0.0, self.clock() - self.started)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         gen = f" · {self.generated:,} tokens generated" if self.generated else ""
         yield Text(f"{terminal_safe(self.label)} · {self.elapsed():.0f}s{gen}", style="cyan")
 
 
+class _Draft:
+    """The fenced code the model is writing, shown live above the spinner (last lines)."""
+
+    MAX_LINES = 12
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        if self.lines:
+            shown = self.lines[-self.MAX_LINES:]
+            if len(self.lines) > len(shown):
+                shown = [f"... {len(self.lines) - len(shown)} line(s) above", *shown]
+            yield Text("\n".join(shown), style="dim")
+
+
 class _RunTotals:
     """What one run cost, for the footer."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
         self.started: float | None = None
         self.input_tokens = 0
         self.output_tokens = 0
@@ -278,17 +366,26 @@ class _RunTotals:
 
     def begin(self) -> None:
         if self.started is None:
-            self.started = time.monotonic()
+            self.started = self.clock()
 
     def add(self, usage: dict[str, int] | None) -> None:
         self.input_tokens += int((usage or {}).get("input_tokens", 0) or 0)
         self.output_tokens += int((usage or {}).get("output_tokens", 0) or 0)
 
     def elapsed(self) -> float:
-        return time.monotonic() - self.started if self.started is not None else 0.0
+        return max(0.0, self.clock() - self.started) if self.started is not None else 0.0
 
 
 _FENCE_LINE = re.compile(r"^\s*```")
+_FINAL_LINE = re.compile(r"^\s*FINAL(?:_VAR)?\(")
+
+
+# Model prose echoed per reply, at most: a reply that is the answer is shown again in the
+# answer panel, and a runaway reply must not flood the terminal twice.
+ECHO_CAP = 8_000
+# Answers longer than this are printed as plain text (rich's Markdown of 512 KB takes
+# seconds and the markup of such an answer is not the point).
+MARKDOWN_CAP = 50_000
 
 
 class _ProseFilter:
@@ -299,6 +396,16 @@ class _ProseFilter:
         self.pending = ""
         self.fence: list[str] | None = None  # lines of the fence being read
         self.fences: list[list[str]] = []
+        self.shown = self.hidden = 0  # prose characters echoed / held back (ECHO_CAP)
+
+    def _prose(self, line: str) -> list[str]:
+        room = ECHO_CAP - self.shown
+        if len(line) >= room:
+            self.hidden += len(line) + 1 - max(room, 0)
+            self.shown = ECHO_CAP
+            return [line[:room]] if room > 0 else []
+        self.shown += len(line) + 1
+        return [line]
 
     def _line(self, line: str) -> list[str]:
         if _FENCE_LINE.match(line):
@@ -311,14 +418,28 @@ class _ProseFilter:
         if self.fence is not None:
             self.fence.append(line)
             return []
-        return [line]
+        if _FINAL_LINE.match(line):  # the answer: shown once, in its own panel
+            return []
+        return self._prose(line)
 
     def feed(self, text: str) -> list[str]:
+        if self.shown >= ECHO_CAP and self.fence is None and "```" not in text:
+            self.hidden += len(text)  # past the cap: counted, not kept
+            return []
         out: list[str] = []
         *lines, self.pending = (self.pending + text).split("\n")
         for line in lines:
             out += self._line(line)
+        if len(self.pending) > ECHO_CAP and self.fence is None:  # one endless line
+            out += self._prose(self.pending)
+            self.pending = ""
         return out
+
+    def draft(self) -> list[str]:
+        """The code of the fence being written so far (its opening line left out)."""
+        if self.fence is None:
+            return []
+        return self.fence[1:] + ([self.pending] if self.pending else [])
 
     def finish(self, code_cells: list[str]) -> list[str]:
         out = self._line(self.pending) if self.pending else []
@@ -336,6 +457,10 @@ class _ProseFilter:
             out.pop()
         while out and not out[0].strip():
             out.pop(0)
+        if self.hidden:
+            out.append(f"... {self.hidden:,} more characters of this reply not echoed (the "
+                       "answer below and the session log hold all of it)")
+            self.hidden = 0
         return out
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm.compaction.core import perform_compaction
+from rlm.compaction.ladder import LowYieldGuard, Relief, reject, relieve
 from rlm.compaction.plan import (
     CompactionSettings,
     EffectiveSettings,
@@ -35,11 +36,17 @@ from rlm.compaction.plan import (
     effective_settings,
     is_normal_assistant,
     latest_compaction_index,
+    latest_relief_index,
     should_compact,
 )
+from rlm.compaction.tiers import TierSettings
 from rlm.llm.types import LLM
-from rlm.session.entries import CompactionEntry, MessageEntry
+from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
+SHAKE_NOTE = (
+    "A shake is scheduled for the end of this turn: old cell outputs become placeholders "
+    "(history.cell(N) returns them). Continue working normally."
+)
 SCHEDULED_NOTE = (
     "Compaction is scheduled for the end of this turn; you resume automatically afterwards. "
     "Continue working normally."
@@ -59,10 +66,12 @@ class CompactionController:
         current_model_fn: Callable[[], str | None] | None = None,
         turn_active_fn: Callable[[], bool] | None = None,
         projection: Projection | None = None,
+        tiers: bool = True,
     ):
         """`settings`: what the user asked for (`CompactionSettings.from_config`); fields in
         its `auto` set scale to `window_fn()`. `projection`: the messages the loop sends for
-        a branch (system prompt included), so the threshold counts what is projected."""
+        a branch (system prompt included), so the threshold counts what is projected.
+        `tiers`: prune and shake (rlm.compaction.tiers) before a summary."""
         self.session = session
         self._llm = llm
         self.settings = settings
@@ -76,6 +85,11 @@ class CompactionController:
         self._pending: str | None = None
         self._has_pending = False
         self._lock = threading.Lock()  # request() comes from the bridge thread
+        self.tiers = tiers
+        self.low_yield = LowYieldGuard()
+        self.notice: str | None = None  # the low-yield stop, for the UI once
+        self.last_relief: Relief | None = None
+        self._shake_pending = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -109,7 +123,11 @@ class CompactionController:
         """Call at the start of every run: resets the overflow state; returns `effective()`."""
         self.overflow_state = "idle"
         self.overflow_message = None
+        self.low_yield.reset()
         return self.effective()
+
+    def tier_settings(self) -> TierSettings:
+        return TierSettings.for_window(self.window_fn(), enabled=self.tiers)
 
     def context_tokens(self) -> int:
         return context_tokens(self.session.branch(), self.projection)
@@ -130,6 +148,50 @@ class CompactionController:
             kernel=kernel,
             projection=self.projection,
         )
+
+    def _ladder(self, trigger: str, kernel: Any) -> Entry | None:
+        """Prune, then shake, then a summary only if still over the threshold; the
+        low-yield guard counts the whole step."""
+        eff = self._effective()
+        before = self.context_tokens()
+        result: Entry | None = None
+        if self.tiers:
+            relief = relieve(self.session, self.tier_settings(), trigger,
+                             limit=eff.threshold, projection=self.projection)
+            self.last_relief = relief
+            if relief.records:
+                result = relief.records[-1]
+            if not should_compact(relief.tokens_after, eff.window, eff.settings):
+                return self._yielded(trigger, before, eff.window, result)
+        result = self._compact(trigger, kernel) or result
+        return self._yielded(trigger, before, eff.window, result)
+
+    def _yielded(self, trigger: str, before: int, window: int | None,
+                 result: Entry | None) -> Entry | None:
+        notice = self.low_yield.record(before - self.context_tokens(), window)
+        if notice is not None:
+            reject(self.session, trigger, notice)
+            self.notice = notice
+        return result
+
+    def shake(self, trigger: str = "manual") -> Relief:
+        """`/shake`: prune and shake everything clearable now (a small recent tail stays)."""
+        return relieve(self.session, self.tier_settings(), trigger, limit=None,
+                       projection=self.projection, manual=True)
+
+    def request_shake(self) -> dict[str, Any]:
+        """`compact.shake()` from the kernel: scheduled for the end of the turn."""
+        if not self.turn_active_fn():
+            return {"scheduled": False,
+                    "reason": "compact.shake is accepted only while the model is working; "
+                              "use /shake in chat between turns"}
+        with self._lock:
+            self._shake_pending = True
+        return {"scheduled": True, "note": SHAKE_NOTE}
+
+    def take_notice(self) -> str | None:
+        notice, self.notice = self.notice, None
+        return notice
 
     # ------------------------------------------------------------ compact.run / status
     def request(self, instructions: str | None = None) -> dict[str, Any]:
@@ -179,24 +241,30 @@ class CompactionController:
         }
 
     # ----------------------------------------------------------------- triggers
-    def after_turn(self, kernel: Any = None) -> CompactionEntry | None:
-        """Run a pending request, else compact when over the threshold."""
+    def after_turn(self, kernel: Any = None) -> Entry | None:
+        """Run a pending request (a shake, then a summary), else relieve the context when it
+        is over the threshold (the ladder), unless the low-yield guard stopped that."""
+        with self._lock:
+            shake, self._shake_pending = self._shake_pending, False
+        shaken = self.shake("requested").records if shake else []
         had, instructions = self._take_pending()
         if had:
             return self._compact("requested", kernel, instructions)
-        if not self.settings.enabled:
+        if shaken:
+            return shaken[-1]
+        if not self.settings.enabled or self.low_yield.stopped:
             return None
         branch = self.session.branch()
-        c = latest_compaction_index(branch)
+        c = latest_relief_index(branch)
         # stale guard: only usage reported after the latest compaction may trigger
         if not any(is_normal_assistant(e) for e in branch[c + 1 :]):
             return None
         eff = self._effective()
         if not should_compact(context_tokens(branch, self.projection), eff.window, eff.settings):
             return None
-        return self._compact("threshold", kernel)
+        return self._ladder("threshold", kernel)
 
-    def before_prompt(self, kernel: Any = None) -> CompactionEntry | None:
+    def before_prompt(self, kernel: Any = None) -> Entry | None:
         """Before a run's first model call: compact when the context is already over the
         threshold (a resumed long session, a large notebook import or context file), so
         the first call is not spent on a prompt that barely fits, or overflows."""
@@ -205,7 +273,7 @@ class CompactionController:
         eff = self._effective()
         if not should_compact(self.context_tokens(), eff.window, eff.settings):
             return None
-        return self._compact("threshold", kernel)
+        return self._ladder("threshold", kernel)
 
     def note_assistant_ok(self) -> None:
         self.overflow_state = "idle"
@@ -225,7 +293,9 @@ class CompactionController:
             self.overflow_state = "reported"
             self.overflow_message = self._report(model, "and automatic compaction is disabled")
             return "report"
-        if self._compact("overflow", kernel, instructions) is None:
+        done = (self._compact("overflow", kernel, instructions) if had
+                else self._ladder("overflow", kernel))
+        if done is None:
             self.overflow_state = "reported"
             self.overflow_message = self._report(model, "and compaction could not shorten it")
             return "report"
@@ -239,7 +309,7 @@ class CompactionController:
         ids = [e.id for e in branch]
         if error_entry_id not in ids:
             return True
-        return ids.index(error_entry_id) > latest_compaction_index(branch)
+        return ids.index(error_entry_id) > latest_relief_index(branch)
 
     def _report(self, model: str | None, why: str) -> str:
         name = model or "the current model"

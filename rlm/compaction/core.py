@@ -10,6 +10,7 @@ something false, and the compaction itself stands.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kernel_ext.describe import listing_lines
@@ -25,6 +26,7 @@ from rlm.compaction.plan import (
 from rlm.compaction.summarize import summarize
 from rlm.errors import RlmError
 from rlm.llm.types import LLM
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
 
 LISTING_TIMEOUT_S = 5.0
@@ -42,7 +44,8 @@ def perform_compaction(
 ) -> CompactionEntry | None:
     """Compact the current branch of `session`; None (and a hidden outcome entry) if skipped.
 
-    A failed summary call is also recorded as a skipped outcome; nothing else is written.
+    A failed summary call is also recorded as a skipped outcome, and so is a summary that
+    would not make the projected context smaller; nothing else is written then.
     `projection` is the loop's (see context_tokens), for an exact `tokens_before`.
     """
     branch = session.branch()
@@ -61,6 +64,11 @@ def perform_compaction(
         _outcome(session, trigger, f"summarization failed: {e}")
         return None
     entry = _compaction_entry(plan, summary, trigger, instructions)
+    after = context_tokens([*branch, entry], projection)
+    if after >= plan.tokens_before:  # a summary that grows the context (omp #10023)
+        _outcome(session, trigger, f"summary rejected: the context would not shrink "
+                                   f"({plan.tokens_before} -> {after} tokens)")
+        return None
     session.append(entry)
     if kernel is not None:
         state = ipython_state_entry(kernel, _previous_names(branch))
@@ -103,11 +111,10 @@ def _file_ops(kernel: Any) -> dict[str, Any] | None:
     return ops if isinstance(ops, dict) else None
 
 
-def _previous_names(branch: list[Entry]) -> set[str] | None:
-    for e in reversed(branch):
-        if isinstance(e, CustomEntry) and e.custom_type == "ipython_state":
-            data = e.data if isinstance(e.data, dict) else {}
-            return {n["name"] for n in data.get("names", []) if isinstance(n, dict)}
+def _previous_names(branch: Sequence[Entry]) -> set[str] | None:
+    for e in reversed(custom_entries(branch, "ipython_state")):  # no scan of a long log
+        data = e.data if isinstance(e.data, dict) else {}
+        return {n["name"] for n in data.get("names", []) if isinstance(n, dict)}
     return None
 
 
@@ -144,7 +151,8 @@ def format_ipython_state(names: list[dict[str, Any]], removed: list[str],
         "<ipython_state>",
         "The IPython kernel persisted through this compaction (it was not restarted): "
         "every name below is still defined with its current value. Reuse them; do not "
-        "recompute or redefine them.",
+        "recompute or redefine them. Outputs no longer shown are in `history.cell(N)` "
+        "and `history.search(pattern)`.",
     ]
     if note:
         lines.append(f"Note: {note}; names the running cell defined or changed since then "

@@ -25,8 +25,11 @@ from typing import Any
 
 from rlm.config import Config
 from rlm.errors import ConfigError
+from rlm.session.branch import latest_compaction
 from rlm.session.context import (
     BRANCH_SUMMARY_PREFIX,
+    PINNED_CUSTOM,
+    RELIEF_CUSTOM,
     SUPERSEDED_CUSTOM,
     build_messages,
     summary_message,
@@ -244,8 +247,16 @@ def entry_tokens(entry: Entry) -> int:
 
 
 def latest_compaction_index(branch: Sequence[Entry]) -> int:
+    return latest_compaction(branch)  # a long session's Branch knows it without reading
+
+
+def latest_relief_index(branch: Sequence[Entry]) -> int:
+    """The latest entry that changed what is projected before it: a compaction or a
+    tier's relief record (usage reported before it no longer describes the context)."""
     for i in range(len(branch) - 1, -1, -1):
-        if isinstance(branch[i], CompactionEntry):
+        e = branch[i]
+        if isinstance(e, CompactionEntry) or (
+                isinstance(e, CustomEntry) and e.custom_type == RELIEF_CUSTOM):
             return i
     return -1
 
@@ -253,15 +264,15 @@ def latest_compaction_index(branch: Sequence[Entry]) -> int:
 def _index_of(branch: Sequence[Entry], entry_id: str | None, default: int) -> int:
     if entry_id is None:
         return default
-    for i, e in enumerate(branch):
-        if e.id == entry_id:
+    for i in range(len(branch) - 1, -1, -1):  # ids are unique; the newest end is read
+        if branch[i].id == entry_id:
             return i
     return default
 
 
 def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
     """The messages the model sees for `branch`, without a system prompt."""
-    return build_messages(list(branch), system_prompt="", native_tools=True)[1:]
+    return build_messages(branch, system_prompt="", native_tools=True)[1:]
 
 
 def _count(messages: list[dict[str, Any]]) -> int:
@@ -288,7 +299,8 @@ def context_tokens(branch: Sequence[Entry], project: Projection | None = None) -
         if isinstance(e, MessageEntry) and is_normal_assistant(e) and e.usage:
             u = e.usage
             reported = int(u.get("input_tokens", 0)) + int(u.get("output_tokens", 0))
-            trailing = max(0, local - _count(project(branch[: i + 1])))
+            # what was projected since (negative when a tier replaced results after it)
+            trailing = local - _count(project(branch[: i + 1]))
             return max(reported + trailing, local)
     return local
 
@@ -454,8 +466,8 @@ def serialize_entry(entry: Entry) -> list[str]:
     if isinstance(entry, BranchSummaryEntry):
         return [f"[Branch summary]: {entry.summary}"]
     if isinstance(entry, CustomEntry):
-        if entry.content is None:
-            return []
+        if entry.content is None or entry.custom_type in PINNED_CUSTOM:
+            return []  # a pinned entry stays in the context itself (rlm.session.context)
         return [f"[Context]: {truncate_result(entry.content, CONTEXT_MAX_CHARS)}"]
     if not isinstance(entry, MessageEntry) or entry.error:
         return []

@@ -28,7 +28,7 @@ def _tail(instructions: str | None) -> str:
     out = ""
     if instructions:
         out += "\n\n" + load_prompt("instructions").replace("{instructions}", instructions.strip())
-    return out + "\n\n" + load_prompt("kernel_note")
+    return out + "\n\n" + load_prompt("kernel_note") + "\n\n" + load_prompt("memory_note")
 
 
 def history_prompt(

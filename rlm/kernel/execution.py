@@ -28,7 +28,7 @@ from rlm.kernel.kinds import Runtime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
 from rlm.paths import PRIVATE_FILE, private_dir
-from rlm.secrets import scrub_session
+from rlm.secrets import StreamRedactor, known_secrets, redact_text, scrub_session
 
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
@@ -143,18 +143,22 @@ def _recv_reply(rt: Runtime, msg_id: str, timeout_s: float) -> dict[str, Any] | 
 
 
 class _Spool:
-    """Rendered output: in memory while small, then a private file in artifacts/."""
+    """Rendered output: in memory while small, then a private file in artifacts/. What
+    reaches the file is redacted as it is written (a key split across chunks too:
+    `StreamRedactor`), so a host killed mid-cell leaves no key in clear for a later open
+    to find, whether or not that open knows the key."""
 
     def __init__(self, artifacts: Path, name: str, threshold: int):
         self._artifacts, self._name, self._threshold = artifacts, name, threshold
         self._buf: list[str] = []
         self._size = 0
         self._file: IO[str] | None = None
+        self._redactor = StreamRedactor()
         self.rel_path: str | None = None
 
     def write(self, text: str) -> None:
         if self._file is not None:
-            self._file.write(text)
+            self._file.write(self._redactor.feed(text))
             return
         self._buf.append(text)
         self._size += len(text)
@@ -163,12 +167,13 @@ class _Spool:
             path = self._artifacts / self._name
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
             self._file = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
-            self._file.write("".join(self._buf))
+            self._file.write(self._redactor.feed("".join(self._buf)))
             self._buf = []
             self.rel_path = f"artifacts/{self._name}"
 
     def close(self) -> None:
         if self._file is not None:
+            self._file.write(self._redactor.close())
             self._file.close()
 
 
@@ -286,8 +291,9 @@ class CellCollector:
                 payload = base64.b64decode(value)
             except ValueError:  # binascii.Error or non-ASCII: kernel data, keep it as text
                 payload = None
-        if payload is None and isinstance(value, str):
-            payload = value.encode("utf-8", errors="replace")
+        if payload is None and isinstance(value, str):  # never a known key in clear
+            payload = redact_text(value, known_secrets(), patterns=False).encode(
+                "utf-8", errors="replace")
         elif payload is None:
             payload = json.dumps(value).encode()
         artifacts = private_dir(self.session_dir / "artifacts")

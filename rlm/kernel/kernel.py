@@ -166,7 +166,9 @@ class Kernel:
             self._interrupted = False
             self._cell_running = True
             try:
-                out = self._send_and_wait(rt, {"code": code}, t0 + timeout, col.handle)
+                reads = {"reads": contract.CELL_READS.expression()}
+                out = self._send_and_wait(rt, {"code": code, "user_expressions": reads},
+                                          t0 + timeout, col.handle)
                 if out.timed_out:
                     rt.interrupt()
                     grace_end = time.monotonic() + self.config.interrupt_grace_s
@@ -206,6 +208,7 @@ class Kernel:
         res.shaped, res.full_output_path, res.chars_total, res.elided_chars = col.finish()
         res.outputs = col.outputs
         res.execution_count = content.get("execution_count", col.execution_count)
+        res.files_read = _files_read(out.reply)
         res.duration_s = time.monotonic() - t0
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
@@ -465,3 +468,14 @@ def snapshot_bytes(folder: Path) -> int:
         except OSError:
             continue
     return total
+
+
+def _files_read(reply: dict[str, Any] | None) -> list[str] | None:
+    """The cell's reads from its execute_reply (None: a failed cell, or no kernel_ext)."""
+    if reply is None or reply.get("content", {}).get("status") != "ok":
+        return None
+    try:
+        files = json.loads(expression_value(reply, "cell reads", "reads"))
+    except (RuntimeError, ValueError, SyntaxError):
+        return None
+    return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None

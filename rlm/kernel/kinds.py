@@ -13,9 +13,10 @@ from typing import Any, Protocol
 
 from jupyter_client.session import Session
 
+from rlm import trust
 from rlm.config import Config, kernel_kind
 from rlm.kernel.bridge import BridgeDispatcher
-from rlm.kernel.runtime import KernelRuntime
+from rlm.kernel.runtime import KernelRuntime, sandbox_choice
 
 
 class Listener(Protocol):
@@ -78,7 +79,8 @@ GATEWAY_SNAPSHOT_NOTE = (
 
 
 def kernel_notes(config: Config) -> list[str]:
-    """What the chosen kind does differently, said once at the start of a run."""
+    """What the chosen kind does differently, said once at the start of a run; for a
+    local kernel, the sandbox's first-run notice (once per user: rlm.kernel.sandbox_policy)."""
     kind = kernel_kind(config.kernel)
     if kind.kind == "gateway":
         return [f"kernel on the gateway {kind.url}"
@@ -91,4 +93,7 @@ def kernel_notes(config: Config) -> list[str]:
         return [f"kernel started by the provisioner {kind.name!r} over TCP channels; the "
                 "memory cap and --sandbox apply only if it runs the kernelspec's command "
                 "on this machine"]
+    choice = sandbox_choice(config)
+    if choice.notice and choice.notice_key and trust.first_time(choice.notice_key):
+        return [choice.notice]
     return []

@@ -16,6 +16,12 @@ Side effect: an orphan re-parented to the host that exits on its own stays a zom
 the host until the host exits (it holds no resources but a pid; reaping unknown children
 could steal an exit status a `Popen` of the host is waiting for).
 
+A host that is SIGKILLed reaps nothing: its kernels' detached descendants are re-parented
+to init. The next host of the same session sweeps them when it starts a kernel
+(`sweep_session_orphans`): a process that carries a kernel mark and this session's
+RLM_SESSION_DIR but is not a descendant of this host belongs to a dead host (the session's
+writer lock says no other host is alive on it).
+
 Not covered: a descendant that both detaches and clears its environment before the stop
 (documented in docs/architecture.md); use `--sandbox`, where it still cannot write the
 session log, `$RLM_HOME` or the user's config (rlm.kernel.sandbox).
@@ -34,6 +40,7 @@ import psutil
 from kernel_ext import contract
 
 MARK_ENV = contract.KERNEL_MARK
+SESSION_DIR_ENV = contract.SESSION_DIR  # in every kernel's environment (kernel_env)
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper: list[bool] = []
 
@@ -91,3 +98,34 @@ def kill_kernel_processes(pid: int | None, mark: str) -> int:
     with contextlib.suppress(psutil.Error):
         psutil.wait_procs(procs, timeout=5)
     return len(procs)
+
+
+def sweep_session_orphans(session_dir: str) -> int:
+    """SIGKILL what a dead host's kernels of `session_dir` left running (see the module
+    docstring); the number killed. Only this user's processes are readable, and only
+    those carrying a kernel mark are candidates."""
+    me = psutil.Process()
+    ours = {me.pid} | {p.pid for p in _children(me)}
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        if p.pid in ours:
+            continue
+        try:
+            env = p.environ()
+        except (psutil.Error, OSError):
+            continue
+        if env.get(MARK_ENV) and env.get(SESSION_DIR_ENV) == session_dir:
+            found.append(p)
+    for p in found:
+        with contextlib.suppress(psutil.Error, OSError):
+            p.send_signal(signal.SIGKILL)
+    with contextlib.suppress(psutil.Error):
+        psutil.wait_procs(found, timeout=5)
+    return len(found)
+
+
+def _children(p: psutil.Process) -> list[psutil.Process]:
+    try:
+        return p.children(recursive=True)
+    except psutil.Error:
+        return []

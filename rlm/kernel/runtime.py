@@ -7,6 +7,7 @@ one's replies. `Kernel` (kernel.py) owns the policy; this module owns the mechan
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -16,6 +17,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,12 @@ from jupyter_client.manager import KernelManager
 
 from kernel_ext import contract
 from rlm import trust
-from rlm.config import Config
+from rlm.config import Config, kernel_kind
 from rlm.errors import KernelError
 from rlm.kernel import reaper
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
+from rlm.kernel.sandbox_policy import SandboxChoice, choose
 from rlm.kernel.state import check_snapshot_url, snapshot_location
 from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
 from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
@@ -48,7 +51,8 @@ _DATA_CREDENTIALS = frozenset({"AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_S
 _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding kernel_ext/
 
 
-def kernel_argv(config: Config, session_dir: Path | None = None) -> list[str]:
+def kernel_argv(config: Config, session_dir: Path | None = None,
+                extra_rw: list[Path] | None = None) -> list[str]:
     """The kernel command line ({connection_file} is filled in by jupyter_client).
     kernel_ext.launch gives up the capabilities that reach into other processes' memory
     (a root kernel could otherwise read the host's), then runs ipykernel_launcher."""
@@ -66,7 +70,7 @@ def kernel_argv(config: Config, session_dir: Path | None = None) -> list[str]:
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
         argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
     if sandboxed(config):
-        argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir), "--", *argv]
+        argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir, extra_rw), "--", *argv]
     return argv
 
 
@@ -86,13 +90,9 @@ SANDBOX_ARGV = (sys.executable, "-I", _SANDBOX_EXEC, "--")
 _sandbox_ok: list[str | None] = []  # cached probe: [None] works, [reason] does not
 
 
-def sandboxed(config: Config) -> bool:
-    return bool(getattr(config, "sandbox", False)) or os.environ.get("RLM_SANDBOX") == "1"
-
-
-def check_sandbox() -> None:
-    """Raise a one-line KernelError when this machine cannot give the kernel its own
-    user and network namespace."""
+def sandbox_problem() -> str | None:
+    """None when this machine can give the kernel its own user, mount and network
+    namespaces, else why not (probed once per process)."""
     if not _sandbox_ok:
         try:
             proc = subprocess.run([*SANDBOX_ARGV, "true"], capture_output=True, text=True,
@@ -101,21 +101,42 @@ def check_sandbox() -> None:
                                (proc.stderr.strip().splitlines() or ["failed"])[-1])
         except (OSError, subprocess.SubprocessError) as e:
             _sandbox_ok.append(str(e))
-    if _sandbox_ok[0] is not None:
+    return _sandbox_ok[0]
+
+
+def sandbox_choice(config: Config) -> SandboxChoice:
+    """Whether this config's kernel runs sandboxed (rlm.kernel.sandbox_policy)."""
+    return choose(getattr(config, "sandbox", None), os.environ.get("RLM_SANDBOX"),
+                  kernel_kind(config.kernel).kind, config.snapshot_url, sandbox_problem)
+
+
+def sandboxed(config: Config) -> bool:
+    return sandbox_choice(config).on
+
+
+def check_sandbox() -> None:
+    """Raise a one-line KernelError when this machine cannot give the kernel its own
+    user and network namespace."""
+    problem = sandbox_problem()
+    if problem is not None:
         raise KernelError(
-            f"--sandbox is not available here ({_sandbox_ok[0]}): it needs Linux user, "
-            "mount and network namespaces (unprivileged); run without --sandbox"
+            f"--sandbox is not available here ({problem}): it needs Linux user, mount and "
+            "network namespaces (unprivileged); run with --no-sandbox, or enable user "
+            "namespaces (sysctl user.max_user_namespaces)"
         )
 
 
-def sandbox_binds(config: Config, session_dir: Path | None) -> list[str]:
+def sandbox_binds(config: Config, session_dir: Path | None,
+                  extra_rw: list[Path] | None = None) -> list[str]:
     """The sandbox launcher's `--rw`/`--ro` arguments: what a sandboxed kernel may write
-    under the paths it sees read-only (rlm.trust.protected_paths)."""
+    under the paths it sees read-only (rlm.trust.protected_paths). `extra_rw`: the
+    fallback socket dir of a deep session (`ipc_prefix`), which may sit under them."""
     trust.ensure_dir(trust.config_dir())  # exists, so a cell cannot create it with records
-    rw: list[Path] = []
+    rw: list[Path] = list(extra_rw or [])
     if session_dir is not None:
         rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime", "artifacts")]
-    rw.append(private_dir(config.home / "cache" / "matplotlib"))
+    if not _user_mpl_config(dict(os.environ)).exists():  # the cache kernel_env points at
+        rw.append(private_dir(config.home / "cache" / "matplotlib"))
     if config.kernel_cwd:
         rw.append(Path(config.kernel_cwd))
     out: list[str] = []
@@ -215,16 +236,37 @@ def ipc_prefix(runtime_dir: Path, name: str) -> tuple[Path, Path | None]:
     prefix = runtime_dir / name
     if len(os.fsencode(prefix)) + 4 <= AF_UNIX_PATH_MAX:
         return prefix, None
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    base = base if base and os.path.isdir(base) and os.access(base, os.W_OK) else None
+    base = socket_base()
     drop_stale_ipc_dirs(runtime_dir)
+    sweep_orphan_ipc_dirs(base)
     short = Path(tempfile.mkdtemp(prefix="rlm-", dir=base))  # 0700, unguessable name
-    # who owns it, so a later start can remove it when this host dies without closing
-    write_private_atomic(runtime_dir / f"{name}{IPC_OWNER}", f"{os.getpid()}\n{short}\n".encode())
+    # who owns it, so a later start can remove it when this host dies without closing:
+    # this session's next start (the marker) or any later kernel start (the file inside)
+    owner = f"{os.getpid()}\n{short}\n".encode()
+    write_private_atomic(short / IPC_OWNER, owner)
+    write_private_atomic(runtime_dir / f"{name}{IPC_OWNER}", owner)
     return short / "k", short
 
 
 IPC_OWNER = ".ipc-owner"
+
+
+def socket_base() -> Path:
+    """The first of $XDG_RUNTIME_DIR, the temp dir and /tmp that is a writable directory
+    short enough for `<base>/rlm-XXXXXXXX/k-NN` to be an AF_UNIX path."""
+    tried = []
+    for base in (os.environ.get("XDG_RUNTIME_DIR"), tempfile.gettempdir(), "/tmp"):
+        if not base or base in tried:
+            continue
+        tried.append(base)
+        fits = len(os.fsencode(os.path.join(base, "rlm-XXXXXXXX", "k"))) + 4 <= AF_UNIX_PATH_MAX
+        if fits and os.path.isdir(base) and os.access(base, os.W_OK):
+            return Path(base)
+    raise KernelError(
+        "the session directory is too deep for the kernel's unix sockets (107 bytes) and "
+        f"none of {', '.join(tried)} is a short writable directory to put them in: set "
+        "TMPDIR (or XDG_RUNTIME_DIR) to a short private directory, or RLM_HOME to a "
+        "shorter path")
 
 
 def drop_stale_ipc_dirs(runtime_dir: Path) -> None:
@@ -238,18 +280,44 @@ def drop_stale_ipc_dirs(runtime_dir: Path) -> None:
         except (OSError, ValueError):
             continue
         if pid != os.getpid():
-            try:
-                os.kill(pid, 0)
+            if _alive(pid):
                 continue  # alive (or not ours to signal): keep it
-            except ProcessLookupError:
-                pass
-            except OSError:
-                continue
         elif path and Path(path).exists():
             continue  # ours and still in use
         if Path(path).name.startswith("rlm-"):
             shutil.rmtree(path, ignore_errors=True)
         marker.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    """True unless `pid` is surely gone (a process we may not signal counts as alive)."""
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+
+
+def sweep_orphan_ipc_dirs(base: Path) -> None:
+    """Remove this user's `rlm-*` socket dirs under `base` whose owning host died without
+    closing (a SIGKILLed host, or a child session's host that is never resumed): each holds
+    an `.ipc-owner` file naming its host's pid. Dirs without one, another user's, or a live
+    host's are kept."""
+    try:
+        candidates = list(base.glob("rlm-*"))
+    except OSError:
+        return
+    for d in candidates:
+        try:
+            if d.stat().st_uid != os.getuid():
+                continue
+            pid = int((d / IPC_OWNER).read_text().split("\n")[0])
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and not _alive(pid):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 class KernelRuntime:
@@ -264,20 +332,21 @@ class KernelRuntime:
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
                  transport: str = "ipc", provisioner: str | None = None):
         self.session_dir = session_dir
-        runtime_dir = private_dir(session_dir / "runtime")
+        runtime_dir = self._runtime_dir = private_dir(session_dir / "runtime")
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
-        if sandboxed(config):
+        if sandbox_choice(config).required:
             check_sandbox()
         if config.snapshot_url:
             check_snapshot_url(config.snapshot_url)
-        spec = provisioned_spec(provisioner, config) if provisioner else \
-            KernelSpec(argv=kernel_argv(config, session_dir), display_name="rlm", language="python")
         name = f"kernel-{uuid.uuid4().hex[:12]}"
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
         if transport == "ipc":
             prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}")  # short: sun_path
             extra = {"transport": "ipc", "ip": str(prefix)}
+        spec = provisioned_spec(provisioner, config) if provisioner else KernelSpec(
+            argv=kernel_argv(config, session_dir, [self._ipc_dir] if self._ipc_dir else None),
+            display_name="rlm", language="python")
         self.km = KernelManager(
             kernel_name="rlm",
             kernel_spec_manager=_SpecManager(spec),
@@ -287,10 +356,11 @@ class KernelRuntime:
         self.km.shutdown_wait_time = 2.0
         # what the kernel starts ends with it, setsid children too (rlm.kernel.reaper)
         reaper.become_subreaper()
+        reaper.sweep_session_orphans(str(session_dir))  # a SIGKILLed host's leftovers
         self._mark = reaper.new_mark()
         self._log_path = runtime_dir / "kernel.log"
         log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
-        with os.fdopen(log_fd, "ab") as log_file:
+        with os.fdopen(log_fd, "ab") as log_file, self._ipc_dir_dropped_on_error():
             try:
                 self.km.start_kernel(
                     env={**kernel_env(session_dir, config), reaper.MARK_ENV: self._mark},
@@ -388,6 +458,18 @@ class KernelRuntime:
             self.km.cleanup_resources()  # removes the ipc socket files too
         except Exception:
             pass
+        self._drop_ipc_dir()
+
+    @contextlib.contextmanager
+    def _ipc_dir_dropped_on_error(self) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self._drop_ipc_dir()
+            raise
+
+    def _drop_ipc_dir(self) -> None:
+        """Remove the fallback socket dir and its owner marker (at close, or a failed start)."""
         if self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
             for marker in self._ipc_dir_markers():
@@ -395,7 +477,7 @@ class KernelRuntime:
 
     def _ipc_dir_markers(self) -> list[Path]:
         out = []
-        for marker in self._pid_file.parent.glob(f"*{IPC_OWNER}"):
+        for marker in self._runtime_dir.glob(f"*{IPC_OWNER}"):
             try:
                 if marker.read_text().split("\n")[1] == str(self._ipc_dir):
                     out.append(marker)

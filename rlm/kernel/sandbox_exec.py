@@ -6,8 +6,12 @@ still holds every capability in the new user namespace when it mounts (util-linu
 `unshare` binary execs before a `mount` could run, and an exec as a non-root user drops
 them): each `--rw` path is bound onto itself first, then each `--ro` path is bound onto
 itself recursively and remounted read-only (the `--rw` binds under it stay writable).
-Then it execs the kernel: no fork, so the pid the host sees is the kernel's. The
-uid/gid inside are the user's own (like `unshare --map-current-user`).
+Then it hides the `/proc/<pid>` of every ancestor whose environment it could read (an
+empty read-only tmpfs over it): a wrapper the user started with a provider key (`timeout`,
+`make`, `uv run`, a CI runner) keeps that key in its `/proc/<pid>/environ`, which a
+same-user cell could otherwise read. Then it execs the kernel: no fork, so the pid the
+host sees is the kernel's. The uid/gid inside are the user's own (like `unshare
+--map-current-user`).
 """
 
 from __future__ import annotations
@@ -45,8 +49,37 @@ def _write(path: str, text: str) -> None:
         f.write(text)
 
 
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def readable_ancestors() -> list[int]:
+    """The pids above this process (pid 1 excluded) whose environ this user can read."""
+    out: list[int] = []
+    pid = os.getppid()
+    while pid > 1:
+        if os.access(f"/proc/{pid}/environ", os.R_OK):
+            out.append(pid)
+        try:
+            pid = _parent(pid)
+        except (OSError, ValueError, IndexError):
+            break
+    return out
+
+
+def _mask(pids: list[int]) -> None:
+    for pid in pids:
+        target = f"/proc/{pid}"
+        if os.path.isdir(target):  # gone since: nothing left to read
+            _check(_libc.mount(b"none", target.encode(), b"tmpfs",
+                               MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+                   f"mount tmpfs over {target}")
+
+
 def enter(ro: list[str], rw: list[str]) -> None:
     uid, gid = os.getuid(), os.getgid()
+    ancestors = readable_ancestors()  # before unshare: the host's view of /proc
     _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
@@ -65,6 +98,7 @@ def enter(ro: list[str], rw: list[str]) -> None:
             if kept & bit:
                 flags |= flag
         _mount(None, path, flags)
+    _mask(ancestors)
 
 
 def main(argv: list[str]) -> None:

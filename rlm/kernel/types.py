@@ -74,6 +74,7 @@ class CellResult:
     full_output_path: str | None = None
     chars_total: int = 0
     elided_chars: int = 0
+    files_read: list[str] | None = None  # what the audit hook saw the cell read (ok cells)
 
     @property
     def ok(self) -> bool:

@@ -510,7 +510,8 @@ def make_handler(model_path: str | None, config: Any) -> LocalHandler:
     if model_path:
         path, bundled = modelfile.check_user_model(model_path, home), False
     else:
-        path, bundled = modelfile.ensure_model(home), True
+        path, bundled = modelfile.ensure_model(home, modelfile.TerminalProgress(
+            "preparing the offline model file (joined once, on first use)")), True
     n_ctx = _n_ctx(config)
     key = _model_key(path, bundled, n_ctx)
     with _REGISTRY_LOCK:

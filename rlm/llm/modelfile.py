@@ -215,6 +215,29 @@ def join_parts(
     _write_sidecar(dest.with_name(dest.name + ".sha256"), dest, digest)
 
 
+class TerminalProgress:
+    """A status line on stderr while the model file is joined or hashed (seconds to
+    minutes on first use): `rlm: preparing the offline model file ... 45%`. Only on a
+    terminal; a pipe or a log gets nothing."""
+
+    def __init__(self, label: str):
+        import sys
+
+        self.label, self.stream = label, sys.stderr
+        self.on = self.stream.isatty()
+        self.shown = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        if not self.on or total <= 0:
+            return
+        pct = min(100, done * 100 // total)
+        if pct != self.shown:
+            self.shown = pct
+            end = "\n" if pct >= 100 else ""
+            self.stream.write(f"\rrlm: {self.label} ({total / 2**30:.1f} GB): {pct}%{end}")
+            self.stream.flush()
+
+
 def ensure_model(home: Path | None = None, on_progress: Progress | None = None, *,
                  cache: Path | None = None) -> Path:
     """Path of the verified bundled model in the model cache (`cache`, default

@@ -3,7 +3,8 @@
 A script is a JSON list; each item is one reply to one model request, in order (or an
 object `{"window": N, "replies": [...]}`: a script that declares its model's context
 window, so compaction is sized to it as to a real model's; without it a scripted model
-reports `DEFAULT_SCRIPT_WINDOW`):
+reports `DEFAULT_SCRIPT_WINDOW`; `"fenced": true` beside them makes the scripted model
+behave like the small local one: no native tools, fenced code, text FINAL):
 
     "assistant text, may hold ```python fenced blocks```"
     {"content": "text", "tool_calls": [{"name": "python", "arguments": {"code": "..."}}]}
@@ -113,6 +114,7 @@ def parse_script(items: Any, source: str) -> list[Reply]:
 class Script:
     replies: list[Reply]
     window: int | None = None  # the context window the script declares (None: the default)
+    fenced: bool = False  # the script plays a fenced-code model (like `local`)
 
 
 def load_script(path: str | Path) -> list[Reply]:
@@ -130,14 +132,15 @@ def read_script(path: str | Path) -> Script:
         ) from None
     except (OSError, ValueError) as e:
         raise ConfigError(f"cannot read script {p}: {e}") from e
-    window = None
+    window, fenced = None, False
     if isinstance(items, dict):
+        fenced = items.get("fenced") is True
         window = items.get("window")
         if not isinstance(window, int) or isinstance(window, bool) or window <= 0:
             raise ConfigError(f"{p}: a script object declares \"window\" as a positive whole "
                               "number of tokens, beside its \"replies\" list")
         items = items.get("replies")
-    return Script(parse_script(items, str(p)), window)
+    return Script(parse_script(items, str(p)), window, fenced)
 
 
 class ReplyQueue:

@@ -39,6 +39,7 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -312,13 +313,46 @@ class SeamLLM:
         return _assemble(response, on_text, streamed, self.spec)
 
 
+# One reply's text plus tool-call arguments, at most: above any provider's output limit
+# (128k tokens is ~500 KB), so only a runaway or hostile endpoint reaches it. The stream
+# is closed there: a 20 MB reply costs the time and memory of 512 KB (bench/RESULTS.md).
+MAX_REPLY_CHARS = 512 * 1024
+CUT_NOTE = "\n[rlm: the reply was cut at {cap:,} characters; the rest was not read]"
+
+
 def _assemble(
-    chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str
+    chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str,
+    cap: int | None = None,
 ) -> Completion:
-    """Join streamed deltas: text (forwarded to on_text), tool calls by index, usage."""
+    """Join streamed deltas: text (forwarded to on_text), tool calls by index, usage. When
+    `on_text` raises (a stream rule stopped the reply) the stream is closed on the spot: the
+    local model's generator holds its model lock until it is closed. Past `cap` characters
+    (MAX_REPLY_CHARS) the stream is closed too and the reply ends for length."""
+    try:
+        return _join(chunks, on_text, streamed, spec,
+                     MAX_REPLY_CHARS if cap is None else cap)
+    except BaseException:
+        _close(chunks)
+        raise
+
+
+def _close(chunks: Iterable[Any]) -> None:
+    for stream in (chunks, getattr(chunks, "completion_stream", None)):
+        close = getattr(stream, "close", None)
+        if callable(close):
+            try:
+                close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                pass
+
+
+def _join(
+    chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str,
+    cap: int,
+) -> Completion:
     text: list[str] = []
-    calls: dict[int, dict[str, str]] = {}
-    usage, finish = None, "stop"
+    calls: dict[int, dict[str, Any]] = {}
+    usage, finish, size, cut = None, "stop", 0, False
     for chunk in chunks:
         if getattr(chunk, "usage", None):
             usage = chunk.usage
@@ -329,20 +363,38 @@ def _assemble(
             if delta is None:
                 continue
             if delta.content:
+                piece = delta.content[:max(0, cap - size)]
+                size += len(delta.content)
                 streamed[0] = True
-                text.append(delta.content)
-                if on_text is not None:
-                    on_text(delta.content)
+                text.append(piece)
+                if on_text is not None and piece:
+                    on_text(piece)
             for tc in delta.tool_calls or ():
-                slot = calls.setdefault(tc.index or 0, {"id": "", "name": "", "arguments": ""})
+                slot = calls.setdefault(tc.index or 0, {"id": "", "name": "", "arguments": []})
                 slot["id"] = tc.id or slot["id"]
                 if tc.function is not None:
                     slot["name"] = tc.function.name or slot["name"]
-                    slot["arguments"] += tc.function.arguments or ""
+                    args = tc.function.arguments or ""
+                    slot["arguments"].append(args[:max(0, cap - size)])
+                    size += len(args)
+        if size > cap:
+            cut = True
+            break
+    if cut:
+        _close(chunks)  # stop the provider's stream (the local model's lock with it)
+        finish = "length"
+        text.append(CUT_NOTE.format(cap=cap))
+        if on_text is not None:
+            on_text(text[-1])
+    for slot in calls.values():
+        slot["arguments"] = "".join(slot["arguments"])
     tool_calls = [_tool_call(calls[i], i) for i in sorted(calls)]
     if tool_calls and finish == "stop":
         finish = "tool_calls"
-    return Completion("".join(text), tool_calls, _usage(usage), spec, finish)
+    got = _usage(usage)
+    if cut and not got.output_tokens:  # the usage chunk comes last: never read
+        got = replace(got, output_tokens=min(size, cap) // 4)
+    return Completion("".join(text), tool_calls, got, spec, finish)
 
 
 def _tool_call(slot: dict[str, str], i: int) -> ToolCall:
@@ -387,13 +439,10 @@ def _from_response(response: Any, spec: str) -> Completion:
         )
         for i, tc in enumerate(getattr(msg, "tool_calls", None) or ())
     ]
-    return Completion(
-        msg.content or "",
-        calls,
-        _usage(getattr(response, "usage", None)),
-        spec,
-        choice.finish_reason or "stop",
-    )
+    content, finish = msg.content or "", choice.finish_reason or "stop"
+    if len(content) > MAX_REPLY_CHARS:  # the same bound as a stream's (`_assemble`)
+        content, finish = content[:MAX_REPLY_CHARS] + CUT_NOTE.format(cap=MAX_REPLY_CHARS), "length"
+    return Completion(content, calls, _usage(getattr(response, "usage", None)), spec, finish)
 
 
 def _mask(text: str) -> str:
@@ -447,6 +496,18 @@ def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
 # -- model kinds ------------------------------------------------------------------------------
 
 
+def _near_model(spec: str, litellm: Any) -> str:
+    """` (did you mean local?)` for `locl`: the embedded model and litellm's known names."""
+    from rlm.spelling import did_you_mean
+
+    try:
+        known = [str(m) for m in getattr(litellm, "model_list", []) or []]
+    except Exception:  # noqa: BLE001 - a hint never fails the error it adds to
+        known = []
+    hint = did_you_mean(spec, ["local", *known])
+    return f" ({hint})" if hint else ""
+
+
 class LiteLLMModel(SeamLLM):
     """Any litellm model string; native tool calling when litellm knows the model has it."""
 
@@ -456,10 +517,10 @@ class LiteLLMModel(SeamLLM):
         self.model = spec
         try:
             litellm.get_llm_provider(spec)
-        except Exception as e:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - litellm's own text names no fix
             raise ConfigError(
-                f"unknown model {spec!r}: use a litellm string such as openai/gpt-4o-mini, "
-                f"`local` (offline) or script:PATH ({_mask(str(e))[:200]})"
+                f"unknown model {spec!r}{_near_model(spec, litellm)}; use a litellm string "
+                "such as openai/gpt-4o-mini, `local` (offline) or script:PATH"
             ) from None
         try:
             self.native_tools = bool(litellm.supports_function_calling(spec))
@@ -507,9 +568,11 @@ class _ScriptHandler:
 
     def _usage(self, reply: Reply, messages: list, calls: list[dict]) -> dict[str, int]:
         given = reply.usage or {}
-        args = "".join(c["function"]["arguments"] for c in calls)
+        text = reply.content + "".join(c["function"]["arguments"] for c in calls)
         inp = given.get("input_tokens", count_messages(messages))
-        out = given.get("output_tokens", count_text(reply.content + args))
+        # counted as a provider would; past the host's bound (never read) estimated
+        out = given.get("output_tokens", count_text(text[:MAX_REPLY_CHARS])
+                        + max(0, len(text) - MAX_REPLY_CHARS) // 4)
         return {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
 
     @staticmethod
@@ -528,16 +591,20 @@ class _ScriptHandler:
         index, reply = self._reply(model, messages, kw)  # raises before streaming starts
         calls = self._calls(index, reply)
         text = reply.content
-        pieces = [text[i : i + 16] for i in range(0, len(text), 16)]
-        chunks = [_chunk(p) for p in pieces] + [_chunk(tool_use=c) for c in calls]
-        chunks.append(
-            _chunk(
-                finished=True,
-                finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
-                usage=self._usage(reply, messages, calls),
-            )
-        )
-        return iter(chunks)
+
+        # 16 characters a chunk, or 1/256 of a long text (litellm's stream wrapper costs
+        # milliseconds a chunk); made as read, as a provider's stream arrives
+        size = max(16, len(text) // 256)
+
+        def chunks() -> Iterator[Any]:
+            for i in range(0, len(text), size):
+                yield _chunk(text[i : i + size])
+            for c in calls:
+                yield _chunk(tool_use=c)
+            yield _chunk(finished=True,
+                         finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
+                         usage=self._usage(reply, messages, calls))
+        return chunks()
 
     def completion(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
         index, reply = self._reply(model, messages, kw)
@@ -602,8 +669,11 @@ class ScriptedLLM(SeamLLM):
     @classmethod
     def from_file(cls, path: str | Path, config: Config | None = None, **kw: Any) -> ScriptedLLM:
         script = read_script(path)
-        return cls(script.replies, config, spec=f"script:{path}", source=str(path),
-                   window=script.window, **kw)
+        llm = cls(script.replies, config, spec=f"script:{path}", source=str(path),
+                  window=script.window, **kw)
+        if script.fenced:
+            llm.native_tools = False  # fenced code blocks and text FINAL, like `local`
+        return llm
 
     def enqueue(self, *replies: Any) -> None:
         self.queue.enqueue(*parse_script(list(replies), self.queue.source))

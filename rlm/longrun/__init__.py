@@ -16,7 +16,14 @@ from typing import Any
 
 from rlm.longrun.autonomous import AutonomousPolicy, Continue, RunState, Stop, attach_policy
 from rlm.longrun.clock import Clock, FakeClock, SystemClock
-from rlm.longrun.goals import GoalError, GoalManager, GoalState, attach_goals, current_goal
+from rlm.longrun.goals import (
+    CompletionJudge,
+    GoalError,
+    GoalManager,
+    GoalState,
+    attach_goals,
+    current_goal,
+)
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS  # noqa: I001
 from rlm.longrun.schedule import ScheduleError, Scheduler, Tick, parse_when
 from rlm.protocols import LoopHost
@@ -35,9 +42,10 @@ def install(
     scheduler: Scheduler | None = None,
     policy: AutonomousPolicy | None = None,
     clock: Clock | None = None,
+    judge: CompletionJudge | None = None,
 ) -> None:
     if goals is not None:
-        attach_goals(agent, goals)
+        attach_goals(agent, goals, judge)
     if scheduler is not None:
         for method in SCHEDULE_METHODS:
             agent.handlers[method] = _schedule_handler(scheduler, method)

@@ -18,21 +18,25 @@ One policy object per run: it remembers its continuations and gate results.
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import os
-import signal
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.longrun.gates import (
+    SKIP_DIRS,
+    GateCheck,
+    GateResult,
+    gate_message,
+    head_tail,
+    run_gate,
+    workspace_fingerprint,
+)
 from rlm.protocols import LoopHost
 
-SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".rlm",
-             ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}  # fmt: skip
-MAX_FINGERPRINT_FILES = 20_000
+__all__ = ["SKIP_DIRS", "AutonomousPolicy", "Continue", "GateResult", "RunState", "Stop",
+           "attach_policy", "gate_message", "head_tail", "run_gate", "workspace_fingerprint"]
+
 
 
 @dataclass
@@ -58,71 +62,8 @@ class Stop:
     ok: bool = False  # True: finished with every gate passing
 
 
-@dataclass
-class GateResult:
-    command: str
-    passed: bool
-    exit_code: int | None
-    output: str
-    duration_s: float
-    timed_out: bool = False
-    fingerprint: str = ""
-    rerun: bool = True  # False: the previous failure was reused (nothing changed)
-
-
-def head_tail(text: str, limit: int = 4000) -> str:
-    """Keep the head and the tail of `text` within about `limit` characters."""
-    if len(text) <= limit:
-        return text
-    half = max(1, (limit - 60) // 2)
-    elided = len(text) - 2 * half
-    return f"{text[:half]}\n[... {elided} characters elided ...]\n{text[-half:]}"
-
-
-def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000) -> GateResult:
-    """Run one gate in a shell; stdout and stderr merged, bounded time and output.
-
-    The gate runs in its own process group, killed whole on timeout (so a grandchild that
-    holds the pipe cannot hang us).
-    """
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        command, shell=True, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    try:
-        raw, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        raw, _ = proc.communicate()
-        out = head_tail(
-            raw.decode(errors="replace") + f"\n[gate timed out after {timeout_s:g} s]", limit
-        )
-        return GateResult(command, False, None, out, time.monotonic() - started, timed_out=True)
-    out = head_tail(raw.decode(errors="replace"), limit)
-    return GateResult(
-        command, proc.returncode == 0, proc.returncode, out, time.monotonic() - started
-    )
-
-
-def workspace_fingerprint(cwd: Path, cells: int | None = None) -> str:
-    """A digest of file paths, sizes and mtimes under `cwd`, plus the cell count."""
-    h = hashlib.sha256(f"cells={cells}\n".encode())
-    n = 0
-    for root, dirs, files in os.walk(cwd):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith("_cache"))
-        for name in sorted(files):
-            path = os.path.join(root, name)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            h.update(f"{os.path.relpath(path, cwd)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-            n += 1
-            if n >= MAX_FINGERPRINT_FILES:
-                return h.hexdigest() + "+"
-    return h.hexdigest()
+# the loop's names for the same limits (rlm.agent.runstate.limit_hit): "limit:turns", ...
+LOOP_LIMIT = {"max_turns": "turns", "max_tokens": "tokens", "max_wall_s": "wall_clock"}
 
 
 @dataclass
@@ -142,6 +83,7 @@ class AutonomousPolicy:
     gate_runs: int = field(default=0, init=False)
     last_failure: GateResult | None = field(default=None, init=False)
     last_decision: Continue | Stop | None = field(default=None, init=False)
+    _gates: GateCheck | None = field(default=None, init=False, repr=False)
 
     def limit_reached(self, state: RunState) -> Stop | None:
         checks: list[tuple[str, Any, Any, str]] = [
@@ -160,15 +102,17 @@ class AutonomousPolicy:
         return decision
 
     def _decide(self, state: RunState) -> Continue | Stop:
-        stop = self.limit_reached(state)
-        if stop is not None:
-            return stop
         if not state.finished:
-            return Continue(None)
+            return self.limit_reached(state) or Continue(None)
+        # the model would stop: its answer is judged by the gates even in the last turn a
+        # limit allows, so a limit never lets an ungated answer pass for a finished run
         failure = self._check_gates(state)
         if failure is None:
             n = len(self.gates)
             return Stop(f"all {n} gates passed" if n else "finished (no gates)", ok=True)
+        stop = self.limit_reached(state)
+        if stop is not None:
+            return Stop(f"{stop.reason}; gate {failure.command!r} still failing", limit=stop.limit)
         self.stalls = 0 if failure.rerun else self.stalls + 1
         if self.stalls >= self.max_stalls:
             return Stop(
@@ -185,39 +129,19 @@ class AutonomousPolicy:
         self.continuations += 1
         return Continue(gate_message(failure))
 
+    def check_gates(self, cells: int | None) -> GateResult | None:
+        """The first failing gate now (`cells`: the run's cell count), else None: what a
+        goal's completion claim must pass (rlm.agent.policy.goal_evidence)."""
+        return self._check_gates(RunState(cells=cells))
+
     def _check_gates(self, state: RunState) -> GateResult | None:
         """The first failing gate (rerun, or remembered when nothing changed), else None."""
-        cwd = Path(self.cwd or Path.cwd())
-        last = self.last_failure
-        if last is not None and workspace_fingerprint(cwd, state.cells) == last.fingerprint:
-            last.rerun = False
-            return last
-        for command in self.gates:
-            result = run_gate(command, cwd, self.gate_timeout_s, self.gate_output_chars)
-            self.gate_runs += 1
-            if not result.passed:
-                result.fingerprint = workspace_fingerprint(cwd, state.cells)
-                self.last_failure = result
-                return result
-        self.last_failure = None
-        return None
-
-
-def gate_message(r: GateResult) -> str:
-    status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
-    if r.rerun:
-        head = f"The quality gate `{r.command}` failed ({status}, {r.duration_s:.1f} s)."
-    else:
-        head = (
-            f"The quality gate `{r.command}` was not rerun: nothing changed since it failed "
-            f"({status}). Change something that addresses it before finishing again."
-        )
-    return (
-        "<quality_gate>\n"
-        f"{head}\nOutput:\n{r.output.rstrip()}\n"
-        "Fix the problem and finish again; the run cannot end until every gate passes.\n"
-        "</quality_gate>"
-    )
+        if self._gates is None:
+            self._gates = GateCheck(self.gates, self.cwd, self.gate_timeout_s,
+                                    self.gate_output_chars)
+        failure = self._gates.check(state.cells)
+        self.gate_runs, self.last_failure = self._gates.runs, self._gates.last_failure
+        return failure
 
 
 def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) -> None:
@@ -237,6 +161,10 @@ def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) 
             finished=reason in ("final", "no_code"), cells=cells,
         )  # fmt: skip
         decision = policy.decide(state)
+        if isinstance(decision, Stop) and not decision.ok and state.finished:
+            # the answer did not pass the gates: the run ends on the limit, not as a success
+            agent.state.end_as = (f"limit:{LOOP_LIMIT.get(decision.limit or '', decision.limit)}",
+                                  decision.reason)
         return decision.message if isinstance(decision, Continue) else None
 
     agent.continuations.append(hook)

@@ -7,7 +7,9 @@ compaction appends entries, it never removes the goal's.
 
 Who may do what:
 - the user (CLI, slash commands): set, pause, resume, clear, raise_budget;
-- the host loop: account (tokens and time at each normal assistant message), continuation;
+- the host loop: account (tokens and time at each normal assistant message), continuation,
+  and, with a judge (rlm.agent.policy.goal_evidence): complete a goal whose completion claim
+  holds up (`complete_by_host`), block a goal whose run got stuck (`block_by_host`);
 - the model (kernel bridge, `handle`): goal.get, goal.complete, goal.block(reason) — never
   the budget, never pause/resume.
 """
@@ -15,7 +17,7 @@ Who may do what:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from html import escape
 from typing import Any, Protocol
@@ -23,6 +25,7 @@ from typing import Any, Protocol
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.protocols import LoopHost
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 GOAL_ENTRY = "thread_goal_state"
@@ -34,6 +37,21 @@ FINISH_HINT = (
 )
 
 
+@dataclass(frozen=True)
+class ClaimVerdict:
+    """How the host judged a completion claim (rlm.agent.policy.goal_evidence)."""
+
+    holds: bool
+    message: str = ""  # what is missing: the model reads it when the claim does not hold
+    summary: str = ""  # the claim, kept as the goal's last reason when it holds
+    evidence: dict[str, Any] | None = None
+
+
+# judge(agent, reason, claim): reason is the run's ("final", "no_code") or "goal.complete";
+# claim the answer or the summary. None: this is not a completion claim (the goal goes on).
+CompletionJudge = Callable[[Any, str, "str | None"], "ClaimVerdict | None"]
+
+
 class GoalError(RlmError):
     """A goal operation that is not allowed in the goal's current state, or bad input."""
 
@@ -41,7 +59,7 @@ class GoalError(RlmError):
 class SessionLike(Protocol):
     def append(self, entry: Entry) -> Any: ...
 
-    def branch(self, leaf: str | None = None) -> list[Entry]: ...
+    def branch(self, leaf: str | None = None) -> Sequence[Entry]: ...
 
 
 @dataclass
@@ -97,13 +115,12 @@ def check_budget(budget: Any) -> int | None:
     return budget
 
 
-def current_goal(branch: list[Entry]) -> GoalState | None:
+def current_goal(branch: Sequence[Entry]) -> GoalState | None:
     """The goal in force at the end of `branch` (root -> leaf): the last goal entry wins."""
-    for entry in reversed(branch):
-        if isinstance(entry, CustomEntry) and entry.custom_type == GOAL_ENTRY:
-            data = entry.data or {}
-            goal = data.get("goal") if isinstance(data, dict) else None
-            return GoalState.from_dict(goal) if goal is not None else None
+    for entry in reversed(custom_entries(branch, GOAL_ENTRY)):  # O(1) reads on a long log
+        data = entry.data or {}
+        goal = data.get("goal") if isinstance(data, dict) else None
+        return GoalState.from_dict(goal) if goal is not None else None
     return None
 
 
@@ -124,6 +141,7 @@ class GoalManager:
     def __init__(self, session: SessionLike, clock: Clock | None = None):
         self.session = session
         self.clock = clock or SystemClock()
+        self.gate: Any = None  # rlm.longrun.gates.GoalGate: --gate checks before complete()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -251,6 +269,7 @@ class GoalManager:
             return self._reply(self.get())
         if name == "complete":
             goal = self._require("active", "paused", "blocked", "budget_limited")
+            self._check_gates(goal)
             goal.status = "complete"
             goal.last_reason = str(params.get("summary") or "completed by the model")[:1000]
             self._save(goal, "complete")
@@ -262,6 +281,44 @@ class GoalManager:
         goal.status, goal.last_reason = "blocked", reason.strip()[:1000]
         self._save(goal, "block")
         return self._reply(goal)
+
+    def _check_gates(self, goal: GoalState) -> None:
+        """Every gate must pass before a goal is complete (rlm.longrun.gates): a failing
+        one's output is the error the model reads; too many failures block the goal."""
+        refusal = self.gate.refusal() if self.gate is not None else None
+        if refusal is None:
+            return
+        if self.gate.exhausted:
+            goal.status, goal.last_reason = "blocked", self.gate.blocked_reason()
+            self._save(goal, "block")
+            refusal += f"\nThe goal is now blocked: {goal.last_reason}."
+        raise GoalError(refusal)
+
+    def complete_by_host(self, summary: str, evidence: dict[str, Any] | None = None
+                         ) -> GoalState | None:
+        """The model's completion claim held (gates pass, claims verified): complete."""
+        goal = self.get()
+        if goal is None or goal.status != "active":
+            return goal
+        goal.status = "complete"
+        goal.last_reason = (summary.strip() or "completed")[:1000]
+        data_goal = self._save(goal, "complete")
+        if evidence:
+            self.session.append(CustomEntry(custom_type="goal_evidence", display=False,
+                                            content=None, data={"goal_id": goal.goal_id,
+                                                                "evidence": evidence}))
+        return data_goal
+
+    def block_by_host(self, reason: str) -> GoalState | None:
+        """The host stopped the goal's run (it was stuck): blocked, with a one-line reason
+        the user sees in `rlm goal SESSION`; `rlm goal SESSION resume` continues it."""
+        goal = self.get()
+        if goal is None or goal.status != "active":
+            return goal
+        goal.status = "blocked"
+        goal.last_reason = "blocked by the host: " + " ".join(reason.split())[:300]
+        self._save(goal, "block")
+        return goal
 
     @staticmethod
     def _reply(goal: GoalState | None) -> dict[str, Any]:
@@ -281,7 +338,9 @@ def render_goal_context(goal: GoalState) -> str:
         )
     return (
         "<goal_context>\n"
-        f"<objective>{escape(goal.objective)}</objective>\n"
+        # only <, > and & would break the tags: quotes stay as typed (the user reads this
+        # text in the transcript; `region&#x27;s` was a leak)
+        f"<objective>{escape(goal.objective, quote=False)}</objective>\n"
         f"<status>{goal.status}</status>\n"
         f"<budget>{budget}</budget>\n"
         f"<continuation>{goal.continuations}</continuation>\n"
@@ -293,8 +352,14 @@ def render_goal_context(goal: GoalState) -> str:
 # -- wiring into the agent loop (rlm.protocols.LoopHost) ------------------------------------
 
 
-def attach_goals(agent: LoopHost, goals: GoalManager) -> None:
+def attach_goals(agent: LoopHost, goals: GoalManager,
+                 judge: CompletionJudge | None = None) -> None:
     """Bridge handlers goal.get/complete/block, per-turn accounting, goal continuation.
+
+    With a `judge`, a completion claim (`goal.complete(summary)`, or the answer a run would
+    end with, as the judge decides) completes the goal only when the judge says it holds;
+    otherwise the model is told what is missing (an exception from goal.complete, or the
+    continuation message). A run that ends `stuck` blocks the goal with its detail.
 
     Accounting charges the newest assistant message once (input + output tokens, skipping
     failed model calls); its time is the span of that turn in the log (entry timestamps), so
@@ -303,6 +368,8 @@ def attach_goals(agent: LoopHost, goals: GoalManager) -> None:
     """
     for verb in ("get", "complete", "block"):
         agent.handlers[f"goal.{verb}"] = _goal_handler(goals, f"goal.{verb}")
+    if judge is not None:
+        agent.handlers["goal.complete"] = _judged_complete(agent, goals, judge)
     seen: dict[str, str | None] = {"id": None}
 
     def account_turn(_agent: Any) -> None:
@@ -324,11 +391,47 @@ def attach_goals(agent: LoopHost, goals: GoalManager) -> None:
     # accounting runs before the continuation is chosen: the turn that exhausts the budget
     # gets no goal continuation (rlm.agent.Agent.account_hooks)
     agent.account_hooks.append(account_turn)
-    agent.continuations.insert(0, lambda _agent, _reason: goals.continuation_message())
+
+    def continuation(agent: Any, reason: str) -> str | None:
+        goal = goals.get()
+        if goal is None or goal.status != "active" or judge is None:
+            return goals.continuation_message()
+        verdict = judge(agent, reason, getattr(getattr(agent, "state", None), "answer", None))
+        if verdict is None:
+            return goals.continuation_message()
+        if verdict.holds:
+            goals.complete_by_host(verdict.summary, verdict.evidence)
+            return None
+        context = goals.continuation_message()
+        return None if context is None else f"{verdict.message}\n{context}"
+
+    def on_end(_agent: Any, reason: str, detail: str | None) -> None:
+        if reason == "stuck":
+            goals.block_by_host("stuck: " + (detail or "no progress"))
+
+    agent.continuations.insert(0, continuation)
+    agent.end_hooks.append(on_end)
 
 
 def _goal_handler(goals: GoalManager, method: str) -> Callable[[dict[str, Any]], Any]:
     return lambda p: goals.handle(method, p)
+
+
+def _judged_complete(agent: Any, goals: GoalManager,
+                     judge: CompletionJudge) -> Callable[[dict[str, Any]], Any]:
+    """goal.complete(summary) from the kernel: the claim is judged first; a claim that does
+    not hold raises, and its message (what is missing) is what the cell shows."""
+
+    def handle(params: dict[str, Any]) -> Any:
+        goal = goals.get()
+        if goal is not None and goal.status == "active":
+            summary = params.get("summary") if isinstance(params, dict) else None
+            verdict = judge(agent, "goal.complete", summary if isinstance(summary, str) else None)
+            if verdict is not None and not verdict.holds:
+                raise GoalError("the goal is not complete yet: " + verdict.message)
+        return goals.handle("goal.complete", params)
+
+    return handle
 
 
 def _tell_budget_reached(goals: GoalManager, goal: GoalState) -> None:

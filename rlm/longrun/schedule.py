@@ -109,6 +109,23 @@ def _is_cron(text: str) -> bool:
     return text.lower() in CRON_ALIASES or len(text.split()) == 5
 
 
+CRON_FIELDS = (("minute", "0-59"), ("hour", "0-23"), ("day of month", "1-31"),
+               ("month", "1-12 or jan-dec"), ("day of week", "0-6 or sun-sat"))
+
+
+def _bad_cron_field(expr: str) -> str:
+    """Which of the 5 fields croniter refuses, alone among `*`s, and its range."""
+    fields = expr.split()
+    if len(fields) != 5:
+        return "5 fields: minute hour day-of-month month day-of-week"
+    for i, (name, allowed) in enumerate(CRON_FIELDS):
+        alone = ["*"] * 5
+        alone[i] = fields[i]
+        if not croniter.is_valid(" ".join(alone)):
+            return f"field {i + 1} ({name}) {fields[i]!r} is not valid: {allowed}"
+    return "the fields do not combine (5 fields: minute hour day-of-month month day-of-week)"
+
+
 def parse_when(text: str, now: float, *, bare_interval: bool = False) -> When:
     """Read 'every 10m' / 'in 30m' / 'at 2026-01-02T09:00' / '0 9 * * 1-5' / '@daily'.
 
@@ -132,7 +149,7 @@ def parse_when(text: str, now: float, *, bare_interval: bool = False) -> When:
         return When("once", raw, at=_parse_iso(raw, now))
     if _is_cron(raw):
         if not croniter.is_valid(low):
-            raise ScheduleError(f"invalid cron expression {raw!r} (5 fields: min hour dom mon dow)")
+            raise ScheduleError(f"invalid cron expression {raw!r}: {_bad_cron_field(low)}")
         try:
             cron_next(low, now)
         except (CroniterBadDateError, ValueError, OverflowError):

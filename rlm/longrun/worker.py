@@ -513,7 +513,9 @@ def _start_failure(log: Path, start: int, code: int | None) -> str:
     except OSError:
         text = ""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    own = [ln for ln in lines if ln.startswith("rlm worker: ")]
+    # its error line; not the "stopped (exit N)" that `rlm worker` prints after it
+    own = [ln for ln in lines if ln.startswith("rlm worker: ")
+           and not ln.startswith("rlm worker: stopped (exit ")]
     if own:
         return own[-1].removeprefix("rlm worker: ")
     tail = "\n".join(lines[-20:])
@@ -538,6 +540,19 @@ def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
             data["state"] = "dead"
         out.append(data)
     return out
+
+
+def prune_workers(home: Path | None = None) -> list[str]:
+    """Remove the status files of workers that no longer hold their session (stopped or
+    dead): `rlm ps --prune`. Returns their session ids; a live worker's file is kept."""
+    gone = []
+    root = sessions_path(home)
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        status = d / "worker.json"
+        if status.is_file() and lock_holder(d / "worker.lock") is None:
+            status.unlink(missing_ok=True)
+            gone.append(d.name)
+    return gone
 
 
 def stop_worker(session_id: str, home: Path | None = None, timeout_s: float = 30.0) -> bool:

@@ -21,7 +21,7 @@ Cell mapping, in branch order:
   use -> one first cell (`prelude`) defining them: `llm_query`, `llm_query_batched` and
   `rlm_query` answer from the session's `subcall` entries (rlm.agent.recursion), so "Run
   All" reproduces the session offline; `final`, `final_var`, `compact`, `goal`, `cron`,
-  `heartbeat` are no-ops that print so; `pd`, `np`, `plt` are imported
+  `heartbeat`, `memory` are no-ops that print so (a re-run never rewrites .agent/); `pd`, `np`, `plt` are imported
 - a `context_vars` entry's files -> loader cells for the files that loaded (`loaded_inputs`)
 
 Cells that raised carry the `raises-exception` tag so nbclient re-runs the notebook top to
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -46,12 +47,14 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 import rlm
 from kernel_ext.contract import ALIASES
+from rlm.agent.children import registry
 from rlm.agent.context_files import loader_code, variable_name
 from rlm.agent.nudge import WHY as _NUDGE_TEXTS
 from rlm.agent.recursion import SUBCALL_ENTRY
 from rlm.errors import RlmError
 from rlm.paths import PRIVATE_FILE, fsync_dir
 from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
+from rlm.session.context import RELIEF_CUSTOM
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -65,9 +68,22 @@ from rlm.session.entries import (
 
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3|ipython)?[ \t]*\n(.*?)```", re.DOTALL)
 _TEXT_MIMES = ("text/", "image/svg+xml")
-_API = ("llm_query_batched", "llm_query", "rlm_query", "final_var", "final", "compact",
-        "goal", "cron", "heartbeat")  # kernel_ext.api.NAMES (a test keeps them in step)
+_API = ("llm_query_batched", "llm_query", "rlm_query", "rlm_spawn", "rlm_gather", "rlm_wait",
+        "yield_section", "final_var", "final", "compact", "history", "goal", "cron",
+        "heartbeat", "memory")  # kernel_ext.api.NAMES (a test keeps them in step)
+_SUB_CALLS = {"llm_query", "llm_query_batched", "rlm_query", "rlm_spawn", "rlm_gather",
+              "rlm_wait"}
 _USES = re.compile(r"\b(" + "|".join([*_API, *ALIASES]) + r")\b")
+
+
+def memory_line(data: dict[str, Any]) -> str:
+    """One line for a `memory_write` entry (rlm.app.memory): which file, how, by whom."""
+    where = Path(str(data.get("path") or "")).name or str(data.get("file") or "?")
+    how = data.get("mode") or data.get("action") or ""
+    who = " (stated by the user)" if data.get("stated_by") == "user" else ""
+    changed = data.get("changed_user_conventions") or []
+    tail = f"; changed the user's convention(s): {' | '.join(map(str, changed))}" if changed else ""
+    return f"{data.get('method', 'write')} -> .agent/{where}{f' ({how})' if how else ''}{who}{tail}"
 
 
 class ExportError(RlmError):
@@ -167,6 +183,11 @@ def build_notebook(branch: list[Entry], header: SessionHeader | None,
     builder = _Builder(session_dir, Path(header.cwd) if header is not None and header.cwd else None)
     for entry in branch:
         builder.add(entry)
+    for child in registry(branch):  # rlm_spawn's answers by task, in the order spawned
+        if child.get("state") == "done" and isinstance(child.get("task"), str):
+            sha = hashlib.sha256(child["task"].encode()).hexdigest()
+            builder.replies.setdefault("rlm_spawn", {}).setdefault(sha, []).append(
+                child.get("result"))
     if not builder.saw_task and header is not None and header.task:
         builder.cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
     if builder.uses:
@@ -227,6 +248,40 @@ def rlm_query(task, context=None):
     """Recorded: the answer the session's child agent gave for this task."""
     return _rlm_reply("rlm_query", task)
 ''',
+    "rlm_spawn": '''
+class _RlmChild:
+    """Recorded: a child's handle answers with what the session's child answered."""
+
+    def __init__(self, task, name):
+        self.name, self._answer = name, _rlm_reply("rlm_spawn", task)
+
+    def result(self, timeout=None):
+        return self._answer
+
+    def status(self):
+        return {"name": self.name, "state": "done"}
+
+    def __getattr__(self, attr):
+        if attr.startswith("_"):
+            raise AttributeError(attr)
+        return lambda *a, **k: print(f"[rlm] child.{attr}() is a no-op outside rlm")
+
+
+def rlm_spawn(task, name=None, context=None, schema=None, model=None, isolation=None):
+    return _RlmChild(task, name)
+''',
+    "rlm_gather": '''
+def rlm_gather(handles, timeout=None, return_exceptions=True):
+    return [h.result() for h in handles]
+''',
+    "rlm_wait": '''
+def rlm_wait(handles, any=True, timeout=None):
+    return list(handles), []
+''',
+    "yield_section": '''
+def yield_section(label, item):
+    print(f"[rlm] yield_section() is a no-op outside rlm")
+''',
     "final": '''
 def final(value):
     print(f"[rlm] final() is a no-op outside rlm; the session's answer was: {value}")
@@ -239,7 +294,7 @@ def final_var(name):
 }
 _NO_OP = '''
 class _RlmNoOp:
-    """compact, goal, cron, heartbeat: the agent's controls mean nothing outside rlm."""
+    """compact, goal, cron, heartbeat, memory: the agent's controls mean nothing outside rlm."""
 
     def __init__(self, name):
         self._name = name
@@ -255,7 +310,7 @@ class _RlmNoOp:
     def __repr__(self):
         return f"<{self._name}: a no-op outside rlm>"
 '''
-_CONTROLS = ("compact", "goal", "cron", "heartbeat")
+_CONTROLS = ("compact", "goal", "cron", "heartbeat", "memory")
 
 
 def prelude(uses: set[str], replies: dict[str, dict[str, list[Any]]]) -> str:
@@ -267,7 +322,7 @@ def prelude(uses: set[str], replies: dict[str, dict[str, list[Any]]]) -> str:
              "outside rlm,\n# offline: llm_query and rlm_query answer from the replies the "
              "session recorded\n"]
     parts += [f"import {ALIASES[a]} as {a}\n" for a in ALIASES if a in uses]
-    if uses & {"llm_query", "llm_query_batched", "rlm_query"}:
+    if uses & _SUB_CALLS:
         parts.append(_REPLY.format(replies=pprint.pformat(replies, width=96)))
     if uses & set(_CONTROLS):
         parts.append(_NO_OP)
@@ -402,6 +457,14 @@ class _Builder:
                 if isinstance(c, dict) and isinstance(c.get("sha256"), str):
                     self.replies.setdefault(method, {}).setdefault(c["sha256"], []).append(
                         c.get("reply"))
+        elif entry.custom_type == RELIEF_CUSTOM:  # the outputs above stay whole here
+            lines = "".join(f"\n- cell {r.get('cell')}: {r.get('reason')} "
+                            f"({r.get('tokens_saved')} tokens)" for r in data.get("replaced", []))
+            self._md(f"### Context {data.get('tier', 'relief')} ({data.get('trigger', '?')}, "
+                     f"{data.get('tokens_before', '?')} -> {data.get('tokens_after', '?')} "
+                     f"tokens)\n\nReplaced in the model's context:{lines}", entry)
+        elif entry.custom_type == "memory_write":
+            self._md(f"*Project memory: {memory_line(data)}*", entry)
         elif entry.custom_type == "notebook_import":
             self._md(f"*Imported from notebook `{data.get('path', '?')}`:*", entry)
             for i, item in enumerate(data.get("cells") or []):

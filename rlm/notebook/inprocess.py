@@ -48,6 +48,9 @@ class _Tee:
 
     def __init__(self, target: Any, name: str, record: Callable[[str, str], None]):
         self._target, self._name, self._record = target, name, record
+        # kernel_ext.streams.repair leaves a stream that writes through to the kernel's
+        # own alone (no "[rlm: sys.stdout was rebound ...]" line after each agent cell)
+        self.writes_through_to = target
 
     def write(self, text: str) -> int:
         if text:

@@ -6,6 +6,8 @@
 - if the branch holds a compaction, the latest one's summary comes next as a user message,
   then the entries from its `first_kept_entry_id` up to the compaction, then everything
   after the compaction (earlier compactions inside the kept range are skipped);
+- `rule_injection` entries (stream rules) outlive compactions: the ones before the kept
+  range are projected right after the summary, which does not contain them;
 - only the newest `ipython_state` notice is shown: an older one inside the kept range
   lists names that may be gone, and the newest supersedes it;
 - message entries with `error` set (failed model calls), model_change entries and custom
@@ -23,7 +25,9 @@ Byte stability: appending entries only appends messages, with one exception, the
 consecutive tool results in fenced mode, which replaces the *last* message (a new dict; the
 old one is never mutated). Tool results of a turn are all appended before the next model
 call, so the prefix the provider caches is stable between calls. A new compaction
-rebuilds the list (the prefix changes then, by design).
+rebuilds the list (the prefix changes then, by design); so does a `context_relief` record
+(rlm.compaction.tiers: cell results replaced by one-line notices, every record on the
+branch applies), whose planner keeps its changes in the tail unless the cache is cold.
 
 `Projector` is the incremental form the store keeps: `extend(entries)` costs O(new
 entries), so a turn at 100k entries stays well under a millisecond of projection.
@@ -32,6 +36,7 @@ entries), so a turn at 100k entries stays well under a millisecond of projection
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rlm.session.entries import (
@@ -48,6 +53,10 @@ SUMMARY_PREFIX = (
 )
 # custom entries of which only the newest one is projected
 SUPERSEDED_CUSTOM = frozenset({"ipython_state"})
+# a tier's record (rlm.compaction.tiers): cell results it replaced by one-line notices
+RELIEF_CUSTOM = "context_relief"
+# custom entries a compaction never drops: projected after the summary (which skips them)
+PINNED_CUSTOM = frozenset({"rule_injection"})
 BRANCH_SUMMARY_PREFIX = (
     "The following is a summary of a branch that this conversation came back from:"
 )
@@ -57,6 +66,17 @@ _KEEP_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 
 def summary_message(summary: str) -> dict[str, Any]:
     return {"role": "user", "content": f"{SUMMARY_PREFIX}\n\n<summary>\n{summary}\n</summary>"}
+
+
+def relief_replacements(entries: list[Entry]) -> dict[str, str]:
+    """entry id -> the text shown instead of that cell result, over every relief record."""
+    out: dict[str, str] = {}
+    for e in entries:
+        if isinstance(e, CustomEntry) and e.custom_type == RELIEF_CUSTOM and isinstance(e.data, dict):
+            for r in e.data.get("replaced", []):
+                if isinstance(r, dict) and isinstance(r.get("id"), str) and isinstance(r.get("text"), str):
+                    out[r["id"]] = r["text"]
+    return out
 
 
 def _code_of(call: dict[str, Any]) -> str:
@@ -74,16 +94,21 @@ class Projector:
     def __init__(self, *, system_prompt: str, native_tools: bool) -> None:
         self.system = {"role": "system", "content": system_prompt}
         self.native = native_tools
-        self.entries: list[Entry] = []  # the branch consumed so far
+        self.entries: list[Entry] = []  # the branch consumed so far, from `base` on
+        # branch position of entries[0]: a store starts a projector at the latest
+        # compaction's first kept entry, since nothing before it is ever shown
+        self.base = 0
+        self.pinned: list[Entry] = []  # PINNED_CUSTOM entries before `base` (still shown)
         self.msgs: list[dict[str, Any]] = []
         self._pending: list[str] = []  # native: tool_call ids still waiting for results
         self._merge_tool = False  # fenced: last message is a merged tool-output message
         self._cells = 0
         self._superseded: dict[str, dict[str, Any]] = {}  # custom_type -> its shown message
+        self._replaced: dict[str, str] = {}  # cell result id -> its relief notice
 
     @property
     def consumed(self) -> int:
-        return len(self.entries)
+        return self.base + len(self.entries)
 
     def messages(self) -> list[dict[str, Any]]:
         return [self.system, *self.msgs]
@@ -93,12 +118,22 @@ class Projector:
             self.entries.append(e)
             if isinstance(e, CompactionEntry):
                 self._rebuild()
+            elif isinstance(e, CustomEntry) and e.custom_type == RELIEF_CUSTOM:
+                self._replaced.update(relief_replacements([e]))
+                self._rebuild()  # like a compaction: the prefix changes from the first one
             else:
                 self._emit(e)
 
-    def load(self, branch: list[Entry]) -> None:
-        """Consume a whole branch, starting from its latest compaction."""
-        self.entries = list(branch)
+    def load(self, branch: Sequence[Entry]) -> None:
+        """Consume a whole branch, starting from its latest compaction (what comes before
+        its first kept entry is never shown, so it is not even read; a relief record there
+        can only name results before it, which are not shown either)."""
+        from rlm.session.branch import pinned_before, projection_start
+
+        self.base = projection_start(branch)
+        self.pinned = pinned_before(branch, PINNED_CUSTOM, self.base)
+        self.entries = list(branch[self.base:])
+        self._replaced = relief_replacements(self.entries)
         self._rebuild()
 
     # -- internals ----------------------------------------------------------------------
@@ -127,9 +162,17 @@ class Projector:
                 if entries[i].id == comp.first_kept_entry_id:
                     start = i
                     break
+        before = [e for e in entries[:start]
+                  if isinstance(e, CustomEntry) and e.custom_type in PINNED_CUSTOM]
+        for e in [*self.pinned, *before]:
+            self._emit(e)
         for e in entries[start:]:
             if not isinstance(e, CompactionEntry):
                 self._emit(e)
+        if start:  # what comes before is not shown again but the pinned: drop the rest
+            self.pinned += before
+            self.base += start
+            self.entries = entries[start:]
 
     def _emit(self, e: Entry) -> None:
         if isinstance(e, MessageEntry):
@@ -194,6 +237,8 @@ class Projector:
 
     def _emit_tool(self, e: MessageEntry) -> None:
         m = e.message
+        if e.id in self._replaced:
+            m = {**m, "content": self._replaced[e.id]}
         content = m.get("content")
         text = content if isinstance(content, str) else json.dumps(content)
         call_id = m.get("tool_call_id")
@@ -220,7 +265,7 @@ class Projector:
 
 
 def build_messages(
-    branch: list[Entry], *, system_prompt: str, native_tools: bool
+    branch: Sequence[Entry], *, system_prompt: str, native_tools: bool
 ) -> list[dict[str, Any]]:
     """The model's messages for `branch` (root -> leaf, header excluded). Pure."""
     proj = Projector(system_prompt=system_prompt, native_tools=native_tools)

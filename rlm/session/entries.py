@@ -105,7 +105,8 @@ class CustomEntry(Entry):
     """Host-side state and notices. `display` false: reaches the model, not the transcript.
 
     Known custom types: ipython_state, kernel_restored, thread_goal_state, heartbeat_prompt,
-    cron_prompt, compaction_outcome, context_vars, notebook_import, final, resampled.
+    cron_prompt, compaction_outcome, context_vars, notebook_import, final, resampled,
+    rule_injection (a stream rule stopped a reply: rlm.agent.policy.stream).
     """
 
     type: ClassVar[str] = "custom"

@@ -22,6 +22,13 @@ Loading (`open`) is strict, as a trust boundary should be:
 
 Speed: the branch root->leaf is kept incrementally, and `messages()` keeps one incremental
 `Projector` per (system prompt, tool mode), so a turn costs O(new entries), not O(log).
+A long session opens through `session.index` (`rlm.session.index`, a cache rebuilt when
+missing or stale): the header, the index and the lines appended since are read; the
+branch's entries are read back by offset when first touched (`rlm.session.branch`), and
+the projection starts at the latest compaction. Until something needs every entry
+(`entries`, `tree`, `set_leaf`, `get` of an entry not read yet) the store is *partial*;
+then it parses the whole file once (`_load_all`). A partial store checks a new entry's
+id against the entries it has read only (ids are 48 random bits).
 """
 
 from __future__ import annotations
@@ -49,11 +56,10 @@ from rlm.paths import (
     write_private_atomic,
 )
 from rlm.secrets import known_secrets, redact_text
-from rlm.session import migrations
-from rlm.session.context import Projector
+from rlm.session import index, migrations
+from rlm.session.branch import Branch, pinned_before
+from rlm.session.context import PINNED_CUSTOM, Projector
 from rlm.session.entries import (
-    ENTRY_TYPES,
-    BranchSummaryEntry,
     CompactionEntry,
     CustomEntry,
     Entry,
@@ -62,28 +68,12 @@ from rlm.session.entries import (
     entry_from_dict,
     new_id,
 )
+from rlm.session.lines import Parsed, build, read_records, reason
+from rlm.session.lines import dumps as _dumps
 from rlm.trust import open_regular
 
 FILE_NAME = "session.jsonl"
-
-# field -> accepted types, checked on load (the file is a trust boundary)
-_FIELD_TYPES: dict[type, dict[str, tuple[type, ...]]] = {
-    MessageEntry: {
-        "message": (dict,),
-        "usage": (dict, type(None)),
-        "cell": (dict, type(None)),
-        "error": (str, type(None)),
-        "model": (str, type(None)),
-    },
-    CompactionEntry: {
-        "summary": (str,),
-        "first_kept_entry_id": (str, type(None)),
-        "details": (dict,),
-        "tokens_before": (int,),
-    },
-    BranchSummaryEntry: {"summary": (str,)},
-    CustomEntry: {"custom_type": (str,), "content": (str, type(None)), "display": (bool,)},
-}
+INDEX_EVERY = 1000  # appends between two refreshes of session.index (also at compactions)
 
 
 @dataclass
@@ -107,14 +97,6 @@ def _new_session_id() -> str:
     return f"{datetime.now(UTC).strftime('%Y%m%d-%H%M%S')}-{new_id()[:6]}"
 
 
-def _dumps(entry: Entry) -> bytes:
-    try:
-        text = json.dumps(entry.to_dict(), ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError) as e:
-        raise SessionError(f"cannot record {entry.type} entry {entry.id}: {e}") from e
-    return (text + "\n").encode()
-
-
 class SessionStore:
     """One session: its entries (file order), the tree, the current leaf."""
 
@@ -125,7 +107,12 @@ class SessionStore:
         self._entries: list[Entry] = []
         self._by_id: dict[str, Entry] = {}
         self._leaf: str | None = None
-        self._branch: list[Entry] = []
+        self._branch = Branch.of([])
+        self._offset: dict[str, int] = {}  # entry id -> its line's offset (complete stores)
+        self._count = 0  # entries in the file (header excluded)
+        self._partial = False  # opened through the index: not every entry is in memory
+        self._unindexed = 0  # appends since the index was last written
+        self._last: str | None = None  # the id on the file's last line (a partial store)
         self._branch_gen = 0  # bumped when the branch stops being a prefix of the old one
         self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
         self._fd: int | None = None
@@ -177,34 +164,76 @@ class SessionStore:
     ) -> SessionStore:
         """Load a session by id (or unique id prefix), directory or file path."""
         path = resolve_session_path(id_or_path, home)
+        fast = index.load(path, index.line_reader)
+        if fast is not None:
+            return cls._from_index(path, fast)
+        parsed, store = cls._parse(path)
+        if not readonly:
+            if parsed.cut is not None:
+                store.recovered = _move_torn_tail(path, parsed.cut)
+            elif parsed.unterminated is not None:  # a whole entry whose newline never reached disk
+                _terminate(path)
+            if store._needs_rewrite:
+                _rewrite_migrated(path, store)
+            store._save_index()
+        elif parsed.cut is None and parsed.unterminated is None and not store._needs_rewrite:
+            # a viewer caches what it parsed (the covered size is what it read)
+            index.save(path, index.Covered(parsed.size, parsed.mtime_ns, parsed.hash,
+                                           store._count, store._leaf, store._branch))
+        return store
+
+    @classmethod
+    def _parse(cls, path: Path) -> tuple[Parsed, SessionStore]:
+        """Parse the whole file (strict; torn tails found, nothing written)."""
         # Bulk load: hundreds of thousands of new containers would trigger repeated full
         # garbage collections (they cost more than the parsing); nothing here makes cycles.
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            records, cut, unterminated = _read_records(path)
+            parsed = read_records(path)
             try:
-                store = cls._from_records(path, records)
+                store = cls._from_records(path, parsed)
             except SessionCorrupt as e:
                 # an unterminated tail that parses but is no valid entry: torn after all
-                if unterminated is None or e.line != records[-1][0]:
+                if parsed.unterminated is None or e.line != parsed.records[-1][0]:
                     raise
-                records, cut, unterminated = _read_records(path, keep_unterminated=False)
-                store = cls._from_records(path, records)
+                parsed = read_records(path, keep_unterminated=False)
+                store = cls._from_records(path, parsed)
         finally:
             if gc_was_on:
                 gc.enable()
-        if not readonly:
-            if cut is not None:
-                store.recovered = _move_torn_tail(path, cut)
-            elif unterminated is not None:  # a whole entry whose newline never reached disk
-                _terminate(path)
-            if store._needs_rewrite:
-                _rewrite_migrated(path, store)
-        return store
+        return parsed, store
 
     @classmethod
-    def _from_records(cls, path: Path, records: list[tuple[int, dict[str, Any]]]) -> SessionStore:
+    def _from_index(cls, path: Path, fast: index.Loaded) -> SessionStore:
+        store = cls(fast.header, path)
+        store._partial = True
+        store._count, store._leaf, store._branch = fast.count, fast.leaf, fast.branch
+        store._last = fast.leaf  # the file's last entry, by construction
+        store._by_id.update(fast.known)
+        store._unindexed = len(fast.known)
+        return store
+
+    def _load_all(self) -> None:
+        """Parse the whole file (a partial store, when every entry is needed)."""
+        if not self._partial:
+            return
+        assert self.path is not None
+        _, full = type(self)._parse(self.path)
+        # keep the objects already handed out (the branch read so far, appends)
+        known = {e.id: e for e in self._branch.read()} | self._by_id
+        full_ids = {e.id: known.get(e.id, e) for e in full._entries}
+        self._entries = list(full_ids.values())
+        self._by_id = full_ids
+        self._offset = full._offset
+        self._count = len(self._entries)
+        self._partial = False
+        if self._leaf is not None and self._leaf not in self._by_id:
+            raise SessionError(f"{self.path} changed under session {self.id}: reopen it")
+
+    @classmethod
+    def _from_records(cls, path: Path, parsed: Parsed) -> SessionStore:
+        records = parsed.records
         line_nos = [n for n, _ in records]
         dicts = [d for _, d in records]
         if not dicts or dicts[0].get("type") != "session":
@@ -214,13 +243,14 @@ class SessionStore:
             dicts = migrations.migrate(dicts)
         except ValueError as e:
             raise SessionCorrupt(str(path), 1, str(e)) from e
-        header = _build(path, line_nos[0], dicts[0])
+        header = build(path, line_nos[0], dicts[0])
         assert isinstance(header, SessionHeader)
         store = cls(header, path)
         store._needs_rewrite = old_version != dicts[0]["version"]
         store._old_version = old_version
-        for line_no, d in zip(line_nos[1:], dicts[1:], strict=True):
-            entry = _build(path, line_no, d)
+        offsets = parsed.offsets
+        for k, (line_no, d) in enumerate(zip(line_nos[1:], dicts[1:], strict=True), 1):
+            entry = build(path, line_no, d)
             if isinstance(entry, SessionHeader):
                 raise SessionCorrupt(str(path), line_no, "a second session header")
             if entry.id in store._by_id or entry.id == header.id:
@@ -229,6 +259,8 @@ class SessionStore:
                 raise SessionCorrupt(str(path), line_no, f"unknown parent_id {entry.parent_id}")
             store._entries.append(entry)
             store._by_id[entry.id] = entry
+            store._offset[entry.id] = offsets[k]
+        store._count = len(store._entries)
         if store._entries:
             store._leaf = store._entries[-1].id
             store._branch = store._walk(store._leaf)
@@ -250,6 +282,7 @@ class SessionStore:
     @property
     def entries(self) -> list[Entry]:
         """Every entry in file order (all branches), header excluded."""
+        self._load_all()
         return list(self._entries)
 
     @property
@@ -257,15 +290,18 @@ class SessionStore:
         return self._leaf
 
     def get(self, entry_id: str) -> Entry:
+        if entry_id not in self._by_id:
+            self._load_all()
         try:
             return self._by_id[entry_id]
         except KeyError:
             raise SessionError(f"session {self.id} has no entry {entry_id}") from None
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return self._count
 
     def __iter__(self) -> Iterator[Entry]:
+        self._load_all()
         return iter(list(self._entries))
 
     # -- writing ------------------------------------------------------------------------
@@ -278,24 +314,31 @@ class SessionStore:
             raise SessionError(f"entry id {entry.id} already exists in session {self.id}")
         if entry.parent_id is None:
             entry.parent_id = self._leaf
-        elif entry.parent_id not in self._by_id:
-            raise SessionError(f"parent {entry.parent_id} is not in session {self.id}")
+        elif entry.parent_id != self._leaf and entry.parent_id not in self._by_id:
+            self._load_all()  # a partial store has read only the branch's tail
+            if entry.parent_id not in self._by_id:
+                raise SessionError(f"parent {entry.parent_id} is not in session {self.id}")
         line = _dumps(entry)
         if self._secrets:
             clean = redact_text(line.decode(), self._secrets, patterns=False).encode()
             if clean != line:  # keep memory and disk identical: a resume must see the same
                 line = clean
                 entry.__dict__.update(entry_from_dict(json.loads(clean)).__dict__)
-        if self.path is not None:
-            self._write(line)
-        self._entries.append(entry)
+        offset = self._write(line) if self.path is not None else -1
+        if not self._partial:
+            self._entries.append(entry)
+            self._offset[entry.id] = offset
         self._by_id[entry.id] = entry
+        self._count += 1
         if entry.parent_id == self._leaf and (self._leaf is not None or not self._branch):
-            self._branch.append(entry)
+            self._branch.append(entry, offset)
         else:
             self._branch = self._walk(entry.id)
             self._branch_gen += 1
-        self._leaf = entry.id
+        self._leaf = self._last = entry.id
+        self._unindexed += 1
+        if isinstance(entry, CompactionEntry) or self._unindexed >= INDEX_EVERY:
+            self._save_index()
         return entry
 
     def set_leaf(self, entry_id: str | None) -> None:
@@ -304,11 +347,14 @@ class SessionStore:
             self.get(entry_id)
         if entry_id == self._leaf:
             return
+        self._load_all()
         self._leaf = entry_id
-        self._branch = self._walk(entry_id) if entry_id else []
+        self._branch = self._walk(entry_id) if entry_id else Branch.of([])
         self._branch_gen += 1
 
     def close(self) -> None:
+        if self._unindexed:
+            self._save_index()
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
@@ -319,7 +365,19 @@ class SessionStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _write(self, line: bytes) -> None:
+    def _save_index(self) -> None:
+        """Refresh session.index (a cache: a failure to write it is ignored). Only while the
+        leaf is the file's last entry: that is the leaf every open starts from."""
+        last = self._entries[-1].id if not self._partial and self._entries else self._last
+        if self.path is None or self._needs_rewrite or self._leaf != last:
+            return
+        covered = index.covered_now(self.path, self._count, self._leaf, self._branch.view())
+        if covered is not None:
+            index.save(self.path, covered)
+        self._unindexed = 0
+
+    def _write(self, line: bytes) -> int:
+        """Append `line` durably; returns the offset it starts at."""
         if self._fd is None:
             assert self.path is not None
             self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)  # never via a link
@@ -340,10 +398,12 @@ class SessionStore:
                 f"cannot append to {self.path}: {e.strerror or e}; nothing was recorded "
                 "(free some space or fix the file system, then resume)"
             ) from e
+        return size
 
     # -- reading the tree ---------------------------------------------------------------
 
-    def _walk(self, leaf: str) -> list[Entry]:
+    def _walk(self, leaf: str) -> Branch:
+        """The branch to `leaf` (a complete store: every entry is in memory)."""
         out: list[Entry] = []
         cur: str | None = leaf
         while cur is not None:
@@ -351,17 +411,20 @@ class SessionStore:
             out.append(e)
             cur = e.parent_id
         out.reverse()
-        return out
+        return Branch.of(out, [self._offset.get(e.id, -1) for e in out])
 
-    def branch(self, leaf: str | None = None) -> list[Entry]:
-        """Entries root -> `leaf` (default: the current leaf), header excluded."""
+    def branch(self, leaf: str | None = None) -> Branch:
+        """Entries root -> `leaf` (default: the current leaf), header excluded: an O(1)
+        snapshot (`Branch.view`) whose entries are read from disk when first touched."""
         if leaf is None or leaf == self._leaf:
-            return list(self._branch)
+            return self._branch.view()
         self.get(leaf)
+        self._load_all()
         return self._walk(leaf)
 
     def tree(self) -> dict[str | None, list[str]]:
         """Children map: parent id (None for roots) -> child ids in file order."""
+        self._load_all()
         children: dict[str | None, list[str]] = {}
         for e in self._entries:
             children.setdefault(e.parent_id, []).append(e.id)
@@ -395,6 +458,8 @@ class SessionStore:
         cached = self._projectors.get(key)
         if cached is None or cached[0] != self._branch_gen:
             proj = Projector(system_prompt=system_prompt, native_tools=native_tools)
+            proj.base = self._branch.projection_start()  # before it only pinned entries show
+            proj.pinned = pinned_before(self._branch, PINNED_CUSTOM, proj.base)
             self._projectors[key] = (self._branch_gen, proj)
         else:
             proj = cached[1]
@@ -415,112 +480,6 @@ def _label(e: Entry) -> str:
     return e.type
 
 
-_FIELD_NAMES: dict[str, tuple[type[Entry], frozenset[str]]] = {
-    name: (cls, frozenset(cls.__dataclass_fields__) | {"type"}) for name, cls in ENTRY_TYPES.items()
-}
-_CHECKS: dict[type, tuple[tuple[str, tuple[type, ...]], ...]] = {
-    cls: tuple(checks.items()) for cls, checks in _FIELD_TYPES.items()
-}
-
-
-def _build(path: Path, line_no: int, d: dict[str, Any]) -> Entry:
-    """An entry from a dict read from disk (consumed); SessionCorrupt on a bad shape.
-
-    Same rules as `entry_from_dict` plus field type checks. Fast path for lines as
-    `append` writes them (every field, nothing else): no __init__, no dataclasses.fields()
-    per line -- those were most of the load time at 100k entries."""
-    kind = d.get("type")
-    known = _FIELD_NAMES.get(kind) if isinstance(kind, str) else None
-    if known is None:
-        return _build_slow(path, line_no, d)
-    cls, names = known
-    for name, types in _CHECKS.get(cls, ()):
-        value = d.get(name)
-        if name in d and (
-            not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
-        ):
-            raise SessionCorrupt(str(path), line_no, f"{name} has the wrong type")
-    if d.keys() == names:
-        eid, parent, ts = d["id"], d["parent_id"], d["timestamp"]
-        if eid and isinstance(eid, str) and isinstance(ts, str):
-            if parent is None or isinstance(parent, str):
-                del d["type"]  # the class attribute stays the source of truth
-                entry = cls.__new__(cls)
-                entry.__dict__ = d
-                return entry
-    return _build_slow(path, line_no, d)
-
-
-def _build_slow(path: Path, line_no: int, d: dict[str, Any]) -> Entry:
-    try:
-        entry = entry_from_dict(d)
-    except (TypeError, ValueError) as e:
-        raise SessionCorrupt(str(path), line_no, str(e)) from None
-    if not isinstance(entry.timestamp, str):
-        raise SessionCorrupt(str(path), line_no, "timestamp is not a string")
-    return entry
-
-
-_DECODER = json.JSONDecoder()
-_SCAN = _DECODER.scan_once  # type: ignore[attr-defined]
-
-
-def _parse_line(raw: str) -> Any:
-    """One JSON value filling the whole line. ValueError/RecursionError otherwise."""
-    try:
-        obj, end = _SCAN(raw, 0)
-    except StopIteration:
-        return json.loads(raw)  # leading whitespace or garbage: let json say what is wrong
-    if end != len(raw) and raw[end:].strip():
-        return json.loads(raw)  # raises "Extra data"
-    return obj
-
-
-def _read_records(
-    path: Path, *, keep_unterminated: bool = True,
-) -> tuple[list[tuple[int, dict[str, Any]]], int | None, int | None]:
-    """Parse every line. Returns (records with line numbers, byte offset where a torn
-    tail starts or None, the offset of a last record that lacks its newline or None).
-    Raises SessionCorrupt; never writes.
-
-    Torn: bytes after the last newline that are not a whole JSON object, or an invalid-JSON
-    (or non-UTF-8) last line. A last entry that parses whole but lost only its newline (a
-    crash between the two writes of an editor or another tool) is kept, not moved aside."""
-    try:
-        with os.fdopen(open_regular(path), "rb") as f:  # no symlink, FIFO or device
-            data = f.read()
-    except OSError as e:
-        raise SessionError(f"cannot read {path}: {e}") from e
-    end = data.rfind(b"\n") + 1  # 0 when there is no newline at all
-    unterminated = end if (keep_unterminated and end < len(data)
-                           and _whole_object(data[end:])) else None
-    if unterminated is not None:
-        data, end = data + b"\n", len(data) + 1
-    cut: int | None = end if end < len(data) else None
-    raw_lines = data[:end].split(b"\n")[:-1]
-    records: list[tuple[int, dict[str, Any]]] = []
-    last = len(raw_lines) - 1
-    for i, raw in enumerate(raw_lines):
-        try:
-            obj = _parse_line(raw.decode())
-        except (ValueError, RecursionError) as e:
-            if i == last and cut is None:
-                cut = end - len(raw) - 1  # invalid last line: a torn write
-                break
-            raise SessionCorrupt(str(path), i + 1, _reason(e)) from None
-        if not isinstance(obj, dict):
-            raise SessionCorrupt(str(path), i + 1, f"a JSON {type(obj).__name__}, not an object")
-        records.append((i + 1, obj))
-    return records, cut, unterminated
-
-
-def _whole_object(tail: bytes) -> bool:
-    try:
-        return isinstance(_parse_line(tail.decode()), dict)
-    except (ValueError, RecursionError):
-        return False
-
-
 def _terminate(path: Path) -> None:
     """Write the missing newline after a whole last entry, so the next append starts a line."""
     fd = open_regular(path, os.O_WRONLY | os.O_APPEND)
@@ -529,14 +488,6 @@ def _terminate(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _reason(e: Exception) -> str:
-    if isinstance(e, RecursionError):
-        return "JSON nested too deeply"
-    if isinstance(e, UnicodeDecodeError):
-        return "not UTF-8"
-    return f"invalid JSON: {e}"
 
 
 def _move_torn_tail(path: Path, cut: int) -> Path:
@@ -561,9 +512,15 @@ def _rewrite_migrated(path: Path, store: SessionStore) -> None:
     backup = path.with_name(f"{path.name}.v{store._old_version}.bak")
     if not backup.exists():
         write_private_atomic(backup, path.read_bytes())
-    body = b"".join(_dumps(e) for e in [store.header, *store._entries])
-    write_private_atomic(path, body)
+    lines = [_dumps(e) for e in [store.header, *store._entries]]
+    write_private_atomic(path, b"".join(lines))
     store._needs_rewrite = False
+    at = len(lines[0])
+    for e, line in zip(store._entries, lines[1:], strict=True):  # where they are now
+        store._offset[e.id] = at
+        at += len(line)
+    if store._leaf is not None:
+        store._branch = store._walk(store._leaf)
 
 
 LAST = "last"
@@ -631,7 +588,7 @@ def _session_dir_from_path(p: Path) -> Path:
         folder = folder.resolve(strict=True)
         st = os.stat(folder)
     except (OSError, RuntimeError, ValueError) as e:
-        raise SessionError(f"no session directory at {p} ({_reason(e)})") from None
+        raise SessionError(f"no session directory at {p} ({reason(e)})") from None
     if not stat.S_ISDIR(st.st_mode) or not _is_session_file(folder / FILE_NAME):
         raise SessionError(
             f"{p} is not a session directory (no {FILE_NAME} in it); `rlm sessions` lists them"
@@ -676,7 +633,7 @@ def list_sessions(home: Path | None = None) -> list[SessionInfo]:
             problem = None if isinstance(head, dict) and head.get("type") == "session" else \
                 "the first line is not a session header"
         except ValueError as e:
-            problem = f"corrupt header ({_reason(e)})"
+            problem = f"corrupt header ({reason(e)})"
         except OSError:
             continue  # gone, or not a regular file: not a session
         if problem is None:

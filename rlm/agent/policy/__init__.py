@@ -11,6 +11,13 @@ facts. Decisions (rlm.agent.policy.decisions):
   answer(Answer, branch)         -> Refuse | Accept     refuse with a note, or accept with
                                                         verified + evidence / claims
   temperature(configured)        -> float | None        for the next model call
+  watch(branch)                  -> ReplyScanner | None the stream rules watching the next
+                                                        reply (rlm.agent.policy.stream)
+  rule_hit(match, branch)        -> Abort               drop the reply, inject, retry
+  rule_note(match, branch)       -> CustomEntry         a match that does not interrupt
+  system_note(branch)            -> str                 the rules every context carries
+  halt(turn, tokens)             -> Halt | None         before a turn: end a stuck run
+                                                        (rlm.agent.policy.stuck)
 
 New rules plug in as objects in `rules` (rlm.agent.policy.rules: `Rule` and the hooks),
 consulted in order; the first decision wins (cell notes: every rule's note is appended).
@@ -20,6 +27,7 @@ Verification is not a rule that can refuse: it is how an accepted answer is judg
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rlm.agent.nudge import error_text
@@ -36,14 +44,17 @@ from rlm.agent.policy.decisions import (
     Run,
 )
 from rlm.agent.policy.rules import RESAMPLE_TEMPERATURE, RESAMPLES, Rule, default_rules
+from rlm.agent.policy.stream import Abort, StreamRules
+from rlm.agent.policy.stuck import Halt, StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
-from rlm.session.entries import Entry, MessageEntry
+from rlm.agent.steer.match import Match, ReplyScanner
+from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 LOOP_BREAK_TEMPERATURE = 0.7
 
 __all__ = [
-    "LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Accept", "Answer",
-    "AnswerPolicy", "CellVerdict", "Facts", "Note", "Refuse", "Resample", "Rule", "Run",
+    "LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Abort", "Accept", "Answer",
+    "AnswerPolicy", "CellVerdict", "Facts", "Halt", "Note", "Refuse", "Resample", "Rule", "Run",
     "asked_prompts",
 ]
 
@@ -60,14 +71,38 @@ class AnswerPolicy:
     def __init__(self, rules: list[Rule] | None = None):
         self.rules: list[Rule] = default_rules() if rules is None else rules
         self.facts = Facts()
+        self.stream = StreamRules()  # rule files (rlm.agent.steer), set by the composition root
+        self.stuck = StuckWatch()
+        # what a stuck note names: the goal in force, and what the host last found missing
+        # (set by the goal's judge, rlm.agent.policy.goal_evidence)
+        self.goal: Callable[[], str | None] = lambda: None
+        self.missing: str | None = None
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool) -> None:
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
+        self.stuck = StuckWatch(thresholds_for(native_tools))
+        self.missing = None
+
+    def watch_stuck(self) -> None:
+        """This run continues on its own (a goal, --autonomous): detect when it is stuck."""
+        self.stuck.enabled = True
+
+    def halt(self, turn: int, tokens: int) -> Halt | None:
+        """Before turn `turn` (`tokens` spent so far): end the run when it is stuck and the
+        one escalation note did not help."""
+        return self.stuck.halt(turn, tokens)
 
     # ------------------------------------------------------------------------ turns
     def turn_note(self, turn: int) -> Note | None:
         """A turn starts: a note the model should read before it replies, or None."""
         self.facts.turn, self.facts.resamples = turn, 0
+        self.stream.start_turn()
+        self.stuck.open_turn()
+        if self.stuck.escalate(turn):
+            missing = self.missing or ("an output that meets the goal" if self.goal() else
+                                       "an output that answers the question")
+            return Note(escalation_note(self.goal(), self.stuck.last_output, missing),
+                        f"stuck ({self.stuck.signal}): told the model once what is missing")
         return _first(r.on_turn(self.facts, turn) for r in self.rules)
 
     def temperature(self, configured: float | None) -> float | None:
@@ -76,6 +111,7 @@ class AnswerPolicy:
         before): at temperature 0 a small model sends the same cell again whatever the
         result says (the task suite's 1.5B model sent one failing groupby five times)."""
         if self.facts.looping and not self.facts.native_tools:
+            self.stuck.sampled_hot()
             return max(configured or 0.0, LOOP_BREAK_TEMPERATURE)
         return configured
 
@@ -84,7 +120,22 @@ class AnswerPolicy:
         if decision is None:
             return Run()
         self.facts.resamples += 1
+        self.stuck.resampled()
         return decision
+
+    # ----------------------------------------------------------------- stream rules
+    def watch(self, branch: list[Entry]) -> ReplyScanner | None:
+        """The scanner the next reply streams through (None: no rule may fire now)."""
+        return self.stream.watch(branch) if self.stream.rules.stream else None
+
+    def rule_hit(self, match: Match, branch: list[Entry]) -> Abort:
+        return self.stream.hit(match, branch)
+
+    def rule_note(self, match: Match, branch: list[Entry]) -> CustomEntry:
+        return self.stream.note(match, branch)
+
+    def system_note(self, branch: list[Entry]) -> str:
+        return self.stream.context_note(branch) if self.stream.rules else ""
 
     # ------------------------------------------------------------------------ cells
     def cell(self, code: str, result: Any, entry_id: str) -> CellVerdict:
@@ -100,6 +151,7 @@ class AnswerPolicy:
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
         f.looping = failed_again or before >= 2
+        self.stuck.cell(code, result.shaped, result.ok)
         cell = Cell(code, result.ok, result.status, failed_again, before)
         note = "".join(n for r in self.rules if (n := r.on_cell(f, cell)))
         f.last_failed_code = code if result.status == "error" else None
@@ -107,15 +159,17 @@ class AnswerPolicy:
             f.succeeded[code.strip()] = before + 1
         return CellVerdict(note, f.looping)
 
-    def cell_not_run(self) -> None:
+    def cell_not_run(self, code: str | None = None) -> None:
         """A cell the loop did not run (garbled arguments, a literal over an input): it
-        counts as a failed cell for what follows."""
+        counts as a failed cell for what follows, so the same cell sent again is resampled
+        like a repeated failing one (RepeatedCell)."""
         self.facts.last_cell_ok = False
+        self.facts.last_failed_code = code
 
     # ---------------------------------------------------------------------- answers
     def answer(self, answer: Answer, branch: list[Entry]) -> Refuse | Accept:
         """Refuse `answer` (once per rule and run), or accept it, verified or not."""
-        asked = asked_prompts(branch)
+        asked = asked_prompts(branch) + [g for g in (self.goal(),) if g]
         refusal = _first(r.on_answer(self.facts, answer, asked, branch) for r in self.rules)
         if refusal is not None:
             self.facts.refused.add(refusal.key)

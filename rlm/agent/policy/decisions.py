@@ -32,10 +32,13 @@ class Cell:
 class Answer:
     """An answer the model gave. `source`: final | final_var (from the kernel), text
     (FINAL(...)), var (FINAL_VAR(name): `read` fetches its value, only when a rule needs
-    it) or reply (prose without code)."""
+    it) or reply (prose without code). `unknown_tools`: the names of tool calls the reply
+    made to tools that do not exist (only `python` does)."""
 
-    def __init__(self, raw: str, source: str, read: Callable[[str], str] | None = None):
+    def __init__(self, raw: str, source: str, read: Callable[[str], str] | None = None,
+                 unknown_tools: tuple[str, ...] = ()):
         self.raw, self.source, self._read = raw, source, read
+        self.unknown_tools = unknown_tools
 
     @cached_property
     def text(self) -> str:

@@ -147,6 +147,28 @@ class NotFound(Rule):
             key=NUDGE_NOT_FOUND)
 
 
+class UnknownTool(Rule):
+    """A reply whose only tool calls name tools that do not exist (`bash`, `shell`,
+    `execute`): without this it would end the run as an empty answer the model never
+    learns about. Every time (the turn limit bounds it): the model is told the one tool
+    there is and how to run a shell command from it."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: list[Entry]) -> Refuse | None:
+        if answer.source != "reply" or not answer.unknown_tools:
+            return None
+        names = ", ".join(repr(n[:40]) for n in dict.fromkeys(answer.unknown_tools))
+        return Refuse(unknown_tool_note(names),
+                      f"the model called a tool that does not exist ({names}); told it to use "
+                      "the python tool", key=f"unknown_tool:{names}")
+
+
+def unknown_tool_note(names: str) -> str:
+    return (f"[There is no tool named {names}: nothing ran. The only tool is `python`, which "
+            "runs a cell in the Python kernel. For a shell command use `!command` in a cell "
+            "(or subprocess.run). Call python with your code now.]")
+
+
 class Ungrounded(Rule):
     """A fenced-code model's text answer stating figures or names no output of this run
     shows, once per run while a turn is left (rlm.agent.nudge.ungrounded_refusal). Words
@@ -167,4 +189,5 @@ class Ungrounded(Rule):
 
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
-    return [LastTurn(), RepeatedCell(), NoCodeNudge(), ErrorText(), NotFound(), Ungrounded()]
+    return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
+            Ungrounded()]

@@ -1,0 +1,408 @@
+"""Long autonomous runs on the default model (issue 33): do they make progress or stop
+honestly?
+
+    python -m bench.longrun                     # every task, the default `local` model
+    python -m bench.longrun --tasks flights,logs --max-turns 20
+
+Each task is a multi-step analysis that ends by writing a result file, run as a new user
+would: `rlm run PROMPT --goal GOAL --autonomous --gate CHECK --max-turns N --json` in a
+fresh directory holding the task's data files, no model settings (the default model is
+`local`). Each run takes the local-model lock (`flock /tmp/rlm-local-model.lock`) for
+itself only, so other users of the machine interleave. The data are generated with a fixed
+seed; the tasks were written before any run and not tuned after.
+
+Per task the outcome is one of
+  completed-correctly      the run ended with its goal complete and the file is right
+  wrong-but-claimed-done   the goal complete (or the run ended with an answer) and the
+                           file is wrong or missing
+  stopped-honestly         the run ended `stuck`, its goal blocked with a reason, or a gate
+                           stall: nothing claimed
+  ran-to-limit             --max-turns (or another limit) ended it
+plus turns and seconds spent after the first repeated cell (same code or same output as an
+earlier cell of the run) and whether the run crossed the model's window (a compaction).
+One JSON line per task goes to bench/out/longrun-<time>.jsonl; a table is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+OUT = Path(__file__).resolve().parent / "out"
+LOCK = "/tmp/rlm-local-model.lock"
+SEED = 33
+
+
+@dataclass
+class LongTask:
+    name: str
+    prompt: str
+    goal: str
+    gate: str
+    make: Callable[[Path], dict]  # writes the data into a directory; returns the truth
+    check: Callable[[Path, dict], bool]  # the result file against the truth
+
+
+# ------------------------------------------------------------------------- data sets
+def _rng(k: int) -> np.random.Generator:
+    return np.random.default_rng(SEED * 100 + k)
+
+
+def _lines(path: Path) -> list[str]:
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip()] \
+        if path.is_file() else []
+
+
+def make_flights(d: Path) -> dict:
+    r = _rng(1)
+    n = 40_000
+    origin = r.choice(["EWR", "JFK", "LGA"], n)
+    month = r.integers(1, 13, n)
+    peak = {"EWR": 7, "JFK": 12, "LGA": 3}
+    delay = r.normal(8, 20, n) + np.array([25 if m == peak[o] else 0
+                                           for o, m in zip(origin, month, strict=True)])
+    pd.DataFrame({"year": 2013, "month": month, "day": r.integers(1, 29, n),
+                  "carrier": r.choice(["UA", "B6", "EV", "DL", "AA"], n), "origin": origin,
+                  "dest": r.choice(["ATL", "ORD", "LAX", "BOS", "MIA"], n),
+                  "dep_delay": delay.round(0)}).to_csv(d / "flights.csv", index=False)
+    return peak
+
+
+def check_flights(d: Path, truth: dict) -> bool:
+    lines = _lines(d / "report.md")
+    found = {}
+    for ln in lines:
+        for o in truth:
+            if ln.startswith(f"{o}:"):
+                digits = "".join(c if c.isdigit() else " " for c in ln[4:]).split()
+                found[o] = int(digits[0]) if digits else None
+    return found == truth
+
+
+def make_sales(d: Path) -> dict:
+    r = _rng(2)
+    n = 25_000
+    region = r.choice(["North", "South", "East", "West"], n)
+    product = r.choice(["lamp", "desk", "chair", "shelf", "rug"], n)
+    amount = r.gamma(2.0, 30.0, n).round(2)
+    df = pd.DataFrame({"order_id": np.arange(1, n + 1), "date": pd.date_range(
+        "2024-01-01", periods=n, freq="20min").strftime("%Y-%m-%d"), "region": region,
+        "product": product, "amount": amount})
+    df.to_csv(d / "sales.csv", index=False)
+    totals = df.groupby("region")["amount"].sum().round(2)
+    top = df.groupby(["region", "product"])["amount"].sum().unstack().idxmax(axis=1)
+    return {reg: {"total": float(totals[reg]), "top": top[reg]} for reg in totals.index}
+
+
+def check_sales(d: Path, truth: dict) -> bool:
+    try:
+        df = pd.read_csv(d / "region_summary.csv")
+    except Exception:  # noqa: BLE001 - missing or malformed: wrong
+        return False
+    cols = {c.lower().strip(): c for c in df.columns}
+    if not {"region", "total", "top_product"} <= set(cols):
+        return False
+    got = {str(row[cols["region"]]).strip(): (float(row[cols["total"]]),
+                                              str(row[cols["top_product"]]).strip().lower())
+           for _, row in df.iterrows()}
+    return set(got) == set(truth) and all(
+        abs(got[k][0] - v["total"]) <= 1.0 and got[k][1] == v["top"] for k, v in truth.items())
+
+
+def make_sensors(d: Path) -> dict:
+    r = _rng(3)
+    stations = ["S1", "S2", "S3", "S4", "S5", "S6"]
+    rows = []
+    for day in pd.date_range("2024-06-01", "2024-06-30"):
+        for st in stations:
+            for hour in range(0, 24, 2):
+                t = 18 + 6 * np.sin((hour - 9) / 24 * 2 * np.pi) + r.normal(0, 1.5)
+                if st == "S4" and day.day == 17:
+                    t += 9  # the heat day
+                rows.append((st, f"{day:%Y-%m-%d} {hour:02d}:00", round(float(t), 2)))
+    df = pd.DataFrame(rows, columns=["station", "timestamp", "temp_c"])
+    df.to_csv(d / "sensors.csv", index=False)
+    df["day"] = df["timestamp"].str[:10]
+    daily = df.groupby(["station", "day"])["temp_c"].mean()
+    st, day = daily.idxmax()
+    return {"station": st, "day": day}
+
+
+def check_sensors(d: Path, truth: dict) -> bool:
+    try:
+        got = json.loads((d / "hottest.json").read_text())
+    except Exception:  # noqa: BLE001
+        return False
+    return isinstance(got, dict) and str(got.get("station")) == truth["station"] \
+        and str(got.get("day"))[:10] == truth["day"]
+
+
+def make_logs(d: Path) -> dict:
+    r = _rng(4)
+    services = ["auth", "billing", "search", "upload", "mailer"]
+    weights = np.array([0.02, 0.09, 0.04, 0.06, 0.01])
+    lines, errors = [], dict.fromkeys(services, 0)
+    for i in range(12_000):
+        svc = services[int(r.integers(0, 5))]
+        level = "ERROR" if r.random() < weights[services.index(svc)] else \
+            r.choice(["INFO", "INFO", "DEBUG", "WARN"])
+        errors[svc] += level == "ERROR"
+        lines.append(f"2024-05-{1 + i // 500:02d}T{(i // 20) % 24:02d}:{i % 60:02d}:00 "
+                     f"[{level}] {svc}: request {100000 + i} handled in "
+                     f"{int(r.integers(3, 900))} ms")
+    (d / "app.log").write_text("\n".join(lines) + "\n")
+    return {k: int(v) for k, v in errors.items()}
+
+
+def check_logs(d: Path, truth: dict) -> bool:
+    got = {}
+    for ln in _lines(d / "errors.txt"):
+        name, _, num = ln.partition(":")
+        digits = "".join(c for c in num if c.isdigit())
+        if digits:
+            got[name.strip().lower()] = int(digits)
+    order = [k for k, _ in sorted(truth.items(), key=lambda kv: -kv[1])]
+    listed = [ln.partition(":")[0].strip().lower() for ln in _lines(d / "errors.txt")]
+    return got == truth and listed == order
+
+
+def make_staff(d: Path) -> dict:
+    r = _rng(5)
+    depts = pd.DataFrame({"dept_id": [10, 20, 30, 40],
+                          "dept_name": ["Research", "Sales", "Support", "Finance"]})
+    n = 3000
+    base = {10: 72000, 20: 61000, 30: 48000, 40: 66000}
+    dept = r.choice([10, 20, 30, 40], n)
+    staff = pd.DataFrame({"emp_id": np.arange(1, n + 1), "dept_id": dept,
+                          "salary": [int(base[x] + r.normal(0, 9000)) for x in dept]})
+    depts.to_csv(d / "departments.csv", index=False)
+    staff.to_csv(d / "employees.csv", index=False)
+    m = staff.merge(depts, on="dept_id").groupby("dept_name")["salary"].mean().round(0)
+    return {k: float(v) for k, v in m.items()}
+
+
+def check_staff(d: Path, truth: dict) -> bool:
+    got = {}
+    for ln in _lines(d / "salaries.md"):
+        ln = ln.lstrip("-*| ").strip()
+        for name in truth:
+            if ln.lower().startswith(name.lower()):
+                nums = [float(x.replace(",", "")) for x in
+                        __import__("re").findall(r"\d[\d,]*\.?\d*", ln[len(name):])]
+                if nums:
+                    got[name] = nums[0]
+    return set(got) == set(truth) and all(abs(got[k] - v) <= 1.0 for k, v in truth.items())
+
+
+def make_stock(d: Path) -> dict:
+    r = _rng(6)
+    items = [f"SKU{100 + i}" for i in range(12)]
+    falling = {"SKU103", "SKU107", "SKU110"}
+    rows = []
+    for it in items:
+        level = int(r.integers(200, 400))
+        for week in range(1, 13):
+            if it in falling and week in (6, 7, 8, 9):
+                level -= int(r.integers(15, 40))
+            else:
+                level += int(r.integers(-10, 25)) if week % 2 else int(r.integers(0, 20))
+            rows.append((it, week, level))
+    df = pd.DataFrame(rows, columns=["item", "week", "stock"])
+    df.to_csv(d / "stock.csv", index=False)
+    out = []
+    for it, g in df.sort_values("week").groupby("item"):
+        diffs = g["stock"].diff().tolist()[1:]
+        run = best = 0
+        for x in diffs:
+            run = run + 1 if x < 0 else 0
+            best = max(best, run)
+        if best >= 3:
+            out.append(it)
+    return {"items": sorted(out)}
+
+
+def check_stock(d: Path, truth: dict) -> bool:
+    return sorted(_lines(d / "falling.txt")) == truth["items"]
+
+
+TASKS = [
+    LongTask("flights",
+             "Explore flights.csv step by step. First compute the average departure delay "
+             "(dep_delay) for each origin airport in each month. Then, for each origin "
+             "airport, find the month with the worst average departure delay. Finally write "
+             "one line per origin airport to report.md, like 'EWR: month 7'.",
+             "report.md names the worst month for each of EWR, JFK and LGA",
+             "grep -q '^EWR: month' report.md && grep -q '^JFK: month' report.md && "
+             "grep -q '^LGA: month' report.md", make_flights, check_flights),
+    LongTask("sales",
+             "sales.csv holds orders. Compute the total amount per region, then the product "
+             "with the highest total amount in each region. Write region_summary.csv with "
+             "the columns region,total,top_product (one row per region).",
+             "region_summary.csv has one row per region with its total and top product",
+             "head -1 region_summary.csv | grep -q 'region,total,top_product'",
+             make_sales, check_sales),
+    LongTask("sensors",
+             "sensors.csv has temperature readings (temp_c) from several stations every two "
+             "hours in June 2024. Compute each station's mean temperature per day, find the "
+             "station and day with the highest daily mean, and write them to hottest.json as "
+             "{\"station\": ..., \"day\": \"YYYY-MM-DD\"}.",
+             "hottest.json names the station and the day with the highest daily mean",
+             "python3 -c \"import json; d=json.load(open('hottest.json')); "
+             "assert d['station'] and d['day']\"", make_sensors, check_sensors),
+    LongTask("logs",
+             "app.log is a server log. Count the ERROR lines per service (the word before the "
+             "colon after the level), then write errors.txt with one line per service like "
+             "'billing: 42', most errors first.",
+             "errors.txt lists every service's ERROR count, most errors first",
+             "grep -q '^[a-z]*: [0-9]' errors.txt", make_logs, check_logs),
+    LongTask("staff",
+             "employees.csv has salaries and a dept_id; departments.csv maps dept_id to "
+             "dept_name. Join them, compute the average salary per department name rounded "
+             "to whole numbers, and write salaries.md with one line per department like "
+             "'Research: 71234'.",
+             "salaries.md gives the average salary of every department by name",
+             "grep -q '^Research: [0-9]' salaries.md", make_staff, check_staff),
+    LongTask("stock",
+             "stock.csv has weekly stock levels per item. For each item, sort by week and "
+             "find the items whose stock fell at least three weeks in a row. Write their "
+             "item codes to falling.txt, one per line.",
+             "falling.txt lists every item whose stock fell three weeks in a row",
+             "grep -q '^SKU' falling.txt", make_stock, check_stock),
+]
+
+
+# ----------------------------------------------------------------------- one task run
+def first_repeat(entries: list[dict]) -> dict | None:
+    """The first cell whose code or (non-empty) output repeats an earlier cell's: its
+    turn number and timestamp."""
+    codes: set[str] = set()
+    outputs: set[str] = set()
+    turn, pending = 0, {}
+    for e in entries:
+        if e.get("type") != "message":
+            continue
+        m = e["message"]
+        if m["role"] == "assistant":
+            turn += 1
+            pending = {c["id"]: c["function"]["arguments"] for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool":
+            raw = pending.get(m.get("tool_call_id"), "")
+            try:
+                code = json.loads(raw).get("code", "").strip()
+            except (ValueError, AttributeError):
+                code = str(raw)
+            out = " ".join(str(m.get("content") or "").split())
+            if code in codes or (out and out in outputs):
+                return {"turn": turn, "timestamp": e["timestamp"]}
+            codes.add(code)
+            if out:
+                outputs.add(out)
+    return None
+
+
+def classify(result: dict, goal_status: str | None, correct: bool) -> str:
+    reason = result.get("reason", "")
+    if goal_status == "complete" or (goal_status is None and reason in ("final", "no_code")):
+        return "completed-correctly" if correct else "wrong-but-claimed-done"
+    # the autonomous policy's own stops: a gate still failing and nothing changed, or its
+    # continuations used up (since b131a03 these end `limit:stalled` / `limit:max_continuations`)
+    if reason in ("stuck", "limit:stalled", "limit:max_continuations") or goal_status == "blocked":
+        return "stopped-honestly"
+    if reason.startswith("limit:"):
+        return "ran-to-limit"
+    if reason in ("final", "no_code"):  # ended by the autonomous policy (stalled gate)
+        return "stopped-honestly"
+    return f"other:{reason}"
+
+
+def run_task(task: LongTask, root: Path, max_turns: int, timeout: float) -> dict:
+    work = root / task.name
+    work.mkdir(parents=True)
+    truth = task.make(work)
+    # the timeout counts from when the lock is held (waiting for other users is not the
+    # run's time); `timeout` sends SIGTERM, which rlm turns into a clean end of the run
+    stamp = work / ".started"
+    argv = ["flock", LOCK, "sh", "-c", f"date +%s.%N > {stamp}; exec \"$@\"", "sh",
+            "timeout", str(int(timeout)), sys.executable, "-m", "rlm", "run", task.prompt,
+            "--goal", task.goal, "--autonomous", "--gate", task.gate,
+            "--max-turns", str(max_turns), "--json"]
+    proc = subprocess.run(argv, cwd=work, capture_output=True, text=True)
+    seconds = time.time() - float(stamp.read_text()) if stamp.is_file() else 0.0
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1]) if lines else {
+            "reason": "timeout" if proc.returncode == 124 else f"exit {proc.returncode}",
+            "stderr": proc.stderr[-500:]}
+    except json.JSONDecodeError:
+        result = {"reason": "no json", "stderr": proc.stderr[-500:]}
+    entries, goal = [], None
+    if result.get("session_path"):
+        entries = [json.loads(x) for x in Path(result["session_path"]).read_text().splitlines()[1:]]
+        states = [e["data"]["goal"] for e in entries if e.get("custom_type") == "thread_goal_state"
+                  and e["data"]["goal"]]
+        goal = states[-1] if states else None
+    correct = task.check(work, truth)
+    rep = first_repeat(entries)
+    after = None
+    if rep is not None and entries:
+        end = datetime.fromisoformat(entries[-1]["timestamp"])
+        after = {"turns": result.get("turns", 0) - rep["turn"],
+                 "seconds": round((end - datetime.fromisoformat(rep["timestamp"])).total_seconds())}
+    return {
+        "task": task.name, "outcome": classify(result, goal and goal["status"], correct),
+        "reason": result.get("reason"), "goal_status": goal and goal["status"],
+        "goal_reason": goal and goal.get("last_reason"), "correct": correct,
+        "turns": result.get("turns"), "seconds": round(seconds),
+        "tokens": (result.get("tokens") or {}).get("total"),
+        "compactions": sum(1 for e in entries if e.get("type") == "compaction"),
+        "after_first_repeat": after, "stuck": result.get("stuck"),
+        "final": (result.get("final") or "")[:200], "truth": truth,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", help="comma-separated task names (default: all)")
+    ap.add_argument("--max-turns", type=int, default=20)
+    ap.add_argument("--timeout", type=float, default=1800.0,
+                    help="seconds per task, counted while it holds the local-model lock")
+    ap.add_argument("--workdir", help="where task directories go (default: a new temp dir)")
+    args = ap.parse_args(argv)
+    os.environ.pop("RLM_MODEL", None)  # the default model, as a new user has it
+    chosen = [t for t in TASKS if not args.tasks or t.name in args.tasks.split(",")]
+    import tempfile
+
+    root = Path(args.workdir or tempfile.mkdtemp(prefix="rlm-longrun-"))
+    OUT.mkdir(exist_ok=True)
+    out = OUT / f"longrun-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
+    rows = []
+    for task in chosen:
+        row = run_task(task, root, args.max_turns, args.timeout)
+        rows.append(row)
+        with out.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print(json.dumps(row), flush=True)
+    print(f"\n{out}\n")
+    print("| task | outcome | reason | goal | turns | s | tokens | compactions | after 1st repeat |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        a = r["after_first_repeat"]
+        rep = f"{a['turns']} turns, {a['seconds']} s" if a else "no repeat"
+        print(f"| {r['task']} | {r['outcome']} | {r['reason']} | {r['goal_status']} | "
+              f"{r['turns']} | {r['seconds']} | {r['tokens']} | {r['compactions']} | {rep} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,500 @@
+"""Children beside the parent: `rlm_spawn` and its handles, host side.
+
+A child is a full session under the parent's `children/`, built by the composition root
+(`Agent.child_runner`, rlm.app.lifecycle.run_child) and run on its own host thread, so a
+cell gets a handle at once and keeps working. `rlm_query` is the blocking form of the same
+path (spawn, then wait). Every child takes a slot of the session tree's `TreeSlots`
+(`--max-children`) before it starts; one that is cancelled while queued leaves the queue.
+
+The parent's log records each child as hidden `child` custom entries (id, name, task,
+state, result or error, tokens, turns, session): one when it is spawned, one when it ends.
+An end is written at the next safe point (a child handler the kernel calls, the end of a
+turn, the agent's close), never from the child's thread while the parent's loop writes.
+
+Handlers (the kernel's `kernel_ext.children` calls them over the bridge):
+`child.spawn`, `child.status`, `child.result`, `child.wait`, `child.gather`,
+`child.cancel`, `child.steer`, `child.send`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.agent.policy.schema import SchemaError, check_schema
+from rlm.agent.recursion import check_model
+from rlm.agent.slots import Ticket, TreeSlots
+from rlm.errors import RlmError
+from rlm.session.entries import CustomEntry, new_id
+
+CHILD_ENTRY = "child"
+
+
+class ChildBudgetExceeded(RlmError):
+    """A child that ran out of its share of the tree's budget (or its turns) before an
+    answer: its `error_kind` is "budget"."""
+ENDED = ("done", "failed", "cancelled")
+MAX_NAME = 64
+JOIN_AT_CLOSE_S = 30.0  # a cancelled child stops its kernel within the interrupt grace
+
+
+@dataclass
+class ChildRun:
+    """One spawned child, as the parent's registry holds it."""
+
+    id: str
+    name: str
+    task: str
+    context: Any = None
+    model: str | None = None
+    schema: Any = None
+    state: str = "queued"  # queued | running | done | failed | cancelled
+    result: Any = None
+    error: str | None = None
+    error_kind: str | None = None  # budget | schema | cancelled | error
+    tokens: int = 0
+    turns: int = 0
+    session_id: str | None = None
+    queued_at: float = field(default_factory=time.time)
+    started_at: float | None = None
+    ended_at: float | None = None
+    agent: Any = None  # the child's Agent while it exists
+    ticket: Ticket = field(default_factory=Ticket)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
+    slots: TreeSlots | None = None
+    sections: dict[str, list[Any]] = field(default_factory=dict)  # yield_section's items
+    read: bool = False  # the parent's kernel has been given its result
+    isolation: str | None = None  # "worktree" (rlm.app.isolation)
+    isolated: dict[str, Any] | None = None  # its outcome: applied / failed / skipped
+    _inbox: list[tuple[str, str]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ----------------------------------------------- called by the child runner
+    def attach(self, agent: Any) -> None:
+        """The child's agent exists: cancel and steer reach it from now on, and it lends
+        this child's slot while it waits for its own children."""
+        with self._lock:
+            self.agent = agent
+            inbox, self._inbox = self._inbox, []
+        agent.children.own = self
+        agent.run_start_hooks.append(self._stop_if_cancelled)
+        for text, kind in inbox:
+            agent.steer(text, kind)
+
+    def _stop_if_cancelled(self, agent: Any) -> None:
+        if self.cancelled.is_set():
+            agent.state.stop.set()
+
+    # ---------------------------------------------------------------- control
+    def steer(self, text: str, kind: str) -> None:
+        with self._lock:
+            if self.state in ENDED:
+                raise RlmError(f"child {self.name!r} has ended ({self.state}); spawn a new "
+                               "child for more work")
+            agent = self.agent
+            if agent is None:
+                self._inbox.append((text, kind))
+                return
+        agent.steer(text, kind)
+
+    def cancel(self) -> bool:
+        """Stop the child (queued: leave the queue; running: stop its run). False when it
+        had already ended."""
+        if self.state in ENDED:
+            return False
+        self.cancelled.set()
+        if self.slots is not None and not self.ticket.granted:
+            self.slots.withdraw(self.ticket)  # a queued waiter leaves; the pool keeps its size
+        agent = self.agent
+        if agent is not None:
+            agent.stop()
+        return True
+
+    def view(self, *, result: bool = True) -> dict[str, Any]:
+        """What the kernel and the log see of the child."""
+        end = self.ended_at or time.time()
+        out: dict[str, Any] = {
+            "id": self.id, "name": self.name, "task": self.task, "state": self.state,
+            "model": self.model, "tokens": self.tokens, "turns": self.turns,
+            "session": self.session_id, "queued_at": self.queued_at,
+            "started_at": self.started_at, "ended_at": self.ended_at,
+            "seconds": round(end - (self.started_at or end), 3),
+        }
+        if self.isolated is not None:
+            out["isolation"] = self.isolated
+        if self.error is not None:
+            out["error"], out["error_kind"] = self.error, self.error_kind or "error"
+        if result and self.state == "done":
+            out["result"] = self.result
+        return out
+
+
+class Children:
+    """The registry of one agent's children and the handlers its kernel calls."""
+
+    def __init__(self, agent: Any) -> None:
+        """`agent`: the rlm.agent.loop.Agent whose kernel calls the handlers."""
+        self.agent = agent
+        self.runs: dict[str, ChildRun] = {}
+        self.own: ChildRun | None = None  # this agent's own entry, when it is a child
+        self._names: set[str] = set()
+        self._ended = threading.Condition()
+        self._threads: list[threading.Thread] = []
+        self._unrecorded: list[ChildRun] = []
+        self._loaded = False
+        self._cleanup: list[tuple[str, Callable[[], bool]]] = []  # (what, retry) pending
+        self._cleanup_lock = threading.Lock()
+        agent.account_hooks.append(self._flush_hook)
+
+    def _load(self) -> None:
+        """The children this session's log records (a resumed session): finished ones keep
+        their results, so handles in the restored kernel still answer; one the log shows
+        queued or running was lost with the host that ran it, and is reported so."""
+        if self._loaded:
+            return
+        self._loaded = True
+        for d in registry(self.agent.session.branch()):
+            cid = d["id"]
+            if cid in self.runs:
+                continue
+            run = ChildRun(id=cid, name=str(d.get("name")), task=str(d.get("task")),
+                           model=d.get("model"), state=str(d.get("state")),
+                           result=d.get("result"), error=d.get("error"),
+                           tokens=int(d.get("tokens") or 0), turns=int(d.get("turns") or 0),
+                           session_id=d.get("session"), queued_at=d.get("queued_at") or 0.0,
+                           started_at=d.get("started_at"), ended_at=d.get("ended_at"))
+            self._names.add(run.name)
+            self.runs[cid] = run
+            run.done.set()
+            if run.state not in ENDED:
+                run.state, run.ended_at = "failed", time.time()
+                run.error = (f"lost: the host stopped while this child was {d.get('state')} "
+                             f"(its session: children/{cid}); spawn it again to redo the work")
+                self._record(run)
+
+    def handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "child.spawn": self.spawn, "child.status": self.status,
+            "child.result": self.result, "child.wait": self.wait,
+            "child.gather": self.gather, "child.cancel": self.cancel,
+            "child.steer": lambda p: self._steer(p, "steer"),
+            "child.send": lambda p: self._steer(p, "parent_message"),
+            "child.section": self.section,
+        }
+
+    # ------------------------------------------------------------------ spawn
+    def spawn(self, params: dict[str, Any], *, method: str = "rlm_spawn") -> dict[str, Any]:
+        task = params.get("task")
+        if not isinstance(task, str) or not task.strip():
+            raise RlmError(f"{method}(task, ...): task must be a non-empty string")
+        agent = self.agent
+        if agent.depth >= agent.config.max_depth:
+            raise RlmError(
+                f"{method} depth limit reached (depth {agent.depth}, max_depth "
+                f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth")
+        agent.budget.check(method)
+        model = params.get("model")
+        if model is not None:
+            check_model(model, agent.config)
+        if params.get("schema") is not None:
+            check_schema(params["schema"])
+        if params.get("isolation") not in (None, "worktree"):
+            raise RlmError(f"rlm_spawn(isolation={params.get('isolation')!r}): use "
+                           "isolation='worktree' (a git worktree whose changes come back as "
+                           "a patch) or leave it out")
+        self._load()
+        self._flush()
+        run = ChildRun(id=new_id(), name=self._unique_name(params.get("name")), task=task,
+                       context=params.get("context"), model=model, schema=params.get("schema"),
+                       slots=agent.slots, isolation=params.get("isolation"))
+        self.runs[run.id] = run
+        self._record(run)
+        thread = threading.Thread(target=self._work, args=(run,), daemon=True,
+                                  name=f"rlm-child-{run.name}")
+        self._threads.append(thread)
+        thread.start()
+        return {"id": run.id, "name": run.name}
+
+    def _unique_name(self, name: Any) -> str:
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise RlmError("rlm_spawn(name=...): a name is a non-empty string")
+        with self._ended:  # spawns arrive on the bridge's thread pool
+            base = (name or f"child-{len(self.runs) + 1}").strip()[:MAX_NAME]
+            out, n = base, 1  # names used before a resume stay taken (_load)
+            while out in self._names:
+                n += 1
+                out = f"{base}-{n}"
+            self._names.add(out)
+            return out
+
+    def _work(self, run: ChildRun) -> None:
+        agent = self.agent
+        try:
+            if not agent.slots.acquire(run.ticket) or run.cancelled.is_set():
+                raise RlmError("cancelled before it started")
+            run.state, run.started_at = "running", time.time()
+            run.result = self._run_child(run)
+            run.state = "done"
+        except BaseException as e:  # noqa: BLE001 - a child's failure is its state
+            run.state = "cancelled" if run.cancelled.is_set() else "failed"
+            run.error = str(e) or type(e).__name__
+            run.error_kind = "cancelled" if run.state == "cancelled" else \
+                "budget" if isinstance(e, ChildBudgetExceeded) else \
+                "schema" if isinstance(e, SchemaError) else "error"
+        finally:
+            agent.slots.withdraw(run.ticket)
+            if run.agent is not None:
+                run.tokens, run.turns = run.agent.tokens_used, run.agent.turns
+                run.session_id = run.agent.session.id
+                run.agent = None
+            run.ended_at = time.time()
+            with self._ended:
+                self._unrecorded.append(run)
+                run.done.set()
+                self._ended.notify_all()
+
+    def _run_child(self, run: ChildRun) -> Any:
+        runner = self.agent.child_runner
+        if runner is None:
+            raise RlmError("children are not available here: this agent was built without a "
+                           "child runner (build agents with rlm.app.build_agent)")
+        return runner(self.agent, run.task, run.context, run)
+
+    # ---------------------------------------------------------------- queries
+    def _run(self, params: dict[str, Any]) -> ChildRun:
+        self._load()
+        cid = params.get("id")
+        run = self.runs.get(cid) if isinstance(cid, str) else None
+        if run is None:
+            raise RlmError(f"no child {cid!r} in this session (handles come from rlm_spawn)")
+        return run
+
+    def _runs(self, params: dict[str, Any]) -> list[ChildRun]:
+        ids = params.get("ids")
+        if not isinstance(ids, list):
+            raise RlmError("expected a list of child handles")
+        return [self._run({"id": i}) for i in ids]
+
+    def status(self, params: dict[str, Any]) -> dict[str, Any]:
+        self._flush()
+        return self._run(params).view(result=False)
+
+    def result(self, params: dict[str, Any]) -> dict[str, Any]:
+        run = self._run(params)
+        timeout = _timeout(params)
+        if not run.done.is_set():
+            with self.lend():
+                run.done.wait(timeout)
+        self._flush()
+        run.read = run.read or run.done.is_set()
+        return {**run.view(), "done": run.done.is_set()}
+
+    def wait(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Block until any (or all) of the children ended; {"done": ids, "pending": ids}."""
+        runs = self._runs(params)
+        want_any = bool(params.get("any", True))
+
+        def ready() -> bool:
+            ended = [r.done.is_set() for r in runs]
+            return any(ended) if want_any else all(ended)
+
+        if runs and not ready():
+            with self.lend(), self._ended:
+                self._ended.wait_for(ready, _timeout(params))
+        self._flush()
+        return {"done": [r.id for r in runs if r.done.is_set()],
+                "pending": [r.id for r in runs if not r.done.is_set()]}
+
+    def gather(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Every child's view, in the order asked. `wait` False (the kernel's interrupted
+        gather): no wait; the unfinished are cancelled and the answer is marked partial."""
+        runs = self._runs(params)
+        if params.get("wait", True):
+            self.wait({**params, "any": False})
+        partial = not all(r.done.is_set() for r in runs)
+        if partial and not params.get("wait", True):
+            for r in runs:
+                r.cancel()
+            with self._ended:  # cancelled children end within the interrupt grace
+                self._ended.wait_for(lambda: all(r.done.is_set() for r in runs),
+                                     JOIN_AT_CLOSE_S)
+        self._flush()
+        for r in runs:
+            r.read = r.read or r.done.is_set()
+        return {"partial": partial, "children": [r.view() for r in runs]}
+
+    def cancel(self, params: dict[str, Any]) -> bool:
+        return self._run(params).cancel()
+
+    def section(self, params: dict[str, Any]) -> int:
+        """yield_section(label, item) in a child's kernel: the item joins the array
+        `label` of its typed result; how many that label holds now."""
+        own, label = self.own, params.get("label")
+        if own is None or own.schema is None:
+            raise RlmError("yield_section is for a child spawned with schema=...: return "
+                           "the value with final() instead")
+        if not isinstance(label, str) or not label:
+            raise RlmError("yield_section(label, item): label must be a non-empty string")
+        items = own.sections.setdefault(label, [])
+        items.append(params.get("item"))
+        return len(items)
+
+    def _steer(self, params: dict[str, Any], kind: str) -> bool:
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RlmError("steer(text) / send(text): text must be a non-empty string")
+        self._run(params).steer(text, kind)
+        return True
+
+    # ------------------------------------------------------------- blocking form
+    def query(self, task: Any, context: Any) -> Any:
+        """rlm_query: spawn and wait; the answer, or the child's failure raised."""
+        cid = self.spawn({"task": task, "context": context}, method="rlm_query")["id"]
+        run = self.runs[cid]
+        try:
+            with self.lend():
+                run.done.wait()
+        except BaseException:
+            run.cancel()
+            raise
+        self._flush()
+        run.read = True
+        if run.state != "done":
+            raise RlmError(run.error or f"the child ended {run.state}")
+        return run.result
+
+    @contextlib.contextmanager
+    def lend(self) -> Iterator[None]:
+        """While this agent (a child holding a slot) waits for work that needs slots, its
+        slot is lent to the tree; it queues for one again afterwards."""
+        own = self.own
+        if own is None or not own.ticket.granted:
+            yield
+            return
+        self.agent.slots.withdraw(own.ticket)
+        try:
+            yield
+        finally:
+            own.ticket = Ticket()
+            if not own.cancelled.is_set():
+                self.agent.slots.acquire(own.ticket)
+
+    # -------------------------------------------------------------- teardown
+    def cancel_all(self) -> int:
+        """Cancel every child still queued or running (the parent was interrupted or is
+        closing); how many were."""
+        return sum(run.cancel() for run in list(self.runs.values()))
+
+    def close(self) -> None:
+        self.cancel_all()
+        deadline = time.monotonic() + JOIN_AT_CLOSE_S
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        self._flush()
+        self.retry_cleanup()  # at exit, once more
+
+    # --------------------------------------------------------------- clean-up
+    def cleanup_later(self, what: str, retry: Callable[[], bool]) -> None:
+        """A child's clean-up failed (its kernel would not stop): `retry()` (True when
+        done) runs after every compaction and at exit until it succeeds."""
+        with self._cleanup_lock:
+            self._cleanup.append((what, retry))
+
+    def retry_cleanup(self) -> list[str]:
+        """Retry every failed clean-up; what is still pending."""
+        with self._cleanup_lock:
+            pending, self._cleanup = self._cleanup, []
+        left = []
+        for what, retry in pending:
+            try:
+                ok = retry()
+            except Exception:  # noqa: BLE001 - retried at the next compaction or exit
+                ok = False
+            if not ok:
+                left.append((what, retry))
+        with self._cleanup_lock:
+            self._cleanup[:0] = left
+        return [w for w, _ in left]
+
+    # ------------------------------------------------------------ compaction
+    def after_compaction(self) -> None:
+        """After a compaction: the failed clean-ups are retried, and the model is told
+        which children run or ended unread (`<children_state>`, beside `<ipython_state>`)."""
+        self.retry_cleanup()
+        self._load()
+        self._flush()
+        shown = [r for r in self.runs.values() if r.state not in ENDED or not r.read]
+        if not shown:
+            return
+        lines = ["<children_state>",
+                 "Children you spawned (rlm_spawn); their handles are in your variables:"]
+        for r in shown:
+            what = ("ended, result not read yet: call .result() on its handle"
+                    if r.state in ENDED else f"{r.state}, {r.turns} turns so far")
+            lines.append(f"- {r.name} ({r.state}; {what}): {r.task[:160]}")
+        lines.append("</children_state>")
+        self.agent.recursion.append(CustomEntry(
+            custom_type="children_state", data={"children": [r.view(result=False)
+                                                             for r in shown]},
+            display=False, content="\n".join(lines)))
+
+    # ------------------------------------------------------------------- log
+    def running(self) -> list[ChildRun]:
+        return [r for r in self.runs.values() if r.state not in ENDED]
+
+    def _record(self, run: ChildRun) -> None:
+        self.agent.recursion.append(CustomEntry(custom_type=CHILD_ENTRY, data=run.view(),
+                                                display=False, content=None))
+
+    def _flush(self) -> None:
+        with self._ended:
+            ended, self._unrecorded = self._unrecorded, []
+        for run in ended:
+            self._record(run)
+
+    def _flush_hook(self, agent: Any) -> None:
+        self._flush()
+
+
+def registry(branch: Iterable[Any]) -> list[dict[str, Any]]:
+    """The children a log records, each as its newest `child` entry says (spawn order)."""
+    last: dict[str, dict[str, Any]] = {}
+    for e in branch:
+        if isinstance(e, CustomEntry) and e.custom_type == CHILD_ENTRY \
+                and isinstance(e.data, dict) and isinstance(e.data.get("id"), str):
+            last[e.data["id"]] = e.data
+    return list(last.values())
+
+
+def registry_lines(branch: Iterable[Any]) -> list[str]:
+    """`rlm tree` / `rlm ps`: one line per child (name, state, tokens, time, id)."""
+    return [f"child {str(d.get('name'))[:24]:<24} {str(d.get('state')):<9} "
+            f"{int(d.get('tokens') or 0):>8} tok {float(d.get('seconds') or 0):>7.1f} s  "
+            f"children/{d.get('id')}" for d in registry(branch)]
+
+
+def child_prompt(task: str, *, context_given: bool, can_spawn: bool) -> str:
+    """The child's first prompt: who it is, what it was given, how to report, what it
+    cannot do (a typed child's schema note follows the task: rlm.agent.policy.schema)."""
+    given = ("the parent's data is in the variable `context`" if context_given
+             else "no data was passed to you")
+    spawn = ("you may start children of your own with rlm_spawn" if can_spawn
+             else "you cannot start children of your own (depth limit)")
+    return (f"[You are a child agent: a parent agent's cell started you for the task below "
+            f"and reads only your final answer; {given}. Report with final(answer). Goals "
+            f"and schedules belong to the top-level session: you cannot set them; {spawn}.]"
+            f"\n\n{task}")
+
+
+def _timeout(params: dict[str, Any]) -> float | None:
+    t = params.get("timeout")
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, int | float) or t < 0:
+        raise RlmError(f"timeout must be a number of seconds >= 0 or None, got {t!r}")
+    return float(t)

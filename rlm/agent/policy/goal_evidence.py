@@ -1,0 +1,179 @@
+"""Goals judged by evidence: a completion claim completes a goal only when it holds up.
+
+A *completion claim* is `goal.complete(summary)` from the kernel (every model), or, for a
+fenced-code model (the small local one, which is taught `FINAL(...)` and not the goal API),
+the answer a run would end with while its goal is active. It holds when, in order:
+
+1. every file the goal names (`report.md`, `out/summary.csv`) exists, and the model has been
+   shown its current content by the host (a claim made before that is answered with the
+   content, so the model checks the file against the goal before it may complete); a bare
+   `goal.complete()` (no summary) claims nothing a file could contradict and skips this;
+2. every `--gate` passes (the autonomous policy's gates, else GoalManager's own, which
+   also guard `goal.complete()` itself: rlm.longrun.gates; rerun only when something
+   changed);
+3. the claim passes the answer policy's "verified" rule: every figure and name it asserts
+   is in an output of this run (rlm.agent.policy.verify). The message saying it does not
+   quotes no claim: the words of a continuation count as the question's for that rule.
+
+The first check that fails is what the model reads next (with, for a small model, what
+"done" means and what to do when an output does not change); it is also what a stuck note
+names as missing. What "done" means is worded for small models in
+rlm/prompts/goal_small.md. When all hold, the host completes the goal with the claim as its reason
+and the evidence (files shown, gates passed, claims and the cells that hold them).
+`judge_claim` is pure over its inputs; `GoalJudge` carries the per-session record of which
+file contents were shown and reads the agent's facts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlm.agent.policy import asked_prompts
+from rlm.agent.policy.decisions import Answer
+from rlm.agent.prompts import load_prompt
+from rlm.longrun.autonomous import gate_message, head_tail
+from rlm.longrun.goals import ClaimVerdict, GoalManager
+
+# a file name a goal may name: a path ending in a data or document extension
+_FILE = re.compile(
+    r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
+    r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
+FILE_CHARS = 3000  # the head and tail of a named file the model is shown
+
+
+def named_files(objective: str) -> list[str]:
+    """The files a goal's objective names, in order, once each."""
+    out: list[str] = []
+    for m in _FILE.finditer(objective):
+        if m.group(1) not in out:
+            out.append(m.group(1))
+    return out
+
+
+def done_means(files: list[str], gates: list[str]) -> str:
+    """What "done" means for a goal, in the words a small model reads."""
+    parts = []
+    if files:
+        parts.append(f"{', '.join(files)} exist{'s' if len(files) == 1 else ''} and "
+                     "hold exactly what the goal asks")
+    if gates:
+        parts.append("the check" + ("s " if len(gates) > 1 else " ")
+                     + ", ".join(f"`{g}`" for g in gates) + (" pass" if len(gates) > 1 else " passes"))
+    parts.append("your answer states only what your outputs printed")
+    return load_prompt("goal_small").strip().format(what="; ".join(parts))
+
+
+def _digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass
+class FileCheck:
+    """A named file the model must see before completing: (missing | unseen) or None."""
+
+    path: str
+    message: str
+
+
+def check_files(files: list[str], cwd: Path, shown: dict[str, str]) -> FileCheck | None:
+    """The first named file that is missing or whose current content the model has not
+    been shown (recorded in `shown` as it is shown now)."""
+    for name in files:
+        path = cwd / name
+        if not path.is_file():
+            return FileCheck(name, f"The goal names {name}, which does not exist in {cwd}. "
+                                   "Write it, then finish again.")
+        data = path.read_bytes()
+        digest = _digest(data)
+        if shown.get(name) == digest:
+            continue
+        shown[name] = digest
+        text = head_tail(data.decode(errors="replace"), FILE_CHARS)
+        return FileCheck(name, (
+            f"Before the goal can be complete, check {name} against it. Its content now:\n"
+            f"<file path=\"{name}\">\n{text.rstrip()}\n</file>\n"
+            "If every line is right, finish again; if not, fix the code that wrote it."))
+    return None
+
+
+@dataclass
+class GoalJudge:
+    """The `CompletionJudge` the composition root gives a session's goals."""
+
+    goals: GoalManager
+    cwd: Path
+    policy: Any = None  # rlm.longrun.AutonomousPolicy (its gates), or None
+    shown: dict[str, str] = field(default_factory=dict)  # named file -> digest shown
+
+    def __call__(self, agent: Any, reason: str, claim: str | None) -> ClaimVerdict | None:
+        small = not agent.llm.native_tools
+        if reason not in ("goal.complete", "final", "no_code"):
+            return None
+        if reason != "goal.complete" and not small:
+            return None  # a tool-calling model completes with goal.complete(); FINAL goes on
+        goal = self.goals.get()
+        if goal is None:
+            return None
+        files = named_files(goal.objective)
+        gates = list(getattr(self.policy, "gates", []) or [])
+        missing = self._missing(agent, reason, claim, files)
+        if missing is None:
+            agent.answers.missing = None
+            return ClaimVerdict(True, summary=claim or "", evidence={
+                "files": dict(self.shown), "gates": gates, **self._claims(agent, reason, claim)})
+        message, short = missing
+        agent.answers.missing = short
+        if small:
+            message = f"{message}\n{done_means(files, gates)}"
+        return ClaimVerdict(False, message=message)
+
+    def _missing(self, agent: Any, reason: str, claim: str | None,
+                 files: list[str]) -> tuple[str, str] | None:
+        """(what the model reads, one line for a stuck note), or None: the claim holds."""
+        kernel = reason == "goal.complete"
+        # a bare goal.complete() claims nothing the file could contradict; its gates are
+        # GoalManager's own (rlm.longrun.gates), checked when the call goes through
+        found = check_files(files, self.cwd, self.shown) if claim or not kernel else None
+        if found is not None:
+            return found.message, f"{found.path} checked against the goal"
+        gate = None if kernel else self._gate(agent)
+        if gate is not None:
+            return gate
+        verdict = self._claims(agent, reason, claim)
+        if verdict.get("verified") is False:
+            # the claims are not quoted: a continuation's words count as the question's
+            return ("Your answer is not supported: it states figures or names that no output "
+                    "of this run shows. Print what supports each of them with a cell, then "
+                    "finish again.", "an output that shows what the answer claims")
+        return None
+
+    def _gate(self, agent: Any) -> tuple[str, str] | None:
+        """The first failing gate: the autonomous policy's, else the goal's own."""
+        if self.policy is not None and self.policy.gates:
+            failure = self.policy.check_gates(agent.answers.facts.cells)
+            if failure is not None:
+                return gate_message(failure), f"the check `{failure.command}` passing"
+        elif getattr(self.goals, "gate", None) is not None:  # --gate without --autonomous
+            refusal = self.goals.gate.refusal()
+            if refusal is not None:
+                return refusal, "every --gate passing"
+        return None
+
+    def _claims(self, agent: Any, reason: str, claim: str | None) -> dict[str, Any]:
+        """The verified rule on the claim: the run's accepted answer, or the summary."""
+        if reason != "goal.complete":
+            accepted = getattr(agent.state, "accepted", None)
+            if accepted is None:
+                return {}
+            return {"verified": accepted.verified, "why": accepted.why,
+                    "claims": accepted.evidence}
+        if not claim:
+            return {}
+        goal = self.goals.get()
+        asked = asked_prompts(agent.session.branch()) + ([goal.objective] if goal else [])
+        v = agent.answers.judge(Answer(claim, "text"), asked)
+        return {"verified": v.verified, "why": v.why, "claims": v.evidence}

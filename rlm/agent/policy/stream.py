@@ -1,0 +1,135 @@
+"""Stream rules as answer-policy decisions: which rules watch the next reply, what a match
+leads to, and the rule text every context carries. Pure: every count is read from the
+session branch (the `rule_injection` entries), so a resumed session, a compaction or an
+export sees the same limits as the live run.
+
+  watch(branch)        -> ReplyScanner | None   the rules that may still fire now
+  hit(match, branch)   -> Abort                 drop the reply, inject, retry the turn
+  note(match)          -> CustomEntry           a non-interrupting match: a note only
+  context_note(branch) -> str                   always-rules, demoted rules, the listing
+
+Limits are per rule, never global (the tsforge lesson): a rule that fired twice in this
+turn is silenced for the rest of it; one that fired DEMOTE_AFTER times in the session is
+reported to the user once and demoted to a context note (it stops interrupting). `once`
+rules fire once per session, `gap: N` rules not again within N replies.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from rlm.agent.steer.files import RuleSet
+from rlm.agent.steer.match import Match, ReplyScanner, StreamRule
+from rlm.session.entries import CustomEntry, Entry, MessageEntry
+
+RULE_INJECTION = "rule_injection"
+PER_TURN = 2  # a rule that fired this often in one turn is silent for the rest of it
+DEMOTE_AFTER = 3  # fired this often in a session: reported once, demoted to a context note
+ALWAYS_BUDGET = 4_000  # characters of always-rules in every context; the rest are listed
+
+
+@dataclass(frozen=True)
+class Abort:
+    """Drop the streamed reply (never logged, no cell runs), append `entry`, retry the turn."""
+
+    entry: CustomEntry
+    notice: str
+    demoted: str | None = None  # told the user once: the rule now only sits in the context
+
+
+def injection_text(rule: StreamRule, found: str) -> str:
+    return (f'<system-reminder rule="{rule.name}">\nYour reply was stopped before it ran: it '
+            f"matched the rule {rule.name!r} ({found[:80]!r}).\n{rule.reminder}\n"
+            "Write the reply again following this rule.\n</system-reminder>")
+
+
+def fired(branch: list[Entry]) -> list[tuple[str, int]]:
+    """(rule, how many assistant replies preceded it) for each injection on the branch."""
+    out, replies = [], 0
+    for e in branch:
+        if isinstance(e, MessageEntry) and e.role == "assistant" and not e.error:
+            replies += 1
+        elif isinstance(e, CustomEntry) and e.custom_type == RULE_INJECTION \
+                and isinstance(e.data, dict):
+            out.append((str(e.data.get("rule")), replies))
+    return out
+
+
+class StreamRules:
+    def __init__(self, rules: RuleSet | None = None):
+        self.rules = rules or RuleSet()
+        self.turn_hits: Counter[str] = Counter()
+
+    def start_turn(self) -> None:
+        self.turn_hits.clear()
+
+    def active(self, branch: list[Entry]) -> list[StreamRule]:
+        """The rules that may fire on the next reply."""
+        history = fired(branch)
+        counts = Counter(name for name, _ in history)
+        replies = sum(1 for e in branch if isinstance(e, MessageEntry) and e.role == "assistant"
+                      and not e.error)
+        last = {name: at for name, at in history}
+        out = []
+        for rule in self.rules.stream:
+            n = counts[rule.name]
+            if self.turn_hits[rule.name] >= PER_TURN or n >= DEMOTE_AFTER:
+                continue
+            if rule.repeat == "once" and n:
+                continue
+            if isinstance(rule.repeat, int) and n and replies - last[rule.name] < rule.repeat:
+                continue
+            out.append(rule)
+        return out
+
+    def watch(self, branch: list[Entry]) -> ReplyScanner | None:
+        rules = self.active(branch)
+        return ReplyScanner(rules) if rules else None
+
+    def hit(self, match: Match, branch: list[Entry]) -> Abort:
+        rule = match.rule
+        self.turn_hits[rule.name] += 1
+        n = sum(1 for name, _ in fired(branch) if name == rule.name) + 1
+        entry = self._entry(match, interrupted=True, count=n)
+        notice = (f"rule {rule.name!r} matched {match.found[:60]!r} in the reply's "
+                  f"{'prose' if match.where == 'text' else 'code'}: stopped it and retrying the "
+                  "turn with the reminder")
+        demoted = None
+        if n >= DEMOTE_AFTER:
+            demoted = (f"rule {rule.name!r} fired {n} times in this session without the model "
+                       "complying: it no longer interrupts; its reminder stays in the context")
+        return Abort(entry, notice, demoted)
+
+    def note(self, match: Match, branch: list[Entry]) -> CustomEntry:
+        n = sum(1 for name, _ in fired(branch) if name == match.rule.name) + 1
+        return self._entry(match, interrupted=False, count=n)
+
+    def _entry(self, match: Match, *, interrupted: bool, count: int) -> CustomEntry:
+        rule = match.rule
+        return CustomEntry(custom_type=RULE_INJECTION, display=True,
+                           content=injection_text(rule, match.found) if interrupted else
+                           f'<system-reminder rule="{rule.name}">\n{rule.reminder}\n'
+                           "</system-reminder>",
+                           data={"rule": rule.name, "where": match.where,
+                                 "found": match.found[:200], "interrupted": interrupted,
+                                 "count": count, "source": rule.source})
+
+    def context_note(self, branch: list[Entry]) -> str:
+        """The rules' block for the system prompt ("" without rules)."""
+        counts = Counter(name for name, _ in fired(branch))
+        parts, listed, used = [], list(self.rules.listed), 0
+        for item in self.rules.always:
+            if used + len(item.text) > ALWAYS_BUDGET:
+                listed.append(item)
+                continue
+            used += len(item.text)
+            parts.append(f"## Rule: {item.name}\n{item.text}")
+        for rule in self.rules.stream:
+            if counts[rule.name] >= DEMOTE_AFTER:
+                parts.append(f"## Rule: {rule.name} (you broke it {counts[rule.name]} times)\n"
+                             f"{rule.reminder}")
+        if listed:
+            parts.append("## More rules (read a file with a cell when it applies)\n" + "\n".join(
+                f"- {x.name}: {x.text.splitlines()[0][:160]} ({x.source})" for x in listed))
+        return ("\n\n# Project rules\n\n" + "\n\n".join(parts)) if parts else ""

@@ -1,0 +1,241 @@
+"""Stream-rule matching: pure, kernel-free, fixture-tested (tests/test_stream_rules.py).
+
+A `ReplyScanner` is fed a model's reply as it streams. It keeps one buffer per scope: the
+prose, and each fenced code block of its own (a fence opened by a line starting with three
+backticks). After each delta it checks the buffers that grew against the rules that may
+still fire and returns the first `Match`, which the caller turns into an abort. `finish`
+checks the cells that did not come through the text (native tool calls) once the reply is
+whole, before any cell runs.
+
+Code scopes are aware of code structure: a match inside a string literal or a comment does
+not count (the tsforge lesson: one false positive in a string silenced every rule), unless
+the rule sets `in_strings: true`. A string still open at the end of a partial buffer masks
+what follows it, so a half-streamed literal never matches. File scopes (`code(*.py)`)
+check cells that write a file matching the glob; their condition reads the whole cell,
+strings included, since a written file's text usually is a string literal.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+SCOPES = ("text", "code")
+INTERRUPTS = ("never", "prose-only", "code-only", "always")
+FENCE = re.compile(r"^[ \t]*```")
+# where a cell writes a file: open(NAME, 'w'/'a'/'x'), Path(NAME).write_text/bytes,
+# %%writefile NAME, df.to_csv(NAME) and friends
+_WRITES = (
+    re.compile(r"""open\(\s*[rbuf]*(['"])(?P<name>[^'"\n]+)\1\s*,\s*[rbuf]*(['"])[^'"]*[wax]"""),
+    re.compile(r"""Path\(\s*[rbuf]*(['"])(?P<name>[^'"\n]+)\1\s*\)\s*\.write_(?:text|bytes)"""),
+    re.compile(r"""^%%writefile(?:\s+-a)?\s+(?P<name>\S+)""", re.M),
+    re.compile(r"""\.to_\w+\(\s*[rbuf]*(['"])(?P<name>[^'"\n]+)\1"""),
+)
+
+
+@dataclass(frozen=True)
+class StreamRule:
+    """One rule as matching sees it (rlm.agent.steer.files builds them from rule files).
+
+    `scope`: "text" (prose), "code" (every cell), or a file glob (cells writing a matching
+    file). `interrupt`: whether a match aborts the stream: never, prose-only, code-only,
+    always. `repeat`: None (every time), "once" (once per session) or a gap in turns."""
+
+    name: str
+    conditions: tuple[str, ...]
+    reminder: str
+    scope: str = "code"
+    interrupt: str = "always"
+    repeat: str | int | None = None
+    in_strings: bool = False
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_patterns", tuple(re.compile(c, re.M) for c in self.conditions))
+
+    @property
+    def patterns(self) -> tuple[re.Pattern[str], ...]:
+        return self._patterns  # type: ignore[attr-defined,no-any-return]
+
+    @property
+    def file_glob(self) -> str | None:
+        return None if self.scope in SCOPES else self.scope
+
+    def interrupts_in(self, where: str) -> bool:
+        """Whether a match in `where` (text | code) aborts the stream."""
+        if self.interrupt == "always":
+            return True
+        return (self.interrupt == "prose-only" and where == "text") or \
+            (self.interrupt == "code-only" and where == "code")
+
+    def reads(self, where: str) -> bool:
+        return (self.scope == "text") == (where == "text")
+
+
+@dataclass(frozen=True)
+class Match:
+    rule: StreamRule
+    where: str  # text | code
+    found: str  # the matched text
+    interrupts: bool  # the rule aborts here (else a note after the reply)
+
+
+def mask_code(code: str, *, keep_strings: bool = False) -> str:
+    """`code` with the insides of Python string literals and comments blanked (same length,
+    newlines kept). An unterminated string or comment blanks to the end. `keep_strings`
+    blanks comments only."""
+    out = list(code)
+    i, n = 0, len(code)
+    while i < n:
+        c = code[i]
+        if c == "#":
+            j = code.find("\n", i)
+            j = n if j < 0 else j
+            _blank(out, i, j)
+            i = j
+        elif c in "'\"":
+            quote = code[i:i + 3] if code[i:i + 3] in ("'''", '"""') else c
+            j, k = i + len(quote), None
+            while j < n:
+                if code[j] == "\\":
+                    j += 2
+                    continue
+                if code.startswith(quote, j):
+                    k = j
+                    break
+                if len(quote) == 1 and code[j] == "\n":
+                    k = j - 1  # an unclosed one-line string ends at the line
+                    break
+                j += 1
+            end = n if k is None else k
+            if not keep_strings:
+                _blank(out, i + len(quote), end)
+            i = n if k is None else k + len(quote)
+        else:
+            i += 1
+    return "".join(out)
+
+
+def _blank(out: list[str], start: int, end: int) -> None:
+    for p in range(start, min(end, len(out))):
+        if out[p] != "\n":
+            out[p] = " "
+
+
+def written_files(code: str) -> set[str]:
+    """The file names a cell writes, as far as its literals say."""
+    return {m.group("name") for pat in _WRITES for m in pat.finditer(code)}
+
+
+def match_code(rule: StreamRule, code: str) -> str | None:
+    """The first text of `code` that `rule` matches, or None (structure-aware)."""
+    glob = rule.file_glob
+    if glob is not None:
+        names = written_files(code)
+        if not any(fnmatch.fnmatch(n, glob) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], glob)
+                   for n in names):
+            return None
+        seen = mask_code(code, keep_strings=True)
+    else:
+        seen = code if rule.in_strings else mask_code(code)
+    return _search(rule, seen, code)
+
+
+def match_text(rule: StreamRule, text: str) -> str | None:
+    return _search(rule, text, text)
+
+
+def _search(rule: StreamRule, seen: str, original: str) -> str | None:
+    for pat in rule.patterns:
+        m = pat.search(seen)
+        if m is not None:
+            return original[m.start():m.end()]
+    return None
+
+
+@dataclass
+class ReplyScanner:
+    """Feed a streaming reply; `feed` returns the first Match (stop feeding after it)."""
+
+    rules: Sequence[StreamRule]
+    prose: str = ""
+    blocks: list[str] = field(default_factory=list)
+    _line: str = ""  # the current line, not yet ended
+    _in_code: bool = False
+    _noted: set[str] = field(default_factory=set)  # rules whose non-interrupting match is kept
+    notes: list[Match] = field(default_factory=list)  # matches that do not interrupt
+
+    def feed(self, delta: str) -> Match | None:
+        grew: set[str] = set()
+        for ch in delta:  # split into lines: a fence is a whole-line marker
+            self._line += ch
+            if ch == "\n":
+                grew.add(self._take_line())
+        if self._line and not FENCE.match(self._line):
+            grew.add("code" if self._in_code else "text")
+        return self._check(grew)
+
+    def finish(self, cells: Iterable[str] = ()) -> Match | None:
+        """The reply is whole: check the tail, then `cells` that came as tool calls."""
+        if self._line:
+            self._take_line()
+        hit = self._check({"text", "code"})
+        if hit is not None:
+            return hit
+        for code in cells:
+            hit = self._first(self._code_rules(), lambda r, c=code: match_code(r, c), "code")
+            if hit is not None:
+                return hit
+        return None
+
+    def _take_line(self) -> str:
+        line, self._line = self._line, ""
+        if FENCE.match(line):
+            self._in_code = not self._in_code
+            if self._in_code:
+                self.blocks.append("")
+            return "code"
+        if self._in_code:
+            self.blocks[-1] += line
+            return "code"
+        self.prose += line
+        return "text"
+
+    def _current(self, where: str) -> str:
+        tail = "" if FENCE.match(self._line) else self._line
+        if where == "text":
+            return self.prose + ("" if self._in_code else tail)
+        if not self.blocks:
+            return ""
+        return self.blocks[-1] + (tail if self._in_code else "")
+
+    def _code_rules(self) -> list[StreamRule]:
+        return [r for r in self.rules if r.reads("code")]
+
+    def _check(self, grew: set[str]) -> Match | None:
+        if "text" in grew:
+            prose = self._current("text")
+            hit = self._first([r for r in self.rules if r.reads("text")],
+                              lambda r: match_text(r, prose), "text")
+            if hit is not None:
+                return hit
+        if "code" in grew and self.blocks:
+            block = self._current("code")
+            return self._first(self._code_rules(), lambda r: match_code(r, block), "code")
+        return None
+
+    def _first(self, rules: list[StreamRule], find: object, where: str) -> Match | None:
+        for rule in rules:
+            if rule.name in self._noted:
+                continue
+            found = find(rule)  # type: ignore[operator]
+            if found is None:
+                continue
+            match = Match(rule, where, found, rule.interrupts_in(where))
+            if match.interrupts:
+                return match
+            self._noted.add(rule.name)
+            self.notes.append(match)
+        return None

@@ -1,0 +1,173 @@
+"""Gates: deterministic checks (shell commands that must exit 0) before anything is judged
+done. `--gate CMD` (repeatable) guards both an autonomous run's final answer
+(rlm.longrun.autonomous) and a goal's completion (`goal.complete()`, below): a goal is
+marked complete only after every gate passed.
+
+`GateCheck.check(cells)` runs the gates in order and returns the first failure, or None.
+A failed gate is not rerun while neither the workspace (files under the working directory:
+rlm.longrun.autonomous.workspace_fingerprint) nor the kernel (the number of cells run)
+changed since it failed: the remembered failure is returned, marked `rerun=False`. Each
+gate has its own timeout (`timeout_s`, default 600 s; its process group is killed), its
+output is bounded (head + tail), and `max_failures` bounds how often a goal's completion
+may be refused by gates before the goal is blocked and the user told.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".rlm",
+             ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}  # fmt: skip
+MAX_FINGERPRINT_FILES = 20_000
+GATE_TIMEOUT_S = 600.0
+MAX_GATE_FAILURES = 3  # refused completions of one goal before it is blocked
+
+
+@dataclass
+class GateResult:
+    command: str
+    passed: bool
+    exit_code: int | None
+    output: str
+    duration_s: float
+    timed_out: bool = False
+    fingerprint: str = ""
+    rerun: bool = True  # False: the previous failure was reused (nothing changed)
+
+
+def head_tail(text: str, limit: int = 4000) -> str:
+    """Keep the head and the tail of `text` within about `limit` characters."""
+    if len(text) <= limit:
+        return text
+    half = max(1, (limit - 60) // 2)
+    elided = len(text) - 2 * half
+    return f"{text[:half]}\n[... {elided} characters elided ...]\n{text[-half:]}"
+
+
+def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000) -> GateResult:
+    """Run one gate in a shell; stdout and stderr merged, bounded time and output.
+
+    The gate runs in its own process group, killed whole on timeout (so a grandchild that
+    holds the pipe cannot hang us).
+    """
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        command, shell=True, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        raw, _ = proc.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        raw, _ = proc.communicate()
+        out = head_tail(
+            raw.decode(errors="replace") + f"\n[gate timed out after {timeout_s:g} s]", limit
+        )
+        return GateResult(command, False, None, out, time.monotonic() - started, timed_out=True)
+    out = head_tail(raw.decode(errors="replace"), limit)
+    return GateResult(
+        command, proc.returncode == 0, proc.returncode, out, time.monotonic() - started
+    )
+
+
+def workspace_fingerprint(cwd: Path, cells: int | None = None) -> str:
+    """A digest of file paths, sizes and mtimes under `cwd`, plus the cell count."""
+    h = hashlib.sha256(f"cells={cells}\n".encode())
+    n = 0
+    for root, dirs, files in os.walk(cwd):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith("_cache"))
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            h.update(f"{os.path.relpath(path, cwd)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+            n += 1
+            if n >= MAX_FINGERPRINT_FILES:
+                return h.hexdigest() + "+"
+    return h.hexdigest()
+
+
+def gate_message(r: GateResult) -> str:
+    status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
+    if r.rerun:
+        head = f"The quality gate `{r.command}` failed ({status}, {r.duration_s:.1f} s)."
+    else:
+        head = (
+            f"The quality gate `{r.command}` was not rerun: nothing changed since it failed "
+            f"({status}). Change something that addresses it before finishing again."
+        )
+    return (
+        "<quality_gate>\n"
+        f"{head}\nOutput:\n{r.output.rstrip()}\n"
+        "Fix the problem and finish again; the run cannot end until every gate passes.\n"
+        "</quality_gate>"
+    )
+
+
+@dataclass
+class GateCheck:
+    commands: list[str]
+    cwd: Path | None = None  # default: the process's working directory
+    timeout_s: float = GATE_TIMEOUT_S
+    output_chars: int = 4000
+    runs: int = field(default=0, init=False)
+    last_failure: GateResult | None = field(default=None, init=False)
+
+    def check(self, cells: int | None) -> GateResult | None:
+        """The first failing gate (rerun, or remembered when nothing changed), else None."""
+        cwd = Path(self.cwd or Path.cwd())
+        last = self.last_failure
+        if last is not None and workspace_fingerprint(cwd, cells) == last.fingerprint:
+            last.rerun = False
+            return last
+        for command in self.commands:
+            result = run_gate(command, cwd, self.timeout_s, self.output_chars)
+            self.runs += 1
+            if not result.passed:
+                result.fingerprint = workspace_fingerprint(cwd, cells)
+                self.last_failure = result
+                return result
+        self.last_failure = None
+        return None
+
+
+class GoalGate:
+    """What `goal.complete()` asks first: None (every gate passed: complete it) or the
+    message the model reads instead. After `max_failures` refusals `blocked` says why the
+    goal is blocked (the goal manager blocks it)."""
+
+    def __init__(self, check: GateCheck, cells: Callable[[], int],
+                 max_failures: int = MAX_GATE_FAILURES):
+        self.gates, self.cells, self.max_failures = check, cells, max_failures
+        self.failures = 0
+
+    def refusal(self) -> str | None:
+        # the kernel changed when a cell ran other than the ones whose completion a gate
+        # refused (each refusal happens inside a cell that lands in the log afterwards)
+        failure = self.gates.check(self.cells() - self.failures)
+        if failure is None:
+            return None
+        self.failures += 1
+        return ("the goal is not complete: " + gate_message(failure).replace(
+            "the run cannot end", "the goal cannot be completed"))
+
+    @property
+    def exhausted(self) -> bool:
+        return self.failures >= self.max_failures
+
+    def blocked_reason(self) -> str:
+        last = self.gates.last_failure
+        name = last.command if last is not None else "a gate"
+        return (f"the gate {name!r} still fails after {self.failures} attempts to complete the "
+                "goal; fix it, or rerun without that --gate")

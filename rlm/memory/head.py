@@ -1,0 +1,80 @@
+"""The memory message a model call puts right after the system prompt.
+
+Read fresh at every model call (a file the user edited between turns is what the next
+call sees; the files are small and history.log is read from its end), sized to the
+model's window, with state.md flagged stale when the session ran `STALE_TURNS` turns
+since it changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from rlm.memory.files import ProjectMemory
+from rlm.memory.inject import HISTORY_LINES, MemoryTexts, budget_chars, is_empty, memory_block
+from rlm.session.entries import MessageEntry
+
+STALE_TURNS = 8
+MEMORY_MARK = "Project memory (persistent"  # how a projected message is known as the block
+
+
+def turns_since(branch: Sequence[Any], since: float, limit: int) -> int:
+    """Model replies on `branch` after the time `since` (epoch seconds), counted up to
+    `limit` from the newest back."""
+    n = 0
+    for e in reversed(branch):
+        if not (isinstance(e, MessageEntry) and e.role == "assistant" and e.error is None):
+            continue
+        try:
+            t = datetime.fromisoformat(e.timestamp).timestamp()
+        except ValueError:
+            continue
+        if t <= since or n >= limit:
+            break
+        n += 1
+    return n
+
+
+class MemoryHead:
+    """The block for one agent: `memory` read-only here; `window` the model's window."""
+
+    def __init__(self, memory: ProjectMemory, window: Callable[[], int | None],
+                 branch: Callable[[], Sequence[Any]], *, stale_turns: int = STALE_TURNS,
+                 quiet_when_empty: bool = False):
+        self.memory, self.window, self.branch = memory, window, branch
+        self.stale_turns = stale_turns
+        # a small fenced-code model gets no block while nothing is recorded: the guide alone
+        # is ~250 tokens of instructions it does not follow (bench/bench_memory.py)
+        self.quiet_when_empty = quiet_when_empty
+
+    def texts(self) -> MemoryTexts:
+        m = self.memory
+        lines, total = m.history_lines(HISTORY_LINES)
+        t = MemoryTexts(dir=str(m.dir), state=m.read("state"), conventions=m.read("conventions"),
+                        context=m.read("context"), history=lines, history_total=total)
+        mtime = m.mtime("state")
+        if mtime is not None and t.state.strip():
+            if turns_since(self.branch(), mtime, self.stale_turns) >= self.stale_turns:
+                t.stale_turns = self.stale_turns
+        return t
+
+    def text(self) -> str:
+        return memory_block(self.texts(), budget_chars(self.window()))
+
+    def message(self) -> dict[str, Any] | None:
+        """The memory message, or None (nothing recorded and `quiet_when_empty`)."""
+        t = self.texts()
+        if self.quiet_when_empty and is_empty(t):
+            return None
+        return {"role": "user", "content": memory_block(t, budget_chars(self.window()))}
+
+
+def with_memory(messages: list[dict[str, Any]], head: MemoryHead | None) -> list[dict[str, Any]]:
+    """`messages` (system first) with the memory message right after the system prompt:
+    before the compaction summary and everything compaction can touch. A new list."""
+    message = head.message() if head is not None and messages else None
+    if message is None:
+        return messages
+    return [messages[0], message, *messages[1:]]

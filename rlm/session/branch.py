@@ -1,0 +1,228 @@
+"""The current branch (root -> leaf) as a sequence whose entries may still be on disk.
+
+A long session's branch holds every entry since the first, but a turn needs only its
+tail (the projection starts at the latest compaction) and a few scans (the newest
+`run_options`, the newest goal). `Branch` keeps, per position, the entry or only its
+line's byte offset in session.jsonl, and reads lines back in chunks when a position is
+first touched. Custom entries are also kept by type (`customs`), so "the newest entry of
+type X" costs O(1) reads instead of a scan of the whole branch.
+
+`view()` is an O(1) snapshot: later appends to the branch are not seen through it (what
+`SessionStore.branch()` returns: the old list copy cost O(branch) per call).
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
+from typing import Any, overload
+
+from rlm.session.entries import CompactionEntry, CustomEntry, Entry
+
+CHUNK = 256  # entries read back per touch of an unread position
+COMPACTIONS = "\0compaction"  # the key of compaction positions among the custom types
+# reads the entries whose lines start at these (increasing) offsets
+Reader = Callable[[list[int]], list[Entry]]
+
+
+class Branch(Sequence[Entry]):
+    """Entries root -> leaf; unread ones are byte offsets until first touched."""
+
+    __slots__ = ("_items", "_offsets", "_customs", "_read", "_n", "_unread")
+
+    def __init__(
+        self,
+        items: list[Entry | None],
+        offsets: array[int],
+        read: Reader | None = None,
+        customs: dict[str, list[int]] | None = None,
+        n: int | None = None,
+        unread: list[int] | None = None,
+    ) -> None:
+        self._items = items  # shared with views: only appended to, and filled in place
+        self._offsets = offsets
+        self._read = read
+        self._n = n  # a view's fixed length; None: follows the items (the live branch)
+        # positions still on disk, shared with views: at 0, reads are plain list reads
+        self._unread = unread if unread is not None else [sum(e is None for e in items)]
+        if customs is None:
+            customs = {}
+            for i, e in enumerate(items):
+                key = _kind(e)
+                if key is not None:
+                    customs.setdefault(key, []).append(i)
+        self._customs = customs
+
+    @classmethod
+    def of(cls, entries: list[Entry], offsets: list[int] | None = None) -> Branch:
+        """A branch whose entries are all in memory."""
+        return cls(list(entries), array("q", offsets if offsets is not None
+                                        else [-1] * len(entries)))
+
+    # -- the live branch --------------------------------------------------------------
+
+    def append(self, entry: Entry, offset: int = -1) -> None:
+        assert self._n is None, "a view is read-only"
+        key = _kind(entry)
+        if key is not None:
+            self._customs.setdefault(key, []).append(len(self._items))
+        self._items.append(entry)
+        self._offsets.append(offset)
+
+    def view(self) -> Branch:
+        return Branch(self._items, self._offsets, self._read, self._customs, len(self),
+                      self._unread)
+
+    @property
+    def offsets(self) -> array[int]:
+        return self._offsets[: len(self)]
+
+    def customs_index(self) -> dict[str, list[int]]:
+        n = len(self)
+        return {t: [i for i in pos if i < n] for t, pos in self._customs.items()}
+
+    def read(self) -> list[Entry]:
+        """The entries already in memory."""
+        return [e for e in self._items[: len(self)] if e is not None]
+
+    def unread(self) -> int:
+        if not self._unread[0]:
+            return 0
+        return sum(1 for e in self._items[: len(self)] if e is None)
+
+    # -- reading ------------------------------------------------------------------------
+
+    def customs(self, custom_type: str) -> list[CustomEntry]:
+        """The custom entries of one type on the branch, oldest first."""
+        n = len(self)
+        out = [self[i] for i in self._customs.get(custom_type, ()) if i < n]
+        return [e for e in out if isinstance(e, CustomEntry)]
+
+    def latest_compaction(self) -> int:
+        """The position of the newest compaction, -1 if none (no entry read)."""
+        n = len(self)
+        return next((i for i in reversed(self._customs.get(COMPACTIONS, ())) if i < n), -1)
+
+    def projection_start(self) -> int:
+        return projection_start(self)
+
+    def __len__(self) -> int:
+        return len(self._items) if self._n is None else self._n
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[Entry]: ...
+
+    def __getitem__(self, i: int | slice) -> Entry | list[Entry]:
+        n = len(self)
+        if isinstance(i, slice):
+            idx = range(*i.indices(n))
+            if idx.start == 0 and idx.step == 1:  # a prefix: an O(1) view, read lazily
+                return Branch(self._items, self._offsets, self._read, self._customs,
+                              len(idx), self._unread)  # type: ignore[return-value]
+            if not self._unread[0] and idx.step == 1:
+                return self._items[idx.start:idx.stop]  # type: ignore[return-value]
+            if idx.step == 1 and len(idx):
+                self._fill(idx.start, idx.stop)
+            return [self[k] for k in idx]
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("branch index out of range")
+        e = self._items[i]
+        if e is None:
+            self._fill(max(0, i - CHUNK), min(n, i + CHUNK))
+            e = self._items[i]
+            assert e is not None
+        return e
+
+    def __iter__(self) -> Iterator[Entry]:
+        n = len(self)
+        if not self._unread[0]:  # all in memory: iterate the list itself
+            yield from islice(self._items, n)  # type: ignore[misc]
+            return
+        for i in range(n):
+            yield self[i]
+
+    def __reversed__(self) -> Iterator[Entry]:
+        for i in range(len(self) - 1, -1, -1):
+            yield self[i]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other,
+                                                                         strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __add__(self, other: Sequence[Entry]) -> list[Entry]:
+        return [*self, *other]
+
+    def __repr__(self) -> str:
+        return f"Branch({len(self)} entries, {self.unread()} on disk)"
+
+    def _fill(self, start: int, stop: int) -> None:
+        todo = [k for k in range(start, stop) if self._items[k] is None]
+        if not todo:
+            return
+        assert self._read is not None, "an unread entry without a reader"
+        got = self._read([self._offsets[k] for k in todo])
+        for k, e in zip(todo, got, strict=True):
+            self._items[k] = e
+        self._unread[0] -= len(todo)
+
+
+def latest_compaction(branch: Sequence[Entry]) -> int:
+    """The position of the newest compaction in `branch`, -1 if none."""
+    if isinstance(branch, Branch):
+        return branch.latest_compaction()
+    for i in range(len(branch) - 1, -1, -1):
+        if isinstance(branch[i], CompactionEntry):
+            return i
+    return -1
+
+
+def projection_start(branch: Sequence[Entry]) -> int:
+    """Where the projection of `branch` begins: the latest compaction's first kept entry
+    (or the compaction itself when that id is not found before it), else 0. Nothing
+    before it is ever shown, so nothing before it needs reading."""
+    at = latest_compaction(branch)
+    if at < 0:
+        return 0
+    comp = branch[at]
+    assert isinstance(comp, CompactionEntry)
+    if comp.first_kept_entry_id is not None:
+        for i in range(at - 1, -1, -1):
+            if branch[i].id == comp.first_kept_entry_id:
+                return i
+    return at
+
+
+def pinned_before(branch: Sequence[Entry], custom_types: frozenset[str], end: int) -> list[Entry]:
+    """The custom entries of `custom_types` before position `end`, in branch order (a
+    Branch reads only those)."""
+    if isinstance(branch, Branch):
+        pos = sorted(i for t in custom_types for i in branch._customs.get(t, ()) if i < end)
+        return [branch[i] for i in pos]
+    return [e for e in branch[:end] if isinstance(e, CustomEntry) and e.custom_type in custom_types]
+
+
+def _kind(e: Entry | None) -> str | None:
+    if isinstance(e, CustomEntry):
+        return e.custom_type
+    return COMPACTIONS if isinstance(e, CompactionEntry) else None
+
+
+def custom_entries(branch: Sequence[Any], custom_type: str) -> list[CustomEntry]:
+    """The custom entries of `custom_type` in `branch`, oldest first; O(matches) on a
+    `Branch`, a scan on any other sequence."""
+    if isinstance(branch, Branch):
+        return branch.customs(custom_type)
+    return [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == custom_type]
+
+
+__all__ = ["Branch", "custom_entries", "latest_compaction", "projection_start"]

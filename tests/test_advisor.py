@@ -1,0 +1,267 @@
+"""The advisor: the emission guard and feed (pure), the advisor's own thread with a scripted
+advisor model (what it was sent, what it delivered), and end to end through build_agent with
+a real kernel: a nit reaches the next model call, a blocker interrupts a running cell."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from rlm.agent.advisor import RECORDED, Advice, Advisor, EmissionGuard
+from rlm.agent.advisor.guard import cell_running, render_delta
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.events import CellFinished, RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import CompactionEntry, MessageEntry
+from rlm.session.store import SessionStore
+
+
+def advise(*pairs: tuple[str, str]) -> dict:
+    return {"content": "", "tool_calls": [
+        {"name": "advise", "arguments": {"note": n, "severity": s}} for n, s in pairs]}
+
+
+def user(text: str) -> MessageEntry:
+    return MessageEntry(message={"role": "user", "content": text})
+
+
+def reply(text: str, code: str | None = None) -> MessageEntry:
+    msg: dict = {"role": "assistant", "content": text}
+    if code is not None:
+        msg["tool_calls"] = [{"id": "c1", "type": "function",
+                              "function": {"name": "python", "arguments": f'{{"code": "{code}"}}'}}]
+    return MessageEntry(message=msg)
+
+
+def test_the_guard_drops_filler_duplicates_and_a_second_advice_per_update():
+    g = EmissionGuard()
+    assert not g.admit("Stop.", "nit", slot_used=False)
+    assert not g.admit("  LGTM!! ", "concern", slot_used=False)
+    assert not g.admit("No issues.", "nit", slot_used=False)
+    assert not g.admit("use the parquet files", "urgent", slot_used=False)  # no such severity
+    assert g.admit("Use the parquet files, not the CSVs", "concern", slot_used=False)
+    assert not g.admit("use the parquet files not the csvs", "nit", slot_used=False)  # same
+    assert not g.admit("Check the totals", "nit", slot_used=True)  # one per update
+    assert g.admit("Check the totals", "nit", slot_used=False)  # the slot was not its to use
+    assert g.suppressed == 6
+
+
+def test_the_feed_collapses_repeated_text_and_knows_a_running_cell():
+    sent: set[str] = set()
+    first = render_delta([user("go"), reply("", "print(1)")], sent)
+    assert "[user] go" in first and "[agent cell]\nprint(1)" in first
+    again = render_delta([reply("", "print(1)")], sent)
+    assert again == "[agent cell] [same as before]"
+    tool = MessageEntry(message={"role": "tool", "tool_call_id": "c1", "content": "1"})
+    assert cell_running([user("go"), reply("", "x")]) and not cell_running(
+        [user("go"), reply("", "x"), tool])
+
+
+def _advisor(replies: list, **kw) -> tuple[Advisor, ScriptedLLM, list[Advice]]:
+    llm = ScriptedLLM(replies)
+    got: list[Advice] = []
+    return Advisor(llm, got.append, **kw), llm, got
+
+
+def test_suppressed_and_admitted_calls_are_both_answered_recorded():
+    adv, llm, got = _advisor([
+        advise(("LGTM", "nit")),
+        advise(("Read the parquet file instead", "concern"), ("Also check nulls", "nit")),
+        {"content": "nothing to add"},
+    ], primary_tokens=lambda: 10**9)
+    branch = [user("total revenue?"), reply("", "df = pd.read_csv('a.csv')")]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    branch += [reply("The total is 5.")]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    branch += [user("and by region?")]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    assert got == [Advice("Read the parquet file instead", "concern")]
+    second, third = llm.calls[1], llm.calls[2]
+    assert [m["content"] for m in second if m["role"] == "tool"] == [RECORDED]
+    assert [m["content"] for m in third if m["role"] == "tool"] == [RECORDED] * 3
+    # its context is append-only: each request extends the one before
+    assert third[:len(second)] == second
+    assert adv.stats.advice == 1 and adv.stats.suppressed == 2 and adv.stats.calls == 3
+    assert adv.stats.health == "silent for 1 turns"
+
+
+def test_a_fenced_model_advises_in_text_lines_through_the_same_guard():
+    """The local model's family has no native tools: the advisor asks for
+    `ADVISE(severity): note` lines, offers no tool, and the guard still drops filler and a
+    second advice in one update."""
+    from rlm.agent.advisor.guard import text_advice
+
+    assert text_advice("Looks risky.\nADVISE(Concern): use the parquet file\n") == [
+        ("use the parquet file", "concern")]
+    adv, llm, got = _advisor([
+        "ADVISE(nit): LGTM",
+        "ADVISE(concern): Read the parquet file instead\nADVISE(nit): Also check nulls",
+        "NONE",
+    ], primary_tokens=lambda: 10**9)
+    llm.native_tools = False
+    branch = [user("total revenue?"), reply("", "df = pd.read_csv('a.csv')")]
+    for more in ([], [reply("The total is 5.")], [user("and by region?")]):
+        branch += more
+        adv.update(branch)
+        assert adv.wait_idle(60)
+    assert got == [Advice("Read the parquet file instead", "concern")]
+    assert "ADVISE(severity): note" in llm.calls[0][0]["content"]
+    assert len(llm.requests) == 3 and all(not r.get("tools") for r in llm.requests)
+    assert adv.stats.advice == 1 and adv.stats.suppressed == 2 and adv.stats.calls == 3
+
+
+def test_a_compaction_reseeds_it_from_the_projected_context():
+    adv, llm, got = _advisor([{"content": ""}, {"content": ""}], primary_tokens=lambda: 10**9)
+    branch = [user("task one"), reply("working on it")]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    comp = CompactionEntry(summary="the data was loaded into df", first_kept_entry_id=None,
+                           tokens_before=100)
+    adv.update([*branch, comp, user("go on")])
+    assert adv.wait_idle(60)
+    seed = llm.calls[1]
+    assert len(seed) == 2 and seed[0]["role"] == "system"
+    assert "the data was loaded into df" in seed[1]["content"]
+    assert "task one" not in seed[1]["content"]  # the compacted past comes as its summary
+
+
+def test_the_cost_cap_thins_updates():
+    adv, llm, got = _advisor([{"content": "", "usage": {"input_tokens": 500,
+                                                         "output_tokens": 10}}] * 4,
+                             primary_tokens=lambda: 100)  # far past 25% of the primary
+    branch: list = []
+    for i in range(7):
+        branch.append(user(f"step {i}"))
+        adv.update(branch)
+        assert adv.wait_idle(60)
+    # the first update is sent; then only every third one carries the skipped deltas along
+    assert len(llm.calls) == 3 and adv.stats.thinned == 4
+    assert "step 1" in llm.calls[1][-1]["content"] and "step 3" in llm.calls[1][-1]["content"]
+
+
+def test_three_failures_drop_the_backlog_and_tell_the_user():
+    told: list[str] = []
+    adv, llm, got = _advisor([], tell=told.append, primary_tokens=lambda: 10**9)
+    for i in range(3):
+        adv.update([user(f"step {i}")] * (i + 1))
+        assert adv.wait_idle(60)
+    assert len(told) == 1 and "failed 3 times in a row" in told[0]
+
+
+# ------------------------------------------------------------------------ end to end
+class Waiting:
+    """A model whose call number `at` first waits for `ready` (a barrier for the test)."""
+
+    def __init__(self, inner: ScriptedLLM, at: int, ready: threading.Event):
+        self.inner, self.at, self.ready, self.n = inner, at, ready, 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def complete(self, *a, **kw):
+        if self.n == self.at:
+            assert self.ready.wait(120), "the barrier was never reached"
+        self.n += 1
+        return self.inner.complete(*a, **kw)
+
+
+def fenced(code: str) -> str:
+    return f"Next.\n\n```python\n{code}\n```\n"
+
+
+def _agent(home: Path, main, advisor_llm):
+    config = Config(home=home, model="script:main", advisor="script:advisor", cell_timeout=120)
+    session = SessionStore.create(home, model="script:main", task="t")
+    agent = build_agent(session, config, llm=main,
+                        llm_factory=lambda spec: advisor_llm)
+    return agent, session
+
+
+def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "WATCHDOG.md").write_text("Totals here are always in euros.")
+    advisor_llm = ScriptedLLM([advise(("Say the currency: totals are in euros", "nit"))])
+    inner = ScriptedLLM([fenced("total = 40 + 2\nprint(total)"), fenced("final(f'{total} EUR')")])
+    advised = threading.Event()
+    agent, session = _agent(_isolated_home, inner, advisor_llm)
+    agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
+    # a barrier after the turn's hooks: the next turn starts once the advisor has spoken
+    agent.turn_hooks.append(lambda a: None if advised.wait(120) else None)
+    with agent:
+        events = list(agent.run("What is the total?"))
+    assert events[-1].final == "42 EUR"
+    second = "\n".join(str(m["content"]) for m in inner.calls[1])
+    assert '<advisory guidance="weigh, don\'t blindly obey" severity="nit">Say the currency' \
+        in second
+    assert "Totals here are always in euros." in advisor_llm.calls[0][0]["content"]
+    assert agent.advisor.stats.advice == 1
+
+
+def _also(deliver, then):
+    def both(advice):
+        deliver(advice)
+        then()
+    return both
+
+
+def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "sleeping"
+    started = threading.Event()
+    advisor_inner = ScriptedLLM([
+        {"content": ""},  # after turn 1: nothing to say
+        advise(("Do not sleep: the data is already loaded", "blocker")),
+    ])
+    advisor_llm = Waiting(advisor_inner, 1, started)
+    main = ScriptedLLM([
+        fenced("x = 1\nprint(x)"),
+        fenced(f"import time\nopen({str(marker)!r}, 'w').write('1')\nprint('sleeping', flush=True)\n"
+               "time.sleep(30)"),
+        fenced("final(str(x))"),
+    ])
+    agent, session = _agent(_isolated_home, main, advisor_llm)
+    # the advisor's second call waits until the sleeping cell has started
+    watcher = threading.Thread(target=lambda: _wait_for(marker, started), daemon=True)
+    watcher.start()
+    # the advisor's second update comes from turn 2's end; make turn 2 send one mid-cell
+    agent.on_cell_output = lambda out: agent.advisor.update(agent.session.branch())
+    with agent:
+        events = list(agent.run("x?"))
+    statuses = [e.status for e in events if isinstance(e, CellFinished)]
+    assert statuses[:2] == ["ok", "interrupted"] and statuses[-1] == "ok"
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "1"
+    third = "\n".join(str(m["content"]) for m in main.calls[2])
+    assert "KeyboardInterrupt" in third and 'severity="blocker">Do not sleep' in third
+
+
+def _wait_for(path: Path, then: threading.Event) -> None:
+    done = threading.Event()
+    while not path.exists():  # a marker file the cell writes; bounded by the test timeout
+        done.wait(0.05)
+    then.set()
+
+
+def test_a_silent_advisor_is_reported_silent_in_json_and_in_the_log(tmp_path, _isolated_home):
+    """`rlm run --advisor ... --json`: an advisor that never advised is "silent for N turns",
+    never healthy, in the run's JSON and in the `advisor_stats` entry `rlm ps` reads."""
+    import json
+
+    from test_cli import call, rlm, script
+
+    main = script(tmp_path / "main.json", [call("x = 1\nprint(x)"), call("print(x + 1)"),
+                                           call("final(str(x))")])
+    quiet = script(tmp_path / "advisor.json", ["", "", "", ""])
+    out = rlm("run", "a task", "--model", main, "--advisor", quiet, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "1"
+    report = res["advisor"]
+    assert report["advice"] == 0 and report["health"].startswith("silent for"), report
+    logged = [json.loads(line)["data"] for line in Path(res["session_path"]).read_text().splitlines()
+              if '"custom_type":"advisor_stats"' in line]
+    assert logged and all(r["health"].startswith("silent for") for r in logged)

@@ -1,0 +1,69 @@
+"""A rule from a complaint: the model's rule is validated against the session's outputs
+(retried with the failure fed back, narrowed when too broad), only a valid one is saved,
+and `rlm rule add` saves one that fires in a new session (the CLI, in subprocesses)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlm.agent.steer.author import RuleAuthoringError, author_rule
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import MessageEntry
+from rlm.session.store import SessionStore
+from tests.test_cli import call, rlm, script
+
+
+def rule_reply(condition: str, name: str = "no_read_csv") -> str:
+    return (f"```markdown\n---\nname: {name}\ncondition: '{condition}'\nscope: code\n---\n"
+            "The data is Parquet: use pd.read_parquet, never read_csv.\n```")
+
+
+def branch() -> list:
+    def cell(code: str) -> MessageEntry:
+        return MessageEntry(message={"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c", "type": "function",
+             "function": {"name": "python", "arguments": json.dumps({"code": code})}}]})
+    return [MessageEntry(message={"role": "user", "content": "total revenue?"}),
+            cell("import pandas as pd\nprint(1)"), cell("df = pd.read_csv('sales.csv')"),
+            cell("print(df.shape)"), cell("print(df.revenue.sum())")]
+
+
+def test_a_rule_that_misses_the_bad_example_is_retried_and_a_broad_one_narrowed(tmp_path):
+    llm = ScriptedLLM([rule_reply(r"read_json\("), rule_reply(r"print|pd\."),
+                       rule_reply(r"read_csv\(")])
+    got = author_rule(llm, branch(), "it used read_csv; the data is Parquet", tmp_path)
+    assert got.attempts == 3 and got.rule.name == "no_read_csv"
+    assert "matches none of the session's outputs" in llm.calls[1][-1]["content"]
+    assert "narrow the condition" in llm.calls[2][-1]["content"]
+    assert got.path == tmp_path / ".rlm" / "rules" / "no_read_csv.md"
+    assert "condition: 'read_csv\\('" in got.path.read_text()
+
+
+def test_no_valid_rule_saves_nothing(tmp_path):
+    llm = ScriptedLLM([rule_reply(r"read_json\(")] * 2 + ["no front matter at all"])
+    with pytest.raises(RuleAuthoringError, match="no valid rule after 3 attempts"):
+        author_rule(llm, branch(), "it used read_csv", tmp_path)
+    assert not (tmp_path / ".rlm").exists()
+
+
+def test_rlm_rule_add_saves_a_rule_that_fires_in_a_new_session(tmp_path, _isolated_home):
+    bad = call("import pandas as pd\ndf = pd.read_csv('x.csv')")
+    session = SessionStore.create(_isolated_home, model="script:x", task="load the data")
+    for entry in branch():
+        session.append(entry)
+    out = rlm("rule", "add", "last", "it used read_csv; the data is Parquet", "--json",
+              "--model", script(tmp_path / "rules.json", [rule_reply(r"read_csv\(")]),
+              cwd=tmp_path)
+    saved = json.loads(out.stdout)
+    assert saved["rule"] == "no_read_csv" and saved["matched"] == 1
+    assert (tmp_path / ".rlm" / "rules" / "no_read_csv.md").is_file()
+    done = rlm("run", "load the data", "--json", "--model", script(tmp_path / "two.json", [
+        bad, call("final('used parquet')")]), cwd=tmp_path, check=False)
+    assert done.returncode in (0, 5), done.stderr[-2000:]  # 5: the answer is unverified
+    result = json.loads(done.stdout)
+    assert result["final"] == "used parquet"
+    kinds = [e.custom_type for e in SessionStore.open(result["session_id"]).branch()
+             if e.type == "custom"]
+    assert kinds.count("rule_injection") == 1

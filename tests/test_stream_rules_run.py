@@ -1,0 +1,151 @@
+"""Stream rules end to end: a project's rule file, agents built by the composition root
+(build_agent), a scripted model streamed through litellm, a real kernel, the session on
+disk. Assertions are on what reached the model, what ran in the kernel and the log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm.app import build_agent
+from rlm.app.build import compact_now
+from rlm.app.options import RunOptions
+from rlm.config import Config
+from rlm.events import Notice, RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.store import SessionStore
+
+RULE = (Path(__file__).parent / "fixtures" / "rules" / "no_read_csv.md").read_text()
+REMINDER = "Do not use pandas.read_csv on this project"
+
+
+def fenced(code: str, prose: str = "Next step.") -> str:
+    return f"{prose}\n\n```python\n{code}\n```\n"
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A working directory with the project's rule file."""
+    proj = tmp_path / "proj"
+    (proj / ".rlm" / "rules").mkdir(parents=True)
+    (proj / ".rlm" / "rules" / "no_read_csv.md").write_text(RULE)
+    monkeypatch.chdir(proj)
+    return proj
+
+
+def agent_with(home: Path, replies: list, *, options: RunOptions | None = None, **cfg):
+    config = Config(home=home, model="script:inline", cell_timeout=60, **cfg)
+    llm = ScriptedLLM(replies, stream=True)
+    session = SessionStore.create(home, model="script:inline", task="t")
+    return build_agent(session, config, llm=llm, options=options), session, llm
+
+
+def injections(session) -> list[CustomEntry]:
+    return [e for e in session.branch()
+            if isinstance(e, CustomEntry) and e.custom_type == "rule_injection"]
+
+
+def test_a_matching_reply_is_dropped_and_the_turn_retried_with_the_reminder(
+        _isolated_home, project):
+    bad = fenced("open('ran.txt', 'w').write('1')\nimport pandas as pd\n"
+                 "df = pd.read_csv('sales.csv')")
+    agent, session, llm = agent_with(_isolated_home, [
+        bad,
+        fenced("x = 6 * 7\nprint(x)"),
+        fenced("final(str(x))"),
+        "a summary of the work",  # the compaction's calls: the history, the split turn
+        "the turn so far",
+    ], context_window=100_000, keep_recent_tokens=20)
+    with agent:
+        events = list(agent.run("What is six times seven?"))
+        assert not (project / "ran.txt").exists()  # no cell of the dropped reply ran
+        end = events[-1]
+        assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "42"
+        assert any(isinstance(e, Notice) and "rule 'no_read_csv' matched" in e.text
+                   for e in events)
+        # the retried call saw the reminder, and never the dropped reply
+        retried = "\n".join(str(m.get("content")) for m in llm.calls[1])
+        assert REMINDER in retried and "read_csv('sales.csv')" not in retried
+        (inj,) = injections(session)
+        assert inj.data["rule"] == "no_read_csv" and inj.data["found"] == "read_csv("
+        replies = [e.message["content"] for e in session.branch()
+                   if isinstance(e, MessageEntry) and e.role == "assistant"]
+        assert len(replies) == 2 and not any("read_csv" in r for r in replies)
+        # a compaction keeps the injection in the context, not in the summary
+        assert compact_now(agent) is not None, [e.data for e in session.branch() if isinstance(
+            e, CustomEntry) and e.custom_type == "compaction_outcome"]
+    summary_request = "\n".join(str(m.get("content")) for c in llm.calls[-2:] for m in c)
+    assert REMINDER not in summary_request
+    # resumed from disk: still projected, once
+    reopened = SessionStore.open(session.path)
+    msgs = reopened.messages(system_prompt="s", native_tools=False)
+    assert sum(REMINDER in str(m["content"]) for m in msgs) == 1
+    assert "a summary of the work" in str(msgs[1]["content"])
+
+
+def test_a_string_literal_does_not_abort_and_a_once_rule_fires_once(_isolated_home, project):
+    (project / ".rlm" / "rules" / "no_read_csv.md").write_text(
+        RULE.replace("scope: code", "scope: code\nrepeat: once"))
+    agent, session, llm = agent_with(_isolated_home, [
+        fenced("note = 'read_csv( is not used here'  # nor read_csv( here\nprint(note)"),
+        fenced("import pandas as pd\npd.read_csv"),  # no call: no match
+        fenced("import io\ndf = pd.read_csv(io.StringIO('a\\n1'))\nprint(len(df))"),  # stopped
+        fenced("import io\ndf = pd.read_csv(io.StringIO('a\\n1\\n2'))\nprint(len(df))"),  # once: runs
+        fenced("final(str(len(df)))"),
+    ])
+    with agent:
+        events = list(agent.run("How many rows?"))
+    assert events[-1].final == "2"
+    assert len(injections(session)) == 1
+
+
+def test_an_aborted_turn_does_not_stop_an_autonomous_run(_isolated_home, project):
+    agent, session, llm = agent_with(_isolated_home, [
+        fenced("import pandas as pd\npd.read_csv('x.csv')"),
+        fenced("open('done.txt', 'w').write('ok')\nfinal('done')"),
+    ], options=RunOptions(autonomous=True, gate=["test -f done.txt"]))
+    with agent:
+        events = list(agent.run("Write done.txt"))
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "done"
+    assert len(injections(session)) == 1 and (project / "done.txt").exists()
+
+
+def test_interrupts_of_one_rule_do_not_silence_another(_isolated_home, project):
+    (project / ".rlm" / "rules" / "no_eval.md").write_text(
+        "---\ncondition: '\\beval\\('\n---\nNever call eval.")
+    read = fenced("import pandas as pd\npd.read_csv('a.csv')")
+    agent, session, llm = agent_with(_isolated_home, [
+        read, read,  # no_read_csv twice in the turn: silenced for the rest of it
+        fenced("x = eval('1 + 1')"),  # no_eval still watches
+        fenced("x = 2\nfinal(str(x))"),
+    ])
+    with agent:
+        events = list(agent.run("Two?"))
+    assert events[-1].final == "2"
+    assert [e.data["rule"] for e in injections(session)] == ["no_read_csv", "no_read_csv",
+                                                             "no_eval"]
+
+
+def test_a_goal_with_a_failing_gate_is_not_complete_and_an_unchanged_workspace_is_not_rechecked(
+        _isolated_home, project):
+    from rlm.longrun.goals import GoalManager
+
+    runs = project / "gate-runs.log"
+    gate = f"echo checked >> {runs}; test -f done.txt || (echo 'done.txt is missing'; exit 1)"
+    agent, session, llm = agent_with(_isolated_home, [
+        fenced("r = goal.complete()"),  # the gate fails: not complete
+        fenced("r = goal.complete()"),  # nothing changed: the failure is told again, not rerun
+        fenced("open('done.txt', 'w').write('ok')\nr = goal.complete()"),  # passes
+        fenced("final(r['goal']['status'])"),
+    ], options=RunOptions(gate=[gate]))
+    GoalManager(session).set("write done.txt")
+    with agent:
+        events = list(agent.run("Work on the goal."))
+    tools = [str(m["content"]) for m in llm.calls[1] if m["role"] in ("tool", "user")]
+    assert any("done.txt is missing" in t and "the goal is not complete" in t for t in tools)
+    assert "was not rerun: nothing changed" in str(llm.calls[2])
+    assert runs.read_text().count("checked") == 2  # first failure, then after the fix
+    assert events[-1].final == "complete"

@@ -1,0 +1,272 @@
+"""Issue 33: a long run that stops making progress is detected, told once, and ended
+`stuck` with its goal blocked by the host; goals are completed only on evidence.
+
+The end-to-end cases run `rlm run` as a user would (subprocess, real kernel) with scripted
+models; `"fenced": true` scripts play the small local model (fenced code, text FINAL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rlm.agent.policy.goal_evidence import check_files, done_means, named_files
+from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, bound_names, thresholds_for
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def rlm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    return subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=220)
+
+
+def fenced(path: Path, replies: list) -> str:
+    path.write_text(json.dumps({"window": 32000, "fenced": True, "replies": replies}))
+    return f"script:{path}"
+
+
+def block(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def entries(session_path: str) -> list[dict]:
+    return [json.loads(line) for line in Path(session_path).read_text().splitlines()[1:]]
+
+
+def user_texts(es: list[dict]) -> list[str]:
+    return [str(e["message"].get("content")) for e in es
+            if e["type"] == "message" and e["message"]["role"] == "user"]
+
+
+def goal_states(es: list[dict]) -> list[dict]:
+    return [e["data"]["goal"] for e in es if e.get("custom_type") == "thread_goal_state"
+            and e["data"]["goal"] is not None]
+
+
+# ------------------------------------------------------------------- pure: the watch
+def watch() -> StuckWatch:
+    return StuckWatch(SMALL, enabled=True)
+
+
+def turn(w: StuckWatch, n: int, *cells: tuple[str, str]) -> object:
+    halt = w.halt(n, tokens=100 * n)
+    w.open_turn()
+    w.escalate(n)
+    for code, out in cells:
+        w.cell(code, out, True)
+    return halt
+
+
+def test_the_same_cell_three_times_is_stuck_then_halts_after_the_grace():
+    w = watch()
+    assert turn(w, 1, ("x = 1\nprint(x)", "1")) is None
+    assert turn(w, 2, ("x = 1\nprint(x)", "1")) is None
+    assert turn(w, 3, ("x = 1\nprint(x)", "1")) is None
+    assert turn(w, 4, ("x = 1\nprint(x)", "1")) is None  # the third repeat
+    assert w.signal is None  # judged when the turn closes
+    assert turn(w, 5, ("x = 1\nprint(x)", "1")) is None  # the note turn
+    assert w.signal == "the same cell or output 3 times"
+    assert w.escalated_turn == 5 and w.detected == {"turn": 5, "tokens": 500,
+                                                     "signal": w.signal}
+    assert turn(w, 6, ("x = 1\nprint(x)", "1")) is None
+    halt = w.halt(7, tokens=700)
+    assert halt is not None and halt.reason == "stuck"
+    assert halt.report["turns_after_detection"] == 2
+    assert halt.report["tokens_after_detection"] == 200
+    assert any("one note at turn 5" in t for t in halt.report["tried"])
+
+
+def test_progress_after_the_note_clears_the_stuck_state():
+    w = watch()
+    for n in range(1, 5):
+        turn(w, n)  # turns without a cell: idle; the third is closed when the fourth starts
+    assert w.signal == "no new name or output for 3 turns" and w.escalated_turn == 4
+    turn(w, 5)
+    turn(w, 6, ("y = 2\nprint(y * 21)", "42"))  # a new name and a new output
+    assert w.halt(7, 700) is None and w.signal is None and w.after == 0
+
+
+def test_identical_outputs_count_as_repeats_and_a_new_name_is_progress():
+    w = watch()
+    turn(w, 1, ("print(df.shape)", "(3, 2)"))
+    turn(w, 2, ("print(len(df), 2)", "(3, 2)"))  # another cell, the same output
+    assert w.repeats == 1
+    turn(w, 3, ("total = df.sum()", ""))
+    assert w.idle == 1  # turn 2 was idle
+    w.halt(4, 400)  # closes turn 3: a new name is progress
+    assert w.idle == 0 and "total" in w.names
+
+
+def test_thresholds_are_tighter_for_small_models_and_off_unless_enabled():
+    assert thresholds_for(native_tools=False) == SMALL
+    assert thresholds_for(native_tools=True) == LARGE
+    assert SMALL.repeats < LARGE.repeats and SMALL.idle < LARGE.idle
+    w = StuckWatch(SMALL)  # not enabled: a plain run is never called stuck
+    for n in range(1, 9):
+        assert turn(w, n, ("print(1)", "1")) is None
+    assert w.signal is None
+
+
+def test_bound_names_reads_assignments_imports_and_defs():
+    code = "import pandas as pd\nfrom os import path\na, b = 1, 2\nfor i in x: pass\ndef f(): pass"
+    assert bound_names(code) >= {"pd", "path", "a", "b", "i", "f"}
+    assert bound_names("this is not python(") == set()
+
+
+def test_named_files_and_what_done_means(tmp_path):
+    goal = "report.md exists and names the worst month; also write out/summary.csv (e.g. 3.5)"
+    assert named_files(goal) == ["report.md", "out/summary.csv"]
+    text = done_means(["report.md"], ["grep -q EWR report.md"])
+    assert "report.md exists" in text and "`grep -q EWR report.md` passes" in text
+    assert "do not run it again" in text
+    shown: dict[str, str] = {}
+    assert "does not exist" in check_files(["report.md"], tmp_path, shown).message
+    (tmp_path / "report.md").write_text("EWR: month 6\n")
+    first = check_files(["report.md"], tmp_path, shown)
+    assert first is not None and "EWR: month 6" in first.message
+    assert check_files(["report.md"], tmp_path, shown) is None  # shown, unchanged
+    (tmp_path / "report.md").write_text("EWR: month 7\n")
+    assert "EWR: month 7" in check_files(["report.md"], tmp_path, shown).message
+
+
+# --------------------------------------------------------------- end to end, `rlm run`
+WRONG_REPORT = ("import pandas as pd\n"
+                "df = pd.DataFrame({'origin': ['EWR', 'JFK'], 'month': [6, 7]})\n"
+                "with open('report.md', 'w') as f:\n"
+                "    for i, r in df.iterrows():\n"
+                "        f.write(f\"{r['origin']}: month {i}\\n\")\n"
+                "print('written')")
+
+
+def test_a_model_repeating_one_cell_forever_ends_stuck_with_its_goal_blocked(tmp_path):
+    """The issue's run: one cell sent again and again (the repeat rule resamples, the model
+    sends it again). The run ends `stuck` a bounded number of turns after detection, not
+    at --max-turns; the goal is blocked by the host with its reason; the note is given
+    once; the kernel's work (report.md) is kept."""
+    s = fenced(tmp_path / "loop.json", [block(WRONG_REPORT)] * 120)
+    out = rlm("run", "Write report.md with the worst month per origin.", "--model", s,
+              "--goal", "report.md names the worst month for each of EWR and JFK",
+              "--autonomous", "--gate", "test -f report.md", "--max-turns", "30", "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "stuck", (res, out.stderr[-2000:])
+    assert out.returncode != 0  # not a success
+    stuck = res["stuck"]
+    assert stuck["turns_after_detection"] <= SMALL.grace + 1
+    assert res["turns"] <= SMALL.repeats + 1 + SMALL.grace + 1 < 30
+    assert stuck["tokens_after_detection"] > 0 and stuck["tried"]
+    assert any("resampled" in t for t in stuck["tried"])
+    es = entries(res["session_path"])
+    notes = [t for t in user_texts(es) if t.startswith("<stuck>")]
+    assert len(notes) == 1, notes
+    assert "report.md names the worst month" in notes[0] and "written" in notes[0]
+    last = goal_states(es)[-1]
+    assert last["status"] == "blocked" and last["last_reason"].startswith(
+        "blocked by the host: stuck")
+    shown = rlm("goal", res["session_id"], cwd=tmp_path)
+    assert "goal [blocked]" in shown.stdout and "blocked by the host: stuck" in shown.stdout
+    assert (tmp_path / "report.md").read_text().startswith("EWR: month 0")
+
+
+def test_a_gate_that_passes_does_not_complete_a_goal_whose_claim_no_output_supports(tmp_path):
+    """The gate passes (the file exists) but the model's completion claim names a month no
+    output showed: the goal is not completed (kernel `goal.complete` and text FINAL alike)."""
+    cell = "counts = {'EWR': 10, 'JFK': 5}\nprint(counts)"
+    claim = "goal.complete(summary='LGA is the busiest with 99 flights')"
+    replies = [block(cell), block(claim), "FINAL(LGA is the busiest with 99 flights)",
+               "FINAL(LGA is the busiest with 99 flights)"] + \
+              ["FINAL(LGA is the busiest with 99 flights)"] * 12
+    s = fenced(tmp_path / "claim.json", replies)
+    (tmp_path / "flag.txt").write_text("x")
+    out = rlm("run", "Which origin is the busiest?", "--model", s, "--goal",
+              "name the busiest origin", "--autonomous", "--gate", "test -f flag.txt",
+              "--max-turns", "16", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    es = entries(res["session_path"])
+    assert all(g["status"] != "complete" for g in goal_states(es)), goal_states(es)
+    tool_out = [str(e["message"].get("content")) for e in es
+                if e["type"] == "message" and e["message"]["role"] == "tool"]
+    assert any("the goal is not complete yet" in t and "LGA" in t for t in tool_out), tool_out
+    assert any("Your answer is not supported" in t for t in user_texts(es))
+    assert res["reason"] == "stuck"  # the same unsupported claim again and again
+
+
+def test_a_goal_naming_a_file_shows_the_model_the_file_before_completing(tmp_path):
+    """The model writes report.md and claims done: the host answers with the file's content;
+    only the claim made after the model has seen it completes the goal."""
+    write = ("with open('report.md', 'w') as f:\n    f.write('EWR: month 6\\nJFK: month 7\\n')\n"
+             "print('report written')")
+    s = fenced(tmp_path / "file.json", [block(write), "FINAL(report written)",
+                                        "FINAL(report written)"])
+    out = rlm("run", "Write report.md.", "--model", s, "--goal",
+              "report.md names the worst month for EWR and JFK", "--autonomous",
+              "--gate", "grep -q 'EWR: month' report.md", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "final", (res, out.stderr[-2000:])
+    es = entries(res["session_path"])
+    order = [("file" if "<file path=\"report.md\">" in str(e.get("message", {}).get("content"))
+              else "complete") for e in es
+             if (e["type"] == "message" and e["message"]["role"] == "user"
+                 and "<file path=" in str(e["message"].get("content")))
+             or (e.get("custom_type") == "thread_goal_state"
+                 and e["data"]["goal"]["status"] == "complete")]
+    assert order == ["file", "complete"], order
+    shown = next(t for t in user_texts(es) if "<file path=" in t)
+    assert "EWR: month 6\nJFK: month 7" in shown and "Done means" in shown
+    evidence = next(e for e in es if e.get("custom_type") == "goal_evidence")["data"]["evidence"]
+    assert "report.md" in evidence["files"] and evidence["verified"] is True
+
+
+def test_a_detached_worker_stops_continuing_a_goal_the_host_blocked(tmp_path):
+    """The same loop in a worker (`--detach`): the run ends stuck, the goal is blocked, and
+    the worker stays idle instead of continuing it (worker.json says why it stays)."""
+    s = fenced(tmp_path / "loop.json", [block(WRONG_REPORT)] * 120)
+    out = rlm("run", "Write report.md.", "--detach", "--model", s, "--goal",
+              "report.md names the worst month for each of EWR and JFK", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    path = Path(res["session_path"])
+    status = path.parent / "worker.json"
+
+    def idle_after_block() -> bool:
+        es = entries(str(path))
+        blocked = [g for g in goal_states(es) if g["status"] == "blocked"]
+        return bool(blocked) and status.is_file() and \
+            json.loads(status.read_text()).get("activity", "").startswith("idle")
+
+    deadline = time.monotonic() + 150
+    while time.monotonic() < deadline and not idle_after_block():
+        time.sleep(0.3)
+    try:
+        assert idle_after_block(), status.read_text() if status.is_file() else "no worker.json"
+        es = entries(str(path))
+        ends = [e for e in es if e.get("custom_type") == "thread_goal_state"
+                and e["data"]["event"] == "continue"]
+        assert goal_states(es)[-1]["status"] == "blocked"
+        runs = [t for t in user_texts(es) if t.startswith("<stuck>")]
+        assert len(runs) == 1 and len(ends) == 0  # nothing continued the blocked goal
+    finally:
+        rlm("stop", res["session_id"], cwd=tmp_path)
+
+
+def test_a_gate_past_its_timeout_is_killed_and_the_model_is_told(tmp_path):
+    """`--gate-timeout`: a gate that hangs is killed at the limit, counts as failed, and the
+    model reads why; the run is not held for the gate's own 600 s default."""
+    s = fenced(tmp_path / "hang.json", [block("x = 1\nprint(x)")] + ["FINAL(1)"] * 4)
+    out = rlm("run", "Say 1.", "--model", s, "--autonomous", "--gate", "sleep 120",
+              "--gate-timeout", "1", "--max-turns", "3", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    told = [t for t in user_texts(entries(res["session_path"])) if "<quality_gate>" in t]
+    assert told and "[gate timed out after 1 s]" in told[0], (res, out.stderr[-2000:])
+    # the answer in the last turn the limit allowed was judged too: the gate still fails,
+    # so the run ends on the limit (exit 3), the answer kept but not passed off as done
+    assert res["reason"] == "limit:turns" and res["final"] == "1", res
+    assert res["limit"] == "max_turns (3) reached; gate 'sleep 120' still failing"
+    assert out.returncode == 3

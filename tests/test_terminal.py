@@ -1,0 +1,322 @@
+"""The terminal a user reads (issue 31), through tmux at 80 columns with scripted models:
+the code that ran is all on screen, the task heads the run, the verdict ends it, and
+Ctrl-C follows one rule in `rlm run`, `rlm chat` and `rlm attach`."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+from terminal_screen import Screen, fits
+from test_cli import call, rlm, script
+
+pytestmark = pytest.mark.timeout(600)
+
+LONG = ("print('the winner made', winner_revenue, 'and the runner up made', "
+        "runner_up_revenue, 'difference', winner_revenue - runner_up_revenue)")
+TOKEN = "label = '" + "x" * 150 + "'"
+
+
+def cell_text(screen: str) -> list[str]:
+    """The contents of each cell box on the screen, its wrapped rows joined."""
+    boxes, rows = [], None
+    for line in screen.splitlines():
+        if line.startswith("╭─ cell"):
+            rows = []
+        elif rows is not None and line.startswith("╰"):
+            boxes.append(" ".join(rows))
+            rows = None
+        elif rows is not None:
+            rows.append(line.strip("│ "))
+    return boxes
+
+
+def squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def test_every_character_of_the_code_is_on_an_80_column_screen_with_task_and_verdict(
+        tmp_path, _isolated_home):
+    code = f"winner_revenue, runner_up_revenue = 1200, 900\n{LONG}\n{TOKEN}\nprint(len(label))"
+    task = ("how much more did the winner make than the runner up in this year's figures, "
+            "and by what margin?")
+    s = script(tmp_path / "s.json", [call(code), call("final(str(winner_revenue - runner_up_revenue))")])
+    with Screen(["run", task, "--model", s], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    first = cell_text(screen)[0]
+    for line in code.splitlines():  # wrapped inside the box, never cut
+        assert squeeze(line) in squeeze(first), (line, first)
+    assert squeeze("task: " + task) in squeeze(screen)  # the header says what was asked
+    assert "✓ verified" in screen
+    assert "difference 300" in screen
+
+
+def test_unverified_says_why_on_screen(tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call("1/0"), call("final('7 regions')")])
+    with Screen(["run", "how many regions?", "--model", s], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 5, screen
+    assert re.search(r"^unverified: \S", screen, re.M), screen
+
+
+SLEEPY = "import time\nprint('{label}', flush=True)\ntime.sleep(120)"
+
+
+def test_run_first_ctrl_c_interrupts_the_cell_and_says_so_second_stops_the_run(
+        tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="first cell running")),
+                                     call(SLEEPY.format(label="second cell running")),
+                                     call("final('never')")])
+    with Screen(["run", "nap twice", "--model", s], cwd=tmp_path) as scr:
+        scr.wait_for("first cell running\n")
+        scr.keys("C-c")
+        scr.wait_for("second cell running\n")
+        scr.keys("C-c")
+        status, screen = scr.wait_exit()
+    assert status == 3, screen
+    assert screen.count("Ctrl-C: interrupting the cell; the model sees the interruption "
+                        "and goes on.") == 1, screen
+    assert "Press Ctrl-C again to stop the run" in screen
+    assert "Ctrl-C again: stopping the run" in screen
+    assert screen.count("KeyboardInterrupt:") == 2, screen  # each interrupted cell's once
+    assert "✗ interrupted" in screen and "run ended (interrupted) after 2 turn(s)" in screen
+    assert "Traceback (most recent call last):" not in screen  # ours; the cell's is shown
+
+
+def test_chat_first_ctrl_c_interrupts_the_cell_and_the_model_goes_on(tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="chat cell running")),
+                                     call("print('went on')\nfinal('went on')")])
+    with Screen(["chat", "--model", s], cwd=tmp_path) as scr:
+        shown = scr.wait_for("rlm>")
+        assert squeeze("Ctrl-C once interrupts the cell, twice stops the run") in squeeze(shown)
+        scr.type("take a nap")
+        scr.wait_for("chat cell running\n")
+        scr.keys("C-c")
+        scr.wait_for("run ended (final)")
+        scr.wait_for("rlm>", after=scr.text().index("run ended (final)"))
+        scr.type("/exit")
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert squeeze("Ctrl-C: interrupting the cell; the model sees the interruption") in squeeze(screen)
+    assert "went on" in screen and "✓ verified" in screen
+
+
+def test_ctrl_c_in_attach_detaches_without_a_traceback_and_the_worker_goes_on(
+        tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="worker cell running")),
+                                     call("final('done')")])
+    out = rlm("run", "nap in the background", "--detach", "--model", s, "--json", cwd=tmp_path)
+    sid = json.loads(out.stdout.strip().splitlines()[-1])["session_id"]
+    try:
+        with Screen(["attach", sid], cwd=tmp_path) as scr:
+            scr.wait_for("worker cell running\n")
+            scr.keys("C-c")
+            status, screen = scr.wait_exit()
+        assert status == 0, screen
+        assert "Traceback" not in screen, screen
+        assert f"detached; the worker goes on (`rlm attach {sid}`" in screen
+        workers = json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+        assert [w for w in workers if w.get("session_id") == sid and w.get("alive")]
+    finally:
+        rlm("stop", sid, cwd=tmp_path, check=False)
+
+
+def test_interrupted_output_is_shown_once():
+    """A cell interrupted after it printed: its output and traceback were streamed, so the
+    end of the cell adds only the outcome (not the whole output again in a box)."""
+    import io
+
+    from rich.console import Console
+
+    from rlm import events as ev
+    from rlm.cli.render import Renderer
+
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=80, color_system=None))
+    r(ev.CellStarted("import time\nprint('rows so far: 10')\ntime.sleep(60)", 0))
+    r(ev.CellOutput("rows so far: 10\n"))
+    r(ev.CellOutput("KeyboardInterrupt: \n", "error"))
+    r(ev.CellFinished("x", "interrupted", "rows so far: 10\nKeyboardInterrupt: \n"
+                      "[the cell was interrupted]", 1.5))
+    out = buf.getvalue()
+    assert out.count("rows so far: 10") == 2, out  # the code panel + once as printed
+    assert out.count("KeyboardInterrupt") == 1, out
+    assert "[the cell was interrupted]" in out and "✗ interrupted · 1.50s" in out
+
+
+
+# ------------------------------------------------------------------- listings
+def chat_session(tmp_path, replies: list, typed: str) -> subprocess.CompletedProcess:
+    s = script(tmp_path / "chat.json", replies)
+    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "chat", "--model", s],
+                          cwd=tmp_path, input=typed, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc
+
+
+def _run_json(tmp_path, name: str, replies: list, *args: str) -> dict:
+    s = script(tmp_path / f"{name}.json", replies)
+    out = rlm("run", *args, "--model", s, "--json", cwd=tmp_path, check=False)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_sessions_fit_80_columns_and_say_how_each_ended(tmp_path, _isolated_home):
+    answered = _run_json(tmp_path, "a", [call("x = 6 * 7\nprint(x)"), call("final(str(x))")],
+                         "multiply six by seven and tell me the product of the two numbers")
+    unverified = _run_json(tmp_path, "u", [call("1/0"), call("final('12 regions')")],
+                           "how many regions?")
+    limited = _run_json(tmp_path, "l", [call("print(1)"), call("print(2)")], "count",
+                        "--max-turns", "1")
+    chat_session(tmp_path, [call("said = 'hello back'\nprint(said)\nfinal(said)")],
+                 "say hello to the team\n/exit\n")
+    with Screen(["sessions"], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert not fits(screen), screen  # joined rows: none wider than the screen
+    rows = {line.split()[0]: line for line in screen.splitlines()[1:] if line.strip()}
+    assert rows[answered["session_id"]].split()[1] == "answered"
+    assert rows[unverified["session_id"]].split()[1] == "unverified"
+    assert rows[limited["session_id"]].split()[1] == "limit"
+    chat_row = [r for r in rows.values() if "say hello to the team" in r]
+    assert chat_row and chat_row[0].split()[1] == "answered"  # a chat's TASK: its first message
+    listed = {r["id"]: r for r in json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)}
+    assert listed[answered["session_id"]]["verified"] is True
+    assert listed[unverified["session_id"]]["verified"] is False
+    assert listed[unverified["session_id"]]["reason"]  # why it is not verified
+    assert listed[limited["session_id"]]["reason"].startswith("limit:")
+
+
+def test_an_interrupted_run_is_listed_as_interrupted(tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="napping")), call("print(1)")])
+    with Screen(["run", "nap", "--model", s], cwd=tmp_path) as scr:
+        scr.wait_for("napping\n")
+        scr.keys("C-c")
+        scr.wait_for("Press Ctrl-C again")
+        scr.keys("C-c")
+        scr.wait_exit()
+    rows = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)
+    assert [r["status"] for r in rows] == ["interrupted"]
+
+
+def test_state_counts_a_shared_group_once_and_fits_80_columns():
+    from rlm.cli.listings import state_lines
+
+    big = 49_971_384
+    state = {"source": "snapshot", "detail": "the last snapshot", "names": [
+        {"name": "flights", "type": "DataFrame", "bytes": big, "shares": ["flights_by_carrier"],
+         "summary": "DataFrame 336,776×19"},
+        {"name": "flights_by_carrier", "type": "dict", "bytes": big, "shares": ["flights"]},
+        {"name": "a_rather_long_variable_name_for_the_model", "type": "int", "bytes": 28},
+        {"name": "gen", "type": "generator", "bytes": 0, "restorable": False,
+         "reason": "generators cannot be pickled"}]}
+    lines = state_lines(state, 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert sum(f"{big:,} B" in line for line in lines) == 1  # counted once
+    assert "with flights" in lines[2] and "shared with flights_by_carrier" in lines[1]
+    assert lines[-1] == f"  4 name(s), {big + 28:,} B"
+    assert "not restorable: generators" in lines[4]
+
+
+def test_ps_marks_dead_workers_and_says_how_to_clear_them():
+    from rlm.cli.listings import ps_lines
+
+    rows = [{"session_id": "/h/sessions/20261203-1-aaaaaa", "pid": 12, "state": "idle",
+             "alive": True, "activity": "waiting for prompts"},
+            {"session_id": "20261203-2-bbbbbb", "pid": 13, "state": "stopped", "alive": False}]
+    lines = ps_lines(rows, 80)
+    assert all(len(line) <= 80 for line in lines), lines
+    assert lines[1].split()[:3] == ["20261203-1-aaaaaa", "12", "idle"]
+    assert "1 stopped or dead worker record(s): 20261203-2-bbbbbb" in lines[2]
+    assert "rlm ps --prune" in lines[3]
+
+
+# ---------------------------------------------------------------- did-you-mean
+def test_a_misspelled_file_in_the_task_is_named_and_its_near_file_loaded(tmp_path, _isolated_home):
+    (tmp_path / "flights.csv").write_text("carrier,dep_delay\nAA,5\nUA,7\n")
+    s = script(tmp_path / "s.json", [call("print(flights.dep_delay.mean())"), call("final('6.0')")])
+    with Screen(["run", "summarise flights.cvs", "--model", s], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert "flights.cvs does not exist: loading flights.csv (one edit away) instead" in screen
+    assert "inputs: flights: DataFrame 2×2" in screen
+    assert "6.0" in screen
+
+
+def test_did_you_mean_for_models_slash_commands_and_cron_fields(tmp_path, _isolated_home):
+    from rlm.longrun.schedule import ScheduleError, parse_when
+    from rlm.spelling import did_you_mean, edits, one_edit_away
+
+    assert edits("flights.cvs", "flights.csv") == 1 and edits("abc", "abd") == 1
+    assert one_edit_away("flights.cvs", ["flights.csv", "notes.txt"]) == "flights.csv"
+    assert one_edit_away("a.csv", ["b.csv", "c.csv"]) is None  # two are as near: no guess
+    assert did_you_mean("/lod", ["/load", "/goal", "/state"]) == "did you mean /load?"
+    out = rlm("run", "t", "--model", "locl", cwd=tmp_path, check=False)
+    assert out.returncode != 0 and "unknown model 'locl' (did you mean local?)" in out.stderr
+    assert "litellm" not in out.stderr.split("(did you mean local?)")[1].split(";")[0]
+    with pytest.raises(ScheduleError, match=r"field 2 \(hour\) '25' is not valid: 0-23"):
+        parse_when("0 25 * * *", 0)
+    shown = chat_session(tmp_path, [], "/lod penguins.csv\n/exit\n")
+    assert "unknown command /lod; did you mean /load?" in shown.stdout
+
+
+# ------------------------------------------------------------- silent phases
+def test_start_and_resume_say_what_is_happening_and_turns_continue(tmp_path, _isolated_home):
+    (tmp_path / "orders.csv").write_text("region,total\neast,3\nwest,4\n")
+    s = script(tmp_path / "a.json", [call("totals = orders.total.sum()\nprint(totals)"),
+                                     call("final(str(totals))")])
+    with Screen(["run", "sum the totals", "--model", s, "--context", "orders.csv"],
+                cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert screen.index("starting the kernel...") < screen.index("rlm · model")
+    assert "loading 1 input file(s): orders.csv..." in screen
+    b = script(tmp_path / "b.json", [call("print(totals * 2)\nfinal(str(totals * 2))")])
+    with Screen(["resume", "last", "double it", "--model", b], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert re.search(r"starting the kernel and restoring its snapshot \([\d.,]+ [KMG]?B\)\.\.\.",
+                     screen), screen
+    assert re.search(r"^restored: .*\btotals\b", screen, re.M), screen
+    assert "task: double it" in screen
+    assert "── turn 3 ──" in screen and "── turn 1 ──" not in screen  # numbers continue
+
+
+def test_the_code_being_written_is_drafted_live_then_shown_once_in_its_box():
+    """While the model streams a fenced cell, the live area above the spinner shows the
+    code written so far; once the reply ends the draft is gone and the box shows it once."""
+    import io
+
+    from rich.console import Console
+
+    from rlm import events as ev
+    from rlm.cli.render import Renderer
+
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=80, color_system=None), animate=False)
+    reply = "Summing.\n```python\ntotals = orders.groupby('region').total.sum()\nprint(tot"
+    for i in range(0, len(reply), 5):
+        r(ev.ModelText(reply[i:i + 5]))
+    live = io.StringIO()
+    Console(file=live, width=80, color_system=None).print(r._draft)
+    assert live.getvalue() == "totals = orders.groupby('region').total.sum()\nprint(tot\n"
+    r(ev.ModelText("als)\n```\n"))
+    code = "totals = orders.groupby('region').total.sum()\nprint(totals)"
+    r(ev.ModelReply(reply + "als)\n```\n", [code], {}))
+    r(ev.CellStarted(code, 0))
+    live = io.StringIO()
+    Console(file=live, width=80, color_system=None).print(r._draft)
+    assert live.getvalue().strip() == ""  # the draft is gone
+    assert buf.getvalue().count("groupby('region')") == 1  # in the box only
+
+
+def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isolated_home):
+    replies = ["Summing.\n```python\nthe_total = 3 + 4\nprint(the_total)\n```",
+               call("final(str(the_total))")]
+    _run_json(tmp_path, "log", replies, "add three and four")
+    out = rlm("log", cwd=tmp_path).stdout
+    assert out.count("the_total = 3 + 4") == 1, out
+    assert "final: 7\n(✓ verified)" in out and '{"answer"' not in out

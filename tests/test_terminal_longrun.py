@@ -1,0 +1,113 @@
+"""Long-running work from one terminal (issue 31): `rlm resume --detach`, `--worker` on
+schedule, `rlm worker` saying what it does, `stop --json` naming the session, `ps`
+marking and pruning dead workers, attach durations on the records' own clock, goal text
+as typed and goal replies on one line."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from test_cli import call, rlm, script
+
+from rlm import events as ev
+from rlm.cli.render import Renderer
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def wait_until(check, what: str, timeout: float = 240.0) -> None:
+    """Poll `check` (a file the worker writes) until it holds."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what} never happened"
+        time.sleep(0.2)
+
+
+def finals(path: Path) -> int:
+    return path.read_text().count('"custom_type":"final"')
+
+
+def test_resume_detach_continues_in_a_worker_then_stop_ps_and_prune(tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call("word = 'round'\nprint(word)\nfinal(word)")])
+    first = json.loads(rlm("run", "first question", "--model", s, "--json",
+                           cwd=tmp_path).stdout.strip().splitlines()[-1])
+    sid, path = first["session_id"], Path(first["session_path"])
+    out = json.loads(rlm("resume", "last", "next question", "--detach", "--json",
+                         cwd=tmp_path).stdout)
+    assert out["session_id"] == sid and out["worker_pid"]
+    wait_until(lambda: finals(path) == 2, "the detached resume's answer")
+    assert '"content":"next question"' in path.read_text()
+    stopped = json.loads(rlm("stop", "last", "--json", cwd=tmp_path).stdout)
+    assert stopped == {"session_id": sid, "stopped": True}  # the id, not "last"
+    listed = rlm("ps", cwd=tmp_path).stdout
+    assert f"1 stopped or dead worker record(s): {sid}" in listed and "--prune" in listed
+    rlm("ps", "--prune", cwd=tmp_path)
+    assert json.loads(rlm("ps", "--json", cwd=tmp_path).stdout) == []
+    bad = rlm("resume", sid, "--detach", "--model", "other", cwd=tmp_path, check=False)
+    assert bad.returncode != 0 and "recorded options" in bad.stderr
+
+
+def test_schedule_with_worker_starts_one_and_worker_says_what_it_does(tmp_path, _isolated_home):
+    s = script(tmp_path / "s.json", [call("word = 'ok'\nprint(word)\nfinal(word)")])
+    sid = json.loads(rlm("run", "t", "--model", s, "--json",
+                         cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
+    plain = rlm("schedule", sid, "add", "every 1h", "--", "tick", cwd=tmp_path)
+    assert "nothing fires these jobs now" in plain.stderr and "`--worker` starts" in plain.stderr
+    try:
+        added = rlm("schedule", "--worker", sid, "add", "every 2h", "--", "tock", cwd=tmp_path)
+        assert f"started for session {sid}: it fires the jobs" in added.stderr
+        alive = [w for w in json.loads(rlm("ps", "--json", cwd=tmp_path).stdout) if w["alive"]]
+        assert len(alive) == 1
+        listed = rlm("schedule", sid, "list", cwd=tmp_path)
+        assert "due jobs fire in" in listed.stderr
+    finally:
+        rlm("stop", sid, cwd=tmp_path, check=False)
+    worker = subprocess.Popen([sys.executable, "-P", "-m", "rlm", "worker", sid], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        banner = worker.stderr.readline()  # type: ignore[union-attr]
+        assert banner.startswith(f"rlm worker for session {sid}: runs prompts sent to it")
+        wait_until(lambda: [w for w in json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+                            if w["alive"]], "the foreground worker holding the session")
+        rlm("stop", sid, cwd=tmp_path)
+        # a stop that lands before the worker's SIGTERM handler is set ends it by the
+        # signal (-15, seen under load): the banner is what this test is about
+        assert worker.wait(timeout=120) in (0, -15)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+
+
+def test_attach_measures_durations_on_the_records_clock():
+    """A worker's 60 s model call replayed by `rlm attach --no-follow` in a blink still
+    reads 60 s: the renderer measures on the records' timestamps."""
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=80, color_system=None))
+    r.clock = lambda: 1000.0
+    r(ev.TurnStarted(1))
+    r(ev.ModelCallStarted("local", 500))
+    r.clock = lambda: 1060.0
+    r(ev.ModelReply("", ["x = 1"], {"input_tokens": 500, "output_tokens": 9}))
+    r(ev.RunEnded("final", 1, final="1", verified=True))
+    out = buf.getvalue()
+    assert "model 60.0s" in out and "· 60.0s" in out, out
+
+
+def test_goal_text_is_shown_as_typed_and_goal_replies_are_one_line():
+    from kernel_ext.api import GoalReply
+    from rlm.longrun.goals import GoalState, render_goal_context
+
+    g = GoalState(goal_id="g1", objective="every region's totals reconcile & <match>")
+    text = render_goal_context(g)
+    assert "every region's totals reconcile &amp; &lt;match&gt;" in text
+    reply = GoalReply({"goal": {"objective": "every region's totals reconcile",
+                                "status": "complete"}, "remaining_tokens": 1200})
+    assert repr(reply) == "<goal complete: \"every region's totals reconcile\", 1,200 tokens left>"
+    assert reply["goal"]["status"] == "complete" and "'remaining_tokens': 1200" in str(reply)
