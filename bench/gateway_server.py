@@ -2,8 +2,10 @@
 
 The kernelspec it serves (`rlm-remote`) loads kernel_ext the way a remote image would:
 `--IPKernelApp.extensions=kernel_ext` in its argv. Readiness is the gateway's own
-"is available at http://127.0.0.1:PORT" log line (its port is chosen by the gateway:
-no port races), read from its output; no sleeps.
+"is available at http://127.0.0.1:PORT" log line, read from its output; no sleeps.
+Its first port to try is one the OS hands out as free (not a fixed 18888 counted up from):
+a gateway killed by a test frees its port, and a fixed range let another test's gateway,
+with the same token, take that port, so a restart meant to fail reached the wrong gateway.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import os
 import re
 import selectors
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -69,7 +72,7 @@ def running_gateway(root: Path, token: str, *, time_to_dead: float = 0.5,
                JUPYTER_RUNTIME_DIR=str(root / "runtime"), JUPYTER_CONFIG_DIR=str(root / "cfg"),
                KG_AUTH_TOKEN=token)
     argv = [sys.executable, "-m", "jupyter", "kernelgateway",
-            "--KernelGatewayApp.ip=127.0.0.1", "--KernelGatewayApp.port=18888",
+            "--KernelGatewayApp.ip=127.0.0.1", f"--KernelGatewayApp.port={_free_port()}",
             "--KernelGatewayApp.port_retries=200",
             f"--KernelGatewayApp.default_kernel_name={KERNEL_NAME}",
             f"--KernelRestarter.time_to_dead={time_to_dead}",
@@ -105,6 +108,13 @@ def running_gateway(root: Path, token: str, *, time_to_dead: float = 0.5,
     finally:
         _stop(proc)
         drain.wait(timeout=10)
+
+
+def _free_port() -> int:
+    """A port the OS picks from its ephemeral range (port_retries covers the short race)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
