@@ -1,6 +1,6 @@
 """Host cost per iteration of the whole agent loop vs raw jupyter_client (DESIGN.md peers).
 
-A scripted 40-cell run through `Agent.run` (scripted model through litellm, session log
+A scripted 40-cell run through `Agent.run` (scripted model, session log
 with fsync per entry, per-cell snapshots, output shaping, projection) against the same 40
 cells sent with a raw BlockingKernelClient round trip, same kernel argv, same run.
 Peers measured on these machines (DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm

@@ -1,4 +1,4 @@
-"""The agent loop end to end: scripted model (through litellm), real kernel, real files.
+"""The agent loop end to end: scripted model, real kernel, real files.
 
 Assertions are on what reached the model (ScriptedLLM.calls), what is on disk (the session
 log) and what the kernel holds.

