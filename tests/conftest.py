@@ -50,13 +50,24 @@ def local_model(joined_model_cache, monkeypatch):
     return joined_model_cache / MODEL_FILENAME
 
 
+# What puts a test in the slow tier (`pytest -m slow`; plain `pytest` runs the rest): the
+# real offline model, a kernel gateway or an object-store server started for it. A test
+# asking for one of these fixtures is marked here, so a new one cannot slip into the fast
+# tier; the soak and the other long tests carry `@pytest.mark.slow` themselves.
+SLOW_FIXTURES = frozenset({"local_model", "joined_model_cache", "gateway", "s3"})
+
+
 def pytest_collection_modifyitems(items):
     """Every test on the real offline model runs on one xdist worker (`--dist loadgroup`
     in pyproject.toml): the 1.1 GB model is joined once per run, and two llama.cpp
-    generations never compete for the same 2 cores."""
+    generations never compete for the same 2 cores. A test that needs one of
+    SLOW_FIXTURES is in the slow tier."""
     for item in items:
-        if "local_model" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "local_model" in fixtures:
             item.add_marker(pytest.mark.xdist_group("local_model"))
+        if fixtures & SLOW_FIXTURES:
+            item.add_marker(pytest.mark.slow)
 
 
 # the in-process IPython shell with snapshots installed (tests/snapshot_shell.py)

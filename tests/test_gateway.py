@@ -184,6 +184,7 @@ def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, toke
     first._rt.listener.stop()
 
 
+@pytest.mark.slow  # starts a gateway of its own (the slow tier: tests/conftest.py)
 def test_a_gateway_that_dies_mid_cell_is_noticed_not_waited_out(tmp_path, token_env):
     """Websocket liveness: the gateway process is killed while a cell sleeps; the cell
     ends at once (the socket closed) and the restart says the gateway is unreachable."""
