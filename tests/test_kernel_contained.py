@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from as_nobody import as_nobody
 
 from rlm import trust
 from rlm.config import Config
@@ -112,11 +113,7 @@ with Kernel(session, Config(home=home, cell_timeout=60, sandbox=True)) as k:
 
 
 @needs_sandbox
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root + setpriv")
 def test_the_same_holds_for_an_unprivileged_user(tmp_path):
-    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if not os.path.exists(python):
-        pytest.skip(f"no {python} to run as nobody")
     base = Path(tempfile.mkdtemp(prefix="rlm-unpriv-"))
     try:
         os.chmod(base, 0o777)
@@ -125,13 +122,11 @@ def test_the_same_holds_for_an_unprivileged_user(tmp_path):
         paths = [str(home / "sessions" / "s1" / "session.jsonl"), str(home / "config.toml"),
                  str(cfg / "rlm" / "trusted-files.json")]
         env = {**os.environ, "RLM_HOME": str(home), "XDG_CONFIG_HOME": str(cfg),
-               "HOME": str(base), "PYTHONPATH": os.pathsep.join(sys.path)}
-        proc = subprocess.run(
-            # the system interpreter with this venv's packages: a venv's own interpreter
-            # may sit under root's 0700 home
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python,
-             "-c", UNPRIVILEGED, str(home), WRITES.format(targets=paths)],
-            env=env, cwd=base, capture_output=True, text=True, timeout=180)
+               "HOME": str(base)}
+        argv = as_nobody([sys.executable, "-c", UNPRIVILEGED, str(home),
+                          WRITES.format(targets=paths)], env)
+        proc = subprocess.run(argv, env=env, cwd=base, capture_output=True, text=True,
+                              timeout=180)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.strip().splitlines()[-1] == "EROFS EROFS EROFS"
     finally:
@@ -165,17 +160,12 @@ def call(code: str) -> dict:
 
 
 def _as_nobody(argv: list[str], env: dict[str, str], base: Path) -> list[str]:
-    """argv as nobody with the system interpreter and this venv's packages (the venv's
-    own interpreter may sit under root's 0700 home); `base` made world-writable."""
-    python = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists(python):
-        pytest.skip("needs root, setpriv and the system python to run as nobody")
+    """argv as nobody (tests/as_nobody.py), at home in `base`, made world-writable."""
     for path in (base, *base.rglob("*")):
         os.chmod(path, 0o777 if path.is_dir() else 0o666)
-    env.update(PYTHONPATH=os.pathsep.join(p for p in sys.path if p), HOME=str(base),
-               RLM_HOME=str(base / "home"), XDG_CONFIG_HOME=str(base / "xdg"),
+    env.update(HOME=str(base), RLM_HOME=str(base / "home"), XDG_CONFIG_HOME=str(base / "xdg"),
                XDG_CACHE_HOME=str(base / "cache"), RLM_MODEL_CACHE=str(base / "models"))
-    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, *argv[1:]]
+    return as_nobody(argv, env)
 
 
 @pytest.mark.parametrize("sandbox, user", [(False, "me"), (True, "me"), (False, "nobody"),

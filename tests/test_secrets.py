@@ -272,28 +272,12 @@ print(subprocess.run([sys.executable, "-c", child], capture_output=True, text=Tr
 """
 
 
-def _as_unprivileged(argv: list[str], env: dict[str, str], readable: Path) -> list[str]:
-    """argv run as a non-root user: as is when we are not root; through setpriv as
-    nobody with the system python (rlm.secrets needs only the standard library, and the
-    venv's interpreter may live under a 0700 home) when we are. nobody may not be able to
-    read the clone either (cloned under a 0700 home or temp dir): it imports a
-    byte-identical copy of the package's `__init__.py` and `secrets.py`, put in
-    `readable` (a world-readable directory)."""
-    import shutil
+def _as_unprivileged(argv: list[str], env: dict[str, str]) -> list[str]:
+    """argv run as a non-root user: as is when we are not root; as nobody
+    (tests/as_nobody.py) when we are."""
+    from as_nobody import as_nobody
 
-    if os.geteuid() != 0:
-        return argv
-    if not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
-        pytest.skip("running as root without setpriv and /usr/bin/python3 to drop privileges")
-    package = readable / "rlm"
-    package.mkdir(parents=True)
-    for name in ("__init__.py", "secrets.py"):
-        shutil.copyfile(Path(__file__).resolve().parents[1] / "rlm" / name, package / name)
-    for path in (readable, package, *package.iterdir()):
-        os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    env["PYTHONPATH"] = str(readable)
-    return ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3",
-            *argv[1:]]
+    return argv if os.geteuid() != 0 else as_nobody(argv, env)
 
 
 @pytest.mark.parametrize("mode", ["protect", "plain"])
@@ -301,19 +285,12 @@ def test_a_same_user_process_cannot_open_the_hosts_environ_or_mem(mode):
     """Issue 15.5 as a non-root user: after protect_process_secrets the host is
     non-dumpable, so a process of the same user (a cell) gets PermissionError on
     /proc/<host>/environ and /proc/<host>/mem; without it both open."""
-    import shutil
     import subprocess
     import sys
-    import tempfile
 
     env = dict(os.environ, OPENAI_API_KEY=f"sk-test-{_rand(40)}")
-    # in /tmp itself (sticky, world-searchable), not under a private TMPDIR
-    readable = Path(tempfile.mkdtemp(prefix="rlm-nobody-", dir="/tmp" if os.path.isdir("/tmp") else None))
-    try:
-        argv = _as_unprivileged([sys.executable, "-c", NOBODY_HOST, mode], env, readable)
-        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd="/")
-    finally:
-        shutil.rmtree(readable, ignore_errors=True)
+    argv = _as_unprivileged([sys.executable, "-c", NOBODY_HOST, mode], env)
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd="/")
     assert out.returncode == 0, out.stderr[-2000:]
     expected = "PermissionError PermissionError" if mode == "protect" else "opened opened"
     assert out.stdout.strip() == expected
