@@ -188,3 +188,25 @@ def test_real_provider_auth_failure_without_network(monkeypatch):
     llm.retries, llm.base_delay = 1, 0
     with pytest.raises(ModelError):
         llm.complete(USER)
+
+
+def test_an_unreadable_inherited_tiktoken_dir_is_passed_over(tmp_path):
+    """Before: a TIKTOKEN_CACHE_DIR inherited from another user's process (its folder
+    unreadable here) raised PermissionError at the first token count and ended the run
+    ("Permission denied ...; set RLM_HOME ..."); now the bundled files are used."""
+    import os
+
+    from as_nobody import as_nobody
+
+    from rlm.llm import tokens
+
+    private = tmp_path / "private"
+    private.mkdir()
+    key = tokens._cache_key(tokens.DEFAULT_ENCODING)
+    (private / key).write_bytes(b"")
+    os.chmod(private, 0o700)
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(private)}
+    argv = as_nobody([sys.executable, "-c",
+                      "from rlm.llm import count_text; print(count_text('hello world'))"], env)
+    out = subprocess.run(argv, env=env, cwd="/", capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "2", out.stderr[-2000:]

@@ -191,7 +191,11 @@ def test_sessions_fit_80_columns_and_say_how_each_ended(tmp_path, _isolated_home
 
 
 def test_an_interrupted_run_is_listed_as_interrupted(tmp_path, _isolated_home):
-    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="napping")), call("print(1)")])
+    # the second cell sleeps too: the second press lands while it runs. (With a quick
+    # second cell the run could reach the script's end before the second press, which a
+    # scripted model slowed by the litellm import used to hide.)
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="napping")),
+                                     call(SLEEPY.format(label="napping again"))])
     with Screen(["run", "nap", "--model", s], cwd=tmp_path) as scr:
         scr.wait_for("napping\n")
         scr.keys("C-c")

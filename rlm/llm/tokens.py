@@ -47,6 +47,15 @@ def _bundled_dir() -> Path | None:
     return Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
 
 
+def _readable_file(path: Path) -> bool:
+    """A file this process can open; an inherited TIKTOKEN_CACHE_DIR may name a folder of
+    another user's (is_file() raises PermissionError there, and the run would end)."""
+    try:
+        return path.is_file() and os.access(path, os.R_OK)
+    except OSError:
+        return False
+
+
 def _cache_key(name: str) -> str:
     return hashlib.sha1(_URLS[name].encode()).hexdigest()
 
@@ -58,7 +67,7 @@ def get_encoding(name: str = DEFAULT_ENCODING) -> Any:
         raise RlmError(f"unknown encoding {name!r}; use one of {', '.join(_URLS)}")
     key = _cache_key(name)
     current = os.environ.get("TIKTOKEN_CACHE_DIR")
-    if not (current and (Path(current) / key).is_file()):
+    if not (current and _readable_file(Path(current) / key)):
         bundled = _bundled_dir()
         if bundled is None or not (bundled / key).is_file():
             raise RlmError(
