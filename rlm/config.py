@@ -357,8 +357,28 @@ def _checked(path: Path, name: str, value: Any) -> Any:
 
 def load_config(**flags: Any) -> Config:
     """Defaults < TOML file < env < flags (None flags are ignored)."""
+    return _load(flags, refuse=True)
+
+
+def load_config_for_reading() -> Config:
+    """The config of a command that starts no kernel and runs no model (sessions, log,
+    state, tree, export, ps, attach, stop): the settings of a project file that need
+    `rlm trust` are ignored, with a warning (`config_warnings()`), instead of refused."""
+    return _load({}, refuse=False)
+
+
+def config_warnings() -> list[str]:
+    """What the last load ignored, one line each."""
+    return list(_IGNORED)
+
+
+_IGNORED: list[str] = []
+
+
+def _load(flags: dict[str, Any], *, refuse: bool) -> Config:
     cfg = Config()
     _FILES_READ.clear()
+    _IGNORED.clear()
     found = _config_file()
     if found is not None:
         path, own = found
@@ -375,7 +395,13 @@ def load_config(**flags: Any) -> Config:
             raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
         allowed = own or trust.allowed(path, raw)
         refused = [] if allowed else _project_refusals(path, data)
-        if refused:
+        if refused and not refuse:
+            _IGNORED.append(
+                f"{path} sets {', '.join(refused)}, not allowed yet: ignored by this command "
+                f"(it starts no kernel); `rlm trust {path}` allows it, and a run refuses the "
+                "file until then")
+            data = {k: v for k, v in data.items() if k not in refused}
+        elif refused:
             raise ConfigError(
                 f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
                 f"sees; allow this file with `rlm trust {path}` (records its sha256) or remove "

@@ -296,3 +296,26 @@ def test_a_forged_sandbox_false_cannot_beat_the_default_sandbox(tmp_path):
     assert options.config().sandbox is None  # the default: sandboxed where available
     given = app.RunOptions(overrides={"sandbox": False})
     assert opened(session.id, given).config().sandbox is False
+
+
+def test_read_only_commands_warn_about_an_untrusted_project_file_and_go_on(tmp_path,
+                                                                         _isolated_home):
+    """Issue 40 item 8: `rlm sessions`, `rlm log`, `rlm state`, `rlm ps` start no kernel: a
+    project rlm.toml that needs `rlm trust` is ignored by them with one warning line (they
+    exited 2 before); a run still refuses it."""
+    from rlm.session.store import SessionStore
+
+    s = SessionStore.create(_isolated_home, model="script:x.json", task="listed anyway")
+    s.close()
+    (tmp_path / "rlm.toml").write_text('kernel_python = "/usr/bin/python3"\n')
+    for args in (["sessions", "--json"], ["log", s.id], ["state", s.id, "--json"], ["ps"]):
+        proc = rlm(*args, cwd=tmp_path, check=False)
+        assert proc.returncode == 0, (args, proc.stderr)
+        warnings = [line for line in proc.stderr.splitlines() if line.startswith("rlm: warning:")]
+        assert len(warnings) == 1 and "kernel_python" in warnings[0], (args, proc.stderr)
+        assert "rlm trust rlm.toml" in warnings[0]
+    listed = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)
+    assert [row["id"] for row in listed] == [s.id]
+    proc = rlm("run", "hi", "--model", script(tmp_path / "r.json", ["hi"]), cwd=tmp_path,
+               check=False)
+    assert proc.returncode == 2 and "rlm trust rlm.toml" in proc.stderr

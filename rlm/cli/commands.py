@@ -18,10 +18,10 @@ from rich.markup import escape
 
 from rlm import app
 from rlm.agent.result import RunResult
-from rlm.cli.common import open_readonly, options_from_args
+from rlm.cli.common import open_readonly, options_from_args, reading_config
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
-from rlm.config import load_config
+from rlm.config import load_config, load_config_for_reading
 from rlm.errors import RlmError
 from rlm.events import first_run
 from rlm.protocols import SessionLog
@@ -196,7 +196,7 @@ def cmd_sessions(args: argparse.Namespace) -> int:
     from rlm.cli import listings
     from rlm.session.store import list_sessions
 
-    found = list_sessions(load_config().home)
+    found = list_sessions(reading_config().home)
     if args.here:
         here = os.path.realpath(os.getcwd())
         found = [s for s in found if s.cwd and os.path.realpath(s.cwd) == here]
@@ -292,7 +292,8 @@ def cmd_state(args: argparse.Namespace) -> int:
     s = open_readonly(args.session)
     assert s.dir is not None  # opened from disk
     recorded = app.recorded_options(s)  # the URL the run's kernel wrote its snapshots to
-    url = (recorded.overrides.get("snapshot_url") if recorded else None) or load_config().snapshot_url
+    url = ((recorded.overrides.get("snapshot_url") if recorded else None)
+           or load_config_for_reading().snapshot_url)  # open_readonly said what it ignored
     state = session_state(s.dir, snapshot_url=url)
     if args.json:
         print_json(state)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rlm.app import RunOptions
-from rlm.config import load_config
+from rlm.config import Config
 from rlm.errors import SessionError
 from rlm.session.store import SessionStore
 
@@ -36,10 +37,21 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
     )
 
 
+def reading_config() -> Config:
+    """The config of a command that only reads (`load_config_for_reading`): what an
+    untrusted project file sets is ignored, said once on stderr, and the command goes on."""
+    from rlm.config import config_warnings, load_config_for_reading
+
+    config = load_config_for_reading()
+    for line in config_warnings():
+        print(f"rlm: warning: {line}", file=sys.stderr)
+    return config
+
+
 def open_readonly(session_id: str) -> SessionStore:
     """For commands that only read (log, tree, state, export): never takes the lock."""
     try:
-        return SessionStore.open(session_id, load_config().home, readonly=True)
+        return SessionStore.open(session_id, reading_config().home, readonly=True)
     except FileNotFoundError as e:
         raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
 

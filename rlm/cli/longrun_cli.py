@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm import app
-from rlm.cli.common import open_readonly
+from rlm.cli.common import open_readonly, reading_config
 from rlm.cli.render import Renderer, print_json, terminal_safe
 from rlm.config import load_config
 from rlm.errors import ConfigError, RlmError
@@ -259,7 +259,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_attach(args: argparse.Namespace) -> int:
     """The latest run of the session's worker, rendered like `rlm run`; waits for it to end
     (`--follow`: until the worker stops; `--no-follow`: not at all). Ctrl-C detaches."""
-    home = load_config().home
+    home = reading_config().home
     sdir = str(resolve_session_dir(args.session, home))  # unknown session: one line, exit 1
     render = Renderer(clock=time.time)  # durations on the records' own timestamps
 
@@ -323,7 +323,7 @@ def _worker_record_name(kind: str) -> str:
 def cmd_stop(args: argparse.Namespace) -> int:
     from rlm.longrun.worker import stop_worker
 
-    home = load_config().home
+    home = reading_config().home
     sid = resolve_session_dir(args.session, home).name  # `last` named as what it is
     ok = stop_worker(args.session, home)
     if args.json:
@@ -339,9 +339,10 @@ def cmd_ps(args: argparse.Namespace) -> int:
     from rlm.cli import listings
     from rlm.longrun.worker import list_workers, prune_workers
 
-    rows = list_workers(load_config().home)
+    home = reading_config().home
+    rows = list_workers(home)
     if args.prune:
-        gone = prune_workers(load_config().home)
+        gone = prune_workers(home)
         rows = [r for r in rows if r.get("alive")]
         if not args.json:
             print(f"removed {len(gone)} record(s) of stopped or dead workers", file=sys.stderr)
