@@ -53,7 +53,9 @@ SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model",
                   "replay")
 # Config fields only the user's config or environment may set: never taken from a record.
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
-RUN_FLAGS = ("autonomous", "gate")
+# Run options (not config) that decide what runs or where: the value a refusal leaves.
+# `workdir` becomes the kernel's working directory, which the sandbox binds read-write.
+RUN_FLAGS: dict[str, Any] = {"autonomous": False, "gate": [], "workdir": None}
 
 
 def ensure_dir(path: Path) -> Path:
@@ -99,6 +101,7 @@ def security_subset(options: dict[str, Any], header_model: str | None = None) ->
     out: dict[str, Any] = {k: overrides[k] for k in SECURITY_FLAGS if k in overrides}
     out["autonomous"] = bool(options.get("autonomous"))
     out["gate"] = [str(g) for g in options.get("gate") or []]
+    out["workdir"] = options.get("workdir") or None
     if header_model:
         out["header_model"] = header_model
     return out
@@ -211,8 +214,9 @@ def screen(recorded: dict[str, Any] | None, *, session_id: str, session_dir: Pat
             continue
         baseline = record.get(key) if record is not None else None
         if _looser(key, value, baseline):
-            refuse(key, value, baseline or ([] if key == "gate" else False))
-            out[key] = baseline or ([] if key == "gate" else False)
+            safe = baseline or RUN_FLAGS[key]
+            refuse(key, value, safe)
+            out[key] = safe
     out["overrides"] = overrides
     return out, notes
 

@@ -319,3 +319,38 @@ def test_read_only_commands_warn_about_an_untrusted_project_file_and_go_on(tmp_p
     proc = rlm("run", "hi", "--model", script(tmp_path / "r.json", ["hi"]), cwd=tmp_path,
                check=False)
     assert proc.returncode == 2 and "rlm trust rlm.toml" in proc.stderr
+
+
+def test_a_forged_workdir_is_refused_and_the_kernel_stays_where_it_was(tmp_path):
+    """Issue 40 item 2: a recorded `workdir` becomes the kernel's working directory (bound
+    read-write by the sandbox); a forged one pointing elsewhere (here: the user's config
+    dir, where the run records live) is refused with one line, and the resumed kernel
+    works where the session's own runs did."""
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    first = script(tmp_path / "one.json", [call("import os\nprint(os.getcwd())\nfinal('ok')")])
+    out = rlm("run", "start", "--model", first, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    forge(Path(res["session_path"]), workdir=str(target))
+    second = script(tmp_path / "two.json", [call("import os\nprint(os.getcwd())\nfinal('ok')")])
+    out = rlm("resume", res["session_id"], "continue", "--model", second, "--json",
+              cwd=tmp_path)
+    refusals = [line for line in out.stderr.splitlines() if "refused workdir" in line]
+    assert len(refusals) == 1 and str(target) in refusals[0], out.stderr
+    log = Path(res["session_path"])
+    entries = [json.loads(line) for line in log.read_text().splitlines()]
+    shown = [e["message"]["content"] for e in entries
+             if e["type"] == "message" and e["message"]["role"] == "tool"]
+    assert len(shown) == 2 and str(target) not in shown[1], shown
+    assert str(tmp_path) in shown[1]
+
+
+def test_the_workdir_a_host_recorded_is_kept_on_resume(tmp_path):
+    """`rlm demo` records its data folder as the workdir: the host's record holds it too,
+    so a resume keeps it without a refusal."""
+    data = tmp_path / "data"
+    data.mkdir()
+    session, _ = _session(tmp_path, workdir=str(data))
+    session.close()
+    options = opened(session.id)
+    assert options.refused == [] and options.workdir == str(data)
