@@ -1,7 +1,10 @@
-"""One configuration dataclass. Sources, weakest first: defaults, TOML file, env, flags.
+"""One configuration dataclass. Sources, weakest first, merged key by key: defaults, the
+user's config file, the project's file, env, flags.
 
-TOML file: $RLM_CONFIG, else ./rlm.toml, else $RLM_HOME/config.toml; keys are the field
-names below (e.g. `model = "openai/gpt-4o-mini"`, `cell_timeout = 120`).
+The user's file is $RLM_CONFIG, else $RLM_HOME/config.toml; the project's is ./rlm.toml;
+both are read when both exist, so a project file never hides the user's own settings
+(a `sandbox = true` in config.toml holds whatever a cell writes into ./rlm.toml). Keys are
+the field names below (e.g. `model = "openai/gpt-4o-mini"`, `cell_timeout = 120`).
 Env: RLM_MODEL, RLM_SUB_MODEL, RLM_COMPACTION_MODEL, RLM_ADVISOR, RLM_HOME.
 
 Trust (rlm.trust): `$RLM_CONFIG` and `$RLM_HOME/config.toml` are the user's own. A
@@ -11,7 +14,8 @@ sees (kernel_python, kernel_env_pass, home, kernel, snapshot_url, ...) is refuse
 the user allowed that file's exact bytes with `rlm trust [PATH]`. RLM_HOME wins over a
 file's `home`, and a file's `home` must be under the user's home directory (a root run
 must not write /etc/sessions because a file said so); set RLM_HOME for anywhere else.
-`files_read()` names the files the last `load_config` read (the run header shows it).
+`files_read()` names the files the last `load_config` read and what each set (the run
+header shows it).
 """
 
 from __future__ import annotations
@@ -282,19 +286,29 @@ def files_read() -> list[str]:
     return list(_FILES_READ)
 
 
-def _config_file() -> tuple[Path, bool] | None:
-    """The config file to read and whether it is the user's own (else a project's)."""
+def _config_files() -> list[tuple[Path, bool]]:
+    """The config files to read, weakest first, each with whether it is the user's own
+    (else the project's): the user's, then the working directory's rlm.toml."""
+    out: list[tuple[Path, bool]] = []
     explicit = os.environ.get("RLM_CONFIG")
     if explicit:
         p = Path(explicit)
         if not p.is_file():
             raise ConfigError(f"RLM_CONFIG points at {p}, which does not exist")
-        return p, True
+        out.append((p, True))
+    elif (rlm_home() / "config.toml").is_file():
+        out.append((rlm_home() / "config.toml", True))
     project = Path(PROJECT_FILE)
-    if project.is_file():
-        return project, False
-    own = rlm_home() / "config.toml"
-    return (own, True) if own.is_file() else None
+    if project.is_file() and not any(_same_file(project, p) for p, _ in out):
+        out.append((project, False))
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.samefile(b)
+    except OSError:
+        return False
 
 
 def _model_names_a_file(value: Any) -> bool:
@@ -379,42 +393,47 @@ def _load(flags: dict[str, Any], *, refuse: bool) -> Config:
     cfg = Config()
     _FILES_READ.clear()
     _IGNORED.clear()
-    found = _config_file()
-    if found is not None:
-        path, own = found
-        raw = trust.read_regular(path, limit=1 << 20)
-        try:
-            if raw is None:
-                raise OSError("not a regular file you can read")
-            data = tomllib.loads(raw.decode())
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-            raise ConfigError(f"{path}: cannot read config ({e}); fix the file or remove it") from e
-        known = {f.name: f for f in fields(Config)}
-        unknown = sorted(set(data) - set(known))
-        if unknown:
-            raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
-        allowed = own or trust.allowed(path, raw)
-        refused = [] if allowed else _project_refusals(path, data)
-        if refused and not refuse:
-            _IGNORED.append(
-                f"{path} sets {', '.join(refused)}, not allowed yet: ignored by this command "
-                f"(it starts no kernel); `rlm trust {path}` allows it, and a run refuses the "
-                "file until then")
-            data = {k: v for k, v in data.items() if k not in refused}
-        elif refused:
-            raise ConfigError(
-                f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
-                f"sees; allow this file with `rlm trust {path}` (records its sha256) or remove "
-                f"the setting(s)")
-        values = {k: _checked(path, k, v) for k, v in data.items()}
-        if "home" in values:
-            file_home = _home_from_file(path, values.pop("home"))
-            if file_home is not None:
-                values["home"] = file_home
-        cfg = replace(cfg, **values)
-        how = ("your config" if own else "project file, allowed by `rlm trust`" if allowed
-               else "project file: harmless settings only")
-        _FILES_READ.append(f"{path.resolve()} ({how})")
+    for path, own in _config_files():
+        cfg = replace(cfg, **_file_values(path, own, refuse=refuse))
     env: dict[str, Any] = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)
+
+
+def _file_values(path: Path, own: bool, *, refuse: bool) -> dict[str, Any]:
+    """The settings one file gives, checked; a project file's that need `rlm trust` are
+    refused (ConfigError), or, with `refuse=False`, ignored and said in `_IGNORED`."""
+    raw = trust.read_regular(path, limit=1 << 20)
+    try:
+        if raw is None:
+            raise OSError("not a regular file you can read")
+        data = tomllib.loads(raw.decode())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read config ({e}); fix the file or remove it") from e
+    known = {f.name: f for f in fields(Config)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
+    allowed = own or trust.allowed(path, raw)
+    refused = [] if allowed else _project_refusals(path, data)
+    if refused and refuse:
+        raise ConfigError(
+            f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
+            f"sees; allow this file with `rlm trust {path}` (records its sha256) or remove "
+            f"the setting(s)")
+    if refused:
+        _IGNORED.append(
+            f"{path} sets {', '.join(refused)}, not allowed yet: ignored by this command "
+            f"(it starts no kernel); `rlm trust {path}` allows it, and a run refuses the "
+            "file until then")
+        data = {k: v for k, v in data.items() if k not in refused}
+    values = {k: _checked(path, k, v) for k, v in data.items()}
+    if "home" in values:
+        file_home = _home_from_file(path, values.pop("home"))
+        if file_home is not None:
+            values["home"] = file_home
+    how = ("your config" if own else "project file, allowed by `rlm trust`" if allowed
+           else "project file: harmless settings only")
+    sets = f"sets {', '.join(sorted(data))}" if data else "sets nothing"
+    _FILES_READ.append(f"{path.resolve()} ({how}) {sets}")
+    return values

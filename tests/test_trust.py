@@ -176,7 +176,8 @@ def test_a_project_rlm_toml_may_set_harmless_settings_only(tmp_path):
     toml.write_text('model = "openai/gpt-4o-mini"\nmax_turns = 4\ncell_timeout = 9\n')
     cfg = load_config()
     assert (cfg.model, cfg.max_turns, cfg.cell_timeout) == ("openai/gpt-4o-mini", 4, 9)
-    assert files_read() == [f"{toml.resolve()} (project file: harmless settings only)"]
+    assert files_read() == [f"{toml.resolve()} (project file: harmless settings only) sets "
+                            "cell_timeout, max_turns, model"]
     for line in ('kernel_python = "./evil.sh"', 'kernel_env_pass = ["OPENAI_API_KEY"]',
                  'home = "elsewhere"', 'kernel = "provisioner:x"',
                  f'model = "script:{tmp_path}/any.json"', "sandbox = false"):
@@ -184,6 +185,35 @@ def test_a_project_rlm_toml_may_set_harmless_settings_only(tmp_path):
         with pytest.raises(ConfigError, match=r"rlm trust .*sha256") as err:
             load_config()
         assert "\n" not in str(err.value)
+
+
+def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
+        tmp_path, _isolated_home):
+    """Issue 40 item 1: a harmless ./rlm.toml (as a sandboxed cell could write) hid the
+    user's config.toml, so its `sandbox = true` was not read; now both are read, the
+    project's on top, key by key, and the run header names each and what it set."""
+    own = _isolated_home / "config.toml"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text("sandbox = true\nmax_turns = 9\ncell_timeout = 50\n")
+    (tmp_path / "rlm.toml").write_text("max_turns = 30\n")
+    cfg = load_config()
+    assert (cfg.sandbox, cfg.max_turns, cfg.cell_timeout) == (True, 30, 50)
+    assert files_read() == [
+        f"{own.resolve()} (your config) sets cell_timeout, max_turns, sandbox",
+        f"{(tmp_path / 'rlm.toml').resolve()} (project file: harmless settings only) sets "
+        "max_turns"]
+    (tmp_path / "rlm.toml").write_text("sandbox = false\n")  # loosening: refused
+    with pytest.raises(ConfigError, match="sandbox"):
+        load_config()
+    (tmp_path / "rlm.toml").write_text("sandbox = true\n")  # tightening needs no consent
+    own.write_text("sandbox = false\n")
+    assert load_config().sandbox is True
+    s = script(tmp_path / "s.json", ["the answer"])
+    out = rlm("run", "hi", "--model", s, "--no-sandbox", cwd=tmp_path, check=False)
+    header = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("config: ")]
+    assert header == [f"config: {own.resolve()} (your config) sets sandbox; "
+                      f"{(tmp_path / 'rlm.toml').resolve()} (project file: harmless settings "
+                      "only) sets sandbox"], out.stderr
 
 
 def test_rlm_trust_allows_exactly_the_bytes_it_saw(tmp_path):
@@ -194,7 +224,8 @@ def test_rlm_trust_allows_exactly_the_bytes_it_saw(tmp_path):
     out = rlm("trust", cwd=tmp_path)
     assert "allowed" in out.stdout and str(toml.resolve()) in out.stdout
     assert load_config().kernel_python == "python3"
-    assert files_read() == [f"{toml.resolve()} (project file, allowed by `rlm trust`)"]
+    assert files_read() == [f"{toml.resolve()} (project file, allowed by `rlm trust`) sets "
+                            "kernel_python"]
     toml.write_text('kernel_python = "./evil.sh"\n')  # changed: consent again
     with pytest.raises(ConfigError, match="kernel_python"):
         load_config()
@@ -336,7 +367,7 @@ def test_a_forged_workdir_is_refused_and_the_kernel_stays_where_it_was(tmp_path)
     out = rlm("resume", res["session_id"], "continue", "--model", second, "--json",
               cwd=tmp_path)
     refusals = [line for line in out.stderr.splitlines() if "refused workdir" in line]
-    assert len(refusals) == 1 and str(target) in refusals[0], out.stderr
+    assert len(refusals) == 1 and "this host's record" in refusals[0], out.stderr
     log = Path(res["session_path"])
     entries = [json.loads(line) for line in log.read_text().splitlines()]
     shown = [e["message"]["content"] for e in entries
