@@ -281,3 +281,34 @@ def test_output_of_a_thread_from_an_earlier_cell_is_labelled_late(kernel, tmp_pa
     assert "[late: thread 'bg' from an earlier cell] from the thread\n" in second.shaped
     assert second.shaped.endswith("second cell\n")
     assert kernel.execute("print('third')").shaped == "third\n"  # no label on the main thread
+
+
+def test_a_second_interrupt_of_one_cell_is_not_sent(kernel):
+    """Two interrupts of one cell (a user's two presses, the advisor and a press, the
+    gateway test's two matches) send one SIGINT: a second one landing while the kernel
+    sends the interrupted cell's reply was caught by ipykernel itself and the reply lost,
+    so the cell ran out its timeout (CI, through a gateway). The next cell is interrupted
+    again."""
+    rt = kernel._rt
+    sent: list[int] = []
+    real = rt.interrupt
+
+    def counted() -> None:
+        sent.append(1)
+        real()
+
+    rt.interrupt = counted
+    try:
+        def on_output(out):
+            if "sleeping" in (out.text or ""):
+                kernel.interrupt()
+                kernel.interrupt()
+
+        code = "import time\nprint('sleeping', flush=True)\ntime.sleep(60)"
+        res = kernel.execute(code, timeout=30, on_output=on_output)
+        assert res.status == "interrupted" and sent == [1]
+        res = kernel.execute(code, timeout=30, on_output=on_output)
+        assert res.status == "interrupted" and sent == [1, 1]
+        assert kernel.execute("print(6 * 7)").shaped.strip() == "42"
+    finally:
+        rt.interrupt = real

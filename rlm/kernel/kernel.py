@@ -130,11 +130,21 @@ class Kernel:
         return self._rt is not None and self._rt.poll() is None
 
     def interrupt(self) -> None:
-        """SIGINT to the kernel: a running cell ends with status "interrupted"."""
+        """SIGINT to the kernel: a running cell ends with status "interrupted". Sent once
+        per cell: a second SIGINT that lands after the first one ended the cell, while the
+        kernel sends its reply, is caught by ipykernel itself ("KeyboardInterrupt caught
+        in kernel") and the reply is lost, so the host waited out the cell's whole timeout
+        (seen through a gateway: two interrupts 75 ms apart, then a `timeout`). A cell
+        that ignores the first is ended by the timeout or a second Ctrl-C (kill after the
+        grace), not by more SIGINTs."""
         rt = self._rt
-        if rt is not None:
+        if rt is None:
+            return
+        if self._cell_running:
+            if self._interrupted:
+                return
             self._interrupted = True
-            rt.interrupt()
+        rt.interrupt()
 
     def set_bridge_handler(self, fn: BridgeHandler | None) -> None:
         self._bridge.handler = fn
