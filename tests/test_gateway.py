@@ -61,11 +61,10 @@ def test_scripted_run_through_the_gateway(gateway, token_env, _isolated_home):
     ])
     sub = ScriptedLLM(["pong"])
     config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
-                    # 30 s: the interrupt is sent when "sleeping" arrives; with 4 s, then
-                    # 10 s, a loaded CI machine (the local-model tests on the other worker)
-                    # timed the cell out before the interrupt's reply came back through the
-                    # gateway (twice in three CI runs); the `sum(range(10**11))` cell waits
-                    # the whole 30 s
+                    # the interrupt is sent when "sleeping" arrives (it can match twice:
+                    # Kernel.interrupt sends one SIGINT per cell; two lost the cell's
+                    # reply, which CI saw as a `timeout`); the `sum(range(10**11))` cell
+                    # waits the whole 30 s
                     kernel=gateway.spec, cell_timeout=30, interrupt_grace_s=0.5)
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
     agent = build_agent(session, config, entry="run", llm=main, llm_factory=lambda spec: sub)
