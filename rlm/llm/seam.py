@@ -166,9 +166,6 @@ class SeamLLM:
         """Why the window is unknown and how to set it (None when it is known or moot)."""
         return None
 
-    def _kwargs(self) -> dict[str, Any]:
-        return {}
-
     def complete(
         self,
         messages: list[dict[str, Any]],
@@ -184,7 +181,6 @@ class SeamLLM:
             "model": self.model,
             "messages": messages,
             "num_retries": 0,
-            **self._kwargs(),
         }
         if tools:
             kwargs["tools"] = tools
