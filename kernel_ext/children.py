@@ -157,7 +157,8 @@ def rlm_gather(handles: Any, timeout: float | None = None,
         ended = sum(s == "done" for s in out.states)
         rest = "were cancelled" if interrupted else f"are still running after {timeout} s"
         print(f"rlm_gather: partial: {ended} of {len(ids)} children finished; the rest {rest} "
-              "(ChildError in their places)", file=sys.stderr)
+              "(ChildError in their places)", file=sys.stderr, flush=True)  # before what the
+        # cell prints next: unflushed, it reached the host in the middle of a later print
     return out
 
 
