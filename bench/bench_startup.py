@@ -1,10 +1,17 @@
-"""Wall time of a one-turn scripted `rlm run` (issue 39: no run imports what it does not use).
+"""Wall time of a one-turn `rlm run` (issue 39: no run imports what it does not use, and a
+hosted model's import runs beside the kernel's start).
 
-The same one-turn scripted run, alternated in each round, same machine state:
-  baseline  litellm imported first, then the run (what every `script:`/`local` run paid
-            when those models were litellm custom providers)
-  rlm       `python -m rlm run ...` as a user runs it (litellm never imported)
-Prints each variant's median wall seconds and the ratio rlm / baseline.
+Two runs, each in two variants alternated round by round, same machine state:
+  scripted  a one-turn `script:` run, whole wall time
+  hosted    `openai/gpt-4o-mini` against a real local OpenAI-compatible endpoint
+            (bench/fake_openai.py): the time from the process start to the first request
+            reaching the endpoint, and the whole run
+Variants:
+  baseline  litellm imported first, then the run: for `scripted`, what every `script:` and
+            `local` run paid while they were litellm providers; for `hosted`, the import
+            and the kernel's start one after the other
+  rlm       `python -m rlm run ...` as a user runs it
+Prints each figure's median and the ratio rlm / baseline.
 
     python -m bench.bench_startup --rounds 5
 """
@@ -21,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.fake_openai import serving, tool_reply
+
 REPLIES = [{"content": "", "tool_calls": [{"name": "python", "arguments": {
     "code": "final(str(6 * 7))"}}]}]
 BASELINE = ("import sys; import rlm.llm.seam as s; s._litellm(); from rlm.cli.main import main; "
@@ -36,28 +45,61 @@ def timed(argv: list[str], env: dict[str, str], cwd: str) -> float:
     return took
 
 
+def variants(run: list[str]) -> dict[str, list[str]]:
+    return {"baseline": [sys.executable, "-c", BASELINE, *run],
+            "rlm": [sys.executable, "-m", "rlm", *run]}
+
+
+def scripted(rounds: int, tmp: Path, env: dict[str, str]) -> dict[str, dict[str, list[float]]]:
+    script = tmp / "replies.json"
+    script.write_text(json.dumps(REPLIES))
+    argv = variants(["run", "what is 6*7?", "--model", f"script:{script}", "--json"])
+    timed(argv["rlm"], env, str(tmp))  # warm the page cache and the kernel's first start
+    times: dict[str, dict[str, list[float]]] = {k: {"wall": []} for k in argv}
+    for i in range(rounds):
+        for name in (list(argv) if i % 2 == 0 else list(reversed(argv))):
+            times[name]["wall"].append(timed(argv[name], env, str(tmp)))
+    return times
+
+
+def hosted(rounds: int, tmp: Path, env: dict[str, str]) -> dict[str, dict[str, list[float]]]:
+    argv = variants(["run", "what is 6*7?", "--model", "openai/gpt-4o-mini", "--json"])
+    times: dict[str, dict[str, list[float]]] = {k: {"to request": [], "wall": []} for k in argv}
+    for i in range(rounds + 1):  # round 0 warms the page cache; not counted
+        for name in (list(argv) if i % 2 == 0 else list(reversed(argv))):
+            with serving([tool_reply("final(str(6 * 7))")]) as server:
+                run_env = {**env, "OPENAI_API_KEY": "sk-bench-not-a-key",
+                           "OPENAI_API_BASE": server.base}
+                t0 = time.time()
+                wall = timed(argv[name], run_env, str(tmp))
+                if i:
+                    times[name]["to request"].append(server.arrivals[0] - t0)
+                    times[name]["wall"].append(wall)
+    return times
+
+
+def report(kind: str, times: dict[str, dict[str, list[float]]]) -> None:
+    for figure in times["rlm"]:
+        for name, figures in times.items():
+            ts = figures[figure]
+            print(f"{kind:8s} {figure:10s} {name:9s} median {statistics.median(ts):6.2f} s  "
+                  f"min {min(ts):6.2f}  max {max(ts):6.2f}  ({len(ts)} runs)")
+        ratio = statistics.median(times["rlm"][figure]) / statistics.median(
+            times["baseline"][figure])
+        print(f"{kind:8s} {figure:10s} ratio rlm / baseline: {ratio:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", choices=["scripted", "hosted"])
     a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        script = Path(tmp) / "replies.json"
-        script.write_text(json.dumps(REPLIES))
-        env = {**os.environ, "RLM_HOME": str(Path(tmp) / "home")}
-        run = ["run", "what is 6*7?", "--model", f"script:{script}", "--json"]
-        variants = {"baseline": [sys.executable, "-c", BASELINE, *run],
-                    "rlm": [sys.executable, "-m", "rlm", *run]}
-        timed(variants["rlm"], env, tmp)  # warm the page cache and the kernel's first start
-        times: dict[str, list[float]] = {k: [] for k in variants}
-        for i in range(a.rounds):
-            order = list(variants) if i % 2 == 0 else list(reversed(variants))
-            for name in order:
-                times[name].append(timed(variants[name], env, tmp))
-    for name, ts in times.items():
-        print(f"{name:9s} median {statistics.median(ts):6.2f} s  min {min(ts):6.2f}  "
-              f"max {max(ts):6.2f}  ({len(ts)} runs)")
-    ratio = statistics.median(times["rlm"]) / statistics.median(times["baseline"])
-    print(f"ratio rlm / baseline (one-turn scripted run, wall): {ratio:.2f}x")
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        env = {**os.environ, "RLM_HOME": str(tmp / "home")}
+        for kind, fn in (("scripted", scripted), ("hosted", hosted)):
+            if a.only in (None, kind):
+                report(kind, fn(a.rounds, tmp, env))
 
 
 if __name__ == "__main__":

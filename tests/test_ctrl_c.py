@@ -59,7 +59,13 @@ def signal_a_sleeping_cell(tmp_path: Path, home: Path, then: str, sig: int
     wait_for(running, proc)
     path = session_log(home)
     os.kill(proc.pid, sig)
-    out, err = proc.communicate(timeout=120)
+    try:
+        out, err = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:  # the cell was never interrupted: say what the host did
+        proc.kill()
+        logs = "\n".join(p.read_text(errors="replace")[-3000:]
+                         for p in path.parent.glob("runtime/kernel.log"))
+        raise AssertionError(f"the run did not end after {sig!r}; kernel.log:\n{logs}") from None
     return proc, path, out, err
 
 

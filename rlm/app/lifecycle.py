@@ -59,6 +59,7 @@ from rlm.events import Event, Notice, RunEnded
 from rlm.kernel.kinds import kernel_notes
 from rlm.kernel.types import RestoreReport
 from rlm.llm.preflight import declared_window, preflight
+from rlm.llm.seam import warm_for
 from rlm.llm.types import LLM
 from rlm.longrun.clock import Clock
 from rlm.longrun.lock import SessionLock
@@ -149,6 +150,8 @@ def check_start(config: Config, *, summary_only: bool = False) -> None:
         for spec in {config.sub_model, config.compaction_model} - {None, "", config.model}:
             preflight(spec, config)
     effective_settings(config, declared_window(config.model, config), strict=True)
+    if not summary_only:
+        warm_for(config.model)  # a hosted model's litellm import starts now, beside the rest
 
 
 # -------------------------------------------------------------------------- lifecycle

@@ -313,6 +313,9 @@ class GatewayRuntime:
             except KernelError as e:
                 log.warning("interrupt failed: %s", e)
 
+    def note(self, text: str) -> None:
+        log.info("%s", text)
+
     def close(self, now: bool = False) -> None:
         self.listener.stop()
         self._ws.close()

@@ -142,6 +142,7 @@ class Kernel:
             return
         if self._cell_running:
             if self._interrupted:
+                rt.note("interrupt not sent: this cell was interrupted already")
                 return
             self._interrupted = True
         rt.interrupt()

@@ -53,6 +53,9 @@ class Runtime(Protocol):
 
     def interrupt(self) -> None: ...
 
+    def note(self, text: str) -> None:
+        """A line of the host's own about this kernel (a diagnostic: what an interrupt did)."""
+
     def close(self, now: bool = False) -> None: ...
 
 

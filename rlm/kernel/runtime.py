@@ -438,8 +438,25 @@ class KernelRuntime:
         return msg
 
     def interrupt(self) -> None:
-        if self.poll() is None:
+        """SIGINT through the kernel manager. What it did, or what it raised, is appended
+        to kernel.log beside ipykernel's own lines ("KeyboardInterrupt caught in kernel"
+        says a SIGINT landed outside a cell), so a lost interrupt can be told apart from
+        one never sent."""
+        code = self.poll()
+        if code is not None:
+            self.note(f"interrupt not sent: the kernel exited ({code})")
+            return
+        try:
             self.km.interrupt_kernel()
+        except Exception as e:
+            self.note(f"interrupt failed: {type(e).__name__}: {e}")
+            raise
+        self.note(f"interrupt sent to pid {self.pid}")
+
+    def note(self, text: str) -> None:
+        """One line of the host's own in kernel.log (best effort: a diagnostic)."""
+        with contextlib.suppress(OSError), open(self._log_path, "a") as log:
+            log.write(f"[rlm host {time.strftime('%H:%M:%S')}] {text}\n")
 
     def close(self, now: bool = False) -> None:
         """Stop the process (shutdown request, SIGTERM, SIGKILL) and free everything."""

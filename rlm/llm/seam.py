@@ -30,6 +30,7 @@ stored or logged, and key-like strings are masked out of provider messages.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import json
@@ -53,7 +54,7 @@ from rlm.errors import (
     RateLimited,
     RlmError,
 )
-from rlm.llm import inproc, offline
+from rlm.llm import inproc, modelmap, offline
 from rlm.llm.preflight import key_envs, provider_of
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
@@ -109,7 +110,8 @@ def _tell_retry(text: str) -> None:
 
 
 def _litellm() -> Any:
-    """Import litellm with the offline settings applied first (import takes seconds)."""
+    """Import litellm with the offline settings applied first (import takes seconds). A
+    call while `warm_litellm`'s import runs waits for it."""
     with _import_lock:
         offline.apply()
         import litellm
@@ -122,6 +124,35 @@ def _litellm() -> Any:
         litellm.telemetry = False
         litellm.suppress_debug_info = True
         return litellm
+
+
+_warming: list[threading.Thread] = []
+
+
+def warm_litellm() -> None:
+    """Start importing litellm in a background thread (once), so what the caller does next
+    (starting the kernel) runs beside the import instead of after it. An import that fails
+    there fails again, with its error, at the first `_litellm()`. The interpreter's exit
+    waits for the import: a thread stopped inside an import can hold the import lock."""
+    if _warming or "litellm" in sys.modules:
+        return
+    offline.apply()  # on this thread: the environment is read by what starts next
+
+    def work() -> None:
+        with contextlib.suppress(Exception):
+            _litellm()
+
+    thread = threading.Thread(target=work, name="rlm-import-litellm", daemon=True)
+    _warming.append(thread)
+    thread.start()
+    atexit.register(thread.join)
+
+
+def warm_for(spec: str | None) -> None:
+    """`warm_litellm` when `spec` is a hosted model whose facts come from litellm's map
+    (its construction then needs no litellm, so the import can run beside what follows)."""
+    if spec and modelmap.facts(spec.strip()) is not None:
+        warm_litellm()
 
 
 # -- the base: retries, streaming assembly, error normalisation ------------------------------
@@ -450,12 +481,21 @@ def _near_model(spec: str, litellm: Any) -> str:
 
 
 class LiteLLMModel(SeamLLM):
-    """Any litellm model string; native tool calling when litellm knows the model has it."""
+    """Any litellm model string; native tool calling when litellm knows the model has it.
+    A model litellm's bundled map describes (rlm.llm.modelmap) is built without litellm,
+    whose import then runs in the background (`warm_litellm`) until the first request."""
+
+    _window: int | None
 
     def __init__(self, spec: str, config: Config | None = None, **kw: Any) -> None:
         super().__init__(spec, config, **kw)
-        litellm = _litellm()
         self.model = spec
+        known = modelmap.facts(spec)
+        if known is not None:  # litellm's own map knows it: import litellm beside the kernel
+            self.native_tools, self._window = known.native_tools, known.window
+            warm_litellm()
+            return
+        litellm = _litellm()  # a spelling only litellm can resolve: ask it now
         try:
             litellm.get_llm_provider(spec)
         except Exception:  # noqa: BLE001 - litellm's own text names no fix
@@ -476,7 +516,7 @@ class LiteLLMModel(SeamLLM):
                 n = info.get("max_input_tokens") or info.get("max_tokens")
             except Exception:  # noqa: BLE001 - not in litellm's model map
                 n = None
-            self._window: int | None = int(n) if n else None
+            self._window = int(n) if n else None
         return self._window
 
     def window_note(self) -> str | None:

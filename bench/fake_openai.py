@@ -1,0 +1,95 @@
+"""A real OpenAI-compatible HTTP endpoint on 127.0.0.1, for a hosted model's path through
+litellm without the network: bench/bench_startup.py's hosted figure and
+tests/test_hosted_model.py.
+
+It answers `POST /v1/chat/completions` from a list of replies (one per request, the last
+repeated), streamed as server-sent events the way OpenAI streams them, with usage. Each
+request's body and its arrival time (`time.time()`) are kept, so a caller can say what
+reached the model and when. Point litellm at it with `OPENAI_API_BASE=server.base`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def tool_reply(code: str) -> dict[str, Any]:
+    """A reply that calls the `python` tool with `code`."""
+    return {"tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+
+@dataclass
+class FakeOpenAI:
+    replies: list[dict[str, Any]]
+    requests: list[dict[str, Any]] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    base: str = ""
+
+    def reply_for(self, index: int) -> dict[str, Any]:
+        return self.replies[min(index, len(self.replies) - 1)]
+
+
+def _events(reply: dict[str, Any], model: str) -> Iterator[dict[str, Any]]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": reply.get("content") or ""})
+    calls = reply.get("tool_calls") or []
+    for i, call in enumerate(calls):
+        yield chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
+                                     "function": {"name": call["name"],
+                                                  "arguments": json.dumps(call["arguments"])}}]})
+    yield chunk({}, "tool_calls" if calls else "stop")
+    yield {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+           "model": model, "choices": [],
+           "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+
+
+def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *_: Any) -> None:  # quiet: the caller reads `requests`
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802 - the http.server name
+            arrived = time.time()
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            if not self.path.endswith("/chat/completions"):
+                self.send_error(404)
+                return
+            state.arrivals.append(arrived)
+            state.requests.append(body)
+            reply = state.reply_for(len(state.requests) - 1)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for event in _events(reply, body.get("model", "fake")):
+                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+    return Handler
+
+
+@contextmanager
+def serving(replies: list[dict[str, Any]]) -> Iterator[FakeOpenAI]:
+    """The endpoint on a port the OS hands out, for the block."""
+    state = FakeOpenAI(replies)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(state))
+    state.base = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
