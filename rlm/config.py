@@ -370,39 +370,44 @@ def _checked(path: Path, name: str, value: Any) -> Any:
 
 
 def load_config(**flags: Any) -> Config:
-    """Defaults < TOML file < env < flags (None flags are ignored)."""
-    return _load(flags, refuse=True)
-
-
-def load_config_for_reading() -> Config:
-    """The config of a command that starts no kernel and runs no model (sessions, log,
-    state, tree, export, ps, attach, stop): the settings of a project file that need
-    `rlm trust` are ignored, with a warning (`config_warnings()`), instead of refused."""
-    return _load({}, refuse=False)
-
-
-def config_warnings() -> list[str]:
-    """What the last load ignored, one line each."""
-    return list(_IGNORED)
-
-
-_IGNORED: list[str] = []
-
-
-def _load(flags: dict[str, Any], *, refuse: bool) -> Config:
+    """Defaults < the user's config < the project's rlm.toml < env < flags, key by key (None
+    flags are ignored). What a project file may not set without `rlm trust` is ignored and
+    said (`config_warnings()`), never taken and never fatal."""
     cfg = Config()
     _FILES_READ.clear()
     _IGNORED.clear()
-    for path, own in _config_files():
-        cfg = replace(cfg, **_file_values(path, own, refuse=refuse))
     env: dict[str, Any] = {k: os.environ[v] for k, v in _ENV.items() if os.environ.get(v)}
+    # the models the user chose: what a project file may pick among without consent
+    mine = {"local"} | {str(v) for k, v in {**env, **flags}.items()
+                        if k in MODEL_KEYS and v}
+    for path, own in _config_files():
+        values = _file_values(path, own, mine)
+        if own:
+            mine |= {str(values[k]) for k in MODEL_KEYS if values.get(k)}
+        cfg = replace(cfg, **values)
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)
 
 
-def _file_values(path: Path, own: bool, *, refuse: bool) -> dict[str, Any]:
-    """The settings one file gives, checked; a project file's that need `rlm trust` are
-    refused (ConfigError), or, with `refuse=False`, ignored and said in `_IGNORED`."""
+def config_warnings() -> list[str]:
+    """What the last `load_config` ignored, one line each (said by every command)."""
+    return list(_IGNORED)
+
+
+_IGNORED: list[str] = []
+MODEL_KEYS = ("model", "sub_model", "compaction_model", "advisor")
+
+
+def _not_mine(data: dict[str, Any], mine: set[str]) -> list[str]:
+    """A project file's model settings naming a model the user did not choose (it would
+    spend the user's keys with a provider the project picked)."""
+    return [k for k in MODEL_KEYS if isinstance(data.get(k), str) and data[k] not in mine
+            and not _model_names_a_file(data[k])]
+
+
+def _file_values(path: Path, own: bool, mine: set[str]) -> dict[str, Any]:
+    """The settings one file gives, checked. A project file without consent gives its
+    harmless settings, and a model only among `mine`; the rest is ignored and said."""
     raw = trust.read_regular(path, limit=1 << 20)
     try:
         if raw is None:
@@ -416,17 +421,17 @@ def _file_values(path: Path, own: bool, *, refuse: bool) -> dict[str, Any]:
         raise ConfigError(f"{path}: unknown setting(s) {', '.join(unknown)}")
     allowed = own or trust.allowed(path, raw)
     refused = [] if allowed else _project_refusals(path, data)
-    if refused and refuse:
-        raise ConfigError(
-            f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
-            f"sees; allow this file with `rlm trust {path}` (records its sha256) or remove "
-            f"the setting(s)")
     if refused:
         _IGNORED.append(
-            f"{path} sets {', '.join(refused)}, not allowed yet: ignored by this command "
-            f"(it starts no kernel); `rlm trust {path}` allows it, and a run refuses the "
-            "file until then")
-        data = {k: v for k, v in data.items() if k not in refused}
+            f"{path} sets {', '.join(refused)}, which change(s) what runs or what the kernel "
+            f"sees: ignored; `rlm trust {path}` allows the file as it is now (by sha256)")
+    others = [] if allowed else _not_mine(data, mine)
+    if others:
+        _IGNORED.append(
+            f"{path} names {', '.join(f'{k} = {data[k]!r}' for k in others)}, not among your "
+            f"models ({', '.join(sorted(mine))}): ignored; pass it with --model (or set it in "
+            f"your config), or `rlm trust {path}`")
+    data = {k: v for k, v in data.items() if k not in refused and k not in others}
     values = {k: _checked(path, k, v) for k, v in data.items()}
     if "home" in values:
         file_home = _home_from_file(path, values.pop("home"))
@@ -435,5 +440,7 @@ def _file_values(path: Path, own: bool, *, refuse: bool) -> dict[str, Any]:
     how = ("your config" if own else "project file, allowed by `rlm trust`" if allowed
            else "project file: harmless settings only")
     sets = f"sets {', '.join(sorted(data))}" if data else "sets nothing"
+    if refused or others:
+        sets += f" (ignored: {', '.join(sorted(refused + others))})"
     _FILES_READ.append(f"{path.resolve()} ({how}) {sets}")
     return values

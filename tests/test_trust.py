@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from as_nobody import rerun_as_nobody
 from test_kernel_contained import sandbox_available
 
 from rlm import app, trust
-from rlm.config import files_read, load_config
+from rlm.config import config_warnings, files_read, load_config
 from rlm.errors import ConfigError
 
 
@@ -171,20 +172,62 @@ def test_screen_is_pure_over_plain_options():
 
 
 # ------------------------------------------------------------------ item 3, the config
-def test_a_project_rlm_toml_may_set_harmless_settings_only(tmp_path):
+def test_a_project_rlm_toml_may_set_harmless_settings_only(tmp_path, monkeypatch):
+    """Issue 40: what an untrusted project file may not set is ignored and said, never
+    taken and never fatal (a run refused it before, so a cloned repo's file blocked runs)."""
     toml = tmp_path / "rlm.toml"
     toml.write_text('model = "openai/gpt-4o-mini"\nmax_turns = 4\ncell_timeout = 9\n')
+    monkeypatch.setenv("RLM_MODEL", "openai/gpt-4o-mini")  # one of the user's models
     cfg = load_config()
     assert (cfg.model, cfg.max_turns, cfg.cell_timeout) == ("openai/gpt-4o-mini", 4, 9)
     assert files_read() == [f"{toml.resolve()} (project file: harmless settings only) sets "
                             "cell_timeout, max_turns, model"]
-    for line in ('kernel_python = "./evil.sh"', 'kernel_env_pass = ["OPENAI_API_KEY"]',
-                 'home = "elsewhere"', 'kernel = "provisioner:x"',
-                 f'model = "script:{tmp_path}/any.json"', "sandbox = false"):
-        toml.write_text(line + "\n")
-        with pytest.raises(ConfigError, match=r"rlm trust .*sha256") as err:
-            load_config()
-        assert "\n" not in str(err.value)
+    assert config_warnings() == []
+    for line, key in (('kernel_python = "./evil.sh"', "kernel_python"),
+                      ('kernel_env_pass = ["OPENAI_API_KEY"]', "kernel_env_pass"),
+                      ('home = "elsewhere"', "home"), ('kernel = "provisioner:x"', "kernel"),
+                      (f'model = "script:{tmp_path}/any.json"', "model"),
+                      ("sandbox = false", "sandbox")):
+        toml.write_text(line + "\nmax_turns = 5\n")
+        cfg = load_config()
+        (said,) = config_warnings()
+        assert said.startswith(f"rlm.toml sets {key}, which change(s) what runs") and \
+            "ignored; `rlm trust rlm.toml`" in said and "\n" not in said
+        assert files_read() == [f"{toml.resolve()} (project file: harmless settings only) "
+                                f"sets max_turns (ignored: {key})"]
+        assert cfg == replace(load_config_without(toml), max_turns=5), line
+
+
+def load_config_without(toml: Path):
+    """The config as it is with `toml` moved away."""
+    aside = toml.with_suffix(".aside")
+    toml.rename(aside)
+    try:
+        return load_config()
+    finally:
+        aside.rename(toml)
+
+
+def test_a_project_file_picks_only_among_the_users_models(tmp_path, _isolated_home,
+                                                          monkeypatch):
+    """Issue 40 item 9: a project file may choose `model`/`sub_model`/`compaction_model`/
+    `advisor` only among the models the user configured (their config, environment, flags)
+    and `local`; another provider model would spend the user's keys elsewhere."""
+    toml = tmp_path / "rlm.toml"
+    toml.write_text('model = "openrouter/any/model"\nsub_model = "local"\n'
+                    'advisor = "openai/gpt-4o"\n')
+    cfg = load_config()
+    assert (cfg.model, cfg.sub_model, cfg.advisor) == (None, "local", None)
+    (said,) = config_warnings()
+    assert said.startswith("rlm.toml names model = 'openrouter/any/model', advisor = "
+                           "'openai/gpt-4o', not among your models (local): ignored")
+    own = _isolated_home / "config.toml"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text('advisor = "openai/gpt-4o"\n')  # the user's own choice
+    assert load_config().advisor == "openai/gpt-4o"
+    assert load_config(model="openrouter/any/model").model == "openrouter/any/model"
+    trust.allow_file(toml)  # consent: the file gives everything
+    assert load_config().model == "openrouter/any/model" and config_warnings() == []
 
 
 def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
@@ -202,9 +245,8 @@ def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
         f"{own.resolve()} (your config) sets cell_timeout, max_turns, sandbox",
         f"{(tmp_path / 'rlm.toml').resolve()} (project file: harmless settings only) sets "
         "max_turns"]
-    (tmp_path / "rlm.toml").write_text("sandbox = false\n")  # loosening: refused
-    with pytest.raises(ConfigError, match="sandbox"):
-        load_config()
+    (tmp_path / "rlm.toml").write_text("sandbox = false\n")  # loosening: ignored, said
+    assert load_config().sandbox is True and "sandbox" in config_warnings()[0]
     (tmp_path / "rlm.toml").write_text("sandbox = true\n")  # tightening needs no consent
     own.write_text("sandbox = false\n")
     assert load_config().sandbox is True
@@ -219,16 +261,14 @@ def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
 def test_rlm_trust_allows_exactly_the_bytes_it_saw(tmp_path):
     toml = tmp_path / "rlm.toml"
     toml.write_text('kernel_python = "python3"\n')
-    with pytest.raises(ConfigError, match="kernel_python"):
-        load_config()
+    assert load_config().kernel_python is None and "kernel_python" in config_warnings()[0]
     out = rlm("trust", cwd=tmp_path)
     assert "allowed" in out.stdout and str(toml.resolve()) in out.stdout
     assert load_config().kernel_python == "python3"
     assert files_read() == [f"{toml.resolve()} (project file, allowed by `rlm trust`) sets "
                             "kernel_python"]
     toml.write_text('kernel_python = "./evil.sh"\n')  # changed: consent again
-    with pytest.raises(ConfigError, match="kernel_python"):
-        load_config()
+    assert load_config().kernel_python is None and "kernel_python" in config_warnings()[0]
 
 
 def test_rlm_home_wins_over_any_file(tmp_path, _isolated_home, monkeypatch):
@@ -333,7 +373,7 @@ def test_read_only_commands_warn_about_an_untrusted_project_file_and_go_on(tmp_p
                                                                          _isolated_home):
     """Issue 40 item 8: `rlm sessions`, `rlm log`, `rlm state`, `rlm ps` start no kernel: a
     project rlm.toml that needs `rlm trust` is ignored by them with one warning line (they
-    exited 2 before); a run still refuses it."""
+    exited 2 before); a run ignores its settings too, and says so under its header."""
     from rlm.session.store import SessionStore
 
     s = SessionStore.create(_isolated_home, model="script:x.json", task="listed anyway")
@@ -347,9 +387,11 @@ def test_read_only_commands_warn_about_an_untrusted_project_file_and_go_on(tmp_p
         assert "rlm trust rlm.toml" in warnings[0]
     listed = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)
     assert [row["id"] for row in listed] == [s.id]
-    proc = rlm("run", "hi", "--model", script(tmp_path / "r.json", ["hi"]), cwd=tmp_path,
-               check=False)
-    assert proc.returncode == 2 and "rlm trust rlm.toml" in proc.stderr
+    proc = rlm("run", "hi", "--model", script(tmp_path / "r.json", [call("final('hi')")]),
+               cwd=tmp_path)
+    said = [line for line in (proc.stdout + proc.stderr).splitlines()
+            if line.startswith("warning: ")]
+    assert len(said) == 1 and "kernel_python" in said[0] and "rlm trust rlm.toml" in said[0]
 
 
 def test_a_forged_workdir_is_refused_and_the_kernel_stays_where_it_was(tmp_path):
@@ -385,3 +427,35 @@ def test_the_workdir_a_host_recorded_is_kept_on_resume(tmp_path):
     session.close()
     options = opened(session.id)
     assert options.refused == [] and options.workdir == str(data)
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="no user namespaces here")
+def test_a_cell_writing_rlm_toml_changes_nothing_for_the_next_run_or_the_resume(
+        tmp_path, _isolated_home):
+    """Issue 40: a sandboxed cell writes ./rlm.toml with a harmless setting, `sandbox =
+    false` and `kernel_python`. The next run in that directory and the resume of the
+    session keep the user's `sandbox = true` (the kernel's network namespace is not the
+    host's) and say which file they ignored and why; the harmless setting is taken."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text("sandbox = true\n")
+    host_net = os.readlink("/proc/self/ns/net")
+    net = "import os\nns = os.readlink('/proc/self/ns/net')\nprint(ns)"
+    write = ("open('rlm.toml', 'w').write('max_turns = 30\\nsandbox = false\\n"
+             "kernel_python = \"/bin/false\"\\n')")
+    first = script(tmp_path / "one.json", [call(write), call("final('written')")])
+    res = json.loads(rlm("run", "write it", "--model", first, "--json", cwd=tmp_path,
+                         check=False).stdout)
+    assert res["final"] == "written" and (tmp_path / "rlm.toml").is_file()
+    check = [call(net), call("final(ns)")]
+    for args in (["run", "where am I"],
+                 ["resume", res["session_id"], "and now"]):
+        proc = rlm(*args, "--model", script(tmp_path / "two.json", check), "--json",
+                   cwd=tmp_path)
+        out = json.loads(proc.stdout)
+        assert out["final"].startswith("net:[") and out["final"] != host_net, (args, out)
+        said = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+        assert len(said) == 1, proc.stderr
+        assert "rlm.toml sets kernel_python, sandbox" in said[0] and "ignored" in said[0]
+        header = [line for line in proc.stderr.splitlines() if line.startswith("config: ")]
+        assert header[0].endswith("(project file: harmless settings only) sets max_turns "
+                                  "(ignored: kernel_python, sandbox)"), header

@@ -21,7 +21,7 @@ from rlm.agent.result import RunResult
 from rlm.cli.common import open_readonly, options_from_args, reading_config
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
-from rlm.config import load_config, load_config_for_reading
+from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import first_run
 from rlm.protocols import SessionLog
@@ -293,7 +293,7 @@ def cmd_state(args: argparse.Namespace) -> int:
     assert s.dir is not None  # opened from disk
     recorded = app.recorded_options(s)  # the URL the run's kernel wrote its snapshots to
     url = ((recorded.overrides.get("snapshot_url") if recorded else None)
-           or load_config_for_reading().snapshot_url)  # open_readonly said what it ignored
+           or load_config().snapshot_url)  # open_readonly said what it ignored
     state = session_state(s.dir, snapshot_url=url)
     if args.json:
         print_json(state)

@@ -38,11 +38,11 @@ def options_from_args(args: argparse.Namespace) -> RunOptions:
 
 
 def reading_config() -> Config:
-    """The config of a command that only reads (`load_config_for_reading`): what an
-    untrusted project file sets is ignored, said once on stderr, and the command goes on."""
-    from rlm.config import config_warnings, load_config_for_reading
+    """The config of a command that only reads: what an untrusted project file may not set
+    is ignored (rlm.config), said once on stderr, and the command goes on."""
+    from rlm.config import config_warnings, load_config
 
-    config = load_config_for_reading()
+    config = load_config()
     for line in config_warnings():
         print(f"rlm: warning: {line}", file=sys.stderr)
     return config

@@ -19,7 +19,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rlm import events as ev
-from rlm.config import files_read
+from rlm.config import config_warnings, files_read
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -94,6 +94,8 @@ class Renderer:
         self.console.print(Text(terminal_safe("config: " + ("; ".join(read) if read else
                                               "no file (defaults, environment, flags)"))),
                            style="dim")
+        for line in config_warnings():  # what an untrusted project file may not set
+            self.console.print(Text(terminal_safe("warning: " + line)), style="yellow")
         if inputs:
             self.console.print(Text(terminal_safe("inputs: " + "; ".join(inputs))), style="dim")
 
