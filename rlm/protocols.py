@@ -2,6 +2,8 @@
 and its hooks. Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
 `rlm.notebook.inprocess.InProcessExecutor` implement `Executor` without inheriting from it;
 `rlm.session.store.SessionStore` implements `SessionLog`. A conformance test checks both.
+The run decision (S1: `Continue | End | Compact`) is here too: goals, the autonomous
+policy, stuck detection and the overflow guard decide; the loop carries the decision out.
 
 This module sits at the session layer: it imports only vocabulary from below (entry and
 result types), so any layer above may use it.
@@ -10,6 +12,7 @@ result types), so any layer above may use it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -87,8 +90,37 @@ class SessionLog(Protocol):
 # -- the loop's hooks (rlm.agent.loop.Agent implements LoopHost) ---------------------------
 
 Handler = Callable[[dict[str, Any]], Any]
-# asked when a run would end; returns the next user message to keep going, or None
-Continuation = Callable[[Any, str], "str | None"]
+
+
+# -- the run decision (S1): what a policy that steers the run hands the loop -------------
+@dataclass(frozen=True)
+class Continue:
+    """Go on: `prompt` becomes the next user message (origin "continuation")."""
+
+    prompt: str
+
+
+@dataclass(frozen=True)
+class End:
+    """End the run now, as `reason` (`final`, `limit:stalled`, `stuck`, `error`, ...) with
+    `detail` (one line for the user and the log); `report`: the stuck detector's figures."""
+
+    reason: str
+    detail: str | None = None
+    report: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Compact:
+    """The context was relieved: retry the model call once (overflow)."""
+
+
+RunDecision = Continue | End | Compact
+# asked in turn when a run would end (agent, reason): a decision, or None for no opinion
+# (the next hook is asked; when none has one, the run ends with its own reason)
+Continuation = Callable[[Any, str], "Continue | End | None"]
+# on a context overflow (agent, the error entry): Compact (retry once) or End (report)
+OverflowHook = Callable[[Any, Any], "Compact | End"]
 # after every turn; may return events (rlm.events.Event) for the caller to yield
 TurnHook = Callable[[Any], "list[Any] | None"]
 # when a run ends: (agent, reason, detail)
@@ -106,7 +138,7 @@ class LoopHost(Protocol):
     end_hooks: list[EndHook]
     turns: int
     tokens_used: int
-    state: Any  # rlm.agent.runstate.RunState: the current run's (a hook may set `end_as`)
+    state: Any  # rlm.agent.runstate.RunState: the current run's
 
     @property
     def session(self) -> SessionLog: ...

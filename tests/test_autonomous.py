@@ -101,3 +101,16 @@ def test_fingerprint_ignores_caches(tmp_path: Path):
     (tmp_path / ".pytest_cache" / "x").write_text("1")
     assert workspace_fingerprint(tmp_path, 1) == before
     assert workspace_fingerprint(tmp_path, 2) != before
+
+
+def test_fingerprint_leaves_rlms_own_home_out(tmp_path: Path):
+    """A run from a folder that holds $RLM_HOME: its session log grows every turn, which
+    made every failing gate look changed, so an autonomous run never stalled."""
+    home = tmp_path / "rlm-home"
+    (home / "sessions").mkdir(parents=True)
+    before = workspace_fingerprint(tmp_path, 1, skip=(home,))
+    (home / "sessions" / "session.jsonl").write_text("{}\n")
+    assert workspace_fingerprint(tmp_path, 1, skip=(home,)) == before
+    assert workspace_fingerprint(tmp_path, 1) != workspace_fingerprint(tmp_path, 1, skip=(home,))
+    (tmp_path / "fix.py").write_text("x = 1")
+    assert workspace_fingerprint(tmp_path, 1, skip=(home,)) != before

@@ -156,7 +156,7 @@ def test_attach_goals_to_an_agent(session, goals):
         hook(agent)
         hook(agent)  # the same message is charged once
     assert goals.get().tokens_used == 250
-    assert "<goal_context>" in agent.continuations[0](agent, "final")
+    assert "<goal_context>" in agent.continuations[0](agent, "final").prompt
     agent.handlers["goal.complete"]({})
     assert agent.continuations[0](agent, "final") is None
     assert agent.handlers["goal.get"]({})["goal"]["status"] == "complete"

@@ -270,3 +270,19 @@ def test_a_gate_past_its_timeout_is_killed_and_the_model_is_told(tmp_path):
     assert res["reason"] == "limit:turns" and res["final"] == "1", res
     assert res["limit"] == "max_turns (3) reached; gate 'sleep 120' still failing"
     assert out.returncode == 3
+
+
+def test_a_gate_that_keeps_failing_with_nothing_changed_ends_the_run_stalled(tmp_path):
+    """Issue 40 item 11, end to end through the CLI: the autonomous policy's stall is a run
+    decision (`End("limit:stalled")`, rlm.protocols) the loop carries out, so the run ends
+    stalled, exit 3, the answer kept but not passed off as done; before, the policy's
+    stop was dropped where it was attached and the run ended `final`."""
+    s = fenced(tmp_path / "stall.json", [block("x = 1\nprint(x)")] + ["FINAL(1)"] * 6)
+    out = rlm("run", "Say 1.", "--model", s, "--autonomous", "--gate", "false",
+              "--max-turns", "10", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "limit:stalled" and res["final"] == "1", (res, out.stderr[-2000:])
+    assert res["limit"].startswith("stalled: gate 'false' is failing and nothing changed")
+    assert out.returncode == 3
+    told = [t for t in user_texts(entries(res["session_path"])) if "<quality_gate>" in t]
+    assert len(told) == 2  # two continuations with the gate's output, then the stall

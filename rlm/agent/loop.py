@@ -54,8 +54,11 @@ from rlm.llm.types import LLM, Completion, Usage
 from rlm.protocols import (
     BridgeHandler,
     Continuation,
+    Continue,
+    End,
     Executor,
     Handler,
+    OverflowHook,
     SessionLog,
     StartableExecutor,
     TurnHook,
@@ -66,8 +69,9 @@ from rlm.session.entries import CustomEntry, MessageEntry
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
 # (reason, answer) when a turn says the run may end; None to keep going
 Outcome = tuple[str, str | None] | None
-# Continuation (asked when the run would end: a message to keep going) and TurnHook (after
-# every turn: compaction, goal accounting; may return events) are rlm.protocols types.
+# Continuation (asked when the run would end: a run decision, Continue or End, or None) and
+# TurnHook (after every turn: compaction, goal accounting; may return events) are
+# rlm.protocols types.
 # rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer, where
 # run is its rlm.agent.children.ChildRun. Set by the composition root (rlm.app), which
 # gives children their own wiring.
@@ -126,7 +130,7 @@ class Agent:
         # run when a run ends, with its reason and detail (a stuck run blocks its goal)
         self.end_hooks: list[Callable[[Agent, str, str | None], None]] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
-        self.overflow_hook: Callable[[Agent, MessageEntry], str] | None = None
+        self.overflow_hook: OverflowHook | None = None
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
         self.memory: Any = None  # rlm.memory.MemoryHead: the project memory after the system prompt
         self.child_runner: ChildRunner | None = None
@@ -320,21 +324,23 @@ class Agent:
             outcome = yield from self._turn(st.turns)
             for hook in self.account_hooks:
                 yield from hook(self) or []
-            follow = None
+            decision = None
             if outcome is not None:
                 # queue the continuation before compaction runs, so the run never stalls
-                follow = self._continuation(*outcome)
-                if follow is not None:
+                decision = self._continuation(*outcome) or End(outcome[0], st.error_detail)
+                if isinstance(decision, Continue):
                     st.final = None
-                    self.session.append(MessageEntry(message={"role": "user", "content": follow},
-                                                     origin="continuation"))
-                    yield Notice("continuing: " + _plain_first_line(follow))
+                    self.session.append(MessageEntry(
+                        message={"role": "user", "content": decision.prompt},
+                        origin="continuation"))
+                    yield Notice("continuing: " + _plain_first_line(decision.prompt))
             if not st.stopping:  # after a double Ctrl-C the user wants out, not a summary
                 for hook in self.turn_hooks:
                     yield from hook(self) or []
-            if outcome is not None and follow is None:
-                reason, detail = st.end_as or (outcome[0], st.error_detail)
-                yield from self._end(reason, st.turns, final=outcome[1], detail=detail)
+            if isinstance(decision, End):
+                assert outcome is not None
+                yield from self._end(decision.reason, st.turns, final=outcome[1],
+                                     detail=decision.detail)
                 return
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
@@ -351,14 +357,16 @@ class Agent:
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
                        **(_judged(verdict) if verdict is not None else {}))
 
-    def _continuation(self, reason: str, answer: str | None) -> str | None:
+    def _continuation(self, reason: str, answer: str | None) -> Continue | End | None:
+        """The first decision a continuation hook (goals, the autonomous policy) makes
+        about a run that would end as `reason`; None: it ends so."""
         if self.state.stopping or reason.startswith(("error", "interrupted")):
             return None
         self.state.answer = answer  # a goal's judge reads it (a completion claim)
         for hook in self.continuations:
-            msg = hook(self, reason)
-            if msg:
-                return msg
+            decision = hook(self, reason)
+            if decision is not None:
+                return decision
         return None
 
     def _say(self, note: Note | None) -> Iterator[Event]:

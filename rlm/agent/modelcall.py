@@ -26,7 +26,7 @@ from rlm.llm.seam import retry_notices
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage
 from rlm.memory import with_memory
-from rlm.protocols import SessionLog
+from rlm.protocols import Compact, End, OverflowHook, SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
 
 
@@ -36,7 +36,7 @@ class ModelHost(Protocol):
     llm: LLM
     state: RunState
     answers: AnswerPolicy
-    overflow_hook: Callable[[Any, MessageEntry], str] | None
+    overflow_hook: OverflowHook | None
     memory: Any  # rlm.memory.MemoryHead | None
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
@@ -133,11 +133,11 @@ def call_model(host: ModelHost, temperature: float | None = None
                 message={"role": "assistant", "content": ""}, error=f"context overflow: {e}",
                 model=host.llm.spec)
             host.session.append(entry)
-            decision = host.overflow_hook(host, entry) if host.overflow_hook else ""
-            if decision == "retry" and attempt == 0:
+            decision = host.overflow_hook(host, entry) if host.overflow_hook else End("error")
+            if isinstance(decision, Compact) and attempt == 0:
                 yield Notice("context overflow: compacted, retrying once", "warning")
                 continue
-            report = decision if decision not in ("", "retry", "report") else None
+            report = decision.detail if isinstance(decision, End) else None
             yield Notice(report or notices.overflow_report(e), "warning")
             return None
     return None

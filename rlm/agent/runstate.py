@@ -25,9 +25,6 @@ class RunState:
     accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
     answer: str | None = None  # that answer's text, while the continuations are asked
     error_detail: str | None = None
-    # (reason, detail) a continuation hook decided the run ends with instead of the model's
-    # own reason: an autonomous answer that never passed its gates ends on the limit
-    end_as: tuple[str, str] | None = None
     interrupts: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
 

@@ -27,7 +27,7 @@ from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 from rlm.longrun.clock import Clock
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
-from rlm.protocols import BridgeHandler, SessionLog, StartableExecutor
+from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExecutor
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 from rlm.session.history import install_handlers as install_history
@@ -116,11 +116,11 @@ def attach_compaction(agent: Agent) -> CompactionController:
             ctl.note_assistant_ok()
         return compacted(ctl.after_turn(a.executor))
 
-    def on_overflow(a: Agent, entry: MessageEntry) -> str:
-        decision = ctl.on_overflow(entry.id, entry.model, a.executor)
-        if decision == "retry":
+    def on_overflow(a: Agent, entry: MessageEntry) -> Compact | End:
+        if ctl.on_overflow(entry.id, entry.model, a.executor) == "retry":
             a.children.after_compaction()
-        return decision if decision == "retry" else (ctl.overflow_message or "report")
+            return Compact()
+        return End("error", ctl.overflow_message)
 
     def at_run_start(a: Agent) -> None:
         ctl.start_run()  # resets the overflow guard; refuses settings that cannot fit
@@ -144,6 +144,7 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
             max_continuations=None if cont in (None, -1) else cont,
             max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
             gates=list(options.gate), cwd=Path.cwd(), gate_timeout_s=cfg.gate_timeout_s,
+            skip=(cfg.home,),
         )
     goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
     if goals is not None and options.gate:  # a goal is complete only once its gates pass

@@ -35,7 +35,8 @@ def goal_gate(agent: Agent, commands: list[str]) -> GoalGate:
     def cells() -> int:
         return sum(1 for e in agent.session.branch() if getattr(e, "cell", None) is not None)
 
-    return GoalGate(GateCheck(commands, Path.cwd(), agent.config.gate_timeout_s), cells)
+    return GoalGate(GateCheck(commands, Path.cwd(), agent.config.gate_timeout_s,
+                              skip=(agent.config.home,)), cells)
 
 
 def add_rule(session: SessionLog, complaint: str, config: Config | None = None,

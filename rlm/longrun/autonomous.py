@@ -7,7 +7,8 @@ its bounded output (head + tail, ~4k chars) becomes the continuation message.
 
 A failed gate is not rerun while nothing changed. "Changed" is a fingerprint of
 (a) every file under the working directory — relative path, size, mtime_ns — skipping VCS,
-virtualenv and cache folders (.git, .venv, __pycache__, node_modules, .rlm, *_cache), taken
+virtualenv and cache folders (.git, .venv, __pycache__, node_modules, .rlm, *_cache) and
+rlm's own home (`skip`: the session log grows every turn), taken
 *after* the gate ran so the gate's own writes do not count, and (b) the number of cells the
 run has executed (`RunState.cells`, if the loop passes it). Changes outside the working
 directory are not seen; a cell run counts as a change because a gate may read what it wrote.
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm import protocols
 from rlm.longrun.gates import (
     SKIP_DIRS,
     GateCheck,
@@ -77,6 +79,7 @@ class AutonomousPolicy:
     gate_timeout_s: float = 600.0
     gate_output_chars: int = 4000
     max_stalls: int = 2
+    skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
     # run state
     continuations: int = field(default=0, init=False)
     stalls: int = field(default=0, init=False)
@@ -138,33 +141,43 @@ class AutonomousPolicy:
         """The first failing gate (rerun, or remembered when nothing changed), else None."""
         if self._gates is None:
             self._gates = GateCheck(self.gates, self.cwd, self.gate_timeout_s,
-                                    self.gate_output_chars)
+                                    self.gate_output_chars, self.skip)
         failure = self._gates.check(state.cells)
         self.gate_runs, self.last_failure = self._gates.runs, self._gates.last_failure
         return failure
 
 
 def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) -> None:
-    """Ask `policy` whenever a run of `agent` (rlm.agent.Agent) would end normally.
+    """Ask `policy` whenever a run of `agent` (rlm.agent.Agent) would end normally, and
+    hand the loop its run decision (rlm.protocols): a failing gate's message to go on
+    (`Continue`); an answer that did not pass the gates ends on the limit (`End`, e.g.
+    `limit:stalled`, never the model's `final`); a passing one is no objection (None).
 
-    A Stop leaves the run to end; its reason is `policy.last_decision.reason` (the CLI shows
-    it). Attach goals first: a goal continuation wins over the policy.
+    The reason is also `policy.last_decision.reason` (the CLI shows it). Attach goals
+    first: a goal continuation wins over the policy.
     """
     now = clock.now if clock is not None else time.monotonic
     started = now()
 
-    def hook(agent: LoopHost, reason: str) -> str | None:
+    def hook(agent: LoopHost, reason: str) -> protocols.Continue | protocols.End | None:
         branch = agent.session.branch()
         cells = sum(1 for e in branch if getattr(e, "cell", None) is not None)
         state = RunState(
             turns=agent.turns, tokens=agent.tokens_used, elapsed_s=now() - started,
             finished=reason in ("final", "no_code"), cells=cells,
         )  # fmt: skip
-        decision = policy.decide(state)
-        if isinstance(decision, Stop) and not decision.ok and state.finished:
-            # the answer did not pass the gates: the run ends on the limit, not as a success
-            agent.state.end_as = (f"limit:{LOOP_LIMIT.get(decision.limit or '', decision.limit)}",
-                                  decision.reason)
-        return decision.message if isinstance(decision, Continue) else None
+        return run_decision(policy.decide(state), finished=state.finished)
 
     agent.continuations.append(hook)
+
+
+def run_decision(decision: Continue | Stop, *, finished: bool
+                 ) -> protocols.Continue | protocols.End | None:
+    """The policy's decision as the loop's: a gate's message goes on; an answer that did
+    not pass the gates ends on the limit; anything else leaves the run to end as it would."""
+    if isinstance(decision, Continue):
+        return protocols.Continue(decision.message) if decision.message else None
+    if not decision.ok and finished:
+        limit = LOOP_LIMIT.get(decision.limit or "", decision.limit)
+        return protocols.End(f"limit:{limit}", decision.reason)
+    return None

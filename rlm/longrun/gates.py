@@ -79,12 +79,17 @@ def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000) -> Ga
     )
 
 
-def workspace_fingerprint(cwd: Path, cells: int | None = None) -> str:
-    """A digest of file paths, sizes and mtimes under `cwd`, plus the cell count."""
+def workspace_fingerprint(cwd: Path, cells: int | None = None,
+                          skip: tuple[Path, ...] = ()) -> str:
+    """A digest of file paths, sizes and mtimes under `cwd`, plus the cell count. `skip`:
+    directories left out wherever they are (rlm's own home: its session log grows every
+    turn, so a run from a folder that holds it would never look unchanged)."""
     h = hashlib.sha256(f"cells={cells}\n".encode())
     n = 0
+    left_out = {os.path.realpath(p) for p in skip}
     for root, dirs, files in os.walk(cwd):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith("_cache"))
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.endswith("_cache")
+                         and os.path.realpath(os.path.join(root, d)) not in left_out)
         for name in sorted(files):
             path = os.path.join(root, name)
             try:
@@ -121,6 +126,7 @@ class GateCheck:
     cwd: Path | None = None  # default: the process's working directory
     timeout_s: float = GATE_TIMEOUT_S
     output_chars: int = 4000
+    skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
     runs: int = field(default=0, init=False)
     last_failure: GateResult | None = field(default=None, init=False)
 
@@ -128,14 +134,14 @@ class GateCheck:
         """The first failing gate (rerun, or remembered when nothing changed), else None."""
         cwd = Path(self.cwd or Path.cwd())
         last = self.last_failure
-        if last is not None and workspace_fingerprint(cwd, cells) == last.fingerprint:
+        if last is not None and workspace_fingerprint(cwd, cells, self.skip) == last.fingerprint:
             last.rerun = False
             return last
         for command in self.commands:
             result = run_gate(command, cwd, self.timeout_s, self.output_chars)
             self.runs += 1
             if not result.passed:
-                result.fingerprint = workspace_fingerprint(cwd, cells)
+                result.fingerprint = workspace_fingerprint(cwd, cells, self.skip)
                 self.last_failure = result
                 return result
         self.last_failure = None

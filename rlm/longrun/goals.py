@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
-from rlm.protocols import LoopHost
+from rlm.protocols import Continue, LoopHost
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
@@ -392,18 +392,20 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
     # gets no goal continuation (rlm.agent.Agent.account_hooks)
     agent.account_hooks.append(account_turn)
 
-    def continuation(agent: Any, reason: str) -> str | None:
+    def continuation(agent: Any, reason: str) -> Continue | None:
+        """An active goal keeps the run going (`Continue` with its context); None when
+        there is none, or the host judged it complete."""
         goal = goals.get()
         if goal is None or goal.status != "active" or judge is None:
-            return goals.continuation_message()
+            return _go_on(goals.continuation_message())
         verdict = judge(agent, reason, getattr(getattr(agent, "state", None), "answer", None))
         if verdict is None:
-            return goals.continuation_message()
+            return _go_on(goals.continuation_message())
         if verdict.holds:
             goals.complete_by_host(verdict.summary, verdict.evidence)
             return None
         context = goals.continuation_message()
-        return None if context is None else f"{verdict.message}\n{context}"
+        return None if context is None else Continue(f"{verdict.message}\n{context}")
 
     def on_end(_agent: Any, reason: str, detail: str | None) -> None:
         if reason == "stuck":
@@ -411,6 +413,10 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
 
     agent.continuations.insert(0, continuation)
     agent.end_hooks.append(on_end)
+
+
+def _go_on(prompt: str | None) -> Continue | None:
+    return Continue(prompt) if prompt else None
 
 
 def _goal_handler(goals: GoalManager, method: str) -> Callable[[dict[str, Any]], Any]:

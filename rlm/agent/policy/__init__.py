@@ -16,7 +16,7 @@ facts. Decisions (rlm.agent.policy.decisions):
   rule_hit(match, branch)        -> Abort               drop the reply, inject, retry
   rule_note(match, branch)       -> CustomEntry         a match that does not interrupt
   system_note(branch)            -> str                 the rules every context carries
-  halt(turn, tokens)             -> Halt | None         before a turn: end a stuck run
+  halt(turn, tokens)             -> End | None          before a turn: end a stuck run
                                                         (rlm.agent.policy.stuck)
 
 New rules plug in as objects in `rules` (rlm.agent.policy.rules: `Rule` and the hooks),
@@ -45,16 +45,17 @@ from rlm.agent.policy.decisions import (
 )
 from rlm.agent.policy.rules import RESAMPLE_TEMPERATURE, RESAMPLES, Rule, default_rules
 from rlm.agent.policy.stream import Abort, StreamRules
-from rlm.agent.policy.stuck import Halt, StuckWatch, escalation_note, thresholds_for
+from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
 from rlm.agent.steer.match import Match, ReplyScanner
+from rlm.protocols import End
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 LOOP_BREAK_TEMPERATURE = 0.7
 
 __all__ = [
     "LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Abort", "Accept", "Answer",
-    "AnswerPolicy", "CellVerdict", "Facts", "Halt", "Note", "Refuse", "Resample", "Rule", "Run",
+    "AnswerPolicy", "CellVerdict", "Facts", "Note", "Refuse", "Resample", "Rule", "Run",
     "asked_prompts",
 ]
 
@@ -87,7 +88,7 @@ class AnswerPolicy:
         """This run continues on its own (a goal, --autonomous): detect when it is stuck."""
         self.stuck.enabled = True
 
-    def halt(self, turn: int, tokens: int) -> Halt | None:
+    def halt(self, turn: int, tokens: int) -> End | None:
         """Before turn `turn` (`tokens` spent so far): end the run when it is stuck and the
         one escalation note did not help."""
         return self.stuck.halt(turn, tokens)

@@ -9,7 +9,8 @@ no earlier cell printed. The run is *stuck* when
     a final answer the goal did not accept, a resample that gave up, prose).
 On detection the policy escalates once: before the next model call the model reads one
 short note (the goal, the last output, what is missing). A turn with progress after it
-clears the stuck state; `grace` more idle turns end the run: `Halt`, whose
+clears the stuck state; `grace` more idle turns end the run: `End("stuck")` (the run
+decision, rlm.protocols), whose
 `report` is what `--json` shows (turns and tokens after detection, what was tried).
 
 Thresholds scale with the model (`thresholds_for`): a fenced-code model (the small local
@@ -23,6 +24,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from typing import Any
+
+from rlm.protocols import End
 
 
 @dataclass(frozen=True)
@@ -38,15 +41,6 @@ LARGE = Thresholds(repeats=5, idle=5, grace=3)  # tool-calling models
 
 def thresholds_for(native_tools: bool) -> Thresholds:
     return LARGE if native_tools else SMALL
-
-
-@dataclass(frozen=True)
-class Halt:
-    """End the run: it is stuck. `detail` is one line for the user and the goal."""
-
-    reason: str
-    detail: str
-    report: dict[str, Any]
 
 
 def bound_names(code: str) -> set[str]:
@@ -143,8 +137,8 @@ class StuckWatch:
             elif self.idle >= self.limits.idle:
                 self.signal = f"no new name or output for {self.idle} turns"
 
-    def halt(self, turn: int, tokens: int) -> Halt | None:
-        """Before turn `turn`: close the previous turn; a Halt when the escalation did
+    def halt(self, turn: int, tokens: int) -> End | None:
+        """Before turn `turn`: close the previous turn; End("stuck") when the escalation did
         not help. Records when the stuck state was first detected."""
         if not self.enabled:
             return None
@@ -156,7 +150,7 @@ class StuckWatch:
         d = self.detected or {"turn": turn, "tokens": tokens, "signal": self.signal}
         detail = (f"{d['signal']} (detected before turn {d['turn']}); "
                   f"{self.after} more turns without progress after the host's note")
-        return Halt("stuck", detail, {
+        return End("stuck", detail, {
             "detail": detail,
             "signal": d["signal"],
             "detected_turn": d["turn"],
