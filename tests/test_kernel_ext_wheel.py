@@ -5,6 +5,7 @@ This is what a remote kernel's image gets (`pip install rlm-kernel-ext==<version
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -25,9 +26,17 @@ pytestmark = pytest.mark.timeout(240)
 @pytest.fixture(scope="module")
 def wheel_env(tmp_path_factory) -> tuple[Path, Path]:
     tmp = tmp_path_factory.mktemp("kext")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
-                    "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
-                    str(ROOT / "packaging" / "kernel-ext")], check=True, capture_output=True)
+    # built from a copy: setuptools writes build/ and an .egg-info into the tree it builds,
+    # so building in the checkout wrote there, and two runs at once could share them
+    src = tmp / "src"
+    (src / "packaging" / "kernel-ext").mkdir(parents=True)
+    shutil.copy(ROOT / "packaging" / "kernel-ext" / "pyproject.toml", src / "packaging" / "kernel-ext")
+    shutil.copytree(ROOT / "kernel_ext", src / "kernel_ext",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-index",
+                            "--no-build-isolation", "-q", "-w", str(tmp / "dist"),
+                            str(src / "packaging" / "kernel-ext")], capture_output=True, text=True)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     (wheel,) = (tmp / "dist").glob("rlm_kernel_ext-*.whl")
     venv.EnvBuilder(with_pip=False).create(tmp / "v")
     python = tmp / "v" / "bin" / "python"
