@@ -57,7 +57,7 @@ def record_line(code: str, transformed: str, ns: Mapping[str, Any] | None = None
     `ns` is the kernel's namespace after the cell (what its names refer to). The snapshot
     store keeps the lines (`<snapshot dir>/cells.jsonl`, 0600, or one object each in an
     object store); cell numbers in replay reports index them."""
-    rec = {**cell_record(transformed, ns), "code": code}
+    rec = {**cell_record(transformed, ns), "code": code, "rules": rules.RULES_VERSION}
     if not (rec["binds"] or rec["mutates"] or rec["iterates"]):
         return None
     return json.dumps(rec)
@@ -113,6 +113,26 @@ def _walk_cell(tree: ast.AST) -> Any:
         todo.extend(ast.iter_child_nodes(node))
 
 
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _comprehension_names(tree: ast.AST) -> set[int]:
+    """ids of the Name nodes that are a comprehension's own variables: `i` in
+    `(i for i in range(3))` is local to it (Python 3), not a name the cell binds or reads,
+    so two cells that each use an `i` there do not depend on each other. The first
+    `for`'s iterable is evaluated outside, so its names stay the cell's."""
+    out: set[int] = set()
+    for comp in ast.walk(tree):
+        if not isinstance(comp, _COMPREHENSIONS):
+            continue
+        local = {n.id for g in comp.generators for n in ast.walk(g.target)
+                 if isinstance(n, ast.Name)}
+        outer = {id(n) for n in ast.walk(comp.generators[0].iter)}
+        out |= {id(n) for n in ast.walk(comp) if isinstance(n, ast.Name) and n.id in local
+                and id(n) not in outer}
+    return out
+
+
 def cell_record(code: str, ns: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """{"reads", "binds", "mutates", "iterates", "effects", "loads", "roots", "defines",
     "db", "db_uses"} of one (IPython-transformed) cell; `effects` are the reasons it may
@@ -126,9 +146,11 @@ def cell_record(code: str, ns: Mapping[str, Any] | None = None) -> dict[str, Any
     binds: set[str] = set()
     mutates: set[str] = set()
     iterates: set[str] = set()  # a mutation only if the value is an iterator
+    local = _comprehension_names(tree)
     for node in _walk_cell(tree):
         if isinstance(node, ast.Name):
-            (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
+            if id(node) not in local:
+                (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
             binds.update(a.asname or a.name.split(".")[0] for a in node.names if a.name != "*")
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -295,7 +317,20 @@ def plan(ip: Any, lost: list[str], records: list[dict[str, Any]]
     ns = ip.user_ns
     present = {k for k in ns if k not in lost}
     iterators = frozenset(k for k in present if _is_iterator(ns[k]))
+    records = [rechecked(r, ip.transform_cell) for r in records]
     return replay_plan(lost, records, present, iterators, rules.iter_kinds(ns, present))
+
+
+def rechecked(rec: dict[str, Any], transform: Any) -> dict[str, Any]:
+    """A record made under older rules (a session recorded before an upgrade) with its code
+    checked again by today's, syntactically: the effects can only grow."""
+    if rec.get("rules") == rules.RULES_VERSION or "code" not in rec:
+        return rec
+    try:
+        now = cell_record(transform(str(rec["code"])))["effects"]
+    except Exception:  # noqa: BLE001 - code the transform cannot read: not replayed
+        now = ["could not be checked again"]
+    return {**rec, "effects": sorted(set(rec.get("effects", ())) | set(now))}
 
 
 def describe_plan(order: list[int], records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -13,6 +13,10 @@ it
     or an attribute chain of an allowed module), or one of DENIED's functions of an
     allowed module (`numpy.save`, `json.dump`, `sqlite3.connect` on anything but
     ":memory:");
+  * calls into the I/O part of a module that reaches files (IO_PARTS: `gzip`, `pandas.io`,
+    `pyarrow.parquet`, ...) anything but its named reads, or passes a mode that is not a
+    literal read mode where the mode decides (MODE_ARGS: `gzip.GzipFile(p, 'wb')`,
+    `np.load(p, mmap_mode='r+')`): a module being allowed is not enough;
   * opens a file in a writing mode, or with a mode that is not a literal; prints to a
     file; calls a writing method (WRITE_METHODS: `to_parquet`, `write`, `tofile`, ...;
     `to_csv`/`to_json` with a destination);
@@ -65,7 +69,54 @@ DENIED = {
     "contextlib": frozenset({"redirect_stdout", "redirect_stderr", "chdir"}),
     "scipy": frozenset({"savemat", "mmwrite", "wavfile", "netcdf_file"}),
     "polars": frozenset({"read_database", "read_database_uri"}),
+    "pyarrow": frozenset({"OSFile", "memory_map", "create_memory_map", "MemoryMappedFile",
+                          "output_stream", "PythonFile", "CompressedOutputStream",
+                          "BufferedOutputStream", "FixedSizeBufferWriter", "NativeFile",
+                          "LocalFileSystem", "HadoopFileSystem", "copy_files"}),
     "sqlite3": frozenset({"enable_callback_tracebacks"}),
+}
+# Modules that reach files. A module being allowed is not enough here: in their I/O parts
+# (a submodule, "" for the whole module; private `_x` and `x_impl` spellings count as `x`)
+# only the calls named are allowed: reads, and constructors whose mode MODE_ARGS checks.
+# Anything else there (`gzip.GzipFile(p, 'wb')`, `pq.write_table`, `pd.io.common.get_handle`,
+# `pyarrow.fs.LocalFileSystem()`) is not replayed. Names in capitals are constants.
+IO_PARTS: dict[str, dict[str, frozenset[str]]] = {
+    "io": {"": frozenset({"StringIO", "BytesIO", "TextIOWrapper", "BufferedReader", "open",
+                          "IOBase", "TextIOBase", "RawIOBase", "BufferedIOBase",
+                          "UnsupportedOperation", "text_encoding"})},
+    "gzip": {"": frozenset({"open", "GzipFile", "compress", "decompress", "BadGzipFile"})},
+    "bz2": {"": frozenset({"open", "BZ2File", "compress", "decompress", "BZ2Compressor",
+                           "BZ2Decompressor"})},
+    "lzma": {"": frozenset({"open", "LZMAFile", "compress", "decompress", "LZMACompressor",
+                            "LZMADecompressor", "LZMAError", "is_check_supported"})},
+    "pandas": {"io": frozenset({
+        "read_csv", "read_table", "read_fwf", "read_json", "json_normalize", "read_parquet",
+        "read_feather", "read_orc", "read_excel", "ExcelFile", "read_html", "read_xml",
+        "read_stata", "read_sas", "read_spss", "read_sql", "read_sql_query"})},
+    "numpy": {"lib.npyio": frozenset({"load", "loadtxt", "genfromtxt", "fromregex"}),
+              "lib.format": frozenset({"read_array", "read_magic"}),
+              "lib.datasource": frozenset(), "ctypeslib": frozenset()},
+    "scipy": {"io": frozenset({"loadmat", "whosmat", "mmread", "mminfo", "readsav"})},
+    "pyarrow": {
+        "parquet": frozenset({"read_table", "read_pandas", "read_schema", "read_metadata",
+                              "ParquetFile", "ParquetDataset"}),
+        "csv": frozenset({"read_csv", "open_csv", "ReadOptions", "ParseOptions",
+                          "ConvertOptions"}),
+        "json": frozenset({"read_json", "ReadOptions", "ParseOptions"}),
+        "feather": frozenset({"read_table", "read_feather"}),
+        "ipc": frozenset({"open_file", "open_stream", "read_message", "read_record_batch",
+                          "read_schema", "read_tensor", "IpcReadOptions"}),
+        "orc": frozenset({"read_table", "ORCFile"}),
+        "dataset": frozenset({"dataset", "field", "scalar", "partitioning"}),
+        "fs": frozenset(), "hdfs": frozenset(), "filesystem": frozenset(),
+    },
+}
+# calls whose mode argument decides whether they write: (module, name) -> (its position,
+# its keyword, the literal values that only read; None: every mode without w, a, x or +)
+MODE_ARGS: dict[tuple[str, str], tuple[int, str, frozenset[Any] | None]] = {
+    ("gzip", "GzipFile"): (1, "mode", None), ("bz2", "BZ2File"): (1, "mode", None),
+    ("lzma", "LZMAFile"): (1, "mode", None),
+    ("numpy", "load"): (1, "mmap_mode", frozenset({None, "r", "c"})),
 }
 # method names that write outside the kernel, on any value
 WRITE_METHODS = frozenset({
@@ -99,6 +150,8 @@ _URL = re.compile(r"\s*[A-Za-z][A-Za-z0-9+.-]*://")
 _SQL_OUT = re.compile(r"\b(attach|vacuum|load_extension)\b", re.I)
 _BUILTINS = frozenset(dir(builtins))
 MEMORY_DB = ":memory:"
+# a record made under older rules is checked again at replay (kernel_ext.lineage.plan)
+RULES_VERSION = 2
 _SCAN_ITEMS = 1000  # items of a held container looked at for functions
 
 
@@ -113,7 +166,24 @@ def module_allowed(name: str) -> bool:
 
 def _denied(module: str, name: str) -> bool:
     top = module.split(".")[0].lstrip("_")
-    return name in DENIED.get(top, ()) or name in WRITE_METHODS or name in WRITE_IF_DESTINATION
+    return name in DENIED.get(top, ()) or name in WRITE_METHODS or \
+        name in WRITE_IF_DESTINATION or _io_part_refuses(module, name)
+
+
+def _part(segment: str) -> str:
+    segment = segment.lstrip("_")
+    return segment[:-5] if segment.endswith("_impl") else segment
+
+
+def _io_part_refuses(module: str, name: str) -> bool:
+    """`name` of `module` sits in an I/O part (IO_PARTS) and is not one of its reads."""
+    top, *rest = module.split(".")
+    parts = IO_PARTS.get(top.lstrip("_"))
+    if not parts or name.isupper():
+        return False
+    path = ".".join(_part(s) for s in rest)
+    return any(not prefix or path == prefix or path.startswith(prefix + ".")
+               for prefix, reads in parts.items() if name not in reads)
 
 
 def _origin(v: Any) -> tuple[str, str] | None:
@@ -161,7 +231,7 @@ def classify(v: Any) -> tuple[str, str]:
         tmod = type(v).__module__
         if tmod == "__main__":
             return "user-object", f"a {type(v).__name__} object of a class defined in a cell"
-        if not module_allowed(tmod):
+        if not module_allowed(tmod) or _denied(tmod, type(v).__name__):
             return "object", f"a {tmod}.{type(v).__qualname__} object"
         return "data", ""
     except Exception:  # noqa: BLE001 - an arbitrary object: not known to be safe
@@ -321,7 +391,58 @@ class Check:
         return self.imports.get(name) == "sqlite3" or (
             isinstance(value, types.ModuleType) and value.__name__ == "sqlite3")
 
+    def _target(self, func: ast.expr) -> tuple[str, str] | None:
+        """(module, name) a call's function comes from, where the cell's imports or the
+        held values say: `gzip.GzipFile`, `GzipFile` from `from gzip import GzipFile`, a
+        held `G = gzip.GzipFile`; None for a method of a value."""
+        if isinstance(func, ast.Name):
+            path = self.imports.get(func.id)
+            if path is not None:
+                mod, _, name = path.rpartition(".")
+                return (mod, name) if mod else None
+            if func.id in self.ns and not isinstance(self.ns[func.id], types.ModuleType):
+                return _origin(self.ns[func.id])
+            return None
+        root, attrs = _attr_chain(func)
+        if not isinstance(root, ast.Name) or not attrs:
+            return None
+        base = self.imports.get(root.id)
+        held = self.ns.get(root.id)
+        if base is None and isinstance(held, types.ModuleType):
+            base = held.__name__
+        return (".".join([base, *attrs[:-1]]), attrs[-1]) if base is not None else None
+
+    def _library_call(self, node: ast.Call) -> None:
+        """A call into a module that reaches files: only its known reads (IO_PARTS), and a
+        mode argument that only reads (MODE_ARGS)."""
+        target = self._target(node.func)
+        if target is None:
+            return
+        mod, name = target
+        shown = f"{mod}.{name}"
+        if _io_part_refuses(mod, name):
+            self.effects.add(f"calls {shown} (not a known read-only call)")
+        rule = MODE_ARGS.get((mod.split(".")[0].lstrip("_"), name))
+        if rule is None:
+            return
+        pos, kw, reads = rule
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(
+                k.arg is None for k in node.keywords):
+            self.effects.add(f"calls {shown} with * or ** arguments (its {kw} cannot be read)")
+        values = [k.value for k in node.keywords if k.arg == kw]
+        if len(node.args) > pos:
+            values.append(node.args[pos])
+        for v in values:
+            if not isinstance(v, ast.Constant):
+                self.effects.add(f"calls {shown} with a {kw} that is not a literal "
+                                 "(counts as writing)")
+            elif (reads is None and not (isinstance(v.value, str) and _MODE.fullmatch(v.value)
+                                         and not any(c in v.value for c in "wax+"))) or (
+                    reads is not None and v.value not in reads):
+                self.effects.add(f"calls {shown} with {kw}={v.value!r} (writes)")
+
     def _call(self, node: ast.Call) -> None:
+        self._library_call(node)
         func = node.func
         if isinstance(func, ast.Name):
             name = func.id

@@ -7,6 +7,7 @@ second connection, and the report names each skipped cell and why."""
 from __future__ import annotations
 
 import socket
+from pathlib import Path
 
 import pytest
 from as_nobody import rerun_as_nobody
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def _cells(d, port):
-    f = {n: str(d / f"{n}.txt") for n in ("a", "b", "c", "d", "e", "f", "g")}
+    f = {n: str(d / f"{n}.txt") for n in ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k")}
+    npy = str(d / "m.npy")
     return f, [
         ("g1", f"import os\ngetattr(os, 'remove')({f['a']!r})\ng1 = (i for i in range(3))",
          "calls the result of an expression"),
@@ -34,6 +36,17 @@ def _cells(d, port):
          "opens a file with a mode that is not a literal (counts as writing)"),
         ("g7", f"import socket as _s\n_c = _s.create_connection(('127.0.0.1', {port}))\n_c.close()\n"
                "g7 = (i for i in range(3))", "imports socket"),
+        # issue 40 item 5: writes through modules the allow-list allows
+        ("g8", f"import gzip\nwith gzip.GzipFile({f['h']!r}, 'wb'): pass\ng8 = (i for i in range(3))",
+         "calls gzip.GzipFile with mode='wb' (writes)"),
+        ("g9", f"import lzma\nwith lzma.LZMAFile({f['i']!r}, mode='a') as z:\n    z.write(b'again')\n"
+               "g9 = (i for i in range(3))", "calls lzma.LZMAFile with mode='a' (writes)"),
+        ("g10", f"import bz2\nbz2.BZ2File({f['j']!r}, 'w').close()\ng10 = (i for i in range(3))",
+         "calls bz2.BZ2File with mode='w' (writes)"),
+        ("g11", f"import pandas as pd\nh = pd.io.common.get_handle({f['k']!r}, 'w')\nh.close()\n"
+                "g11 = (i for i in range(3))", "pandas.io.common.get_handle"),
+        ("g12", f"import numpy as np\nm = np.load({npy!r}, mmap_mode='r+')\nm[0] = 99\nm.flush()\n"
+                "del m\ng12 = (i for i in range(3))", "calls numpy.load with mmap_mode='r+' (writes)"),
     ]
 
 
@@ -41,6 +54,21 @@ def _put_back(files):
     for p in files.values():
         with open(p, "w") as fh:
             fh.write("original")
+    npy = Path(next(iter(files.values()))).parent / "m.npy"
+    npy.write_bytes(NPY)
+
+
+def _npy() -> bytes:
+    import io
+
+    import numpy as np
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(4))
+    return buf.getvalue()
+
+
+NPY = _npy()
 
 
 def _check(rep, files, listener, cells):
@@ -53,6 +81,8 @@ def _check(rep, files, listener, cells):
     for p in files.values():
         with open(p) as fh:
             assert fh.read() == "original", p  # not deleted, truncated or appended to
+    npy = Path(next(iter(files.values()))).parent / "m.npy"
+    assert npy.read_bytes() == NPY  # not written through a memory map
     with pytest.raises(BlockingIOError):
         listener.accept()  # no second connection
 
