@@ -11,24 +11,40 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _collected(*marker: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0",
-                          "-p", "no:cacheprovider", *marker],
-                         cwd=REPO, capture_output=True, text=True, timeout=240)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    return [line for line in out.stdout.splitlines() if "::" in line]
+# the three collections in one process: the test modules are imported once, not three times
+COLLECT = """
+import json, sys, pytest
+
+class Grab:
+    ids = []
+
+    def pytest_collection_finish(self, session):
+        self.ids = [item.nodeid for item in session.items]
+
+out = {}
+for name, args in (("fast", []), ("slow", ["-m", "slow"]), ("every", ["-m", ""])):
+    grab = Grab()
+    rc = pytest.main(["--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider", *args],
+                     plugins=[grab])
+    out[name] = [int(rc), grab.ids]
+with open(sys.argv[1], "w") as f:
+    json.dump(out, f)
+"""
 
 
-def test_the_fast_and_slow_tiers_together_collect_every_test_exactly_once():
-    with ThreadPoolExecutor(3) as pool:
-        fast, slow, every = pool.map(lambda m: _collected(*m),
-                                     [(), ("-m", "slow"), ("-m", "")])
+def test_the_fast_and_slow_tiers_together_collect_every_test_exactly_once(tmp_path):
+    result = tmp_path / "collected.json"
+    out = subprocess.run([sys.executable, "-c", COLLECT, str(result)], cwd=REPO,
+                         capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0 and result.is_file(), out.stdout[-2000:] + out.stderr[-2000:]
+    tiers = json.loads(result.read_text())
+    assert [rc for rc, _ in tiers.values()] == [0, 0, 0], out.stdout[-3000:]
+    fast, slow, every = (tiers[k][1] for k in ("fast", "slow", "every"))
     assert len(set(fast)) == len(fast) and len(set(slow)) == len(slow)
     assert not set(fast) & set(slow)
     assert sorted(fast + slow) == sorted(every)
