@@ -145,3 +145,47 @@ def test_rlm_run_json_gives_the_unverified_claims_and_exit_5(tmp_path, _isolated
     assert proc.returncode == 5, proc.stderr[-2000:]
     assert res["verified"] is False and res["unverified_claims"] == ["1000"]
     assert "figures (1000)" in res["unverified_why"] and "evidence" not in res
+
+
+# Issue 40 item 12: "verified" by what the value is, not how it is spelled. A figure typed
+# in the code reaches final()'s value through an f-string, str(), a container literal or a
+# name bound to one: typed, not computed, so unverified unless an output shows it.
+SPELLINGS = [
+    'top = "N725MQ"\nfinal(f"{top}, with {1000} flights")',
+    "final(str(1000))",
+    'top = "N725MQ"\nfinal({"plane": top, "flights": 1000})',
+    "n = [1000]\nfinal(n[0])",
+    'final("flights: " + str(1000))',
+    'final("{} flights".format(1000))',
+    "count = 1000\nlabel = f'{count} flights'\nfinal(label)",
+    "final_var('n') if False else None\nn = 1000\nfinal_var('n')",
+]
+
+
+@pytest.mark.parametrize("code", SPELLINGS)
+def test_a_typed_figure_is_unverified_however_it_is_spelled(_isolated_home, tmp_path, code):
+    end, _, _ = _run(_isolated_home, tmp_path, "native", [("cell", code)],
+                     "How many flights did the busiest plane fly?")
+    assert end.verified is False and "1000" in end.unverified_claims, (code, end)
+
+
+@pytest.mark.parametrize("code", SPELLINGS)
+def test_the_same_answer_with_the_figure_printed_is_verified(_isolated_home, tmp_path, code):
+    end, _, _ = _run(_isolated_home, tmp_path, "native",
+                     [("cell", "print('N725MQ', len(range(1000)))"), ("cell", code)],
+                     "How many flights did the busiest plane fly?")
+    assert end.verified is True, (code, end)
+
+
+def test_a_figure_the_code_computes_stays_verified_and_a_carried_constant_does_not():
+    """`final(f"{g(2)}|{K}")` with `K = 3`: g(2) is computed; K is a constant the code only
+    carries into the answer, so 3 is typed: unverified unless an output shows it
+    (docs/architecture.md, "Verified")."""
+    from rlm.agent.policy.verify import typed_literals
+
+    figures, _ = typed_literals(["K = 3\ndef g(x):\n    return x * 10\nfinal(f'{g(2)}|{K}')"])
+    assert 3.0 in figures and 20.0 not in figures and 10.0 not in figures and 2.0 not in figures
+    figures, _ = typed_literals(["rows = [4, 5, 6]\nfinal(len(rows))"])
+    assert figures == []  # the count is computed from the literals, not carried
+    figures, _ = typed_literals(["x = df.head(10)\nfinal(x['a'].sum() * 3)"])
+    assert figures == []

@@ -161,30 +161,94 @@ def holds(claim: Claim, figures: list[float], words: set[str]) -> bool:
 
 
 def typed_literals(codes: list[str]) -> tuple[list[float], set[str]]:
-    """Figures and words the model typed as an answer in `codes`: every string literal
-    (f-string text included: `f"{top}, with 1000 flights"`) and the numbers passed
-    straight to final() or bound straight to a name (`final(42)`, `answer = 1000`), not
-    the numbers code computes with (`rows.append(3)`, `head(10)`). Code that does not
+    """Figures and words the model typed into its answer in `codes`. Words: every string
+    literal (f-string text included). Figures: the number literals that reach a final() /
+    final_var() value unchanged: passed straight, through f-strings, `str()`/`int()`/
+    `format()` and the like, container literals and string concatenation, and through the
+    names they are bound to in any cell (`n = [1000]` then `final(n[0])`; `K = 3` then
+    `final(f"{g(2)}|{K}")`: a constant the code merely carries is typed, not computed).
+    Numbers code computes with (`head(10)`, `x * 3`) are not typed. Code that does not
     parse counts whole."""
     parts: list[str] = []
+    trees: list[ast.AST] = []
     for code in codes:
         try:
-            tree = ast.parse(code)
+            trees.append(ast.parse(code))
         except SyntaxError:
             parts.append(code)
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                parts.append(node.value)
-            elif isinstance(node, ast.Call) and getattr(node.func, "id", None) in _FINALS:
-                parts.extend(_number(a) for a in node.args)
-            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                parts.append(_number(node.value))
+    for tree in trees:
+        parts.extend(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str))
+    parts.extend(_number(c) for c in _flowing_constants(trees))
     text = "\n".join(parts)
     return _output_figures(text), _output_words(text)
 
 
 _FINALS = ("final", "final_var")
+# calls that hand a value on unchanged (a conversion or a container), not a computation
+_CARRIERS = frozenset({"str", "int", "float", "repr", "format", "list", "tuple", "set",
+                       "frozenset", "dict", "sorted"})
+
+
+def _flowing_constants(trees: list[ast.AST]) -> list[ast.expr]:
+    """The literals that reach a final() value unchanged, following names to what any
+    cell bound them to (a fixpoint over every cell's assignments)."""
+    bindings: dict[str, list[ast.expr]] = {}
+    starts: list[ast.expr] = []
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) in _FINALS:
+                starts += node.args
+                starts += [ast.Name(a.value) for a in node.args
+                           if getattr(node.func, "id", None) == "final_var"
+                           and isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    for name in ast.walk(t):
+                        if isinstance(name, ast.Name):
+                            bindings.setdefault(name.id, []).append(node.value)
+    found: list[ast.expr] = []
+    seen_names: set[str] = set()
+    todo = list(starts)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.Constant) or (isinstance(node, ast.UnaryOp) and isinstance(
+                node.op, ast.USub) and isinstance(node.operand, ast.Constant)):
+            found.append(node)
+        elif isinstance(node, ast.Name):
+            if node.id not in seen_names:
+                seen_names.add(node.id)
+                todo += bindings.get(node.id, [])
+        else:
+            todo += _carried(node)
+    return found
+
+
+def _carried(node: ast.expr) -> list[ast.expr]:
+    """The parts of `node` whose value it hands on unchanged."""
+    if isinstance(node, ast.JoinedStr):
+        return list(node.values)
+    if isinstance(node, (ast.FormattedValue, ast.Starred)):
+        return [node.value]
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return list(node.elts)
+    if isinstance(node, ast.Dict):
+        return [v for v in (*node.keys, *node.values) if v is not None]
+    if isinstance(node, ast.Subscript):  # n[0]: an element of what n holds
+        return [node.value]
+    if isinstance(node, ast.IfExp):
+        return [node.body, node.orelse]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Add, ast.Mod)) and any(
+            _is_text(side) for side in (node.left, node.right)):
+        return [node.left, node.right]  # "with " + str(1000), "%d flights" % 1000
+    if isinstance(node, ast.Call):
+        func = node.func
+        if isinstance(func, ast.Name) and func.id in _CARRIERS:
+            return [*node.args, *(k.value for k in node.keywords)]
+        if isinstance(func, ast.Attribute) and func.attr in ("format", "join") and _is_text(func.value):
+            return [func.value, *node.args, *(k.value for k in node.keywords)]
+    return []
 
 
 def _number(node: ast.expr) -> str:
@@ -196,6 +260,12 @@ def _number(node: ast.expr) -> str:
             and not isinstance(node.value, bool):
         return repr(node.value)
     return ""
+
+
+def _is_text(node: ast.expr) -> bool:
+    return isinstance(node, ast.JoinedStr) or (
+        isinstance(node, ast.Constant) and isinstance(node.value, str)) or (
+        isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("str", "repr", "format"))
 
 
 def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
