@@ -34,7 +34,7 @@ import stat
 import sys
 import time
 from bisect import bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +160,43 @@ def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
         os.close(fd)
         os.utime(mark, ns=(now, now), follow_symlinks=False)
     return hit
+
+
+# what a kernel writes into a session dir between its host's scrubs: a new file in one of
+# these changes the folder's mtime (a cell's spooled output, a snapshot's data files)
+KERNEL_WRITES = ("artifacts", "snapshot", "runtime")
+
+
+def scrub_left_behind(sessions: Path, is_free: Callable[[Path], bool],
+                      skip: Path | None = None) -> list[Path]:
+    """`scrub_session` on every session under `sessions` that a host left unscrubbed: a
+    folder the kernel writes into changed after the session's scrub mark, and no process
+    holds the session (`is_free`). A host SIGKILLed mid-cell cannot scrub what its kernel
+    spooled; without this the key stayed in `artifacts/cell-*.txt` until that very
+    session was resumed with the key set. Any later run with the key scrubs it now. Cheap:
+    a few stats per session; nothing at all without secrets."""
+    if not known_secrets():
+        return []
+    hit: list[Path] = []
+    with contextlib.suppress(OSError):
+        for session_dir in sorted(sessions.iterdir()):
+            if session_dir == skip or not session_dir.is_dir() or not _unscrubbed(session_dir):
+                continue
+            if is_free(session_dir):
+                hit += scrub_session(session_dir)
+    return hit
+
+
+def _unscrubbed(session_dir: Path) -> bool:
+    try:
+        mark = os.lstat(session_dir / SCRUB_MARK).st_mtime_ns
+    except OSError:
+        mark = 0
+    for name in KERNEL_WRITES:
+        with contextlib.suppress(OSError):
+            if os.lstat(session_dir / name).st_mtime_ns > mark:
+                return True
+    return False
 
 
 def _offsets(secret: str, encoding: str) -> list[int]:

@@ -159,3 +159,34 @@ def test_a_new_host_scrubs_what_a_dead_host_left_since_the_mark(tmp_path, monkey
     assert scrub_session(d) == [new]
     assert key.encode() not in new.read_bytes()
     assert (d / SCRUB_MARK).stat().st_mtime_ns > 1_050 * 10**9  # the mark moved on
+
+
+def test_any_later_run_scrubs_what_a_dead_host_left_in_another_session(_isolated_home, tmp_path,
+                                                                         monkeypatch):
+    """Issue 40 item 7: a host SIGKILLed mid-cell cannot scrub what its kernel writes after
+    (a snapshot of a variable holding the key). Before, that stayed until that very session
+    was resumed with the key set; now the next run of any session, with the key, scrubs it
+    (rlm.secrets.scrub_left_behind) unless a live process holds that session."""
+    import subprocess
+    import sys
+
+    from rlm.longrun.lock import SessionLock
+    from rlm.secrets import SCRUB_MARK
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    left, held = (_isolated_home / "sessions" / name for name in ("left", "held"))
+    for d in (left, held):
+        (d / "snapshot").mkdir(parents=True)
+        (d / SCRUB_MARK).touch()
+        os.utime(d / SCRUB_MARK, ns=(1_000 * 10**9, 1_000 * 10**9))
+        (d / "snapshot" / "k-small.bin").write_bytes(b"\x80\x05" + key.encode() + b".")
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([call("final(6 * 7)")]))
+    with SessionLock.for_session(held, "run"):  # a live host of that session
+        proc = subprocess.run([sys.executable, "-m", "rlm", "run", "6*7?", "--model",
+                               f"script:{script}", "--json"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert key.encode() not in (left / "snapshot" / "k-small.bin").read_bytes()
+    assert key.encode() in (held / "snapshot" / "k-small.bin").read_bytes()  # not touched

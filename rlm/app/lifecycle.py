@@ -62,9 +62,10 @@ from rlm.llm.preflight import declared_window, preflight
 from rlm.llm.seam import warm_for
 from rlm.llm.types import LLM
 from rlm.longrun.clock import Clock
-from rlm.longrun.lock import SessionLock
+from rlm.longrun.lock import LOCK_NAME, SessionLock, holder
 from rlm.paths import private_dir
 from rlm.protocols import Executor, SessionLog
+from rlm.secrets import scrub_left_behind
 from rlm.session.entries import MessageEntry, new_id
 from rlm.session.store import SessionStore, resolve_session_path
 
@@ -308,6 +309,9 @@ class SessionRun:
                                  budget=self.budget, slots=self.slots)
         stack.callback(self._close_agent)
         if self.start:
+            if self.entry != "child":  # a host SIGKILLed mid-cell left its kernel's files
+                scrub_left_behind(cfg.home / "sessions", skip=self.session.dir,
+                                  is_free=lambda d: holder(d / LOCK_NAME) is None)
             if self.on_phase is not None and self.executor_factory is None:
                 self.on_phase(kernel_phase(self.session.dir, cfg))
             # the kernel (its snapshot restored), or the bridge handler
