@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import uuid
 from pathlib import Path
 
 import psutil
@@ -134,23 +136,22 @@ def test_the_same_holds_for_an_unprivileged_user(tmp_path):
 
 
 # ------------------------------------------------------------ processes end with the run
+# the grandchild: setsid, then exec with an EMPTY environment (no mark for the reaper to
+# find), named by a token in its argv (in a PID namespace its own pid means nothing to the
+# host); it writes MARKER once the test asks, if it is still alive then
+LINGER = "import os, sys, time\nwhile not os.path.exists(sys.argv[2] + '.go'):\n    time.sleep(0.05)\nopen(sys.argv[2], 'w').write('outlived the host')"
 DOUBLE_FORK = """
-import os, time
-host = os.getppid()
+import os, sys, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        with open({pidfile!r} + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
-        os.rename({pidfile!r} + ".tmp", {pidfile!r})
-        while os.path.exists(f"/proc/{{host}}"):
-            time.sleep(0.05)
-        open({marker!r}, "w").write("outlived the host")
-        os._exit(0)
+        open({pidfile!r}, "w").close()
+        os.execve(sys.executable, [sys.executable, "-c", {linger!r}, {token!r}, {marker!r}], {{}})
     os._exit(0)
 os.wait()
 while not os.path.exists({pidfile!r}):
     time.sleep(0.01)
+time.sleep(0.2)  # the exec is done
 print("forked")
 """
 
@@ -183,9 +184,10 @@ def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox, user):
 
 def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
     pidfile, marker = base / "child.pid", base / "MARKER"
+    token = f"rlm-linger-{uuid.uuid4().hex}"
     model = base / "s.json"
-    model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile),
-                                                         marker=str(marker))),
+    model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile), marker=str(marker),
+                                                         token=token, linger=LINGER)),
                                  call("print('done')\nfinal('done')")]))
     args = ["run", "go", "--model", f"script:{model}", "--json"] + (["--sandbox"] if sandbox else [])
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -194,18 +196,17 @@ def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
         argv = _as_nobody(argv, env, base)
     proc = subprocess.run(argv, cwd=base, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    pid = int(pidfile.read_text())
+    assert pidfile.exists()  # the grandchild was started
+    left = [p for p in psutil.process_iter(["cmdline", "status"])
+            if token in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
     try:
-        child = psutil.Process(pid)
-        alive = child.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        alive = False
-    try:
-        assert not alive, "the setsid grandchild outlived the host"
+        assert not left, "the setsid grandchild outlived the host"
+        Path(str(marker) + ".go").touch()
+        time.sleep(0.3)
         assert not marker.exists()  # and, being gone, it never will write it
     finally:
-        if alive:
-            child.kill()
+        for p in left:
+            p.kill()
 
 
 ANCESTOR_ENVIRONS = """

@@ -9,18 +9,31 @@ itself recursively and remounted read-only (the `--rw` binds under it stay writa
 Then it hides the `/proc/<pid>` of every ancestor whose environment it could read (an
 empty read-only tmpfs over it): a wrapper the user started with a provider key (`timeout`,
 `make`, `uv run`, a CI runner) keeps that key in its `/proc/<pid>/environ`, which a
-same-user cell could otherwise read. Then it execs the kernel: no fork, so the pid the
-host sees is the kernel's. The uid/gid inside are the user's own (like `unshare
+same-user cell could otherwise read. The uid/gid inside are the user's own (like `unshare
 --map-current-user`).
+
+The kernel also gets a PID namespace of its own: this process forks, and the child, pid 1
+of the new namespace, mounts a /proc of that namespace (where the platform allows it) and
+execs the kernel. When the kernel exits, the kernel of Linux kills every process left in
+its namespace, whatever it did to its environment or its session (`setsid`, a double
+fork, an `execve` with an empty environment), so what a cell starts ends with the kernel.
+This process stays as the kernel's stand-in outside, the pid the host knows: signals the
+host sends to the process group (an interrupt: jupyter_client's `killpg`) reach the
+kernel directly, so it ignores SIGINT itself and never sends one on (a second SIGINT
+loses the interrupted cell's reply); it exits with the kernel's status, or by the signal
+that ended the kernel; if it is killed, the kernel is too (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import signal
 import sys
 
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWNET = 0x00020000, 0x10000000, 0x40000000
+CLONE_NEWPID = 0x20000000
+PR_SET_PDEATHSIG = 1
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
@@ -80,7 +93,7 @@ def _mask(pids: list[int]) -> None:
 def enter(ro: list[str], rw: list[str]) -> None:
     uid, gid = os.getuid(), os.getgid()
     ancestors = readable_ancestors()  # before unshare: the host's view of /proc
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET), "unshare")
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
@@ -115,7 +128,77 @@ def main(argv: list[str]) -> None:
         print(f"rlm sandbox: {e}", file=sys.stderr)
         sys.exit(111)
     if command:
-        os.execvp(command[0], command)
+        run_as_pid_one(command)
+
+
+def run_as_pid_one(command: list[str]) -> None:
+    """Fork: the child (pid 1 of the new PID namespace) execs `command`; this process waits
+    for it and ends as it did (see the module doc)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel gets the group's SIGINT itself
+    host = os.getppid()
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGCHLD])  # for sigtimedwait in _wait
+    child = os.fork()
+    if child == 0:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGCHLD])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # (getppid() is 0 here, outside the namespace: a stand-in killed before this line
+        # leaves the kernel to the host's sweep of marked processes, rlm.kernel.reaper)
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        _own_proc()
+        try:
+            os.execvp(command[0], command)
+        except OSError as e:
+            print(f"rlm sandbox: cannot run {command[0]}: {e}", file=sys.stderr)
+            os._exit(127)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
+    status = _wait(child, host)
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 111)
+
+
+def _wait(child: int, host: int) -> int:
+    """The kernel's wait status. While it runs, the host is watched as ipykernel's parent
+    poller watched it (the kernel, pid 1 here, cannot see the host): a host that died,
+    SIGKILLed, takes the kernel with it."""
+    while True:
+        try:
+            pid, status = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            os._exit(111)
+        if pid:
+            return status
+        if os.getppid() != host:
+            _pass_on(child, signal.SIGKILL)
+            _, status = os.waitpid(child, 0)
+            return status
+        signal.sigtimedwait([signal.SIGCHLD], 0.5)
+
+
+def _pass_on(child: int, signum: int) -> None:
+    """A signal sent to this process alone (not the group): the kernel's to handle. As pid
+    1 it ignores what it has no handler for, so SIGTERM then ends it by SIGKILL."""
+    try:
+        os.kill(child, signum)
+        if signum == signal.SIGTERM:
+            os.kill(child, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _own_proc() -> None:
+    """/proc of the new namespace over the host's (the kernel sees its own processes only);
+    a platform that refuses it (a container whose /proc has masked parts) keeps the
+    host's /proc, with the ancestors' environ already hidden."""
+    try:
+        _mount(None, "/proc", MS_REC | MS_PRIVATE)
+        _check(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None),
+               "mount proc")
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":
