@@ -65,6 +65,10 @@ class Config:
     # kernel in its own user, mount and network namespaces (rlm.kernel.sandbox_exec). None:
     # wherever the platform allows it (rlm.kernel.sandbox_policy); False: never; True: required
     sandbox: bool | None = None
+    # the sandboxed kernel keeps the host's network (the file protections stay): for cells
+    # that read URLs or databases on other hosts. A user setting: never from a project
+    # file or a recorded run (rlm.trust)
+    kernel_network: bool = False
     kernel: str = "local"  # local | gateway:URL[#KERNELSPEC] | provisioner:NAME (KernelKind)
     # where the kernel writes snapshots: an fsspec URL (s3://bucket/prefix, gs://...,
     # file:///path); each session under <url>/<session id>. None: <session dir>/snapshot

@@ -49,8 +49,8 @@ import platformdirs
 from rlm.paths import APP_NAME, PRIVATE_FILE, write_private_atomic
 
 # Config overrides a command line can set that decide what runs or what the kernel sees.
-SECURITY_FLAGS = ("sandbox", "kernel", "model", "sub_model", "compaction_model", "advisor",
-                  "replay")
+SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",
+                  "compaction_model", "advisor", "replay")
 # Config fields only the user's config or environment may set: never taken from a record.
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
 # Run options (not config) that decide what runs or where: the value a refusal leaves.
@@ -151,7 +151,7 @@ def _looser(key: str, recorded: Any, baseline: Any) -> bool:
     """Would `recorded` loosen `baseline` (the value from the user's own sources)?"""
     if key == "sandbox":  # the default (None) is the sandbox where available: on
         return not recorded and baseline is not False
-    if key == "autonomous":
+    if key in ("autonomous", "kernel_network"):
         return bool(recorded) and not bool(baseline)
     if key == "replay":  # re-running recorded cells after the user said --no-replay
         return bool(recorded) and baseline is not None and not bool(baseline)

@@ -288,3 +288,83 @@ def test_a_dead_hosts_leftover_is_swept_by_the_next_host_of_the_session(tmp_path
         for p in (mine, other):
             p.kill()
             p.wait()
+
+
+# ------------------------------------------------------------ the network, on request
+CONNECT = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5).close()
+    print("connected")
+except OSError as e:
+    print("refused:", e)
+    raise
+final("done")
+"""
+
+
+@pytest.mark.skipif(not sandbox_available(), reason="no user namespaces here")
+def test_the_sandbox_has_no_network_and_kernel_network_gives_it_back(tmp_path):
+    """Issue 40 item 3: the default sandboxed kernel reaches no network, not even the
+    host's loopback, and a cell that tries gets one line naming --kernel-network, not a
+    bare socket error; `rlm run --kernel-network` lets it connect (files still protected)."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    port = listener.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    try:
+        outs = []
+        for flags in ([], ["--kernel-network"]):
+            model = tmp_path / f"net{len(flags)}.json"
+            model.write_text(json.dumps([call(CONNECT.format(port=port)), call("final('x')")]))
+            proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "run", "connect", "--model",
+                                   f"script:{model}", "--json", *flags], cwd=tmp_path, env=env,
+                                  capture_output=True, text=True, timeout=240)
+            outs.append(_tool_outputs(proc)[0])
+            if not flags:  # the user sees the line too, under the failed cell
+                assert "pass --kernel-network" in proc.stdout + proc.stderr
+        without, with_network = outs
+        assert "refused:" in without and "--kernel-network" in without, without
+        assert without.count("--kernel-network") == 1
+        assert "connected" in with_network and "--kernel-network" not in with_network
+        # the files stay protected with the network on
+        model = tmp_path / "write.json"
+        model.write_text(json.dumps([call(
+            "import os\ntry:\n    open(os.path.join(os.environ['RLM_SESSION_DIR'], 'session.jsonl'),"
+            " 'a')\n    print('writable')\nexcept OSError as e:\n    print(type(e).__name__)\n"
+            "final('done')")]))
+        proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "run", "write", "--model",
+                               f"script:{model}", "--json", "--kernel-network"], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=240)
+        assert _tool_outputs(proc)[0].startswith("OSError"), proc.stderr[-2000:]
+    finally:
+        listener.close()
+
+
+def _tool_outputs(proc: subprocess.CompletedProcess) -> list[str]:
+    assert proc.stdout.strip(), proc.stderr[-3000:]
+    session = Path(json.loads(proc.stdout.strip().splitlines()[-1])["session_path"])
+    entries = [json.loads(line) for line in session.read_text().splitlines()[1:]]
+    return [e["message"]["content"] for e in entries
+            if e.get("type") == "message" and e["message"]["role"] == "tool"]
+
+
+def test_kernel_network_is_the_users_setting_only(tmp_path):
+    """A project rlm.toml cannot turn the network on, nor can a recorded run option."""
+    from rlm import trust
+    from rlm.config import config_warnings, load_config
+
+    (tmp_path / "rlm.toml").write_text("kernel_network = true\n")
+    old = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert load_config().kernel_network is False
+        assert "kernel_network" in config_warnings()[0]
+    finally:
+        os.chdir(old)
+    assert trust._looser("kernel_network", True, False) and trust._looser("kernel_network", True, None)
+    assert not trust._looser("kernel_network", False, True)
+    assert "kernel_network" in trust.SECURITY_FLAGS

@@ -15,7 +15,7 @@ CONFIG_FLAGS = (
     "cell_timeout", "gate_timeout_s", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
     "max_children",
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled", "context_tiers", "sandbox",
-    "kernel",
+    "kernel_network", "kernel",
     "snapshot_url",
     "replay",
     "memory",

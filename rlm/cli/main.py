@@ -41,6 +41,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "rlm config read-only (Linux). Default: on for a local kernel where "
                         "user namespaces are available; --sandbox requires it, --no-sandbox "
                         "turns it off")
+    g.add_argument("--kernel-network", action="store_true", default=None,
+                   help="let the sandboxed kernel reach the network (URLs, databases on "
+                        "other hosts); the file protections stay (config: kernel_network)")
     g.add_argument("--replay", action=argparse.BooleanOptionalAction, default=None,
                    help="after a restart or resume, re-run recorded cells (only ones known to "
                         "stay in the kernel) to rebuild names the snapshot could not hold; "

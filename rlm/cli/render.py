@@ -231,11 +231,13 @@ class Renderer:
             if streamed:
                 self.console.print(Text(streamed))
             # the output was shown as it was printed: only what it did not hold (why an
-            # interrupted or timed-out cell ended), then the outcome; never the output twice
-            if e.status not in ("ok", "error"):
+            # interrupted or timed-out cell ended; the host's note on a failed one, such as
+            # the sandbox's missing network), then the outcome; never the output twice
+            if e.status != "ok":
                 seen = set(shown.splitlines())
                 for line in terminal_safe(e.shaped).splitlines():
-                    if line.strip() and line not in seen:
+                    if line.strip() and line not in seen and (
+                            e.status != "error" or line.startswith("[rlm: ")):
                         self.console.print(Text(line, style="dim"))
             self.console.print(Text(f"{'✓' if e.status == 'ok' else '✗'} {e.status} · "
                                     f"{e.duration_s:.2f}s", style=style))

@@ -33,7 +33,7 @@ from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.kinds import Runtime, make_runtime
-from rlm.kernel.runtime import died_cause
+from rlm.kernel.runtime import died_cause, network_note
 from rlm.kernel.state import (
     expression_value,
     merge_rebuild,
@@ -223,6 +223,8 @@ class Kernel:
         res.duration_s = time.monotonic() - t0
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
+        elif res.status == "error" and (note := network_note(self.config, res.shaped)):
+            res.shaped = _with_note(res.shaped, note)
         return res
 
     def _restart_for(self, res: CellResult, cause: str) -> str | None:

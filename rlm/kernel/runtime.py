@@ -70,7 +70,9 @@ def kernel_argv(config: Config, session_dir: Path | None = None,
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
         argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
     if sandboxed(config):
-        argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir, extra_rw), "--", *argv]
+        net = ["--net", "host"] if config.kernel_network else []
+        argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir, extra_rw), *net, "--",
+                *argv]
     return argv
 
 
@@ -112,6 +114,24 @@ def sandbox_choice(config: Config) -> SandboxChoice:
 
 def sandboxed(config: Config) -> bool:
     return sandbox_choice(config).on
+
+
+# what a cell's traceback says when it reached for the network from the sandbox's empty
+# network namespace (DNS fails first; an address literal is unreachable)
+_NO_NETWORK = re.compile(r"Temporary failure in name resolution|Name or service not known|"
+                         r"No address associated with hostname|Network is unreachable|"
+                         r"Cannot assign requested address|\[Errno (?:-2|-3|99|101)\]")
+NO_NETWORK_NOTE = ("[rlm: this kernel has no network (the sandbox): pass --kernel-network, or "
+                   "set kernel_network = true in your config, to let cells reach it; the file "
+                   "protections stay]")
+
+
+def network_note(config: Config, shaped: str) -> str | None:
+    """One line naming --kernel-network for a failed cell that reached for the network
+    from the sandbox, instead of a bare socket error; None otherwise."""
+    if config.kernel_network or not _NO_NETWORK.search(shaped) or not sandboxed(config):
+        return None
+    return NO_NETWORK_NOTE
 
 
 def check_sandbox() -> None:

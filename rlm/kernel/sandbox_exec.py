@@ -1,4 +1,5 @@
-"""`--sandbox` launcher: new user, mount and network namespaces, read-only binds, exec.
+"""`--sandbox` launcher: new user, mount, PID and network namespaces (`--net host` keeps the
+host's network: --kernel-network), read-only binds, then the kernel.
 
 Run by path with the host's interpreter (`python -I sandbox_exec.py --rw W ... --ro P ...
 -- KERNEL ARGV`); stdlib only, imports nothing of rlm. It calls unshare(2) itself, so it
@@ -90,10 +91,12 @@ def _mask(pids: list[int]) -> None:
                    f"mount tmpfs over {target}")
 
 
-def enter(ro: list[str], rw: list[str]) -> None:
+def enter(ro: list[str], rw: list[str], network: bool = False) -> None:
+    """`network`: keep the host's network namespace (`--net host`: --kernel-network)."""
     uid, gid = os.getuid(), os.getgid()
     ancestors = readable_ancestors()  # before unshare: the host's view of /proc
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWPID), "unshare")
+    flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | (0 if network else CLONE_NEWNET)
+    _check(_libc.unshare(flags), "unshare")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
@@ -117,13 +120,17 @@ def enter(ro: list[str], rw: list[str]) -> None:
 def main(argv: list[str]) -> None:
     ro: list[str] = []
     rw: list[str] = []
+    network = False
     i = 0
     while i < len(argv) and argv[i] != "--":
-        (ro if argv[i] == "--ro" else rw).append(argv[i + 1])
+        if argv[i] == "--net":
+            network = argv[i + 1] == "host"
+        else:
+            (ro if argv[i] == "--ro" else rw).append(argv[i + 1])
         i += 2
     command = argv[i + 1:]
     try:
-        enter(ro, rw)
+        enter(ro, rw, network)
     except OSError as e:
         print(f"rlm sandbox: {e}", file=sys.stderr)
         sys.exit(111)
@@ -154,9 +161,10 @@ def run_as_pid_one(command: list[str]) -> None:
         signal.signal(sig, lambda signum, _frame: _pass_on(child, signum))
     status = _wait(child, host)
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        ended_by = os.WTERMSIG(status)
+        signal.signal(ended_by, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, [ended_by])
+        os.kill(os.getpid(), ended_by)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 111)
 
 
