@@ -92,6 +92,7 @@ class Soak:
             d.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.plan_path.write_text(json.dumps(self.plan))
         self.outside_before = self.outside()
+        self.settings_before = self.settings()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         while self.next < len(self.plan) and not self.stop_requested:
@@ -113,8 +114,18 @@ class Soak:
         # the host's run records (rlm.trust: the copy of each session's security options a
         # cell cannot write) and its shown-once notice markers (rlm.trust.first_time) live in
         # the user's rlm config dir by design, outside $RLM_HOME
+        # ./rlm.toml: the forge_control cell writes it (the kernel may write its working
+        # folder); what counts is that no host takes its settings (`settings_changed`)
         return soak_checks.tree_state([self.root],
-                                      skip=(self.home, self.harness, *self.host_records()))
+                                      skip=(self.home, self.harness, *self.host_records(),
+                                            self.cwd / "rlm.toml"))
+
+    def settings(self) -> dict[str, Any]:
+        """The security-relevant settings a host started now would run with: the config as
+        `rlm run` loads it, in the soak's working folder, with the host's environment."""
+        env = dict(os.environ, RLM_HOME=str(self.home), PYTHONPATH=str(REPO),
+                   **{k: str(v) for k, v in self.env_dirs.items()})
+        return soak_checks.security_settings(self.cwd, env)
 
     def host_records(self) -> tuple[Path, ...]:
         config = self.env_dirs["XDG_CONFIG_HOME"] / "rlm"
@@ -130,6 +141,10 @@ class Soak:
         self.sched_pending.clear()
         for v in soak_checks.check_forged(self.home, self.cwd, FORGE_MARK):
             self.faults["forge_control"]["failed"] += 1
+            self.violate({**v, "when": "end of run"})
+        changed = soak_checks.check_settings(self.settings_before, self.settings())
+        self.stats["settings_changed"] = changed[0]["count"] if changed else 0
+        for v in changed:
             self.violate({**v, "when": "end of run"})
         secret_bad = soak_checks.check_secrets(self.home, self.secret)
         outside_bad = soak_checks.check_outside(self.outside_before, self.outside())
@@ -351,6 +366,7 @@ class Soak:
             # checked at the end only: None in a progress report
             "secret_files": self.stats["secret_files"] if self.end_checked else None,
             "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
+            "settings_changed": self.stats["settings_changed"] if self.end_checked else None,
             "hosts_stopped": self.stats["hosts_stopped"],
             "sched_idle_interrupted": self.stats["sched_idle_interrupted"],
             "sched_idle_pending_at_cut": self.stats["sched_idle_pending_at_cut"],
@@ -384,7 +400,8 @@ def table(r: dict[str, Any]) -> str:
     for key in ("turns", "actions", "hosts", "hosts_stopped", "compactions", "entries", "entries_lost",
                 "duplicates", "names_lost", "ledger_names", "ticks_delivered", "ticks_coalesced",
                 "ticks_interrupted", "orphan_kernels", "disk_checks", "compaction_checks",
-                "secret_files", "outside_changes", "wall_s", "host_peak_rss_mib"):
+                "secret_files", "outside_changes", "settings_changed", "wall_s",
+                "host_peak_rss_mib"):
         rows.append(f"{key:<22}{r[key]}")
     for key, value in r.get("tiers", {}).items():
         rows.append(f"{key:<22}{value}")

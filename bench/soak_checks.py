@@ -11,6 +11,8 @@ import contextlib
 import json
 import os
 import stat
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -241,7 +243,8 @@ def check_secrets(root: Path, secret: str) -> list[dict[str, Any]]:
 
 
 def tree_state(roots: list[Path], skip: tuple[Path, ...] = ()) -> dict[str, tuple[Any, ...]]:
-    """path -> (type, size, mtime_ns, mode) of everything under `roots` (not under `skip`)."""
+    """path -> (type, size, mtime_ns, mode) of everything under `roots` (not under or at a
+    path of `skip`)."""
     state: dict[str, tuple[Any, ...]] = {}
     skipped = {str(p) for p in skip}
     for root in roots:
@@ -249,6 +252,8 @@ def tree_state(roots: list[Path], skip: tuple[Path, ...] = ()) -> dict[str, tupl
             dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skipped]
             for name in dirs + files:
                 p = os.path.join(dirpath, name)
+                if p in skipped:  # a skipped file (a skipped directory is not walked)
+                    continue
                 try:
                     st = os.lstat(p)
                 except OSError:
@@ -298,3 +303,33 @@ def check_forged(home: Path, cwd: Path, mark: str) -> list[dict[str, Any]]:
     if alive:
         out.append({"kind": "cell_child_alive_after_the_run", "pids": alive[:10]})
     return out
+
+
+# the settings that decide what runs and what the kernel sees (rlm.trust, rlm.config)
+SECURITY_SETTINGS = ("sandbox", "kernel_env_pass", "kernel_python", "kernel", "kernel_cwd",
+                     "home", "snapshot_url", "replay", "model", "sub_model", "compaction_model",
+                     "advisor")
+_SETTINGS = """
+import json
+from rlm.config import load_config
+cfg = load_config()
+print(json.dumps({k: getattr(cfg, k, None) for k in %r}, default=str))
+"""
+
+
+def security_settings(cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    """`load_config()`'s security-relevant settings as a run in `cwd` with `env` gets them."""
+    out = subprocess.run([sys.executable, "-c", _SETTINGS % (SECURITY_SETTINGS,)], cwd=cwd,
+                         env=env, capture_output=True, text=True, timeout=120)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1:] or ["exit " + str(out.returncode)]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def check_settings(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """No security-relevant setting a run would take changed over the soak (a cell wrote
+    the user's config, a project rlm.toml, forged log entries: none may loosen them)."""
+    changed = {k: [before.get(k), after.get(k)] for k in set(before) | set(after)
+               if before.get(k) != after.get(k)}
+    return [{"kind": "security_settings_changed", "changed": changed,
+             "count": len(changed)}] if changed else []

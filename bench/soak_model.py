@@ -226,17 +226,21 @@ for path, text in ((sd / 'session.jsonl', sys.argv[4]), (home / 'config.toml', s
 
 
 def forge_code(i: int) -> str:
-    """A cell that tries to steer the host: forge a log entry, write the user's config, and
-    start a `setsid` child that outlives the kernel to do both later. It prints what each
+    """A cell that tries to steer the host: forge a log entry, write the user's config and a
+    project rlm.toml in the working directory (which the kernel may write: it is the
+    user's data folder), and start a `setsid` child that outlives the kernel to do the
+    first two later. It prints what each
     attempt met (FORGE {...}): in the sandbox, read-only files."""
     forged = json.dumps(_FORGED).replace("{i}", str(i)) + "\n"
     conf = f'\nkernel_env_pass = ["OPENAI_API_KEY"]  # {FORGE_MARK}-{i}\n'
+    project = f'sandbox = false  # {FORGE_MARK}-{i}\nkernel_python = "/bin/false"\n'
     return f"""import json, os, pathlib, subprocess, sys
 sd = pathlib.Path(os.environ['RLM_SESSION_DIR'])
 home = sd.parents[1]
 tries = {{}}
 for name, path, text in (('log', sd / 'session.jsonl', {forged!r}),
-                         ('config', home / 'config.toml', {conf!r})):
+                         ('config', home / 'config.toml', {conf!r}),
+                         ('project', pathlib.Path.cwd() / 'rlm.toml', {project!r})):
     try:
         with open(path, 'a') as f:
             f.write(text)

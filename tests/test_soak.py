@@ -39,6 +39,8 @@ def test_short_soak_has_no_violation(tmp_path):
     assert result["ticks_delivered"] > 0 and result["ticks_interrupted"] >= 1
     # nothing of the provider key under $RLM_HOME; nothing written outside it
     assert result["secret_files"] == 0 and result["outside_changes"] == 0
+    # a cell wrote the user's config, ./rlm.toml and forged log entries: no run takes them
+    assert result["settings_changed"] == 0
     assert result["hosts_stopped"] >= 2  # enospc_append and readonly_home stopped a host
 
 
