@@ -11,7 +11,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 
@@ -138,20 +137,19 @@ def test_the_same_holds_for_an_unprivileged_user(tmp_path):
 # ------------------------------------------------------------ processes end with the run
 # the grandchild: setsid, then exec with an EMPTY environment (no mark for the reaper to
 # find), named by a token in its argv (in a PID namespace its own pid means nothing to the
-# host); it writes MARKER once the test asks, if it is still alive then
-LINGER = "import os, sys, time\nwhile not os.path.exists(sys.argv[2] + '.go'):\n    time.sleep(0.05)\nopen(sys.argv[2], 'w').write('outlived the host')"
+# host). The exec'd program writes the pidfile itself, so the cell, which waits for that
+# file, ends only once the exec is done; then it lingers until something kills it.
+LINGER = "import sys, time\nopen(sys.argv[2], 'w').close()\ntime.sleep(600)"
 DOUBLE_FORK = """
 import os, sys, time
 if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
-        open({pidfile!r}, "w").close()
-        os.execve(sys.executable, [sys.executable, "-c", {linger!r}, {token!r}, {marker!r}], {{}})
+        os.execve(sys.executable, [sys.executable, "-c", {linger!r}, {token!r}, {pidfile!r}], {{}})
     os._exit(0)
 os.wait()
 while not os.path.exists({pidfile!r}):
     time.sleep(0.01)
-time.sleep(0.2)  # the exec is done
 print("forked")
 """
 
@@ -183,11 +181,11 @@ def test_a_setsid_child_does_not_outlive_the_run(tmp_path, sandbox, user):
 
 
 def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
-    pidfile, marker = base / "child.pid", base / "MARKER"
+    pidfile = base / "child.pid"
     token = f"rlm-linger-{uuid.uuid4().hex}"
     model = base / "s.json"
-    model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile), marker=str(marker),
-                                                         token=token, linger=LINGER)),
+    model.write_text(json.dumps([call(DOUBLE_FORK.format(pidfile=str(pidfile), token=token,
+                                                         linger=LINGER)),
                                  call("print('done')\nfinal('done')")]))
     args = ["run", "go", "--model", f"script:{model}", "--json"] + (["--sandbox"] if sandbox else [])
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
@@ -201,9 +199,6 @@ def _setsid_case(base: Path, sandbox: bool, user: str) -> None:
             if token in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
     try:
         assert not left, "the setsid grandchild outlived the host"
-        Path(str(marker) + ".go").touch()
-        time.sleep(0.3)
-        assert not marker.exists()  # and, being gone, it never will write it
     finally:
         for p in left:
             p.kill()
