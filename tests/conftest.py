@@ -12,18 +12,12 @@ import pytest
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+from tests.isolation import isolate  # noqa: E402
+
 
 @pytest.fixture(autouse=True)
 def _isolated_home(tmp_path, monkeypatch):
-    home = tmp_path / "rlm-home"
-    monkeypatch.setenv("RLM_HOME", str(home))
-    monkeypatch.setenv("RLM_MODEL_CACHE", str(tmp_path / "model-cache"))
-    for var in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME"):
-        monkeypatch.setenv(var, str(tmp_path / "xdg" / var.lower()))
-    monkeypatch.delenv("RLM_CONFIG", raising=False)
-    monkeypatch.delenv("RLM_MODEL", raising=False)
-    for key in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "OPENROUTER_API_KEY"):
-        monkeypatch.delenv(key, raising=False)
+    home = isolate(tmp_path, monkeypatch)
     monkeypatch.chdir(tmp_path)
     yield home
 
@@ -79,5 +73,7 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
 
 
-# the in-process IPython shell with snapshots installed (tests/snapshot_shell.py)
+# one real kernel per module, its namespace fresh for each test (tests/kernels.py); the
+# in-process IPython shell with snapshots installed (tests/snapshot_shell.py)
+from tests.kernels import module_kernel, shared_kernel  # noqa: E402,F401
 from tests.snapshot_shell import shell  # noqa: E402,F401

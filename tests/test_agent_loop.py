@@ -19,10 +19,7 @@ from rlm.events import CellFinished, FinalAnswer, KernelRestarted, Notice, RunEn
 from rlm.llm import ScriptedLLM
 from rlm.session.entries import CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+from tests.rlmcli import call
 
 
 def agent_for(session, config, **kw) -> Agent:

@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rlm import app
 from rlm.config import load_config
+from tests import rlmcli
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -158,15 +158,12 @@ def script(tmp_path: Path, name: str, replies: list, window: int | None = WINDOW
 
 
 def rlm(*args: str, cwd: Path, stdin: str | None = None, check_rc: bool = True,
-        home: Path | None = None):
-    env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+        home: Path | None = None, process: bool = False) -> subprocess.CompletedProcess:
+    env = {"LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     if home is not None:
         env["RLM_HOME"] = str(home)
-    proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, input=stdin, env=env)
-    if check_rc:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+    return rlmcli.rlm(*args, cwd=cwd, stdin=stdin, env=env, check=check_rc, process=process,
+                      timeout=180)
 
 
 def only_session(home: Path) -> Path:
@@ -214,7 +211,8 @@ def test_detach_runs_in_a_real_worker(tmp_path, _isolated_home):
     models and the goal), on the model's own window."""
     s = script(tmp_path, "s.json", scenario(tmp_path, goal=True) + ["tick handled"])
     out = rlm("run", "go", "--detach", "--model", s, "--compaction-model", summaries(tmp_path),
-              "--goal", "answer the question", "--json", cwd=tmp_path)
+              "--goal", "answer the question", "--json", cwd=tmp_path,
+              process=True)  # --detach: its own process, as a user's shell starts it
     res = json.loads(out.stdout.splitlines()[-1])
     try:
         rlm("attach", res["session_id"], cwd=tmp_path)  # returns when the worker's run ends

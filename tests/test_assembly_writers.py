@@ -15,6 +15,8 @@ from rlm import app
 from rlm.longrun.lock import holder, lock_holder
 from rlm.longrun.worker import send_prompt, start_detached, stop_worker, tail_events
 from rlm.session.store import SessionStore
+from tests import rlmcli
+from tests.rlmcli import call, script
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,21 +25,10 @@ def env() -> dict[str, str]:  # read at call time: the fixture sets RLM_HOME per
     return {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
 
 
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
-
-
-def script(path: Path, replies: list) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
-
-
-def rlm(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=180, env=env())
-    if check:
-        assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+def rlm(*args: str, cwd: Path, check: bool = True,
+        process: bool = False) -> subprocess.CompletedProcess:
+    return rlmcli.rlm(*args, cwd=cwd, check=check, process=process,
+                      env={"LITELLM_LOCAL_MODEL_COST_MAP": "True"})
 
 
 def wait_until(predicate, what: str, proc: subprocess.Popen | None = None, timeout: float = 120):
@@ -107,7 +98,7 @@ def test_detach_keeps_max_turns_and_a_restarted_worker_keeps_the_options(tmp_pat
     s = script(tmp_path / "a.json", never_final)
     (tmp_path / "numbers.txt").write_text("one two three")
     out = rlm("run", "loop", "--detach", "--max-turns", "2", "--context", "numbers.txt",
-              "--model", s, "--json", cwd=tmp_path)
+              "--model", s, "--json", cwd=tmp_path, process=True)  # --detach: its own process
     sid = json.loads(out.stdout.strip().splitlines()[-1])["session_id"]
     try:
         wait_until(lambda: len(worker_runs(_isolated_home, sid)) == 1, "the detached run ended")

@@ -17,17 +17,9 @@ import pytest
 
 from rlm import app
 from rlm.llm import get_llm
+from tests.rlmcli import call, script
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
-
-
-def script(path: Path, replies: list) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
 
 
 class Recording:

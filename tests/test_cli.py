@@ -1,33 +1,18 @@
-"""The `rlm` command line, run as a user would: in subprocesses, with script: models."""
+"""The `rlm` command line, run as a user would, with script: models: through its entry
+function in this process, and in a new process where that is the subject (tests/rlmcli.py)."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
 
 import nbformat
 
+from tests import rlmcli
+from tests.rlmcli import call, script
 
-def rlm(*args: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    # -P: like the `rlm` console script, the cwd is not on sys.path (a user's `rlm/` folder)
-    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=240)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rlm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def script(path: Path, replies: list) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+rlm = partial(rlmcli.rlm, check=True)
 
 
 def test_run_then_resume_in_a_new_process_restores_the_kernel(tmp_path):
@@ -55,7 +40,8 @@ def test_run_then_resume_in_a_new_process_restores_the_kernel(tmp_path):
 
     # a new process: the kernel is restored from the snapshot and the model is told
     second = script(tmp_path / "two.json", [call("final(str(totals['east']))")])
-    out2 = rlm("resume", sid, "east total?", "--model", second, "--json", cwd=tmp_path)
+    out2 = rlm("resume", sid, "east total?", "--model", second, "--json", cwd=tmp_path,
+               process=True)
     res2 = json.loads(out2.stdout.strip().splitlines()[-1])
     assert res2["final"] == "17" and res2["session_id"] == sid
     entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]

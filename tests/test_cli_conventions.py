@@ -13,22 +13,18 @@ import io
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
+
+from tests import rlmcli
+from tests.rlmcli import call
 
 FIXTURE = Path(__file__).parent / "fixtures" / "cli_help.txt"
 
 
-def rlm(*args: str, home: Path, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(RLM_HOME=str(home), COLUMNS="100")
-    env.pop("RLM_MODEL", None)
-    return subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=180)
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+def rlm(*args: str, home: Path, cwd: Path, stdin: str | None = None,
+        process: bool = False) -> subprocess.CompletedProcess:
+    return rlmcli.rlm(*args, cwd=cwd, stdin=stdin, process=process,
+                      env={"RLM_HOME": str(home), "COLUMNS": "100", "RLM_MODEL": None})
 
 
 # ------------------------------------------------------------------- conventions
@@ -197,7 +193,7 @@ def test_chat_prints_the_run_header_once_model_session_and_inputs(tmp_path):
     (tmp_path / "orders.csv").write_text("id,total\n1,5\n2,7\n")
     model = f"script:{script}"
     proc = rlm("chat", "--model", model, "--context", "orders.csv", home=home, cwd=tmp_path,
-               stdin="/exit\n")
+               stdin="/exit\n", process=True)  # the header a user's terminal gets
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert out.count(f"rlm · model {model} · session ") == 1, out

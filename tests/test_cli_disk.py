@@ -1,4 +1,4 @@
-"""Issue 15.6/15.11 through `python -m rlm`: what a corrupt log's hint says works, a cell
+"""Issue 15.6/15.11 through the `rlm` command: what a corrupt log's hint says works, a cell
 that deletes its own session, a last entry whose newline is missing."""
 
 from __future__ import annotations

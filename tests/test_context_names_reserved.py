@@ -11,6 +11,7 @@ from rlm.app import build_agent
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
+from tests.rlmcli import call
 
 
 def test_reserved_names_get_their_extension():
@@ -26,10 +27,6 @@ def test_the_host_list_matches_the_kernel_api():
     from kernel_ext.api import NAMES
 
     assert set(NAMES) == KERNEL_API
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def test_files_named_like_the_api_load_and_final_still_works(_isolated_home, tmp_path):

@@ -11,9 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+from tests.rlmcli import call
 
 
 def start(tmp_path: Path, replies: list) -> subprocess.Popen:

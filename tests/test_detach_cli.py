@@ -1,4 +1,5 @@
-"""`rlm run --detach`: the worker outlives the client; `rlm attach` shows its progress."""
+"""`rlm run --detach`: the worker outlives the client (a process of its own, like a user's);
+`rlm attach` shows its progress."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
                                      call("final(label)")])
     quiet = script(tmp_path / "advisor.json", ["", "", ""])  # an advisor that never advises
     out = rlm("run", "detached task", "--detach", "--model", s, "--advisor", quiet, "--json",
-              cwd=tmp_path)
+              cwd=tmp_path, process=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])  # the client has exited already
     sid, path = res["session_id"], Path(res["session_path"])
     deadline = time.monotonic() + 120
@@ -42,7 +43,7 @@ def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isol
                                      call("print(goal.complete()['goal']['status'])"),
                                      "all done"])
     out = rlm("run", "detached task", "--detach", "--goal", "answer twice", "--model", s,
-              "--json", cwd=tmp_path)
+              "--json", cwd=tmp_path, process=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     path = Path(res["session_path"])
 
@@ -69,7 +70,8 @@ def test_a_worker_whose_session_directory_is_removed_exits_and_recreates_nothing
     s = script(tmp_path / "d.json", [call("import os, shutil\nshutil.rmtree(os.environ['RLM_SESSION_DIR'])"),
                                      call("final('unreachable')")])
     # unsandboxed: the sandbox's kernel cannot remove its session (test_cli_disk)
-    out = rlm("run", "t", "--detach", "--no-sandbox", "--model", s, "--json", cwd=tmp_path)
+    out = rlm("run", "t", "--detach", "--no-sandbox", "--model", s, "--json", cwd=tmp_path,
+              process=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     try:
         fd = os.pidfd_open(res["worker_pid"])
@@ -90,7 +92,7 @@ def test_a_detached_run_works_from_a_directory_holding_an_rlm_folder(tmp_path, _
     worker is started with `-P` (no cwd on sys.path)."""
     (tmp_path / "rlm").mkdir()
     s = script(tmp_path / "a.json", [call("print(6 * 7)"), call("final('42')")])
-    out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path)
+    out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path, process=True)
     path = Path(json.loads(out.stdout.strip().splitlines()[-1])["session_path"])
     rlm("attach", path.parent.name, cwd=tmp_path)  # returns when the worker's run has ended
     assert '"custom_type":"final"' in path.read_text(), (path.parent / "worker.log").read_text()

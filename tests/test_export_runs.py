@@ -7,8 +7,6 @@ import, now that the kernel defines it). The session is built through `build_age
 
 from __future__ import annotations
 
-import json
-
 import nbformat
 import pytest
 from nbclient import NotebookClient
@@ -22,6 +20,7 @@ from rlm.notebook import export
 from rlm.notebook.export import build_notebook, export_session
 from rlm.session.entries import CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
+from tests.rlmcli import call, script
 
 pytest.importorskip("pandas")
 pytestmark = pytest.mark.timeout(300)
@@ -34,15 +33,6 @@ CELLS = [
     'final("first done")',
 ]
 SECOND = 'total = 42\nfinal_var("total")'
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
-
-
-def script(path, replies) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
 
 
 def streams(cell) -> str:

@@ -21,14 +21,11 @@ from rlm.events import CellFinished, CellOutput, CellStarted, KernelRestarted, N
 from rlm.kernel import Kernel
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
+from tests.rlmcli import call
 
 pytestmark = pytest.mark.timeout(240)
 
 TOKEN = "gw-tok-" + "7c1e9a52d4b86f03"  # looks like a secret: *_TOKEN in the env
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 @pytest.fixture(scope="module")

@@ -18,14 +18,11 @@ from rlm.kernel import Kernel
 from rlm.llm import ScriptedLLM
 from rlm.session.entries import CustomEntry
 from rlm.session.store import SessionStore
+from tests.rlmcli import call
 
 pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
 pytestmark = pytest.mark.timeout(180)
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def test_a_first_cell_uses_pd_np_plt_without_importing_them(tmp_path):

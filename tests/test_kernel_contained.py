@@ -22,6 +22,7 @@ from rlm import trust
 from rlm.config import Config
 from rlm.errors import KernelError
 from rlm.kernel import Kernel, runtime
+from tests.rlmcli import call
 
 WRITES = """
 import errno, os
@@ -152,10 +153,6 @@ while not os.path.exists({pidfile!r}):
     time.sleep(0.01)
 print("forked")
 """
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def _as_nobody(argv: list[str], env: dict[str, str], base: Path) -> list[str]:

@@ -6,14 +6,15 @@ first cell read `sales.csv` and grouped by an `amount` column that does not exis
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
+from functools import partial
 from pathlib import Path
-
-from test_cli import call, rlm, script
 
 from rlm.agent import context_files
 from rlm.agent.context_files import named_files
+from tests import rlmcli
+from tests.rlmcli import call, script
+
+rlm = partial(rlmcli.rlm, check=True)
 
 CSV = "region,revenue\neast,10\nwest,25\neast,7\n"
 
@@ -70,9 +71,8 @@ def test_resume_and_chat_load_the_files_a_later_prompt_names(tmp_path, _isolated
     # chat: a message naming a file not loaded yet loads it before the model runs
     (tmp_path / "notes.txt").write_text("the east office moved")
     s3 = script(tmp_path / "3.json", [call("final(notes.split()[1])")])
-    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "chat", res["session_id"],
-                           "--model", s3], cwd=tmp_path, input="what does notes.txt say?\n/exit\n",
-                          capture_output=True, text=True, timeout=240)
+    proc = rlm("chat", res["session_id"], "--model", s3, cwd=tmp_path,
+               stdin="what does notes.txt say?\n/exit\n", check=False)
     assert proc.returncode == 0, proc.stderr
     assert "loaded notes.txt (named in the prompt) as notes" in proc.stdout
     finals = [e for e in _entries(Path(res["session_path"])) if e.get("custom_type") == "final"]
@@ -83,7 +83,7 @@ def test_a_detached_run_gets_the_named_file_too(tmp_path, _isolated_home):
     (tmp_path / "sales.csv").write_text(CSV)
     s = script(tmp_path / "d.json", [call("final(str(len(sales)))")])
     out = rlm("run", "how many rows has sales.csv", "--detach", "--model", s, "--json",
-              cwd=tmp_path)
+              cwd=tmp_path, process=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     path = Path(res["session_path"])
     rlm("attach", res["session_id"], cwd=tmp_path)  # returns when the worker's run has ended

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,19 @@ import pytest
 from rlm.errors import AuthError, ConfigError, RateLimited
 from rlm.llm.preflight import preflight
 from rlm.llm.seam import ScriptedLLM, normalize_error, retry_notices
+from tests import rlmcli
+from tests.rlmcli import call, script
 
 
 def rlm(*args: str, cwd: Path, extra_path: Path | None = None,
         stdin: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items()
-           if not k.endswith("_API_KEY") and k != "GOOGLE_API_KEY"}
-    if extra_path is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(extra_path), env.get("PYTHONPATH", "")])
-    return subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, env=env, input=stdin,
-                          capture_output=True, text=True, timeout=240)
+    """`rlm ARGS` through main() in this process; with `extra_path` on PYTHONPATH (a fake
+    package that must shadow the real one) in a new process, the only one that imports it."""
+    if extra_path is None:
+        return rlmcli.rlm(*args, cwd=cwd, stdin=stdin)
+    pythonpath = os.pathsep.join([str(extra_path), os.environ.get("PYTHONPATH", "")])
+    return rlmcli.rlm(*args, cwd=cwd, stdin=stdin, env={"PYTHONPATH": pythonpath},
+                      process=True)
 
 
 def sessions(home: Path) -> list[Path]:
@@ -38,15 +40,6 @@ def poisoned_litellm(tmp_path: Path) -> Path:
     (d / "litellm").mkdir(parents=True)
     (d / "litellm" / "__init__.py").write_text("raise ImportError('litellm was imported')\n")
     return d
-
-
-def script(path: Path, replies: list) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 # ------------------------------------------------------------------- the check itself

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.rlmcli import call
+
 pytestmark = pytest.mark.timeout(240)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -50,10 +52,6 @@ def install_provisioner(site: Path) -> None:
     (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: rlm-test-provisioner\nVersion: 0.1\n")
     (dist / "entry_points.txt").write_text(
         f"[jupyter_client.kernel_provisioners]\n{NAME} = rlm_test_provisioner:MarkingProvisioner\n")
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def rlm(args: list[str], cwd: Path, site: Path) -> subprocess.CompletedProcess:

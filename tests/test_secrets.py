@@ -23,6 +23,7 @@ from rlm.config import Config
 from rlm.events import KernelRestarted
 from rlm.llm import ScriptedLLM
 from rlm.session.store import SessionStore
+from tests.rlmcli import call
 
 # a 1x1 PNG
 PNG_B64 = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
@@ -43,10 +44,6 @@ def keys(monkeypatch) -> dict[str, str]:
     for k, v in keys.items():
         monkeypatch.setenv(k, v)
     return keys
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def _env_of(pid: int) -> str:

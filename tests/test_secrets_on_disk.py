@@ -20,14 +20,11 @@ from rlm.config import Config
 from rlm.longrun.worker import Worker, send_prompt
 from rlm.secrets import scrub_file
 from rlm.session.store import SessionStore
+from tests.rlmcli import call
 
 
 def _rand(n: int) -> str:
     return "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(n))
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
 def _leaks(root: Path, key: str) -> list[str]:

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -18,13 +19,9 @@ from rlm import app
 from rlm.errors import SessionError
 from rlm.longrun.lock import SessionLock, holder, holds_lock
 from rlm.session.store import list_sessions, resolve_session_dir
+from tests import rlmcli
 
-
-def rlm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    # timeout: a hang (the FIFO case without its fix) fails the test instead of blocking
-    return subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+rlm = partial(rlmcli.rlm, timeout=120)
 
 
 def made_session(tmp_path: Path) -> Path:
@@ -71,6 +68,7 @@ def test_a_symlinked_snapshot_dir_is_refused(tmp_path):
     assert list(target.iterdir()) == [] and (target.stat().st_mode & 0o777) == 0o755
 
 
+@pytest.mark.timeout(120)  # a hang (the FIFO case without its fix) fails the test instead of blocking
 def test_a_fifo_lock_hangs_neither_sessions_nor_stop(tmp_path, _isolated_home):
     sdir = made_session(tmp_path)
     (sdir / "worker.lock").unlink(missing_ok=True)
@@ -93,7 +91,8 @@ def test_stop_does_not_signal_a_pid_the_lock_file_merely_names(tmp_path):
         assert holder(sdir / "worker.lock").pid == bystander.pid
         assert holds_lock(sdir / "worker.lock", bystander.pid) is False
         assert holds_lock(sdir / "worker.lock", os.getpid()) is True
-        out = rlm("stop", sdir.name, cwd=tmp_path)
+        # a process of its own: the holder is this one, `rlm stop` must be another
+        out = rlm("stop", sdir.name, cwd=tmp_path, process=True)
         assert out.returncode != 0 and "does not hold the session's lock" in out.stderr
         assert bystander.poll() is None  # never signalled
     finally:

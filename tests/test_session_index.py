@@ -5,9 +5,7 @@ line and migration behaviour) whenever the cache is missing, stale or damaged.""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntr
 from rlm.session.index import INDEX_NAME
 from rlm.session.lines import dumps
 from rlm.session.store import SessionStore
+from tests import rlmcli
 
 N = 2_500  # a compaction every 500 entries: the projection needs the last few hundred
 
@@ -182,12 +181,9 @@ def test_rlm_log_last_n_and_resume_on_an_indexed_long_session(tmp_path):
     sid = path.parent.name
     path.parent.rename(sessions / sid)
     path = sessions / sid / "session.jsonl"
-    env = {**{k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")},
-           "RLM_HOME": str(home)}
 
     def rlm(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=240, check=True)
+        return rlmcli.rlm(*args, cwd=tmp_path, env={"RLM_HOME": str(home)}, check=True)
 
     out = rlm("log", sid, "-n", "2", "--all").stdout
     assert out.count("--- ") == 2 and f"step {N - 2}" in out and f"out {N - 1}" in out

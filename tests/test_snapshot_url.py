@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import uuid
 from pathlib import Path
@@ -25,6 +24,8 @@ from rlm.config import Config, snapshot_url_problem
 from rlm.errors import ConfigError
 from rlm.kernel import Kernel
 from rlm.kernel.state import check_snapshot_url, session_state
+from tests import rlmcli
+from tests.rlmcli import call
 from tests.snapshot_shell import new_kernel, run
 
 pytestmark = pytest.mark.timeout(300)
@@ -145,9 +146,8 @@ def test_bad_snapshot_urls_are_refused_with_one_line(url, words):
 
 
 def test_a_url_with_credentials_never_reaches_the_session_log(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "rlm", "run", "hi", "--model", "script:x.json",
-                           "--snapshot-url", "s3://AKIAXX:hunter2hunter2@bucket/p"],
-                          capture_output=True, text=True, timeout=120)
+    proc = rlmcli.rlm("run", "hi", "--model", "script:x.json",
+                      "--snapshot-url", "s3://AKIAXX:hunter2hunter2@bucket/p", cwd=tmp_path)
     assert proc.returncode != 0 and "credentials do not belong in the URL" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     home = Path(os.environ["RLM_HOME"])
@@ -195,14 +195,7 @@ def no_credentials_under(home: Path) -> None:
 
 
 def rlm(*args: str) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, "-m", "rlm", *args], capture_output=True, text=True,
-                          timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+    return rlmcli.rlm(*args, cwd=Path.cwd(), check=True, timeout=280)
 
 
 def test_crash_restores_from_the_bucket_and_state_reads_it(s3, tmp_path):

@@ -1,31 +1,27 @@
 """Issue 33: a long run that stops making progress is detected, told once, and ended
 `stuck` with its goal blocked by the host; goals are completed only on evidence.
 
-The end-to-end cases run `rlm run` as a user would (subprocess, real kernel) with scripted
+The end-to-end cases run `rlm run` as a user would (its entry function in this process, a
+real kernel; the detached worker's client in a new process: tests/rlmcli.py) with scripted
 models; `"fenced": true` scripts play the small local model (fenced code, text FINAL).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from rlm.agent.policy.goal_evidence import check_files, done_means, named_files
 from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, bound_names, thresholds_for
+from tests import rlmcli
 
 pytestmark = pytest.mark.timeout(240)
 
-
-def rlm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    return subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=220)
+rlm = partial(rlmcli.rlm, timeout=220)
 
 
 def fenced(path: Path, replies: list) -> str:
@@ -230,7 +226,8 @@ def test_a_detached_worker_stops_continuing_a_goal_the_host_blocked(tmp_path):
     the worker stays idle instead of continuing it (worker.json says why it stays)."""
     s = fenced(tmp_path / "loop.json", [block(WRONG_REPORT)] * 120)
     out = rlm("run", "Write report.md.", "--detach", "--model", s, "--goal",
-              "report.md names the worst month for each of EWR and JFK", "--json", cwd=tmp_path)
+              "report.md names the worst month for each of EWR and JFK", "--json", cwd=tmp_path,
+              process=True)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     path = Path(res["session_path"])
     status = path.parent / "worker.json"

@@ -4,7 +4,9 @@ kernel that cannot answer there is listed from its last snapshot, and the listin
 
 Every test runs a real kernel whose cell defines names, writes a `started` marker, then
 waits for a `release` file (at most 60 s) and writes `finished`. The test lists between
-the two markers: `finished` still absent proves the answer came while the cell ran.
+the two markers: `finished` still absent proves the answer came while the cell ran. The
+tests that only list share one kernel (tests/kernels.py); those that change how it answers,
+or list a session's own kernel from another process, start their own.
 """
 
 from __future__ import annotations
@@ -111,20 +113,20 @@ def test_rlm_state_answers_from_the_live_kernel_while_a_cell_runs(tmp_path):
         assert "subshells []" in left.shaped
 
 
-def test_compaction_lists_the_live_kernel_while_a_cell_runs(tmp_path):
+def test_compaction_lists_the_live_kernel_while_a_cell_runs(shared_kernel, tmp_path):
     """The owner's own listing during a cell (the compaction's `<ipython_state>`)."""
-    with Kernel(tmp_path / "s", Config(home=tmp_path)) as k:
-        with running(k, tmp_path, "model_rows = [3.5] * 40") as m:
-            listing = k.list_namespace(timeout=10)
-            entry = ipython_state_entry(k, {"gone"})
-            assert not m.finished.exists()
-        assert "note" not in listing and "model_rows" in by_name(listing["names"])
-        assert entry is not None and entry.content is not None
-        assert "- model_rows: list of 40 float" in entry.content
-        assert "Note:" not in entry.content and "Removed since the previous state notice: gone" in entry.content
+    k = shared_kernel
+    with running(k, tmp_path, "model_rows = [3.5] * 40") as m:
+        listing = k.list_namespace(timeout=10)
+        entry = ipython_state_entry(k, {"gone"})
+        assert not m.finished.exists()
+    assert "note" not in listing and "model_rows" in by_name(listing["names"])
+    assert entry is not None and entry.content is not None
+    assert "- model_rows: list of 40 float" in entry.content
+    assert "Note:" not in entry.content and "Removed since the previous state notice: gone" in entry.content
 
 
-def test_a_compaction_during_a_running_cell_gets_its_ipython_state(tmp_path):
+def test_a_compaction_during_a_running_cell_gets_its_ipython_state(shared_kernel, tmp_path):
     """perform_compaction end to end: the summary, then the notice from the live kernel;
     the file-ops query does not wait for the cell either."""
     from rlm.compaction.core import perform_compaction
@@ -132,27 +134,27 @@ def test_a_compaction_during_a_running_cell_gets_its_ipython_state(tmp_path):
     from tests.test_compaction_core import ScriptedLLM, session_from
 
     s = session_from("after_compaction")
-    with Kernel(tmp_path / "s", Config(home=tmp_path)) as k:
-        with running(k, tmp_path, "per_region = {'east': 17, 'west': 4}") as m:
-            entry = perform_compaction(s, ScriptedLLM(["H", "P"]),
-                                       CompactionSettings(keep_recent_tokens=100),
-                                       trigger="requested", kernel=k)
-            assert not m.finished.exists()
+    k = shared_kernel
+    with running(k, tmp_path, "per_region = {'east': 17, 'west': 4}") as m:
+        entry = perform_compaction(s, ScriptedLLM(["H", "P"]),
+                                   CompactionSettings(keep_recent_tokens=100),
+                                   trigger="requested", kernel=k)
+        assert not m.finished.exists()
     state = s.branch()[-1]
     assert entry is not None and state.parent_id == entry.id
     assert isinstance(state, CustomEntry) and state.custom_type == "ipython_state"
     assert "- per_region: dict of 2: str -> int; keys 'east', 'west'" in (state.content or "")
 
 
-def test_a_listing_while_the_cell_mutates_its_containers(tmp_path):
+def test_a_listing_while_the_cell_mutates_its_containers(shared_kernel, tmp_path):
     """The cell grows and clears a dict and a set and binds new names in a loop while the
     subshell lists them: every listing answers, from the live kernel."""
     during = ("_i += 1; grow[_i] = _i; seen.add(_i); globals()[f'n{_i % 50}'] = _i\n"
               "    if _i % 500 == 0: grow.clear(); seen.clear()")
-    with Kernel(tmp_path / "s", Config(home=tmp_path)) as k:
-        with running(k, tmp_path, "grow, seen, _i = {}, set(), 0", during) as m:
-            listings = [k.list_namespace(timeout=10) for _ in range(15)]
-            assert not m.finished.exists()
+    k = shared_kernel
+    with running(k, tmp_path, "grow, seen, _i = {}, set(), 0", during) as m:
+        listings = [k.list_namespace(timeout=10) for _ in range(15)]
+        assert not m.finished.exists()
     for listing in listings:
         assert "note" not in listing
         rows = by_name(listing["names"])
@@ -160,17 +162,17 @@ def test_a_listing_while_the_cell_mutates_its_containers(tmp_path):
         assert rows["seen"]["summary"].startswith("set"), rows["seen"]
 
 
-def test_a_listing_leaves_the_running_cells_figure_alone(tmp_path):
+def test_a_listing_leaves_the_running_cells_figure_alone(shared_kernel, tmp_path):
     """An execute_request on a subshell would fire post_execute, and matplotlib's inline
     backend would show and close the figure the cell is still drawing (measured)."""
     pytest.importorskip("matplotlib")
-    with Kernel(tmp_path / "s", Config(home=tmp_path)) as k:
-        with running(k, tmp_path, "import matplotlib.pyplot as plt\nlines = plt.plot([1, 2, 3])",
-                     after="print('figures', plt.get_fignums())") as m:
-            # (`plt` itself is the kernel's alias: never listed)
-            assert "lines" in by_name(k.list_namespace(timeout=10)["names"])
-        assert m.result is not None
-        assert "figures [1]" in m.result.shaped and "[image: " in m.result.shaped
+    k = shared_kernel
+    with running(k, tmp_path, "import matplotlib.pyplot as plt\nlines = plt.plot([1, 2, 3])",
+                 after="print('figures', plt.get_fignums())") as m:
+        # (`plt` itself is the kernel's alias: never listed)
+        assert "lines" in by_name(k.list_namespace(timeout=10)["names"])
+    assert m.result is not None
+    assert "figures [1]" in m.result.shaped and "[image: " in m.result.shaped
 
 
 def _hide_subshells() -> str:

@@ -109,7 +109,8 @@ def test_ctrl_c_in_attach_detaches_without_a_traceback_and_the_worker_goes_on(
         tmp_path, _isolated_home):
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="worker cell running")),
                                      call("final('done')")])
-    out = rlm("run", "nap in the background", "--detach", "--model", s, "--json", cwd=tmp_path)
+    out = rlm("run", "nap in the background", "--detach", "--model", s, "--json", cwd=tmp_path,
+              process=True)
     sid = json.loads(out.stdout.strip().splitlines()[-1])["session_id"]
     try:
         with Screen(["attach", sid], cwd=tmp_path) as scr:

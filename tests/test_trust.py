@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,26 +18,10 @@ from test_kernel_contained import sandbox_available
 from rlm import app, trust
 from rlm.config import config_warnings, files_read, load_config
 from rlm.errors import ConfigError
+from tests import rlmcli
+from tests.rlmcli import call, script
 
-
-def rlm(*args: str, cwd: Path, env: dict[str, str] | None = None,
-        check: bool = True) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    proc = subprocess.run([sys.executable, "-P", "-m", "rlm", *args], cwd=cwd,
-                          env={**base, **(env or {})}, capture_output=True, text=True,
-                          timeout=240)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"rlm {' '.join(args)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return proc
-
-
-def call(code: str) -> dict:
-    return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
-
-
-def script(path: Path, replies: list) -> str:
-    path.write_text(json.dumps(replies))
-    return f"script:{path}"
+rlm = partial(rlmcli.rlm, check=True)  # `rlm ARGS` through main() in this process
 
 
 def forge(log: Path, **changes) -> None:

@@ -4,11 +4,8 @@ exit and nothing left behind (issue 15, items 6 and 7)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
-from pathlib import Path
+from functools import partial
 
 import pytest
 
@@ -16,12 +13,9 @@ from rlm.config import Config, load_config
 from rlm.errors import ConfigError
 from rlm.longrun.clock import iso
 from rlm.longrun.schedule import ScheduleError, Scheduler, parse_when
+from tests import rlmcli
 
-
-def rlm(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "rlm", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+rlm = partial(rlmcli.rlm, timeout=120)
 
 
 @pytest.mark.parametrize("flags, words", [
