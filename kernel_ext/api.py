@@ -92,8 +92,14 @@ class _History:
         return bridge.request("history.messages",
                               {"since": int(since), "role": role, "limit": int(limit)})
 
+    def checkpoint(self) -> Any:
+        """The session's checkpoint (written in the background as the context fills): its
+        text and the last entry it covers; None before the first one."""
+        return bridge.request("history.checkpoint", {})
+
     def __repr__(self) -> str:
-        return "<history: .cell(N), .search(pattern), .messages(since=0, role=None)>"
+        return ("<history: .cell(N), .search(pattern), .messages(since=0, role=None), "
+                ".checkpoint()>")
 
 
 class GoalReply(dict):  # type: ignore[type-arg]

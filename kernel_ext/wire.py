@@ -53,6 +53,7 @@ METHODS = frozenset(
         "history.cell",
         "history.search",
         "history.messages",
+        "history.checkpoint",
         "goal.get",
         "goal.complete",
         "goal.block",

@@ -89,6 +89,10 @@ class Config:
     keep_recent_tokens: int | None = None
     # tiers before a summary (rlm.compaction.tiers): prune superseded results, shake old ones
     context_tiers: bool = True
+    # a checkpoint written in the background when the context crosses these fractions of
+    # the window (rlm.compaction.checkpoint); None: by model (hosted 0.4, 0.6, 0.75; none
+    # for a model in this process), () none
+    checkpoint_rungs: tuple[float, ...] | None = None
 
     # recursion
     max_depth: int = 1
@@ -241,6 +245,11 @@ def validate(cfg: Config) -> None:
     if t is not None and (isinstance(t, bool) or not isinstance(t, int | float)
                           or not math.isfinite(t) or not 0 <= t <= 2):
         raise ConfigError(f"{_name('temperature')} must be between 0 and 2, got {t!r}")
+    rungs = cfg.checkpoint_rungs
+    if rungs is not None and not all(
+            isinstance(f, int | float) and not isinstance(f, bool) and 0 < f < 1 for f in rungs):
+        raise ConfigError(f"checkpoint_rungs must be fractions of the window between 0 and 1, "
+                          f"e.g. [0.4, 0.6], got {list(rungs)!r}")
 
 
 def snapshot_url_problem(url: object) -> str | None:
@@ -279,7 +288,7 @@ PROJECT_SAFE = frozenset({
     "max_wall_s", "temperature", "cell_timeout", "gate_timeout_s", "interrupt_grace_s",
     "output_budget_chars",
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
-    "context_tiers", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
+    "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
 })
 _FILES_READ: list[str] = []
@@ -370,6 +379,8 @@ def _checked(path: Path, name: str, value: Any) -> Any:
         return Path(value)
     if name == "kernel_env_pass":
         return tuple(str(v) for v in value)
+    if name == "checkpoint_rungs":
+        return tuple(value)
     return value
 
 

@@ -2,7 +2,7 @@
 attach and schedule, through the real `python -m rlm` entry point.
 
 The `--help` snapshot lives in tests/fixtures/cli_help.txt; after a deliberate change to
-the CLI, regenerate it with `python tests/test_cli_conventions.py` and review the diff.
+the CLI, regenerate it with `python -m tests.test_cli_conventions` and review the diff.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def test_help_of_every_command_matches_the_snapshot_and_helps_every_option():
     assert unhelped == []
     assert all("example:\n  rlm " in p.format_help() for p in sub.choices.values())
     assert help_snapshot() == FIXTURE.read_text(), (
-        "the CLI's --help changed: regenerate with `python tests/test_cli_conventions.py`")
+        "the CLI's --help changed: regenerate with `python -m tests.test_cli_conventions`")
 
 
 def test_rlm_alone_prints_help_and_unknown_commands_suggest(tmp_path):

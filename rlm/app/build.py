@@ -16,6 +16,7 @@ from rlm.app.features import gap, refuse
 from rlm.app.options import RunOptions
 from rlm.app.steering import goal_gate
 from rlm.compaction.branch import summarize_branch
+from rlm.compaction.checkpoint import CheckpointWriter, budget_for, default_rungs
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
@@ -68,6 +69,22 @@ def size_output_to_window(agent: Agent) -> None:
                                         output_budget_chars=budget)
 
 
+def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
+    """Tier 0: a checkpoint written in the background on the compaction model, at the
+    configured rungs or the model's default ones (rlm.compaction.checkpoint). Not for a
+    child (its run is short, its parent's checkpoint covers its answer) or a log in memory.
+    `SessionRun` closes it with the run."""
+    if agent.entry == "child" or agent.session.dir is None or not ctl.settings.enabled:
+        return
+    fractions = agent.config.checkpoint_rungs
+    if fractions is None:
+        fractions = default_rungs(agent.compaction_llm())
+    if fractions:
+        ctl.checkpoint = CheckpointWriter(agent.session, agent.compaction_llm,
+                                          budget_for(agent.context_window()))
+        ctl.checkpoint_fractions = tuple(fractions)
+
+
 def attach_compaction(agent: Agent) -> CompactionController:
     """Three triggers, one core: compact.run/status handlers, after-turn and overflow."""
     ctl = CompactionController(
@@ -85,6 +102,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
     agent.compaction = ctl
+    attach_checkpoint(agent, ctl)
     window_note = getattr(agent.llm, "window_note", None)
     note = window_note() if eff.enabled and eff.window is None and window_note else None
     if note and agent.entry != "child":

@@ -308,6 +308,9 @@ class SessionRun:
                                  llm_factory=self.llm_factory, depth=self.depth,
                                  budget=self.budget, slots=self.slots)
         stack.callback(self._close_agent)
+        ctl = self.agent.compaction
+        if ctl is not None and ctl.checkpoint is not None:
+            stack.callback(ctl.checkpoint.close)  # background work ends with the run (S5)
         if self.start:
             if self.entry != "child":  # a host SIGKILLed mid-cell left its kernel's files
                 scrub_left_behind(cfg.home / "sessions", skip=self.session.dir,

@@ -286,6 +286,31 @@ def cmd_tree(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_checkpoint(args: argparse.Namespace) -> int:
+    """The confirmed checkpoint.md and what it covers; the last failed writing, if any."""
+    from rlm.compaction.checkpoint import read
+
+    s = open_readonly(args.session)
+    found = read(s)
+    last = next((e for e in reversed(s.branch()) if isinstance(e, CustomEntry)
+                 and e.custom_type in ("checkpoint", "checkpoint_outcome")), None)
+    why = (last.data.get("reason") if last is not None and isinstance(last.data, dict)
+           and last.custom_type == "checkpoint_outcome" else None)  # after the last success
+    if found is None:
+        raise RlmError(f"session {s.id} has no checkpoint yet: one is written in the background "
+                       "when the context crosses its rungs (config checkpoint_rungs)"
+                       + (f"; the last writing failed: {why}" if why else ""))
+    text, data = found
+    if args.json:
+        print_json({"session_id": s.id, "text": text, **data, "last_failure": why})
+        return 0
+    print(terminal_safe(text.rstrip()))
+    print(terminal_safe(f"-- covers the log up to entry {data.get('watermark')} "
+                        f"({data.get('entries')} entries since the previous one); "
+                        f"{data.get('tokens')} tokens"), file=sys.stderr)
+    return 0
+
+
 def cmd_state(args: argparse.Namespace) -> int:
     from rlm.kernel.state import session_state
 

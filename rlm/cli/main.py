@@ -192,6 +192,7 @@ EXAMPLES: dict[str, str] = {
     "log": "rlm log last --all",
     "tree": "rlm tree last",
     "state": "rlm state last --json",
+    "checkpoint": "rlm checkpoint last",
     "export": "rlm export last -o analysis.ipynb",
     "compact": 'rlm compact last --instructions "keep the column names"',
     "rule": 'rlm rule add last "it used read_csv; the data is Parquet"',
@@ -259,6 +260,10 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("state", help="what the session's kernel holds (live or snapshot)")
     st.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
     st.add_argument("--json", action="store_true", help="print one JSON object")
+    ck = sub.add_parser("checkpoint", help="print the session's checkpoint (written in the "
+                                           "background as its context fills)")
+    ck.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
+    ck.add_argument("--json", action="store_true", help="print one JSON object")
 
     e = sub.add_parser("export", help="export a session to .ipynb")
     e.add_argument("session", nargs="?", default="last", help=SESSION_HELP)
@@ -330,6 +335,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         "log": commands.cmd_log,
         "tree": commands.cmd_tree,
         "state": commands.cmd_state,
+        "checkpoint": commands.cmd_checkpoint,
         "export": commands.cmd_export,
         "compact": commands.cmd_compact,
         "rule": commands.cmd_rule,

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rlm.compaction.checkpoint import CheckpointWriter, rungs_for
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.ladder import LowYieldGuard, Relief, reject, relieve
 from rlm.compaction.plan import (
@@ -90,6 +91,9 @@ class CompactionController:
         self.notice: str | None = None  # the low-yield stop, for the UI once
         self.last_relief: Relief | None = None
         self._shake_pending = False
+        # tier 0 (rlm.compaction.checkpoint): attached by the composition root
+        self.checkpoint: CheckpointWriter | None = None
+        self.checkpoint_fractions: tuple[float, ...] = ()
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -243,7 +247,16 @@ class CompactionController:
     # ----------------------------------------------------------------- triggers
     def after_turn(self, kernel: Any = None) -> Entry | None:
         """Run a pending request (a shake, then a summary), else relieve the context when it
-        is over the threshold (the ladder), unless the low-yield guard stopped that."""
+        is over the threshold (the ladder), unless the low-yield guard stopped that; then
+        start the checkpoint writer when the context, as relieved, crossed one of its rungs."""
+        entry = self._after_turn(kernel)
+        if self.checkpoint is not None:
+            eff = self._effective()
+            self.checkpoint.check(self.context_tokens(),
+                                  rungs_for(self.checkpoint_fractions, eff.window, eff.threshold))
+        return entry
+
+    def _after_turn(self, kernel: Any) -> Entry | None:
         with self._lock:
             shake, self._shake_pending = self._shake_pending, False
         shaken = self.shake("requested").records if shake else []

@@ -38,6 +38,7 @@ import gc
 import json
 import os
 import stat
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -118,6 +119,7 @@ class SessionStore:
         self._fd: int | None = None
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
         self._secrets = known_secrets()
+        self._append_lock = threading.RLock()
 
     # -- construction -------------------------------------------------------------------
 
@@ -307,7 +309,12 @@ class SessionStore:
     # -- writing ------------------------------------------------------------------------
 
     def append(self, entry: Entry) -> Entry:
-        """Record `entry` (parent defaults to the leaf), fsync, and make it the leaf."""
+        """Record `entry` (parent defaults to the leaf), fsync, and make it the leaf. Safe
+        from any thread: background work (the checkpoint writer, children) appends too."""
+        with self._append_lock:
+            return self._append(entry)
+
+    def _append(self, entry: Entry) -> Entry:
         if isinstance(entry, SessionHeader):
             raise SessionError("the session header is written by SessionStore.create")
         if entry.id in self._by_id or entry.id == self.header.id:

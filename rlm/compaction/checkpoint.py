@@ -1,0 +1,264 @@
+"""Tier 0: a checkpoint of the session, written in the background before it is needed.
+
+`checkpoint.md` in the session directory says what another model needs to go on from
+here, in fixed SECTIONS. A writer maintains it in place: each writing covers the log's
+entries after the last watermark up to the leaf when it started, and updates the previous
+checkpoint with them. Its reply is validated (every section, in order, within a token
+budget) and asked again with the reason when it fails, ATTEMPTS times at most.
+
+The watermark is a `checkpoint` entry in the log ({"watermark": the last entry covered,
+"sha256" of the file, ...}), appended only after the file was written whole (temporary
+file, fsync, rename). A writer that fails or is killed leaves the previous file and the
+previous watermark, so the next writing covers the unconfirmed range again.
+
+When: `rungs` are fractions of the model's window, each kept below the compaction
+threshold (a checkpoint due there would come too late to spare the summary). After each
+turn the compaction controller calls `CheckpointWriter.check(tokens, rungs)`: a rung the
+context crossed starts a writer in a thread of its own, one per session; a rung crossed
+while one runs waits for the next check; a context relieved below the lowest rung starts a
+new fill. `SessionRun` owns the writer: it closes it when the run ends (S5), after which
+nothing it finishes reaches the log or the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from rlm.compaction.plan import serialize_entries
+from rlm.llm.tokens import count_text
+from rlm.llm.types import LLM
+from rlm.paths import write_private_atomic
+from rlm.session.branch import custom_entries
+from rlm.session.entries import CustomEntry, Entry
+
+FILENAME = "checkpoint.md"
+SECTIONS = (
+    "Task",
+    "The user's words that still matter",
+    "Decisions and why",
+    "Kernel names and how they were built",
+    "Files touched",
+    "Failed: do not retry",
+    "Progress",
+    "Next steps",
+    "Open questions",
+)
+ATTEMPTS = 3
+DEFAULT_RUNGS = (0.4, 0.6, 0.75)  # of the window, for a model that runs beside the session's
+BELOW_COMPACTION = 0.9  # a rung at or past the compaction threshold moves to 90% of it
+CHARS_PER_TOKEN = 3  # to cut the conversation to the writer's window before counting
+
+
+def default_rungs(llm: LLM) -> tuple[float, ...]:
+    """None set: the ladder for a model that computes elsewhere (a hosted one). A model in
+    this process (`local`, `script:`) writes none by default: `local` shares its one
+    llama.cpp instance and its KV cache with the session's turns, so a writer would hold
+    them up, and a script's replies must stay in their order (set `checkpoint_rungs`)."""
+    from rlm.llm.seam import InProcessLLM
+
+    return () if isinstance(llm, InProcessLLM) else DEFAULT_RUNGS
+
+
+def rungs_for(fractions: Sequence[float], window: int | None, threshold: int | None) -> list[int]:
+    """Token counts at which a checkpoint is due, ascending, each below `threshold`."""
+    if not window or not fractions:
+        return []
+    cap = int(BELOW_COMPACTION * threshold) if threshold else window
+    return sorted({min(int(f * window), cap) for f in fractions if 0 < f < 1})
+
+
+def budget_for(window: int | None) -> int:
+    """The checkpoint's size in tokens: an eighth of the window, between 600 and 4,000."""
+    return max(600, min(4000, (window or 32_000) // 8))
+
+
+def path_of(session_dir: Path | str) -> Path:
+    return Path(session_dir) / FILENAME
+
+
+def latest(branch: Sequence[Entry]) -> CustomEntry | None:
+    """The newest `checkpoint` entry (its watermark) on the branch."""
+    found = custom_entries(branch, "checkpoint")
+    return found[-1] if found else None
+
+
+def read(session: Any) -> tuple[str, dict[str, Any]] | None:
+    """(text, the watermark entry's data) of the session's checkpoint, or None. The text
+    is the file's only when it is the one the watermark confirmed (its sha256)."""
+    entry = latest(session.branch())
+    root = getattr(session, "dir", None)
+    if entry is None or root is None or not isinstance(entry.data, dict):
+        return None
+    p = path_of(root)
+    try:
+        data = p.read_bytes()
+    except OSError:
+        return None
+    if hashlib.sha256(data).hexdigest() != entry.data.get("sha256"):
+        return None
+    return data.decode("utf-8", errors="replace"), dict(entry.data)
+
+
+def validate(text: str, budget: int) -> str | None:
+    """What is wrong with a reply as a checkpoint, or None."""
+    at = -1
+    for name in SECTIONS:
+        m = re.search(rf"^##\s*{re.escape(name)}\s*$", text, re.MULTILINE | re.IGNORECASE)
+        if m is None:
+            return f"the section '## {name}' is missing"
+        if m.start() < at:
+            return f"the section '## {name}' is out of order"
+        at = m.start()
+    n = count_text(text)
+    return f"it is {n} tokens, over the {budget}-token budget" if n > budget else None
+
+
+def _prompt(name: str) -> str:
+    return (files("rlm") / "prompts" / f"checkpoint_{name}.md").read_text("utf-8").rstrip()
+
+
+def _request(previous: str | None, conversation: str, budget: int) -> str:
+    headings = "\n".join(f"## {s}" for s in SECTIONS)
+    return (f"<previous-checkpoint>\n{previous or '(none yet)'}\n</previous-checkpoint>\n\n"
+            f"<conversation>\n{conversation}\n</conversation>\n\n"
+            + _prompt("write").replace("{headings}", headings).replace("{budget}", str(budget)))
+
+
+def _conversation(entries: Sequence[Entry], window: int | None, budget: int) -> str:
+    text = serialize_entries(entries)
+    room = max(2000, ((window or 32_000) - 2 * budget - 1500) * CHARS_PER_TOKEN)
+    if len(text) > room:
+        text = f"[... the first {len(text) - room} characters elided ...]\n" + text[-room:]
+    return text
+
+
+@dataclass
+class Draft:
+    """A validated checkpoint not yet on disk (`confirm` writes it), or why there is none."""
+
+    text: str | None
+    upto: str
+    entries: int = 0
+    attempts: int = 0
+    problem: str | None = None  # None with no text: nothing new to cover
+
+
+def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
+    """Ask `llm` to update the checkpoint with the entries after the last watermark up to
+    `upto` (an entry id on the branch); a reply that fails `validate` is asked again."""
+    branch = session.branch()
+    ids = [e.id for e in branch]
+    if upto not in ids:
+        return Draft(None, upto, problem=f"entry {upto} is no longer on the branch")
+    end = ids.index(upto)
+    last = latest(branch[: end + 1])
+    mark = last.data.get("watermark") if last is not None and isinstance(last.data, dict) else None
+    covered = branch[(ids.index(mark) + 1 if mark in ids else 0): end + 1]
+    if not serialize_entries(covered).strip():
+        return Draft(None, upto)
+    found = read(session)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": _prompt("system")},
+        {"role": "user", "content": _request(found[0] if found else None,
+                                             _conversation(covered, llm.context_window(), budget),
+                                             budget)},
+    ]
+    problem = "no reply"
+    for attempt in range(1, ATTEMPTS + 1):
+        text = llm.complete(messages, tools=[], max_tokens=budget + budget // 4).content.strip()
+        problem = validate(text, budget) or ""
+        if not problem:
+            return Draft(text, upto, len(covered), attempt)
+        messages += [{"role": "assistant", "content": text},
+                     {"role": "user", "content": f"That checkpoint was refused: {problem}. "
+                                                 "Write it again, whole, in the format given."}]
+    return Draft(None, upto, len(covered), ATTEMPTS,
+                 f"{ATTEMPTS} replies were refused, the last because {problem}")
+
+
+def confirm(session: Any, d: Draft) -> CustomEntry:
+    """Write the file whole, then append the watermark: never the other way round."""
+    assert d.text is not None
+    data = (d.text + "\n").encode("utf-8")
+    entry = CustomEntry(custom_type="checkpoint", display=False, content=None, data={
+        "watermark": d.upto, "sha256": hashlib.sha256(data).hexdigest(),
+        "tokens": count_text(d.text), "entries": d.entries, "attempts": d.attempts})
+    write_private_atomic(path_of(session.dir), data)
+    session.append(entry)
+    return entry
+
+
+class CheckpointWriter:
+    """One background writer per session (see the module doc)."""
+
+    def __init__(self, session: Any, llm: Callable[[], LLM], budget: int):
+        self.session = session
+        self._llm = llm
+        self.budget = budget
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._crossed: set[int] = set()
+        self.closed = False
+        self.written: list[CustomEntry] = []
+        self.problems: list[str] = []
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def check(self, tokens: int, rungs: Sequence[int]) -> bool:
+        """After a turn: start a writer when the context crossed a rung and none runs."""
+        if not rungs or self.session.dir is None:
+            return False
+        if tokens < rungs[0]:
+            self._crossed.clear()  # relieved: the next fill crosses the rungs again
+            return False
+        due = {r for r in rungs if tokens >= r} - self._crossed
+        with self._lock:
+            if not due or self.closed or self.running:
+                return False  # a rung crossed while one runs waits for the next check
+            self._crossed |= due
+            upto = self.session.branch()[-1].id
+            self._thread = threading.Thread(target=self._run, args=(upto,),
+                                            name="rlm-checkpoint", daemon=True)
+            self._thread.start()
+        return True
+
+    def _run(self, upto: str) -> None:
+        try:
+            d = draft(self.session, self._llm(), upto, self.budget)
+        except Exception as e:  # noqa: BLE001 - a failed writer keeps the old watermark
+            d = Draft(None, upto, problem=f"{type(e).__name__}: {e}")
+        with self._lock:  # close() waits for the file and the watermark, or drops both
+            if self.closed:
+                return
+            try:
+                if d.text is not None:
+                    self.written.append(confirm(self.session, d))
+            except OSError as e:  # a full disk: the old file and watermark stand
+                d.problem = f"the checkpoint could not be written: {e}"
+            if d.problem:
+                self.problems.append(d.problem)
+                self.session.append(CustomEntry(
+                    custom_type="checkpoint_outcome", display=True, content=None,
+                    data={"written": False, "reason": d.problem}))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait for a running writer; True when none runs (any more)."""
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        return not self.running
+
+    def close(self) -> None:
+        """The run ends: what a running writer finishes is dropped (its model call is not
+        cancelled; its thread is a daemon)."""
+        with self._lock:
+            self.closed = True

@@ -1,0 +1,186 @@
+"""Tier 0 (issue 27): a checkpoint written in the background as the context fills.
+
+The writer runs on real session logs and files; its model is a scripted one, or, through
+the composition root with no setting, a hosted model at a real OpenAI-compatible endpoint
+on 127.0.0.1 (bench/fake_openai.py), which is what turns the writer on by default."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.fake_openai import serving
+from rlm import app
+from rlm.compaction import checkpoint as ck
+from rlm.compaction.checkpoint import SECTIONS, CheckpointWriter, rungs_for, validate
+from rlm.llm import ScriptedLLM
+from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.store import SessionStore
+from tests import rlmcli
+from tests.rlmcli import call
+
+
+def text(progress: str = "x = 41 computed", task: str = "add one to x") -> str:
+    body = {"Task": task, "Progress": progress}
+    return "\n\n".join(f"## {s}\n- {body.get(s, '(none)')}" for s in SECTIONS)
+
+
+def session_with(home: Path, *lines: str) -> SessionStore:
+    s = SessionStore.create(home, model="script:none", task="t")
+    for i, line in enumerate(lines):
+        role = "user" if i % 2 == 0 else "assistant"
+        s.append(MessageEntry(message={"role": role, "content": line}))
+    return s
+
+
+def entries(s: SessionStore, kind: str) -> list[CustomEntry]:
+    return [e for e in s.branch() if isinstance(e, CustomEntry) and e.custom_type == kind]
+
+
+# ------------------------------------------------------------------------ the rules
+def test_rungs_are_fractions_of_the_window_kept_below_the_compaction_threshold():
+    assert rungs_for((0.75, 0.4, 0.6), 8192, 6144) == [3276, 4915, 5529]  # 0.75 -> 90% of 6144
+    assert rungs_for((0.4, 0.4), 100_000, 85_000) == [40_000]
+    assert rungs_for((0.4,), None, None) == [] and rungs_for((), 8192, 6144) == []
+
+
+def test_a_checkpoint_needs_every_section_in_order_within_its_budget():
+    assert validate(text(), 600) is None
+    assert validate(text().replace("## Files touched", "## Files"), 600) == \
+        "the section '## Files touched' is missing"
+    swapped = text().replace("## Task", "## TMP").replace("## Progress", "## Task") \
+        .replace("## TMP", "## Progress")
+    assert "out of order" in (validate(swapped, 600) or "")
+    assert "over the 50-token budget" in (validate(text(), 50) or "")
+
+
+# --------------------------------------------------------------------- the writer
+def test_the_writer_retries_a_refused_reply_then_writes_the_file_before_the_watermark(tmp_path):
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    llm = ScriptedLLM(["## Task\nonly one section", text()])
+    w = CheckpointWriter(s, lambda: llm, budget=600)
+    assert w.check(tokens=500, rungs=[100, 400]) and w.wait(30)
+    data = ck.path_of(s.dir).read_bytes()
+    assert data == (text() + "\n").encode()
+    assert (ck.path_of(s.dir).stat().st_mode & 0o777) == 0o600
+    [mark] = entries(s, "checkpoint")
+    assert mark.data["watermark"] == s.branch()[1].id and mark.data["attempts"] == 2
+    assert mark.data["sha256"] == hashlib.sha256(data).hexdigest()
+    retry = llm.calls[1][-1]["content"]
+    assert "refused: the section '## The user's words that still matter' is missing" in retry
+    first = llm.calls[0][1]["content"]
+    assert "(none yet)" in first and "[User]: compute x" in first
+    assert ck.read(SessionStore.open(s.id, tmp_path))[0] == text() + "\n"  # a new process
+
+
+def test_a_rung_fires_once_per_fill_and_the_next_writing_covers_only_what_is_new(tmp_path):
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    llm = ScriptedLLM([text(), text("x = 42 now")])
+    w = CheckpointWriter(s, lambda: llm, budget=600)
+    assert w.check(150, [100, 200]) and w.wait(30)
+    assert not w.check(150, [100, 200])  # the same rung: nothing new is due
+    s.append(MessageEntry(message={"role": "user", "content": "and add one"}))
+    assert w.check(250, [100, 200]) and w.wait(30)  # the next rung
+    second = llm.calls[1][1]["content"]
+    assert "[User]: and add one" in second and "compute x" not in second.split("<conversation>")[1]
+    assert "x = 41 computed" in second.split("<conversation>")[0]  # the previous checkpoint
+    assert [e.data["entries"] for e in entries(s, "checkpoint")] == [2, 2]
+    assert not w.check(250, [100, 200])
+    assert not w.check(50, [100, 200])  # relieved below the lowest rung: a new fill
+    s.append(MessageEntry(message={"role": "assistant", "content": "x is 42"}))
+    llm.enqueue(text("x is 42"))
+    assert w.check(120, [100, 200]) and w.wait(30)
+    assert ck.read(s)[0].count("x is 42") == 1
+
+
+def test_a_failed_writer_keeps_the_previous_checkpoint_and_says_why(tmp_path):
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    llm = ScriptedLLM([text(), {"error": "auth", "message": "the key was revoked"}])
+    w = CheckpointWriter(s, lambda: llm, budget=600)
+    assert w.check(150, [100, 200]) and w.wait(30)
+    before = ck.path_of(s.dir).read_bytes()
+    s.append(MessageEntry(message={"role": "user", "content": "more"}))
+    assert w.check(250, [100, 200]) and w.wait(60)
+    assert ck.path_of(s.dir).read_bytes() == before
+    assert len(entries(s, "checkpoint")) == 1 and ck.read(s)[0] == before.decode()
+    [failed] = entries(s, "checkpoint_outcome")
+    assert "the key was revoked" in failed.data["reason"]
+    shown = rlmcli.rlm("checkpoint", s.id, "--json", cwd=tmp_path,
+                       env={"RLM_HOME": str(tmp_path)})
+    out = json.loads(shown.stdout)
+    assert out["text"] == before.decode() and "the key was revoked" in out["last_failure"]
+
+
+def test_replies_that_never_pass_and_a_file_that_cannot_be_written_leave_no_watermark(tmp_path):
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    w = CheckpointWriter(s, lambda: ScriptedLLM(["no sections"] * 3), budget=600)
+    assert w.check(150, [100]) and w.wait(30)
+    assert not ck.path_of(s.dir).exists() and not entries(s, "checkpoint")
+    assert "3 replies were refused, the last because the section '## Task' is missing" in \
+        entries(s, "checkpoint_outcome")[0].data["reason"]
+    shown = rlmcli.rlm("checkpoint", s.id, cwd=tmp_path, env={"RLM_HOME": str(tmp_path)})
+    assert shown.returncode == 1 and "has no checkpoint yet" in shown.stderr
+    assert "the last writing failed: 3 replies were refused" in shown.stderr
+
+    ck.path_of(s.dir).mkdir()  # where the file goes: the rename cannot replace a folder
+    w = CheckpointWriter(s, lambda: ScriptedLLM([text()]), budget=600)
+    assert w.check(150, [100]) and w.wait(30)
+    assert not entries(s, "checkpoint") and ck.read(s) is None
+    assert "could not be written" in entries(s, "checkpoint_outcome")[-1].data["reason"]
+
+
+def test_a_closed_writer_starts_nothing_and_a_confirmed_draft_needs_its_file(tmp_path):
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    w = CheckpointWriter(s, lambda: ScriptedLLM([text()]), budget=600)
+    w.close()
+    assert not w.check(150, [100]) and not ck.path_of(s.dir).exists()
+    d = ck.draft(s, ScriptedLLM([text()]), s.branch()[-1].id, 600)
+    assert d.text == text() and d.entries == 2
+    ck.confirm(s, d)
+    ck.path_of(s.dir).write_text(text("edited by hand"))  # not what the watermark confirmed
+    assert ck.read(s) is None
+
+
+# ------------------------------------------------------- the root, the kernel, the CLI
+def test_by_default_a_model_in_this_process_writes_no_checkpoint(tmp_path, _isolated_home):
+    model = tmp_path / "s.json"
+    model.write_text(json.dumps(["hi"]))
+    options = app.RunOptions(overrides={"model": f"script:{model}"})
+    with app.SessionRun.new("run", "t", options, start=False) as run:
+        assert run.agent is not None and run.agent.compaction is not None
+        assert run.agent.compaction.checkpoint is None
+
+
+PADDING = "print(' '.join(f'value{i}' for i in range(250)))"
+WAIT_FOR_IT = ("import time\nt = time.time()\n"
+               "while history.checkpoint() is None and time.time() - t < 60:\n"
+               "    time.sleep(0.05)\n"
+               "seen = history.checkpoint()\nprint(seen['text'].splitlines()[0], seen['entries'])")
+
+
+@pytest.mark.timeout(180)
+def test_a_hosted_compaction_model_writes_the_checkpoint_by_default(tmp_path, _isolated_home):
+    """No setting: the compaction model is hosted, so the default rungs apply; the run's
+    cells go on while it writes, and the kernel reads it through `history.checkpoint()`."""
+    session_model = tmp_path / "s.json"
+    session_model.write_text(json.dumps({"window": 4000, "replies": [
+        call(PADDING), call(PADDING), call(WAIT_FOR_IT), call("final(seen['text'][:7])")]}))
+    with serving([{"content": text()}]) as server:
+        out = rlmcli.rlm("run", "pad, then wait for the checkpoint", "--model",
+                         f"script:{session_model}", "--compaction-model", "openai/gpt-4o-mini",
+                         "--json", cwd=tmp_path, check=True,
+                         env={"OPENAI_API_KEY": "sk-test-checkpoint",
+                              "OPENAI_API_BASE": server.base})
+    res = json.loads(out.stdout.splitlines()[-1])
+    assert res["final"] == "## Task", res
+    sdir = Path(res["session_path"]).parent
+    assert (sdir / "checkpoint.md").read_text() == text() + "\n"
+    request = server.requests[0]
+    assert request["model"] == "gpt-4o-mini"
+    assert request["messages"][0]["content"].startswith("You keep the checkpoint")
+    assert "value249" in request["messages"][1]["content"]  # the cells' outputs it covers
+    shown = rlmcli.rlm("checkpoint", res["session_id"], cwd=tmp_path, check=True)
+    assert shown.stdout == text() + "\n" and "covers the log up to entry" in shown.stderr
