@@ -130,3 +130,26 @@ def test_without_user_namespaces_the_default_runs_unsandboxed_and_says_why_once(
     assert len(first) == 1 and "WITHOUT a sandbox" in first[0] and again == []
     with Kernel(tmp_path / "s", Config(home=tmp_path, cell_timeout=30)) as k:  # no error
         assert k.execute("print(6 * 7)").shaped.strip() == "42"
+
+
+def test_a_kernel_killed_by_sigkill_ends_its_stand_in_the_same_way(tmp_path):
+    """The sandboxed kernel is pid 1 of its own PID namespace under a stand-in the host
+    knows; the stand-in ends as the kernel did. SIGKILL cannot be given a handler, and the
+    stand-in used to die of that (a traceback in kernel.log, exit 1) instead of by SIGKILL."""
+    import psutil
+
+    if not _available():
+        pytest.skip("no unprivileged user namespaces here")
+    k = Kernel(tmp_path / "s", Config(home=tmp_path, cell_timeout=30, sandbox=True))
+    k.start()
+    try:
+        rt = k._rt
+        assert rt is not None
+        stand_in = rt.km.provisioner.process
+        [kernel] = psutil.Process(stand_in.pid).children()
+        kernel.kill()
+        assert stand_in.wait(30) == -9
+        log = (tmp_path / "s" / "runtime" / "kernel.log").read_text(errors="replace")
+        assert "Traceback" not in log, log
+    finally:
+        k.stop()

@@ -37,11 +37,14 @@ def run_interruptible(
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller
             q.put(("error", e))
 
-    threading.Thread(target=work, name="rlm-turn", daemon=True).start()
     stop_seen: float | None = None
     presses: list[int] = []
+    # counted from before the work starts: a press that lands once the cell runs but
+    # before the main thread got here raised KeyboardInterrupt, and the run's teardown
+    # then waited for the cell it never interrupted (a loaded machine; test_ctrl_c)
     previous = _count_presses(presses)
     try:
+        threading.Thread(target=work, name="rlm-turn", daemon=True).start()
         while True:
             while presses:  # counted by the handler, wherever the main thread was
                 presses.pop()

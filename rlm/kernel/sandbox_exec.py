@@ -162,7 +162,8 @@ def run_as_pid_one(command: list[str]) -> None:
     status = _wait(child, host)
     if os.WIFSIGNALED(status):
         ended_by = os.WTERMSIG(status)
-        signal.signal(ended_by, signal.SIG_DFL)
+        if ended_by not in (signal.SIGKILL, signal.SIGSTOP):  # those two are always default
+            signal.signal(ended_by, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [ended_by])
         os.kill(os.getpid(), ended_by)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 111)

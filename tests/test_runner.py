@@ -1,0 +1,48 @@
+"""The interruptible runner (rlm/agent/runner.py) counts Ctrl-C from before its work
+starts: a press that lands as soon as a cell runs interrupts it, like any other."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import pytest
+
+from rlm.agent.runner import run_interruptible
+from rlm.events import Notice
+
+
+def drain(gen):
+    events = []
+    try:
+        while True:
+            events.append(next(gen))
+    except StopIteration as done:
+        return events, done.value
+
+
+def test_a_press_as_soon_as_the_work_starts_is_counted_not_raised():
+    pressed = threading.Event()
+
+    def work(emit):
+        os.kill(os.getpid(), signal.SIGINT)  # the user presses Ctrl-C as the cell starts
+        assert pressed.wait(30), "the press was never handled"
+        return "went on"
+
+    def on_press():
+        pressed.set()
+        return Notice("interrupting the cell")
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # as `rlm` runs
+    try:
+        events, result = drain(run_interruptible(
+            work, stop=threading.Event(), on_keyboard_interrupt=on_press, grace_s=1.0))
+    except KeyboardInterrupt:  # the old order: the cell ran, the press was not counted yet
+        pytest.fail("a press as the work started raised KeyboardInterrupt; the run's "
+                    "teardown would then wait for the cell it never interrupted")
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    assert result == "went on"
+    assert [e.text for e in events] == ["interrupting the cell"]
+    assert signal.getsignal(signal.SIGINT) is saved
