@@ -184,3 +184,75 @@ def test_a_hosted_compaction_model_writes_the_checkpoint_by_default(tmp_path, _i
     assert "value249" in request["messages"][1]["content"]  # the cells' outputs it covers
     shown = rlmcli.rlm("checkpoint", res["session_id"], cwd=tmp_path, check=True)
     assert shown.stdout == text() + "\n" and "covers the log up to entry" in shown.stderr
+
+
+# ------------------------------------------------------------------------ the rebuild
+def prose(tag: str, n: int = 300) -> str:
+    """Assistant prose: what no tier shakes or prunes, so only a summary or a rebuild
+    brings the context back under its threshold."""
+    return f"Notes {tag}: " + " ".join(f"{tag}{i}" for i in range(n))
+
+
+def test_over_the_threshold_the_run_is_rebuilt_from_its_checkpoint_without_a_model_call(
+        tmp_path, _isolated_home):
+    """Through the root (run_task): the writer checkpoints early; later, the context over
+    its threshold is rebuilt from that checkpoint, and the summary model is never asked."""
+    from rlm.config import load_config
+
+    wait_for_second = ("import time\nt = time.time()\n"
+                       "while 'y = 42' not in (history.checkpoint() or {}).get('text', '') "
+                       "and time.time() - t < 60:\n    time.sleep(0.05)\nprint('ready')")
+    session_model = tmp_path / "s.json"
+    session_model.write_text(json.dumps({"window": 4000, "replies": [
+        call("x = 41\nprint(x)", prose("a", 450)),  # over 0.3 of the window: a checkpoint
+        call("y = x + 1\nprint(y)", prose("b", 450)),  # over 0.6: a second one
+        call(wait_for_second),
+        call("print(x + y)", prose("c", 450)),  # over the threshold (3,000)
+        call("final(str(x + y))"),
+    ]}))
+    compaction_model = tmp_path / "c.json"
+    compaction_model.write_text(json.dumps([text("x = 41"), text("x = 41 and y = 42")]))
+    cfg = load_config(model=f"script:{session_model}",
+                      compaction_model=f"script:{compaction_model}", checkpoint_rungs=(0.3, 0.6))
+    res = app.run_task("add x and y", config=cfg)
+    assert res.final == "83", res
+    s = SessionStore.open(res.session_id)
+    log = list(s.branch())
+    [rebuilt] = [e for e in log if e.type == "compaction"]
+    assert rebuilt.details["kind"] == "rebuild" and rebuilt.trigger == "threshold"
+    assert "x = 41 and y = 42" in rebuilt.summary
+    assert "<task>\nadd x and y\n</task>" in rebuilt.summary
+    assert not entries(s, "compaction_outcome")  # no summary was tried (its script is empty)
+    marks = entries(s, "checkpoint")
+    assert len(marks) == 2 and rebuilt.details["watermark"] == marks[-1].data["watermark"]
+    # the projection starts at the boundary: what the checkpoint covers is gone from it,
+    # what it does not cover is kept verbatim, and the kernel's names follow
+    from rlm.session.context import build_messages
+
+    sent = json.dumps(build_messages(s.branch(), system_prompt="", native_tools=True))
+    assert "a449" not in sent and "b449" not in sent and "c449" in sent
+    assert "<ipython_state>" in sent and "- x: int = 41" in sent
+    shown = rlmcli.rlm("log", res.session_id, cwd=tmp_path).stdout
+    assert "x = 41 and y = 42" in shown
+
+
+def test_no_boundary_without_a_checkpoint_from_an_older_one_or_over_the_limit(tmp_path):
+    from rlm.compaction.rebuild import rebuild
+    from rlm.session.entries import CompactionEntry
+
+    s = session_with(tmp_path, "compute x", prose("a", 400), "and y", prose("b", 400))
+    assert rebuild(s, "threshold", limit=None) is None  # no checkpoint yet
+    covered = s.branch()[1].id  # "compute x" and the first long reply
+    ck.confirm(s, ck.Draft(text(), covered, 2, 1))
+    n = len(s.branch())
+    assert rebuild(s, "threshold", limit=10) is None and len(s.branch()) == n  # still over
+    entry = rebuild(s, "overflow", limit=None)
+    assert entry is not None and entry.first_kept_entry_id == s.branch()[2].id  # "and y"
+    assert "<recent-user-messages>" not in entry.summary  # one user message before the cut
+    # a summary after the checkpoint's watermark covers more than it: no boundary from it
+    s2 = session_with(tmp_path, "compute x", prose("a", 400), "and y", prose("b", 400))
+    ck.confirm(s2, ck.Draft(text(), s2.branch()[1].id, 2, 1))
+    s2.append(CompactionEntry(summary="S", first_kept_entry_id=s2.branch()[3].id,
+                              tokens_before=900, trigger="threshold"))
+    s2.append(MessageEntry(message={"role": "user", "content": "go on"}))
+    assert rebuild(s2, "threshold", limit=None) is None

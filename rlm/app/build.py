@@ -20,6 +20,7 @@ from rlm.compaction.checkpoint import CheckpointWriter, budget_for, default_rung
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
+from rlm.compaction.rebuild import is_rebuild
 from rlm.compaction.tiers import relief_line
 from rlm.config import Config, scaled_output_budget
 from rlm.errors import RlmError
@@ -78,9 +79,9 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
         return
     fractions = agent.config.checkpoint_rungs
     if fractions is None:
-        fractions = default_rungs(agent.compaction_llm())
-    if fractions:
-        ctl.checkpoint = CheckpointWriter(agent.session, agent.compaction_llm,
+        fractions = default_rungs(ctl.llm)
+    if fractions:  # the summaries' model instance: a script's replies are one queue
+        ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
                                           budget_for(agent.context_window()))
         ctl.checkpoint_fractions = tuple(fractions)
 
@@ -116,7 +117,11 @@ def attach_compaction(agent: Agent) -> CompactionController:
         events: list[Event] = []
         if entry is not None:  # a summary or a relief: <children_state>, clean-ups retried
             agent.children.after_compaction()
-        if isinstance(entry, CompactionEntry):
+        if isinstance(entry, CompactionEntry) and is_rebuild(entry):
+            events.append(Notice(f"context rebuilt from the checkpoint, no model call "
+                                 f"({entry.tokens_before:,} tokens before; `rlm checkpoint` "
+                                 "shows it)"))
+        elif isinstance(entry, CompactionEntry):
             events.append(Compacted(entry.trigger, entry.tokens_before, entry.summary))
         elif entry is not None:
             events.append(Notice(relief_line(entry)))

@@ -61,9 +61,9 @@ def default_rungs(llm: LLM) -> tuple[float, ...]:
     this process (`local`, `script:`) writes none by default: `local` shares its one
     llama.cpp instance and its KV cache with the session's turns, so a writer would hold
     them up, and a script's replies must stay in their order (set `checkpoint_rungs`)."""
-    from rlm.llm.seam import InProcessLLM
-
-    return () if isinstance(llm, InProcessLLM) else DEFAULT_RUNGS
+    spec = str(getattr(llm, "spec", ""))
+    in_process = spec == "local" or spec.startswith(("local:", "script:"))
+    return () if in_process else DEFAULT_RUNGS
 
 
 def rungs_for(fractions: Sequence[float], window: int | None, threshold: int | None) -> list[int]:

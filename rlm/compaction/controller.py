@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm.compaction.checkpoint import CheckpointWriter, rungs_for
-from rlm.compaction.core import perform_compaction
+from rlm.compaction.core import append_ipython_state, perform_compaction
 from rlm.compaction.ladder import LowYieldGuard, Relief, reject, relieve
 from rlm.compaction.plan import (
     CompactionSettings,
@@ -40,6 +40,7 @@ from rlm.compaction.plan import (
     latest_relief_index,
     should_compact,
 )
+from rlm.compaction.rebuild import rebuild
 from rlm.compaction.tiers import TierSettings
 from rlm.llm.types import LLM
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
@@ -48,6 +49,8 @@ SHAKE_NOTE = (
     "A shake is scheduled for the end of this turn: old cell outputs become placeholders "
     "(history.cell(N) returns them). Continue working normally."
 )
+CHECKPOINT_WAIT_S = 180.0  # an automatic relief waits this long for a running writer
+
 SCHEDULED_NOTE = (
     "Compaction is scheduled for the end of this turn; you resume automatically afterwards. "
     "Continue working normally."
@@ -94,6 +97,7 @@ class CompactionController:
         # tier 0 (rlm.compaction.checkpoint): attached by the composition root
         self.checkpoint: CheckpointWriter | None = None
         self.checkpoint_fractions: tuple[float, ...] = ()
+        self.checkpoint_wait_s = CHECKPOINT_WAIT_S
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -167,8 +171,23 @@ class CompactionController:
                 result = relief.records[-1]
             if not should_compact(relief.tokens_after, eff.window, eff.settings):
                 return self._yielded(trigger, before, eff.window, result)
-        result = self._compact(trigger, kernel) or result
-        return self._yielded(trigger, before, eff.window, result)
+        rebuilt = self._rebuild(trigger, kernel, eff.threshold)
+        if rebuilt is None:
+            result = self._compact(trigger, kernel) or result
+        return self._yielded(trigger, before, eff.window, rebuilt or result)
+
+    def _rebuild(self, trigger: str, kernel: Any, limit: int | None) -> CompactionEntry | None:
+        """Tier 0's use: a boundary from the confirmed checkpoint, no model call. A writer
+        running now is waited for (bounded) first: its checkpoint covers more."""
+        if self.checkpoint is None or not self.tiers:  # --no-context-tiers: summaries only
+            return None
+        if self.checkpoint.running:
+            self.checkpoint.wait(self.checkpoint_wait_s)
+        branch = self.session.branch()
+        entry = rebuild(self.session, trigger, limit=limit, projection=self.projection)
+        if entry is not None:
+            append_ipython_state(self.session, branch, kernel)
+        return entry
 
     def _yielded(self, trigger: str, before: int, window: int | None,
                  result: Entry | None) -> Entry | None:

@@ -70,11 +70,17 @@ def perform_compaction(
                                    f"({plan.tokens_before} -> {after} tokens)")
         return None
     session.append(entry)
+    append_ipython_state(session, branch, kernel)
+    return entry
+
+
+def append_ipython_state(session: Any, branch: Sequence[Entry], kernel: Any) -> None:
+    """After any compaction (a summary, a rebuild): the live kernel's names, when it
+    answers; `branch` is the one before it (for the names removed since)."""
     if kernel is not None:
         state = ipython_state_entry(kernel, _previous_names(branch))
         if state is not None:
             session.append(state)
-    return entry
 
 
 def _compaction_entry(
