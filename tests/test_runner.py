@@ -46,3 +46,28 @@ def test_a_press_as_soon_as_the_work_starts_is_counted_not_raised():
     assert result == "went on"
     assert [e.text for e in events] == ["interrupting the cell"]
     assert signal.getsignal(signal.SIGINT) is saved
+
+
+def test_a_press_between_two_pieces_of_work_is_taken_by_the_next_one():
+    """Between a cell and the next model call the loop runs its own code; a press there is
+    counted for the run and taken by the next piece of work, not raised."""
+    from rlm.agent.runner import counting_presses
+
+    saved = signal.signal(signal.SIGINT, signal.default_int_handler)  # as `rlm` runs
+    said: list[str] = []
+    try:
+        with counting_presses() as presses:
+            first = drain(run_interruptible(lambda emit: "cell done", stop=threading.Event(),
+                                            on_keyboard_interrupt=lambda: None, grace_s=1.0,
+                                            presses=presses))
+            os.kill(os.getpid(), signal.SIGINT)  # the loop's own code: no work running
+            second = drain(run_interruptible(
+                lambda emit: "reply", stop=threading.Event(),
+                on_keyboard_interrupt=lambda: said.append("press") or Notice("stopping"),
+                grace_s=1.0, presses=presses))
+    except KeyboardInterrupt:
+        pytest.fail("a press between two pieces of work raised KeyboardInterrupt")
+    finally:
+        signal.signal(signal.SIGINT, saved)
+    assert first == ([], "cell done") and said == ["press"]
+    assert [e.text for e in second[0]] == ["stopping"] and second[1] == "reply"

@@ -42,7 +42,7 @@ from rlm.agent.policy import (
     Note,
 )
 from rlm.agent.recursion import Recursion, TokenBudget
-from rlm.agent.runner import Work, run_interruptible
+from rlm.agent.runner import Work, counting_presses, run_interruptible
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
@@ -140,6 +140,7 @@ class Agent:
         self.state = RunState()
         self.answers = AnswerPolicy()  # the answer policy (rlm.agent.policy): rules plug in there
         self._charge_lock = threading.Lock()  # bridge handlers charge from a thread pool
+        self._presses: list[int] | None = None  # Ctrl-C during a run (rlm.agent.runner)
         self._steered = Steered()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
@@ -288,7 +289,12 @@ class Agent:
 
     # --------------------------------------------------------------------- run
     def run(self, prompt: str | None) -> Generator[Event, None, None]:
-        """Append `prompt` (if any) as a user message and work until the run ends."""
+        """Append `prompt` (if any) as a user message and work until the run ends. Ctrl-C
+        is counted for the whole run, and taken by the next model call or cell."""
+        with counting_presses() as self._presses:
+            yield from self._run(prompt)
+
+    def _run(self, prompt: str | None) -> Generator[Event, None, None]:
         if self.executor is None:
             self.start()
         # per-run state, reset in this one place
@@ -446,7 +452,7 @@ class Agent:
         has its kernel killed, which the execute loop reports as a death and restores."""
         return (yield from run_interruptible(
             fn, stop=self.state.stop, on_keyboard_interrupt=lambda: self._ctrl_c(cell),
-            grace_s=self.config.interrupt_grace_s,
+            grace_s=self.config.interrupt_grace_s, presses=self._presses,
             kill=(lambda: kill_kernel(self.executor)) if cell else None))
 
 

@@ -3,16 +3,34 @@ thread kept free for Ctrl-C and for yielding the events the work emits."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import signal
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from rlm.events import Event
 
 Work = Callable[[Callable[[Event], None]], Any]
+
+
+@contextlib.contextmanager
+def counting_presses() -> Iterator[list[int]]:
+    """Ctrl-C presses counted, not raised, while the block runs (see `_count_presses`). A
+    run holds one counter for its whole length and hands it to each `run_interruptible`:
+    a press between two pieces of work (the loop's own code between a cell and the next
+    model call) is then taken by the next one, instead of a KeyboardInterrupt that ends
+    the run without its reason (a loaded machine widened that window: test_terminal's
+    interrupted listing)."""
+    presses: list[int] = []
+    previous = _count_presses(presses)
+    try:
+        yield presses
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run_interruptible(
@@ -22,13 +40,27 @@ def run_interruptible(
     on_keyboard_interrupt: Callable[[], Event | None],
     grace_s: float,
     kill: Callable[[], None] | None = None,
+    presses: list[int] | None = None,
 ) -> Generator[Event, None, Any]:
     """Run `fn(emit)` on a thread, yielding what it emits; returns its result.
 
     After `stop` is set: without `kill` (a model call) the work is abandoned at once (its
     result is ignored); with `kill` (a cell) the work gets `grace_s` to end after the
     interrupt, then `kill()` runs once (the executor reports the death and restores).
+    `presses`: the run's counter (`counting_presses`); None counts for this work alone,
+    from before it starts (a press that landed once a cell ran but before the counter was
+    installed raised KeyboardInterrupt, and the teardown then waited for the cell it never
+    interrupted: test_ctrl_c).
     """
+    if presses is None:
+        with counting_presses() as own:
+            return (yield from _run(fn, stop, on_keyboard_interrupt, grace_s, kill, own))
+    return (yield from _run(fn, stop, on_keyboard_interrupt, grace_s, kill, presses))
+
+
+def _run(fn: Work, stop: threading.Event, on_keyboard_interrupt: Callable[[], Event | None],
+         grace_s: float, kill: Callable[[], None] | None,
+         presses: list[int]) -> Generator[Event, None, Any]:
     q: queue.Queue[tuple[str, Any]] = queue.Queue()
 
     def work() -> None:
@@ -37,43 +69,34 @@ def run_interruptible(
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller
             q.put(("error", e))
 
+    threading.Thread(target=work, name="rlm-turn", daemon=True).start()
     stop_seen: float | None = None
-    presses: list[int] = []
-    # counted from before the work starts: a press that lands once the cell runs but
-    # before the main thread got here raised KeyboardInterrupt, and the run's teardown
-    # then waited for the cell it never interrupted (a loaded machine; test_ctrl_c)
-    previous = _count_presses(presses)
-    try:
-        threading.Thread(target=work, name="rlm-turn", daemon=True).start()
-        while True:
-            while presses:  # counted by the handler, wherever the main thread was
-                presses.pop()
-                said = on_keyboard_interrupt()  # what happens now, for the screen
-                if said is not None:
-                    yield said
-            try:
-                kind, value = q.get(timeout=0.1)
-            except queue.Empty:
-                if stop.is_set():
-                    stop_seen = stop_seen or time.monotonic()
-                    if kill is None:
-                        return None
-                    if time.monotonic() - stop_seen > grace_s:
-                        kill()
-                        stop_seen = float("inf")  # once
-                continue
-            except KeyboardInterrupt:  # a handler of someone else's (not the default)
-                presses.append(1)
-                continue
-            if kind == "event":
-                yield value
-            elif kind == "done":
-                return value
-            else:
-                raise value
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+    while True:
+        while presses:  # counted by the handler, wherever the main thread was
+            presses.pop()
+            said = on_keyboard_interrupt()  # what happens now, for the screen
+            if said is not None:
+                yield said
+        try:
+            kind, value = q.get(timeout=0.1)
+        except queue.Empty:
+            if stop.is_set():
+                stop_seen = stop_seen or time.monotonic()
+                if kill is None:
+                    return None
+                if time.monotonic() - stop_seen > grace_s:
+                    kill()
+                    stop_seen = float("inf")  # once
+            continue
+        except KeyboardInterrupt:  # a handler of someone else's (not the default)
+            presses.append(1)
+            continue
+        if kind == "event":
+            yield value
+        elif kind == "done":
+            return value
+        else:
+            raise value
 
 
 def _count_presses(presses: list[int]) -> Any:
