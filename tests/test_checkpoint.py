@@ -256,3 +256,14 @@ def test_no_boundary_without_a_checkpoint_from_an_older_one_or_over_the_limit(tm
                               tokens_before=900, trigger="threshold"))
     s2.append(MessageEntry(message={"role": "user", "content": "go on"}))
     assert rebuild(s2, "threshold", limit=None) is None
+
+
+def test_a_key_in_the_writers_reply_never_reaches_the_file(tmp_path, monkeypatch):
+    key = "sk-test-" + "k3y" * 12
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    s = session_with(tmp_path, "compute x", "x = 41 done")
+    w = CheckpointWriter(s, lambda: ScriptedLLM([text(progress=f"used the key {key}")]), 600)
+    assert w.check(150, [100]) and w.wait(30)
+    found = ck.read(s)
+    assert found is not None and key not in found[0] and "used the key [redacted]" in found[0]
+    assert key.encode() not in ck.path_of(s.dir).read_bytes()

@@ -17,6 +17,7 @@ from rlm.app.options import RunOptions
 from rlm.app.steering import goal_gate
 from rlm.compaction.branch import summarize_branch
 from rlm.compaction.checkpoint import CheckpointWriter, budget_for, default_rungs
+from rlm.compaction.checkpoint import reply as checkpoint_reply
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
@@ -74,12 +75,13 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     """Tier 0: a checkpoint written in the background on the compaction model, at the
     configured rungs or the model's default ones (rlm.compaction.checkpoint). Not for a
     child (its run is short, its parent's checkpoint covers its answer) or a log in memory.
-    `SessionRun` closes it with the run."""
+    `SessionRun` closes it with the run. `history.checkpoint()` is every agent's."""
+    agent.handlers["history.checkpoint"] = lambda p: checkpoint_reply(agent.session)
     if agent.entry == "child" or agent.session.dir is None or not ctl.settings.enabled:
         return
     fractions = agent.config.checkpoint_rungs
     if fractions is None:
-        fractions = default_rungs(ctl.llm)
+        fractions = default_rungs(agent.config.compaction_model or agent.llm.spec)
     if fractions:  # the summaries' model instance: a script's replies are one queue
         ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
                                           budget_for(agent.context_window()))

@@ -35,6 +35,7 @@ from rlm.compaction.plan import serialize_entries
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM
 from rlm.paths import write_private_atomic
+from rlm.secrets import known_secrets, redact_text
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry
 
@@ -56,12 +57,12 @@ BELOW_COMPACTION = 0.9  # a rung at or past the compaction threshold moves to 90
 CHARS_PER_TOKEN = 3  # to cut the conversation to the writer's window before counting
 
 
-def default_rungs(llm: LLM) -> tuple[float, ...]:
-    """None set: the ladder for a model that computes elsewhere (a hosted one). A model in
-    this process (`local`, `script:`) writes none by default: `local` shares its one
-    llama.cpp instance and its KV cache with the session's turns, so a writer would hold
-    them up, and a script's replies must stay in their order (set `checkpoint_rungs`)."""
-    spec = str(getattr(llm, "spec", ""))
+def default_rungs(spec: str) -> tuple[float, ...]:
+    """None set: the ladder for a compaction model that computes elsewhere (a hosted one).
+    One in this process (`local`, `script:`) writes none by default: `local` shares its
+    one llama.cpp instance and its KV cache with the session's turns, so a writer would
+    hold them up, and a script's replies must stay in their order (set
+    `checkpoint_rungs`)."""
     in_process = spec == "local" or spec.startswith(("local:", "script:"))
     return () if in_process else DEFAULT_RUNGS
 
@@ -104,6 +105,17 @@ def read(session: Any) -> tuple[str, dict[str, Any]] | None:
     if hashlib.sha256(data).hexdigest() != entry.data.get("sha256"):
         return None
     return data.decode("utf-8", errors="replace"), dict(entry.data)
+
+
+def reply(session: Any) -> dict[str, Any] | None:
+    """What the kernel's `history.checkpoint()` gets: the confirmed text, the last entry
+    it covers, its size; None before the first one."""
+    found = read(session)
+    if found is None:
+        return None
+    text, data = found
+    return {"text": text, "watermark": data.get("watermark"), "tokens": data.get("tokens"),
+            "entries": data.get("entries")}
 
 
 def validate(text: str, budget: int) -> str | None:
@@ -186,7 +198,9 @@ def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
 def confirm(session: Any, d: Draft) -> CustomEntry:
     """Write the file whole, then append the watermark: never the other way round."""
     assert d.text is not None
-    data = (d.text + "\n").encode("utf-8")
+    # what the model wrote came from the redacted log; a key it made up or recalled is
+    # masked too (Keys never land in checkpoints), so the file matches its watermark
+    data = (redact_text(d.text, known_secrets()) + "\n").encode("utf-8")
     entry = CustomEntry(custom_type="checkpoint", display=False, content=None, data={
         "watermark": d.upto, "sha256": hashlib.sha256(data).hexdigest(),
         "tokens": count_text(d.text), "entries": d.entries, "attempts": d.attempts})

@@ -120,18 +120,6 @@ class History:
                 break
         return out
 
-    def checkpoint(self) -> dict[str, Any] | None:
-        """The confirmed checkpoint: its text, the last entry it covers, its size."""
-        from rlm.compaction.checkpoint import read
-
-        found = read(self.session)
-        if found is None:
-            return None
-        text, data = found
-        return {"text": _clip(text), "watermark": data.get("watermark"),
-                "tokens": data.get("tokens"), "entries": data.get("entries")}
-
-
 def _message_text(e: MessageEntry) -> str:
     text = e.message.get("content")
     text = text if isinstance(text, str) else ("" if text is None else str(text))
@@ -149,4 +137,3 @@ def install_handlers(handlers: dict[str, Any], session: Any) -> None:
                                                     int(p.get("limit", MAX_ITEMS)))
     handlers["history.messages"] = lambda p: h.messages(int(p.get("since", 0)), p.get("role"),
                                                         int(p.get("limit", MAX_ITEMS)))
-    handlers["history.checkpoint"] = lambda p: h.checkpoint()
