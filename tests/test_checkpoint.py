@@ -267,3 +267,25 @@ def test_a_key_in_the_writers_reply_never_reaches_the_file(tmp_path, monkeypatch
     found = ck.read(s)
     assert found is not None and key not in found[0] and "used the key [redacted]" in found[0]
     assert key.encode() not in ck.path_of(s.dir).read_bytes()
+
+
+def test_a_failed_writing_is_said_once_on_the_terminal(tmp_path, _isolated_home):
+    """The user's config asks for checkpoints; the compaction model's replies are refused:
+    the run goes on, and the terminal says once why there is no checkpoint."""
+    config = tmp_path / "user.toml"
+    config.write_text("checkpoint_rungs = [0.1]\n")
+    wait_for_outcome = (
+        "import os, time\np = os.path.join(os.environ['RLM_SESSION_DIR'], 'session.jsonl')\n"
+        "t = time.time()\n"
+        "while 'checkpoint_outcome' not in open(p).read() and time.time() - t < 60:\n"
+        "    time.sleep(0.05)\nprint('seen')")
+    session_model = tmp_path / "s.json"
+    session_model.write_text(json.dumps({"window": 4000, "replies": [
+        call(PADDING), call(wait_for_outcome), call("print(6 * 7)"), call("final('42')")]}))
+    compaction_model = tmp_path / "c.json"
+    compaction_model.write_text(json.dumps(["no sections at all"] * 3))
+    out = rlmcli.rlm("run", "pad", "--model", f"script:{session_model}", "--compaction-model",
+                     f"script:{compaction_model}", cwd=tmp_path, check=True,
+                     env={"RLM_CONFIG": str(config)})
+    said = out.stdout + out.stderr
+    assert said.count("the checkpoint was not written: 3 replies were refused") == 1, said

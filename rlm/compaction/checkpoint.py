@@ -222,6 +222,7 @@ class CheckpointWriter:
         self.closed = False
         self.written: list[CustomEntry] = []
         self.problems: list[str] = []
+        self._told = 0  # problems said on screen (take_problem)
 
     @property
     def running(self) -> bool:
@@ -263,6 +264,13 @@ class CheckpointWriter:
                 self.session.append(CustomEntry(
                     custom_type="checkpoint_outcome", display=True, content=None,
                     data={"written": False, "reason": d.problem}))
+
+    def take_problem(self) -> str | None:
+        """The newest failed writing not yet said (the terminal says it once)."""
+        if self._told >= len(self.problems):
+            return None
+        self._told = len(self.problems)
+        return self.problems[-1]
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for a running writer; True when none runs (any more)."""

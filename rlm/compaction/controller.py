@@ -273,6 +273,9 @@ class CompactionController:
             eff = self._effective()
             self.checkpoint.check(self.context_tokens(),
                                   rungs_for(self.checkpoint_fractions, eff.window, eff.threshold))
+            problem = self.checkpoint.take_problem()  # a writing that failed since
+            if problem is not None and self.notice is None:
+                self.notice = f"the checkpoint was not written: {problem}"
         return entry
 
     def _after_turn(self, kernel: Any) -> Entry | None:
