@@ -84,8 +84,7 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
         fractions = default_rungs(agent.config.compaction_model or agent.llm.spec)
     if fractions:  # the summaries' model instance: a script's replies are one queue
         ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
-                                          budget_for(agent.context_window()))
-        ctl.checkpoint_fractions = tuple(fractions)
+                                          budget_for(agent.context_window()), fractions)
 
 
 def attach_compaction(agent: Agent) -> CompactionController:

@@ -212,10 +212,12 @@ def confirm(session: Any, d: Draft) -> CustomEntry:
 class CheckpointWriter:
     """One background writer per session (see the module doc)."""
 
-    def __init__(self, session: Any, llm: Callable[[], LLM], budget: int):
+    def __init__(self, session: Any, llm: Callable[[], LLM], budget: int,
+                 fractions: Sequence[float] = ()):
         self.session = session
         self._llm = llm
         self.budget = budget
+        self.fractions = tuple(fractions)  # of the window: `rungs_for` makes them tokens
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._crossed: set[int] = set()

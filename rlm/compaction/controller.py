@@ -96,7 +96,6 @@ class CompactionController:
         self._shake_pending = False
         # tier 0 (rlm.compaction.checkpoint): attached by the composition root
         self.checkpoint: CheckpointWriter | None = None
-        self.checkpoint_fractions: tuple[float, ...] = ()
         self.checkpoint_wait_s = CHECKPOINT_WAIT_S
 
     # ------------------------------------------------------------------ helpers
@@ -272,7 +271,7 @@ class CompactionController:
         if self.checkpoint is not None:
             eff = self._effective()
             self.checkpoint.check(self.context_tokens(),
-                                  rungs_for(self.checkpoint_fractions, eff.window, eff.threshold))
+                                  rungs_for(self.checkpoint.fractions, eff.window, eff.threshold))
             problem = self.checkpoint.take_problem()  # a writing that failed since
             if problem is not None and self.notice is None:
                 self.notice = f"the checkpoint was not written: {problem}"

@@ -120,6 +120,7 @@ class History:
                 break
         return out
 
+
 def _message_text(e: MessageEntry) -> str:
     text = e.message.get("content")
     text = text if isinstance(text, str) else ("" if text is None else str(text))
