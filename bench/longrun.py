@@ -236,6 +236,46 @@ def check_stock(d: Path, truth: dict) -> bool:
     return sorted(_lines(d / "falling.txt")) == truth["items"]
 
 
+def make_quarters(d: Path) -> dict:
+    """Four wide quarterly files (14 columns each): their four previews alone take about a
+    third of the local model's 8k window, so a run of a few turns crosses it."""
+    r = _rng(7)
+    stores = [f"S{i:02d}" for i in range(1, 13)]
+    frames = []
+    for q in range(1, 5):
+        n = 3000
+        store = r.choice(stores, n)
+        units = r.integers(1, 9, n)
+        boost = np.where((store == "S07") & (q == 3), 1.6, 1.0)  # S07's summer
+        price = (r.gamma(3.0, 12.0, n) * boost).round(2)
+        df = pd.DataFrame({
+            "order_id": np.arange(q * 100_000, q * 100_000 + n),
+            "date": pd.Timestamp(f"2024-{3 * q - 2:02d}-01") + pd.to_timedelta(
+                r.integers(0, 90, n), unit="D"),
+            "store": store, "city": r.choice(["Lyon", "Lille", "Nantes", "Metz"], n),
+            "channel": r.choice(["web", "shop", "phone"], n),
+            "product": r.choice(["lamp", "desk", "chair", "shelf", "rug", "sofa"], n),
+            "category": r.choice(["home", "office"], n), "units": units,
+            "unit_price": price, "discount": r.choice([0.0, 0.05, 0.1, 0.2], n),
+            "tax_rate": 0.2, "shipping": r.choice([0.0, 4.9, 9.9], n),
+            "segment": r.choice(["retail", "pro", "student"], n),
+            "rating": r.integers(1, 6, n)})
+        df.to_csv(d / f"q{q}.csv", index=False)
+        frames.append(df.assign(quarter=f"Q{q}"))
+    year = pd.concat(frames)
+    year["revenue"] = year["units"] * year["unit_price"] * (1 - year["discount"])
+    best = year.groupby("store")["revenue"].sum().idxmax()
+    quarter = year[year["store"] == best].groupby("quarter")["revenue"].sum().idxmax()
+    return {"store": best, "quarter": quarter}
+
+
+def check_quarters(d: Path, truth: dict) -> bool:
+    text = " ".join(_lines(d / "best_store.txt")).upper()
+    stores = set(__import__("re").findall(r"\bS\d\d\b", text))
+    quarters = set(__import__("re").findall(r"\bQ[1-4]\b", text))
+    return stores == {truth["store"]} and quarters == {truth["quarter"]}
+
+
 TASKS = [
     LongTask("flights",
              "Explore flights.csv step by step. First compute the average departure delay "
@@ -279,6 +319,15 @@ TASKS = [
              "item codes to falling.txt, one per line.",
              "falling.txt lists every item whose stock fell three weeks in a row",
              "grep -q '^SKU' falling.txt", make_stock, check_stock),
+    LongTask("quarters",
+             "q1.csv, q2.csv, q3.csv and q4.csv hold a year of orders, one quarter each. "
+             "Combine them, compute each order's revenue as units * unit_price * (1 - "
+             "discount), find the store with the highest revenue over the year, then that "
+             "store's best quarter. Write best_store.txt with one line like "
+             "'store: S01, quarter: Q2'.",
+             "best_store.txt names the store with the highest yearly revenue and its best "
+             "quarter", "grep -q '^store: S[0-9]*, quarter: Q[1-4]' best_store.txt",
+             make_quarters, check_quarters),
 ]
 
 

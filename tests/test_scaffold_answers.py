@@ -117,6 +117,36 @@ def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isol
     assert "- sales: region, revenue" in note
 
 
+def test_a_mean_over_text_columns_says_which_columns_are_numbers(_isolated_home, tmp_path):
+    """issue 33's sensors run: `resample('D').mean()` on a table with a text column gave
+    pandas' "dtype 'str' does not support operation 'mean'"; the 1.5B model read it as an
+    index problem and converted the index three times. The result names the text and the
+    number columns, with a line that works."""
+    (tmp_path / "sensors.csv").write_text(
+        "station,timestamp,temp_c\nS1,2024-06-01 00:00,18.5\nS2,2024-06-01 02:00,19.0\n")
+    llm = _Fenced([_cell("print(sensors.groupby('timestamp').mean())"),
+                   _cell("print(sensors.groupby('station')['temp_c'].mean())"), "FINAL(S2)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "sensors.csv"])
+        list(agent.run("Which station is warmer?"))
+    note = llm.calls[1][-1]["content"]
+    assert "does not support operation 'mean'" in note or "Cannot perform reduction" in note
+    assert "`mean()` cannot use text columns" in note
+    assert "`sensors.groupby('station')['temp_c'].mean()`" in note
+    assert "- sensors: text station, timestamp; numbers temp_c" in note
+    assert "cannot use text columns" not in llm.calls[2][-1]["content"]
+
+
+def test_text_reduction_reads_pandas_2_and_3_wording():
+    from rlm.agent.notices import text_reduction
+
+    assert text_reduction("TypeError: dtype 'str' does not support operation 'mean'") == "mean"
+    assert text_reduction("x\nTypeError: Cannot perform reduction 'sum' with string dtype") == "sum"
+    assert text_reduction("TypeError: agg function failed [how->median,dtype->object]") == "median"
+    assert text_reduction("TypeError: unsupported operand") is None
+
+
 def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isolated_home):
     llm = _Fenced([_cell("import pandas as pd\ndf = pd.read_csv('sales.csv')"),
                    "FINAL(FileNotFoundError: sales.csv does not exist)",

@@ -7,7 +7,7 @@ import pytest
 
 from rlm.config import Config
 from rlm.kernel import Kernel
-from rlm.kernel.shaping import trim_traceback
+from rlm.kernel.shaping import strip_ansi, trim_traceback
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -44,3 +44,21 @@ def test_a_traceback_with_only_user_frames_is_unchanged():
     text, hidden = trim_traceback(blocks)
     assert hidden == 0
     assert text == "\n".join(b.replace("\x1b[0;31m", "").replace("\x1b[0m", "") for b in blocks)
+
+
+def test_a_merge_error_in_ipythons_legacy_frame_format_is_trimmed_too(tmp_path):
+    """A frame past line 10,000 (pandas' frame.py: `merge`) makes IPython format the whole
+    traceback the legacy way (`path in ?(args)`); the local model read all of pandas'
+    merge internals, 40 lines, and missed the KeyError at the end (issue 33's flights)."""
+    cell = ("import pandas as pd\nleft = pd.DataFrame({'origin': ['EWR'], 'n': [1]})\n"
+            "right = pd.DataFrame({'origin': ['EWR'], 'delay': [2.0]})\n"
+            "both = left.merge(right, on=['origin', 'month'])\n")
+    with Kernel(tmp_path, Config(output_budget_chars=20_000)) as k:
+        res = k.execute(cell, timeout=60)
+    full = next(o for o in res.outputs if o.kind == "error").traceback or []
+    assert any(" in ?(" in strip_ansi(b) for b in full), full  # the legacy format
+    text = res.shaped
+    assert len(text.splitlines()) <= 12, text
+    assert text.rstrip().splitlines()[-2] == "KeyError: 'month'", text
+    assert "both = left.merge(right, on=['origin', 'month'])" in text
+    assert "site-packages" not in text and "library frames inside pandas hidden" in text

@@ -120,12 +120,14 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
 
 def _existing_names(host: CellHost, result: CellResult) -> str:
     """After a NameError: the names that exist, inputs first; after a KeyError: where
-    that column is, or the columns that exist (rlm.agent.notices)."""
+    that column is, or the columns that exist; after a reduction met text columns: which
+    columns are numbers (rlm.agent.notices)."""
     if result.status != "error" or host.executor is None:
         return ""
     missing = notices.missing_name(result.shaped)
     key = None if missing is not None else notices.missing_key(result.shaped)
-    if missing is None and key is None:
+    op = None if missing is not None or key is not None else notices.text_reduction(result.shaped)
+    if missing is None and key is None and op is None:
         return ""
     try:
         rows = host.executor.list_namespace(timeout=5.0).get("names", [])
@@ -133,7 +135,9 @@ def _existing_names(host: CellHost, result: CellResult) -> str:
         return ""
     if missing is not None:
         return notices.existing_names(missing, rows, host.input_names())
-    return notices.key_note(str(key), rows, host.input_names())
+    if key is not None:
+        return notices.key_note(str(key), rows, host.input_names())
+    return notices.reduction_note(str(op), rows, host.input_names())
 
 
 def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:

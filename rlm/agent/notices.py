@@ -130,14 +130,56 @@ def missing_key(shaped: str) -> str | None:
     return m.group(1) if m else key
 
 
-def frame_columns(summary: str) -> list[str] | None:
-    """The column names in a DataFrame's listing summary (`DataFrame 9 rows x 2 cols: a
+def frame_dtypes(summary: str) -> list[tuple[str, str]] | None:
+    """(column, dtype) pairs in a DataFrame's listing summary (`DataFrame 9 rows x 2 cols: a
     int64, b str`), or None when the row is not a DataFrame."""
     head, sep, cols = summary.partition(" cols: ")
     if not head.startswith("DataFrame ") or not sep:
         return None
     cols = cols.split("; index ")[0]
-    return [c.rsplit(" ", 1)[0] for c in cols.split(", ") if " " in c and not c.startswith("+")]
+    return [(c.rsplit(" ", 1)[0], c.rsplit(" ", 1)[1]) for c in cols.split(", ")
+            if " " in c and not c.startswith("+")]
+
+
+def frame_columns(summary: str) -> list[str] | None:
+    """The column names in a DataFrame's listing summary, or None (not a DataFrame)."""
+    pairs = frame_dtypes(summary)
+    return None if pairs is None else [name for name, _ in pairs]
+
+
+# a reduction over a table that still has text columns: pandas 3 (`groupby(...).mean()`,
+# `df.mean()`) and pandas 2 (`agg function failed [how->mean,dtype->object]`)
+_TEXT_REDUCTION = re.compile(
+    r"^TypeError: (?:dtype '(?:str|string|object)' does not support operation "
+    r"|Cannot perform reduction )'(\w+)'|^TypeError: agg function failed \[how->(\w+),"
+    r"dtype->object\]", re.M)
+_NUMERIC = ("int", "uint", "float", "Int", "UInt", "Float", "bool", "complex")
+
+
+def text_reduction(shaped: str) -> str | None:
+    """The reduction (`mean`, `sum`) a cell applied to text columns, or None."""
+    found = _TEXT_REDUCTION.findall(shaped or "")
+    return (found[-1][0] or found[-1][1]) if found else None
+
+
+def reduction_note(op: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
+    """After `mean()` met a text column: which columns of the tables are text and which are
+    numbers, inputs first. Small models read "dtype 'str'" as an index problem and convert
+    the index again and again (issue 33's sensors run)."""
+    tables = []
+    for r in sorted(rows, key=lambda r: r.get("name") not in inputs):
+        pairs = frame_dtypes(str(r.get("summary") or "")) or []
+        text = [n for n, t in pairs if not t.startswith(_NUMERIC) and "datetime" not in t]
+        nums = [n for n, t in pairs if t.startswith(_NUMERIC)]
+        if text and nums:
+            tables.append((r["name"], text, nums))
+    if not tables:
+        return ""
+    name, text, nums = tables[0]
+    lines = [f"\n[`{op}()` cannot use text columns. Select the number columns first, e.g. "
+             f"`{name}.groupby({text[0]!r})[{nums[0]!r}].{op}()`, or pass `numeric_only=True`:"]
+    lines += [f"- {n}: text {', '.join(t)}; numbers {', '.join(x)}" for n, t, x in tables[:8]]
+    return "\n".join(lines) + "]"
 
 
 def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:

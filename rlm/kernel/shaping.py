@@ -92,11 +92,21 @@ _LIBRARY = re.compile(r"site-packages/|dist-packages/|/lib/python3[.\d]*/|\.pyx:
                       r"kernel_ext/|IPython/")
 _CHAINED = ("The above exception was the direct cause", "During handling of the above exception")
 _PACKAGE = re.compile(r"(?:site-packages|dist-packages)/([A-Za-z0-9_]+)|^File ([A-Za-z0-9_]+)/")
+# IPython's legacy frame header, used for the whole traceback once any frame's line number
+# passes 10,000 (ultratb's FAST_THRESHOLD; pandas' frame.py is 16k lines, so `merge` and
+# `apply` errors come this way): `~/.../pandas/core/frame.py in ?(self, right, ...)`.
+_LEGACY = re.compile(r"^(?:~|/|<|\.)\S* in [\w?<>.]+\(")
+
+
+def _is_frame(block: str) -> bool:
+    first = block.lstrip().split("\n", 1)[0]
+    return first.startswith(("File ", "Cell ", "Input ")) or bool(_LEGACY.match(first))
 
 
 def _is_library_frame(block: str) -> bool:
     first = block.lstrip().split("\n", 1)[0]
-    return first.startswith("File ") and bool(_LIBRARY.search(first))
+    return (first.startswith("File ") or bool(_LEGACY.match(first))) \
+        and bool(_LIBRARY.search(first))
 
 
 def _hidden_line(frames: list[str]) -> str:
@@ -133,7 +143,7 @@ def trim_traceback(blocks: list[str]) -> tuple[str, int]:
         if not seg:
             continue
         last = n == len(segments) - 1
-        frames = [b for b in seg if b.lstrip().startswith(("File ", "Cell ", "Input "))]
+        frames = [b for b in seg if _is_frame(b)]
         if not last and not any(not _is_library_frame(f) for f in frames):
             hidden += len(frames)
             causes.append(f"[caused by: {seg[-1].strip()} (inside libraries)]\n")
