@@ -138,6 +138,24 @@ def test_a_mean_over_text_columns_says_which_columns_are_numbers(_isolated_home,
     assert "cannot use text columns" not in llm.calls[2][-1]["content"]
 
 
+def test_a_file_name_written_as_an_attribute_of_its_variable_is_explained(_isolated_home,
+                                                                          tmp_path):
+    """issue 33's logs run: app.log loads as `app`; the model wrote `re.findall(..., app.log)`,
+    read "'str' object has no attribute 'log'" as "app is not loaded", and re-read the file
+    into a DataFrame. The result says `app` already holds the file."""
+    (tmp_path / "app.log").write_text("[ERROR] auth: boom\n[INFO] auth: ok\n")
+    llm = _Fenced([_cell("import re\nprint(re.findall(r'ERROR', app.log))"),
+                   _cell("print(app.count('ERROR'))"), "FINAL(1)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "app.log"])
+        list(agent.run("How many errors?"))
+    note = llm.calls[1][-1]["content"]
+    assert "AttributeError: 'str' object has no attribute 'log'" in note
+    assert "`app` is the variable that already holds the content of app.log" in note
+    assert "already holds" not in llm.calls[2][-1]["content"]
+
+
 def test_text_reduction_reads_pandas_2_and_3_wording():
     from rlm.agent.notices import text_reduction
 

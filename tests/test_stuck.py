@@ -221,6 +221,25 @@ def test_a_goal_naming_a_file_shows_the_model_the_file_before_completing(tmp_pat
     assert "report.md" in evidence["files"] and evidence["verified"] is True
 
 
+def test_a_claim_that_the_shown_file_is_correct_completes_the_goal(tmp_path):
+    """issue 33's staff run: the file was right, the host showed it, and the model's
+    "FINAL(salaries.md is correct)" was refused as unsupported three times (its only claim
+    was the word "correct") until the stuck watch blocked a goal that was done."""
+    write = ("means = {'Research': 71847, 'Sales': 61423}\n"
+             "with open('salaries.md', 'w') as f:\n"
+             "    f.writelines(f'{k}: {v}\\n' for k, v in means.items())\nprint(means)")
+    s = fenced(tmp_path / "file.json", [block(write), "FINAL(salaries.md is written)",
+                                        "FINAL(salaries.md is correct)"])
+    out = rlm("run", "Write salaries.md.", "--model", s, "--goal",
+              "salaries.md gives the average salary of every department", "--autonomous",
+              "--gate", "grep -q '^Research: [0-9]' salaries.md", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "final", (res, out.stderr[-2000:])
+    es = entries(res["session_path"])
+    assert goal_states(es)[-1]["status"] == "complete"
+    assert not any("Your answer is not supported" in t for t in user_texts(es))
+
+
 def test_a_detached_worker_stops_continuing_a_goal_the_host_blocked(tmp_path):
     """The same loop in a worker (`--detach`): the run ends stuck, the goal is blocked, and
     the worker stays idle instead of continuing it (worker.json says why it stays)."""

@@ -107,7 +107,9 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     result: CellResult = yield from _execute(host, code)
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
-    content = pre_notice + notices.cell_content(result) + _existing_names(host, result) + verdict.note
+    content = (pre_notice + notices.cell_content(result) + _existing_names(host, result)
+               + notices.file_attribute_note(result.shaped, code, host.input_names())
+               + verdict.note)
     host.session.append(MessageEntry(
         id=entry_id, cell=result.to_dict(),
         message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}))

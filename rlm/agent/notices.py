@@ -201,6 +201,27 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
     return "\n".join(lines) + "\nUse one of these names.]"
 
 
+_ATTRIBUTE_ERROR = re.compile(r"^AttributeError: '\w+' object has no attribute '(\w+)'", re.M)
+_FILE_EXTENSIONS = frozenset({"log", "txt", "csv", "tsv", "json", "jsonl", "ndjson", "md",
+                              "parquet", "xml", "html", "yaml", "yml"})
+
+
+def file_attribute_note(shaped: str, code: str, inputs: set[str]) -> str:
+    """After `app.log` in a cell where `app` is the input variable loaded from app.log: the
+    variable is the file's content. The 1.5B model wrote `re.findall(..., app.log)` and
+    then re-read the file into a DataFrame to give it a `log` (issue 33's logs run)."""
+    found = _ATTRIBUTE_ERROR.findall(shaped or "")
+    if not found or found[-1] not in _FILE_EXTENSIONS:
+        return ""
+    ext = found[-1]
+    for name in sorted(inputs):
+        if re.search(rf"(?<![\w.]){re.escape(name)}\.{ext}\b", code):
+            return (f"\n[`{name}` is the variable that already holds the content of "
+                    f"{name}.{ext}: use `{name}` itself. `{name}.{ext}` asks that value for "
+                    f"an attribute named `{ext}`.]")
+    return ""
+
+
 # the aliases notebooks import by habit; small models use them without the import
 MODULE_ALIASES = {"pd": "pandas", "np": "numpy", "plt": "matplotlib.pyplot",
                   "sns": "seaborn", "mpl": "matplotlib"}

@@ -47,7 +47,13 @@ while after before during since because between among within without via per cen
 record records row rows column columns table file files list item items entry entries
 category categories region regions city cities month months year years day days
 customer customers order orders vendor vendors station project badge code codes
-""".split())
+""".split()) | frozenset(
+    # the words of a completion claim about work the host checks itself (a goal's files
+    # and gates): "salaries.md is correct" asserts nothing an output could hold, and the
+    # local model was refused it three times after the host had shown it the right file
+    """correct correctly right done complete completed finished written wrote write saved
+    created exists exist matches match successfully updated holds contains check checked
+    checks pass passes passed goal line lines""".split())
 
 
 @dataclass(frozen=True)
