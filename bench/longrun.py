@@ -276,6 +276,58 @@ def check_quarters(d: Path, truth: dict) -> bool:
     return stores == {truth["store"]} and quarters == {truth["quarter"]}
 
 
+def make_visits(d: Path) -> dict:
+    """JSON Lines, one page view each: the loader makes a DataFrame of it."""
+    r = _rng(8)
+    pages = ["/home", "/search", "/cart", "/help", "/account", "/blog", "/pricing"]
+    reach = np.array([0.30, 0.18, 0.08, 0.05, 0.12, 0.22, 0.05])
+    rows = []
+    for i in range(9000):
+        page = pages[int(r.choice(len(pages), p=reach))]
+        user = f"u{int(r.integers(1, 400 if page != '/blog' else 1200)):04d}"
+        rows.append(json.dumps({"ts": 1717200000 + 37 * i, "user": user, "page": page,
+                                "ms": int(r.gamma(2.0, 900.0))}))
+    (d / "visits.jsonl").write_text("\n".join(rows) + "\n")
+    df = pd.read_json(d / "visits.jsonl", lines=True)
+    top = df.groupby("page")["user"].nunique().sort_values(ascending=False)
+    return {"top": list(top.index[:3])}
+
+
+def check_visits(d: Path, truth: dict) -> bool:
+    pages = [m.group(0) for ln in _lines(d / "top_pages.txt")
+             if (m := __import__("re").search(r"/\w+", ln))]
+    return pages == truth["top"]
+
+
+def make_grades(d: Path) -> dict:
+    r = _rng(9)
+    n = 600
+    cls = r.choice(["7A", "7B", "8A", "8B"], n)
+    pd.DataFrame({"student_id": np.arange(1, n + 1), "name": [f"student{i}" for i in range(n)],
+                  "class": cls}).to_csv(d / "students.csv", index=False)
+    level = {"7A": 64, "7B": 58, "8A": 70, "8B": 55}
+    rows = [(sid, subj, int(np.clip(r.normal(level[c], 14), 0, 100)))
+            for sid, c in zip(range(1, n + 1), cls, strict=True)
+            for subj in ("math", "science", "history")]
+    scores = pd.DataFrame(rows, columns=["student_id", "subject", "score"])
+    scores.to_csv(d / "scores.csv", index=False)
+    mean = scores.groupby("student_id")["score"].mean()
+    st = pd.DataFrame({"class": cls}, index=np.arange(1, n + 1))
+    st["passed"] = mean.reindex(st.index) >= 60
+    return {k: round(float(v), 2) for k, v in st.groupby("class")["passed"].mean().items()}
+
+
+def check_grades(d: Path, truth: dict) -> bool:
+    try:
+        df = pd.read_csv(d / "pass_rate.csv")
+    except Exception:  # noqa: BLE001
+        return False
+    if list(df.columns) != ["class", "pass_rate"]:
+        return False
+    got = {str(c): float(v) for c, v in zip(df["class"], df["pass_rate"], strict=True)}
+    return set(got) == set(truth) and all(abs(got[k] - v) <= 0.011 for k, v in truth.items())
+
+
 TASKS = [
     LongTask("flights",
              "Explore flights.csv step by step. First compute the average departure delay "
@@ -328,6 +380,19 @@ TASKS = [
              "best_store.txt names the store with the highest yearly revenue and its best "
              "quarter", "grep -q '^store: S[0-9]*, quarter: Q[1-4]' best_store.txt",
              make_quarters, check_quarters),
+    LongTask("visits",
+             "visits.jsonl has one page view per line (ts, user, page, ms). Count the "
+             "distinct users of each page and write the three pages with the most distinct "
+             "users to top_pages.txt, one page per line, most first.",
+             "top_pages.txt lists the three pages with the most distinct users, most first",
+             "test $(grep -c '^/' top_pages.txt) -eq 3", make_visits, check_visits),
+    LongTask("grades",
+             "students.csv gives each student's class; scores.csv has one score per student "
+             "and subject. A student passes when the mean of their scores is at least 60. "
+             "Compute each class's pass rate (the share of its students who pass, rounded to "
+             "2 decimals) and write pass_rate.csv with the columns class,pass_rate.",
+             "pass_rate.csv gives every class's pass rate",
+             "head -1 pass_rate.csv | grep -q '^class,pass_rate'", make_grades, check_grades),
 ]
 
 

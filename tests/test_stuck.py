@@ -217,6 +217,9 @@ def test_a_goal_naming_a_file_shows_the_model_the_file_before_completing(tmp_pat
     assert order == ["file", "complete"], order
     shown = next(t for t in user_texts(es) if "<file path=" in t)
     assert "EWR: month 6\nJFK: month 7" in shown and "Done means" in shown
+    assert "report.md exists and holds exactly" in shown
+    # a fenced model is taught FINAL: its goal context does not offer the goal API too
+    assert "goal.complete()" not in shown and "finish with FINAL(one line" in shown
     evidence = next(e for e in es if e.get("custom_type") == "goal_evidence")["data"]["evidence"]
     assert "report.md" in evidence["files"] and evidence["verified"] is True
 

@@ -35,6 +35,10 @@ FINISH_HINT = (
     "Continue working toward the goal; call goal.complete() when done "
     "or goal.block(reason) if you cannot proceed."
 )
+# a fenced-code model (the small local one) is taught FINAL(...), not the goal API: two ways
+# to finish in one message gave the 1.5B model answers that quoted the instructions
+FENCED_FINISH_HINT = ("Continue working toward the goal; when it is done, finish with "
+                      "FINAL(one line that states what your outputs show).")
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,7 @@ class GoalManager:
     def __init__(self, session: SessionLike, clock: Clock | None = None):
         self.session = session
         self.clock = clock or SystemClock()
+        self.finish_hint = FINISH_HINT  # the last line of <goal_context> (attach_goals)
         self.gate: Any = None  # rlm.longrun.gates.GoalGate: --gate checks before complete()
 
     # -- reading ---------------------------------------------------------------------------
@@ -247,7 +252,7 @@ class GoalManager:
         if record:
             goal.continuations += 1
             self._save(goal, "continue")
-        return render_goal_context(goal)
+        return render_goal_context(goal, self.finish_hint)
 
     # -- model (kernel bridge) ---------------------------------------------------------------
 
@@ -328,7 +333,7 @@ class GoalManager:
         }
 
 
-def render_goal_context(goal: GoalState) -> str:
+def render_goal_context(goal: GoalState, hint: str = FINISH_HINT) -> str:
     if goal.token_budget is None:
         budget = f"no token budget ({goal.tokens_used} tokens used)"
     else:
@@ -344,7 +349,7 @@ def render_goal_context(goal: GoalState) -> str:
         f"<status>{goal.status}</status>\n"
         f"<budget>{budget}</budget>\n"
         f"<continuation>{goal.continuations}</continuation>\n"
-        f"{FINISH_HINT}\n"
+        f"{hint}\n"
         "</goal_context>"
     )
 
@@ -366,6 +371,8 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
     idle time between runs is never charged. The continuation hook comes first so a goal
     beats autonomous mode.
     """
+    if not getattr(getattr(agent, "llm", None), "native_tools", True):
+        goals.finish_hint = FENCED_FINISH_HINT
     for verb in ("get", "complete", "block"):
         agent.handlers[f"goal.{verb}"] = _goal_handler(goals, f"goal.{verb}")
     if judge is not None:

@@ -58,8 +58,9 @@ def done_means(files: list[str], gates: list[str]) -> str:
     """What "done" means for a goal, in the words a small model reads."""
     parts = []
     if files:
-        parts.append(f"{', '.join(files)} exist{'s' if len(files) == 1 else ''} and "
-                     "hold exactly what the goal asks")
+        one = len(files) == 1
+        parts.append(f"{', '.join(files)} exist{'s' if one else ''} and "
+                     f"hold{'s' if one else ''} exactly what the goal asks")
     if gates:
         parts.append("the check" + ("s " if len(gates) > 1 else " ")
                      + ", ".join(f"`{g}`" for g in gates) + (" pass" if len(gates) > 1 else " passes"))
