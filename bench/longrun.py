@@ -328,6 +328,35 @@ def check_grades(d: Path, truth: dict) -> bool:
     return set(got) == set(truth) and all(abs(got[k] - v) <= 0.011 for k, v in truth.items())
 
 
+def make_contracts(d: Path) -> dict:
+    """A long text (87 kB): 60 contracts of boilerplate, each with its id and term
+    somewhere in its middle. Reading it in slices fills the 8k window in a few turns."""
+    r = _rng(10)
+    clauses = ["The Supplier shall deliver the Goods in accordance with the schedule.",
+               "Payment is due within thirty days of the invoice date.",
+               "Either party may terminate this agreement with written notice.",
+               "All disputes are subject to the courts of the Buyer's seat.",
+               "The Supplier warrants that the Goods are free from defects.",
+               "Confidential information shall not be disclosed to third parties."]
+    parts, long_ids = [], []
+    for i in range(60):
+        cid = f"C-{1000 + 7 * i}"
+        months = int(r.choice([6, 12, 18, 24, 30, 36, 48]))
+        if months > 24:
+            long_ids.append(cid)
+        body = [clauses[int(k)] for k in r.integers(0, len(clauses), 22)]
+        body.insert(int(r.integers(3, 18)), f"Contract ID: {cid}")
+        body.insert(int(r.integers(5, 20)), f"Term: {months} months from the effective date.")
+        parts.append(f"AGREEMENT {i + 1}\n" + "\n".join(body))
+    (d / "contracts.txt").write_text("\n---\n".join(parts) + "\n")
+    return {"ids": sorted(long_ids)}
+
+
+def check_contracts(d: Path, truth: dict) -> bool:
+    found = __import__("re").findall(r"C-\d{4}", " ".join(_lines(d / "long_terms.txt")))
+    return sorted(found) == truth["ids"]
+
+
 TASKS = [
     LongTask("flights",
              "Explore flights.csv step by step. First compute the average departure delay "
@@ -393,6 +422,12 @@ TASKS = [
              "2 decimals) and write pass_rate.csv with the columns class,pass_rate.",
              "pass_rate.csv gives every class's pass rate",
              "head -1 pass_rate.csv | grep -q '^class,pass_rate'", make_grades, check_grades),
+    LongTask("contracts",
+             "contracts.txt holds 60 agreements separated by lines of '---'. Each has a "
+             "'Contract ID:' line and a 'Term: N months' line. Write the ids of the contracts "
+             "whose term is longer than 24 months to long_terms.txt, one per line.",
+             "long_terms.txt lists every contract whose term is longer than 24 months",
+             "grep -q '^C-[0-9]' long_terms.txt", make_contracts, check_contracts),
 ]
 
 
@@ -423,6 +458,30 @@ def first_repeat(entries: list[dict]) -> dict | None:
             if out:
                 outputs.add(out)
     return None
+
+
+def after_note(entries: list[dict]) -> dict | None:
+    """After the stuck watch's note (`<stuck>`): the turns the model took, and how many of
+    its cells succeeded with an output no earlier cell printed (progress the watch counts).
+    None when no note was given."""
+    outputs: set[str] = set()
+    turns = fresh = 0
+    noted = False
+    for e in entries:
+        if e.get("type") != "message":
+            continue
+        m = e["message"]
+        text = " ".join(str(m.get("content") or "").split())
+        if m["role"] == "user" and text.startswith("<stuck>"):
+            noted = True
+        elif m["role"] == "assistant" and noted:
+            turns += 1
+        elif m["role"] == "tool" and text:
+            failed = "Traceback" in text or text.startswith(("Not run", "Error"))
+            if noted and not failed and text not in outputs:
+                fresh += 1
+            outputs.add(text)
+    return {"turns": turns, "fresh_outputs": fresh} if noted else None
 
 
 def classify(result: dict, goal_status: str | None, correct: bool) -> str:
@@ -480,8 +539,10 @@ def run_task(task: LongTask, root: Path, max_turns: int, timeout: float) -> dict
         "turns": result.get("turns"), "seconds": round(seconds),
         "tokens": (result.get("tokens") or {}).get("total"),
         "compactions": sum(1 for e in entries if e.get("type") == "compaction"),
-        "after_first_repeat": after, "stuck": result.get("stuck"),
+        "after_first_repeat": after, "after_note": after_note(entries),
+        "stuck": result.get("stuck"),
         "final": (result.get("final") or "")[:200], "truth": truth,
+        "session": result.get("session_path"),
     }
 
 

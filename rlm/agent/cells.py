@@ -107,9 +107,7 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     result: CellResult = yield from _execute(host, code)
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
-    content = (pre_notice + notices.cell_content(result) + _existing_names(host, result)
-               + notices.file_attribute_note(result.shaped, code, host.input_names())
-               + verdict.note)
+    content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) + verdict.note
     host.session.append(MessageEntry(
         id=entry_id, cell=result.to_dict(),
         message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}))
@@ -120,12 +118,17 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     return not result.ok or bool(result.shaped.strip())
 
 
-def _existing_names(host: CellHost, result: CellResult) -> str:
-    """After a NameError: the names that exist, inputs first; after a KeyError: where
-    that column is, or the columns that exist; after a reduction met text columns: which
-    columns are numbers (rlm.agent.notices)."""
-    if result.status != "error" or host.executor is None:
+def _error_note(host: CellHost, result: CellResult, code: str) -> str:
+    """After an error a small model misreads, what it means here (rlm.agent.notices): a
+    NameError, the names that exist, inputs first; a KeyError, where that column is or the
+    columns that exist; a reduction over text columns, which columns are numbers; an input
+    file's name written as an attribute of its variable (`app.log`), that the variable is
+    the file."""
+    if result.status != "error":
         return ""
+    attribute = notices.file_attribute_note(result.shaped, code, host.input_names())
+    if attribute or host.executor is None:
+        return attribute
     missing = notices.missing_name(result.shaped)
     key = None if missing is not None else notices.missing_key(result.shaped)
     op = None if missing is not None or key is not None else notices.text_reduction(result.shaped)
