@@ -102,6 +102,25 @@ def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_h
     assert "- orders: order_id, region, value" in second
 
 
+def test_a_merge_on_a_column_one_side_lacks_names_that_side(_isolated_home, tmp_path):
+    """issue 33's flights run: `flights.merge(worst, on=['origin', 'month'])` where `worst`
+    had no `month`. The note said "use flights['month']" (flights has it), and the model
+    sent the same merge again. It now names the DataFrame of the failing line without it."""
+    (tmp_path / "flights.csv").write_text("origin,month,dep_delay\nEWR,1,3.0\nJFK,2,5.0\n")
+    cell = ("worst = flights.groupby('origin')['dep_delay'].max().reset_index()\n"
+            "both = flights.merge(worst, on=['origin', 'month'])")
+    llm = _Fenced([_cell(cell), "FINAL(none)"])
+    agent, _ = _agent(_isolated_home, llm)
+    with agent:
+        load_context_files(agent, [tmp_path / "flights.csv"])
+        list(agent.run("worst month per origin?"))
+    note = llm.calls[1][-1]["content"]
+    assert "KeyError: 'month'" in note
+    assert "`'month'` is a column of the DataFrame `flights`, but not of every" in note
+    assert "`worst` has origin, dep_delay" in note
+    assert "Use the DataFrame itself" not in note
+
+
 def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isolated_home, tmp_path):
     """pandas says `KeyError: 'Column not found: amount'` for `groupby(...)['amount']`; the
     note named "'Column not found: amount'" as the missing column."""

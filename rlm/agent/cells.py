@@ -141,7 +141,7 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     if missing is not None:
         return notices.existing_names(missing, rows, host.input_names())
     if key is not None:
-        return notices.key_note(str(key), rows, host.input_names())
+        return notices.key_note(str(key), rows, host.input_names(), result.shaped)
     return notices.reduction_note(str(op), rows, host.input_names())
 
 

@@ -182,13 +182,30 @@ def reduction_note(op: str, rows: list[dict[str, Any]], inputs: set[str]) -> str
     return "\n".join(lines) + "]"
 
 
-def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str]) -> str:
+_ARROW = re.compile(r"^-+> ?\s*\d+ (.*)$", re.M)
+
+
+def failing_line(shaped: str) -> str:
+    """The last line a traceback points at (`---> 15 both = a.merge(b, ...)`), or ""."""
+    found = _ARROW.findall(shaped or "")
+    return found[-1] if found else ""
+
+
+def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str = "") -> str:
     """After a KeyError on a name: where that column is, or the columns that exist. Small
     models read `KeyError: 'region'` from `orders['value'].groupby('region')` as "no such
     column" and then guess other names."""
     frames = [(r["name"], cols) for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
               if (cols := frame_columns(str(r.get("summary") or ""))) is not None]
     having = [name for name, cols in frames if key in cols]
+    line = failing_line(shaped)
+    lacking = [(name, cols) for name, cols in frames if key not in cols
+               and re.search(rf"(?<![\w.]){re.escape(name)}\b", line)]
+    if having and lacking:  # `a.merge(b, on=[..., key])`: b is the one without it
+        those = "; ".join(f"`{n}` has {', '.join(c)}" for n, c in lacking[:3])
+        return (f"\n[`{key!r}` is a column of the DataFrame `{having[0]}`, but not of every "
+                f"DataFrame the failing line uses: {those}. Give them that column or use "
+                f"columns they have.]")
     if having:
         name = having[0]
         return (f"\n[`{key!r}` is a column of the DataFrame `{name}`; the object the failing "
