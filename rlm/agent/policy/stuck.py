@@ -16,7 +16,9 @@ decision, rlm.protocols), whose
 Thresholds scale with the model (`thresholds_for`): a fenced-code model (the small local
 one) is held tighter than a tool-calling one. They come from issue 33's trace of the 1.5B
 model (28 of the 29 cells after its first the same, 51 resamples without a different
-cell); bench/longrun.py is the suite to measure them on (no figures yet: bench/RESULTS.md).
+cell) and were measured on bench/longrun.py against the LARGE ones for that model
+(bench/RESULTS.md, "Long autonomous runs": no run the note reached made progress after it,
+and the looser thresholds ran the same loops longer).
 """
 
 from __future__ import annotations
