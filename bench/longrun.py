@@ -19,7 +19,10 @@ Per task the outcome is one of
                            stall: nothing claimed
   ran-to-limit             --max-turns (or another limit) ended it
 plus turns and seconds spent after the first repeated cell (same code or same output as an
-earlier cell of the run) and whether the run crossed the model's window (a compaction).
+earlier cell of the run), the turns after the stuck watch's note and how many of their cells
+printed something new (`after_note`), and whether the run crossed the model's window (a
+compaction). Ten tasks: the first six since session 10, the last four (quarters, visits,
+grades, contracts) written in stop 44 before any run of them.
 One JSON line per task goes to bench/out/longrun-<time>.jsonl; a table is printed.
 """
 

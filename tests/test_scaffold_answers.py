@@ -34,6 +34,17 @@ def _cell(code: str) -> str:
     return f"```python\n{code}\n```"
 
 
+def _read_after_cells(home, path, replies: list[str], question: str) -> list[str]:
+    """Run the scripted replies on the input file `path`: what the model read after each
+    reply (the last message of each later model call)."""
+    llm = _Fenced(replies)
+    agent, _ = _agent(home, llm)
+    with agent:
+        load_context_files(agent, [path])
+        list(agent.run(question))
+    return [call[-1]["content"] for call in llm.calls[1:]]
+
+
 def test_a_name_error_lists_the_names_that_exist_inputs_first(_isolated_home, tmp_path):
     (tmp_path / "notes.txt").write_text("filler line\n" * 50 + "the code is 4711\n")
     llm = _Fenced([_cell("helper = [1, 2, 3]\nprint(len(helper))"),
@@ -88,13 +99,11 @@ def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_h
     `KeyError: 'region'` as "no such column", and repeated or guessed other names for
     the rest of its turns. The result says where the column is, or lists the columns."""
     (tmp_path / "orders.csv").write_text("order_id,region,value\n1,Lyon,3.5\n2,Nice,4.0\n")
-    llm = _Fenced([_cell("print(orders['value'].groupby('region').median())"),
-                   _cell("print(orders['city'])"), _cell("print(len(orders))"), "FINAL(2)"])
-    agent, _ = _agent(_isolated_home, llm)
-    with agent:
-        load_context_files(agent, [tmp_path / "orders.csv"])
-        list(agent.run("median per region?"))
-    first, second = llm.calls[1][-1]["content"], llm.calls[2][-1]["content"]
+    first, second, _ = _read_after_cells(
+        _isolated_home, tmp_path / "orders.csv",
+        [_cell("print(orders['value'].groupby('region').median())"),
+         _cell("print(orders['city'])"), _cell("print(len(orders))"), "FINAL(2)"],
+        "median per region?")
     assert "KeyError: 'region'" in first
     assert "`'region'` is a column of the DataFrame `orders`" in first
     assert "`orders.groupby('region')`" in first
@@ -109,12 +118,8 @@ def test_a_merge_on_a_column_one_side_lacks_names_that_side(_isolated_home, tmp_
     (tmp_path / "flights.csv").write_text("origin,month,dep_delay\nEWR,1,3.0\nJFK,2,5.0\n")
     cell = ("worst = flights.groupby('origin')['dep_delay'].max().reset_index()\n"
             "both = flights.merge(worst, on=['origin', 'month'])")
-    llm = _Fenced([_cell(cell), "FINAL(none)"])
-    agent, _ = _agent(_isolated_home, llm)
-    with agent:
-        load_context_files(agent, [tmp_path / "flights.csv"])
-        list(agent.run("worst month per origin?"))
-    note = llm.calls[1][-1]["content"]
+    [note] = _read_after_cells(_isolated_home, tmp_path / "flights.csv",
+                               [_cell(cell), "FINAL(none)"], "worst month per origin?")
     assert "KeyError: 'month'" in note
     assert "`'month'` is a column of the DataFrame `flights`, but not of every" in note
     assert "`worst` has origin, dep_delay" in note
@@ -125,12 +130,10 @@ def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isol
     """pandas says `KeyError: 'Column not found: amount'` for `groupby(...)['amount']`; the
     note named "'Column not found: amount'" as the missing column."""
     (tmp_path / "sales.csv").write_text("region,revenue\nNorth,3.5\nSouth,4.0\n")
-    llm = _Fenced([_cell("print(sales.groupby('region')['amount'].sum())"), "FINAL(none)"])
-    agent, _ = _agent(_isolated_home, llm)
-    with agent:
-        load_context_files(agent, [tmp_path / "sales.csv"])
-        list(agent.run("total per region?"))
-    note = llm.calls[1][-1]["content"]
+    [note] = _read_after_cells(
+        _isolated_home, tmp_path / "sales.csv",
+        [_cell("print(sales.groupby('region')['amount'].sum())"), "FINAL(none)"],
+        "total per region?")
     assert "Column not found: amount" in note  # pandas' own error, kept
     assert "`'amount'` is not a column of any DataFrame" in note
     assert "- sales: region, revenue" in note
@@ -143,18 +146,16 @@ def test_a_mean_over_text_columns_says_which_columns_are_numbers(_isolated_home,
     number columns, with a line that works."""
     (tmp_path / "sensors.csv").write_text(
         "station,timestamp,temp_c\nS1,2024-06-01 00:00,18.5\nS2,2024-06-01 02:00,19.0\n")
-    llm = _Fenced([_cell("print(sensors.groupby('timestamp').mean())"),
-                   _cell("print(sensors.groupby('station')['temp_c'].mean())"), "FINAL(S2)"])
-    agent, _ = _agent(_isolated_home, llm)
-    with agent:
-        load_context_files(agent, [tmp_path / "sensors.csv"])
-        list(agent.run("Which station is warmer?"))
-    note = llm.calls[1][-1]["content"]
+    note, after = _read_after_cells(
+        _isolated_home, tmp_path / "sensors.csv",
+        [_cell("print(sensors.groupby('timestamp').mean())"),
+         _cell("print(sensors.groupby('station')['temp_c'].mean())"), "FINAL(S2)"],
+        "Which station is warmer?")
     assert "does not support operation 'mean'" in note or "Cannot perform reduction" in note
     assert "`mean()` cannot use text columns" in note
     assert "`sensors.groupby('station')['temp_c'].mean()`" in note
     assert "- sensors: text station, timestamp; numbers temp_c" in note
-    assert "cannot use text columns" not in llm.calls[2][-1]["content"]
+    assert "cannot use text columns" not in after
 
 
 def test_a_file_name_written_as_an_attribute_of_its_variable_is_explained(_isolated_home,
@@ -163,16 +164,13 @@ def test_a_file_name_written_as_an_attribute_of_its_variable_is_explained(_isola
     read "'str' object has no attribute 'log'" as "app is not loaded", and re-read the file
     into a DataFrame. The result says `app` already holds the file."""
     (tmp_path / "app.log").write_text("[ERROR] auth: boom\n[INFO] auth: ok\n")
-    llm = _Fenced([_cell("import re\nprint(re.findall(r'ERROR', app.log))"),
-                   _cell("print(app.count('ERROR'))"), "FINAL(1)"])
-    agent, _ = _agent(_isolated_home, llm)
-    with agent:
-        load_context_files(agent, [tmp_path / "app.log"])
-        list(agent.run("How many errors?"))
-    note = llm.calls[1][-1]["content"]
+    note, after = _read_after_cells(
+        _isolated_home, tmp_path / "app.log",
+        [_cell("import re\nprint(re.findall(r'ERROR', app.log))"),
+         _cell("print(app.count('ERROR'))"), "FINAL(1)"], "How many errors?")
     assert "AttributeError: 'str' object has no attribute 'log'" in note
     assert "`app` is the variable that already holds the content of app.log" in note
-    assert "already holds" not in llm.calls[2][-1]["content"]
+    assert "already holds" not in after
 
 
 def test_text_reduction_reads_pandas_2_and_3_wording():
