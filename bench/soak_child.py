@@ -249,10 +249,13 @@ class Child:
     def _second_writer(self, i: int) -> None:
         """Another process opens the session for writing while this host runs it."""
         path = self.session.path
-        before = hashlib.sha256(path.read_bytes()).hexdigest()
-        proc = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path)],
-                              capture_output=True, text=True, timeout=120)
-        after = hashlib.sha256(path.read_bytes()).hexdigest()
+        # this host's own background writers (the checkpoint writer's thread appends its
+        # outcome) wait meanwhile: only the second process could change the log
+        with self.session._append_lock:
+            before = hashlib.sha256(path.read_bytes()).hexdigest()
+            proc = subprocess.run([sys.executable, "-c", SECOND_WRITER, str(path)],
+                                  capture_output=True, text=True, timeout=120)
+            after = hashlib.sha256(path.read_bytes()).hexdigest()
         ok = proc.stdout.startswith("BUSY") and before == after
         if not ok:
             self.violation("second_writer_not_refused", i=i, out=proc.stdout[-300:],
