@@ -141,10 +141,10 @@ def frame_dtypes(summary: str) -> list[tuple[str, str]] | None:
             if " " in c and not c.startswith("+")]
 
 
-def frame_columns(summary: str) -> list[str] | None:
-    """The column names in a DataFrame's listing summary, or None (not a DataFrame)."""
-    pairs = frame_dtypes(summary)
-    return None if pairs is None else [name for name, _ in pairs]
+def _tables(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The DataFrames of a namespace listing with their (column, dtype) pairs, inputs first."""
+    return [(r["name"], pairs) for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
+            if (pairs := frame_dtypes(str(r.get("summary") or ""))) is not None]
 
 
 # a reduction over a table that still has text columns: pandas 3 (`groupby(...).mean()`,
@@ -167,12 +167,11 @@ def reduction_note(op: str, rows: list[dict[str, Any]], inputs: set[str]) -> str
     numbers, inputs first. Small models read "dtype 'str'" as an index problem and convert
     the index again and again (issue 33's sensors run)."""
     tables = []
-    for r in sorted(rows, key=lambda r: r.get("name") not in inputs):
-        pairs = frame_dtypes(str(r.get("summary") or "")) or []
+    for table, pairs in _tables(rows, inputs):
         text = [n for n, t in pairs if not t.startswith(_NUMERIC) and "datetime" not in t]
         nums = [n for n, t in pairs if t.startswith(_NUMERIC)]
         if text and nums:
-            tables.append((r["name"], text, nums))
+            tables.append((table, text, nums))
     if not tables:
         return ""
     name, text, nums = tables[0]
@@ -195,8 +194,7 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str
     """After a KeyError on a name: where that column is, or the columns that exist. Small
     models read `KeyError: 'region'` from `orders['value'].groupby('region')` as "no such
     column" and then guess other names."""
-    frames = [(r["name"], cols) for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
-              if (cols := frame_columns(str(r.get("summary") or ""))) is not None]
+    frames = [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
     having = [name for name, cols in frames if key in cols]
     line = failing_line(shaped)
     lacking = [(name, cols) for name, cols in frames if key not in cols
