@@ -21,8 +21,9 @@ Per task the outcome is one of
 plus turns and seconds spent after the first repeated cell (same code or same output as an
 earlier cell of the run), the turns after the stuck watch's note and how many of their cells
 printed something new (`after_note`), and whether the run crossed the model's window (a
-compaction). Ten tasks: the first six since session 10, the last four (quarters, visits,
-grades, contracts) written in stop 44 before any run of them.
+compaction). Twelve tasks: the first six since session 10, four (quarters, visits, grades,
+contracts) written in stop 44 and two (survey, shipments) in stop 45, each before any run
+of them.
 One JSON line per task goes to bench/out/longrun-<time>.jsonl; a table is printed.
 """
 
@@ -360,6 +361,77 @@ def check_contracts(d: Path, truth: dict) -> bool:
     return sorted(found) == truth["ids"]
 
 
+
+def make_survey(d: Path) -> dict:
+    """A wide table (17 columns) and three chained steps, each needing the last one's
+    result: a run that works step by step prints a lot and crosses the 8k window."""
+    r = _rng(11)
+    n = 4000
+    region = r.choice(["north", "south", "east", "west", "centre"], n,
+                      p=[0.18, 0.17, 0.26, 0.21, 0.18])
+    product = r.choice(["basic", "plus", "family", "pro"], n)
+    df = pd.DataFrame({"respondent_id": np.arange(1, n + 1), "region": region,
+                       "age_group": r.choice(["18-29", "30-44", "45-64", "65+"], n),
+                       "gender": r.choice(["f", "m", "x"], n, p=[0.49, 0.49, 0.02]),
+                       "product": product, "channel": r.choice(["app", "web", "store"], n)})
+    for q in range(1, 9):
+        base = r.integers(1, 6, n)
+        dip = (region == "east") & (product == "family") & (q == 6)
+        df[f"q{q}"] = np.where(dip, np.clip(base - 2, 1, 5), base)
+    df["nps"] = np.clip(np.round(r.normal(7, 2, n) - 2.5 * ((region == "east")
+                                                              & (product == "family"))), 0, 10)
+    df["comment_len"] = r.integers(0, 400, n)
+    df.to_csv(d / "survey.csv", index=False)
+    top = df["region"].value_counts().idxmax()
+    sub = df[df["region"] == top]
+    prod = sub.groupby("product")["nps"].mean().idxmin()
+    qs = sub[sub["product"] == prod][[f"q{q}" for q in range(1, 9)]].mean().idxmin()
+    return {"region": top, "product": prod, "question": qs}
+
+
+def check_survey(d: Path, truth: dict) -> bool:
+    got = {}
+    for ln in _lines(d / "findings.md"):
+        key, _, val = ln.lstrip("-*# ").partition(":")
+        got[key.strip().lower()] = val.strip().strip("'\"`*").lower()
+    return all(got.get(k) == v for k, v in truth.items())
+
+
+def make_shipments(d: Path) -> dict:
+    """Two files joined on order_id, dates to subtract, a share per group."""
+    r = _rng(12)
+    n = 5000
+    carriers = ["DHL", "UPS", "GLS", "DPD", "TNT"]
+    late_p = {"DHL": 0.12, "UPS": 0.08, "GLS": 0.27, "DPD": 0.18, "TNT": 0.05}
+    promised = pd.Timestamp("2024-03-01") + pd.to_timedelta(r.integers(0, 120, n), unit="D")
+    carrier = r.choice(carriers, n)
+    late = np.array([r.random() < late_p[c] for c in carrier])
+    shipped = promised + pd.to_timedelta(np.where(late, r.integers(1, 6, n),
+                                                  -r.integers(0, 4, n)), unit="D")
+    ids = r.permutation(np.arange(10_000, 10_000 + n))
+    pd.DataFrame({"order_id": ids, "customer": [f"K{int(x):04d}" for x in r.integers(1, 900, n)],
+                  "promised_date": promised.strftime("%Y-%m-%d")}).to_csv(
+        d / "orders.csv", index=False)
+    order = r.permutation(n)
+    pd.DataFrame({"order_id": ids[order], "carrier": carrier[order],
+                  "shipped_date": shipped.strftime("%Y-%m-%d")[order]}).to_csv(
+        d / "shipments.csv", index=False)
+    share = pd.Series(late, index=carrier).groupby(level=0).mean().round(2)
+    return {k: float(v) for k, v in share.sort_values(ascending=False).items()}
+
+
+def check_shipments(d: Path, truth: dict) -> bool:
+    try:
+        df = pd.read_csv(d / "late_rate.csv")
+    except Exception:  # noqa: BLE001
+        return False
+    if list(df.columns) != ["carrier", "late_share"]:
+        return False
+    got = [(str(c), float(v)) for c, v in zip(df["carrier"], df["late_share"], strict=True)]
+    return [c for c, _ in got] == list(truth) and all(
+        abs(v - truth[c]) <= 0.011 for c, v in got)
+
+
 TASKS = [
     LongTask("flights",
              "Explore flights.csv step by step. First compute the average departure delay "
@@ -431,6 +503,25 @@ TASKS = [
              "whose term is longer than 24 months to long_terms.txt, one per line.",
              "long_terms.txt lists every contract whose term is longer than 24 months",
              "grep -q '^C-[0-9]' long_terms.txt", make_contracts, check_contracts),
+    LongTask("survey",
+             "survey.csv holds customer survey answers (scores q1 to q8 from 1 to 5, and an "
+             "nps from 0 to 10). Work step by step and print each result before the next "
+             "step. 1) Find the region with the most respondents. 2) In that region, find the "
+             "product with the lowest mean nps. 3) For that region and product, find the "
+             "question among q1 to q8 with the lowest mean score. Write findings.md with "
+             "three lines: 'region: ...', 'product: ...', 'question: ...'.",
+             "findings.md names the region, the product and the question of the three steps",
+             "grep -q '^region:' findings.md && grep -q '^product:' findings.md && "
+             "grep -q '^question:' findings.md", make_survey, check_survey),
+    LongTask("shipments",
+             "orders.csv has each order's promised_date; shipments.csv has its carrier and "
+             "shipped_date. An order is late when it shipped after its promised date. Compute "
+             "each carrier's share of late orders, rounded to 2 decimals, and write "
+             "late_rate.csv with the columns carrier,late_share, highest share first.",
+             "late_rate.csv gives every carrier's share of late orders, highest first",
+             "head -1 late_rate.csv | grep -q '^carrier,late_share'",
+             make_shipments, check_shipments),
+
 ]
 
 
