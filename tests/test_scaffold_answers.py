@@ -427,10 +427,12 @@ def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_h
     """The task suite's model wrote `print(sales.columns)` and, in the same reply, a guess
     for what to do "if the column is named category_name": both ran, the guess failed, and
     the model looped on it. Fences run in order until one prints or fails; the rest are
-    recorded as not run, and the model is told why. Silent setup fences still chain."""
-    reply = (_cell("cols = ['date', 'category']") + "\n\n" + _cell("print(cols)") +
-             "\nIf 'category' is missing, try this:\n" + _cell("print(cols.index('category_name'))")
-             + "\n" + _cell("print(cols)") * 2)
+    recorded as not run, and the model is told why. Silent setup fences still chain.
+    (Fences that surely show output are cut from the reply as it streams: tests/
+    test_reply_end.py; these show theirs only when run.)"""
+    reply = (_cell("cols = ['date', 'category']") + "\n\n" + _cell("sorted(cols, reverse=True)") +
+             "\nIf 'category' is missing, try this:\n" + _cell("cols.index('category_name')")
+             + "\n" + _cell("len(cols)") + _cell("cols.count('date')"))
     llm = _Fenced([reply, "FINAL(date and category)"])
     agent, session = _agent(_isolated_home, llm)
     with agent:

@@ -14,6 +14,12 @@ Only the reply's own turn counts: a model that writes fenced code may go on to i
 next turn (a fake "User:" message, made-up "Output of cell [k]:"), and providers that ignore
 the stop strings send it; `own_turn` cuts it off before any code or FINAL is read.
 
+`reply_end` is where a fenced-code reply stops being worth generating: after the first
+block that surely shows something (a top-level print, or a last line that is a value), or
+before a block that repeats an earlier one. A later block would only run had the earlier
+printed nothing (rlm.agent.cells), and a FINAL next to code is ignored, so the rest is
+dead text: the model call stops there (rlm.agent.modelcall), which saves its seconds.
+
 `overwritten_inputs` finds cells that replace an input variable with a literal: small
 models retype a preview of the data instead of using the variable they were given.
 """
@@ -72,6 +78,55 @@ def code_tool_calls(text: str) -> list[ToolCall]:
                  synthetic=True)
         for b in fenced_blocks(text)
     ]
+
+
+_SHOWS = {"print", "display"}
+
+
+def surely_shows(code: str) -> bool:
+    """Whether running `code` shows something whatever the data: it fails to parse (the
+    error shows), a top-level statement prints, or its last line is a value that is not a
+    call (a call may return None: `df.to_csv(...)`)."""
+    try:
+        body = ast.parse(code).body
+    except SyntaxError:
+        return True
+    for stmt in body:
+        call = stmt.value if isinstance(stmt, ast.Expr) else None
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) \
+                and call.func.id in _SHOWS:
+            return True
+    return bool(body) and isinstance(body[-1], ast.Expr) \
+        and not isinstance(body[-1].value, ast.Call)
+
+
+def _shape(code: str) -> str:
+    """The code without its layout and comments, for comparing blocks."""
+    try:
+        return ast.dump(ast.parse(code))
+    except SyntaxError:
+        return " ".join(code.split())
+
+
+def reply_end(text: str) -> int | None:
+    """Where a fenced-code reply's useful part ends (an index into `text`), or None while
+    it may still matter: the end of the first closed code block that surely shows output,
+    or the start of a closed block whose code an earlier block of the reply already had."""
+    seen: set[str] = set()
+    for m in _FENCE.finditer(own_turn(text)):
+        if not m.group(0).endswith("```"):
+            return None  # still open: its end is not written yet
+        lang, body = m.group(1).lower(), m.group(2)
+        if lang not in _CODE_LANGS or not body.strip() or _FINAL_ONLY.match(body) \
+                or not (lang or _looks_like_code(body)):
+            continue
+        same = _shape(body)
+        if same in seen:
+            return m.start()
+        seen.add(same)
+        if surely_shows(body):
+            return m.end()
+    return None
 
 
 def text_final(text: str) -> tuple[str, str] | None:

@@ -2,7 +2,9 @@
 one retry after a compaction on overflow, a resample the policy asked for, and stream
 rules: the reply streams through the policy's scanner (rlm.agent.policy.stream); a match
 stops it, the partial reply is dropped (never logged, no cell runs), the injection is
-appended and the turn's call is made again (`sample`).
+appended and the turn's call is made again (`sample`). A fenced-code reply is cut where
+the rest could never run (rlm.agent.codeparse.reply_end): the stream stops there and the
+reply is what came before it.
 
 Used by the loop (rlm.agent.loop) through `ModelHost`, the part of the Agent a call needs.
 """
@@ -13,6 +15,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from rlm.agent import notices
+from rlm.agent.codeparse import reply_end
 from rlm.agent.policy import Abort, AnswerPolicy, Resample
 from rlm.agent.progress import ModelTextStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
@@ -44,6 +47,9 @@ class ModelHost(Protocol):
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
 
 
+# a reply is looked at for its end (reply_end) while shorter than this: a runaway reply
+# full of backticks is not parsed again at each of its deltas
+CUT_SCAN_CHARS = 32_768
 # retries of one turn after stream-rule aborts (each rule also stops after PER_TURN hits)
 MAX_ABORTS = 6
 
@@ -54,6 +60,15 @@ class RuleMatched(RlmError):
     def __init__(self, match: Match, partial: str):
         super().__init__(f"stream rule {match.rule.name!r} matched")
         self.match, self.partial = match, partial
+
+
+class ReplyEnded(RlmError):
+    """Raised from the stream callback: the rest of a fenced-code reply could never run;
+    the stream stops and `text` is the reply."""
+
+    def __init__(self, text: str):
+        super().__init__("the reply's useful part ended")
+        self.text = text
 
 
 class Stopped:
@@ -147,23 +162,39 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                   watch: ReplyScanner | None) -> Work:
     """The call run on the worker thread: text streamed to the user and through `watch`;
     a match raises RuleMatched (the stream stops there); the whole reply's native cells
-    are checked before it returns."""
+    are checked before it returns. A fenced-code reply stops at `reply_end` once text
+    past it comes (a reply that just ends there keeps its exact usage)."""
     native = llm.native_tools
 
     def call(emit: Callable[[Event], None]) -> Completion:
         with retry_notices(lambda text: emit(Notice(text, "warning"))), \
                 ModelTextStream(emit) as shown:
             seen: list[str] = []
+            size = [0]  # characters in `seen`
+            end: list[int] = []  # where the reply's useful part ends, once known
 
             def on_text(delta: str) -> None:
+                stop = False
+                if not end and not native and "`" in delta and size[0] < CUT_SCAN_CHARS:
+                    end.extend(i for i in [reply_end("".join(seen) + delta)] if i is not None)
+                if end:  # only text past it is left: stop the stream when some comes
+                    stop = bool(delta[max(0, end[0] - size[0]):].strip())
+                    delta = delta[:max(0, end[0] - size[0])] if stop else delta
                 seen.append(delta)
+                size[0] += len(delta)
                 hit = watch.feed(delta) if watch is not None else None
                 if hit is not None:
                     raise RuleMatched(hit, "".join(seen))
                 shown(delta)
+                if stop:
+                    raise ReplyEnded("".join(seen))
 
-            done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
-                                on_text=on_text, temperature=temp)
+            try:
+                done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
+                                    on_text=on_text, temperature=temp)
+            except ReplyEnded as e:  # the stream was closed: its usage never came (estimated)
+                done = Completion(e.text, [], Usage(prompt_tokens(messages) or 0,
+                                                    count_text(e.text)), llm.spec)
             if watch is not None:
                 hit = watch.finish(str(c.arguments.get("code", "")) for c in done.tool_calls
                                    if c.name == "python")
