@@ -228,6 +228,28 @@ def test_every_claim_must_be_shown():
     assert _v("1,800 words", ["1800"]).verified
 
 
+def test_a_figure_printed_from_typed_text_is_not_evidence():
+    """The local model copied its prompt's example into a cell, `print("Lyon, with 431
+    orders")`: that output held the answer it went on to give. A figure a cell prints from
+    its own string literal is not evidence; the same figure computed (here or in another
+    cell) is; a format spec is not typed text. (A number literal printed through a name,
+    `n = 431; print(n)`, is not caught: not seen on the model.)"""
+    def v(answer, *cells):
+        shown = [Shown(f"e{i}", out, code) for i, (code, out) in enumerate(cells, 1)]
+        return verify(answer, source="text", shown=shown, codes=[c for c, _ in cells],
+                      prompts=["Which city has the most orders?"], cells_run=len(cells),
+                      last_cell_ok=True)
+
+    copied = v("Lyon, with 431 orders", ('print("Lyon, with 431 orders")', "Lyon, with 431 orders"))
+    assert not copied.verified and copied.unverified_claims == ["431"]
+    counted = ('print(orders["city"].value_counts().head(1))', "city\nLyon    431")
+    assert v("Lyon, with 431 orders", counted, ('print("Lyon, with 431 orders")',
+                                                 "Lyon, with 431 orders")).evidence["431"] == ["e1"]
+    assert v("Lyon, with 431 orders", ('n = counts.max()\nprint(f"Lyon: {n:>10}")',
+                                       "Lyon:        431")).verified  # `>10` is a spec
+    assert v("Lyon, 12.5% of orders", ('print(f"Lyon: {share:.1%}")', "Lyon: 12.5%")).verified
+
+
 def test_a_final_value_is_evidence_unless_the_model_typed_it():
     computed = _v("42", [], source="final", codes=["final(6 * 7)"])
     assert computed.verified and computed.evidence == {"42": ["e0"]}

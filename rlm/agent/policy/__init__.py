@@ -148,7 +148,7 @@ class AnswerPolicy:
         f.codes.append(code)
         f.last_entry = entry_id
         if result.ok:
-            f.shown.append(Shown(entry_id, result.shaped))
+            f.shown.append(Shown(entry_id, result.shaped, code))
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
         f.looping = failed_again or before >= 2

@@ -10,8 +10,10 @@ A claim is supported by a successful cell of this run whose output holds it (a f
 the answer's precision; a word as a whole token, case-insensitively), or, for
 `final(value)` / `final_var(name)`, by the value the kernel computed, unless the claim is
 a literal typed in a cell of this run (`final("42")`, `answer = "N725MQ, with 1000"`):
-typed claims are checked against the outputs like text. The same rule holds for
-fenced-code and native-tool models.
+typed claims are checked against the outputs like text. A figure a cell prints from text
+it typed (`print("Lyon, with 431 orders")`: the local model copied its prompt's example)
+is not supported by that cell's output: only by an output that computed it. The same rule
+holds for fenced-code and native-tool models.
 """
 
 from __future__ import annotations
@@ -70,10 +72,12 @@ class Claim:
 
 @dataclass(frozen=True)
 class Shown:
-    """A successful cell of this run: its session entry id and the output the model saw."""
+    """A successful cell of this run: its session entry id, the output the model saw and
+    the cell's code."""
 
     entry_id: str
     text: str
+    code: str = ""
 
 
 @dataclass(frozen=True)
@@ -257,6 +261,25 @@ def _carried(node: ast.expr) -> list[ast.expr]:
     return []
 
 
+def _computed(figures: list[float], code: str) -> list[float]:
+    """An output's figures less those its cell typed in a string literal (printed text,
+    not a result)."""
+    typed = set(_output_figures(_strings(code)))
+    return [f for f in figures if f not in typed] if typed else figures
+
+
+def _strings(code: str) -> str:
+    """The text of `code`'s string literals (f-strings' text parts included)."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return ""
+    specs = {id(c) for node in ast.walk(tree) if isinstance(node, ast.FormattedValue)
+             and node.format_spec is not None for c in ast.walk(node.format_spec)}
+    return "\n".join(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                     and isinstance(node.value, str) and id(node) not in specs)
+
+
 def _number(node: ast.expr) -> str:
     """The text of a number literal (`42`, `-1.5`), or ""."""
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
@@ -282,7 +305,8 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
     computed by the cell `final_entry`), or text | reply (written by the model); `codes`
     are the cells this run executed; `prompts` every user prompt of the session."""
     found = claims(answer, prompts)
-    read = [(s.entry_id, _output_figures(s.text), _output_words(s.text)) for s in shown]
+    read = [(s.entry_id, _computed(_output_figures(s.text), s.code), _output_words(s.text))
+            for s in shown]
     evidence: dict[str, list[str]] = {}
     for c in found:
         evidence[c.text] = [entry for entry, figures, words in read if holds(c, figures, words)]
