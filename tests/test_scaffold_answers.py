@@ -139,6 +139,25 @@ def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isol
     assert "- sales: region, revenue" in note
 
 
+def test_a_position_read_as_a_label_says_iloc(_isolated_home, tmp_path):
+    """issue 33's survey run: `rows.idxmin(axis=1)[0]` on a filtered DataFrame raised
+    `KeyError: 0` (its labels no longer start at 0); the 1.5B model guarded against an
+    empty result three times. The note says `[0]` is a label and names `.iloc[0]`; a
+    KeyError on a line without `[0]` gets no such note."""
+    (tmp_path / "survey.csv").write_text(
+        "region,q1,q2\nnorth,3,4\neast,2,5\neast,4,1\n")
+    note, other, _ = _read_after_cells(
+        _isolated_home, tmp_path / "survey.csv",
+        [_cell("east = survey[survey['region'] == 'east']\nprint(east[['q1', 'q2']].mean()[0:1])"
+               "\nprint(east['q1'][0])"),
+         _cell("print({5: 'a'}.get(1), {5: 'a'}.pop(0))"),
+         _cell("print(east['q1'].iloc[0])"), "FINAL(2)"],
+        "What is the first east q1?")
+    assert "KeyError: 0" in note
+    assert "`[0]` looks up the label 0, not the position" in note and "`.iloc[0]`" in note
+    assert "KeyError: 0" in other and ".iloc" not in other
+
+
 def test_a_mean_over_text_columns_says_which_columns_are_numbers(_isolated_home, tmp_path):
     """issue 33's sensors run: `resample('D').mean()` on a table with a text column gave
     pandas' "dtype 'str' does not support operation 'mean'"; the 1.5B model read it as an

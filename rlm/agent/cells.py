@@ -123,12 +123,13 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     NameError, the names that exist, inputs first; a KeyError, where that column is or the
     columns that exist; a reduction over text columns, which columns are numbers; an input
     file's name written as an attribute of its variable (`app.log`), that the variable is
-    the file."""
+    the file; `KeyError: 0` from `[0]`, that pandas read a label, not a position."""
     if result.status != "error":
         return ""
-    attribute = notices.file_attribute_note(result.shaped, code, host.input_names())
-    if attribute or host.executor is None:
-        return attribute
+    plain = notices.file_attribute_note(result.shaped, code, host.input_names()) \
+        or notices.position_note(result.shaped)
+    if plain or host.executor is None:
+        return plain
     missing = notices.missing_name(result.shaped)
     key = None if missing is not None else notices.missing_key(result.shaped)
     op = None if missing is not None or key is not None else notices.text_reduction(result.shaped)

@@ -216,6 +216,26 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str
     return "\n".join(lines) + "\nUse one of these names.]"
 
 
+_LABEL_ERROR = re.compile(r"^KeyError: (-?\d+)\s*$", re.M)
+
+
+def position_note(shaped: str) -> str:
+    """After `KeyError: 0` on a line that indexes with `[0]`: pandas looks that up as a
+    label, not a position. The 1.5B model wrote `rows.idxmin(axis=1)[0]` on a filtered
+    DataFrame (whose labels no longer start at 0) and then guarded against an empty
+    result three times (issue 33's survey run)."""
+    found = _LABEL_ERROR.findall(shaped or "")
+    if not found:
+        return ""
+    k = found[-1]
+    if not re.search(rf"\[\s*{re.escape(k)}\s*\]", failing_line(shaped)):
+        return ""
+    return (f"\n[`KeyError: {k}` from `[{k}]`: on a pandas Series or DataFrame, `[{k}]` looks "
+            f"up the label {k}, not the position; after a filter or a groupby the labels are "
+            f"the original ones, so {k} is not among them. Use `.iloc[{k}]` for the item at "
+            f"position {k}, or `.index[{k}]` for its label.]")
+
+
 _ATTRIBUTE_ERROR = re.compile(r"^AttributeError: '\w+' object has no attribute '(\w+)'", re.M)
 _FILE_EXTENSIONS = frozenset({"log", "txt", "csv", "tsv", "json", "jsonl", "ndjson", "md",
                               "parquet", "xml", "html", "yaml", "yml"})
