@@ -22,13 +22,9 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from rlm.agent import notices
-from rlm.agent.cells import (
-    kill_kernel,
-    read_var,
-    run_cells,
-)
+from rlm.agent.acting import Outcome, act, say
+from rlm.agent.cells import kill_kernel
 from rlm.agent.children import Children
-from rlm.agent.codeparse import code_tool_calls, text_final
 from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
 from rlm.agent.interrupts import ctrl_c_notice
 from rlm.agent.modelcall import sample
@@ -37,9 +33,7 @@ from rlm.agent.policy import (
     RESAMPLE_TEMPERATURE,
     RESAMPLES,
     Accept,
-    Answer,
     AnswerPolicy,
-    Note,
 )
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, counting_presses, run_interruptible
@@ -48,9 +42,9 @@ from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
 from rlm.config import Config
 from rlm.errors import RlmError
-from rlm.events import Event, FinalAnswer, ModelReply, Notice, RunEnded, TurnStarted
+from rlm.events import Event, Notice, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
-from rlm.llm.types import LLM, Completion, Usage
+from rlm.llm.types import LLM, Usage
 from rlm.protocols import (
     BridgeHandler,
     Continuation,
@@ -67,8 +61,6 @@ from rlm.session.entries import CustomEntry, MessageEntry
 
 # the policy's constants, where tests and callers have found them
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
-# (reason, answer) when a turn says the run may end; None to keep going
-Outcome = tuple[str, str | None] | None
 # Continuation (asked when the run would end: a run decision, Continue or End, or None) and
 # TurnHook (after every turn: compaction, goal accounting; may return events) are
 # rlm.protocols types.
@@ -326,7 +318,7 @@ class Agent:
                 return
             st.turns += 1
             self.turns += 1
-            yield from self._say(self.answers.turn_note(st.turns))
+            yield from say(self, self.answers.turn_note(st.turns))
             outcome = yield from self._turn(st.turns)
             for hook in self.account_hooks:
                 yield from hook(self) or []
@@ -375,13 +367,6 @@ class Agent:
                 return decision
         return None
 
-    def _say(self, note: Note | None) -> Iterator[Event]:
-        """Carry out a policy note: a message for the model, a notice for the user."""
-        if note is not None:
-            self.session.append(MessageEntry(message={"role": "user", "content": note.text},
-                                             origin=note.origin))
-            yield Notice(note.notice)
-
     # -------------------------------------------------------------------- turn
     def _turn(self, turn: int) -> Generator[Event, None, Outcome]:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
@@ -392,58 +377,9 @@ class Agent:
             completion = yield from sample(self)  # resampled / retried as the policy decides
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)
-            return (yield from self._act(completion))
+            return (yield from act(self, completion))
         finally:
             self.turn_active = False
-
-    def _act(self, completion: Completion) -> Generator[Event, None, Outcome]:
-        calls = [c for c in completion.tool_calls if c.name == "python"]
-        if not calls:
-            calls = code_tool_calls(completion.content)
-        self.charge(completion.usage)
-        message: dict[str, Any] = {"role": "assistant", "content": completion.content}
-        if calls:
-            message["tool_calls"] = [c.to_message() for c in calls]
-        self.session.append(MessageEntry(
-            message=message, usage=completion.usage.to_dict(), model=completion.model or None))
-        yield ModelReply(completion.content, [str(c.arguments.get("code", "")) for c in calls],
-                         completion.usage.to_dict())
-        if not calls:
-            unknown = tuple(c.name for c in completion.tool_calls if c.name != "python")
-            return (yield from self._answer_without_code(completion.content, unknown))
-        yield from run_cells(self, calls)
-        if self.state.final is None:
-            return None
-        answer, kind = self.state.final
-        if not (yield from self._decide(Answer(answer, kind))):
-            self.state.final = None
-            return None
-        yield FinalAnswer(answer, kind)
-        return ("final", answer)
-
-    def _decide(self, answer: Answer) -> Generator[Event, None, bool]:
-        """Ask the policy about `answer`: carry out a refusal (False) or keep the
-        acceptance for the end of the run (True)."""
-        decision = self.answers.answer(answer, list(self.session.branch()))
-        if isinstance(decision, Accept):
-            self.state.accepted = decision
-            return True
-        yield from self._say(decision)
-        return False
-
-    def _answer_without_code(self, content: str,
-                             unknown_tools: tuple[str, ...] = ()) -> Generator[Event, None, Outcome]:
-        found = text_final(content)
-        if found is None:
-            answer = Answer(content.strip(), "reply", unknown_tools=unknown_tools)
-        elif found[0] == "var":
-            answer = Answer(found[1], "var", read=lambda name: read_var(self, name))
-        else:
-            answer = Answer(found[1], "text")
-        if not (yield from self._decide(answer)):
-            return None
-        yield FinalAnswer(answer.text, "reply" if found is None else "text")
-        return ("no_code" if found is None else "final", answer.text)
 
     # ------------------------------------------------------------------ helpers
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:
