@@ -250,6 +250,17 @@ def test_a_figure_printed_from_typed_text_is_not_evidence():
     assert v("Lyon, 12.5% of orders", ('print(f"Lyon: {share:.1%}")', "Lyon: 12.5%")).verified
 
 
+def test_an_answer_found_whole_in_a_prompt_is_an_echo_not_a_finding():
+    given = ("Done means: late_rate.csv exists and holds exactly what the goal asks; the "
+             "check `head -1 late_rate.csv` passes.")
+    echo = _v("late_rate.csv exists and holds exactly what the goal asks", ["GLS 0.4"],
+              prompts=(given,))
+    assert not echo.verified and "repeats words it was given" in str(echo.why)
+    # a short answer the prompt happens to hold is judged as usual
+    assert _v("GLS", ["GLS 0.4"], prompts=("Is it GLS or DPD?",)).verified
+    assert _v("GLS has the highest late share of 0.4", ["GLS 0.4"], prompts=(given,)).verified
+
+
 def test_a_final_value_is_evidence_unless_the_model_typed_it():
     computed = _v("42", [], source="final", codes=["final(6 * 7)"])
     assert computed.verified and computed.evidence == {"42": ["e0"]}

@@ -243,6 +243,36 @@ def test_a_claim_that_the_shown_file_is_correct_completes_the_goal(tmp_path):
     assert not any("Your answer is not supported" in t for t in user_texts(es))
 
 
+def test_a_finish_that_echoes_the_hosts_done_means_line_does_not_complete(tmp_path):
+    """issue 33's shipments run (stop 45): shown a wrong late_rate.csv, the model answered
+    with a copy of the continuation's "Done means: ..." line. All its words were the
+    question's, so no claim was left to check and the goal completed with a wrong file.
+    An answer found whole in the text the model was given is no finding: the goal stays
+    open, the model is told why, and a finish that states what the outputs show (and a
+    right file) completes it."""
+    wrong = ("import pandas as pd\nrate = pd.DataFrame({'carrier': ['GLS'], 'late_share': [0.4]})"
+             "\nrate.to_csv('late_rate.csv', index=False)\nprint(rate)")
+    echo = ("FINAL(late_rate.csv exists and holds exactly what the goal asks; the check "
+            "`head -1 late_rate.csv | grep -q '^carrier,late_share'` passes; your answer "
+            "states only what your outputs printed.")
+    right = ("rates = pd.DataFrame({'carrier': ['GLS', 'DPD'], 'late_share': [0.29, 0.19]})\n"
+             "rates.to_csv('late_rate.csv', index=False)\nprint(rates)")
+    s = fenced(tmp_path / "echo.json", [block(wrong), "FINAL(0.40)", echo, block(right),
+                                        "FINAL(GLS 0.29 and DPD 0.19)",
+                                        "FINAL(GLS 0.29 and DPD 0.19)"])
+    out = rlm("run", "Write late_rate.csv.", "--model", s, "--goal",
+              "late_rate.csv gives every carrier's share of late orders, highest first",
+              "--autonomous", "--gate", "head -1 late_rate.csv | grep -q '^carrier,late_share'",
+              "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    es = entries(res["session_path"])
+    said = user_texts(es)
+    assert any(t.startswith("Your answer repeats the words you were given") for t in said)
+    completed = [g for g in goal_states(es) if g["status"] == "complete"]
+    assert completed and "GLS 0.29" in completed[0]["last_reason"], said[-3:]
+    assert "0.29" in (tmp_path / "late_rate.csv").read_text()
+
+
 def test_a_detached_worker_stops_continuing_a_goal_the_host_blocked(tmp_path):
     """The same loop in a worker (`--detach`): the run ends stuck, the goal is blocked, and
     the worker stays idle instead of continuing it (worker.json says why it stays)."""

@@ -34,6 +34,7 @@ from typing import Any
 
 from rlm.agent.policy import asked_prompts
 from rlm.agent.policy.decisions import Answer
+from rlm.agent.policy.verify import ECHOED
 from rlm.agent.prompts import load_prompt
 from rlm.longrun.autonomous import gate_message, head_tail
 from rlm.longrun.goals import ClaimVerdict, GoalManager
@@ -145,6 +146,11 @@ class GoalJudge:
         if gate is not None:
             return gate
         verdict = self._claims(agent, reason, claim)
+        if verdict.get("why") == ECHOED:
+            return ("Your answer repeats the words you were given; it says nothing your "
+                    "outputs showed. Check the file against the goal with a cell, then "
+                    "finish with one line of what your outputs show.",
+                    "a finish that states what the outputs show")
         if verdict.get("verified") is False:
             # the claims are not quoted: a continuation's words count as the question's
             return ("Your answer is not supported: it states figures or names that no output "

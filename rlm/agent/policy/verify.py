@@ -304,6 +304,9 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
     claims nothing supports. `source` is final | final_var (a value from the kernel,
     computed by the cell `final_entry`), or text | reply (written by the model); `codes`
     are the cells this run executed; `prompts` every user prompt of the session."""
+    echo = _echoed(answer, prompts)
+    if echo:
+        return Verdict(False, echo, {}, [])
     found = claims(answer, prompts)
     read = [(s.entry_id, _computed(_output_figures(s.text), s.code), _output_words(s.text))
             for s in shown]
@@ -322,6 +325,25 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
         return Verdict(True, None, dict(list(evidence.items())[:MAX_RECORDED]))
     return Verdict(False, why, {},
                    ([c.text for c in missing] or [c.text for c in found])[:MAX_RECORDED])
+
+
+ECHO_WORDS = 6  # an answer this long found whole in a prompt is an echo, not a finding
+ECHOED = "the answer repeats words it was given (a prompt or the host's note), not an output"
+
+
+def _echoed(answer: str, prompts: list[str]) -> str | None:
+    """Why `answer` is no finding: it is (the start of) text the session gave the model.
+    The local model answered a goal's continuation with a copy of its "Done means: ..."
+    line, whose words are all the question's: no claim was left to check (issue 33's
+    shipments run completed its goal with a wrong file)."""
+    said = _plain(answer)
+    if len(said.split()) < ECHO_WORDS:
+        return None
+    return ECHOED if any(said in _plain(p) for p in prompts) else None
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[`'\"*_]", "", text).lower().split()).strip(" .,:;!()")
 
 
 def _why(missing: list[Claim], *, source: str, shown: list[Shown], cells_run: int,
