@@ -226,7 +226,7 @@ def test_an_idle_kernel_still_lists_on_its_main_shell(tmp_path):
         k.execute("x = 5")
         listing = k.list_namespace()
         assert "note" not in listing and by_name(listing["names"])["x"]["summary"] == "int = 5"
-        assert k._lister is None  # never needed a subshell
+        assert k._lister._held is None  # never needed a subshell
 
 
 def test_a_summary_reads_a_container_again_when_it_changed_size_meanwhile():

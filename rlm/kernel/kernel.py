@@ -45,12 +45,7 @@ from rlm.kernel.state import (
     snapshot_location,
     snapshot_size,
 )
-from rlm.kernel.subshell import (
-    SubshellLister,
-    SubshellsUnsupported,
-    SubshellUnavailable,
-    busy_reason,
-)
+from rlm.kernel.subshell import RuntimeLister, SubshellUnavailable, busy_reason
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -76,8 +71,7 @@ class Kernel:
         self._shell_lock = threading.RLock()
         self._interrupted = False
         self._cell_running = False
-        self._lister: tuple[Runtime, SubshellLister] | None = None
-        self._lister_lock = threading.Lock()
+        self._lister = RuntimeLister()  # names while a cell runs (a subshell)
         self.last_restart_cause: str | None = None
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
         # told before a restore re-runs recorded cells (which ones); default: a stderr line
@@ -97,7 +91,7 @@ class Kernel:
         with self._shell_lock:
             self.last_restart_cause, self._restart_pending = cause, None
             old, self._rt = self._rt, None
-            self._close_lister(delete=False)
+            self._lister.close(delete=False)
             if old is not None:
                 old.close(now=True)
             self._rt = make_runtime(self.session_dir, self.config, self._bridge)
@@ -107,7 +101,7 @@ class Kernel:
         """Shutdown request, then SIGTERM, then SIGKILL; idempotent."""
         with self._shell_lock:
             rt, self._rt = self._rt, None
-            self._close_lister(delete=False)
+            self._lister.close(delete=False)
             if rt is not None:
                 rt.close(now=False)
         self._bridge.close()
@@ -403,28 +397,14 @@ class Kernel:
         rt = self._rt
         if rt is None:
             raise KernelBusy("the kernel is restarting; try again when it is up")
-        km = getattr(rt, "km", None)  # a gateway kernel has no local client to open one on
         try:
-            if km is None:
-                raise SubshellsUnsupported("its channels go through a gateway, without subshells")
-            with self._lister_lock:
-                if self._lister is None or self._lister[0] is not rt:
-                    self._lister = (rt, SubshellLister(km))
-                lister = self._lister[1]
-            return lister.namespace(timeout)
+            return self._lister.namespace(rt, timeout)
         except SubshellUnavailable as e:
             why = busy_reason(e)
         fallback = snapshot_fallback(self.session_dir, why, self.config.snapshot_url)
         if fallback is None:
             raise KernelBusy(f"{why}, and no snapshot exists yet; try again when the cell ends")
         return {"names": fallback["names"], "source": "snapshot", "note": fallback["note"]}
-
-    def _close_lister(self, delete: bool) -> None:
-        """Before its runtime closes (the sockets share the runtime's zmq context)."""
-        with self._lister_lock:
-            held, self._lister = self._lister, None
-        if held is not None:
-            held[1].close(delete=delete)
 
     def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
         """Files the user's code read and modified ({"read": [...], "modified": [...]}).

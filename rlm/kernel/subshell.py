@@ -142,6 +142,32 @@ class SubshellLister:
             self._lock.release()
 
 
+class RuntimeLister:
+    """The owner's `SubshellLister` for its current runtime: made on first use, made again
+    for a new runtime (after a restart), closed before a runtime closes (the sockets share
+    its zmq context). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._held: tuple[Any, SubshellLister] | None = None  # (runtime, lister)
+        self._lock = threading.Lock()
+
+    def namespace(self, rt: Any, timeout: float) -> dict[str, Any]:
+        km = getattr(rt, "km", None)  # a gateway kernel has no local client to open one on
+        if km is None:
+            raise SubshellsUnsupported("its channels go through a gateway, without subshells")
+        with self._lock:
+            if self._held is None or self._held[0] is not rt:
+                self._held = (rt, SubshellLister(km))
+            lister = self._held[1]
+        return lister.namespace(timeout)
+
+    def close(self, delete: bool) -> None:
+        with self._lock:
+            held, self._held = self._held, None
+        if held is not None:
+            held[1].close(delete=delete)
+
+
 def busy_reason(exc: SubshellUnavailable) -> str:
     """Why a busy kernel's names come from the snapshot instead, for the user and model."""
     if isinstance(exc, SubshellsUnsupported):
