@@ -118,7 +118,9 @@ def test_branching_set_leaf_and_tree(rlm_home_path):
     assert [e.id for e in s.branch()] == [a.id, b.id, d.id]
     assert [e.id for e in s.branch(c.id)] == [a.id, b.id, c.id]
     assert s.tree() == {None: [a.id], a.id: [b.id], b.id: [c.id, d.id]}
-    text = s.format_tree()
+    from rlm.session.treetext import format_tree
+
+    text = format_tree(s)
     assert c.id in text and d.id in text
     reopened = SessionStore.open(s.path)
     assert reopened.leaf_id == d.id  # last entry in the file

@@ -278,7 +278,9 @@ def cmd_tree(args: argparse.Namespace) -> int:
     if args.json:
         print_json({k or "root": v for k, v in s.tree().items()})
         return 0
-    print(terminal_safe(s.format_tree()))  # iterative: a long session has a deep tree
+    from rlm.session.treetext import format_tree
+
+    print(terminal_safe(format_tree(s)))
     from rlm.agent.children import registry_lines
 
     for line in registry_lines(s.branch()):  # rlm_spawn / rlm_query children

@@ -62,9 +62,7 @@ from rlm.session.branch import Branch, pinned_before
 from rlm.session.context import PINNED_CUSTOM, Projector
 from rlm.session.entries import (
     CompactionEntry,
-    CustomEntry,
     Entry,
-    MessageEntry,
     SessionHeader,
     entry_from_dict,
     new_id,
@@ -437,24 +435,6 @@ class SessionStore:
             children.setdefault(e.parent_id, []).append(e.id)
         return children
 
-    def format_tree(self, width: int = 72) -> str:
-        """A printable tree: one line per entry, indented at branch points; `*` marks the
-        current leaf's path."""
-        children = self.tree()
-        on_path = {e.id for e in self._branch}
-        lines: list[str] = []
-        stack: list[tuple[str, int]] = [(c, 0) for c in reversed(children.get(None, []))]
-        while stack:
-            eid, depth = stack.pop()
-            e = self._by_id[eid]
-            mark = "*" if eid in on_path else " "
-            label = f"{mark} {'  ' * depth}{e.id} {_label(e)}"
-            lines.append(label[:width])
-            kids = children.get(eid, [])
-            step = 1 if len(kids) > 1 else 0
-            stack.extend((k, depth + step) for k in reversed(kids))
-        return "\n".join(lines)
-
     # -- context ------------------------------------------------------------------------
 
     def messages(self, *, system_prompt: str, native_tools: bool) -> list[dict[str, Any]]:
@@ -472,19 +452,6 @@ class SessionStore:
             proj = cached[1]
         proj.extend(self._branch[proj.consumed :])
         return proj.messages()
-
-
-def _label(e: Entry) -> str:
-    if isinstance(e, MessageEntry):
-        text = e.message.get("content") or ""
-        if not text and e.message.get("tool_calls"):
-            text = "[tool call]"
-        return f"{e.role}: {' '.join(str(text).split())}"
-    if isinstance(e, CompactionEntry):
-        return f"compaction ({e.tokens_before} tokens before)"
-    if isinstance(e, CustomEntry):
-        return f"custom:{e.custom_type}"
-    return e.type
 
 
 def _terminate(path: Path) -> None:
