@@ -273,6 +273,24 @@ def test_a_finish_that_echoes_the_hosts_done_means_line_does_not_complete(tmp_pa
     assert "0.29" in (tmp_path / "late_rate.csv").read_text()
 
 
+def test_a_finish_saying_nothing_was_found_never_completes_a_goal(tmp_path):
+    """stop 45's flights run: report.md held 40,000 wrong lines that the gate accepted, and
+    FINAL(None) completed the goal (no claim to check, so "verified"). A non-answer does
+    not complete a goal, however often it is given: the run ends without completing it."""
+    spam = ("import pandas as pd\nrows = [f'EWR: month {m}' for m in range(1, 13)] * 50\n"
+            "open('report.md', 'w').write('\\n'.join(rows))\nprint(len(rows))")
+    s = fenced(tmp_path / "none.json", [block(spam)] + ["FINAL(None)"] * 12)
+    out = rlm("run", "Write report.md.", "--model", s, "--goal",
+              "report.md names the worst month for each of EWR and JFK", "--autonomous",
+              "--gate", "grep -q '^EWR: month' report.md", "--max-turns", "12", "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    es = entries(res["session_path"])
+    assert all(g["status"] != "complete" for g in goal_states(es)), goal_states(es)[-1]
+    assert any(t.startswith("Your answer (None) says nothing was found") for t in user_texts(es))
+    assert res["reason"] != "final"
+
+
 def test_a_detached_worker_stops_continuing_a_goal_the_host_blocked(tmp_path):
     """The same loop in a worker (`--detach`): the run ends stuck, the goal is blocked, and
     the worker stays idle instead of continuing it (worker.json says why it stays)."""

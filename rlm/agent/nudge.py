@@ -122,15 +122,18 @@ _NON_ANSWER = re.compile(
     r"|.*\bcannot be (?:determined|found)\b.*)\W*$", re.I | re.S)
 
 
+def is_non_answer(answer: str) -> bool:
+    """`answer` says the data holds no answer ("None", "not found", "N/A", ...)."""
+    return len(answer) <= 200 and bool(_NON_ANSWER.match(answer.strip()))
+
+
 def non_answer_refusal(answer: str, *, native_tools: bool, turn: int, limit: int | None,
                        refused: set[str], cells_run: int) -> str | None:
     """For fenced-code models that ran cells: refuse, once per run while a turn is left, an
     answer saying the data holds no answer. Small models take their own failed search
     (a guessed regex) for the data's; the question was asked because the data has it."""
     if (native_tools or cells_run == 0 or NUDGE_NOT_FOUND in refused
-            or (limit is not None and turn >= limit) or len(answer) > 200):
-        return None
-    if not _NON_ANSWER.match(answer.strip()):
+            or (limit is not None and turn >= limit) or not is_non_answer(answer)):
         return None
     return NUDGE_NOT_FOUND.format(what=answer.strip()[:60])
 

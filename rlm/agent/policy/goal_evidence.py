@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm.agent.nudge import is_non_answer
 from rlm.agent.policy import asked_prompts
 from rlm.agent.policy.decisions import Answer
 from rlm.agent.policy.verify import ECHOED
@@ -137,6 +138,13 @@ class GoalJudge:
                  files: list[str]) -> tuple[str, str] | None:
         """(what the model reads, one line for a stuck note), or None: the claim holds."""
         kernel = reason == "goal.complete"
+        if not kernel and claim is not None and is_non_answer(claim):
+            # FINAL(None) beside a file the gates accept completed a goal (the flights run
+            # of stop 45: 40,000 wrong lines in report.md); nothing found is not done
+            return (f"Your answer ({claim.strip()[:60]}) says nothing was found: that does not "
+                    "complete the goal. Print what the goal needs with a cell, then finish "
+                    "with one line of what your outputs show.",
+                    "a finish that states what the outputs show")
         # a bare goal.complete() claims nothing the file could contradict; its gates are
         # GoalManager's own (rlm.longrun.gates), checked when the call goes through
         found = check_files(files, self.cwd, self.shown) if claim or not kernel else None
