@@ -32,7 +32,7 @@ def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
     subprocess.run(hint.split("): ", 1)[1], shell=True, check=True, cwd=tmp_path)
     assert (path.parent / "session.jsonl.bak").read_text() == "".join(lines)  # nothing lost
     assert rlm("log", sid, cwd=tmp_path).returncode == 0
-    again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("print('2')\nfinal('2')")]),
+    again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("print(1 + 1)\nfinal('2')")]),
                 "--json", cwd=tmp_path)
     assert json.loads(again.stdout.strip().splitlines()[-1])["final"] == "2"
 

@@ -262,22 +262,27 @@ def _carried(node: ast.expr) -> list[ast.expr]:
 
 
 def _computed(figures: list[float], code: str) -> list[float]:
-    """An output's figures less those its cell typed in a string literal (printed text,
+    """An output's figures less those its cell typed in a string literal it prints (text,
     not a result)."""
     typed = set(_output_figures(_strings(code)))
     return [f for f in figures if f not in typed] if typed else figures
 
 
 def _strings(code: str) -> str:
-    """The text of `code`'s string literals (f-strings' text parts included)."""
+    """The text of the string literals `code` prints: inside a print() / display() call
+    (f-strings' text parts included, format specs not)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return ""
-    specs = {id(c) for node in ast.walk(tree) if isinstance(node, ast.FormattedValue)
-             and node.format_spec is not None for c in ast.walk(node.format_spec)}
-    return "\n".join(node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                     and isinstance(node.value, str) and id(node) not in specs)
+    printed = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+               and getattr(node.func, "id", None) in ("print", "display")]
+    specs = {id(c) for call in printed for node in ast.walk(call)
+             if isinstance(node, ast.FormattedValue) and node.format_spec is not None
+             for c in ast.walk(node.format_spec)}
+    return "\n".join(node.value for call in printed for node in ast.walk(call)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and id(node) not in specs)
 
 
 def _number(node: ast.expr) -> str:
