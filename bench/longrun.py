@@ -3,6 +3,7 @@ honestly?
 
     python -m bench.longrun                     # every task, the default `local` model
     python -m bench.longrun --tasks flights,logs --max-turns 20
+    python -m bench.longrun --transcripts bench/transcripts/longrun-stopN.jsonl --label A
 
 Each task is a multi-step analysis that ends by writing a result file, run as a new user
 would: `rlm run PROMPT --goal GOAL --autonomous --gate CHECK --max-turns N --json` in a
@@ -640,6 +641,30 @@ def run_task(task: LongTask, root: Path, max_turns: int, timeout: float) -> dict
     }
 
 
+def transcript(session: str | None, cap: int = 2000) -> list[dict]:
+    """A run's messages, each cut to `cap` characters (head and tail), for
+    bench/transcripts/: the figures of every stop can be checked against what was said."""
+    if not session or not Path(session).is_file():
+        return []
+    out = []
+    for line in Path(session).read_text().splitlines()[1:]:
+        e = json.loads(line)
+        if e.get("type") == "message":
+            text = str(e["message"].get("content") or "")
+            if len(text) > cap:
+                text = text[:cap // 2] + " [...] " + text[-(cap // 2 - 100):]
+            out.append({"role": e["message"]["role"], "content": text})
+    return out
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        return ""
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", help="comma-separated task names (default: all)")
@@ -647,6 +672,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0,
                     help="seconds per task, counted while it holds the local-model lock")
     ap.add_argument("--workdir", help="where task directories go (default: a new temp dir)")
+    ap.add_argument("--transcripts", help="also append each row with its transcript (every "
+                    "message, capped) and the commit to this JSON Lines file")
+    ap.add_argument("--label", default="", help="the variant's name in --transcripts rows")
     args = ap.parse_args(argv)
     os.environ.pop("RLM_MODEL", None)  # the default model, as a new user has it
     chosen = [t for t in TASKS if not args.tasks or t.name in args.tasks.split(",")]
@@ -656,12 +684,17 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(exist_ok=True)
     out = OUT / f"longrun-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.jsonl"
     rows = []
+    commit = _commit()
     for task in chosen:
         row = run_task(task, root, args.max_turns, args.timeout)
         rows.append(row)
         with out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(json.dumps(row), flush=True)
+        if args.transcripts:
+            with open(args.transcripts, "a") as f:
+                f.write(json.dumps({"variant": args.label, "commit": commit, **row,
+                                    "transcript": transcript(row["session"])}) + "\n")
     print(f"\n{out}\n")
     print("| task | outcome | reason | goal | turns | s | tokens | compactions | after 1st repeat |")
     print("|---|---|---|---|---|---|---|---|---|")
