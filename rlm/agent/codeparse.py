@@ -62,13 +62,15 @@ def own_turn(text: str) -> str:
 
 def fenced_blocks(text: str) -> list[str]:
     """Code bodies of the fenced blocks in the reply's own turn, in order."""
-    blocks = []
-    for m in _FENCE.finditer(own_turn(text)):
-        lang, body = m.group(1).lower(), m.group(2)
-        if (lang in _CODE_LANGS and (lang or _looks_like_code(body)) and body.strip()
-                and not _FINAL_ONLY.match(body)):
-            blocks.append(body.rstrip() + "\n")
-    return blocks
+    return [m.group(2).rstrip() + "\n" for m in _FENCE.finditer(own_turn(text)) if _is_cell(m)]
+
+
+def _is_cell(m: re.Match[str]) -> bool:
+    """A fence match is a cell: a code language (or a bare fence whose body is code), a
+    body, and not only a FINAL(...)."""
+    lang, body = m.group(1).lower(), m.group(2)
+    return (lang in _CODE_LANGS and bool(lang or _looks_like_code(body)) and bool(body.strip())
+            and not _FINAL_ONLY.match(body))
 
 
 def code_tool_calls(text: str) -> list[ToolCall]:
@@ -116,10 +118,9 @@ def reply_end(text: str) -> int | None:
     for m in _FENCE.finditer(own_turn(text)):
         if not m.group(0).endswith("```"):
             return None  # still open: its end is not written yet
-        lang, body = m.group(1).lower(), m.group(2)
-        if lang not in _CODE_LANGS or not body.strip() or _FINAL_ONLY.match(body) \
-                or not (lang or _looks_like_code(body)):
+        if not _is_cell(m):
             continue
+        body = m.group(2)
         same = _shape(body)
         if same in seen:
             return m.start()
