@@ -151,7 +151,8 @@ def test_by_default_a_model_in_this_process_writes_no_checkpoint(tmp_path, _isol
     options = app.RunOptions(overrides={"model": f"script:{model}"})
     with app.SessionRun.new("run", "t", options, start=False) as run:
         assert run.agent is not None and run.agent.compaction is not None
-        assert run.agent.compaction.checkpoint is None
+        writer = run.agent.compaction.checkpoint
+        assert writer is not None and not writer.automatic  # it writes on `/rebuild` only
 
 
 PADDING = "print(' '.join(f'value{i}' for i in range(250)))"
@@ -225,12 +226,18 @@ def test_over_the_threshold_the_run_is_rebuilt_from_its_checkpoint_without_a_mod
     assert not entries(s, "compaction_outcome")  # no summary was tried (its script is empty)
     marks = entries(s, "checkpoint")
     assert len(marks) == 2 and rebuilt.details["watermark"] == marks[-1].data["watermark"]
-    # the projection starts at the boundary: what the checkpoint covers is gone from it,
-    # what it does not cover is kept verbatim, and the kernel's names follow
+    # the projection starts at the boundary: what the checkpoint covers is gone from it
+    # but for the newest turns (keep_recent_tokens, as after a summary), what it does not
+    # cover is kept verbatim, and the kernel's names follow
     from rlm.session.context import build_messages
 
     sent = json.dumps(build_messages(s.branch(), system_prompt="", native_tools=True))
-    assert "a449" not in sent and "b449" not in sent and "c449" in sent
+    assert "a449" not in sent and "c449" in sent
+    ids = [e.id for e in log]
+    ids = [e.id for e in log]
+    assert ids.index(rebuilt.first_kept_entry_id) <= ids.index(rebuilt.details["watermark"]) + 1, (
+        [(e.type, getattr(e, "role", None), getattr(e, "custom_type", None)) for e in log],
+        rebuilt.details, [m.data for m in marks])
     assert "<ipython_state>" in sent and "- x: int = 41" in sent
     shown = rlmcli.rlm("log", res.session_id, cwd=tmp_path).stdout
     assert "x = 41 and y = 42" in shown
@@ -256,6 +263,21 @@ def test_no_boundary_without_a_checkpoint_from_an_older_one_or_over_the_limit(tm
                               tokens_before=900, trigger="threshold"))
     s2.append(MessageEntry(message={"role": "user", "content": "go on"}))
     assert rebuild(s2, "threshold", limit=None) is None
+
+
+def test_the_watermarks_own_entry_after_the_covered_turn_does_not_bring_that_turn_back(
+        tmp_path):
+    """The writer's watermark lands after the last entry it covers (here, before the next
+    turn): the boundary cuts at the next turn, not at the covered turn before the mark."""
+    from rlm.compaction.rebuild import rebuild
+
+    s = session_with(tmp_path, "compute x", prose("a", 400), "and y", prose("b", 400))
+    ck.confirm(s, ck.Draft(text(), s.branch()[-1].id, 4, 1))  # the mark: a hidden entry
+    s.append(MessageEntry(message={"role": "user", "content": "go on"}))
+    s.append(MessageEntry(message={"role": "assistant", "content": prose("c", 50)}))
+    entry = rebuild(s, "overflow", limit=None)
+    assert entry is not None
+    assert s.get(entry.first_kept_entry_id).message["content"] == "go on"
 
 
 def test_a_key_in_the_writers_reply_never_reaches_the_file(tmp_path, monkeypatch):
@@ -289,3 +311,96 @@ def test_a_failed_writing_is_said_once_on_the_terminal(tmp_path, _isolated_home)
                      env={"RLM_CONFIG": str(config)})
     said = out.stdout + out.stderr
     assert said.count("the checkpoint was not written: 3 replies were refused") == 1, said
+
+
+# ------------------------------------------------- a checkpoint written on the main path
+@pytest.mark.parametrize("writer_replies, rebuilt", [([text("x = 41, y = 42")], True),
+                                                     (["no sections"] * 3, False)])
+def test_over_the_threshold_with_no_checkpoint_one_is_written_now_else_the_summary_runs(
+        tmp_path, _isolated_home, writer_replies, rebuilt):
+    """Rungs are set but one turn jumps from under the lowest to over the threshold: the
+    relief writes a checkpoint now and rebuilds from it (no summary: the summary's reply
+    is never taken). When the writer's replies are refused, the summary runs instead."""
+    from rlm.config import load_config
+
+    session_model = tmp_path / "s.json"
+    session_model.write_text(json.dumps({"window": 4000, "replies": [
+        call("x = 41\nprint(x)", prose("a", 350)),
+        call("y = x + 1\nprint(y)", prose("b", 350)),
+        call("print(x + y)", prose("c", 420)),  # from under the rung to over the threshold
+        call("final(str(x + y))"),
+    ]}))
+    compaction_model = tmp_path / "c.json"
+    compaction_model.write_text(json.dumps([*writer_replies, "## Goal\nthe summary"]))
+    cfg = load_config(model=f"script:{session_model}",
+                      compaction_model=f"script:{compaction_model}", checkpoint_rungs=(0.75,))
+    res = app.run_task("add x and y", config=cfg)
+    assert res.final == "83", res
+    s = SessionStore.open(res.session_id)
+    [compacted] = [e for e in s.branch() if e.type == "compaction"]
+    assert compacted.trigger == "threshold"
+    if rebuilt:
+        assert compacted.details["kind"] == "rebuild" and "x = 41, y = 42" in compacted.summary
+        assert compacted.details["written_now"] is True
+        [mark] = entries(s, "checkpoint")  # written on the main path, covering the turn
+        ids = [e.id for e in s.branch()]
+        assert ids.index(mark.data["watermark"]) > ids.index(compacted.first_kept_entry_id)
+        from rlm.session.context import build_messages
+
+        sent = json.dumps(build_messages(s.branch(), system_prompt="", native_tools=True))
+        assert "a419" not in sent and "c419" in sent  # the newest turn stays verbatim
+        assert "- x: int = 41" in sent
+    else:
+        assert (compacted.details or {}).get("kind") != "rebuild"
+        assert "the summary" in compacted.summary
+        assert "3 replies were refused" in entries(s, "checkpoint_outcome")[0].data["reason"]
+
+
+def test_a_writer_past_its_wait_leaves_the_relief_to_the_summary_and_finishes_for_later(
+        tmp_path):
+    import threading
+
+    from rlm.compaction.rebuild import from_checkpoint
+
+    s = session_with(tmp_path, "compute x", prose("a", 400), "and y", prose("b", 400))
+    slow = threading.Event()
+
+    def model():  # the compaction model is slow to answer
+        slow.wait(30)
+        return ScriptedLLM([text()])
+
+    w = CheckpointWriter(s, model, 600, (0.5,))
+    assert from_checkpoint(w, s, "overflow", limit=None, wait_s=0.2, start=True) is None
+    [why] = entries(s, "compaction_outcome")
+    assert "did not finish within 0.2 s" in why.data["reason"] and why.display
+    slow.set()
+    assert w.wait(30) and ck.read(s) is not None  # its checkpoint serves the next relief
+    entry = from_checkpoint(w, s, "overflow", limit=None, wait_s=0.2, start=True)
+    assert entry is not None and "x = 41 computed" in entry.summary
+
+
+def test_slash_rebuild_writes_the_checkpoint_and_restarts_the_context_from_it(
+        tmp_path, _isolated_home):
+    """No setting, an in-process model (no rungs): `/rebuild` in chat writes the checkpoint
+    on the compaction model, then the context starts at its boundary."""
+    session_model = tmp_path / "s.json"
+    session_model.write_text(json.dumps([
+        call("x = 41\nprint(x)", prose("a", 300)), "x is 41",
+        call("print(x + 1)"), "x + 1 is 42"]))
+    compaction_model = tmp_path / "c.json"
+    compaction_model.write_text(json.dumps([text("x = 41 and printed")]))
+    out = rlmcli.rlm("chat", "--model", f"script:{session_model}", "--compaction-model",
+                     f"script:{compaction_model}", cwd=tmp_path, check=True,
+                     stdin="compute x\n/rebuild\nand add one\n/exit\n")
+    assert "context rebuilt from a checkpoint written now" in out.stdout, out.stdout + out.stderr
+    [path] = sorted(_isolated_home.glob("sessions/*/session.jsonl"))
+    s = SessionStore.open(path.parent.name)
+    [rebuilt] = [e for e in s.branch() if e.type == "compaction"]
+    assert rebuilt.trigger == "manual" and rebuilt.details["kind"] == "rebuild"
+    assert "x = 41 and printed" in rebuilt.summary
+    assert (path.parent / "checkpoint.md").read_text() == text("x = 41 and printed") + "\n"
+    # the next prompt's model call starts at the boundary
+    from rlm.session.context import build_messages
+
+    sent = json.dumps(build_messages(s.branch(), system_prompt="", native_tools=True))
+    assert "a299" not in sent and "x = 41 and printed" in sent and "and add one" in sent

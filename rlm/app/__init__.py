@@ -18,7 +18,13 @@ foreground run.
 
 from __future__ import annotations
 
-from rlm.app.build import attach_compaction, compact_now, shake_now, size_output_to_window
+from rlm.app.build import (
+    attach_compaction,
+    compact_now,
+    rebuild_now,
+    shake_now,
+    size_output_to_window,
+)
 from rlm.app.driving import ForegroundSchedules, drive, schedules_note
 from rlm.app.entries import (
     AgentRunner,
@@ -59,7 +65,7 @@ __all__ = [
     "attach_named_files", "build_agent", "change_goal", "check_start", "child_failure",
     "compact_now", "default_model", "discard_unstarted", "drive", "feature_table", "gap",
     "goal_line", "prepare_inputs", "put_context", "record_options", "recorded_options",
-    "resume_prompt", "run_child", "run_task", "run_worker", "schedules_note",
+    "rebuild_now", "resume_prompt", "run_child", "run_task", "run_worker", "schedules_note",
     "session_holder", "shake_now", "set_goal_given", "size_output_to_window", "start_detached",
     "with_named_files", "ensure_worker", "resume_detached", "pending_inputs",
 ]  # fmt: skip

@@ -21,7 +21,7 @@ from rlm.compaction.checkpoint import reply as checkpoint_reply
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
 from rlm.compaction.plan import CompactionSettings, effective_settings
-from rlm.compaction.rebuild import is_rebuild
+from rlm.compaction.rebuild import is_rebuild, rebuilt_line
 from rlm.compaction.tiers import relief_line
 from rlm.config import Config, scaled_output_budget
 from rlm.errors import RlmError
@@ -72,19 +72,22 @@ def size_output_to_window(agent: Agent) -> None:
 
 
 def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
-    """Tier 0: a checkpoint written in the background on the compaction model, at the
-    configured rungs or the model's default ones (rlm.compaction.checkpoint). Not for a
-    child (its run is short, its parent's checkpoint covers its answer) or a log in memory.
-    `SessionRun` closes it with the run. `history.checkpoint()` is every agent's."""
+    """Tier 0: a checkpoint written on the compaction model, in the background at the
+    configured rungs or the model's default ones (rlm.compaction.checkpoint), and on the
+    main path by `/rebuild`. With no rungs (`local`, `script:`, or compaction off) it writes
+    only when asked. Not for a child (its run is short, its parent's checkpoint covers its
+    answer) or a log in memory. `SessionRun` closes it with the run.
+    `history.checkpoint()` is every agent's."""
     agent.handlers["history.checkpoint"] = lambda p: checkpoint_reply(agent.session)
-    if agent.entry == "child" or agent.session.dir is None or not ctl.settings.enabled:
+    if agent.entry == "child" or agent.session.dir is None:
         return
     fractions = agent.config.checkpoint_rungs
     if fractions is None:
         fractions = default_rungs(agent.config.compaction_model or agent.llm.spec)
-    if fractions:  # the summaries' model instance: a script's replies are one queue
-        ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
-                                          budget_for(agent.context_window()), fractions)
+    # the summaries' model instance: a script's replies are one queue
+    ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
+                                      budget_for(agent.context_window()),
+                                      fractions if ctl.settings.enabled else ())
 
 
 def attach_compaction(agent: Agent) -> CompactionController:
@@ -119,9 +122,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
         if entry is not None:  # a summary or a relief: <children_state>, clean-ups retried
             agent.children.after_compaction()
         if isinstance(entry, CompactionEntry) and is_rebuild(entry):
-            events.append(Notice(f"context rebuilt from the checkpoint, no model call "
-                                 f"({entry.tokens_before:,} tokens before; `rlm checkpoint` "
-                                 "shows it)"))
+            events.append(Notice(rebuilt_line(entry)))
         elif isinstance(entry, CompactionEntry):
             events.append(Compacted(entry.trigger, entry.tokens_before, entry.summary))
         elif entry is not None:
@@ -210,6 +211,14 @@ def watch_stuck(agent: Agent, goals: GoalManager | None, *, autonomous: bool) ->
 
     agent.answers.goal = objective
     agent.run_start_hooks.append(at_run_start)
+
+
+def rebuild_now(agent: Agent) -> CompactionEntry | None:
+    """`/rebuild` between turns of a chat: a checkpoint written now (bounded), then the
+    context rebuilt from it; None when there is nothing to rebuild."""
+    if agent.compaction is None:
+        return None
+    return agent.compaction.rebuild(agent.executor)
 
 
 def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntry | None:

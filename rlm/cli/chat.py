@@ -3,6 +3,7 @@
 /goal [--budget N] OBJECTIVE | /goal status|pause|resume|clear|budget N
 /compact [instructions]     summarise now
 /shake                      replace old cell outputs by placeholders now (no model call)
+/rebuild                    write the checkpoint now, then restart the context from it
 /rule WHAT WENT WRONG       the model writes a stream rule from it; saved once it matches
 /load FILE [FILE ...]       load files into kernel variables (like --context)
 /heartbeat every 10m PROMPT | /heartbeat off
@@ -31,6 +32,7 @@ from rlm.agent.result import RunResult
 from rlm.app.steering import rule_from_chat
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer, input_summaries, print_json
+from rlm.compaction.rebuild import rebuilt_line
 from rlm.compaction.tiers import relief_line
 from rlm.errors import RlmError
 from rlm.events import first_run
@@ -81,7 +83,8 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     return 0
 
 
-SLASH_COMMANDS = ("goal", "compact", "load", "heartbeat", "state", "exit", "quit", "help")
+SLASH_COMMANDS = ("goal", "compact", "rebuild", "shake", "rule", "load", "heartbeat", "state",
+                  "exit", "quit", "help")
 POLL_S = 1.0  # how often chat, waiting at its prompt, looks at the jobs file
 
 
@@ -118,6 +121,18 @@ def _line(raw: str) -> str:
     return raw.rstrip("\n")
 
 
+def _rebuild(agent: Agent) -> str:
+    entry = app.rebuild_now(agent)
+    writer = agent.compaction.checkpoint if agent.compaction is not None else None
+    problem = writer.take_problem() if writer is not None else None
+    why = f" (the checkpoint was not written: {problem})" if problem else ""
+    if entry is None:
+        if writer is None:
+            return "nothing to rebuild: this session keeps no checkpoint"
+        return "not rebuilt: no checkpoint makes the context smaller; /compact summarises" + why
+    return rebuilt_line(entry) + why
+
+
 def _slash(agent: Agent, line: str, render: Renderer) -> bool:
     """One slash command; any error it raises is one line and chat goes on."""
     try:
@@ -144,6 +159,8 @@ def _slash(agent: Agent, line: str, render: Renderer) -> bool:
         elif cmd == "compact":
             entry = app.compact_now(agent, " ".join(rest) or None)
             render.console.print("compacted" if entry else "nothing to compact")
+        elif cmd == "rebuild":
+            render.console.print(_rebuild(agent), markup=False)
         elif cmd == "shake":
             shaken = app.shake_now(agent)
             render.console.print("; ".join(relief_line(e) for e in shaken) or "nothing to shake",

@@ -230,6 +230,12 @@ class CheckpointWriter:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def automatic(self) -> bool:
+        """Rungs are set: it writes as the context fills, and a relief with no checkpoint
+        to rebuild from starts one (rlm.compaction.rebuild.from_checkpoint)."""
+        return bool(self.fractions)
+
     def check(self, tokens: int, rungs: Sequence[int]) -> bool:
         """After a turn: start a writer when the context crossed a rung and none runs."""
         if not rungs or self.session.dir is None:
@@ -238,10 +244,19 @@ class CheckpointWriter:
             self._crossed.clear()  # relieved: the next fill crosses the rungs again
             return False
         due = {r for r in rungs if tokens >= r} - self._crossed
-        with self._lock:
-            if not due or self.closed or self.running:
-                return False  # a rung crossed while one runs waits for the next check
+        if not due:
+            return False
+        started = self.start()  # a rung crossed while one runs waits for the next check
+        if started:
             self._crossed |= due
+        return started
+
+    def start(self) -> bool:
+        """Start a writing that covers the log up to its leaf now, unless one runs, the
+        writer is closed, or the log is in memory; True when it started."""
+        with self._lock:
+            if self.closed or self.running or self.session.dir is None:
+                return False
             upto = self.session.branch()[-1].id
             self._thread = threading.Thread(target=self._run, args=(upto,),
                                             name="rlm-checkpoint", daemon=True)

@@ -33,6 +33,7 @@ from rlm.compaction.plan import (
     CompactionSettings,
     EffectiveSettings,
     Projection,
+    context_status,
     context_tokens,
     effective_settings,
     is_normal_assistant,
@@ -40,7 +41,7 @@ from rlm.compaction.plan import (
     latest_relief_index,
     should_compact,
 )
-from rlm.compaction.rebuild import rebuild
+from rlm.compaction.rebuild import from_checkpoint
 from rlm.compaction.tiers import TierSettings
 from rlm.llm.types import LLM
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
@@ -49,7 +50,8 @@ SHAKE_NOTE = (
     "A shake is scheduled for the end of this turn: old cell outputs become placeholders "
     "(history.cell(N) returns them). Continue working normally."
 )
-CHECKPOINT_WAIT_S = 180.0  # an automatic relief waits this long for a running writer
+CHECKPOINT_WAIT_S = 180.0  # an automatic relief waits this long for a checkpoint writer
+REBUILD_WAIT_S = 300.0  # a manual /rebuild
 
 SCHEDULED_NOTE = (
     "Compaction is scheduled for the end of this turn; you resume automatically afterwards. "
@@ -175,18 +177,29 @@ class CompactionController:
             result = self._compact(trigger, kernel) or result
         return self._yielded(trigger, before, eff.window, rebuilt or result)
 
-    def _rebuild(self, trigger: str, kernel: Any, limit: int | None) -> CompactionEntry | None:
-        """Tier 0's use: a boundary from the confirmed checkpoint, no model call. A writer
-        running now is waited for (bounded) first: its checkpoint covers more."""
-        if self.checkpoint is None or not self.tiers:  # --no-context-tiers: summaries only
+    def _rebuild(self, trigger: str, kernel: Any, limit: int | None, *,
+                 manual: bool = False) -> CompactionEntry | None:
+        """Tier 0's use: a boundary from the checkpoint, with no model call on the main path
+        when one is ready. A writer running now is waited for; with none ready, an
+        automatic writer (rungs set) or a manual `/rebuild` writes one now. Bounded: past
+        the wait, the summary runs."""
+        if self.checkpoint is None or not (self.tiers or manual):  # --no-context-tiers
             return None
-        if self.checkpoint.running:
-            self.checkpoint.wait(self.checkpoint_wait_s)
         branch = self.session.branch()
-        entry = rebuild(self.session, trigger, limit=limit, projection=self.projection)
+        entry = from_checkpoint(
+            self.checkpoint, self.session, trigger, limit=limit, projection=self.projection,
+            keep_recent=self._effective().keep_recent_tokens,
+            wait_s=REBUILD_WAIT_S if manual else self.checkpoint_wait_s,
+            start=manual or self.checkpoint.automatic, fresh=manual)
         if entry is not None:
             append_ipython_state(self.session, branch, kernel)
         return entry
+
+    def rebuild(self, kernel: Any = None) -> CompactionEntry | None:
+        """`/rebuild`: the context rebuilt from the checkpoint now, written first unless a
+        confirmed one covers the log; None when there is no writer (a child, a log in
+        memory, compaction off) or it could not shrink the context."""
+        return self._rebuild("manual", kernel, None, manual=True)
 
     def _yielded(self, trigger: str, before: int, window: int | None,
                  result: Entry | None) -> Entry | None:
@@ -235,32 +248,8 @@ class CompactionController:
 
     def status(self) -> dict[str, Any]:
         """`compact.status()`: usage vs window and the last compaction."""
-        branch = self.session.branch()
-        tokens = context_tokens(branch, self.projection)
-        eff = self._effective()
-        window = eff.window
-        c = latest_compaction_index(branch)
-        last = None
-        if c >= 0:
-            e = branch[c]
-            assert isinstance(e, CompactionEntry)
-            last = {
-                "id": e.id,
-                "timestamp": e.timestamp,
-                "trigger": e.trigger,
-                "tokens_before": e.tokens_before,
-                "first_kept_entry_id": e.first_kept_entry_id,
-            }
-        return {
-            "tokens": tokens,
-            "context_window": window,
-            "percent": round(100.0 * tokens / window, 1) if window else None,
-            "threshold": eff.threshold,
-            "reserve_tokens": eff.reserve_tokens,
-            "keep_recent_tokens": eff.keep_recent_tokens,
-            "scheduled": self._has_pending,
-            "last_compaction": last,
-        }
+        return context_status(self.session.branch(), self.projection, self._effective(),
+                              scheduled=self._has_pending)
 
     # ----------------------------------------------------------------- triggers
     def after_turn(self, kernel: Any = None) -> Entry | None:

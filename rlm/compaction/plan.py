@@ -270,6 +270,38 @@ def _index_of(branch: Sequence[Entry], entry_id: str | None, default: int) -> in
     return default
 
 
+def context_status(branch: Sequence[Entry], projection: Projection | None,
+                   eff: EffectiveSettings, *, scheduled: bool) -> dict[str, Any]:
+    """What `compact.status()` tells a cell: usage vs window and the last compaction."""
+    tokens = context_tokens(branch, projection)
+    window = eff.window
+    c = latest_compaction_index(branch)
+    last = None
+    if c >= 0:
+        e = branch[c]
+        assert isinstance(e, CompactionEntry)
+        last = {"id": e.id, "timestamp": e.timestamp, "trigger": e.trigger,
+                "tokens_before": e.tokens_before, "first_kept_entry_id": e.first_kept_entry_id}
+    return {
+        "tokens": tokens,
+        "context_window": window,
+        "percent": round(100.0 * tokens / window, 1) if window else None,
+        "threshold": eff.threshold,
+        "reserve_tokens": eff.reserve_tokens,
+        "keep_recent_tokens": eff.keep_recent_tokens,
+        "scheduled": scheduled,
+        "last_compaction": last,
+    }
+
+
+def first_kept_index(branch: Sequence[Entry], compaction: int) -> int:
+    """Where the projection starts after the compaction at index `compaction` (-1: none)."""
+    if compaction < 0:
+        return 0
+    first = getattr(branch[compaction], "first_kept_entry_id", None)
+    return _index_of(branch, first, compaction + 1)
+
+
 def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
     """The messages the model sees for `branch`, without a system prompt."""
     return build_messages(branch, system_prompt="", native_tools=True)[1:]

@@ -5,13 +5,18 @@ a confirmed checkpoint exists (rlm.compaction.checkpoint), `rebuild` appends a `
 entry of kind "rebuild". Its text is the boundary: the task as the user gave it, the
 checkpoint, the user's latest words verbatim. Its first kept entry is the cut point at or
 before the first entry the checkpoint does not cover, so nothing uncovered leaves the
-context. The projection starts there as after any compaction (the goal, pinned entries and
-`<ipython_state>` are added as after a summary); the old entries stay in the log, where
-`rlm log`, an export and `history.*` read them.
+context, and further back to keep the newest `keep_recent` tokens verbatim (as after a
+summary) when they fit. The projection starts there as after any compaction (the goal,
+pinned entries and `<ipython_state>` are added as after a summary); the old entries stay
+in the log, where `rlm log`, an export and `history.*` read them.
 
 No boundary (None) when there is no confirmed checkpoint, when it predates the latest
 compaction (that summary covers more), or when the rebuilt context would not be smaller
-or would still be over the limit: the summary runs instead.
+or would leave less than `keep_recent` tokens of room under the limit.
+
+`from_checkpoint` is the ladder's use of it: it waits for a running writer, and with no
+checkpoint that serves, writes one now when the writer is automatic (rungs set) or the
+rebuild is manual (`/rebuild`), each wait bounded; else the summary runs.
 """
 
 from __future__ import annotations
@@ -19,9 +24,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from rlm.compaction.checkpoint import read
-from rlm.compaction.plan import Projection, context_tokens, latest_compaction_index
-from rlm.session.entries import CompactionEntry, Entry, MessageEntry
+from rlm.compaction.checkpoint import CheckpointWriter, read
+from rlm.compaction.plan import (
+    Projection,
+    context_tokens,
+    entry_message,
+    find_cut_point,
+    first_kept_index,
+    latest_compaction_index,
+)
+from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
 
 RECENT_USER = 3  # the user's latest messages, verbatim
 USER_CHARS = 2000  # each, head kept
@@ -72,8 +84,12 @@ def _cut_at_or_before(branch: Sequence[Entry], index: int) -> int:
 
 
 def rebuild(session: Any, trigger: str, *, limit: int | None,
-            projection: Projection | None = None) -> CompactionEntry | None:
-    """Append the boundary when it brings the context under `limit`; else None."""
+            projection: Projection | None = None, keep_recent: int = 0,
+            written_now: bool = False) -> CompactionEntry | None:
+    """Append the boundary when it leaves `keep_recent` tokens of room under `limit` (room
+    for new work, as a summary leaves; a rebuild that leaves less would relieve again at
+    the next turn); else None. The newest `keep_recent` tokens stay verbatim after it,
+    covered or not, when that room is still there (else only what is not covered)."""
     found = read(session)
     if found is None:
         return None
@@ -81,22 +97,75 @@ def rebuild(session: Any, trigger: str, *, limit: int | None,
     branch = session.branch()
     ids = [e.id for e in branch]
     mark = data.get("watermark")
-    if mark not in ids or ids.index(mark) < latest_compaction_index(branch):
+    last = latest_compaction_index(branch)
+    if mark not in ids or ids.index(mark) < last:
         return None  # not on this branch, or older than the latest summary
-    cut = _cut_at_or_before(branch, ids.index(mark) + 1)
-    if cut <= 0:
-        return None
+    first = ids.index(mark) + 1  # the first entry the model sees that it does not cover
+    while first < len(branch) and entry_message(branch[first]) is None:
+        first += 1  # not a hidden one appended after (a watermark lands mid-turn)
+    covered = _cut_at_or_before(branch, first)
+    start = first_kept_index(branch, last)
+    cuts = [covered]
+    if keep_recent > 0:
+        tail, _ = find_cut_point(branch, start, len(branch), keep_recent)
+        if start < tail < covered:
+            cuts.insert(0, tail)  # the recent tail first; without it if that does not fit
     before = context_tokens(branch, projection)
-    entry = CompactionEntry(summary=boundary(branch[:cut], text), first_kept_entry_id=ids[cut],
-                            tokens_before=before, trigger=trigger,
-                            details={"kind": KIND, "watermark": mark,
-                                     "checkpoint_sha256": data.get("sha256")})
-    after = context_tokens([*branch, entry], projection)
-    if after >= before or (limit is not None and after > limit):
+    for cut in cuts:
+        if cut <= 0:
+            continue
+        entry = CompactionEntry(summary=boundary(branch[:cut], text),
+                                first_kept_entry_id=ids[cut], tokens_before=before,
+                                trigger=trigger,
+                                details={"kind": KIND, "watermark": mark,
+                                         "checkpoint_sha256": data.get("sha256"),
+                                         "written_now": written_now})
+        after = context_tokens([*branch, entry], projection)
+        if after < before and (limit is None or after <= limit - keep_recent):
+            session.append(entry)
+            return entry
+    return None
+
+
+def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, limit: int | None,
+                    projection: Projection | None = None, keep_recent: int = 0,
+                    wait_s: float, start: bool, fresh: bool = False) -> CompactionEntry | None:
+    """Tier 0 on the main path. A running writer is waited for (its checkpoint covers
+    more). With no checkpoint that gives a boundary under `limit` (or `fresh`: a manual
+    rebuild, whatever is there), `start` writes one now, covering the log to its leaf, and
+    waits for it. Each wait is bounded by `wait_s`: past it, None (the summary runs; the
+    writer finishes for the next time). A failed writing leaves the previous checkpoint,
+    which is tried again."""
+    if writer.running and not writer.wait(wait_s):
+        _outcome(session, trigger, f"the checkpoint writer did not finish within {wait_s:g} s")
         return None
-    session.append(entry)
-    return entry
+    if not fresh:
+        entry = rebuild(session, trigger, limit=limit, projection=projection,
+                        keep_recent=keep_recent)
+        if entry is not None or not start:
+            return entry
+    if not writer.start():
+        return None  # closed with its run, or a log in memory
+    if not writer.wait(wait_s):
+        _outcome(session, trigger, f"the checkpoint writer did not finish within {wait_s:g} s")
+        return None
+    return rebuild(session, trigger, limit=limit, projection=projection, keep_recent=keep_recent,
+                   written_now=True)
+
+
+def _outcome(session: Any, trigger: str, reason: str) -> None:
+    session.append(CustomEntry(custom_type="compaction_outcome", display=True, content=None,
+                               data={"trigger": trigger, "compacted": False,
+                                     "reason": f"no rebuild: {reason}"}))
 
 
 def is_rebuild(entry: Entry | None) -> bool:
     return isinstance(entry, CompactionEntry) and (entry.details or {}).get("kind") == KIND
+
+
+def rebuilt_line(entry: CompactionEntry) -> str:
+    """What the terminal says of a rebuild."""
+    how = ("from a checkpoint written now (the writer's model call; no summary)"
+           if (entry.details or {}).get("written_now") else "from the checkpoint, no model call")
+    return (f"context rebuilt {how} ({entry.tokens_before:,} tokens before; "
+            "`rlm checkpoint` shows it)")
