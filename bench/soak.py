@@ -46,9 +46,11 @@ class Soak:
 
     def __init__(self, turns: int, seed: int, root: Path, log: Any = sys.stderr,
                  progress: Path | None = None, fault_rate: float = FAULT_RATE,
-                 tiers: bool = True):
+                 tiers: bool = True, checkpoint: bool = True):
         self.turns, self.seed, self.root, self.log = turns, seed, root, log
         self.config = {**CONFIG, "context_tiers": tiers}
+        if not checkpoint:  # the soak's compaction model counts as hosted: rungs by default
+            self.config["checkpoint_rungs"] = []
         self.home = root / "rlm"
         self.harness = root / "harness"
         self.progress_path, self.last_progress = progress, time.monotonic()
@@ -363,6 +365,7 @@ class Soak:
             "compactions": soak_checks.count_compactions(path) if path and path.exists() else 0,
             "tiers": soak_checks.tier_figures(path) if path and path.exists() else {},
             "context_tiers": self.config.get("context_tiers", True),
+            "checkpoint_rungs": self.config.get("checkpoint_rungs"),
             # checked at the end only: None in a progress report
             "secret_files": self.stats["secret_files"] if self.end_checked else None,
             "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
@@ -422,12 +425,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", action="store_true", help="keep the session files")
     ap.add_argument("--no-context-tiers", dest="tiers", action="store_false",
                     help="summaries only (no pruning or shaking): the baseline for the tiers")
+    ap.add_argument("--no-checkpoint", dest="checkpoint", action="store_false",
+                    help="no checkpoint written as the context fills (checkpoint_rungs = [])")
     args = ap.parse_args(argv)
     home = args.home or Path(tempfile.mkdtemp(prefix="rlm-soak-"))
     try:
         partial = args.out.with_name(args.out.stem + ".partial.json")
         result = Soak(args.turns, args.seed, home.absolute(), progress=partial,
-                      fault_rate=args.fault_rate, tiers=args.tiers).run()
+                      fault_rate=args.fault_rate, tiers=args.tiers,
+                      checkpoint=args.checkpoint).run()
     finally:
         if not args.keep:
             shutil.rmtree(home, ignore_errors=True)

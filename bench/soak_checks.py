@@ -181,8 +181,11 @@ def count_compactions(path: Path) -> int:
 
 def tier_figures(path: Path) -> dict[str, int]:
     """What each tier of context relief did (rlm.compaction.tiers): records, results
-    replaced and tokens saved per tier, summaries, and the guards' rejections and stops."""
-    out = {"summaries": 0, "summary_tokens_before": 0, "rejected": 0, "low_yield_stops": 0}
+    replaced and tokens saved per tier, summaries, rebuilds from the checkpoint (tier 0)
+    and the checkpoints written or failed, and the guards' rejections and stops."""
+    out = {"summaries": 0, "summary_tokens_before": 0, "rejected": 0, "low_yield_stops": 0,
+           "rebuilds": 0, "rebuilds_written_now": 0, "rebuild_tokens_before": 0,
+           "checkpoints": 0, "checkpoint_failures": 0}
     for tier in ("prune", "shake"):
         out |= {f"{tier}_records": 0, f"{tier}_results": 0, f"{tier}_tokens_saved": 0}
     for line in path.read_bytes().splitlines():  # whole entries (raw_entries keeps few fields)
@@ -192,10 +195,17 @@ def tier_figures(path: Path) -> dict[str, int]:
             continue
         if not isinstance(e, dict):
             continue
-        if e.get("type") == "compaction":
+        details = e.get("details") if isinstance(e.get("details"), dict) else {}
+        if e.get("type") == "compaction" and details.get("kind") == "rebuild":
+            out["rebuilds"] += 1
+            out["rebuilds_written_now"] += bool(details.get("written_now"))
+            out["rebuild_tokens_before"] += int(e.get("tokens_before") or 0)
+        elif e.get("type") == "compaction":
             out["summaries"] += 1
             out["summary_tokens_before"] += int(e.get("tokens_before") or 0)
         data = e.get("data") if isinstance(e.get("data"), dict) else {}
+        out["checkpoints"] += e.get("custom_type") == "checkpoint"
+        out["checkpoint_failures"] += e.get("custom_type") == "checkpoint_outcome"
         if e.get("custom_type") == "context_relief" and data.get("tier") in ("prune", "shake"):
             t = data["tier"]
             out[f"{t}_records"] += 1

@@ -325,6 +325,20 @@ class Summarizer:
         if hook is not None:
             hook()
         names = self.names_fn()
-        text = (f"## Goal\nSoak run, summary {n}.\n## Progress\nDefined {len(names)} names in "
-                f"the kernel: {', '.join(names[-30:])}.\n## Next\nKeep following the plan.")
+        if str(messages[0].get("content", "")).startswith("You keep the checkpoint"):
+            text = checkpoint_text(n, names)  # the checkpoint writer's request
+        else:
+            text = (f"## Goal\nSoak run, summary {n}.\n## Progress\nDefined {len(names)} names "
+                    f"in the kernel: {', '.join(names[-30:])}.\n## Next\nKeep following the plan.")
         return Completion(text, usage=_usage(messages, text), model=self.spec)
+
+
+def checkpoint_text(n: int, names: list[str]) -> str:
+    """A checkpoint in the writer's sections (rlm.compaction.checkpoint.SECTIONS)."""
+    from rlm.compaction.checkpoint import SECTIONS
+
+    body = {"Task": "Soak run: follow the plan.",
+            "Kernel names and how they were built": f"{len(names)} names: "
+                                                     f"{', '.join(names[-30:])}",
+            "Progress": f"checkpoint {n}", "Next steps": "Keep following the plan."}
+    return "\n\n".join(f"## {s}\n- {body.get(s, '(none)')}" for s in SECTIONS)
