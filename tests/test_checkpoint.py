@@ -14,6 +14,7 @@ import pytest
 
 from bench.fake_openai import serving
 from rlm import app
+from rlm.app.build import writer_session
 from rlm.compaction import checkpoint as ck
 from rlm.compaction.checkpoint import SECTIONS, CheckpointWriter, rungs_for, validate
 from rlm.llm import ScriptedLLM
@@ -185,6 +186,14 @@ def test_a_hosted_compaction_model_writes_the_checkpoint_by_default(tmp_path, _i
     assert "value249" in request["messages"][1]["content"]  # the cells' outputs it covers
     shown = rlmcli.rlm("checkpoint", res["session_id"], cwd=tmp_path, check=True)
     assert shown.stdout == text() + "\n" and "covers the log up to entry" in shown.stderr
+    # the writer is a session of its own under the parent's: what it was asked and answered
+    writer = sdir / "children" / "checkpoint"
+    assert f"rlm log {writer}" in shown.stderr
+    asked, answered = [e.message for e in SessionStore.open(writer).branch()
+                       if isinstance(e, MessageEntry)]
+    assert "value249" in asked["content"] and answered["content"] == text()
+    assert SessionStore.open(writer).header.parent_session == res["session_id"]
+    assert text().splitlines()[0] in rlmcli.rlm("log", str(writer), cwd=tmp_path).stdout
 
 
 # ------------------------------------------------------------------------ the rebuild
@@ -284,11 +293,14 @@ def test_a_key_in_the_writers_reply_never_reaches_the_file(tmp_path, monkeypatch
     key = "sk-test-" + "k3y" * 12
     monkeypatch.setenv("OPENAI_API_KEY", key)
     s = session_with(tmp_path, "compute x", "x = 41 done")
-    w = CheckpointWriter(s, lambda: ScriptedLLM([text(progress=f"used the key {key}")]), 600)
+    llm = ScriptedLLM([text(progress=f"used the key {key}")])
+    w = CheckpointWriter(s, lambda: llm, 600, log=lambda: writer_session(s, llm))
     assert w.check(150, [100]) and w.wait(30)
     found = ck.read(s)
     assert found is not None and key not in found[0] and "used the key [redacted]" in found[0]
     assert key.encode() not in ck.path_of(s.dir).read_bytes()
+    kept = (s.dir / "children" / "checkpoint" / "session.jsonl").read_bytes()
+    assert b"used the key [redacted]" in kept and key.encode() not in kept
 
 
 def test_a_failed_writing_is_said_once_on_the_terminal(tmp_path, _isolated_home):
@@ -311,6 +323,12 @@ def test_a_failed_writing_is_said_once_on_the_terminal(tmp_path, _isolated_home)
                      env={"RLM_CONFIG": str(config)})
     said = out.stdout + out.stderr
     assert said.count("the checkpoint was not written: 3 replies were refused") == 1, said
+    # the refused replies and the reasons given back are kept in the writer's session
+    [writer] = list(_isolated_home.glob("sessions/*/children/checkpoint"))
+    kept = [e.message for e in SessionStore.open(writer).branch() if isinstance(e, MessageEntry)]
+    assert [m["role"] for m in kept] == ["user", "assistant"] * 3
+    assert [m["content"] for m in kept[1::2]] == ["no sections at all"] * 3
+    assert "That checkpoint was refused: the section '## Task' is missing" in kept[2]["content"]
 
 
 # ------------------------------------------------- a checkpoint written on the main path

@@ -16,7 +16,7 @@ from rlm.app.features import gap, refuse
 from rlm.app.options import RunOptions
 from rlm.app.steering import goal_gate
 from rlm.compaction.branch import summarize_branch
-from rlm.compaction.checkpoint import CheckpointWriter, budget_for, default_rungs
+from rlm.compaction.checkpoint import WRITER_DIR, CheckpointWriter, budget_for, default_rungs
 from rlm.compaction.checkpoint import reply as checkpoint_reply
 from rlm.compaction.controller import CompactionController
 from rlm.compaction.core import perform_compaction
@@ -34,6 +34,7 @@ from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExec
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 from rlm.session.history import install_handlers as install_history
+from rlm.session.store import SessionStore
 
 
 def model_factory(config: Config) -> Callable[[str], LLM]:
@@ -87,7 +88,19 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     # the summaries' model instance: a script's replies are one queue
     ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
                                       budget_for(agent.context_window()),
-                                      fractions if ctl.settings.enabled else ())
+                                      fractions if ctl.settings.enabled else (),
+                                      log=lambda: writer_session(agent.session, ctl.llm))
+
+
+def writer_session(parent: SessionLog, llm: LLM) -> SessionStore:
+    """The checkpoint writer's own session, a child under the parent's directory: its
+    prompts and replies (`rlm log SESSION_DIR/children/checkpoint`)."""
+    assert parent.dir is not None
+    folder = parent.dir / WRITER_DIR
+    if (folder / "session.jsonl").is_file():  # a resumed session's writer goes on in it
+        return SessionStore.open(folder)
+    return SessionStore.create(session_dir=folder, model=getattr(llm, "spec", ""),
+                               task="the checkpoint writer", parent_session=parent.id)
 
 
 def attach_compaction(agent: Agent) -> CompactionController:

@@ -290,7 +290,7 @@ def cmd_tree(args: argparse.Namespace) -> int:
 
 def cmd_checkpoint(args: argparse.Namespace) -> int:
     """The confirmed checkpoint.md and what it covers; the last failed writing, if any."""
-    from rlm.compaction.checkpoint import read
+    from rlm.compaction.checkpoint import WRITER_DIR, read
 
     s = open_readonly(args.session)
     found = read(s)
@@ -310,6 +310,10 @@ def cmd_checkpoint(args: argparse.Namespace) -> int:
     print(terminal_safe(f"-- covers the log up to entry {data.get('watermark')} "
                         f"({data.get('entries')} entries since the previous one); "
                         f"{data.get('tokens')} tokens"), file=sys.stderr)
+    writer = s.dir / WRITER_DIR if s.dir is not None else None
+    if writer is not None and (writer / "session.jsonl").is_file():
+        print(terminal_safe(f"-- what the writer was asked and answered: rlm log {writer}"),
+              file=sys.stderr)
     return 0
 
 

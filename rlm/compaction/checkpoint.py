@@ -26,18 +26,19 @@ import hashlib
 import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
 from rlm.compaction.plan import serialize_entries
+from rlm.errors import RlmError
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM
 from rlm.paths import write_private_atomic
 from rlm.secrets import known_secrets, redact_text
 from rlm.session.branch import custom_entries
-from rlm.session.entries import CustomEntry, Entry
+from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 FILENAME = "checkpoint.md"
 SECTIONS = (
@@ -160,6 +161,7 @@ class Draft:
     entries: int = 0
     attempts: int = 0
     problem: str | None = None  # None with no text: nothing new to cover
+    exchange: list[dict[str, Any]] = field(default_factory=list)  # the writer's messages
 
 
 def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
@@ -185,37 +187,60 @@ def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
     problem = "no reply"
     for attempt in range(1, ATTEMPTS + 1):
         text = llm.complete(messages, tools=[], max_tokens=budget + budget // 4).content.strip()
+        messages.append({"role": "assistant", "content": text})
         problem = validate(text, budget) or ""
         if not problem:
-            return Draft(text, upto, len(covered), attempt)
-        messages += [{"role": "assistant", "content": text},
-                     {"role": "user", "content": f"That checkpoint was refused: {problem}. "
-                                                 "Write it again, whole, in the format given."}]
+            return Draft(text, upto, len(covered), attempt, exchange=messages)
+        if attempt < ATTEMPTS:
+            messages.append({"role": "user", "content": f"That checkpoint was refused: {problem}. "
+                                                        "Write it again, whole, in the format "
+                                                        "given."})
     return Draft(None, upto, len(covered), ATTEMPTS,
-                 f"{ATTEMPTS} replies were refused, the last because {problem}")
+                 f"{ATTEMPTS} replies were refused, the last because {problem}", exchange=messages)
 
 
-def confirm(session: Any, d: Draft) -> CustomEntry:
-    """Write the file whole, then append the watermark: never the other way round."""
+def confirm(session: Any, d: Draft, writer_log: str | None = None) -> CustomEntry:
+    """Write the file whole, then append the watermark: never the other way round.
+    `writer_log`: where the writer's prompt and replies are kept (`record`)."""
     assert d.text is not None
     # what the model wrote came from the redacted log; a key it made up or recalled is
     # masked too (Keys never land in checkpoints), so the file matches its watermark
     data = (redact_text(d.text, known_secrets()) + "\n").encode("utf-8")
     entry = CustomEntry(custom_type="checkpoint", display=False, content=None, data={
         "watermark": d.upto, "sha256": hashlib.sha256(data).hexdigest(),
-        "tokens": count_text(d.text), "entries": d.entries, "attempts": d.attempts})
+        "tokens": count_text(d.text), "entries": d.entries, "attempts": d.attempts,
+        **({"writer_log": writer_log} if writer_log else {})})
     write_private_atomic(path_of(session.dir), data)
     session.append(entry)
     return entry
 
 
+WRITER_DIR = "children/checkpoint"  # the writer's own session, under the parent's
+
+
+def record(log: Any, d: Draft) -> str | None:
+    """Append the writing's exchange (the request, each reply, each refusal) to the
+    writer's own session `log`; its last entry's id, or None when there was none."""
+    last = None
+    for m in d.exchange:
+        if m["role"] == "system":
+            continue
+        entry = MessageEntry(message={"role": m["role"], "content": m["content"]})
+        log.append(entry)
+        last = entry.id
+    return last
+
+
 class CheckpointWriter:
-    """One background writer per session (see the module doc)."""
+    """One background writer per session (see the module doc). `log`: opens the writer's
+    own session (the composition root's; None keeps no exchange)."""
 
     def __init__(self, session: Any, llm: Callable[[], LLM], budget: int,
-                 fractions: Sequence[float] = ()):
+                 fractions: Sequence[float] = (), log: Callable[[], Any] | None = None):
         self.session = session
         self._llm = llm
+        self._log_factory = log
+        self._log: Any = None
         self.budget = budget
         self.fractions = tuple(fractions)  # of the window: `rungs_for` makes them tokens
         self._lock = threading.Lock()
@@ -272,8 +297,9 @@ class CheckpointWriter:
             if self.closed:
                 return
             try:
+                where = self._record(d)
                 if d.text is not None:
-                    self.written.append(confirm(self.session, d))
+                    self.written.append(confirm(self.session, d, where))
             except OSError as e:  # a full disk: the old file and watermark stand
                 d.problem = f"the checkpoint could not be written: {e}"
             if d.problem:
@@ -281,6 +307,19 @@ class CheckpointWriter:
                 self.session.append(CustomEntry(
                     custom_type="checkpoint_outcome", display=True, content=None,
                     data={"written": False, "reason": d.problem}))
+
+    def _record(self, d: Draft) -> str | None:
+        """Keep the exchange in the writer's own session; where it is ("PATH#ENTRY"), or
+        None. A log that cannot be written does not stop the checkpoint."""
+        if self._log_factory is None or not d.exchange:
+            return None
+        try:
+            if self._log is None:
+                self._log = self._log_factory()
+            last = record(self._log, d)
+        except (OSError, RlmError):
+            return None
+        return f"{WRITER_DIR}#{last}" if last else None
 
     def take_problem(self) -> str | None:
         """The newest failed writing not yet said (the terminal says it once)."""
@@ -301,3 +340,6 @@ class CheckpointWriter:
         cancelled; its thread is a daemon)."""
         with self._lock:
             self.closed = True
+            if self._log is not None:  # the writer's own session: nothing more reaches it
+                self._log.close()
+                self._log = None
