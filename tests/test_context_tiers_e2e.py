@@ -159,3 +159,41 @@ def test_slash_shake_in_chat_shakes_between_prompts(tmp_path, _isolated_home):
     records = [json.loads(line) for line in log.splitlines()
                if '"context_relief"' in line]
     assert records and {r["data"]["trigger"] for r in records} == {"manual"}
+
+
+@pytest.mark.timeout(300)
+def test_fenced_code_in_old_replies_is_shaken_out_and_history_returns_it(tmp_path,
+                                                                         _isolated_home):
+    """A model that writes its cells in its text (`local`): `/shake` replaces the long code
+    blocks of older replies by placeholders, keeps their prose and the newest reply whole,
+    and `history.cell(N)` returns the code."""
+    from rlm.session.context import build_messages
+    from tests import rlmcli
+
+    def long_cell(k: int) -> str:
+        rows = "\n".join(f"row_{k}_{i} = sum(range({i * 97}, {i * 97 + 50}))" for i in range(12))
+        return f"Step {k}: the sums.\n```python\n{rows}\nprint(row_{k}_11)\n```"
+
+    model = tmp_path / "s.json"
+    model.write_text(json.dumps({"window": 32000, "fenced": True, "replies": [
+        long_cell(1), long_cell(2), long_cell(3), long_cell(4),
+        "```python\nprint(history.cell(1)['code'].splitlines()[0])\n```", "FINAL(done)"]}))
+    out = rlmcli.rlm("chat", "--model", f"script:{model}", cwd=tmp_path, check=True,
+                     stdin="add things up\n/shake\n/exit\n")
+    assert "code shaken" in out.stdout, out.stdout[-2000:]
+    path = next(_isolated_home.glob("sessions/*/session.jsonl"))
+    s = SessionStore.open(path.parent.name)
+    [record] = _relief(s.branch(), "shake")
+    shaken = [r for r in record.data["replaced"] if r["reason"] == "code shaken"]
+    assert [r["cell"] for r in shaken] == [1, 2]  # the newest (~640 tokens) stay whole
+    sent = build_messages(s.branch(), system_prompt="", native_tools=False)
+    replies = [m["content"] for m in sent if m["role"] == "assistant"]
+    assert replies[0].startswith("Step 1: the sums.\n[code of cell 1 shaken out")
+    assert "history.cell(1) returns it" in replies[0] and "row_1_0" not in replies[0]
+    assert "row_4_0 = sum" in replies[3]
+    # a model with native tools is shown its replies as stored: its code is in its calls
+    native = build_messages(s.branch(), system_prompt="", native_tools=True)
+    assert "row_1_0 = sum" in json.dumps(native)
+    # the kernel's history has the code the context no longer shows (printed before /shake)
+    results = [m["content"] for m in sent if m["role"] == "user" and "Output of cell" in m["content"]]
+    assert any("row_1_0 = sum(range(0, 50))" in r for r in results)

@@ -246,7 +246,10 @@ def _entry_text(e: Any) -> str:
         return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"
     if e.type == "custom" and e.custom_type == RELIEF_CUSTOM:
         return relief_line(e) + "".join(
-            f"\n  cell {r.get('cell')}: {r.get('text')}" for r in e.data.get("replaced", []))
+            f"\n  cell {r.get('cell')}: "
+            + (f"its code ({r.get('tokens_saved')} tokens; history.cell({r.get('cell')}))"
+               if r.get("reason") == "code shaken" else str(r.get("text")))
+            for r in e.data.get("replaced", []))
     if e.type == "custom":
         return f"{e.custom_type}: {e.content if e.content is not None else json.dumps(e.data)}"
     if e.type == "branch_summary":

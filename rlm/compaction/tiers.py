@@ -20,12 +20,17 @@ Tier 1, prune:
   context has been idle for `idle_flush_s` (the cache is cold: everything may go at once).
 
 Tier 2, shake: whole cell results older than the protected recent window become a
-placeholder naming `history.cell(N)`, which returns the full text from the kernel.
+placeholder naming `history.cell(N)`, which returns the full text from the kernel; so does
+the fenced code of a model that writes its cells in its text (`local`): each block of at
+least CODE_MIN_TOKENS in an assistant message becomes `[code of cell N shaken out ...]`,
+its prose kept ("code shaken"; a model with native tools keeps its code in its calls,
+which are never touched).
 Automatic: only results with `protect_recent_tokens` of context after them, and only when
 the total saved reaches `min_savings_tokens`; manual (`/shake`, `compact.shake()`): all it
 can, keeping a small recent tail.
 
-Protected: only `tool` (cell result) messages are ever replaced, never context variables,
+Protected: only `tool` (cell result) messages and fenced code in assistant text are ever
+replaced, never context variables,
 a goal, the project memory or any other custom entry; a cell whose code carries the marker
 `# rlm: keep` is never replaced either; `protected_markers` makes that configurable.
 Entries before the latest summary's first kept entry are not sent: they are skipped.
@@ -34,6 +39,7 @@ Entries before the latest summary's first kept entry are not sent: they are skip
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -48,7 +54,10 @@ REREAD = ("[superseded by cell {n}: it read the same file again; history.cell({k
 UNEVENTFUL = "[uneventful result elided: the same error was raised again later; history.cell({k}) has it]"
 SHAKEN = ("[output of cell {k} shaken out of the context (~{tokens} tokens); "
           "history.cell({k}) returns it in full]")
+CODE_SHAKEN = ("[code of cell {k} shaken out of the context (~{tokens} tokens); "
+               "history.cell({k}) returns it]")
 KEEP_MARKER = "# rlm: keep"
+CODE_MIN_TOKENS = 40  # a shorter cell tells what was done for less than a placeholder saves
 
 # oh-my-pi's figures for a ~200k window, kept as fractions of the model's window
 PROTECT_FRACTION = 16_000 / 200_000
@@ -145,6 +154,14 @@ def _entry_tokens(e: Entry, replaced: dict[str, str]) -> int:
     return entry_tokens(e)
 
 
+def _entry_tokens_of_text(e: MessageEntry, text: str) -> int:
+    """The tokens of assistant message `e` with its text replaced (its calls kept: they
+    count in the log's measure though a fenced projection shows them as this text)."""
+    from rlm.compaction.plan import entry_tokens
+
+    return entry_tokens(MessageEntry(message={**e.message, "content": text}))
+
+
 def loop_targets(tree: ast.AST) -> set[str]:
     """Names bound only as loop or comprehension targets (`for i in ...`)."""
     out: set[str] = set()
@@ -206,6 +223,70 @@ def cell_results(branch: Sequence[Entry], replaced: dict[str, str] | None = None
         suffix += tokens
     out.reverse()
     return out
+
+
+@dataclass
+class _Code:
+    """An assistant message whose text holds its cells' fenced code (a fenced-code model)."""
+
+    entry: MessageEntry
+    text: str  # the text with each long block replaced by its placeholder
+    tokens: int
+    suffix_tokens: int
+    cells: list[int]
+
+
+def _cells_by_call(branch: Sequence[Entry]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for e in branch:
+        if isinstance(e, MessageEntry) and e.role == "tool" and e.cell:
+            n = e.cell.get("execution_count")
+            if isinstance(n, int):
+                out[str(e.message.get("tool_call_id", ""))] = n
+    return out
+
+
+def fenced_code(branch: Sequence[Entry], settings: TierSettings,
+                replaced: dict[str, str] | None = None) -> list[_Code]:
+    """The sent assistant messages whose text holds the fenced code of cells that ran, each
+    block of at least CODE_MIN_TOKENS replaced by a placeholder, oldest first. A model with
+    native tools keeps its code in its calls: none of its messages is here."""
+    replaced = replaced_ids(branch) if replaced is None else replaced
+    start = _sent_start(branch)
+    cells = _cells_by_call(branch)
+    suffix = 0
+    out: list[_Code] = []
+    for i in range(len(branch) - 1, start - 1, -1):
+        e = branch[i]
+        tokens = _entry_tokens(e, replaced)
+        if (isinstance(e, MessageEntry) and e.role == "assistant" and not e.error
+                and e.id not in replaced and isinstance(e.message.get("content"), str)):
+            text, ran = e.message["content"], []
+            for c in e.message.get("tool_calls") or []:
+                code = call_code(c) if isinstance(c, dict) else None
+                cell = cells.get(str(c.get("id", ""))) if isinstance(c, dict) else None
+                block = _block_of(text, code) if code is not None else None
+                if (code is None or cell is None or block is None
+                        or any(m in code for m in settings.protected_markers)):
+                    continue
+                size = _tokens(code)
+                if size >= CODE_MIN_TOKENS:
+                    text = text.replace(block, CODE_SHAKEN.format(k=cell, tokens=size), 1)
+                    ran.append(cell)
+            if ran:
+                out.append(_Code(e, text, tokens, suffix, ran))
+        suffix += tokens
+    out.reverse()
+    return out
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def _block_of(text: str, code: str) -> str | None:
+    """The fenced block of `text` whose body is `code` (as the parser took it), or None."""
+    want = code.strip()
+    return next((m.group(0) for m in _FENCE.finditer(text) if m.group(1).strip() == want), None)
 
 
 def _protected(r: _Result, settings: TierSettings) -> bool:
@@ -305,6 +386,10 @@ def plan_shake(branch: Sequence[Entry], settings: TierSettings, *,
         saved = r.tokens - _tokens(text)
         if saved > 0:
             out.append(Replacement(r.entry.id, text, "shaken", r.cell, saved))
+    for c in fenced_code(branch, settings):
+        saved = c.tokens - _entry_tokens_of_text(c.entry, c.text)
+        if c.suffix_tokens >= protect and saved > 0:
+            out.append(Replacement(c.entry.id, c.text, "code shaken", c.cells[0], saved))
     if not manual and sum(x.tokens_saved for x in out) < settings.min_savings_tokens:
         return []
     return out

@@ -19,7 +19,9 @@
   call (cut away) is shown as a user message;
 - native_tools=False (models writing fenced code): assistant messages are text only (native
   calls become fenced ```python blocks) and consecutive tool results merge into one user
-  message `Output of cell [k]:\\n...`.
+  message `Output of cell [k]:\\n...`. An assistant message a shake rewrote (its fenced
+  code replaced by a placeholder) is shown as rewritten; with native tools it is shown as
+  stored (its code is in its calls, which a shake never touches).
 
 Byte stability: appending entries only appends messages, with one exception, the merge of
 consecutive tool results in fenced mode, which replaces the *last* message (a new dict; the
@@ -222,6 +224,8 @@ class Projector:
         if self.native:
             out = {k: m[k] for k in _KEEP_KEYS if k in m}
             self._pending = [c.get("id", "") for c in calls if isinstance(c, dict)]
+        elif e.id in self._replaced:  # its fenced code shaken out (rlm.compaction.tiers)
+            out = {"role": "assistant", "content": self._replaced[e.id]}
         else:
             text = m.get("content") or ""
             blocks = [f"```python\n{_code_of(c)}\n```" for c in calls if isinstance(c, dict)]
