@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -207,22 +207,28 @@ def _codes_by_call(branch: Sequence[Entry]) -> dict[str, str]:
 def cell_results(branch: Sequence[Entry], replaced: dict[str, str] | None = None) -> list[_Result]:
     """The sent cell results not replaced yet, oldest first, with their suffix tokens."""
     replaced = replaced_ids(branch) if replaced is None else replaced
-    start = _sent_start(branch)
     codes = _codes_by_call(branch)
-    suffix = 0
     out: list[_Result] = []
-    for i in range(len(branch) - 1, start - 1, -1):
-        e = branch[i]
-        tokens = _entry_tokens(e, replaced)
+    for i, e, tokens, suffix in _newest_first(branch, replaced):
         if (isinstance(e, MessageEntry) and e.role == "tool" and not e.error
                 and e.id not in replaced):
             cell = e.cell or {}
             code = codes.get(str(e.message.get("tool_call_id", "")), "")
             out.append(_Result(i, e, cell.get("execution_count"), code,
                                cell.get("status", "ok") == "ok", tokens, suffix))
-        suffix += tokens
     out.reverse()
     return out
+
+
+def _newest_first(branch: Sequence[Entry],
+                  replaced: dict[str, str]) -> Iterator[tuple[int, Entry, int, int]]:
+    """(index, entry, its tokens, the tokens projected after it) over the sent part of
+    the branch, newest first."""
+    suffix = 0
+    for i in range(len(branch) - 1, _sent_start(branch) - 1, -1):
+        tokens = _entry_tokens(branch[i], replaced)
+        yield i, branch[i], tokens, suffix
+        suffix += tokens
 
 
 @dataclass
@@ -252,13 +258,9 @@ def fenced_code(branch: Sequence[Entry], settings: TierSettings,
     block of at least CODE_MIN_TOKENS replaced by a placeholder, oldest first. A model with
     native tools keeps its code in its calls: none of its messages is here."""
     replaced = replaced_ids(branch) if replaced is None else replaced
-    start = _sent_start(branch)
     cells = _cells_by_call(branch)
-    suffix = 0
     out: list[_Code] = []
-    for i in range(len(branch) - 1, start - 1, -1):
-        e = branch[i]
-        tokens = _entry_tokens(e, replaced)
+    for _, e, tokens, suffix in _newest_first(branch, replaced):
         if (isinstance(e, MessageEntry) and e.role == "assistant" and not e.error
                 and e.id not in replaced and isinstance(e.message.get("content"), str)):
             text, ran = e.message["content"], []
@@ -275,7 +277,6 @@ def fenced_code(branch: Sequence[Entry], settings: TierSettings,
                     ran.append(cell)
             if ran:
                 out.append(_Code(e, text, tokens, suffix, ran))
-        suffix += tokens
     out.reverse()
     return out
 
