@@ -95,6 +95,17 @@ def test_a_rung_fires_once_per_fill_and_the_next_writing_covers_only_what_is_new
     llm.enqueue(text("x is 42"))
     assert w.check(120, [100, 200]) and w.wait(30)
     assert ck.read(s)[0].count("x is 42") == 1
+    # a compaction starts a new fill even when the context never went below the lowest
+    # rung: a checkpoint from before it cannot serve the next rebuild
+    from rlm.session.entries import CompactionEntry
+
+    assert not w.check(150, [100, 200])
+    s.append(CompactionEntry(summary="S", first_kept_entry_id=s.branch()[-1].id,
+                             tokens_before=300, trigger="threshold"))
+    s.append(MessageEntry(message={"role": "user", "content": "go on"}))
+    llm.enqueue(text("after the summary"))
+    assert w.check(150, [100, 200]) and w.wait(30)
+    assert len(entries(s, "checkpoint")) == 4
 
 
 def test_a_failed_writer_keeps_the_previous_checkpoint_and_says_why(tmp_path):

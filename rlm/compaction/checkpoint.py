@@ -15,7 +15,8 @@ When: `rungs` are fractions of the model's window, each kept below the compactio
 threshold (a checkpoint due there would come too late to spare the summary). After each
 turn the compaction controller calls `CheckpointWriter.check(tokens, rungs)`: a rung the
 context crossed starts a writer in a thread of its own, one per session; a rung crossed
-while one runs waits for the next check; a context relieved below the lowest rung starts a
+while one runs waits for the next check; a context relieved below the lowest rung, or
+compacted (a summary or a rebuild: a checkpoint from before it no longer serves), starts a
 new fill. `SessionRun` owns the writer: it closes it when the run ends (S5), after which
 nothing it finishes reaches the log or the file.
 """
@@ -31,7 +32,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-from rlm.compaction.plan import serialize_entries
+from rlm.compaction.plan import latest_compaction_index, serialize_entries
 from rlm.errors import RlmError
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM
@@ -246,6 +247,7 @@ class CheckpointWriter:
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._crossed: set[int] = set()
+        self._fill: str | None = None  # the latest compaction when the rungs were crossed
         self.closed = False
         self.written: list[CustomEntry] = []
         self.problems: list[str] = []
@@ -265,8 +267,15 @@ class CheckpointWriter:
         """After a turn: start a writer when the context crossed a rung and none runs."""
         if not rungs or self.session.dir is None:
             return False
+        branch = self.session.branch()
+        at = latest_compaction_index(branch)
+        fill = branch[at].id if at >= 0 else None
+        if tokens < rungs[0] or fill != self._fill:
+            # relieved, or compacted (a summary, a rebuild: a checkpoint from before it no
+            # longer serves one): the next fill crosses the rungs again
+            self._crossed.clear()
+            self._fill = fill
         if tokens < rungs[0]:
-            self._crossed.clear()  # relieved: the next fill crosses the rungs again
             return False
         due = {r for r in rungs if tokens >= r} - self._crossed
         if not due:
