@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rlm.compaction.checkpoint import CheckpointWriter, read
+from rlm.compaction.ladder import reject
 from rlm.compaction.plan import (
     Projection,
     context_tokens,
@@ -33,7 +34,7 @@ from rlm.compaction.plan import (
     first_kept_index,
     latest_compaction_index,
 )
-from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
+from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
 RECENT_USER = 3  # the user's latest messages, verbatim
 USER_CHARS = 2000  # each, head kept
@@ -136,27 +137,23 @@ def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, lim
     waits for it. Each wait is bounded by `wait_s`: past it, None (the summary runs; the
     writer finishes for the next time). A failed writing leaves the previous checkpoint,
     which is tried again."""
+    late = f"no rebuild: the checkpoint writer did not finish within {wait_s:g} s"
     if writer.running and not writer.wait(wait_s):
-        _outcome(session, trigger, f"the checkpoint writer did not finish within {wait_s:g} s")
+        reject(session, trigger, late)
         return None
     if not fresh:
         entry = rebuild(session, trigger, limit=limit, projection=projection,
                         keep_recent=keep_recent)
         if entry is not None or not start:
             return entry
+    written = len(writer.written)
     if not writer.start():
         return None  # closed with its run, or a log in memory
     if not writer.wait(wait_s):
-        _outcome(session, trigger, f"the checkpoint writer did not finish within {wait_s:g} s")
+        reject(session, trigger, late)
         return None
     return rebuild(session, trigger, limit=limit, projection=projection, keep_recent=keep_recent,
-                   written_now=True)
-
-
-def _outcome(session: Any, trigger: str, reason: str) -> None:
-    session.append(CustomEntry(custom_type="compaction_outcome", display=True, content=None,
-                               data={"trigger": trigger, "compacted": False,
-                                     "reason": f"no rebuild: {reason}"}))
+                   written_now=len(writer.written) > written)
 
 
 def is_rebuild(entry: Entry | None) -> bool:
