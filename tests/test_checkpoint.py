@@ -157,7 +157,8 @@ def test_a_closed_writer_starts_nothing_and_a_confirmed_draft_needs_its_file(tmp
 
 
 # ------------------------------------------------------- the root, the kernel, the CLI
-def test_by_default_a_model_in_this_process_writes_no_checkpoint(tmp_path, _isolated_home):
+def test_checkpoints_as_the_context_fills_for_a_hosted_model_with_tiers_only(tmp_path, _isolated_home,
+                                                                 monkeypatch):
     model = tmp_path / "s.json"
     model.write_text(json.dumps(["hi"]))
     options = app.RunOptions(overrides={"model": f"script:{model}"})
@@ -165,6 +166,13 @@ def test_by_default_a_model_in_this_process_writes_no_checkpoint(tmp_path, _isol
         assert run.agent is not None and run.agent.compaction is not None
         writer = run.agent.compaction.checkpoint
         assert writer is not None and not writer.automatic  # it writes on `/rebuild` only
+    hosted = {"model": f"script:{model}", "compaction_model": "openai/gpt-4o-mini"}
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-checkpoint")  # never called: not started
+    for tiers, automatic in ((True, True), (False, False)):  # summaries only: no writer
+        options = app.RunOptions(overrides={**hosted, "context_tiers": tiers})
+        with app.SessionRun.new("run", "t", options, start=False) as run:
+            assert run.agent is not None and run.agent.compaction is not None
+            assert run.agent.compaction.checkpoint.automatic is automatic
 
 
 PADDING = "print(' '.join(f'value{i}' for i in range(250)))"

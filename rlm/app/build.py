@@ -75,8 +75,8 @@ def size_output_to_window(agent: Agent) -> None:
 def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     """Tier 0: a checkpoint written on the compaction model, in the background at the
     configured rungs or the model's default ones (rlm.compaction.checkpoint), and on the
-    main path by `/rebuild`. With no rungs (`local`, `script:`, or compaction off) it writes
-    only when asked. Not for a child (its run is short, its parent's checkpoint covers its
+    main path by `/rebuild`. With no rungs (`local`, `script:`, compaction off, or
+    `--no-context-tiers`: summaries only) it writes only when asked. Not for a child (its run is short, its parent's checkpoint covers its
     answer) or a log in memory. `SessionRun` closes it with the run.
     `history.checkpoint()` is every agent's."""
     agent.handlers["history.checkpoint"] = lambda p: checkpoint_reply(agent.session)
@@ -88,7 +88,7 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     # the summaries' model instance: a script's replies are one queue
     ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
                                       budget_for(agent.context_window()),
-                                      fractions if ctl.settings.enabled else (),
+                                      fractions if ctl.settings.enabled and ctl.tiers else (),
                                       log=lambda: writer_session(agent.session, ctl.llm))
 
 
