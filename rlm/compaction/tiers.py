@@ -377,17 +377,19 @@ def _idle(branch: Sequence[Entry], settings: TierSettings, now: datetime | None)
 
 def plan_shake(branch: Sequence[Entry], settings: TierSettings, *,
                manual: bool = False) -> list[Replacement]:
-    """Whole cell results beyond the protected recent window become placeholders."""
+    """Whole cell results beyond the protected recent window become placeholders, and so
+    does the long fenced code of older replies (a fenced-code model)."""
     protect = settings.manual_protect_tokens if manual else settings.protect_recent_tokens
+    replaced = replaced_ids(branch)  # read once for both kinds
     out: list[Replacement] = []
-    for r in cell_results(branch):
+    for r in cell_results(branch, replaced):
         if r.suffix_tokens < protect or _protected(r, settings):
             continue
         text = SHAKEN.format(k=_label(r), tokens=r.tokens)
         saved = r.tokens - _tokens(text)
         if saved > 0:
             out.append(Replacement(r.entry.id, text, "shaken", r.cell, saved))
-    for c in fenced_code(branch, settings):
+    for c in fenced_code(branch, settings, replaced):
         saved = c.tokens - _entry_tokens_of_text(c.entry, c.text)
         if c.suffix_tokens >= protect and saved > 0:
             out.append(Replacement(c.entry.id, c.text, "code shaken", c.cells[0], saved))
