@@ -13,7 +13,7 @@ from rlm.app import build_agent
 from rlm.config import Config
 from rlm.events import CellFinished, RunEnded
 from rlm.llm import ScriptedLLM
-from rlm.session.entries import CompactionEntry, MessageEntry
+from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
 
 
@@ -114,19 +114,38 @@ def test_a_fenced_model_advises_in_text_lines_through_the_same_guard():
     assert adv.stats.advice == 1 and adv.stats.suppressed == 2 and adv.stats.calls == 3
 
 
-def test_a_compaction_reseeds_it_from_the_projected_context():
+def test_a_compaction_reseeds_it_from_what_the_agents_context_shows():
+    """After a compaction the seed is the agent's own projection: the summary, a rule
+    reminder pinned from before the kept range, and the kept recent turns."""
     adv, llm, got = _advisor([{"content": ""}, {"content": ""}], primary_tokens=lambda: 10**9)
-    branch = [user("task one"), reply("working on it")]
+    rule = CustomEntry(custom_type="rule_injection", data={"rule": "r"}, display=True,
+                       content="Rule: the data is JSON, use pd.read_json.")
+    kept = reply("computing the totals per region")
+    branch = [user("task one"), rule, reply("working on it"), kept]
     adv.update(branch)
     assert adv.wait_idle(60)
-    comp = CompactionEntry(summary="the data was loaded into df", first_kept_entry_id=None,
+    comp = CompactionEntry(summary="the data was loaded into df", first_kept_entry_id=kept.id,
                            tokens_before=100)
     adv.update([*branch, comp, user("go on")])
     assert adv.wait_idle(60)
     seed = llm.calls[1]
     assert len(seed) == 2 and seed[0]["role"] == "system"
-    assert "the data was loaded into df" in seed[1]["content"]
-    assert "task one" not in seed[1]["content"]  # the compacted past comes as its summary
+    text = seed[1]["content"]
+    assert "the data was loaded into df" in text and "computing the totals per region" in text
+    assert "use pd.read_json" in text and "go on" in text
+    assert "task one" not in text and "working on it" not in text  # compacted: its summary
+
+
+def test_its_own_context_past_half_its_window_reseeds_it():
+    adv, llm, got = _advisor([{"content": ""}] * 3, primary_tokens=lambda: 10**9)
+    llm.window = 200  # tokens: half of it is 400 characters
+    branch = [user("x" * 300)]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    branch.append(reply("y" * 300))
+    adv.update(branch)  # the context passed its share during the first call: a new seed
+    assert adv.wait_idle(60)
+    assert len(llm.calls[1]) == 2 and "x" * 300 in llm.calls[1][1]["content"]
 
 
 def test_the_cost_cap_thins_updates():
@@ -146,10 +165,11 @@ def test_the_cost_cap_thins_updates():
 def test_three_failures_drop_the_backlog_and_tell_the_user():
     told: list[str] = []
     adv, llm, got = _advisor([], tell=told.append, primary_tokens=lambda: 10**9)
-    for i in range(3):
+    for i in range(4):
         adv.update([user(f"step {i}")] * (i + 1))
         assert adv.wait_idle(60)
-    assert len(told) == 1 and "failed 3 times in a row" in told[0]
+    assert len(told) == 1 and "failed 3 times in a row" in told[0]  # once a streak
+    assert adv.stats.health.startswith("failing (4 in a row")  # never merely "silent"
 
 
 # ------------------------------------------------------------------------ end to end
@@ -184,6 +204,8 @@ def _agent(home: Path, main, advisor_llm):
 def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "WATCHDOG.md").write_text("Totals here are always in euros.")
+    (tmp_path / ".agent").mkdir()
+    (tmp_path / ".agent" / "conventions.md").write_text("- round totals to cents\n")
     advisor_llm = ScriptedLLM([advise(("Say the currency: totals are in euros", "nit"))])
     inner = ScriptedLLM([fenced("total = 40 + 2\nprint(total)"), fenced("final(f'{total} EUR')")])
     advised = threading.Event()
@@ -198,6 +220,7 @@ def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkey
     assert '<advisory guidance="weigh, don\'t blindly obey" severity="nit">Say the currency' \
         in second
     assert "Totals here are always in euros." in advisor_llm.calls[0][0]["content"]
+    assert "round totals to cents" in advisor_llm.calls[0][0]["content"]  # project memory
     assert agent.advisor.stats.advice == 1
 
 
@@ -210,14 +233,16 @@ def _also(deliver, then):
 
 def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home, tmp_path,
                                                                   monkeypatch):
+    """The advisor reads a reply the moment it is logged; its blocker interrupts the cell
+    that reply is running, and the run goes on (no test hook: the path a user takes)."""
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "sleeping"
     started = threading.Event()
     advisor_inner = ScriptedLLM([
-        {"content": ""},  # after turn 1: nothing to say
-        advise(("Do not sleep: the data is already loaded", "blocker")),
+        {"content": ""},  # on reply 1: nothing to say
+        advise(("Do not sleep: the data is already loaded", "blocker")),  # on reply 2
     ])
-    advisor_llm = Waiting(advisor_inner, 1, started)
+    advisor_llm = Waiting(advisor_inner, 1, started)  # answers once the cell sleeps
     main = ScriptedLLM([
         fenced("x = 1\nprint(x)"),
         fenced(f"import time\nopen({str(marker)!r}, 'w').write('1')\nprint('sleeping', flush=True)\n"
@@ -225,11 +250,8 @@ def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home,
         fenced("final(str(x))"),
     ])
     agent, session = _agent(_isolated_home, main, advisor_llm)
-    # the advisor's second call waits until the sleeping cell has started
     watcher = threading.Thread(target=lambda: _wait_for(marker, started), daemon=True)
     watcher.start()
-    # the advisor's second update comes from turn 2's end; make turn 2 send one mid-cell
-    agent.on_cell_output = lambda out: agent.advisor.update(agent.session.branch())
     with agent:
         events = list(agent.run("x?"))
     statuses = [e.status for e in events if isinstance(e, CellFinished)]
@@ -238,6 +260,55 @@ def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home,
     assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "1"
     third = "\n".join(str(m["content"]) for m in main.calls[2])
     assert "KeyboardInterrupt" in third and 'severity="blocker">Do not sleep' in third
+    assert "time.sleep(30)" in advisor_inner.calls[1][-1]["content"]  # it read the cell
+
+
+def test_a_blocker_before_the_cells_start_keeps_them_from_running(_isolated_home, tmp_path,
+                                                                  monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "deleted"
+    advisor_llm = ScriptedLLM([advise(("Stop: that deletes the input", "blocker"))])
+    main = ScriptedLLM([
+        f"Two steps.\n\n```python\nopen({str(marker)!r}, 'w').write('1')\n```\n\n"
+        "```python\nprint('second')\n```\n",
+        fenced("final('kept')"),
+    ])
+    agent, session = _agent(_isolated_home, main, advisor_llm)
+    advised = threading.Event()
+    agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
+    # a barrier after the advisor's hook: the cells start once it has spoken
+    agent.reply_hooks.append(lambda a: None if advised.wait(120) else None)
+    with agent:
+        events = list(agent.run("go"))
+    assert not marker.exists()
+    cells = [e for e in session.branch() if isinstance(e, MessageEntry) and e.role == "tool"]
+    assert [c.message["content"] for c in cells[:2]] == [
+        "not run: the advisor stopped this reply (its advisory follows)"] * 2
+    assert events[-1].final == "kept"
+    second = "\n".join(str(m["content"]) for m in main.calls[1])
+    assert 'severity="blocker">Stop: that deletes the input' in second
+    from rlm.notebook.export import export_session  # the notebook shows the advice too
+
+    nb = export_session(session, tmp_path / "run.ipynb").read_text()
+    assert "The advisor:" in nb and "Stop: that deletes the input" in nb
+
+
+def test_a_failing_advisor_is_told_at_the_next_boundary_and_reads_failing(_isolated_home,
+                                                                          tmp_path, monkeypatch):
+    from rlm.events import Notice
+
+    monkeypatch.chdir(tmp_path)
+    main = ScriptedLLM([fenced(f"print({i})") for i in range(4)] + [fenced("final('done')")])
+    agent, session = _agent(_isolated_home, main, ScriptedLLM([]))  # every call raises
+    # the advisor's thread has handled the reply before the turn's own hooks run
+    agent.turn_hooks.insert(0, lambda a: None if a.advisor.wait_idle(60) else None)
+    with agent:
+        events = list(agent.run("go"))
+    told = [i for i, e in enumerate(events) if isinstance(e, Notice)
+            and "the advisor failed 3 times in a row" in e.text]
+    assert len(told) == 1 and told[0] < len(events) - 1, events  # during the run
+    assert agent.advisor.stats.report()["health"].startswith("failing")
+    assert events[-1].final == "done"
 
 
 def _wait_for(path: Path, then: threading.Event) -> None:
@@ -265,3 +336,23 @@ def test_a_silent_advisor_is_reported_silent_in_json_and_in_the_log(tmp_path, _i
     logged = [json.loads(line)["data"] for line in Path(res["session_path"]).read_text().splitlines()
               if '"custom_type":"advisor_stats"' in line]
     assert logged and all(r["health"].startswith("silent for") for r in logged)
+
+
+def test_advice_after_a_run_ended_waits_for_the_next_run_and_starts_none(_isolated_home,
+                                                                         tmp_path, monkeypatch):
+    """Advice that comes after the run's end (or after the user's stop) is not a reason to
+    start a run (the foreground driver starts one for pending heartbeats and ticks); it is
+    written as a visible note when the next run starts."""
+    monkeypatch.chdir(tmp_path)
+    main = ScriptedLLM([fenced("final('one')"), fenced("final('two')")])
+    agent, session = _agent(_isolated_home, main, ScriptedLLM([{"content": ""}]))
+    with agent:
+        assert list(agent.run("first"))[-1].final == "one"
+        agent.advisor.deliver(Advice("Say which unit the answer is in", "concern"))
+        assert not agent.pending_steered()
+        agent.steer("heartbeat: check the inbox", "heartbeat")
+        assert agent.pending_steered()  # a tick still gets its run
+        assert list(agent.run("second"))[-1].final == "two"
+    second = "\n".join(str(m["content"]) for m in main.calls[1])
+    assert 'severity="concern">Say which unit' in second
+    assert not agent.pending_steered()

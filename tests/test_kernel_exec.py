@@ -312,3 +312,29 @@ def test_a_second_interrupt_of_one_cell_is_not_sent(kernel):
         assert kernel.execute("print(6 * 7)").shaped.strip() == "42"
     finally:
         rt.interrupt = real
+
+
+def test_an_interrupt_before_the_kernel_starts_the_cell_is_held_until_it_does(kernel):
+    """An interrupt asked for right after the request was sent, before the kernel started
+    the cell (the advisor's blocker arrives the moment a reply is logged), used to reach
+    ipykernel between cells, where it is swallowed, and the cell ran to its end. It is now
+    held and sent at the cell's execute_input: the cell ends interrupted, not timed out."""
+    rt = kernel._rt
+    real_send = rt.send_shell
+    sent: list[str] = []
+
+    def send_then_interrupt(msg):
+        real_send(msg)
+        if msg["header"]["msg_type"] == "execute_request" and not sent:
+            sent.append("asked")
+            kernel.interrupt()  # at once: the kernel has not started the cell yet
+
+    rt.send_shell = send_then_interrupt
+    try:
+        res = kernel.execute("import time\ntime.sleep(60)\nprint('slept')", timeout=20)
+    finally:
+        rt.send_shell = real_send
+    assert sent == ["asked"]
+    assert res.status == "interrupted", (res.status, res.shaped)
+    assert "KeyboardInterrupt" in res.shaped and not res.shaped.endswith("slept\n")
+    assert kernel.execute("print(6 * 7)").shaped.strip() == "42"

@@ -143,6 +143,24 @@ def test_limits_are_per_rule_per_turn_and_per_session():
     assert "## Rule: a (you broke it 3 times)\nuse parquet" in policy.context_note(branch)
 
 
+def test_many_rules_stopping_one_turn_end_with_a_reply_let_through():
+    """Four rules within their own limits could stop one turn eight times; after TURN_STOPS
+    the turn's next reply is let through (a turn always ends; an abort is never an error),
+    and the next turn watches again."""
+    from rlm.agent.policy.stream import TURN_STOPS
+    from rlm.agent.steer.files import RuleSet
+
+    rules = [_rule(name=f"r{i}") for i in range(4)]
+    policy = StreamRules(RuleSet(stream=rules))
+    branch: list = []
+    for _ in range(TURN_STOPS):
+        hit = policy.watch(branch).feed("```python\ndf = pd.read_csv('x')\n")
+        branch.append(policy.hit(hit, branch).entry)
+    assert policy.watch(branch) is None
+    policy.start_turn()
+    assert policy.watch(branch) is not None
+
+
 def test_once_and_gap_repeats_are_read_from_the_branch():
     from rlm.agent.steer.files import RuleSet
 

@@ -83,6 +83,11 @@ def test_a_matching_reply_is_dropped_and_the_turn_retried_with_the_reminder(
     msgs = reopened.messages(system_prompt="s", native_tools=False)
     assert sum(REMINDER in str(m["content"]) for m in msgs) == 1
     assert "a summary of the work" in str(msgs[1]["content"])
+    # and exported: the notebook says which rule stopped a reply, and what the model read
+    from rlm.notebook.export import export_session
+
+    nb = export_session(reopened, project / "run.ipynb").read_text()
+    assert "Rule `no_read_csv` stopped a reply" in nb and REMINDER.splitlines()[0] in nb
 
 
 def test_a_string_literal_does_not_abort_and_a_once_rule_fires_once(_isolated_home, project):

@@ -7,7 +7,7 @@ Used by the loop (rlm.agent.loop) through `ActHost`, the part of the Agent a rep
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Protocol
 
 from rlm.agent.cells import CellHost, read_var, run_cells
@@ -22,6 +22,8 @@ Outcome = tuple[str, str | None] | None
 
 
 class ActHost(CellHost, Protocol):
+    reply_hooks: list[Callable[[Any], None]]
+
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
 
@@ -42,6 +44,8 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
     if not calls:
         unknown = tuple(c.name for c in completion.tool_calls if c.name != "python")
         return (yield from _answer_without_code(host, completion.content, unknown))
+    for hook in host.reply_hooks:
+        hook(host)
     yield from run_cells(host, calls)
     if host.state.final is None:
         return None

@@ -50,6 +50,10 @@ def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, N
         if host.state.stopping:
             record_skipped(host, call, "not run: the turn was interrupted")
             continue
+        if host.state.blocker is not None:  # the advisor's blocker (rlm.app.advising)
+            record_skipped(host, call, "not run: the advisor stopped this reply (its "
+                           "advisory follows)")
+            continue
         showed = yield from run_cell(host, call, i)
         if host.state.final is not None:
             for rest in calls[i + 1:]:

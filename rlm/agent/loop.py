@@ -117,6 +117,8 @@ class Agent:
         self.prompt_hooks: list[TurnHook] = []
         # run after every turn, before the continuation is chosen (goal accounting)
         self.account_hooks: list[TurnHook] = []
+        # run when a reply with cells is logged, before they run (the advisor reads them)
+        self.reply_hooks: list[Callable[[Agent], None]] = []
         # run after every turn, after a continuation is queued (compaction)
         self.turn_hooks: list[TurnHook] = []
         # run when a run ends, with its reason and detail (a stuck run blocks its goal)
@@ -248,7 +250,8 @@ class Agent:
         return self._inputs
 
     def pending_steered(self) -> bool:
-        """Messages queued by `steer` that no run has written into the session yet."""
+        """Messages queued by `steer` that no run has written into the session yet and that
+        warrant a run of their own (advice waits for the next run: rlm.agent.steering)."""
         return self._steered.pending()
 
     @property
@@ -371,6 +374,7 @@ class Agent:
     def _turn(self, turn: int) -> Generator[Event, None, Outcome]:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
         yield TurnStarted(turn)
+        self.state.blocker = None
         self.turn_active = True
         self._steered.drain(self.session)
         try:

@@ -51,9 +51,6 @@ class ModelHost(Protocol):
 # full of backticks is not parsed again at each of its deltas
 CUT_SCAN_CHARS = 32_768
 # retries of one turn after stream-rule aborts (each rule also stops after PER_TURN hits)
-MAX_ABORTS = 6
-
-
 class RuleMatched(RlmError):
     """Raised from the stream callback: a stream rule matched; the stream stops here."""
 
@@ -84,14 +81,11 @@ def sample(host: ModelHost) -> Generator[Event, None, Completion | None]:
     not after the user asked to stop (the retry token); an abort is never an error."""
     token = (id(host.state), host.state.turns)
     completion = yield from call_model(host)
-    aborts = 0
     while completion is not None:
-        if isinstance(completion, Stopped):
+        if isinstance(completion, Stopped):  # the policy bounds the stops of a turn
             decision = host.answers.rule_hit(completion.match, list(host.session.branch()))
             yield from _carry_out(host, decision, completion.usage)
-            aborts += 1
-            if host.state.stopping or token != (id(host.state), host.state.turns) \
-                    or aborts > MAX_ABORTS:
+            if host.state.stopping or token != (id(host.state), host.state.turns):
                 return None
             completion = yield from call_model(host)
             continue

@@ -26,6 +26,8 @@ class RunState:
     answer: str | None = None  # that answer's text, while the continuations are asked
     error_detail: str | None = None
     interrupts: int = 0
+    # the advisor's blocker about this turn's reply (its note): cells not started are not run
+    blocker: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)
 
     @property

@@ -1,26 +1,38 @@
-"""Messages steered into a running agent (heartbeats, schedule ticks, `rlm worker` inbox):
-queued from any thread, written into the session before the next model call."""
+"""Messages steered into a running agent (heartbeats, schedule ticks, `rlm worker` inbox,
+the advisor's advice): queued from any thread, written into the session before the next
+model call."""
 
 from __future__ import annotations
 
 import queue
+import threading
+from collections import Counter
 from collections.abc import Callable
 
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry
 
 Delivered = Callable[[], None]
+# kinds that wait for the next run and never start one (advice given after a run ended)
+WAITING_KINDS = frozenset({"advisory"})
 
 
 class Steered:
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[tuple[str, str, Delivered | None]] = queue.SimpleQueue()
+        self._kinds: Counter[str] = Counter()
+        self._lock = threading.Lock()
 
     def put(self, text: str, kind: str, on_delivered: Delivered | None) -> None:
+        with self._lock:
+            self._kinds[kind] += 1
         self._queue.put((text, kind, on_delivered))
 
     def pending(self) -> bool:
-        return not self._queue.empty()
+        """Something queued that should reach the model soon: a run of its own if none is
+        running (an advisory alone waits for the next run)."""
+        with self._lock:
+            return any(n for kind, n in self._kinds.items() if kind not in WAITING_KINDS)
 
     def drain(self, session: SessionLog) -> None:
         """Append every queued message; `on_delivered` runs once it is in the session."""
@@ -29,6 +41,8 @@ class Steered:
                 text, kind, delivered = self._queue.get_nowait()
             except queue.Empty:
                 return
+            with self._lock:
+                self._kinds[kind] -= 1
             session.append(CustomEntry(custom_type=kind, data={"text": text},
                                        display=True, content=text))
             if delivered is not None:

@@ -1,18 +1,29 @@
 """The advisor wired into an agent (`--advisor MODEL`, `advisor = "..."` in rlm.toml or the
 user's config, RLM_ADVISOR): rlm.agent.advisor does the watching; this module builds its
-model, gives it what it should know, and carries its advice into the run.
+model, gives it what it should know, feeds it, and carries its advice into the run.
+
+When it is fed: the moment a reply with cells is logged, before its cells run (it reads the
+code it may stop, and the outputs of the turn before), and after a turn that ran no cell
+(an answer). One update per turn; the cost cap thins them.
 
 Delivery: every admitted advice is steered into the run as
 `<advisory guidance="weigh, don't blindly obey" severity=...>`, written into the session
 before the agent's next model call (in this loop the next turn boundary and "before the
-next model call" are the same point, so a `nit` and a `concern` land there alike); a
-`blocker` also interrupts a running cell (the run goes on: the model reads the interrupted
-cell and the advice). After the user's own stop, advice waits in the queue and is written as
-a visible note when the next run starts; it never restarts a run.
+next model call" are the same point, so a `nit` and a `concern` land there alike). A
+`blocker` about a reply whose cells have not all run also stops them: the running cell is
+interrupted (rlm.kernel.interrupting holds the interrupt until the kernel has started it)
+and the reply's cells not started yet are not run (`RunState.blocker`); the run goes on,
+and the model reads the interrupted cell and the advice. After the user's own stop, advice
+waits in the queue and is written as a visible note when the next run starts; it never
+restarts a run.
 
 What it knows: `WATCHDOG.md` and the project context files (AGENTS.md, CLAUDE.md) found
-walking up from the working directory, and the project's memory file (.rlm/memory.md)
-when present; each is read as a regular file, at most KNOWLEDGE_CHARS characters in all.
+walking up from the working directory, and the project memory's state and conventions
+(`.agent/`, rlm.memory) as they are when it is (re-)seeded; each is read as a regular file,
+at most KNOWLEDGE_CHARS characters in all.
+
+What the user is told: a failing advisor (three failures in a row) at the next turn
+boundary, and an advisor silent for SILENT_NOTICE turns, never "healthy".
 """
 
 from __future__ import annotations
@@ -21,29 +32,34 @@ from pathlib import Path
 from typing import Any
 
 from rlm.agent.advisor import STATS_ENTRY, Advice, Advisor, advisory_text, report_line
-from rlm.agent.advisor.guard import cell_running
+from rlm.agent.advisor.guard import cell_running, replied_with_cells
 from rlm.agent.loop import Agent
+from rlm.app.memory import project_root
 from rlm.events import Notice
 from rlm.llm.types import Usage
+from rlm.memory.files import DIRNAME, FILES
 from rlm.session.entries import CustomEntry
 from rlm.trust import read_regular
 
-KNOWLEDGE_FILES = ("WATCHDOG.md", "AGENTS.md", "CLAUDE.md", ".rlm/memory.md")
+KNOWLEDGE_FILES = ("WATCHDOG.md", "AGENTS.md", "CLAUDE.md")
+MEMORY_FILES = (FILES["state"], FILES["conventions"])
 KNOWLEDGE_CHARS = 12_000
 SILENT_NOTICE = 10  # turns without advice between notices saying so
 
 
-def knowledge(start: Path) -> str:
-    """The advisor's extra knowledge, nearest files first."""
+def knowledge(start: Path, memory: Path | None = None) -> str:
+    """The advisor's extra knowledge: the project files nearest first, then the memory."""
+    found = [folder / name for folder in [start, *start.parents] for name in KNOWLEDGE_FILES]
+    if memory is not None:
+        found += [memory / DIRNAME / name for name in MEMORY_FILES]
     parts, used = [], 0
-    for folder in [start, *start.parents]:
-        for name in KNOWLEDGE_FILES:
-            raw = read_regular(folder / name, KNOWLEDGE_CHARS)
-            if raw is None or used >= KNOWLEDGE_CHARS:
-                continue
-            text = raw.decode("utf-8", "replace")[: KNOWLEDGE_CHARS - used]
-            used += len(text)
-            parts.append(f"## {folder / name}\n{text.strip()}")
+    for path in found:
+        raw = read_regular(path, KNOWLEDGE_CHARS)
+        if raw is None or used >= KNOWLEDGE_CHARS or not raw.strip():
+            continue
+        text = raw.decode("utf-8", "replace")[: KNOWLEDGE_CHARS - used]
+        used += len(text)
+        parts.append(f"## {path}\n{text.strip()}")
     return "\n\n".join(parts)
 
 
@@ -52,27 +68,35 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
     spec = agent.config.advisor
     if not spec or agent.entry in ("child", "compact"):
         return None
+    told_user: list[str] = []  # from the advisor's thread; shown at the next boundary
 
     def deliver(advice: Advice) -> None:
         agent.steer(advisory_text(advice.note, advice.severity), "advisory")
-        if advice.severity == "blocker" and agent.turn_active and agent.executor is not None \
+        if advice.severity == "blocker" and agent.turn_active \
                 and cell_running(list(agent.session.branch())):
-            agent.executor.interrupt()  # the cell only: the run goes on
+            agent.state.blocker = advice.note  # the reply's cells not started stay so
+            if agent.executor is not None:
+                agent.executor.interrupt()  # the running one stops: the run goes on
 
     def charge(usage: Usage) -> None:
         agent.charge(usage, sub=True)
 
-    def tell(text: str) -> None:
-        agent.notices.append(Notice(text, "warning"))
-
-    advisor = Advisor(agent.llm_factory(spec), deliver, knowledge=knowledge(project or Path.cwd()),
-                      charge=charge, tell=tell)
+    start = project or Path.cwd()
+    memory = None if agent.config.memory is False else project_root(agent.config)
+    advisor = Advisor(agent.llm_factory(spec), deliver, knowledge=lambda: knowledge(start, memory),
+                      charge=charge, tell=told_user.append)
     advisor.primary_tokens = lambda: agent.tokens_used - advisor.stats.input_tokens \
         - advisor.stats.output_tokens
     told: dict[str, Any] = {"silent": 0, "report": None}
 
-    def after_turn(a: Agent) -> list[Notice]:
+    def before_cells(a: Agent) -> None:
         advisor.update(list(a.session.branch()))
+
+    def after_turn(a: Agent) -> list[Notice]:
+        branch = list(a.session.branch())
+        if not replied_with_cells(branch):  # an answer: its reply was not fed yet
+            advisor.update(branch)
+        shown = [Notice(f"advisor: {told_user.pop(0)}", "warning") for _ in list(told_user)]
         s = advisor.stats
         report = s.report()
         if report != told["report"]:  # for `rlm ps` and a resume: the log says how it is
@@ -80,11 +104,17 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
             a.session.append(CustomEntry(custom_type=STATS_ENTRY, data=report, display=False))
         if s.turns_silent >= told["silent"] + SILENT_NOTICE:  # never "healthy" while silent
             told["silent"] = s.turns_silent
-            return [Notice(f"advisor: {report_line(report)}")]
+            shown.append(Notice(f"advisor: {report_line(report)}"))
         if s.turns_silent < told["silent"]:
             told["silent"] = 0
-        return []
+        return shown
 
+    def at_end(a: Agent, reason: str, detail: str | None) -> None:
+        while told_user:  # said after the last boundary: shown when the next run starts
+            a.notices.append(Notice(f"advisor: {told_user.pop(0)}", "warning"))
+
+    agent.reply_hooks.append(before_cells)
     agent.turn_hooks.append(after_turn)
+    agent.end_hooks.append(at_end)
     agent.advisor = advisor
     return advisor

@@ -32,6 +32,7 @@ from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
+from rlm.kernel.interrupting import CellInterrupt
 from rlm.kernel.kinds import Runtime, make_runtime
 from rlm.kernel.runtime import died_cause, network_note
 from rlm.kernel.state import (
@@ -69,8 +70,7 @@ class Kernel:
         self._bridge = BridgeDispatcher(bridge_handler, workers=max(4, config.batch_concurrency))
         self._rt: Runtime | None = None
         self._shell_lock = threading.RLock()
-        self._interrupted = False
-        self._cell_running = False
+        self._int = CellInterrupt()  # the running cell's interrupt (rlm.kernel.interrupting)
         self._lister = RuntimeLister()  # names while a cell runs (a subshell)
         self.last_restart_cause: str | None = None
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
@@ -124,22 +124,11 @@ class Kernel:
         return self._rt is not None and self._rt.poll() is None
 
     def interrupt(self) -> None:
-        """SIGINT to the kernel: a running cell ends with status "interrupted". Sent once
-        per cell: a second SIGINT that lands after the first one ended the cell, while the
-        kernel sends its reply, is caught by ipykernel itself ("KeyboardInterrupt caught
-        in kernel") and the reply is lost, so the host waited out the cell's whole timeout
-        (seen through a gateway: two interrupts 75 ms apart, then a `timeout`). A cell
-        that ignores the first is ended by the timeout or a second Ctrl-C (kill after the
-        grace), not by more SIGINTs."""
+        """SIGINT to the kernel: a running cell ends with status "interrupted". Once per
+        cell, and held until the kernel has started it (rlm.kernel.interrupting)."""
         rt = self._rt
-        if rt is None:
-            return
-        if self._cell_running:
-            if self._interrupted:
-                rt.note("interrupt not sent: this cell was interrupted already")
-                return
-            self._interrupted = True
-        rt.interrupt()
+        if rt is not None:
+            self._int.request(rt)
 
     def set_bridge_handler(self, fn: BridgeHandler | None) -> None:
         self._bridge.handler = fn
@@ -168,18 +157,22 @@ class Kernel:
             t0 = time.monotonic()
             tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
             col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output)
-            self._interrupted = False
-            self._cell_running = True
+            self._int.begin()
+
+            def seen(msg: dict[str, Any]) -> None:
+                self._int.seen(rt, msg)
+                col.handle(msg)
+
             try:
                 reads = {"reads": contract.CELL_READS.expression()}
                 out = self._send_and_wait(rt, {"code": code, "user_expressions": reads},
-                                          t0 + timeout, col.handle)
+                                          t0 + timeout, seen)
                 if out.timed_out:
                     rt.interrupt()
                     grace_end = time.monotonic() + self.config.interrupt_grace_s
-                    out = self._continue_wait(rt, out, grace_end, col.handle)
+                    out = self._continue_wait(rt, out, grace_end, seen)
             finally:
-                self._cell_running = False
+                self._int.end()
             result = self._conclude(out, col, t0)
             self._scrub_snapshot_url(result)
             return result
@@ -208,7 +201,7 @@ class Kernel:
         else:
             status = (out.reply or {}).get("content", {}).get("status", "ok")
             if status != "ok":
-                res.status = "interrupted" if self._interrupted else "error"
+                res.status = "interrupted" if self._int.sent else "error"
         content = (out.reply or {}).get("content", {})
         res.shaped, res.full_output_path, res.chars_total, res.elided_chars = col.finish()
         res.outputs = col.outputs
@@ -386,7 +379,7 @@ class Kernel:
         if self._rt is None or self._rt.poll() is not None:
             rc = self._rt.poll() if self._rt is not None else None
             raise KernelDied(self._exit_text(rc) if rc is not None else "the kernel is not running")
-        if self._cell_running or not self._shell_lock.acquire(blocking=False):
+        if self._int.running or not self._shell_lock.acquire(blocking=False):
             return self._busy_listing(timeout)
         try:
             return json.loads(self._expression(contract.SNAPSHOT_NAMESPACE.expression(), timeout))
@@ -409,7 +402,7 @@ class Kernel:
     def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
         """Files the user's code read and modified ({"read": [...], "modified": [...]}).
         KernelBusy at once while a cell runs (a compaction then goes on without them)."""
-        if self._cell_running:
+        if self._int.running:
             raise KernelBusy("a cell is running; file operations are known when it ends")
         return json.loads(self._expression(contract.FILE_OPS.expression(), timeout))
 

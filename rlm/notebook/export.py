@@ -463,6 +463,14 @@ class _Builder:
             self._md(f"### Context {data.get('tier', 'relief')} ({data.get('trigger', '?')}, "
                      f"{data.get('tokens_before', '?')} -> {data.get('tokens_after', '?')} "
                      f"tokens)\n\nReplaced in the model's context:{lines}", entry)
+        elif entry.custom_type == "rule_injection":  # a stream rule (rlm.agent.policy.stream)
+            what = (f"stopped a reply (it matched `{_text(data.get('found'))}` in "
+                    f"{data.get('where', '?')}) and the turn was retried" if data.get("interrupted")
+                    else "was noted in the context")
+            self._md(f"*Rule `{data.get('rule', '?')}` {what}; the model read:*\n\n"
+                     + _quoted(entry.content or ""), entry)
+        elif entry.custom_type == "advisory":  # the advisor's advice (rlm.app.advising)
+            self._md("*The advisor:*\n\n" + _quoted(entry.content or ""), entry)
         elif entry.custom_type == "memory_write":
             self._md(f"*Project memory: {memory_line(data)}*", entry)
         elif entry.custom_type == "notebook_import":
@@ -581,6 +589,11 @@ def _text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI content parts
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return str(content)
+
+
+def _quoted(text: str) -> str:
+    """`text` as a Markdown block quote."""
+    return "\n".join("> " + line for line in text.strip().splitlines())
 
 
 def _cell_id(entry: Entry, kind: str, n: int) -> str:

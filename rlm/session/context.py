@@ -277,4 +277,20 @@ def build_messages(
     return proj.messages()
 
 
-__all__ = ["Projector", "build_messages", "summary_message", "SUMMARY_PREFIX"]
+def projected_entries(branch: Sequence[Entry]) -> list[Entry]:
+    """The entries the projection of `branch` shows, in its order: the latest compaction
+    (its summary) first, the pinned entries before its kept range, then the kept range and
+    what follows it (older compactions left out). For a reader that renders the context its
+    own way: the advisor's seed (rlm.agent.advisor)."""
+    from rlm.session.branch import latest_compaction, pinned_before, projection_start
+
+    at = latest_compaction(branch)
+    if at < 0:
+        return list(branch)
+    start = projection_start(branch)
+    kept = [e for e in branch[start:] if not isinstance(e, CompactionEntry)]
+    return [branch[at], *pinned_before(branch, PINNED_CUSTOM, start), *kept]
+
+
+__all__ = ["Projector", "build_messages", "projected_entries", "summary_message",
+           "SUMMARY_PREFIX"]

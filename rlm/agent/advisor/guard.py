@@ -135,3 +135,11 @@ def cell_running(branch: list[Entry]) -> bool:
         else:
             return False
     return False
+
+
+def replied_with_cells(branch: list[Entry]) -> bool:
+    """The newest model reply on `branch` had cells (the advisor read it before they ran)."""
+    for e in reversed(branch):
+        if isinstance(e, MessageEntry) and e.role == "assistant" and e.error is None:
+            return bool(e.message.get("tool_calls"))
+    return False

@@ -1,18 +1,21 @@
 """The advisor: a second model beside the agent, on its own thread, that reads what the
 agent does and may call one tool, `advise(note, severity)`.
 
-After each turn `update(branch)` hands it the delta since its last update (rendered by
-rlm.agent.advisor.guard); its context is its own, append-only: system prompt, the seed,
-then update / its reply / "Recorded." per call. A compaction, a branch switch or a resume
-re-seeds it from the projected context. The main loop never waits on it: `update` only
-queues, and what the advisor says reaches the agent through `deliver` (the composition root
-steers it into the run: rlm.app.advising).
+`update(branch)` hands it the delta since its last update (rendered by
+rlm.agent.advisor.guard); the composition root calls it when a reply's cells are about to
+run, so a blocker can stop them, and after a turn that ran none (rlm.app.advising). Its
+context is its own, append-only: system prompt, the seed, then update / its reply /
+"Recorded." per call. A compaction, a branch switch or a resume re-seeds it from what the
+agent's own context shows (the summary, pinned rule reminders, the kept recent turns), and
+so does its context passing CONTEXT_SHARE of its model's window. The main loop never waits
+on it: `update` only queues, and what the advisor says reaches the agent through `deliver`
+(the composition root steers it into the run).
 
 Cost and health are its own: calls, tokens and advice are counted (`stats`); its tokens are
 charged to the run's budget through `charge`. Past `cost_fraction` of the primary's tokens
 its updates are thinned (only every THIN_EVERY-th turn is sent, the skipped deltas ride
-along). Three consecutive failures drop its backlog and tell the user (`tell`); later
-updates try again. `AdvisorStats.report()` is what `--json` and `rlm ps` show ("silent for
+along). Three consecutive failures drop its backlog and tell the user (`tell`) once; its
+health reads "failing" until a call succeeds; later updates try again. `AdvisorStats.report()` is what `--json` and `rlm ps` show ("silent for
 N turns" while it has not advised, never "healthy").
 """
 
@@ -32,11 +35,15 @@ from rlm.agent.advisor.guard import (
     text_advice,
 )
 from rlm.llm.types import LLM, Usage
+from rlm.session.context import projected_entries
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
 
 COST_FRACTION = 0.25  # of the primary's tokens; past it, updates are thinned
 THIN_EVERY = 3
 MAX_FAILURES = 3
+CONTEXT_SHARE = 0.5  # of the advisor model's window; past it, the next update re-seeds
+DEFAULT_WINDOW = 32_000  # tokens, for a model that does not say its window
+CHARS_PER_TOKEN = 4
 STATS_ENTRY = "advisor_stats"  # the custom entry that records its report in the session log
 SYSTEM = (
     "You watch an AI agent that solves tasks by writing Python cells in a persistent kernel. "
@@ -112,7 +119,7 @@ class _Feed:
 class Advisor:
     llm: LLM
     deliver: Callable[[Advice], None]
-    knowledge: str = ""  # WATCHDOG.md, project context, memory
+    knowledge: Callable[[], str] = lambda: ""  # WATCHDOG.md, project context, memory
     primary_tokens: Callable[[], int] = lambda: 0
     charge: Callable[[Usage], None] = lambda usage: None
     tell: Callable[[str], None] = lambda text: None
@@ -127,6 +134,8 @@ class Advisor:
         self._compaction: str | None = None
         self._pending = ""  # thinned deltas not sent yet
         self._skipped = 0
+        self._context_chars = 0  # the size of `context`, kept by its own thread
+        self._max_chars: int | None = None  # set after its first call (a local model is loaded)
         self._queue: queue.SimpleQueue[_Feed | None] = queue.SimpleQueue()
         self._idle = threading.Event()
         self._idle.set()
@@ -139,10 +148,11 @@ class Advisor:
 
     # ------------------------------------------------------------------ the loop's side
     def update(self, branch: list[Entry]) -> None:
-        """A turn ended: queue what is new (never blocks)."""
+        """Queue what is new on `branch` since the last update (never blocks)."""
         latest = next((e.id for e in reversed(branch) if isinstance(e, CompactionEntry)), None)
         ids = [e.id for e in branch]
-        reseed = latest != self._compaction or ids[:len(self._fed)] != self._fed or not self._fed
+        reseed = (latest != self._compaction or ids[:len(self._fed)] != self._fed
+                  or not self._fed or self._context_chars > (self._max_chars or 1 << 62))
         if reseed:
             self._compaction, self._sent = latest, set()
             text = self._seed_text(branch)
@@ -176,9 +186,7 @@ class Advisor:
         return spent > self.cost_fraction * max(self.primary_tokens(), 1)
 
     def _seed_text(self, branch: list[Entry]) -> str:
-        start = max((i for i, e in enumerate(branch) if isinstance(e, CompactionEntry)),
-                    default=0)
-        body = render_delta(branch[start:], self._sent)
+        body = render_delta(projected_entries(branch), self._sent)
         return "The agent's work so far:\n\n" + body if body else ""
 
     # ----------------------------------------------------------------- its own thread
@@ -197,8 +205,9 @@ class Advisor:
     def _call(self, item: _Feed) -> None:
         native = getattr(self.llm, "native_tools", True)
         if item.seed or not self.context:
+            known = self.knowledge()
             system = (SYSTEM if native else SYSTEM_TEXT) + (
-                f"\n\nWhat you know of this project:\n{self.knowledge}" if self.knowledge else "")
+                f"\n\nWhat you know of this project:\n{known}" if known else "")
             self.context = [{"role": "system", "content": system}]
         self.context.append({"role": "user", "content": item.text})
         try:
@@ -227,6 +236,10 @@ class Advisor:
         for c in calls:
             self.context.append({"role": "tool", "tool_call_id": c.id, "content": RECORDED})
         self.stats.suppressed = self.guard.suppressed
+        self._context_chars = sum(len(str(m.get("content") or "")) for m in self.context)
+        if self._max_chars is None:
+            window = self.llm.context_window() if hasattr(self.llm, "context_window") else None
+            self._max_chars = int(CONTEXT_SHARE * (window or DEFAULT_WINDOW) * CHARS_PER_TOKEN)
         if used:
             self.stats.advice += 1
             self.stats.turns_silent = 0
@@ -245,8 +258,9 @@ class Advisor:
                         break
                 except queue.Empty:
                     break
-            self.tell(f"the advisor failed {self.stats.failures} times in a row "
-                      f"({self.stats.last_error}); its backlog was dropped, the run goes on")
-            self.stats.failures = 0
+            if self.stats.failures == MAX_FAILURES:  # once a streak; health says "failing"
+                self.tell(f"the advisor failed {self.stats.failures} times in a row "
+                          f"({self.stats.last_error}); its backlog was dropped, the run goes "
+                          "on and later updates try again")
             self._fed = []  # the next update re-seeds it
 

@@ -11,7 +11,9 @@ export sees the same limits as the live run.
 Limits are per rule, never global (the tsforge lesson): a rule that fired twice in this
 turn is silenced for the rest of it; one that fired DEMOTE_AFTER times in the session is
 reported to the user once and demoted to a context note (it stops interrupting). `once`
-rules fire once per session, `gap: N` rules not again within N replies.
+rules fire once per session, `gap: N` rules not again within N replies. Many rules stopping
+one turn in turns (each within its own limit) end at TURN_STOPS: the turn's next reply is let
+through, its matches only noted, so a turn always ends and an abort never becomes an error.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 RULE_INJECTION = "rule_injection"
 PER_TURN = 2  # a rule that fired this often in one turn is silent for the rest of it
+TURN_STOPS = 6  # stops in one turn, all rules together: the next reply is let through
 DEMOTE_AFTER = 3  # fired this often in a session: reported once, demoted to a context note
 ALWAYS_BUDGET = 4_000  # characters of always-rules in every context; the rest are listed
 
@@ -66,6 +69,8 @@ class StreamRules:
 
     def active(self, branch: list[Entry]) -> list[StreamRule]:
         """The rules that may fire on the next reply."""
+        if sum(self.turn_hits.values()) >= TURN_STOPS:
+            return []
         history = fired(branch)
         counts = Counter(name for name, _ in history)
         replies = sum(1 for e in branch if isinstance(e, MessageEntry) and e.role == "assistant"
