@@ -113,6 +113,28 @@ def test_rule_files_from_home_project_and_other_tools(tmp_path):
     assert "- tests: How tests are written here" in note
 
 
+def test_cursor_nested_and_legacy_rules_windsurf_rules_and_every_glob_are_read(tmp_path):
+    from rlm.agent.steer.match import match_code
+
+    home, project = tmp_path / "home", tmp_path / "proj"
+    (project / ".cursor" / "rules" / "frontend").mkdir(parents=True)
+    (project / ".windsurf" / "rules").mkdir(parents=True)
+    (project / ".cursor" / "rules" / "frontend" / "notebooks.mdc").write_text(
+        "---\nglobs: '*.ipynb, reports/*.md'\nalwaysApply: false\n---\nClear outputs first.")
+    (project / ".cursorrules").write_text("Answer in British English.")
+    (project / ".windsurf" / "rules" / "units.md").write_text(
+        "---\ntrigger: always_on\n---\nAmounts are in cents.")
+    rules = load_rules(project, home)
+    (nb,) = rules.stream
+    assert nb.name == "notebooks" and nb.repeat == "once"
+    assert match_code(nb, "open('out/a.ipynb', 'w').write(s)") is not None
+    assert match_code(nb, "Path('reports/q3.md').write_text(s)") is not None  # second glob
+    assert match_code(nb, "open('a.csv', 'w').write(s)") is None
+    assert {x.name for x in rules.always} == {"cursorrules", "units"}
+    note = StreamRules(rules).context_note([])
+    assert "Answer in British English." in note and "Amounts are in cents." in note
+
+
 def _injection(rule: str) -> CustomEntry:
     return CustomEntry(custom_type=RULE_INJECTION, content="x", data={"rule": rule})
 
@@ -202,3 +224,15 @@ def test_the_readme_rule_file_loads_and_stops_a_read_csv_cell(tmp_path):
     assert rule.scope == "code" and rule.repeat == "once" and "read_parquet" in rule.reminder
     hit, _ = _stream(ReplyScanner([rule]), "```python\ndf = pd.read_csv('a.csv')\n```\n")
     assert hit is not None and hit.found == "read_csv("
+
+
+def test_always_rules_past_their_budget_are_listed_by_their_first_line():
+    from rlm.agent.policy.stream import ALWAYS_BUDGET
+    from rlm.agent.steer.files import Listed, RuleSet
+
+    big = "x" * (ALWAYS_BUDGET - 100)
+    rules = RuleSet(always=[Listed("first", "Keep it short.\n" + big, "a.md"),
+                            Listed("second", "Use UTC.\n" + big, "b.md")])
+    note = StreamRules(rules).context_note([])
+    assert "## Rule: first\nKeep it short." in note and "## Rule: second" not in note
+    assert "- second: Use UTC. (b.md)" in note and len(note) < 2 * ALWAYS_BUDGET

@@ -15,8 +15,9 @@ Cost and health are its own: calls, tokens and advice are counted (`stats`); its
 charged to the run's budget through `charge`. Past `cost_fraction` of the primary's tokens
 its updates are thinned (only every THIN_EVERY-th turn is sent, the skipped deltas ride
 along). Three consecutive failures drop its backlog and tell the user (`tell`) once; its
-health reads "failing" until a call succeeds; later updates try again. `AdvisorStats.report()` is what `--json` and `rlm ps` show ("silent for
-N turns" while it has not advised, never "healthy").
+health reads "failing" until a call succeeds; later updates try again.
+`AdvisorStats.report()` is what `--json` and `rlm ps` show ("silent for N turns" while it
+has not advised, never "healthy").
 """
 
 from __future__ import annotations

@@ -2,14 +2,15 @@
 
 Where (first wins on a name clash): `$RLM_HOME/rules/*.md` (the user's), the project's
 `.rlm/rules/*.md`, then, read-only so existing rules work, the project's Cursor
-`.cursor/rules/*.mdc`, Windsurf `.windsurf/rules/*.md` / `.windsurfrules` and Cline
+`.cursor/rules/**/*.mdc` and legacy `.cursorrules` (always in the context), Windsurf `.windsurf/rules/*.md` / `.windsurfrules` and Cline
 `.clinerules` (a file, or a directory of .md files). The project is the working directory.
 
 Front matter of our own files:
 
     condition: read_csv\\(          # one regex or a list; a file glob (*.py) becomes a file
                                    # scope with a catch-all condition
-    scope: code                    # text | code | code(*.py) (cells writing such files)
+    scope: code                    # text | code | code(*.py) (cells writing such files;
+                                   # several globs: code(*.py,*.ipynb))
     interrupt: always              # never | prose-only | code-only | always
     repeat: once                   # once per session, or {gap: N} turns; default: each time
     in_strings: false              # code scopes: count matches inside strings and comments
@@ -93,9 +94,10 @@ def _rule_files(project: Path, home: Path) -> list[tuple[Path, str]]:
 
     add(home / "rules", "*.md", "home")
     add(project / ".rlm" / "rules", "*.md", "rlm")
-    add(project / ".cursor" / "rules", "*.mdc", "cursor")
+    add(project / ".cursor" / "rules", "**/*.mdc", "cursor")  # nested folders too
     add(project / ".windsurf" / "rules", "*.md", "windsurf")
-    for single, kind in ((project / ".windsurfrules", "windsurf"),
+    for single, kind in ((project / ".cursorrules", "cursor"),
+                         (project / ".windsurfrules", "windsurf"),
                          (project / ".clinerules", "cline")):
         if single.is_file():
             found.append((single, kind))
@@ -115,7 +117,8 @@ def _read(path: Path, *, trusted: bool) -> str | None:
 
 
 def _name(path: Path) -> str:
-    return path.stem if path.name not in (".windsurfrules", ".clinerules") else path.name[1:]
+    return path.name[1:] if path.name in (".cursorrules", ".windsurfrules", ".clinerules") \
+        else path.stem
 
 
 def _add(out: RuleSet, parsed: tuple[StreamRule | None, Listed | None, Listed | None]) -> None:
@@ -183,13 +186,15 @@ def _foreign(meta: dict[str, Any], kind: str) -> dict[str, Any]:
         globs = [g.strip() for g in globs.split(",") if g.strip()]
     trigger = meta.get("trigger")
     out: dict[str, Any] = {"description": meta.get("description")}
+    plain = trigger is None and not globs and not meta.get("description")
     if meta.get("alwaysApply") is True or trigger == "always_on" or \
-            (kind == "cline" and not globs) or (kind == "windsurf" and trigger is None
-                                               and not globs and not meta.get("description")):
-        out["always"] = True
+            (kind == "cline" and not globs) or (kind in ("windsurf", "cursor") and plain
+                                               and (kind == "windsurf" or not meta)):
+        out["always"] = True  # a cursor file with no front matter: legacy .cursorrules
     elif globs and trigger in (None, "glob"):
-        # a file scope fires once a session, when a cell first writes such a file
-        out.update(condition=list(globs)[:1], repeat="once")
+        # a file scope (every glob) fires once a session, when a cell first writes such a file
+        out.update(condition=CATCH_ALL, scope=f"code({','.join(map(str, globs))})",
+                   repeat="once")
     return out
 
 

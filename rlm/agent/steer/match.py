@@ -39,8 +39,8 @@ _WRITES = (
 class StreamRule:
     """One rule as matching sees it (rlm.agent.steer.files builds them from rule files).
 
-    `scope`: "text" (prose), "code" (every cell), or a file glob (cells writing a matching
-    file). `interrupt`: whether a match aborts the stream: never, prose-only, code-only,
+    `scope`: "text" (prose), "code" (every cell), or file globs, comma-separated (cells
+    writing a matching file). `interrupt`: whether a match aborts the stream: never, prose-only, code-only,
     always. `repeat`: None (every time), "once" (once per session) or a gap in turns."""
 
     name: str
@@ -133,9 +133,9 @@ def match_code(rule: StreamRule, code: str) -> str | None:
     """The first text of `code` that `rule` matches, or None (structure-aware)."""
     glob = rule.file_glob
     if glob is not None:
-        names = written_files(code)
-        if not any(fnmatch.fnmatch(n, glob) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], glob)
-                   for n in names):
+        names, globs = written_files(code), [g.strip() for g in glob.split(",") if g.strip()]
+        if not any(fnmatch.fnmatch(n, g) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], g)
+                   for n in names for g in globs):
             return None
         seen = mask_code(code, keep_strings=True)
     else:
