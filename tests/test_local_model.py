@@ -181,6 +181,25 @@ def test_e2e_count_even_numbers(cfg, tmp_path):
     _assert_streamed(res.events)
 
 
+@E2E_TIMEOUT
+def test_e2e_the_local_model_as_agent_and_advisor(cfg, tmp_path):
+    """Issue 29: `local` as agent and advisor on one real task. Whether a 1.5B advisor
+    writes an ADVISE line is the model's business; what must hold: it was called on the
+    run's replies (one model, one lock: its calls wait for the agent's and never break
+    them), its report is recorded in the log for `rlm ps`, and the run finishes right."""
+    from dataclasses import replace
+
+    nums = [3, 8, 15, 22, 7, 40, 11, 6, 9, 14, 31, 2, 5, 18, 27]
+    (tmp_path / "nums.json").write_text(json.dumps(nums))
+    res = _run("How many even numbers are in the list `nums`?", replace(cfg, advisor="local"),
+               [tmp_path / "nums.json"])
+    assert 7 in _numbers(res.final), res.final
+    assert res.advisor is not None and res.advisor["updates"] >= 1, res.advisor
+    assert not res.advisor["health"].startswith("failing"), res.advisor
+    log = Path(res.session_path).read_text()
+    assert '"custom_type":"advisor_stats"' in log
+
+
 def _assert_streamed(events) -> None:
     """Issue 31's streaming, on the local model: the first reply reached the user as it was
     written, in many pieces, its code included, before the reply was complete."""

@@ -4,6 +4,7 @@ disk. Assertions are on what reached the model, what ran in the kernel and the l
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,37 @@ def test_a_matching_reply_is_dropped_and_the_turn_retried_with_the_reminder(
 
     nb = export_session(reopened, project / "run.ipynb").read_text()
     assert "Rule `no_read_csv` stopped a reply" in nb and REMINDER.splitlines()[0] in nb
+
+
+def test_a_native_tool_calls_code_is_stopped_as_its_arguments_stream(_isolated_home, project):
+    """A hosted model writes its cell as a tool call whose JSON arguments stream in pieces:
+    the rule reads the code as it grows and stops the stream at the offending line, long
+    before the call is whole; no cell of it runs and the turn is retried."""
+    body = "\n".join(f"total_{i} = {i} * 2" for i in range(60))
+    bad = {"content": "", "tool_calls": [{"name": "python", "arguments": {
+        "code": "import pandas as pd\ndf = pd.read_csv('sales.csv')\n" + body}}]}
+    good = {"content": "", "tool_calls": [{"name": "python", "arguments": {
+        "code": "final(str(6 * 7))"}}]}
+    agent, session, llm = agent_with(_isolated_home, [bad, good])
+    real, pieces = llm._handler.streaming, []  # chunks read, per call
+
+    def counted(*a, **kw):
+        pieces.append(0)
+        for chunk in real(*a, **kw):
+            pieces[-1] += 1
+            yield chunk
+
+    llm._handler.streaming = counted
+    with agent:
+        events = list(agent.run("six times seven?"))
+    assert events[-1].final == "42"
+    (inj,) = injections(session)
+    assert inj.data["found"] == "read_csv(" and inj.data["where"] == "code"
+    whole = len(json.dumps(bad["tool_calls"][0]["arguments"])) // 16  # its pieces
+    assert len(pieces) == 2 and pieces[0] < whole // 4, (pieces, whole)  # stopped early
+    assert not any("total_59" in str(m.get("content")) for m in llm.calls[1])
+    cells = [e for e in session.branch() if isinstance(e, MessageEntry) and e.role == "tool"]
+    assert len(cells) == 1  # the good call's only
 
 
 def test_a_string_literal_does_not_abort_and_a_once_rule_fires_once(_isolated_home, project):

@@ -21,7 +21,7 @@ from rlm.agent.progress import ModelTextStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
-from rlm.agent.steer.match import Match, ReplyScanner
+from rlm.agent.steer.match import CallArguments, Match, ReplyScanner
 from rlm.config import Config
 from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import Event, ModelCallStarted, Notice
@@ -154,9 +154,10 @@ def call_model(host: ModelHost, temperature: float | None = None
 
 def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                   watch: ReplyScanner | None) -> Work:
-    """The call run on the worker thread: text streamed to the user and through `watch`;
-    a match raises RuleMatched (the stream stops there); the whole reply's native cells
-    are checked before it returns. A fenced-code reply stops at `reply_end` once text
+    """The call run on the worker thread: text streamed to the user and through `watch`,
+    and a native call's code through it line by line as its arguments stream; a match
+    raises RuleMatched (the stream stops there); the whole reply's native cells are checked
+    again before it returns. A fenced-code reply stops at `reply_end` once text
     past it comes (a reply that just ends there keeps its exact usage)."""
     native = llm.native_tools
 
@@ -183,9 +184,20 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                 if stop:
                     raise ReplyEnded("".join(seen))
 
+            cells: dict[int, CallArguments] = {}
+
+            def on_call(index: int, fragment: str) -> None:
+                assert watch is not None
+                code = cells.setdefault(index, CallArguments()).feed(fragment)
+                hit = watch.cell(code) if code is not None else None
+                if hit is not None:
+                    raise RuleMatched(hit, "".join(seen) + (code or ""))
+
+            # on_call only with rules to check (a model made for a test may not take it)
+            more: dict[str, Any] = {"on_call": on_call} if watch is not None and native else {}
             try:
                 done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
-                                    on_text=on_text, temperature=temp)
+                                    on_text=on_text, temperature=temp, **more)
             except ReplyEnded as e:  # the stream was closed: its usage never came (estimated)
                 done = Completion(e.text, [], Usage(prompt_tokens(messages) or 0,
                                                     count_text(e.text)), llm.spec)

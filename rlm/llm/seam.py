@@ -58,7 +58,15 @@ from rlm.llm import inproc, modelmap, offline
 from rlm.llm.preflight import key_envs, provider_of
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
-from rlm.llm.types import PYTHON_TOOL, TURN_STOPS, Completion, StreamCallback, ToolCall, Usage
+from rlm.llm.types import (
+    PYTHON_TOOL,
+    TURN_STOPS,
+    CallStreamCallback,
+    Completion,
+    StreamCallback,
+    ToolCall,
+    Usage,
+)
 
 if TYPE_CHECKING:
     from rlm.config import Config
@@ -205,7 +213,10 @@ class SeamLLM:
         on_text: StreamCallback | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        on_call: CallStreamCallback | None = None,
     ) -> Completion:
+        """One reply. Streamed (`stream`): text goes to `on_text` and native tool calls'
+        argument text to `on_call` as it comes; either may raise to stop the stream."""
         if tools is None:
             tools = [PYTHON_TOOL] if self.native_tools else []
         kwargs: dict[str, Any] = {
@@ -227,7 +238,7 @@ class SeamLLM:
         while True:
             streamed = [False]
             try:
-                return self._checked(self._attempt(kwargs, on_text, streamed))
+                return self._checked(self._attempt(kwargs, on_text, streamed, on_call=on_call))
             except RlmError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every error leaves as an rlm error
@@ -260,7 +271,8 @@ class SeamLLM:
         return completion
 
     def _attempt(
-        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool],
+        *, on_call: CallStreamCallback | None = None,
     ) -> Completion:
         litellm = _litellm()
         response = litellm.completion(**kwargs)
@@ -269,7 +281,7 @@ class SeamLLM:
             if on_text is not None and completion.content:
                 on_text(completion.content)  # one piece: renderers still show the text
             return completion
-        return _assemble(response, on_text, streamed, self.spec)
+        return _assemble(response, on_text, streamed, self.spec, on_call=on_call)
 
 
 # One reply's text plus tool-call arguments, at most: above any provider's output limit
@@ -281,7 +293,7 @@ CUT_NOTE = "\n[rlm: the reply was cut at {cap:,} characters; the rest was not re
 
 def _assemble(
     chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str,
-    cap: int | None = None,
+    cap: int | None = None, on_call: CallStreamCallback | None = None,
 ) -> Completion:
     """Join streamed deltas: text (forwarded to on_text), tool calls by index, usage. When
     `on_text` raises (a stream rule stopped the reply) the stream is closed on the spot: the
@@ -289,7 +301,7 @@ def _assemble(
     (MAX_REPLY_CHARS) the stream is closed too and the reply ends for length."""
     try:
         return _join(chunks, on_text, streamed, spec,
-                     MAX_REPLY_CHARS if cap is None else cap)
+                     MAX_REPLY_CHARS if cap is None else cap, on_call)
     except BaseException:
         _close(chunks)
         raise
@@ -307,7 +319,7 @@ def _close(chunks: Iterable[Any]) -> None:
 
 def _join(
     chunks: Iterable[Any], on_text: StreamCallback | None, streamed: list[bool], spec: str,
-    cap: int,
+    cap: int, on_call: CallStreamCallback | None = None,
 ) -> Completion:
     text: list[str] = []
     calls: dict[int, dict[str, Any]] = {}
@@ -333,9 +345,11 @@ def _join(
                 slot["id"] = tc.id or slot["id"]
                 if tc.function is not None:
                     slot["name"] = tc.function.name or slot["name"]
-                    args = tc.function.arguments or ""
-                    slot["arguments"].append(args[:max(0, cap - size)])
-                    size += len(args)
+                    args = (tc.function.arguments or "")[:max(0, cap - size)]
+                    slot["arguments"].append(args)
+                    size += len(tc.function.arguments or "")
+                    if on_call is not None and args:
+                        on_call(tc.index or 0, args)
         if size > cap:
             cut = True
             break
@@ -536,13 +550,14 @@ class InProcessLLM(SeamLLM):
     _PARAMS = ("tools", "stop", "temperature", "max_tokens", "seed")
 
     def _attempt(
-        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool],
+        *, on_call: CallStreamCallback | None = None,
     ) -> Completion:
         params = {k: kwargs[k] for k in self._PARAMS if k in kwargs}
         chunks = inproc.deltas(self._handler.streaming(
             kwargs["model"], kwargs["messages"], optional_params=params))
         if self.stream:
-            return _assemble(chunks, on_text, streamed, self.spec)
+            return _assemble(chunks, on_text, streamed, self.spec, on_call=on_call)
         completion = _assemble(chunks, None, [False], self.spec)
         if on_text is not None and completion.content:
             on_text(completion.content)  # one piece: renderers still show the text
@@ -602,8 +617,15 @@ class _ScriptHandler:
         def chunks() -> Iterator[Any]:
             for i in range(0, len(text), size):
                 yield inproc.chunk(text[i : i + size])
-            for c in calls:
-                yield inproc.chunk(tool_use=c)
+            for c in calls:  # its arguments in pieces, as a provider streams them
+                args = c["function"]["arguments"]
+                step = max(16, len(args) // 256)
+                for k in range(0, max(len(args), 1), step):
+                    first = k == 0
+                    yield inproc.chunk(tool_use={
+                        **c, "id": c["id"] if first else "",
+                        "function": {"name": c["function"]["name"] if first else "",
+                                     "arguments": args[k : k + step]}})
             yield inproc.chunk(
                 finished=True,
                 finish_reason=reply.finish_reason or ("tool_calls" if calls else "stop"),
@@ -670,10 +692,12 @@ class ScriptedLLM(InProcessLLM):
         return self.window
 
     def _attempt(
-        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool]
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool],
+        *, on_call: CallStreamCallback | None = None,
     ) -> Completion:
         index = self.queue.take()  # ScriptExhausted is raised here, outside the provider
-        return super()._attempt({**kwargs, "model": f"{self.model}:{index}"}, on_text, streamed)
+        return super()._attempt({**kwargs, "model": f"{self.model}:{index}"}, on_text, streamed,
+                                on_call=on_call)
 
 
 class LocalModel(InProcessLLM):

@@ -49,6 +49,8 @@ class Completion:
 
 
 StreamCallback = Callable[[str], None]
+# a native tool call's argument text as it streams: (the call's index, the new piece)
+CallStreamCallback = Callable[[int, str], None]
 
 # Where a model that writes fenced code starts inventing the next turn (a fake "User:"
 # message, made-up cell output): the seam passes these as stop strings, and the parser
@@ -71,6 +73,7 @@ class LLM(Protocol):
         on_text: StreamCallback | None = None,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        on_call: CallStreamCallback | None = None,
     ) -> Completion: ...
 
     def context_window(self) -> int | None: ...

@@ -3,9 +3,10 @@
 A `ReplyScanner` is fed a model's reply as it streams. It keeps one buffer per scope: the
 prose, and each fenced code block of its own (a fence opened by a line starting with three
 backticks). After each delta it checks the buffers that grew against the rules that may
-still fire and returns the first `Match`, which the caller turns into an abort. `finish`
-checks the cells that did not come through the text (native tool calls) once the reply is
-whole, before any cell runs.
+still fire and returns the first `Match`, which the caller turns into an abort. A native
+tool call's code streams as JSON argument text: `CallArguments` decodes its `code` string
+as it grows and `cell` checks it at each new line, so a hosted model's reply is stopped
+mid-call too. `finish` checks every cell once the reply is whole, before any cell runs.
 
 Code scopes are aware of code structure: a match inside a string literal or a comment does
 not count (the tsforge lesson: one false positive in a string silenced every rule), unless
@@ -177,6 +178,10 @@ class ReplyScanner:
             grew.add("code" if self._in_code else "text")
         return self._check(grew)
 
+    def cell(self, code: str) -> Match | None:
+        """A native tool call's code so far (it streams as JSON arguments: CallArguments)."""
+        return self._first(self._code_rules(), lambda r: match_code(r, code), "code")
+
     def finish(self, cells: Iterable[str] = ()) -> Match | None:
         """The reply is whole: check the tail, then `cells` that came as tool calls."""
         if self._line:
@@ -239,3 +244,63 @@ class ReplyScanner:
             self._noted.add(rule.name)
             self.notes.append(match)
         return None
+
+
+_CODE_KEY = re.compile(r'"code"\s*:\s*"')
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r",
+            "t": "\t"}
+
+
+@dataclass
+class CallArguments:
+    """One native tool call's arguments as they stream (`{"code": "..."}` in pieces): `feed`
+    returns the `code` value decoded so far when a new line of it is complete (or the string
+    closed), else None, so a scanner checks a growing cell once per line, not per token."""
+
+    raw: str = ""
+    _lines: int = -1
+
+    def feed(self, fragment: str) -> str | None:
+        self.raw += fragment
+        code, closed = partial_code(self.raw)
+        if code is None:
+            return None
+        lines = code.count("\n")
+        if lines == self._lines and not closed:
+            return None
+        self._lines = lines if not closed else 1 << 30
+        return code
+
+
+def partial_code(raw: str) -> tuple[str | None, bool]:
+    """(the decoded prefix of the `code` string in the partial JSON object `raw`, whether
+    the string is closed); (None, False) while its key has not come. An escape cut by the
+    end of `raw` is left for the next piece."""
+    m = _CODE_KEY.search(raw)
+    if m is None:
+        return None, False
+    out: list[str] = []
+    i, n = m.end(), len(raw)
+    while i < n:
+        ch = raw[i]
+        if ch == '"':
+            return "".join(out), True
+        if ch != "\\":
+            out.append(ch)
+            i += 1
+            continue
+        if i + 1 >= n:
+            break
+        esc = raw[i + 1]
+        if esc == "u":
+            if i + 6 > n:
+                break
+            try:
+                out.append(chr(int(raw[i + 2:i + 6], 16)))
+            except ValueError:
+                out.append("?")
+            i += 6
+            continue
+        out.append(_ESCAPES.get(esc, esc))
+        i += 2
+    return "".join(out), False
