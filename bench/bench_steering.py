@@ -28,6 +28,11 @@ from rlm.session.store import SessionStore
 RULE = "---\ncondition: read_csv\\(\nscope: code\n---\nThe data is JSON: use pd.read_json.\n"
 
 
+def advise(note: str, severity: str) -> dict[str, Any]:
+    return {"content": "", "tool_calls": [{"name": "advise", "arguments": {
+        "note": note, "severity": severity}}]}
+
+
 def fenced(code: str) -> str:
     return f"Next.\n\n```python\n{code}\n```\n"
 
@@ -58,7 +63,11 @@ def case(work: Path, replies: list[str], *, rules: bool = False, gate: str | Non
     stats = agent.advisor.stats if agent.advisor is not None else None
     primary = agent.tokens_used - (stats.input_tokens + stats.output_tokens if stats else 0)
     return {
-        "forbidden_run": forbidden, "turns": end.turns, "model_calls": len(llm.calls), "cells": len(cells),
+        "forbidden_run": forbidden, "failed_run": sum(1 for c in cells if c.status == "error"),
+        "stopped": sum(1 for c in cells if c.status == "interrupted") + sum(
+            1 for e in session.branch() if isinstance(e, MessageEntry) and e.role == "tool"
+            and str(e.message.get("content")).startswith("not run: the advisor")),
+        "turns": end.turns, "model_calls": len(llm.calls), "cells": len(cells),
 "final": end.final,
         "reason": end.reason, "primary_tokens": primary,
         "advisor_fraction": (stats.input_tokens + stats.output_tokens) / primary if stats else None,
@@ -74,6 +83,12 @@ def main() -> None:
     good = fenced("import pandas as pd\ndf = pd.read_json('sales.json')\n"
                   "print(df.revenue.sum())")
     final = fenced("final(str(df.revenue.sum()))")
+    # a slow approach that fails (a scan, a retried download): 3 s, then FileNotFoundError
+    slow_bad = fenced("import time, pandas as pd\ntime.sleep(3)\ndf = pd.read_csv('sales.csv')")
+    slow_bad2 = fenced("import time, pandas as pd\ntime.sleep(3)\n"
+                       "df = pd.read_csv('./sales.csv', sep=',')")
+    slow_bad3 = fenced("import time, pandas as pd\ntime.sleep(3)\n"
+                       "df = pd.read_csv('data/sales.csv')")
     rows = []
     lock = threading.Lock()
     scenarios = [
@@ -81,6 +96,11 @@ def main() -> None:
         ("false finish (gate)", [fenced("final('written')"), fenced(
             "open('report.txt', 'w').write(str(40 + 2))\nfinal('written')")],
          {"gate": "test -f report.txt"}),
+        ("failing approach (advisor blocker)", [slow_bad, slow_bad2, slow_bad3, good, final],
+         {"advisor": [{"content": ""},
+                      advise("sales.csv does not exist: the data is sales.json", "blocker"),
+                      advise("Stop retrying sales.csv: read sales.json", "blocker"),
+                      {"content": ""}, {"content": ""}]}),
         ("advisor watching", [read_csv, good, final],
          {"advisor": [{"content": "", "tool_calls": [{"name": "advise", "arguments": {
              "note": "The file is JSON: read it with pd.read_json", "severity": "concern"}}]},
@@ -94,13 +114,14 @@ def main() -> None:
                 kw = steer if on else {}
                 got = case(work, list(replies), **kw)
                 rows.append((name, "with" if on else "without", got))
-    print("| scenario | steering | turns | model calls | cells run | forbidden cells run | "
-          "final | advisor tokens / primary |")
-    print("|---|---|---:|---:|---:|---:|---|---:|")
+    print("| scenario | steering | turns | model calls | cells | forbidden cells run | "
+          "failed cells run | cells stopped | final | advisor tokens / primary |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|")
     for name, mode, g in rows:
         frac = f"{g['advisor_fraction']:.2f}" if g["advisor_fraction"] is not None else "-"
         print(f"| {name} | {mode} | {g['turns']} | {g['model_calls']} | {g['cells']} | "
-              f"{g['forbidden_run']} | {g['final']} ({g['reason']}) | {frac} |")
+              f"{g['forbidden_run']} | {g['failed_run']} | {g['stopped']} | "
+              f"{g['final']} ({g['reason']}) | {frac} |")
 
 
 if __name__ == "__main__":
