@@ -5,6 +5,7 @@ benchmarks), the worker's runner, `rlm run --detach`, `rlm goal`. Each is a few 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
@@ -43,11 +44,15 @@ def run_task(
         options = replace(options, context=[str(p) for p in context_files])
     options, _ = with_named_files(task, options)
     run = SessionRun.new("run_task", task, options, base=base, home=base.home)
+    started = time.monotonic()
     with run:
         run.prepare()
         events = run.drive(task, on_event)
-    assert run.session is not None
-    return RunResult.from_events(run.session, events)
+        assert run.session is not None and run.agent is not None
+        # as `rlm run --json` reports it: the model, the compaction settings, the advisor
+        return RunResult.from_events(run.session, events, model=run.agent.llm.spec,
+                                     duration_s=time.monotonic() - started
+                                     ).describe_agent(run.agent)
 
 
 class AgentRunner:
