@@ -356,3 +356,21 @@ def test_advice_after_a_run_ended_waits_for_the_next_run_and_starts_none(_isolat
     second = "\n".join(str(m["content"]) for m in main.calls[1])
     assert 'severity="concern">Say which unit' in second
     assert not agent.pending_steered()
+
+
+def test_advice_given_before_a_resume_is_not_given_again():
+    """The guard's "once per session" is read from the session's advisory entries, so an
+    advisor started again on a resumed session does not repeat itself."""
+    from rlm.agent.advisor import advisory_text
+
+    given = CustomEntry(custom_type="advisory", display=True, data={"text": "x"},
+                        content=advisory_text("Use the parquet files, not the CSVs", "concern"))
+    adv, llm, got = _advisor([advise(("use the parquet files not the CSVs!", "nit")),
+                              advise(("Check the totals", "nit"))],
+                             primary_tokens=lambda: 10**9)
+    branch = [user("total?"), given, reply("", "df = pd.read_csv('a.csv')")]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    adv.update([*branch, user("and now?")])
+    assert adv.wait_idle(60)
+    assert got == [Advice("Check the totals", "nit")] and adv.stats.suppressed == 1

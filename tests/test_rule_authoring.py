@@ -67,3 +67,44 @@ def test_rlm_rule_add_saves_a_rule_that_fires_in_a_new_session(tmp_path, _isolat
     kinds = [e.custom_type for e in SessionStore.open(result["session_id"]).branch()
              if e.type == "custom"]
     assert kinds.count("rule_injection") == 1
+
+
+def test_slash_rule_in_chat_saves_a_rule_that_watches_the_rest_of_the_session(
+        tmp_path, _isolated_home):
+    """`/rule <complaint>` in `rlm chat`: the session's own model writes the rule from the
+    session's outputs; it is saved, and the next prompt's reply that breaks it is stopped
+    and retried with the reminder (the rules are reloaded for this session)."""
+    bad = call("import pandas as pd\ndf = pd.read_csv('x.csv')")
+    model = script(tmp_path / "chat.json", [
+        bad, "I could not read x.csv.",  # the first prompt's run
+        rule_reply(r"read_csv\("),  # /rule: the rule file
+        bad, call("final('used parquet')"),  # the next prompt: stopped, then retried
+    ])
+    out = rlm("chat", "--model", model, cwd=tmp_path, check=True,
+              stdin="load x.csv\n/rule it used read_csv; the data is Parquet\nload it again\n"
+                    "/exit\n")
+    assert "saved rule 'no_read_csv'" in out.stdout, out.stdout + out.stderr
+    assert (tmp_path / ".rlm" / "rules" / "no_read_csv.md").is_file()
+    [path] = sorted(_isolated_home.glob("sessions/*/session.jsonl"))
+    entries = SessionStore.open(path.parent.name).branch()
+    stops = [e for e in entries if e.type == "custom" and e.custom_type == "rule_injection"]
+    assert len(stops) == 1 and stops[0].data["found"] == "read_csv("
+    finals = [e.data["answer"] for e in entries if e.type == "custom" and e.custom_type == "final"]
+    assert finals[-1] == "used parquet"
+
+
+def test_the_rule_must_match_the_output_named_as_the_bad_example(tmp_path):
+    """The model names the offending output (`example: N`); a rule that matches other
+    outputs but not that one is sent back; the saved file does not keep the number."""
+    def named(condition: str) -> str:
+        return (f"```markdown\n---\nname: no_read_csv\nexample: 2\ncondition: '{condition}'\n"
+                "scope: code\n---\nThe data is Parquet: use pd.read_parquet.\n```")
+
+    llm = ScriptedLLM([named("import pandas"), named(r"read_csv\(")])
+    done = author_rule(llm, branch(), "it used read_csv", tmp_path)
+    assert done.attempts == 2 and [o.text for o in done.matched] == [
+        "df = pd.read_csv('sales.csv')"]
+    assert "does not match output [2], the bad example you named" in llm.calls[1][-1]["content"]
+    assert "example:" in llm.calls[0][0]["content"]
+    saved = done.path.read_text()
+    assert "example" not in saved and "condition: 'read_csv\\('" in saved

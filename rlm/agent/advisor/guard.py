@@ -77,6 +77,17 @@ class EmissionGuard:
         return ok
 
 
+ADVISORY = re.compile(r"<advisory [^>]*>(.*?)</advisory>", re.S)
+
+
+def given_before(branch: Iterable[Entry]) -> set[str]:
+    """The normalised notes of the advice already in the session (its `advisory` entries):
+    a resumed or re-seeded advisor's guard does not pass them again."""
+    return {normalise(m.group(1)) for e in branch
+            if isinstance(e, CustomEntry) and e.custom_type == "advisory" and e.content
+            for m in [ADVISORY.search(e.content)] if m is not None}
+
+
 def advisory_text(note: str, severity: str) -> str:
     return (f'<advisory guidance="weigh, don\'t blindly obey" severity="{severity}">'
             f"{note.strip()}</advisory>")

@@ -32,6 +32,7 @@ from rlm.agent.advisor.guard import (
     ADVISE_TOOL,
     RECORDED,
     EmissionGuard,
+    given_before,
     render_delta,
     text_advice,
 )
@@ -156,6 +157,7 @@ class Advisor:
                   or not self._fed or self._context_chars > (self._max_chars or 1 << 62))
         if reseed:
             self._compaction, self._sent = latest, set()
+            self.guard.given |= given_before(branch)  # "once per session" outlives a resume
             text = self._seed_text(branch)
         else:
             text = render_delta(branch[len(self._fed):], self._sent)

@@ -5,7 +5,9 @@ The session's model writes a rule file from the complaint and the session's own 
 outputs before anything is saved:
 
 - it must parse (rlm.agent.steer.files) and be a stream rule (a condition);
-- it must match the bad example: at least one of the session's outputs;
+- it must match the bad example: the output the model names in `example: N` (the front
+  matter's number of the output that shows what went wrong; the line is not saved), or,
+  when it names none, at least one of the session's outputs;
 - a rule that matches far more than the example (more than half of the outputs, and more
   than two) is sent back to be narrowed.
 
@@ -25,6 +27,7 @@ from rlm.errors import RlmError
 from rlm.llm.types import LLM
 from rlm.session.entries import Entry, MessageEntry, call_code
 
+_EXAMPLE = re.compile(r"^example:\s*\[?(\d+)\]?[^\n]*\n", re.M)
 MAX_ATTEMPTS = 3
 SAMPLES = 30  # the newest outputs shown to the model and checked
 SAMPLE_CHARS = 600
@@ -41,7 +44,8 @@ Reply with the rule file only, in a ```markdown block:
 
 ---
 name: short_snake_case_name
-condition: A PYTHON REGEX that matches the bad output above, and little else
+example: N           # the number of the output above that shows what went wrong
+condition: A PYTHON REGEX that matches that output, and little else
 scope: code          # or text for prose
 ---
 The reminder the agent reads when the rule fires: what to do instead, in one or two lines.
@@ -121,7 +125,8 @@ def author_rule(llm: LLM, branch: list[Entry], complaint: str, project: Path) ->
         messages.append({"role": "assistant", "content": text})
         rule, hit, why = _validated(text, complaint, outputs)
         if rule is not None:
-            return Authored(rule, _save(project, rule.name, text), hit, attempt)
+            return Authored(rule, _save(project, rule.name, _without_example(text)), hit,
+                            attempt)
         messages.append({"role": "user", "content": f"{why}. Write the rule file again."})
     raise RuleAuthoringError(f"no valid rule after {MAX_ATTEMPTS} attempts ({why}); nothing "
                              "was saved: say more precisely what went wrong and try again")
@@ -136,8 +141,24 @@ def _validated(text: str, complaint: str, outputs: list[Output]
         return None, [], f"the rule file is not valid: {e}"
     if rule is None:
         return None, [], "the rule file has no `condition`"
+    named = _example(text, len(outputs))
+    if named is not None and not matches(rule, outputs[named - 1]):
+        return None, [], (f"the rule does not match output [{named}], the bad example you "
+                          f"named: make the condition match its "
+                          f"{'prose' if outputs[named - 1].where == 'text' else 'code'}")
     hit, why = check(rule, outputs)
     return (None, [], why) if why else (rule, hit, "")
+
+
+def _example(text: str, n: int) -> int | None:
+    """The output number the rule file names in `example: N` (None: none, or out of range)."""
+    m = _EXAMPLE.search(text)
+    value = int(m.group(1)) if m else 0
+    return value if 1 <= value <= n else None
+
+
+def _without_example(text: str) -> str:
+    return _EXAMPLE.sub("", text, count=1)
 
 
 def _rule_text(reply: str) -> str:
