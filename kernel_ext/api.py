@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from kernel_ext import bridge
-from kernel_ext.children import rlm_gather, rlm_spawn, rlm_wait, yield_section
+from kernel_ext.children import rlm_gather, rlm_max_children, rlm_spawn, rlm_wait, yield_section
 
 
 def _jsonable(value: Any) -> Any:
@@ -237,6 +237,7 @@ NAMES: dict[str, Any] = {
     "rlm_spawn": rlm_spawn,
     "rlm_gather": rlm_gather,
     "rlm_wait": rlm_wait,
+    "rlm_max_children": rlm_max_children,
     "yield_section": yield_section,
     "compact": compact,
     "history": history,

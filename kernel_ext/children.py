@@ -8,6 +8,8 @@ host (its own session and kernel) while the cell goes on. Host side: rlm.agent.c
     h.cancel()
     rlm_gather([h1, h2, ...])           # answers in the order given
     done, pending = rlm_wait(handles)   # as soon as any has ended (any=False: all)
+    rlm_max_children()                  # the tree's slots: limit, in use, waiting, peak
+    rlm_max_children(2)                 # fewer at once from now on (at most the user's)
 
 A handle is plain data (the child's id and name): it pickles, so it survives a snapshot.
 """
@@ -111,8 +113,10 @@ def rlm_spawn(task: str, name: str | None = None, context: Any = None, schema: A
     """Start a child agent on `task` (with optional `context`) and return its handle at
     once; the child runs beside this cell. `model`: one of the run's configured models.
     `schema`: a JSON schema its answer must match (the answer is then a dict/list).
-    `isolation="worktree"`: it works in its own git worktree; its changes are applied to
-    this directory's tree when it ends (`.status()['isolation']` says how it went)."""
+    `isolation="worktree"`: it works in its own git worktree (outside git: a private copy of
+    this directory); `isolation="copy"`: a private copy. Its changes are applied here when
+    it finishes; a conflicting or unfinished one is kept (`.status()['isolation']` says
+    how it went)."""
     from kernel_ext.api import _jsonable
 
     got = bridge.request("child.spawn", {"task": str(task), "name": name,
@@ -160,6 +164,13 @@ def rlm_gather(handles: Any, timeout: float | None = None,
               "(ChildError in their places)", file=sys.stderr, flush=True)  # before what the
         # cell prints next: unflushed, it reached the host in the middle of a later print
     return out
+
+
+def rlm_max_children(n: int | None = None) -> dict[str, int]:
+    """How many children (and batched prompts) may run at once in the session tree, and
+    how many do: {'limit', 'in_use', 'waiting', 'peak'} (limit 0: unlimited). With `n`, the
+    limit becomes `n` first (1 up to what the user allowed with --max-children)."""
+    return bridge.request("child.limit", {"n": n})
 
 
 def rlm_wait(handles: Any, any: bool = True, timeout: float | None = None

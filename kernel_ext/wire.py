@@ -47,6 +47,7 @@ METHODS = frozenset(
         "child.steer",
         "child.send",
         "child.section",
+        "child.limit",
         "compact.run",
         "compact.status",
         "compact.shake",

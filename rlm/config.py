@@ -97,12 +97,13 @@ class Config:
     # recursion
     max_depth: int = 1
     token_budget: int | None = None  # bounds the whole rlm_query tree
+    turn_budget: int | None = None  # bounds the turns of the whole tree (parent + children)
     batch_concurrency: int = 8
     # children (rlm_spawn, rlm_query) and batched sub-calls running at once in the whole
     # session tree (rlm.agent.slots); 0: unlimited
     max_children: int = 8
-    # with a --token-budget, each child's own budget is this share of what remains of its
-    # parent's when it starts (rlm.agent.recursion.TokenBudget.for_child)
+    # with a --token-budget (--turn-budget), each child's own budget is this share of what
+    # remains of its parent's when it starts (rlm.agent.recursion.TokenBudget.for_child)
     child_budget_share: float = 0.5
 
     # resident worker: with no queued prompt, active goal or schedule it exits after this
@@ -140,7 +141,7 @@ MIN_MEMORY_CAP = 1024 * MiB
 
 # (field, the flag or key a user sets it with, what is allowed)
 _POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concurrency",
-                 "max_depth", "token_budget", "context_window", "snapshot_var_cap",
+                 "max_depth", "token_budget", "turn_budget", "context_window", "snapshot_var_cap",
                  "snapshot_total_cap")
 _NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens", "max_children")
 _POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s", "worker_idle_exit_s",
@@ -150,6 +151,7 @@ _FLAG = {"max_turns": "--max-turns", "max_tokens": "--max-tokens", "cell_timeout
          "gate_timeout_s": "--gate-timeout",
          "max_wall_s": "--max-wall", "memory_cap_bytes": "--memory-cap",
          "max_depth": "--max-depth", "token_budget": "--token-budget",
+         "turn_budget": "--turn-budget",
          "max_children": "--max-children",
          "context_window": "--context-window", "reserve_tokens": "--reserve-tokens",
          "keep_recent_tokens": "--keep-recent-tokens", "temperature": "--temperature",
@@ -288,7 +290,7 @@ PROJECT_SAFE = frozenset({
     "max_wall_s", "temperature", "cell_timeout", "gate_timeout_s", "interrupt_grace_s",
     "output_budget_chars",
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
-    "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget",
+    "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
 })
 _FILES_READ: list[str] = []

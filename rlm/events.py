@@ -143,6 +143,19 @@ class CellOutput(Event):
     name: str = "stdout"  # stdout | stderr | result | error
 
 
+@dataclass
+class ChildProgress(Event):
+    """A child the run spawned (rlm_spawn, rlm_query) started, ended a turn or ended; sent
+    while a parent cell runs (a cell is what waits on children)."""
+
+    name: str
+    state: str  # running | done | failed | cancelled
+    turns: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    error: str | None = None
+
+
 def first_run(events: list[Event]) -> list[Event]:
     """The events of the first run in `events`, up to its RunEnded (ticks delivered after
     a prompt's run are runs of their own)."""

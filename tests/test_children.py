@@ -8,14 +8,18 @@ a test can read what reached each child's model.
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from rlm import app
+from rlm.cli.render import Renderer
+from rlm.events import ChildProgress
 from rlm.llm import get_llm
 from tests.rlmcli import call, script
 
@@ -42,9 +46,9 @@ def session_run(parent: str, child: str, **overrides) -> app.SessionRun:
     return app.SessionRun.new("run", "go", options)
 
 
-def drive(run: app.SessionRun):
+def drive(run: app.SessionRun, on_event=None):
     with run:
-        events = run.drive("go")
+        events = run.drive("go", on_event)
         return events, run.session
 
 
@@ -101,8 +105,15 @@ def test_eight_children_under_max_children_3(tmp_path):
         call("final(','.join(str(r['square']) for r in res if r['n'] >= 0))"),
     ])
     run = session_run(parent, child, max_children=3)
-    events, session = drive(run)
+    shown = io.StringIO()  # the terminal, as a pipe sees it: no live region
+    events, session = drive(run, Renderer(console=Console(file=shown, width=100)))
     assert events[-1].final == ",".join(str(i * i) for i in range(8))  # input order
+    # each child's start and end reached the run's events while the parent's cell ran
+    progress = [e for e in events if isinstance(e, ChildProgress)]
+    assert {e.name for e in progress if e.state == "done"} == {"sq", *(f"sq-{i}" for i in
+                                                                       range(2, 9))}
+    screen = shown.getvalue()
+    assert "child sq-3: running" in screen and "child sq-3: done · 1 turn(s)" in screen
     out = tool_texts(run)[0]
     assert "['sq', 'sq-2', 'sq-3', 'sq-4', 'sq-5', 'sq-6', 'sq-7', 'sq-8']" in out
     assert "False" in out  # not partial
@@ -128,7 +139,8 @@ def test_rlm_query_is_the_blocking_form_and_a_failure_is_raised(tmp_path):
     events, session = drive(run)
     out = tool_texts(run)[0]
     assert "6" in out and "is not a configured model" in out
-    assert [d["state"] for d in child_entries(session.dir)] == ["queued", "done"]
+    states = [d["state"] for d in child_entries(session.dir)]
+    assert [s for s in states if s != "running"] == ["queued", "done"], states
 
 
 def test_steer_reaches_a_running_child_and_cancel_frees_its_slot(tmp_path):
@@ -363,6 +375,12 @@ def test_rlm_run_with_defaults_fans_out_and_rlm_tree_shows_the_children(tmp_path
     printed = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code"
                       for o in c.get("outputs", []) if o["output_type"] == "stream")
     assert "AB CD EF" in printed
+    # each child's own notebook is exported beside it, and linked from the parent's
+    links = "".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    for w in ("ab", "cd", "ef"):
+        assert f"[{w}](fan.children/{w}.ipynb): done" in links
+        child_nb = nbformat.read(tmp_path / "fan.children" / f"{w}.ipynb", as_version=4)
+        assert any("final(context.upper())" in c.source for c in child_nb.cells)
 
 
 def test_a_child_over_its_share_of_the_tree_budget_ends_with_the_typed_error(tmp_path):
@@ -388,6 +406,29 @@ def test_a_child_over_its_share_of_the_tree_budget_ends_with_the_typed_error(tmp
     assert "spent 2000" in out  # the parent sees what the child spent
     assert root.spent == 2000 + 2 * 15  # the tree's budget was charged for all of it
     assert events[-1].final == "ok"
+
+
+def test_turns_are_budgeted_over_the_tree_and_a_child_out_of_turns_ends_typed(tmp_path):
+    """--turn-budget 8: the parent's first turn leaves 7; the child's share is half (3); it
+    would need 5 turns, so it ends with the typed budget error after 3, and the parent sees
+    what it spent. Every turn, the child's included, is charged to the tree."""
+    child = script(tmp_path / "child.json", [call(f"print({i})") for i in range(4)]
+                   + [call("final('never reached')")])
+    parent = script(tmp_path / "parent.json", [
+        call("h = rlm_spawn('count slowly')\n"
+             "try:\n    h.result(120)\nexcept Exception as e:\n"
+             "    print(type(e).__name__, e.kind, '|', e)\n"
+             "print('turns', h.status()['turns'])"),
+        call("final('ok')"),
+    ])
+    run = session_run(parent, child, turn_budget=8)
+    with run:
+        events = run.drive("go")
+        root = run.agent.budget
+    out = tool_texts(run)[0]
+    assert "ChildError budget |" in out and "turn_budget" in out, out
+    assert "turns 3" in out  # the parent sees what the child spent
+    assert root.turns == 2 + 3 and events[-1].final == "ok"
 
 
 def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_home):
@@ -505,3 +546,75 @@ def test_worktree_isolation_applies_two_childrens_edits_and_keeps_a_conflicting_
     assert any("C disagrees" in p for p in patches)
     listed = subprocess.run(git + ["worktree", "list"], capture_output=True, text=True).stdout
     assert len(listed.splitlines()) == 1  # every child's worktree was removed
+
+
+def test_outside_git_children_work_on_private_copies_and_only_finished_changes_come_back(
+        tmp_path):
+    """No git repository: isolation='worktree' falls back to a private copy. A child's edit
+    comes back when the parent's file is as copied; a file the parent edited meanwhile stays
+    in the child's copy (reported); a cancelled child's edit is kept, never applied."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for name in ("a.txt", "b.txt", "c.txt"):
+        (work / name).write_text(f"{name} as it was\n")
+    started, go, wrote = tmp_path / "started", tmp_path / "go", tmp_path / "wrote"
+    child = script(tmp_path / "child.json", [
+        call("import os, time\nname, text, wait = context\n"
+             f"open({str(started)!r} + name, 'w').close()\n"
+             f"while wait and not os.path.exists({str(go)!r}):\n    time.sleep(0.05)\n"
+             f"open(name, 'w').write(text)\nopen({str(wrote)!r} + name, 'w').close()\n"
+             "if name == 'c.txt':\n    time.sleep(60)\nfinal(os.getcwd())"),
+    ])
+    parent = script(tmp_path / "parent.json", [
+        call("import os, time\n"
+             "a = rlm_spawn('edit a', context=['a.txt', 'A was here\\n', False], isolation='worktree')\n"
+             "b = rlm_spawn('edit b', context=['b.txt', 'B was here\\n', True], isolation='copy')\n"
+             "c = rlm_spawn('edit c', context=['c.txt', 'C half done\\n', False], isolation='copy')\n"
+             f"while not os.path.exists({str(started)!r} + 'b.txt'):\n    time.sleep(0.05)\n"
+             "open('b.txt', 'w').write('the parent edited b\\n')\n"
+             f"open({str(go)!r}, 'w').close()\n"
+             f"while not os.path.exists({str(wrote)!r} + 'c.txt'):\n    time.sleep(0.05)\n"
+             "c.cancel()\nprint(rlm_gather([a, b]))\nrlm_wait([c], timeout=60)\n"
+             "for h in (a, b, c):\n    print(h.name, h.status()['isolation'])"),
+        call("final('ok')"),
+    ])
+    options = app.RunOptions(overrides={"model": parent, "sub_model": child}, workdir=str(work))
+    run = app.SessionRun.new("run", "go", options)
+    with run:
+        run.drive("go")
+    out = tool_texts(run)[0]
+    assert str(work) not in out.splitlines()[0] and "/copy" in out.splitlines()[0]
+    lines = {ln.split()[0]: ln for ln in out.splitlines()[1:] if ln.startswith("child-")}
+    assert "'outcome': 'applied'" in lines["child-1"], out
+    assert "'outcome': 'failed'" in lines["child-2"] and "changed in the parent" in lines["child-2"]
+    assert "'outcome': 'failed'" in lines["child-3"] and "did not finish" in lines["child-3"]
+    assert (work / "a.txt").read_text() == "A was here\n"
+    assert (work / "b.txt").read_text() == "the parent edited b\n"  # the parent's stays
+    assert (work / "c.txt").read_text() == "c.txt as it was\n"  # never half-applied
+    kept = {p.parent.parent.name: p.read_text() for p in
+            run.session.dir.glob("children/*/copy/*.txt") if p.name in ("b.txt", "c.txt")
+            and "as it was" not in p.read_text()}
+    assert sorted(kept.values()) == ["B was here\n", "C half done\n"]
+
+
+def test_a_cell_resizes_the_tree_at_run_time_within_what_the_user_allowed(tmp_path):
+    child = script(tmp_path / "child.json", [
+        call("import time\ntime.sleep(0.3)\nfinal(context)"),
+    ])
+    parent = script(tmp_path / "parent.json", [
+        call("print(rlm_max_children(1))\n"
+             "hs = [rlm_spawn('wait', context=i) for i in range(3)]\n"
+             "print(rlm_gather(hs), rlm_max_children())\n"
+             "try:\n    rlm_max_children(5)\nexcept Exception as e:\n    print('refused:', e)\n"
+             "print(rlm_max_children(3)['limit'])"),
+        call("final('ok')"),
+    ])
+    run = session_run(parent, child, max_children=3)
+    events, session = drive(run)
+    out = tool_texts(run)[0]
+    assert "{'limit': 1, 'in_use': 0, 'waiting': 0, 'peak': 0}" in out
+    assert "['0', '1', '2'] {'limit': 1, 'in_use': 0, 'waiting': 0, 'peak': 1}" in out  # one at a time
+    assert "refused:" in out and "at most 3 children at once (--max-children)" in out
+    assert out.rstrip().endswith("3")
+    spans = [(d["started_at"], d["ended_at"]) for d in ended(session.dir).values()]
+    assert max_overlap(spans) == 1

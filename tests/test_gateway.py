@@ -254,3 +254,39 @@ def test_children_inherit_the_gateway_kernel_kind(gateway, token_env, _isolated_
     parents = re.findall(r"'(\d+)'", out)
     assert len(parents) == 2 and str(os.getpid()) not in parents, out
     assert all(d.is_dir() for d in (session.dir / "children").iterdir())
+
+
+@pytest.mark.slow  # one kernel start through the gateway
+def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
+        gateway, token_env, _isolated_home):
+    """A host that died while a child ran left the child's kernel on the gateway (on a
+    cluster: a pod). When the parent session resumes, the lost child is reported and its
+    recorded gateway kernel deleted: none is orphaned."""
+    from rlm.agent.children import CHILD_ENTRY
+    from rlm.kernel.gateway import GatewayHttp
+    from rlm.session.entries import CustomEntry
+
+    http = GatewayHttp(gateway.url, TOKEN)
+    session = SessionStore.create(_isolated_home, model="script:main", task="t")
+    child_dir = session.dir / "children" / "c0ffee"
+    (child_dir / "runtime").mkdir(parents=True)
+    kernel_id = http.start_kernel(PLAIN_KERNEL_NAME, {})["id"]
+    (child_dir / "runtime" / "gateway-kernel.json").write_text(
+        json.dumps({"url": gateway.url, "kernel_id": kernel_id}))
+    session.append(CustomEntry(custom_type=CHILD_ENTRY, display=False, content=None, data={
+        "id": "c0ffee", "name": "scan", "task": "scan the logs", "state": "running"}))
+    assert kernel_id in [k["id"] for k in http.call("GET", "/api/kernels")]
+    main = ScriptedLLM([call("print(rlm_spawn('again', name='scan').name)"), call("final('ok')")])
+    config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
+                    kernel=gateway.spec)
+    agent = build_agent(SessionStore.open(session.path), config, entry="run", llm=main,
+                        llm_factory=lambda spec: ScriptedLLM([call("final('done')")]))
+    with agent:
+        events = list(agent.run("go on"))
+    assert events[-1].final == "ok"
+    assert "scan-2" in tool_texts(main.calls[1])[0]  # the lost child's name stays taken
+    assert kernel_id not in [k["id"] for k in http.call("GET", "/api/kernels")]
+    assert not (child_dir / "runtime" / "gateway-kernel.json").exists()
+    lost = [e for e in agent.session.branch() if isinstance(e, CustomEntry)
+            and e.custom_type == CHILD_ENTRY and e.data.get("id") == "c0ffee"]
+    assert lost[-1].data["state"] == "failed" and "lost" in lost[-1].data["error"]

@@ -37,6 +37,7 @@ class CellHost(Protocol):
     answers: AnswerPolicy
     state: RunState
     on_cell_output: Callable[[Any], None] | None
+    children: Any  # rlm.agent.children.Children: its progress is shown while a cell runs
 
     def input_names(self) -> set[str]: ...
 
@@ -158,7 +159,8 @@ def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:
         yield  # pragma: no cover - makes this a generator
 
     def run(emit: Callable[[Event], None]) -> CellResult:
-        with OutputStream(emit, host.session.dir, host.on_cell_output) as stream:
+        with OutputStream(emit, host.session.dir, host.on_cell_output) as stream, \
+                host.children.watchers.watching(emit):
             return ex.execute(code, timeout=timeout, on_output=stream)
 
     return (yield from host.in_thread(run, cell=True))

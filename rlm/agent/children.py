@@ -7,9 +7,11 @@ path (spawn, then wait). Every child takes a slot of the session tree's `TreeSlo
 (`--max-children`) before it starts; one that is cancelled while queued leaves the queue.
 
 The parent's log records each child as hidden `child` custom entries (id, name, task,
-state, result or error, tokens, turns, session): one when it is spawned, one when it ends.
-An end is written at the next safe point (a child handler the kernel calls, the end of a
-turn, the agent's close), never from the child's thread while the parent's loop writes.
+state, result or error, tokens, turns, session): when it is spawned, when it starts, when it
+ends. A start or an end is written at the next safe point (a child handler the kernel calls,
+the end of a turn, the agent's close), never from the child's thread while the parent's loop
+writes. While a parent cell runs, each child's start, turns and end reach the run's events
+as `ChildProgress` (`Watchers`): the terminal keeps a live line per running child.
 
 Handlers (the kernel's `kernel_ext.children` calls them over the bridge):
 `child.spawn`, `child.status`, `child.result`, `child.wait`, `child.gather`,
@@ -29,6 +31,7 @@ from rlm.agent.policy.schema import SchemaError, check_schema
 from rlm.agent.recursion import check_model
 from rlm.agent.slots import Ticket, TreeSlots
 from rlm.errors import RlmError
+from rlm.events import ChildProgress, Event
 from rlm.session.entries import CustomEntry, new_id
 
 CHILD_ENTRY = "child"
@@ -69,8 +72,9 @@ class ChildRun:
     slots: TreeSlots | None = None
     sections: dict[str, list[Any]] = field(default_factory=dict)  # yield_section's items
     read: bool = False  # the parent's kernel has been given its result
-    isolation: str | None = None  # "worktree" (rlm.app.isolation)
+    isolation: str | None = None  # "worktree" | "copy" (rlm.app.isolation)
     isolated: dict[str, Any] | None = None  # its outcome: applied / failed / skipped
+    on_change: Callable[[ChildRun], None] | None = None  # started, a turn ended, ended
     _inbox: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -83,8 +87,13 @@ class ChildRun:
             inbox, self._inbox = self._inbox, []
         agent.children.own = self
         agent.run_start_hooks.append(self._stop_if_cancelled)
+        agent.turn_hooks.append(lambda a: self.changed())
         for text, kind in inbox:
             agent.steer(text, kind)
+
+    def changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change(self)
 
     def _stop_if_cancelled(self, agent: Any) -> None:
         if self.cancelled.is_set():
@@ -116,11 +125,14 @@ class ChildRun:
         return True
 
     def view(self, *, result: bool = True) -> dict[str, Any]:
-        """What the kernel and the log see of the child."""
+        """What the kernel and the log see of the child (a running one's spend so far)."""
         end = self.ended_at or time.time()
+        agent = self.agent
+        tokens, turns = (agent.tokens_used, agent.turns) if agent is not None else \
+            (self.tokens, self.turns)
         out: dict[str, Any] = {
             "id": self.id, "name": self.name, "task": self.task, "state": self.state,
-            "model": self.model, "tokens": self.tokens, "turns": self.turns,
+            "model": self.model, "tokens": tokens, "turns": turns,
             "session": self.session_id, "queued_at": self.queued_at,
             "started_at": self.started_at, "ended_at": self.ended_at,
             "seconds": round(end - (self.started_at or end), 3),
@@ -149,6 +161,9 @@ class Children:
         self._loaded = False
         self._cleanup: list[tuple[str, Callable[[], bool]]] = []  # (what, retry) pending
         self._cleanup_lock = threading.Lock()
+        self.watchers = Watchers()  # the running parent cell's emit (ChildProgress)
+        # the root's sweep of a child a dead host left (its kernels, gateway kernel, worktree)
+        self.sweep_lost: Callable[[str], None] | None = None
         agent.account_hooks.append(self._flush_hook)
 
     def _load(self) -> None:
@@ -172,6 +187,8 @@ class Children:
             self.runs[cid] = run
             run.done.set()
             if run.state not in ENDED:
+                if self.sweep_lost is not None:
+                    self.sweep_lost(cid)
                 run.state, run.ended_at = "failed", time.time()
                 run.error = (f"lost: the host stopped while this child was {d.get('state')} "
                              f"(its session: children/{cid}); spawn it again to redo the work")
@@ -184,7 +201,7 @@ class Children:
             "child.gather": self.gather, "child.cancel": self.cancel,
             "child.steer": lambda p: self._steer(p, "steer"),
             "child.send": lambda p: self._steer(p, "parent_message"),
-            "child.section": self.section,
+            "child.section": self.section, "child.limit": self.limit,
         }
 
     # ------------------------------------------------------------------ spawn
@@ -203,15 +220,17 @@ class Children:
             check_model(model, agent.config)
         if params.get("schema") is not None:
             check_schema(params["schema"])
-        if params.get("isolation") not in (None, "worktree"):
+        if params.get("isolation") not in (None, "worktree", "copy"):
             raise RlmError(f"rlm_spawn(isolation={params.get('isolation')!r}): use "
                            "isolation='worktree' (a git worktree whose changes come back as "
-                           "a patch) or leave it out")
+                           "a patch; a private copy outside git), 'copy' (a private copy of "
+                           "the working directory) or leave it out")
         self._load()
         self._flush()
         run = ChildRun(id=new_id(), name=self._unique_name(params.get("name")), task=task,
                        context=params.get("context"), model=model, schema=params.get("schema"),
-                       slots=agent.slots, isolation=params.get("isolation"))
+                       slots=agent.slots, isolation=params.get("isolation"),
+                       on_change=self._changed)
         self.runs[run.id] = run
         self._record(run)
         thread = threading.Thread(target=self._work, args=(run,), daemon=True,
@@ -238,6 +257,7 @@ class Children:
             if not agent.slots.acquire(run.ticket) or run.cancelled.is_set():
                 raise RlmError("cancelled before it started")
             run.state, run.started_at = "running", time.time()
+            run.changed()
             run.result = self._run_child(run)
             run.state = "done"
         except BaseException as e:  # noqa: BLE001 - a child's failure is its state
@@ -247,16 +267,27 @@ class Children:
                 "budget" if isinstance(e, ChildBudgetExceeded) else \
                 "schema" if isinstance(e, SchemaError) else "error"
         finally:
+            run.ended_at = time.time()  # before its slot is free: spans never overlap
             agent.slots.withdraw(run.ticket)
             if run.agent is not None:
                 run.tokens, run.turns = run.agent.tokens_used, run.agent.turns
                 run.session_id = run.agent.session.id
                 run.agent = None
-            run.ended_at = time.time()
             with self._ended:
-                self._unrecorded.append(run)
+                if not any(r is run for r in self._unrecorded):
+                    self._unrecorded.append(run)  # recorded as it is when flushed: ended
                 run.done.set()
                 self._ended.notify_all()
+            run.changed()
+
+    def _changed(self, run: ChildRun) -> None:
+        """A child started or ended a turn: the log records it at the next safe point (`rlm
+        ps` shows its spend so far), and a running parent cell shows it."""
+        if run.state == "running":
+            with self._ended:
+                if not any(r is run for r in self._unrecorded):
+                    self._unrecorded.append(run)
+        self.watchers.tell(run)
 
     def _run_child(self, run: ChildRun) -> Any:
         runner = self.agent.child_runner
@@ -343,6 +374,22 @@ class Children:
         items = own.sections.setdefault(label, [])
         items.append(params.get("item"))
         return len(items)
+
+    def limit(self, params: dict[str, Any]) -> dict[str, Any]:
+        """rlm_max_children(n=None): the tree's slots (limit, in use, waiting, peak); with
+        `n`, resized first, never past what the user allowed (`--max-children`): a cell may
+        lower it or restore it, not raise it (`/max-children N` in chat is the user's)."""
+        n, allowed = params.get("n"), self.agent.config.max_children
+        slots = self.agent.slots
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise RlmError(f"rlm_max_children(n): n must be a whole number >= 1, got {n!r}")
+            if allowed and n > allowed:
+                raise RlmError(f"rlm_max_children({n}): the user allowed at most {allowed} "
+                               "children at once (--max-children); ask them to raise it")
+            slots.resize(n)
+        return {"limit": slots.limit, "in_use": slots.in_use, "waiting": slots.waiting,
+                "peak": slots.peak}
 
     def _steer(self, params: dict[str, Any], kind: str) -> bool:
         text = params.get("text")
@@ -435,7 +482,7 @@ class Children:
                  "Children you spawned (rlm_spawn); their handles are in your variables:"]
         for r in shown:
             what = ("ended, result not read yet: call .result() on its handle"
-                    if r.state in ENDED else f"{r.state}, {r.turns} turns so far")
+                    if r.state in ENDED else f"{r.state}, {r.view()['turns']} turns so far")
             lines.append(f"- {r.name} ({r.state}; {what}): {r.task[:160]}")
         lines.append("</children_state>")
         self.agent.recursion.append(CustomEntry(
@@ -459,6 +506,36 @@ class Children:
 
     def _flush_hook(self, agent: Any) -> None:
         self._flush()
+
+
+class Watchers:
+    """Who is shown the children's progress: the event sink of each parent cell that runs
+    (`watching`), thread-safe; `tell` sends a child's state to every one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._emits: list[Callable[[Event], None]] = []
+
+    @contextlib.contextmanager
+    def watching(self, emit: Callable[[Event], None]) -> Iterator[None]:
+        with self._lock:
+            self._emits.append(emit)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._emits.remove(emit)
+
+    def tell(self, run: ChildRun) -> None:
+        with self._lock:
+            emits = list(self._emits)
+        if not emits:
+            return
+        v = run.view(result=False)
+        event = ChildProgress(run.name, run.state, int(v["turns"]), int(v["tokens"]),
+                              float(v["seconds"]), run.error)
+        for emit in emits:
+            emit(event)
 
 
 def registry(branch: Iterable[Any]) -> list[dict[str, Any]]:

@@ -42,7 +42,8 @@ _LOADERS[".jsonl"] = _LOADERS[".ndjson"] = _LINES
 # the two in step), IPython's own, and every builtin (`print.txt` must not shadow print)
 KERNEL_API = frozenset({"final", "final_var", "llm_query", "llm_query_batched", "rlm_query",
                         "compact", "history", "goal", "heartbeat", "cron", "memory",
-                        "rlm_spawn", "rlm_gather", "rlm_wait", "yield_section"})
+                        "rlm_spawn", "rlm_gather", "rlm_wait", "rlm_max_children",
+                        "yield_section"})
 RESERVED_NAMES = KERNEL_API | frozenset(dir(builtins)) | frozenset(
     {"In", "Out", "get_ipython", "exit", "quit", "display"})
 

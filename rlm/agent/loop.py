@@ -102,7 +102,7 @@ class Agent:
         self.executor: Executor | None = executor
         self.kernel_factory = kernel_factory
         self.depth = depth
-        self.budget = budget or TokenBudget(config.token_budget)
+        self.budget = budget or TokenBudget(config.token_budget, turn_limit=config.turn_budget)
         # the session tree's concurrency bound (children and batched sub-calls)
         self.slots = slots or TreeSlots(config.max_children)
         self.recursion = Recursion(self, self.llm_factory)
@@ -321,6 +321,7 @@ class Agent:
                 return
             st.turns += 1
             self.turns += 1
+            self.budget.charge_turn()
             yield from say(self, self.answers.turn_note(st.turns))
             outcome = yield from self._turn(st.turns)
             for hook in self.account_hooks:

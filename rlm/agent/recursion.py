@@ -34,16 +34,18 @@ PREVIEW_CHARS = 200
 
 @dataclass
 class TokenBudget:
-    """Tokens spent by a run tree (parent + children). Thread-safe.
+    """Tokens and turns spent by a run tree (parent + children). Thread-safe.
 
     A child's budget (`for_child`) is its own share of what remains of its parent's when it
     starts (Prime's schedule: each child gets `share` of what is left, not one shared
-    counter), and every token it spends is charged up the tree too, so the root's
-    `--token-budget` still bounds everything."""
+    counter), of tokens and of turns alike, and every token and turn it spends is charged up
+    the tree too, so the root's `--token-budget` and `--turn-budget` still bound everything."""
 
     limit: int | None = None
     spent: int = 0
     parent: TokenBudget | None = None
+    turn_limit: int | None = None
+    turns: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def charge(self, usage: Usage) -> None:
@@ -52,10 +54,22 @@ class TokenBudget:
         if self.parent is not None:
             self.parent.charge(usage)
 
+    def charge_turn(self) -> None:
+        with self._lock:
+            self.turns += 1
+        if self.parent is not None:
+            self.parent.charge_turn()
+
     @property
     def remaining(self) -> int | None:
         own = None if self.limit is None else max(0, self.limit - self.spent)
         up = self.parent.remaining if self.parent is not None else None
+        return own if up is None else up if own is None else min(own, up)
+
+    @property
+    def turns_remaining(self) -> int | None:
+        own = None if self.turn_limit is None else max(0, self.turn_limit - self.turns)
+        up = self.parent.turns_remaining if self.parent is not None else None
         return own if up is None else up if own is None else min(own, up)
 
     def check(self, what: str) -> None:
@@ -65,10 +79,12 @@ class TokenBudget:
     def for_child(self, share: float) -> TokenBudget:
         """The budget of a child starting now: `share` of what remains (this budget
         itself when the tree has no limit)."""
-        left = self.remaining
-        if left is None:
+        left, turns = self.remaining, self.turns_remaining
+        if left is None and turns is None:
             return self
-        return TokenBudget(limit=max(1, int(left * share)), parent=self)
+        return TokenBudget(limit=None if left is None else max(1, int(left * share)),
+                           turn_limit=None if turns is None else max(1, int(turns * share)),
+                           parent=self)
 
 
 class RecursionHost(Protocol):

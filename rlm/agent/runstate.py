@@ -48,4 +48,6 @@ def limit_hit(config: Config, state: RunState, tokens_used: int,
         return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
     if budget.remaining == 0:  # the run's own share, or an ancestor's budget
         return ("token_budget", f"{budget.spent} of {budget.limit} tokens used")
+    if budget.turns_remaining == 0:
+        return ("turn_budget", f"{budget.turns} of {budget.turn_limit} turns used")
     return None

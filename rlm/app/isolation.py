@@ -1,34 +1,40 @@
-"""`rlm_spawn(..., isolation="worktree")`: a child works in its own git worktree and its
-changes come back to the parent's tree as a patch.
+"""`rlm_spawn(..., isolation=...)`: a child works on its own copy of the parent's files and
+its changes come back when it finishes.
 
-- `isolate(parent_cwd, child_dir)`: `git worktree add --detach` of the repository that
-  holds the parent's working directory, at HEAD, under the child's session directory; the
-  child's kernel starts in the same relative directory of it.
-- `bring_back(iso)`: the child's changes (`git add -A` + `git diff --cached --binary HEAD`)
-  as `children/<id>/changes.patch`, applied to the parent's working tree with `git apply`
-  (--3way when the index allows it): "applied", "failed" (the patch is kept for the user,
-  with git's reason) or "skipped" (no change); then the worktree is removed.
+- `isolation="worktree"` in a git repository: `git worktree add --detach` of the repository
+  that holds the parent's working directory, at HEAD, under the child's session directory;
+  the child's kernel starts in the same relative directory of it. Its changes (`git add
+  -A` + `git diff --cached --binary HEAD`) are written to `children/<id>/changes.patch` and
+  applied to the parent's tree with `git apply`: "applied", "failed" (the patch is kept for
+  the user, with git's reason) or "skipped" (no change); then the worktree is removed. The
+  parent's uncommitted changes are not in the child's worktree (it starts at HEAD).
+- `isolation="copy"`, and "worktree" outside a git repository: a private copy of the
+  parent's working directory (regular files; at most COPY_MAX_FILES files and
+  COPY_MAX_BYTES, else the spawn is refused naming the fix) under `children/<id>/copy`. A
+  file the child changed, added or deleted comes back when the parent's file is still as it
+  was copied ("applied"); one the parent changed meanwhile stays in the copy for the user
+  ("failed", with the files named); no change: "skipped".
 
-The parent's uncommitted changes are not in the child's worktree (it starts at HEAD).
-Outside a git repository the spawn is refused, naming the fix.
+Only a child that finished brings its changes back; a failed or cancelled child's are kept
+(the patch, or the copy) and reported so, never applied half-done.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rlm.errors import RlmError
 
-
-@dataclass
-class Isolated:
-    repo: Path  # the parent's repository root
-    tree: Path  # the child's worktree
-    cwd: Path  # the child's kernel's working directory (inside `tree`)
-    patch: Path  # where its changes are written
+COPY_MAX_FILES = 5_000
+COPY_MAX_BYTES = 256 * 1024 * 1024
+SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints"})
+UNFINISHED = "the child did not finish: its changes were not applied"
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -40,34 +46,128 @@ def _git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     return proc
 
 
-def isolate(parent_cwd: Path, child_dir: Path) -> Isolated:
-    top = _git(parent_cwd, "rev-parse", "--show-toplevel", check=False)
-    if top.returncode != 0:
-        raise RlmError(f"isolation='worktree' needs the parent's working directory "
-                       f"({parent_cwd}) in a git repository: run `git init` there and commit, "
-                       "or spawn without isolation")
-    repo = Path(top.stdout.strip())
-    tree = child_dir / "worktree"
-    tree.parent.mkdir(parents=True, exist_ok=True)
-    _git(repo, "worktree", "add", "--detach", str(tree), "HEAD")
-    rel = Path(parent_cwd).resolve().relative_to(repo.resolve())
-    return Isolated(repo=repo, tree=tree, cwd=tree / rel, patch=child_dir / "changes.patch")
+@dataclass
+class Worktree:
+    repo: Path  # the parent's repository root
+    tree: Path  # the child's worktree
+    cwd: Path  # the child's kernel's working directory (inside `tree`)
+    patch: Path  # where its changes are written
+
+    def bring_back(self, finished: bool) -> dict[str, Any]:
+        """Apply the child's changes to the parent's tree; the outcome, for the parent."""
+        try:
+            _git(self.tree, "add", "-A")
+            files = _git(self.tree, "diff", "--cached", "--name-only", "HEAD").stdout.split()
+            if not files:
+                return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
+            self.patch.write_text(_git(self.tree, "diff", "--cached", "--binary", "HEAD").stdout)
+            if not finished:
+                return {"outcome": "failed", "files": files, "patch": str(self.patch),
+                        "detail": f"{UNFINISHED}; the patch is kept: `git apply {self.patch}`"}
+            applied = _git(self.repo, "apply", "--whitespace=nowarn", str(self.patch),
+                           check=False)
+            if applied.returncode == 0:
+                return {"outcome": "applied", "files": files, "patch": str(self.patch)}
+            return {"outcome": "failed", "files": files, "patch": str(self.patch),
+                    "detail": (f"the patch does not apply to the parent's tree "
+                               f"({applied.stderr.strip()[:300]}); it is kept: apply it by hand "
+                               f"with `git apply --3way {self.patch}`")}
+        finally:
+            _git(self.repo, "worktree", "remove", "--force", str(self.tree), check=False)
 
 
-def bring_back(iso: Isolated) -> dict[str, Any]:
-    """Apply the child's changes to the parent's tree; the outcome, reported to the parent."""
-    try:
-        _git(iso.tree, "add", "-A")
-        files = _git(iso.tree, "diff", "--cached", "--name-only", "HEAD").stdout.split()
-        if not files:
+@dataclass
+class PrivateCopy:
+    src: Path  # the parent's working directory
+    cwd: Path  # the copy: the child's kernel's working directory
+    digests: dict[str, str] = field(default_factory=dict)  # relative path -> sha256 at copy
+
+    def bring_back(self, finished: bool) -> dict[str, Any]:
+        now = _files(self.cwd)
+        changed = sorted(r for r in set(now) | set(self.digests)
+                         if self.digests.get(r) != (_digest(self.cwd / r) if r in now else None))
+        if not changed:
+            shutil.rmtree(self.cwd, ignore_errors=True)
             return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
-        iso.patch.write_text(_git(iso.tree, "diff", "--cached", "--binary", "HEAD").stdout)
-        applied = _git(iso.repo, "apply", "--whitespace=nowarn", str(iso.patch), check=False)
-        if applied.returncode == 0:
-            return {"outcome": "applied", "files": files, "patch": str(iso.patch)}
-        return {"outcome": "failed", "files": files, "patch": str(iso.patch),
-                "detail": (f"the patch does not apply to the parent's tree "
-                           f"({applied.stderr.strip()[:300]}); it is kept: apply it by hand "
-                           f"with `git apply --3way {iso.patch}`")}
-    finally:
-        _git(iso.repo, "worktree", "remove", "--force", str(iso.tree), check=False)
+        if not finished:
+            return {"outcome": "failed", "files": changed, "copy": str(self.cwd),
+                    "detail": f"{UNFINISHED}; they are kept in {self.cwd}"}
+        kept = []
+        for rel in changed:
+            target = self.src / rel
+            was = self.digests.get(rel)
+            current = _digest(target) if target.is_file() and not target.is_symlink() else None
+            if current != was or (target.exists() and current is None):
+                kept.append(rel)  # the parent changed it too: the user decides
+                continue
+            if rel in now:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(self.cwd / rel, target)
+            else:
+                target.unlink()
+        if kept:
+            return {"outcome": "failed", "files": changed, "copy": str(self.cwd),
+                    "detail": (f"{len(kept)} file(s) changed in the parent's directory too "
+                               f"while the child worked: {', '.join(kept[:10])}; the child's "
+                               f"versions are kept in {self.cwd}; the others were applied")}
+        shutil.rmtree(self.cwd, ignore_errors=True)
+        return {"outcome": "applied", "files": changed}
+
+
+Isolated = Worktree | PrivateCopy
+
+
+def isolate(parent_cwd: Path, child_dir: Path, how: str = "worktree") -> Isolated:
+    """The child's own copy: a git worktree (`worktree` in a repository), else a private
+    copy of the working directory."""
+    if how == "worktree":
+        top = _git(parent_cwd, "rev-parse", "--show-toplevel", check=False)
+        if top.returncode == 0:
+            repo = Path(top.stdout.strip())
+            tree = child_dir / "worktree"
+            tree.parent.mkdir(parents=True, exist_ok=True)
+            _git(repo, "worktree", "add", "--detach", str(tree), "HEAD")
+            rel = Path(parent_cwd).resolve().relative_to(repo.resolve())
+            return Worktree(repo=repo, tree=tree, cwd=tree / rel, patch=child_dir / "changes.patch")
+    return private_copy(Path(parent_cwd), child_dir / "copy")
+
+
+def private_copy(src: Path, dest: Path) -> PrivateCopy:
+    files = _files(src, skip=dest)
+    size = sum((src / r).stat().st_size for r in files)
+    if len(files) > COPY_MAX_FILES or size > COPY_MAX_BYTES:
+        raise RlmError(f"isolation: the working directory {src} holds {len(files)} files, "
+                       f"{size / 1e6:.0f} MB, more than a private copy takes "
+                       f"({COPY_MAX_FILES} files, {COPY_MAX_BYTES // 2**20} MB): make it a git "
+                       "repository (isolation='worktree' then shares its objects), or spawn "
+                       "from a smaller directory, or without isolation")
+    out = PrivateCopy(src=src, cwd=dest)
+    for rel in files:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src / rel, dest / rel)
+        out.digests[rel] = _digest(dest / rel)
+    dest.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _files(root: Path, skip: Path | None = None) -> list[str]:
+    """Regular files under `root` (relative, posix), symlinks and SKIP_DIRS left out."""
+    out = []
+    skip_r = skip.resolve() if skip is not None else None
+    for folder, dirs, names in os.walk(root):
+        here = Path(folder)
+        dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not (here / d).is_symlink()
+                   and (skip_r is None or (here / d).resolve() != skip_r)]
+        for name in names:
+            p = here / name
+            if p.is_file() and not p.is_symlink():
+                out.append(p.relative_to(root).as_posix())
+    return sorted(out)
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

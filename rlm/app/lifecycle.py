@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -47,7 +48,7 @@ from rlm.app.build import (
 from rlm.app.driving import drive
 from rlm.app.features import ENTRY_POINTS, FEATURES, gap
 from rlm.app.inputs import prepare_inputs, put_context
-from rlm.app.isolation import bring_back, isolate
+from rlm.app.isolation import isolate
 from rlm.app.memory import attach_memory
 from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
 from rlm.app.phases import kernel_phase
@@ -56,6 +57,8 @@ from rlm.compaction.plan import effective_settings
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError, RlmError
 from rlm.events import Event, Notice, RunEnded
+from rlm.kernel import reaper
+from rlm.kernel.gateway import delete_recorded
 from rlm.kernel.kinds import kernel_notes
 from rlm.kernel.types import RestoreReport
 from rlm.llm.preflight import declared_window, preflight
@@ -121,6 +124,7 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     """Wire an Agent for `entry`: child runner, compaction, goals, schedules, policy, and
     a Notice for each gap."""
     agent.child_runner = run_child
+    agent.children.sweep_lost = lambda cid: sweep_lost_child(agent, cid)
     agent.entry = entry
     size_output_to_window(agent)
     attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
@@ -404,12 +408,13 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
     if control is not None and control.isolation is not None:
         assert parent.session.dir is not None
         iso = isolate(Path(parent.config.kernel_cwd or os.getcwd()),
-                      parent.session.dir / "children" / control.id)
+                      parent.session.dir / "children" / control.id, control.isolation)
     run = SessionRun.child(parent, task, control.model if control else None,
                            control.id if control else None, iso.cwd if iso else None)
     schema = control.schema if control is not None else None
     sections = control.sections if control is not None else {}
     pid: int | None = None
+    finished = False  # only a child that finished brings its changes back
     try:
         with run:
             child = run._agent()
@@ -428,16 +433,19 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
             if end is not None and end.reason not in ("final", "no_code"):
                 why = child_failure(child.session, end.reason, end.detail)
                 raise (ChildBudgetExceeded if end.reason.startswith("limit:") else RlmError)(why)
-            if schema is not None:
-                return typed_result(end.final if end else None, sections, schema)
-            return end.final if end else None
+            answer = typed_result(end.final if end else None, sections, schema) \
+                if schema is not None else end.final if end else None
+            finished = True
+            return answer
     finally:
         if run.agent is not None:
             parent.add_tokens(run.agent.tokens_used)
         if iso is not None and control is not None:  # its changes back, or kept
-            control.isolated = bring_back(iso)
+            control.isolated = iso.bring_back(finished)
         if pid is not None:
             _retry_if_alive(parent, pid, task)
+        elif control is not None and parent.session.dir is not None:  # a gateway's kernel
+            _retry_gateway(parent, parent.session.dir / "children" / control.id, task)
 
 
 def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
@@ -465,6 +473,30 @@ def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
         return gone()
 
     parent.children.cleanup_later(f"the kernel (pid {pid}) of the child {task[:60]!r}", retry)
+
+
+def _retry_gateway(parent: Agent, child_dir: Path, task: str) -> None:
+    """A child's gateway kernel its session could not delete (the gateway was down) is
+    deleted after every compaction of the parent and at its exit, until it is gone."""
+    if not delete_recorded(child_dir):
+        parent.children.cleanup_later(f"the gateway kernel of the child {task[:60]!r}",
+                                      lambda: delete_recorded(child_dir))
+
+
+def sweep_lost_child(parent: Agent, child_id: str) -> None:
+    """A child a dead host left running (found at resume): its kernel processes, its
+    gateway kernel and its git worktree go, so nothing of it is orphaned."""
+    if parent.session.dir is None:
+        return
+    child_dir = parent.session.dir / "children" / child_id
+    reaper.sweep_session_orphans(str(child_dir))
+    if not delete_recorded(child_dir):
+        parent.children.cleanup_later(f"the gateway kernel of the lost child {child_id}",
+                                      lambda: delete_recorded(child_dir))
+    tree = child_dir / "worktree"
+    if tree.is_dir():
+        subprocess.run(["git", "-C", str(tree), "worktree", "remove", "--force", str(tree)],
+                       capture_output=True, timeout=120, check=False)
 
 
 def child_failure(session: SessionLog, reason: str, detail: str | None) -> str:

@@ -4,6 +4,7 @@
 /compact [instructions]     summarise now
 /shake                      replace old cell outputs by placeholders now (no model call)
 /rebuild                    write the checkpoint now, then restart the context from it
+/max-children N             children at once in this session tree from now on (0: unlimited)
 /rule WHAT WENT WRONG       the model writes a stream rule from it; saved once it matches
 /load FILE [FILE ...]       load files into kernel variables (like --context)
 /heartbeat every 10m PROMPT | /heartbeat off
@@ -83,7 +84,7 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     return 0
 
 
-SLASH_COMMANDS = ("goal", "compact", "rebuild", "shake", "rule", "load", "heartbeat", "state",
+SLASH_COMMANDS = ("goal", "compact", "rebuild", "shake", "rule", "max-children", "load", "heartbeat", "state",
                   "exit", "quit", "help")
 POLL_S = 1.0  # how often chat, waiting at its prompt, looks at the jobs file
 
@@ -164,6 +165,13 @@ def _slash(agent: Agent, line: str, render: Renderer) -> bool:
         elif cmd == "shake":
             shaken = app.shake_now(agent)
             render.console.print("; ".join(relief_line(e) for e in shaken) or "nothing to shake",
+                                 markup=False)
+        elif cmd == "max-children":
+            if len(rest) != 1 or not rest[0].isdigit():
+                raise RlmError("/max-children N: how many children may run at once in this "
+                               "session tree (0: unlimited)")
+            agent.slots.resize(int(rest[0]))
+            render.console.print(f"children at once: {int(rest[0]) or 'unlimited'}",
                                  markup=False)
         elif cmd == "rule":
             authored = rule_from_chat(agent, " ".join(rest))

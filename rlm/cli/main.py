@@ -59,6 +59,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="children (rlm_spawn, rlm_query) and llm_query_batched prompts running "
                         "at once in the whole session tree (default 8; 0: unlimited)")
     g.add_argument("--token-budget", type=_whole(1), help="token budget for the whole rlm_query tree")
+    g.add_argument("--turn-budget", type=_whole(1),
+                   help="turns for the whole session tree: the run and its children (each "
+                        "child gets a share of what is left when it starts)")
     g.add_argument("--snapshot-url", type=_snapshot_url, metavar="URL",
                    help="where the kernel writes snapshots: s3://bucket/prefix, gs://..., "
                         "file:///path (credentials from the environment; default: the "

@@ -72,6 +72,7 @@ class Renderer:
         self._live: Live | None = None
         self._status = _Status(lambda: self.clock())
         self._draft = _Draft()
+        self._kids = _Children()  # a live line per running child (ChildProgress)
         self._base: Path | None = None  # the session dir: image paths are shown absolute
         self._model = ""
         self._text = _ProseFilter()
@@ -124,7 +125,8 @@ class Renderer:
         if self.animate and self._live is None:
             # above the spinner: the code the model is writing, as it is written (a
             # transient draft; the cell's box shows it once when it runs)
-            self._live = Live(Group(self._draft, Spinner("dots", text=self._status, style="cyan")),
+            self._live = Live(Group(self._draft, self._kids,
+                                    Spinner("dots", text=self._status, style="cyan")),
                               console=self.console, transient=True, refresh_per_second=8)
             self._live.start()
 
@@ -248,6 +250,21 @@ class Renderer:
                                  title=f"{e.status} · {e.duration_s:.2f}s",
                                  title_align="left", border_style=style))
 
+    def _ChildProgress(self, e: ev.ChildProgress) -> None:
+        """A running child keeps one live line above the spinner (a plain terminal or a
+        pipe: one line when it starts); its end is printed once, with what it spent."""
+        line = terminal_safe(f"child {e.name}: {e.state} · {e.turns} turn(s) · "
+                             f"{e.tokens:,} tokens · {e.seconds:.1f}s")
+        if e.state in ("queued", "running"):
+            new = e.name not in self._kids.lines
+            self._kids.lines[e.name] = line
+            if new and not self.animate:
+                self.console.print(Text(line, style="dim"))
+            return
+        self._kids.lines.pop(e.name, None)
+        why = f": {terminal_safe(e.error)[:200]}" if e.error else ""
+        self.console.print(Text(line + why, style="green" if e.state == "done" else "red"))
+
     def _KernelRestarted(self, e: ev.KernelRestarted) -> None:
         self.console.print(f"[yellow]kernel restarted ({escape(terminal_safe(e.cause))}); restored "
                            f"{len(e.restored)} name(s), lost {len(e.lost)}[/yellow]")
@@ -340,6 +357,17 @@ class _Status:
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         gen = f" · {self.generated:,} tokens generated" if self.generated else ""
         yield Text(f"{terminal_safe(self.label)} · {self.elapsed():.0f}s{gen}", style="cyan")
+
+
+class _Children:
+    """One line per running child, shown live above the spinner."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, str] = {}
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        for line in list(self.lines.values()):
+            yield Text(line, style="cyan")
 
 
 class _Draft:

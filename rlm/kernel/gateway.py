@@ -127,6 +127,28 @@ class GatewayHttp:
         self.call("DELETE", f"/api/kernels/{quote(kernel_id)}")
 
 
+def delete_recorded(session_dir: Path, token: str | None = None, *,
+                    keep_unreachable: bool = True) -> bool:
+    """Delete the gateway kernel `session_dir` records as its own (a host that died, or a
+    child whose stop failed, left it running there). True when none is left to delete;
+    False when the gateway could not be reached and the record is kept for a later try
+    (`keep_unreachable`)."""
+    record = session_dir / "runtime" / "gateway-kernel.json"
+    try:
+        old = json.loads(record.read_text())
+        url, kernel_id = str(old["url"]), str(old["kernel_id"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return True
+    try:
+        GatewayHttp(url, token if token is not None else gateway_token()).delete(kernel_id)
+    except KernelError as e:
+        if keep_unreachable and "cannot reach the gateway" in str(e):
+            return False
+        # gone already (404), or deleted by its culler: nothing more to do
+    record.unlink(missing_ok=True)
+    return True
+
+
 def _error_detail(e: urllib.error.HTTPError) -> str:
     try:
         body = json.loads(e.read() or b"{}")
@@ -353,12 +375,4 @@ class GatewayRuntime:
             pass
 
     def _delete_stale(self, token: str | None) -> None:
-        try:
-            old = json.loads(self._record.read_text())
-        except (OSError, ValueError):
-            return
-        try:
-            GatewayHttp(str(old["url"]), token).delete(str(old["kernel_id"]))
-        except (KernelError, KeyError):
-            pass  # gone already, or that gateway is unreachable: nothing more to do
-        self._record.unlink(missing_ok=True)
+        delete_recorded(self.session_dir, token, keep_unreachable=False)

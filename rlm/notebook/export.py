@@ -69,7 +69,7 @@ from rlm.session.entries import (
 _FENCE = re.compile(r"```[ \t]*(?:python|py|python3|ipython)?[ \t]*\n(.*?)```", re.DOTALL)
 _TEXT_MIMES = ("text/", "image/svg+xml")
 _API = ("llm_query_batched", "llm_query", "rlm_query", "rlm_spawn", "rlm_gather", "rlm_wait",
-        "yield_section", "final_var", "final", "compact", "history", "goal", "cron",
+        "rlm_max_children", "yield_section", "final_var", "final", "compact", "history", "goal", "cron",
         "heartbeat", "memory")  # kernel_ext.api.NAMES (a test keeps them in step)
 _SUB_CALLS = {"llm_query", "llm_query_batched", "rlm_query", "rlm_spawn", "rlm_gather",
               "rlm_wait"}
@@ -98,15 +98,35 @@ def export_session(store_or_path: Any, out_path: str | Path | None = None,
     Returns the path written (default: ./<session id>.ipynb). The target must be a new
     file in an existing directory, or (with `force`) an existing regular file; anything
     else (a device, a directory, a symlink, a missing parent, no permission) is an
-    `ExportError` and nothing is written.
+    `ExportError` and nothing is written. Each child the session spawned (rlm_spawn,
+    rlm_query) is exported beside it, to `<name>.children/<child name>.ipynb` (its own
+    children below it), and the notebook links them.
     """
     store = _open_store(store_or_path)
     session_dir = Path(store.dir) if store.dir is not None else Path.cwd()  # in-memory store
     out = Path(out_path) if out_path else Path.cwd() / f"{store.header.id}.ipynb"
     _check_target(out, force)
-    nb = build_notebook(store.branch(leaf), store.header, session_dir)
+    branch = store.branch(leaf)
+    kids = [(c, session_dir / "children" / str(c.get("id")) / "session.jsonl")
+            for c in registry(branch)]
+    kids = [(c, p) for c, p in kids if store.dir is not None and p.is_file()]
+    links = {str(c.get("id")): f"{out.stem}.children/{_file_name(str(c.get('name')))}.ipynb"
+             for c, _ in kids}
+    for link in links.values():  # nothing is written when a child's notebook would clobber
+        if (out.parent / link).parent.is_dir():
+            _check_target(out.parent / link, force)
+    nb = build_notebook(branch, store.header, session_dir, links)
     _write_notebook(out, nbformat.writes(nb).encode() + b"\n", force)
+    if kids:
+        folder = out.parent / f"{out.stem}.children"
+        folder.mkdir(exist_ok=True)
+        for child, path in kids:
+            export_session(path, out.parent / links[str(child.get("id"))], force=force)
     return out
+
+
+def _file_name(name: str) -> str:
+    return re.sub(r"[^\w.-]+", "_", name).strip("._")[:64] or "child"
 
 
 def _check_target(out: Path, force: bool) -> None:
@@ -178,16 +198,22 @@ def _open_store(store_or_path: Any) -> Any:
 
 
 def build_notebook(branch: list[Entry], header: SessionHeader | None,
-                   session_dir: Path) -> nbformat.NotebookNode:
-    """Pure apart from reading artifacts: the notebook for one branch, validated, redacted."""
+                   session_dir: Path, child_links: dict[str, str] | None = None
+                   ) -> nbformat.NotebookNode:
+    """Pure apart from reading artifacts: the notebook for one branch, validated, redacted.
+    `child_links`: child id -> the relative path of its exported notebook."""
     builder = _Builder(session_dir, Path(header.cwd) if header is not None and header.cwd else None)
     for entry in branch:
         builder.add(entry)
-    for child in registry(branch):  # rlm_spawn's answers by task, in the order spawned
-        if child.get("state") == "done" and isinstance(child.get("task"), str):
+    children = registry(branch)
+    for child in children:  # rlm_spawn's answers by task, in the order spawned (a child
+        if isinstance(child.get("task"), str):  # that failed answers None: none shift)
             sha = hashlib.sha256(child["task"].encode()).hexdigest()
             builder.replies.setdefault("rlm_spawn", {}).setdefault(sha, []).append(
-                child.get("result"))
+                child.get("result") if child.get("state") == "done" else None)
+    if children:
+        builder.cells.append(new_markdown_cell(_children_cell(children, child_links or {}),
+                                               id="children"))
     if not builder.saw_task and header is not None and header.task:
         builder.cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
     if builder.uses:
@@ -277,6 +303,10 @@ def rlm_gather(handles, timeout=None, return_exceptions=True):
     "rlm_wait": '''
 def rlm_wait(handles, any=True, timeout=None):
     return list(handles), []
+''',
+    "rlm_max_children": '''
+def rlm_max_children(n=None):
+    return {"limit": n or 0, "in_use": 0, "waiting": 0, "peak": 0}
 ''',
     "yield_section": '''
 def yield_section(label, item):
@@ -589,6 +619,19 @@ def _text(content: Any) -> str:
     if isinstance(content, list):  # OpenAI content parts
         return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
     return str(content)
+
+
+def _children_cell(children: list[dict[str, Any]], links: dict[str, str]) -> str:
+    """The run's children, each with its state and spend, linked to its notebook."""
+    lines = ["### Children of this run (rlm_spawn, rlm_query)", ""]
+    for c in children:
+        name = _text(c.get("name")).replace("]", "")
+        link = links.get(str(c.get("id")))
+        shown = f"[{name}]({link})" if link else f"`{name}`"
+        lines.append(f"- {shown}: {c.get('state')}, {int(c.get('tokens') or 0):,} tokens, "
+                     f"{int(c.get('turns') or 0)} turn(s), {float(c.get('seconds') or 0):.1f} s "
+                     f"— {_text(c.get('task'))[:120]}")
+    return "\n".join(lines)
 
 
 def _quoted(text: str) -> str:
