@@ -338,3 +338,44 @@ def test_an_interrupt_before_the_kernel_starts_the_cell_is_held_until_it_does(ke
     assert res.status == "interrupted", (res.status, res.shaped)
     assert "KeyboardInterrupt" in res.shaped and not res.shaped.endswith("slept\n")
     assert kernel.execute("print(6 * 7)").shaped.strip() == "42"
+
+
+def test_an_interrupt_that_showed_no_error_is_sent_once_more(monkeypatch):
+    """The state machine alone (rlm.kernel.interrupting): a SIGINT that ipykernel swallowed
+    before the cell's code ran leaves the cell running with no error: it is sent once more
+    after RETRY_S; one that landed (an error came) is not; never more than twice."""
+    import threading
+
+    from rlm.kernel import interrupting
+
+    monkeypatch.setattr(interrupting, "RETRY_S", 0.05)
+
+    class Rt:
+        def __init__(self):
+            self.sent, self.notes, self.twice = 0, [], threading.Event()
+
+        def interrupt(self):
+            self.sent += 1
+            if self.sent == 2:
+                self.twice.set()
+
+        def note(self, text):
+            self.notes.append(text)
+
+    swallowed, c = Rt(), interrupting.CellInterrupt()
+    c.begin()
+    c.request(swallowed)  # before the kernel started the cell: held
+    assert swallowed.sent == 0
+    c.seen(swallowed, {"header": {"msg_type": "execute_input"}})
+    assert swallowed.sent == 1 and swallowed.twice.wait(10)
+    c.request(swallowed)  # a later press: not sent again
+    c.end()
+    assert swallowed.sent == 2 and "sent again" in swallowed.notes[-2]
+
+    landed, c = Rt(), interrupting.CellInterrupt()
+    c.begin()
+    c.seen(landed, {"header": {"msg_type": "execute_input"}})
+    c.request(landed)
+    c.seen(landed, {"header": {"msg_type": "error"}})  # KeyboardInterrupt's traceback
+    assert not landed.twice.wait(0.3) and landed.sent == 1
+    c.end()

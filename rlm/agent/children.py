@@ -159,8 +159,7 @@ class Children:
         self._threads: list[threading.Thread] = []
         self._unrecorded: list[ChildRun] = []
         self._loaded = False
-        self._cleanup: list[tuple[str, Callable[[], bool]]] = []  # (what, retry) pending
-        self._cleanup_lock = threading.Lock()
+        self.cleanups = Cleanups()  # failed clean-ups, retried after compactions and at exit
         self.watchers = Watchers()  # the running parent cell's emit (ChildProgress)
         # the root's sweep of a child a dead host left (its kernels, gateway kernel, worktree)
         self.sweep_lost: Callable[[str], None] | None = None
@@ -449,24 +448,11 @@ class Children:
     def cleanup_later(self, what: str, retry: Callable[[], bool]) -> None:
         """A child's clean-up failed (its kernel would not stop): `retry()` (True when
         done) runs after every compaction and at exit until it succeeds."""
-        with self._cleanup_lock:
-            self._cleanup.append((what, retry))
+        self.cleanups.later(what, retry)
 
     def retry_cleanup(self) -> list[str]:
         """Retry every failed clean-up; what is still pending."""
-        with self._cleanup_lock:
-            pending, self._cleanup = self._cleanup, []
-        left = []
-        for what, retry in pending:
-            try:
-                ok = retry()
-            except Exception:  # noqa: BLE001 - retried at the next compaction or exit
-                ok = False
-            if not ok:
-                left.append((what, retry))
-        with self._cleanup_lock:
-            self._cleanup[:0] = left
-        return [w for w, _ in left]
+        return self.cleanups.retry()
 
     # ------------------------------------------------------------ compaction
     def after_compaction(self) -> None:
@@ -506,6 +492,35 @@ class Children:
 
     def _flush_hook(self, agent: Any) -> None:
         self._flush()
+
+
+class Cleanups:
+    """Clean-ups that failed (a child's kernel that would not stop, a gateway that was
+    down), each with its retry; thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[str, Callable[[], bool]]] = []  # (what, retry)
+
+    def later(self, what: str, retry: Callable[[], bool]) -> None:
+        with self._lock:
+            self._pending.append((what, retry))
+
+    def retry(self) -> list[str]:
+        """Run every retry (True: done); what is still pending."""
+        with self._lock:
+            pending, self._pending = self._pending, []
+        left = []
+        for what, retry in pending:
+            try:
+                ok = retry()
+            except Exception:  # noqa: BLE001 - retried at the next compaction or exit
+                ok = False
+            if not ok:
+                left.append((what, retry))
+        with self._lock:
+            self._pending[:0] = left
+        return [w for w, _ in left]
 
 
 class Watchers:

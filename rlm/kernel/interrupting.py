@@ -7,17 +7,25 @@ interrupt asked for in that window (the advisor's blocker comes the moment a rep
 logged, a Ctrl-C right after a cell started) is held and sent when the kernel says it
 started the cell: its `execute_input` on IOPub.
 
-A second SIGINT that lands after the first one ended the cell, while the kernel sends its
-reply, is lost the same way and takes the reply with it, so the host waited out the cell's
-whole timeout (seen through a gateway: two interrupts 75 ms apart, then a `timeout`). So it
-is sent once per cell: a cell that ignores the first is ended by the timeout or a second
-Ctrl-C (kill after the grace), not by more SIGINTs.
+execute_input is published before the user's code runs, though: under load a SIGINT sent
+at it still landed in ipykernel's own code and was swallowed (the kernel log says
+"KeyboardInterrupt caught in kernel") and the cell ran on. So when RETRY_S after a sent
+interrupt the cell still runs and has shown no error (the KeyboardInterrupt's traceback comes
+within milliseconds when it lands), it is sent once more.
+
+Otherwise one SIGINT per cell: a second one that lands after the first ended the cell, while
+the kernel sends its reply, is lost the same way and takes the reply with it, so the host
+waited out the cell's whole timeout (seen through a gateway: two interrupts 75 ms apart,
+then a `timeout`). A cell that ignores both is ended by the timeout or a second Ctrl-C
+(kill after the grace), not by more SIGINTs.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any, Protocol
+
+RETRY_S = 1.0  # a sent interrupt with no error and the cell still running: sent once more
 
 
 class Signalled(Protocol):
@@ -36,19 +44,51 @@ class CellInterrupt:
         self.sent = False  # its SIGINT went out (status "interrupted", not "error")
         self._started = False  # the kernel said it runs the cell (execute_input)
         self._held = False  # asked for before it started
+        self._errored = False  # the cell showed an error (an interrupt that landed does)
+        self._retried = False
+        self._timer: threading.Timer | None = None
 
     def begin(self) -> None:
         with self._lock:
             self.running, self.sent, self._started, self._held = True, False, False, False
+            self._errored, self._retried = False, False
+            self._cancel_timer()
 
     def end(self) -> None:
         with self._lock:
             self.running = False
+            self._cancel_timer()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _send(self, rt: Signalled) -> None:
+        """Send now, and check RETRY_S later that it landed (call without the lock)."""
+        rt.interrupt()
+        timer = threading.Timer(RETRY_S, self._retry, (rt,))
+        timer.daemon = True
+        with self._lock:
+            if not self.running:
+                return
+            self._cancel_timer()
+            self._timer = timer
+        timer.start()
+
+    def _retry(self, rt: Signalled) -> None:
+        with self._lock:
+            again = self.running and self.sent and not self._errored and not self._retried
+            self._retried = self._retried or again
+        if again:
+            rt.note("interrupt sent again: the cell still runs and showed no error")
+            rt.interrupt()
 
     def request(self, rt: Signalled) -> None:
         """Interrupt the running cell (or the kernel, when no cell runs)."""
         with self._lock:
-            if self.running:
+            cell = self.running
+            if cell:
                 if self.sent or self._held:
                     rt.note("interrupt not sent: this cell was interrupted already")
                     return
@@ -57,11 +97,19 @@ class CellInterrupt:
                     rt.note("interrupt held until the kernel starts the cell")
                     return
                 self.sent = True
-        rt.interrupt()
+        if cell:
+            self._send(rt)
+        else:
+            rt.interrupt()  # no cell runs: the kernel itself
 
     def seen(self, rt: Signalled, msg: dict[str, Any]) -> None:
         """An IOPub message of the cell: at its `execute_input`, send a held interrupt."""
-        if msg.get("header", {}).get("msg_type") != "execute_input":
+        kind = msg.get("header", {}).get("msg_type")
+        if kind == "error":
+            with self._lock:
+                self._errored = True
+            return
+        if kind != "execute_input":
             return
         with self._lock:
             self._started = True
@@ -69,4 +117,4 @@ class CellInterrupt:
             if send:
                 self.sent = True
         if send:
-            rt.interrupt()
+            self._send(rt)
