@@ -9,7 +9,8 @@ before any run and not tuned after. Four labels: billing, shipping, technical, a
 
   fanout   a scripted parent (the orchestration is what is measured, not its model) spawns
            one child per message with rlm_spawn(..., schema={"label": enum}) at
-           --max-children 4 and gathers the labels; each child is a `local` agent
+           --max-children 4 and gathers the labels; each child is a `local` agent with
+           at most 4 turns (one that has no valid label by then fails)
   single   one `local` agent (`rlm run`, the user's path) given the messages as a JSON
            file, asked for the list of labels in order
 
@@ -92,7 +93,11 @@ def fanout(work: Path, items: list[tuple[str, str]], k: int) -> dict:
         call("final(json.dumps(labels))"),
     ]))
     options = app.RunOptions(overrides={"model": f"script:{parent}", "sub_model": "local",
-                                        "max_children": k, "temperature": 0.0})
+                                        "max_children": k, "temperature": 0.0,
+                                        # a label needs a cell or two: at most 4 turns each
+                                        "max_turns": 4,
+                                        # the parent's gathering cell waits for them all
+                                        "cell_timeout": 7200})
     t0 = time.monotonic()
     with app.SessionRun.new("run", "fan out", options) as run:
         events = run.drive("classify the messages")
@@ -127,7 +132,9 @@ def single(work: Path, items: list[tuple[str, str]]) -> dict:
     if not lines:
         raise SystemExit(f"no JSON from rlm run (exit {out.returncode}):\n{out.stderr[-2000:]}")
     res = json.loads(lines[-1])
-    found = re.findall(r"\b(" + "|".join(LABELS) + r")\b", (res.get("final") or "").lower())
+    # every label-like word in order, "unknown" and the like included, so positions hold
+    found = re.findall(r"\b(" + "|".join(LABELS) + r"|unknown|other|none)\b",
+                       (res.get("final") or "").lower())
     return {"labels": found, "seconds": round(took),
             "tokens": (res.get("tokens") or {}).get("total"), "failed": 0,
             "log": res.get("session_path"), "reason": res.get("reason")}
@@ -139,13 +146,16 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--modes", default="fanout,single")
     ap.add_argument("--transcripts", type=Path, default=None)
+    ap.add_argument("--keep", type=Path, default=None,
+                    help="work in this directory and keep it (the children's own logs)")
     args = ap.parse_args()
     items = messages(args.n)
     truth = [label for _, label in items]
     rows = []
     for mode in args.modes.split(","):
         with tempfile.TemporaryDirectory(prefix=f"rlm-fan-{mode}-") as tmp:
-            work = Path(tmp)
+            work = Path(tmp) if args.keep is None else args.keep / mode
+            work.mkdir(parents=True, exist_ok=True)
             os.environ["RLM_HOME"] = str(work / "home")
             os.chdir(work)
             got = fanout(work, items, args.concurrency) if mode == "fanout" else single(work, items)

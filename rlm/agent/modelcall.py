@@ -50,7 +50,8 @@ class ModelHost(Protocol):
 # a reply is looked at for its end (reply_end) while shorter than this: a runaway reply
 # full of backticks is not parsed again at each of its deltas
 CUT_SCAN_CHARS = 32_768
-# retries of one turn after stream-rule aborts (each rule also stops after PER_TURN hits)
+
+
 class RuleMatched(RlmError):
     """Raised from the stream callback: a stream rule matched; the stream stops here."""
 
