@@ -110,8 +110,12 @@ def export_session(store_or_path: Any, out_path: str | Path | None = None,
     kids = [(c, session_dir / "children" / str(c.get("id")) / "session.jsonl")
             for c in registry(branch)]
     kids = [(c, p) for c, p in kids if store.dir is not None and p.is_file()]
-    links = {str(c.get("id")): f"{out.stem}.children/{_file_name(str(c.get('name')))}.ipynb"
-             for c, _ in kids}
+    links: dict[str, str] = {}
+    for c, _ in kids:  # names are unique; made file-safe they may not be: the id tells apart
+        stem = _file_name(str(c.get("name")))
+        if f"{out.stem}.children/{stem}.ipynb" in links.values():
+            stem += f"-{c.get('id')}"
+        links[str(c.get("id"))] = f"{out.stem}.children/{stem}.ipynb"
     for link in links.values():  # nothing is written when a child's notebook would clobber
         if (out.parent / link).parent.is_dir():
             _check_target(out.parent / link, force)
