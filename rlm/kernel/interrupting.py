@@ -1,4 +1,4 @@
-"""One cell's interrupt: sent once, and only once the kernel runs the cell.
+"""One cell's interrupt: sent once the kernel runs the cell, and once more if it did not land.
 
 ipykernel takes SIGINT as KeyboardInterrupt only while it runs a cell; one that lands
 between the execute_request and the start of the cell is caught by ipykernel itself
