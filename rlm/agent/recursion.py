@@ -63,14 +63,12 @@ class TokenBudget:
     @property
     def remaining(self) -> int | None:
         own = None if self.limit is None else max(0, self.limit - self.spent)
-        up = self.parent.remaining if self.parent is not None else None
-        return own if up is None else up if own is None else min(own, up)
+        return _tighter(own, self.parent.remaining if self.parent is not None else None)
 
     @property
     def turns_remaining(self) -> int | None:
         own = None if self.turn_limit is None else max(0, self.turn_limit - self.turns)
-        up = self.parent.turns_remaining if self.parent is not None else None
-        return own if up is None else up if own is None else min(own, up)
+        return _tighter(own, self.parent.turns_remaining if self.parent is not None else None)
 
     def check(self, what: str) -> None:
         if self.remaining == 0:
@@ -85,6 +83,11 @@ class TokenBudget:
         return TokenBudget(limit=None if left is None else max(1, int(left * share)),
                            turn_limit=None if turns is None else max(1, int(turns * share)),
                            parent=self)
+
+
+def _tighter(own: int | None, up: int | None) -> int | None:
+    """What is left under both limits (None: no limit)."""
+    return own if up is None else up if own is None else min(own, up)
 
 
 class RecursionHost(Protocol):

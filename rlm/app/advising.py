@@ -89,6 +89,12 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
         - advisor.stats.output_tokens
     told: dict[str, Any] = {"silent": 0, "report": None}
 
+    def take_told() -> list[Notice]:
+        """What the advisor's thread said for the user, taken (it may append meanwhile)."""
+        said = told_user[:]
+        del told_user[:len(said)]
+        return [Notice(f"advisor: {text}", "warning") for text in said]
+
     def before_cells(a: Agent) -> None:
         advisor.update(list(a.session.branch()))
 
@@ -96,7 +102,7 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
         branch = list(a.session.branch())
         if not replied_with_cells(branch):  # an answer: its reply was not fed yet
             advisor.update(branch)
-        shown = [Notice(f"advisor: {told_user.pop(0)}", "warning") for _ in list(told_user)]
+        shown = take_told()
         s = advisor.stats
         report = s.report()
         if report != told["report"]:  # for `rlm ps` and a resume: the log says how it is
@@ -110,8 +116,7 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
         return shown
 
     def at_end(a: Agent, reason: str, detail: str | None) -> None:
-        while told_user:  # said after the last boundary: shown when the next run starts
-            a.notices.append(Notice(f"advisor: {told_user.pop(0)}", "warning"))
+        a.notices.extend(take_told())  # said after the last boundary: shown when the next run starts
 
     agent.reply_hooks.append(before_cells)
     agent.turn_hooks.append(after_turn)

@@ -76,8 +76,8 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     """Tier 0: a checkpoint written on the compaction model, in the background at the
     configured rungs or the model's default ones (rlm.compaction.checkpoint), and on the
     main path by `/rebuild`. With no rungs (`local`, `script:`, compaction off, or
-    `--no-context-tiers`: summaries only) it writes only when asked. Not for a child (its run is short, its parent's checkpoint covers its
-    answer) or a log in memory. `SessionRun` closes it with the run.
+    `--no-context-tiers`: summaries only) it writes only when asked. Not for a child (its
+    run is short, its parent's checkpoint covers its answer) or a log in memory. `SessionRun` closes it with the run.
     `history.checkpoint()` is every agent's."""
     agent.handlers["history.checkpoint"] = lambda p: checkpoint_reply(agent.session)
     if agent.entry == "child" or agent.session.dir is None:

@@ -445,7 +445,8 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
         if pid is not None:
             _retry_if_alive(parent, pid, task)
         elif control is not None and parent.session.dir is not None:  # a gateway's kernel
-            _retry_gateway(parent, parent.session.dir / "children" / control.id, task)
+            _delete_gateway_kernel(parent, parent.session.dir / "children" / control.id,
+                                   f"the child {task[:60]!r}")
 
 
 def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
@@ -475,11 +476,11 @@ def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
     parent.children.cleanup_later(f"the kernel (pid {pid}) of the child {task[:60]!r}", retry)
 
 
-def _retry_gateway(parent: Agent, child_dir: Path, task: str) -> None:
-    """A child's gateway kernel its session could not delete (the gateway was down) is
-    deleted after every compaction of the parent and at its exit, until it is gone."""
+def _delete_gateway_kernel(parent: Agent, child_dir: Path, whose: str) -> None:
+    """Delete the gateway kernel a child's session records; one the gateway could not be
+    reached for is retried after every compaction of the parent and at its exit."""
     if not delete_recorded(child_dir):
-        parent.children.cleanup_later(f"the gateway kernel of the child {task[:60]!r}",
+        parent.children.cleanup_later(f"the gateway kernel of {whose}",
                                       lambda: delete_recorded(child_dir))
 
 
@@ -490,9 +491,7 @@ def sweep_lost_child(parent: Agent, child_id: str) -> None:
         return
     child_dir = parent.session.dir / "children" / child_id
     reaper.sweep_session_orphans(str(child_dir))
-    if not delete_recorded(child_dir):
-        parent.children.cleanup_later(f"the gateway kernel of the lost child {child_id}",
-                                      lambda: delete_recorded(child_dir))
+    _delete_gateway_kernel(parent, child_dir, f"the lost child {child_id}")
     tree = child_dir / "worktree"
     if tree.is_dir():
         subprocess.run(["git", "-C", str(tree), "worktree", "remove", "--force", str(tree)],

@@ -2,8 +2,9 @@
 
 Where (first wins on a name clash): `$RLM_HOME/rules/*.md` (the user's), the project's
 `.rlm/rules/*.md`, then, read-only so existing rules work, the project's Cursor
-`.cursor/rules/**/*.mdc` and legacy `.cursorrules` (always in the context), Windsurf `.windsurf/rules/*.md` / `.windsurfrules` and Cline
-`.clinerules` (a file, or a directory of .md files). The project is the working directory.
+`.cursor/rules/**/*.mdc` and legacy `.cursorrules` (always in the context), Windsurf
+`.windsurf/rules/*.md` / `.windsurfrules` and Cline `.clinerules` (a file, or a directory of
+.md files). The project is the working directory.
 
 Front matter of our own files:
 

@@ -41,8 +41,8 @@ class StreamRule:
     """One rule as matching sees it (rlm.agent.steer.files builds them from rule files).
 
     `scope`: "text" (prose), "code" (every cell), or file globs, comma-separated (cells
-    writing a matching file). `interrupt`: whether a match aborts the stream: never, prose-only, code-only,
-    always. `repeat`: None (every time), "once" (once per session) or a gap in turns."""
+    writing a matching file). `interrupt`: whether a match aborts the stream: never,
+    prose-only, code-only, always. `repeat`: None (every time), "once" (once per session) or a gap in turns."""
 
     name: str
     conditions: tuple[str, ...]
@@ -190,7 +190,7 @@ class ReplyScanner:
         if hit is not None:
             return hit
         for code in cells:
-            hit = self._first(self._code_rules(), lambda r, c=code: match_code(r, c), "code")
+            hit = self.cell(code)
             if hit is not None:
                 return hit
         return None
@@ -255,39 +255,47 @@ _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r"
 class CallArguments:
     """One native tool call's arguments as they stream (`{"code": "..."}` in pieces): `feed`
     returns the `code` value decoded so far when a new line of it is complete (or the string
-    closed), else None, so a scanner checks a growing cell once per line, not per token."""
+    closed), else None, so a scanner checks a growing cell once per line, not per token.
+    Each piece is decoded once (a long cell in small pieces stays linear); an escape cut by
+    the end of a piece waits for the next one."""
 
-    raw: str = ""
-    _lines: int = -1
+    _tail: str = ""  # what is not decoded yet: before the key, or an escape cut in two
+    _found: bool = False  # the `code` key came
+    _out: list[str] = field(default_factory=list)
+    _closed: bool = False
 
     def feed(self, fragment: str) -> str | None:
-        self.raw += fragment
-        code, closed = partial_code(self.raw)
-        if code is None:
+        if self._closed:
             return None
-        lines = code.count("\n")
-        if lines == self._lines and not closed:
-            return None
-        self._lines = lines if not closed else 1 << 30
-        return code
+        self._tail += fragment
+        if not self._found:
+            m = _CODE_KEY.search(self._tail)
+            if m is None:
+                return None
+            self._found, self._tail = True, self._tail[m.end():]
+        before = len(self._out)
+        stop, self._closed = _decode(self._tail, 0, self._out)
+        self._tail = self._tail[stop:]
+        if self._closed or any("\n" in piece for piece in self._out[before:]) \
+                or (before == 0 and self._out):
+            return "".join(self._out)
+        return None
 
 
-def partial_code(raw: str) -> tuple[str | None, bool]:
-    """(the decoded prefix of the `code` string in the partial JSON object `raw`, whether
-    the string is closed); (None, False) while its key has not come. An escape cut by the
-    end of `raw` is left for the next piece."""
-    m = _CODE_KEY.search(raw)
-    if m is None:
-        return None, False
-    out: list[str] = []
-    i, n = m.end(), len(raw)
+def _decode(raw: str, i: int, out: list[str]) -> tuple[int, bool]:
+    """Decode the JSON string body in `raw` from `i` into `out`: (where it stopped, whether
+    the closing quote came). Stops before an escape `raw` cuts off."""
+    n = len(raw)
     while i < n:
         ch = raw[i]
         if ch == '"':
-            return "".join(out), True
+            return i + 1, True
         if ch != "\\":
-            out.append(ch)
-            i += 1
+            j = i
+            while j < n and raw[j] not in '"\\':
+                j += 1
+            out.append(raw[i:j])
+            i = j
             continue
         if i + 1 >= n:
             break
@@ -303,4 +311,4 @@ def partial_code(raw: str) -> tuple[str | None, bool]:
             continue
         out.append(_ESCAPES.get(esc, esc))
         i += 2
-    return "".join(out), False
+    return i, False
