@@ -123,3 +123,65 @@ def test_llm_query_batched_takes_its_slots_from_the_session_tree(tmp_path):
     t.join(30)
     assert got == [["r", "r", "r", "r"]]
     assert agent.slots.peak == 2 and agent.slots.in_use == 1
+
+
+def _batch_agent(tmp_path, replies=(), **cfg):
+    from rlm.app import build_agent
+    from rlm.config import Config
+    from rlm.llm import ScriptedLLM
+    from rlm.session.store import SessionStore
+
+    config = Config(home=tmp_path, model="script:main", max_children=2, **cfg)
+    session = SessionStore.create(tmp_path, model="script:main", task="t")
+    sub = ScriptedLLM(["r"] * 4)
+    agent = build_agent(session, config, llm=ScriptedLLM(list(replies)),
+                        llm_factory=lambda spec: sub)
+    return agent, sub
+
+
+def _pool_is_whole(slots: TreeSlots, held: list[Ticket]) -> None:
+    assert slots.waiting == 0 and slots.in_use == len(held)
+    for t in held:
+        slots.withdraw(t)
+    assert slots.acquire(Ticket(), timeout=0) and slots.acquire(Ticket(), timeout=0)
+
+
+def test_an_interrupted_parents_batched_prompts_leave_the_queue(tmp_path):
+    """Ctrl-C while a batch waits for slots: its waiting prompts leave the queue (the
+    #3464 scenario for batches), none is sent, and the pool keeps its size."""
+    agent, sub = _batch_agent(tmp_path)
+    held = [Ticket(), Ticket()]
+    assert all(agent.slots.acquire(t, timeout=0) for t in held)
+    got: list = []
+
+    def batch() -> None:
+        try:
+            got.append(agent.recursion.llm_query_batched({"prompts": ["a", "b", "c"]}))
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            got.append(e)
+
+    t = threading.Thread(target=batch)
+    t.start()
+    until(lambda: agent.slots.waiting >= 1)
+    agent.interrupt()
+    t.join(30)
+    assert len(got) == 1 and "not sent, the cell was interrupted" in str(got[0])
+    assert sub.calls == []
+    _pool_is_whole(agent.slots, held)
+
+
+def test_a_cell_that_times_out_in_a_batch_gives_its_waiting_slots_back(tmp_path):
+    """The real path: a cell's llm_query_batched waits for slots the tree's children hold,
+    the cell times out (the kernel is interrupted), and the waiting prompts leave."""
+    from tests.rlmcli import call
+
+    agent, sub = _batch_agent(tmp_path, [
+        call("out = llm_query_batched(['a', 'b', 'c'])"), call("final('gave up')")],
+        cell_timeout=3)
+    held = [Ticket(), Ticket()]
+    assert all(agent.slots.acquire(t, timeout=0) for t in held)
+    with agent:
+        events = list(agent.run("summarise"))
+    assert events[-1].final == "gave up"
+    assert sub.calls == []
+    _pool_is_whole(agent.slots, held)

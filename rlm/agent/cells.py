@@ -38,6 +38,7 @@ class CellHost(Protocol):
     state: RunState
     on_cell_output: Callable[[Any], None] | None
     children: Any  # rlm.agent.children.Children: its progress is shown while a cell runs
+    recursion: Any  # rlm.agent.recursion.Recursion: an interrupted cell's batches are dropped
 
     def input_names(self) -> set[str]: ...
 
@@ -161,7 +162,10 @@ def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:
     def run(emit: Callable[[Event], None]) -> CellResult:
         with OutputStream(emit, host.session.dir, host.on_cell_output) as stream, \
                 host.children.watchers.watching(emit):
-            return ex.execute(code, timeout=timeout, on_output=stream)
+            result = ex.execute(code, timeout=timeout, on_output=stream)
+        if result.status in ("interrupted", "timeout", "died"):
+            host.recursion.abandon()  # its batched prompts still queued leave the pool
+        return result
 
     return (yield from host.in_thread(run, cell=True))
 

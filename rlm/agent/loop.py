@@ -269,6 +269,7 @@ class Agent:
         """Ctrl-C: once interrupts the running cell, twice ends the turn."""
         self.state.interrupts += 1
         self.children.cancel_all()  # an interrupted parent's children stop too
+        self.recursion.abandon()  # and its batched prompts still queued leave the pool
         if self.executor is not None:
             try:
                 self.executor.interrupt()

@@ -8,6 +8,11 @@ Each answer is recorded in the session as a hidden `subcall` custom entry (conte
 never sent to the model): method, model, and per prompt (or task) its sha256, its first
 characters and the reply; a batch is one entry. An exported notebook answers the same
 calls from them (rlm.notebook.export), so "Run All" reproduces the session offline.
+
+A batch in flight when its cell is interrupted (Ctrl-C, the stop button, the cell's
+timeout, the advisor's blocker) is abandoned (`Recursion.abandon`): its prompts still
+waiting for a slot leave the queue, so the tree's pool keeps its size, and the ones not
+sent yet are not sent; those already with the model finish and are discarded.
 """
 
 from __future__ import annotations
@@ -128,6 +133,14 @@ def check_model(model: Any, cfg: Config) -> None:
                    "default); the user sets them with --model, --sub-model and --compaction-model")
 
 
+class _Batch:
+    """One llm_query_batched call in flight: the slot tickets its prompts wait on."""
+
+    def __init__(self) -> None:
+        self.abandoned = False
+        self.tickets: set[Ticket] = set()
+
+
 class Recursion:
     """Host-side handlers for the kernel's sub-call helpers of one agent."""
 
@@ -137,6 +150,7 @@ class Recursion:
         self._llms: dict[str, LLM] = {}
         self._lock = threading.Lock()
         self._append_lock = threading.Lock()
+        self._batches: set[_Batch] = set()  # in flight; guarded by _lock
 
     def _llm(self, model: Any) -> LLM:
         cfg = self.agent.config
@@ -173,21 +187,48 @@ class Recursion:
         if model is not None:
             check_model(model, self.agent.config)  # once, before any prompt is sent
         workers = max(1, min(self.agent.config.batch_concurrency, len(prompts) or 1))
-        with self.agent.children.lend(), \
-                ThreadPoolExecutor(max_workers=workers, thread_name_prefix="llm_query") as pool:
-            replies = list(pool.map(lambda p: self._slotted({"prompt": p, "model": model}),
-                                    prompts))
+        batch = _Batch()
+        with self._lock:
+            self._batches.add(batch)
+        try:
+            with self.agent.children.lend(), ThreadPoolExecutor(
+                    max_workers=workers, thread_name_prefix="llm_query") as pool:
+                replies = list(pool.map(
+                    lambda p: self._slotted({"prompt": p, "model": model}, batch), prompts))
+        finally:
+            with self._lock:
+                self._batches.discard(batch)
         self._record("llm_query_batched", list(zip(prompts, replies, strict=True)), model)
         return replies
 
-    def _slotted(self, params: dict[str, Any]) -> str:
-        """One prompt of a batch, holding a slot of the session tree (`--max-children`)."""
+    def _slotted(self, params: dict[str, Any], batch: _Batch) -> str:
+        """One prompt of a batch, holding a slot of the session tree (`--max-children`);
+        not sent when the batch was abandoned before it got one."""
         slots, ticket = self.agent.slots, Ticket()
-        slots.acquire(ticket)
+        with self._lock:
+            if batch.abandoned:
+                raise RlmError("llm_query_batched: not sent, the cell was interrupted")
+            batch.tickets.add(ticket)
         try:
+            if not slots.acquire(ticket):
+                raise RlmError("llm_query_batched: not sent, the cell was interrupted")
             return self.llm_query(params, record=False)
         finally:
             slots.withdraw(ticket)
+            with self._lock:
+                batch.tickets.discard(ticket)
+
+    def abandon(self) -> int:
+        """The cell that asked for the batches in flight was interrupted: their prompts
+        waiting for a slot leave the queue (the pool keeps its size) and the ones not
+        sent yet are not sent. How many waiting prompts left."""
+        with self._lock:
+            waiting = [t for b in self._batches for t in b.tickets if not t.granted]
+            for b in self._batches:
+                b.abandoned = True
+        for t in waiting:
+            self.agent.slots.withdraw(t)
+        return len(waiting)
 
     def rlm_query(self, params: dict[str, Any]) -> Any:
         """The blocking form of rlm_spawn (rlm.agent.children): same path, same slots."""
