@@ -269,10 +269,11 @@ def test_an_invalid_final_goes_back_to_the_child_and_is_fixed_within_the_bound(t
     first = rec.built[child][0]
     told = " ".join(str(m.get("content")) for m in first.calls[1])
     assert "does not match the required JSON schema" in told and "total" in told
-    asked = str(first.calls[0])
-    assert "findings" in asked  # the schema was in its task, and who it is
-    assert "You are a child agent" in asked and "no data was passed to you" in asked
-    assert "cannot start children of your own" in asked
+    system, task = first.calls[0][0]["content"], first.calls[0][1]["content"]
+    assert "findings" in system  # the schema is in its role, after the system prompt ...
+    assert "You are a child agent" in system and "no data was passed to you" in system
+    assert "cannot start children of your own" in system
+    assert "child agent" not in task and "findings" not in task  # ... not in its task
     # the stubborn child was refused 3 times (the bound), then failed
     assert len(rec.built[stubborn][0].calls) == 4
 

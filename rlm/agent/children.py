@@ -35,6 +35,7 @@ from rlm.events import ChildProgress, Event
 from rlm.session.entries import CustomEntry, new_id
 
 CHILD_ENTRY = "child"
+ROLE_ENTRY = "child_role"  # in the child's own log: its role (`child_role`), for a resume
 
 
 class ChildBudgetExceeded(RlmError):
@@ -570,17 +571,25 @@ def registry_lines(branch: Iterable[Any]) -> list[str]:
             f"children/{d.get('id')}" for d in registry(branch)]
 
 
-def child_prompt(task: str, *, context_given: bool, can_spawn: bool) -> str:
-    """The child's first prompt: who it is, what it was given, how to report, what it
-    cannot do (a typed child's schema note follows the task: rlm.agent.policy.schema)."""
+def child_role(*, context_given: bool, can_spawn: bool, schema_note: str = "") -> str:
+    """A child's role, after its system prompt (`Agent.role`): who it is, what it was
+    given, how to report (`schema_note`: a typed child's, rlm.agent.policy.schema), what
+    it cannot do. Its task is its first user message."""
     given = ("the parent's data is in the variable `context`" if context_given
              else "no data was passed to you")
     spawn = ("you may start children of your own with rlm_spawn" if can_spawn
              else "you cannot start children of your own (depth limit)")
-    return (f"[You are a child agent: a parent agent's cell started you for the task below "
-            f"and reads only your final answer; {given}. Report with final(answer). Goals "
-            f"and schedules belong to the top-level session: you cannot set them; {spawn}.]"
-            f"\n\n{task}")
+    return (f"# Your role\nYou are a child agent: a parent agent's cell started you for the "
+            f"task in the first user message and reads only your final answer; {given}. "
+            f"Report with final(answer). Goals and schedules belong to the top-level "
+            f"session: you cannot set them; {spawn}.{schema_note}")
+
+
+def role_of(branch: Iterable[Any]) -> str:
+    """The role a child's log records (its `child_role` entry; "" for a root session)."""
+    return next((str(e.data.get("text") or "") for e in branch
+                 if isinstance(e, CustomEntry) and e.custom_type == ROLE_ENTRY
+                 and isinstance(e.data, dict)), "")
 
 
 def _timeout(params: dict[str, Any]) -> float | None:

@@ -129,6 +129,7 @@ class Agent:
         self.memory: Any = None  # rlm.memory.MemoryHead: the project memory after the system prompt
         self.child_runner: ChildRunner | None = None
         self.entry = "run"  # which entry point assembled this agent (rlm.app.ENTRY_POINTS)
+        self.role = ""  # after the system prompt: a child's (rlm.agent.children.child_role)
         self.notices: list[Notice] = []  # shown once, at the start of the next run
         self.on_cell_output: Callable[[Any], None] | None = None
         self.state = RunState()

@@ -41,6 +41,7 @@ class ModelHost(Protocol):
     answers: AnswerPolicy
     overflow_hook: OverflowHook | None
     memory: Any  # rlm.memory.MemoryHead | None
+    role: str  # after the system prompt: a child's role ("" for a root agent)
 
     def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
 
@@ -114,7 +115,8 @@ def call_model(host: ModelHost, temperature: float | None = None
     for attempt in range(2):
         branch = list(host.session.branch())  # the policy reads it as a list
         watch = host.answers.watch(branch)
-        system = system_prompt(host.config, native_tools=native) + host.answers.system_note(branch)
+        system = system_prompt(host.config, native_tools=native, role=host.role) \
+            + host.answers.system_note(branch)
         # incremental projection kept by the store: O(new entries) per turn
         # (copied per message: the store's cache must not see provider-side mutation)
         messages = [_copy_message(m) for m in host.session.messages(

@@ -13,8 +13,9 @@ def load_prompt(name: str) -> str:
     return resources.files("rlm.prompts").joinpath(f"{name}.md").read_text(encoding="utf-8")
 
 
-def system_prompt(config: Config, *, native_tools: bool) -> str:
-    """The system prompt for the session's model.
+def system_prompt(config: Config, *, native_tools: bool, role: str = "") -> str:
+    """The system prompt for the session's model; `role` follows it (a child's: who it
+    is and how it reports, rlm.agent.children.child_role), so no compaction summarises it.
 
     Models without native tool calling (small local models) get the fenced-code variant
     with one worked example (rlm/prompts/system_small.md), which they need to behave.
@@ -30,7 +31,7 @@ def system_prompt(config: Config, *, native_tools: bool) -> str:
             cell_timeout=int(config.cell_timeout),
             max_turns=config.max_turns if config.max_turns is not None else "unlimited",
         )
-    )
+    ) + (f"\n\n{role}" if role else "")
 
 
 class _Defaults(dict):

@@ -113,8 +113,8 @@ def attach_compaction(agent: Agent) -> CompactionController:
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
         projection=lambda branch: build_messages(
-            branch, system_prompt=system_prompt(agent.config,
-                                                      native_tools=agent.llm.native_tools),
+            branch, system_prompt=system_prompt(agent.config, role=agent.role,
+                                                native_tools=agent.llm.native_tools),
             native_tools=agent.llm.native_tools),
         tiers=agent.config.context_tiers,
     )

@@ -31,7 +31,13 @@ from types import TracebackType
 from typing import Any
 
 from rlm import trust
-from rlm.agent.children import ChildBudgetExceeded, ChildRun, child_prompt
+from rlm.agent.children import (
+    ROLE_ENTRY,
+    ChildBudgetExceeded,
+    ChildRun,
+    child_role,
+    role_of,
+)
 from rlm.agent.loop import Agent
 from rlm.agent.policy.schema import SchemaRule, schema_note, typed_result
 from rlm.agent.recursion import TokenBudget
@@ -69,7 +75,7 @@ from rlm.longrun.lock import LOCK_NAME, SessionLock, holder
 from rlm.paths import private_dir
 from rlm.protocols import Executor, SessionLog
 from rlm.secrets import scrub_left_behind
-from rlm.session.entries import MessageEntry, new_id
+from rlm.session.entries import CustomEntry, MessageEntry, new_id
 from rlm.session.store import SessionStore, resolve_session_path
 
 # entries whose options are the user's (the CLI's flags travel with the run)
@@ -126,6 +132,8 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     agent.child_runner = run_child
     agent.children.sweep_lost = lambda cid: sweep_lost_child(agent, cid)
     agent.entry = entry
+    if entry == "child":  # a resumed child's role, as its log records it
+        agent.role = role_of(agent.session.branch())
     size_output_to_window(agent)
     attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
     attach_longrun(agent, entry, options or RunOptions(), clock)
@@ -421,14 +429,17 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
             pid = getattr(child.executor, "pid", None)  # a local kernel's process
             if control is not None:
                 control.attach(child)
-            prompt = child_prompt(task, context_given=context is not None,
-                                  can_spawn=child.depth < child.config.max_depth)
+            child.role = child_role(context_given=context is not None,
+                                    can_spawn=child.depth < child.config.max_depth,
+                                    schema_note=schema_note(schema) if schema is not None
+                                    else "")
+            child.session.append(CustomEntry(custom_type=ROLE_ENTRY, display=False,
+                                             content=None, data={"text": child.role}))
             if schema is not None:  # a typed result: the answer policy checks final()
                 child.answers.rules.insert(0, SchemaRule(schema, sections))
-                prompt += schema_note(schema)
             if context is not None:
                 put_context(child, context)
-            end = next((ev for ev in reversed(run.drive(prompt)) if isinstance(ev, RunEnded)),
+            end = next((ev for ev in reversed(run.drive(task)) if isinstance(ev, RunEnded)),
                        None)
             if end is not None and end.reason not in ("final", "no_code"):
                 why = child_failure(child.session, end.reason, end.detail)

@@ -90,7 +90,7 @@ def typed_result(text: str | None, sections: dict[str, list[Any]], schema: Any) 
 
 
 def schema_note(schema: Any) -> str:
-    """How a child with a schema reports (appended to its task)."""
+    """How a child with a schema reports (the end of its role: rlm.agent.children)."""
     return ("\n\nReport your result with final(value), where value is a Python dict/list "
             "that matches this JSON schema (it is validated; an invalid value is returned "
             "to you with the errors):\n" + json.dumps(schema, indent=1)[:4000]
