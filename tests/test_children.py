@@ -433,15 +433,16 @@ def test_turns_are_budgeted_over_the_tree_and_a_child_out_of_turns_ends_typed(tm
 
 
 def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_home):
-    """The host dies (SIGKILL) while three children run: their kernels end with it (none
-    is orphaned); `rlm resume` lists them as lost, keeps the finished child's result, and
-    the handles in the restored kernel still answer."""
+    """The host dies (SIGKILL) while three children run and a fourth waits for a slot:
+    their kernels end with it (none is orphaned). `rlm resume` keeps the finished child's
+    result and resumes the others from their own logs: the three that ran go on with their
+    kernels restored (their `context` among the variables) and the queued one starts; the
+    handles in the restored kernel answer with their results."""
     import os
     import signal
     import subprocess
     import sys
 
-    import psutil
     from test_cli import rlm
 
     started = tmp_path / "started"
@@ -455,13 +456,14 @@ def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_h
     ])
     parent = script(tmp_path / "parent.json", [
         call("d = rlm_spawn('quick task', context='quick', name='d')\nrlm_wait([d])\n"
-             "hs = [rlm_spawn('slow task', context=c, name=c) for c in ['a', 'b', 'c']]"),
+             "hs = [rlm_spawn('slow task', context=c, name=c) for c in ['a', 'b', 'c', 'e']]"),
         call("rlm_gather(hs)"),
         call("final('never')"),
     ])
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     host = subprocess.Popen([sys.executable, "-P", "-m", "rlm", "run", "fan out", "--model",
-                             parent, "--sub-model", child], cwd=tmp_path, env=env,
+                             parent, "--sub-model", child, "--max-children", "3"],
+                            cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 180
@@ -469,38 +471,95 @@ def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_h
             assert time.monotonic() < deadline and host.poll() is None, "children never ran"
             threading.Event().wait(0.05)
         session_dir = next(_isolated_home.glob("sessions/*"))
-        pids = [int((k / "runtime" / "kernel.pid").read_text().split("\n")[0])
-                for k in (session_dir / "children").iterdir()
-                if (k / "runtime" / "kernel.pid").is_file()]
+        pids = kernel_pids(session_dir)
         assert len(pids) == 3  # the three running children's kernels (d's has stopped)
         host.send_signal(signal.SIGKILL)
         host.wait(30)
     finally:
         if host.poll() is None:
             host.kill()
-
-    def alive(pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
-            return False
-
     deadline = time.monotonic() + 30
     while any(alive(p) for p in pids):  # ipykernel's parent poller: they end with the host
         assert time.monotonic() < deadline, "a child kernel outlived its host"
         threading.Event().wait(0.1)
+    assert sorted(p.name for p in started.iterdir()) == ["a", "b", "c"]  # e was queued
 
     again = script(tmp_path / "again.json", [
-        call("print(d.result(), '|', [(h.name, h.status()['state']) for h in hs])\n"
-             "print(hs[0].status()['error'])"),
+        call("print(d.result(), '|', [h.result(120) for h in hs])"),
         call("final('resumed')"),
     ])
+    goes_on = script(tmp_path / "goes_on.json", [call("final('went on with ' + context)")])
     out = rlm("resume", session_dir.name, "where are the children?", "--model", again,
-              cwd=tmp_path, check=False)
-    assert "answer of quick | [('a', 'failed'), ('b', 'failed'), ('c', 'failed')]" in out.stdout
-    assert "lost: the host stopped while this child" in " ".join(out.stdout.split())
+              "--sub-model", goes_on, cwd=tmp_path, check=False)
+    assert "answer of quick | ['went on with a', 'went on with b', 'went on with c', " \
+           "'went on with e']" in out.stdout, out.stdout + out.stderr
     states = {d["name"]: d["state"] for d in child_entries(session_dir)}
-    assert states == {"d": "done", "a": "failed", "b": "failed", "c": "failed"}
+    assert states == {"d": "done", "a": "done", "b": "done", "c": "done", "e": "done"}
+    # a went on in its own log: its first run's cell is there, then the note it resumed
+    ids = {d["name"]: d["id"] for d in child_entries(session_dir)}
+    log = (session_dir / "children" / ids["a"] / "session.jsonl").read_text()
+    assert log.index("time.sleep(0.05)") < log.index("Your host stopped while you were")
+    assert "Your host stopped" not in \
+        (session_dir / "children" / ids["e"] / "session.jsonl").read_text()
+    assert not any(alive(p) for p in kernel_pids(session_dir))  # none left by the resume
+
+
+def test_a_lost_typed_child_resumes_with_its_context_and_one_on_a_working_copy_is_reported(
+        tmp_path):
+    """What a dead host leaves in the log: a typed child still queued (its context kept
+    at its spawn) and one running on a private copy. Opened again, the first runs with its
+    context and schema; the second cannot be rebuilt and is reported lost, saying why."""
+    from rlm.agent.children import CHILD_ENTRY, CONTEXT_FILE
+    from rlm.session.entries import CustomEntry
+    from rlm.session.store import SessionStore
+
+    parent = script(tmp_path / "parent.json", [call("final('first')")])
+    with app.SessionRun.new("run", "go", app.RunOptions(overrides={"model": parent})) as run:
+        run.drive("go")
+        sid, folder = run.session.id, run.session.dir
+    log = SessionStore.open(folder)
+    now = time.time()
+    for cid, name, extra in (("aaaa00000001", "typed", {"schema": SQUARE, "state": "queued"}),
+                             ("aaaa00000002", "copied", {"state": "running", "started_at": now,
+                                                         "isolation_mode": "copy"})):
+        log.append(CustomEntry(custom_type=CHILD_ENTRY, display=False, content=None, data={
+            "id": cid, "name": name, "task": "square it", "tokens": 0, "turns": 0,
+            "queued_at": now, **extra}))
+    log.close()
+    (folder / "children" / "aaaa00000001").mkdir(parents=True)
+    (folder / "children" / "aaaa00000001" / CONTEXT_FILE).write_text("7")
+    child = script(tmp_path / "child.json", [call("final({'n': context, 'square': 49})")])
+    again = script(tmp_path / "again.json", [
+        call("from kernel_ext.children import ChildHandle\n"
+             "print('typed:', ChildHandle('aaaa00000001', 'typed').result(120))\n"
+             "try:\n    ChildHandle('aaaa00000002', 'copied').result()\n"
+             "except Exception as e:\n    print('copied:', e)"),
+        call("final('second')"),
+    ])
+    options = app.RunOptions(overrides={"model": again, "sub_model": child})
+    with app.SessionRun.open("resume", sid, options) as run:
+        run.drive("where are they?")
+        out = tool_texts(run)[-2]
+    assert "typed: {'n': 7, 'square': 49}" in out, out
+    assert "copied:" in out and "lost: the host stopped while this child was running" in out
+    assert "it ran on a working copy, which went with its host" in out
+    states = {d["name"]: d["state"] for d in child_entries(folder)}
+    assert states == {"typed": "done", "copied": "failed"}
+
+
+def kernel_pids(session_dir: Path) -> list[int]:
+    return [int((k / "runtime" / "kernel.pid").read_text().split("\n")[0])
+            for k in (session_dir / "children").iterdir()
+            if (k / "runtime" / "kernel.pid").is_file()]
+
+
+def alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_worktree_isolation_applies_two_childrens_edits_and_keeps_a_conflicting_patch(

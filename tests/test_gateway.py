@@ -260,8 +260,8 @@ def test_children_inherit_the_gateway_kernel_kind(gateway, token_env, _isolated_
 def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
         gateway, token_env, _isolated_home):
     """A host that died while a child ran left the child's kernel on the gateway (on a
-    cluster: a pod). When the parent session resumes, the lost child is reported and its
-    recorded gateway kernel deleted: none is orphaned."""
+    cluster: a pod). When the parent session resumes, that kernel is deleted (none is
+    orphaned) and the lost child is resumed on a new one, deleted when it ends."""
     from rlm.agent.children import CHILD_ENTRY
     from rlm.kernel.gateway import GatewayHttp
     from rlm.session.entries import CustomEntry
@@ -275,8 +275,12 @@ def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
         json.dumps({"url": gateway.url, "kernel_id": kernel_id}))
     session.append(CustomEntry(custom_type=CHILD_ENTRY, display=False, content=None, data={
         "id": "c0ffee", "name": "scan", "task": "scan the logs", "state": "running"}))
-    assert kernel_id in [k["id"] for k in http.call("GET", "/api/kernels")]
-    main = ScriptedLLM([call("print(rlm_spawn('again', name='scan').name)"), call("final('ok')")])
+    before = {k["id"] for k in http.call("GET", "/api/kernels")}
+    assert kernel_id in before
+    main = ScriptedLLM([call("from kernel_ext.children import ChildHandle\n"
+                             "print(rlm_spawn('again', name='scan').name)\n"
+                             "print(ChildHandle('c0ffee', 'scan').result(120))"),
+                        call("final('ok')")])
     config = Config(home=_isolated_home, model="script:main", sub_model="script:sub",
                     kernel=gateway.spec)
     agent = build_agent(SessionStore.open(session.path), config, entry="run", llm=main,
@@ -287,6 +291,9 @@ def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
     assert "scan-2" in tool_texts(main.calls[1])[0]  # the lost child's name stays taken
     assert kernel_id not in [k["id"] for k in http.call("GET", "/api/kernels")]
     assert not (child_dir / "runtime" / "gateway-kernel.json").exists()
+    assert "done" in tool_texts(main.calls[1])[0]  # the lost child went on
     lost = [e for e in agent.session.branch() if isinstance(e, CustomEntry)
             and e.custom_type == CHILD_ENTRY and e.data.get("id") == "c0ffee"]
-    assert lost[-1].data["state"] == "failed" and "lost" in lost[-1].data["error"]
+    assert lost[-1].data["state"] == "done"
+    # its new kernel (and the other child's) were deleted too
+    assert {k["id"] for k in http.call("GET", "/api/kernels")} <= before - {kernel_id}

@@ -7,8 +7,11 @@ path (spawn, then wait). Every child takes a slot of the session tree's `TreeSlo
 (`--max-children`) before it starts; one that is cancelled while queued leaves the queue.
 
 The parent's log records each child as hidden `child` custom entries (id, name, task,
-state, result or error, tokens, turns, session): when it is spawned, when it starts, when it
-ends. A start or an end is written at the next safe point (a child handler the kernel calls,
+state, result or error, tokens, turns, session, schema): when it is spawned, when it starts,
+when it ends. A child the log shows queued or running when the session is opened again was
+lost with the host that ran it: `load` resumes it from its own log (its kernel restored
+from its snapshot, its role, context and yield_section items as recorded) unless it was
+running on a working copy, which cannot be rebuilt: that one is reported lost. A start or an end is written at the next safe point (a child handler the kernel calls,
 the end of a turn, the agent's close), never from the child's thread while the parent's loop
 writes. While a parent cell runs, each child's start, turns and end reach the run's events
 as `ChildProgress` (`Watchers`): the terminal keeps a live line per running child.
@@ -21,6 +24,7 @@ Handlers (the kernel's `kernel_ext.children` calls them over the bridge):
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,10 +36,13 @@ from rlm.agent.recursion import check_model
 from rlm.agent.slots import Ticket, TreeSlots
 from rlm.errors import RlmError
 from rlm.events import ChildProgress, Event
+from rlm.paths import private_dir, write_private_atomic
 from rlm.session.entries import CustomEntry, new_id
 
 CHILD_ENTRY = "child"
 ROLE_ENTRY = "child_role"  # in the child's own log: its role (`child_role`), for a resume
+SECTION_ENTRY = "child_section"  # in the child's own log: one yield_section item
+CONTEXT_FILE = "context.json"  # children/<id>/: the context it was given, kept at spawn
 
 
 class ChildBudgetExceeded(RlmError):
@@ -76,6 +83,8 @@ class ChildRun:
     isolation: str | None = None  # "worktree" | "copy" (rlm.app.isolation)
     isolated: dict[str, Any] | None = None  # its outcome: applied / failed / skipped
     on_change: Callable[[ChildRun], None] | None = None  # started, a turn ended, ended
+    resumed: bool = False  # lost with its host, run again from its own log (Children.load)
+    spent_before: tuple[int, int] = (0, 0)  # (tokens, turns) before it was resumed
     _inbox: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -129,7 +138,8 @@ class ChildRun:
         """What the kernel and the log see of the child (a running one's spend so far)."""
         end = self.ended_at or time.time()
         agent = self.agent
-        tokens, turns = (agent.tokens_used, agent.turns) if agent is not None else \
+        tokens, turns = (self.spent_before[0] + agent.tokens_used,
+                         self.spent_before[1] + agent.turns) if agent is not None else \
             (self.tokens, self.turns)
         out: dict[str, Any] = {
             "id": self.id, "name": self.name, "task": self.task, "state": self.state,
@@ -156,7 +166,7 @@ class Children:
         self.runs: dict[str, ChildRun] = {}
         self.own: ChildRun | None = None  # this agent's own entry, when it is a child
         self._names: set[str] = set()
-        self._ended = threading.Condition()
+        self.ended = threading.Condition()  # notified as each child ends; guards _unrecorded
         self._threads: list[threading.Thread] = []
         self._unrecorded: list[ChildRun] = []
         self._loaded = False
@@ -166,10 +176,12 @@ class Children:
         self.sweep_lost: Callable[[str], None] | None = None
         agent.account_hooks.append(self._flush_hook)
 
-    def _load(self) -> None:
-        """The children this session's log records (a resumed session): finished ones keep
-        their results, so handles in the restored kernel still answer; one the log shows
-        queued or running was lost with the host that ran it, and is reported so."""
+    def load(self) -> None:
+        """The children this session's log records (a session opened again), once:
+        finished ones keep their results, so handles in the restored kernel still answer;
+        one the log shows queued or running was lost with the host that ran it. What that
+        host left of it is swept (`sweep_lost`), and it is resumed from its own log, or
+        reported lost when it ran on a working copy (swept with it) or cannot run here."""
         if self._loaded:
             return
         self._loaded = True
@@ -178,31 +190,47 @@ class Children:
             if cid in self.runs:
                 continue
             run = ChildRun(id=cid, name=str(d.get("name")), task=str(d.get("task")),
-                           model=d.get("model"), state=str(d.get("state")),
+                           model=d.get("model"), schema=d.get("schema"),
+                           isolation=d.get("isolation_mode"), state=str(d.get("state")),
                            result=d.get("result"), error=d.get("error"),
                            tokens=int(d.get("tokens") or 0), turns=int(d.get("turns") or 0),
                            session_id=d.get("session"), queued_at=d.get("queued_at") or 0.0,
                            started_at=d.get("started_at"), ended_at=d.get("ended_at"))
             self._names.add(run.name)
             self.runs[cid] = run
+            if run.state in ENDED:
+                run.done.set()
+                continue
+            if self.sweep_lost is not None:
+                self.sweep_lost(cid)
+            why = self._not_resumable(run)
+            if why is None:
+                run.state, run.resumed = "queued", True
+                run.spent_before = (run.tokens, run.turns)
+                self._start(run)
+                continue
+            run.state, run.ended_at = "failed", time.time()
+            run.error = (f"lost: the host stopped while this child was {d.get('state')} "
+                         f"(its session: children/{cid}); {why}; spawn it again to redo the "
+                         "work")
             run.done.set()
-            if run.state not in ENDED:
-                if self.sweep_lost is not None:
-                    self.sweep_lost(cid)
-                run.state, run.ended_at = "failed", time.time()
-                run.error = (f"lost: the host stopped while this child was {d.get('state')} "
-                             f"(its session: children/{cid}); spawn it again to redo the work")
-                self._record(run)
+            self._record(run)
+
+    def _not_resumable(self, run: ChildRun) -> str | None:
+        """Why a lost child cannot be resumed here (None: it can)."""
+        if self.agent.child_runner is None or self.agent.session.dir is None:
+            return "this session cannot run children"
+        if run.isolation is not None and run.started_at is not None:
+            return "it ran on a working copy, which went with its host"
+        if run.model is not None:
+            try:
+                check_model(run.model, self.agent.config)
+            except RlmError as e:
+                return str(e)
+        return None
 
     def handlers(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
-        return {
-            "child.spawn": self.spawn, "child.status": self.status,
-            "child.result": self.result, "child.wait": self.wait,
-            "child.gather": self.gather, "child.cancel": self.cancel,
-            "child.steer": lambda p: self._steer(p, "steer"),
-            "child.send": lambda p: self._steer(p, "parent_message"),
-            "child.section": self.section, "child.limit": self.limit,
-        }
+        return ChildHandles(self).table()
 
     # ------------------------------------------------------------------ spawn
     def spawn(self, params: dict[str, Any], *, method: str = "rlm_spawn") -> dict[str, Any]:
@@ -225,26 +253,40 @@ class Children:
                            "isolation='worktree' (a git worktree whose changes come back as "
                            "a patch; a private copy outside git), 'copy' (a private copy of "
                            "the working directory) or leave it out")
-        self._load()
-        self._flush()
+        self.load()
+        self.flush()
         run = ChildRun(id=new_id(), name=self._unique_name(params.get("name")), task=task,
                        context=params.get("context"), model=model, schema=params.get("schema"),
-                       slots=agent.slots, isolation=params.get("isolation"),
-                       on_change=self._changed)
+                       isolation=params.get("isolation"))
+        self._keep_context(run)
         self.runs[run.id] = run
+        self._start(run)
+        return {"id": run.id, "name": run.name}
+
+    def _keep_context(self, run: ChildRun) -> None:
+        """The context a child is given, kept in its directory from its spawn: a child
+        still queued when its host dies is resumed with it."""
+        folder = self.agent.session.dir
+        if run.context is None or folder is None:
+            return
+        path = private_dir(folder / "children" / run.id) / CONTEXT_FILE
+        write_private_atomic(path, json.dumps(run.context, default=str).encode())
+
+    def _start(self, run: ChildRun) -> None:
+        """Record the child (queued) and run it on its own thread once it has a slot."""
+        run.slots, run.on_change = self.agent.slots, self._changed
         self._record(run)
         thread = threading.Thread(target=self._work, args=(run,), daemon=True,
                                   name=f"rlm-child-{run.name}")
         self._threads.append(thread)
         thread.start()
-        return {"id": run.id, "name": run.name}
 
     def _unique_name(self, name: Any) -> str:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise RlmError("rlm_spawn(name=...): a name is a non-empty string")
-        with self._ended:  # spawns arrive on the bridge's thread pool
+        with self.ended:  # spawns arrive on the bridge's thread pool
             base = (name or f"child-{len(self.runs) + 1}").strip()[:MAX_NAME]
-            out, n = base, 1  # names used before a resume stay taken (_load)
+            out, n = base, 1  # names used before a resume stay taken (load)
             while out in self._names:
                 n += 1
                 out = f"{base}-{n}"
@@ -270,21 +312,22 @@ class Children:
             run.ended_at = time.time()  # before its slot is free: spans never overlap
             agent.slots.withdraw(run.ticket)
             if run.agent is not None:
-                run.tokens, run.turns = run.agent.tokens_used, run.agent.turns
+                run.tokens = run.spent_before[0] + run.agent.tokens_used
+                run.turns = run.spent_before[1] + run.agent.turns
                 run.session_id = run.agent.session.id
                 run.agent = None
-            with self._ended:
+            with self.ended:
                 if not any(r is run for r in self._unrecorded):
                     self._unrecorded.append(run)  # recorded as it is when flushed: ended
                 run.done.set()
-                self._ended.notify_all()
+                self.ended.notify_all()
             run.changed()
 
     def _changed(self, run: ChildRun) -> None:
         """A child started or ended a turn: the log records it at the next safe point (`rlm
         ps` shows its spend so far), and a running parent cell shows it."""
         if run.state == "running":
-            with self._ended:
+            with self.ended:
                 if not any(r is run for r in self._unrecorded):
                     self._unrecorded.append(run)
         self.watchers.tell(run)
@@ -295,108 +338,6 @@ class Children:
             raise RlmError("children are not available here: this agent was built without a "
                            "child runner (build agents with rlm.app.build_agent)")
         return runner(self.agent, run.task, run.context, run)
-
-    # ---------------------------------------------------------------- queries
-    def _run(self, params: dict[str, Any]) -> ChildRun:
-        self._load()
-        cid = params.get("id")
-        run = self.runs.get(cid) if isinstance(cid, str) else None
-        if run is None:
-            raise RlmError(f"no child {cid!r} in this session (handles come from rlm_spawn)")
-        return run
-
-    def _runs(self, params: dict[str, Any]) -> list[ChildRun]:
-        ids = params.get("ids")
-        if not isinstance(ids, list):
-            raise RlmError("expected a list of child handles")
-        return [self._run({"id": i}) for i in ids]
-
-    def status(self, params: dict[str, Any]) -> dict[str, Any]:
-        self._flush()
-        return self._run(params).view(result=False)
-
-    def result(self, params: dict[str, Any]) -> dict[str, Any]:
-        run = self._run(params)
-        timeout = _timeout(params)
-        if not run.done.is_set():
-            with self.lend():
-                run.done.wait(timeout)
-        self._flush()
-        run.read = run.read or run.done.is_set()
-        return {**run.view(), "done": run.done.is_set()}
-
-    def wait(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Block until any (or all) of the children ended; {"done": ids, "pending": ids}."""
-        runs = self._runs(params)
-        want_any = bool(params.get("any", True))
-
-        def ready() -> bool:
-            ended = [r.done.is_set() for r in runs]
-            return any(ended) if want_any else all(ended)
-
-        if runs and not ready():
-            with self.lend(), self._ended:
-                self._ended.wait_for(ready, _timeout(params))
-        self._flush()
-        return {"done": [r.id for r in runs if r.done.is_set()],
-                "pending": [r.id for r in runs if not r.done.is_set()]}
-
-    def gather(self, params: dict[str, Any]) -> dict[str, Any]:
-        """Every child's view, in the order asked. `wait` False (the kernel's interrupted
-        gather): no wait; the unfinished are cancelled and the answer is marked partial."""
-        runs = self._runs(params)
-        if params.get("wait", True):
-            self.wait({**params, "any": False})
-        partial = not all(r.done.is_set() for r in runs)
-        if partial and not params.get("wait", True):
-            for r in runs:
-                r.cancel()
-            with self._ended:  # cancelled children end within the interrupt grace
-                self._ended.wait_for(lambda: all(r.done.is_set() for r in runs),
-                                     JOIN_AT_CLOSE_S)
-        self._flush()
-        for r in runs:
-            r.read = r.read or r.done.is_set()
-        return {"partial": partial, "children": [r.view() for r in runs]}
-
-    def cancel(self, params: dict[str, Any]) -> bool:
-        return self._run(params).cancel()
-
-    def section(self, params: dict[str, Any]) -> int:
-        """yield_section(label, item) in a child's kernel: the item joins the array
-        `label` of its typed result; how many that label holds now."""
-        own, label = self.own, params.get("label")
-        if own is None or own.schema is None:
-            raise RlmError("yield_section is for a child spawned with schema=...: return "
-                           "the value with final() instead")
-        if not isinstance(label, str) or not label:
-            raise RlmError("yield_section(label, item): label must be a non-empty string")
-        items = own.sections.setdefault(label, [])
-        items.append(params.get("item"))
-        return len(items)
-
-    def limit(self, params: dict[str, Any]) -> dict[str, Any]:
-        """rlm_max_children(n=None): the tree's slots (limit, in use, waiting, peak); with
-        `n`, resized first, never past what the user allowed (`--max-children`): a cell may
-        lower it or restore it, not raise it (`/max-children N` in chat is the user's)."""
-        n, allowed = params.get("n"), self.agent.config.max_children
-        slots = self.agent.slots
-        if n is not None:
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise RlmError(f"rlm_max_children(n): n must be a whole number >= 1, got {n!r}")
-            if allowed and n > allowed:
-                raise RlmError(f"rlm_max_children({n}): the user allowed at most {allowed} "
-                               "children at once (--max-children); ask them to raise it")
-            slots.resize(n)
-        return {"limit": slots.limit, "in_use": slots.in_use, "waiting": slots.waiting,
-                "peak": slots.peak}
-
-    def _steer(self, params: dict[str, Any], kind: str) -> bool:
-        text = params.get("text")
-        if not isinstance(text, str) or not text.strip():
-            raise RlmError("steer(text) / send(text): text must be a non-empty string")
-        self._run(params).steer(text, kind)
-        return True
 
     # ------------------------------------------------------------- blocking form
     def query(self, task: Any, context: Any) -> Any:
@@ -409,7 +350,7 @@ class Children:
         except BaseException:
             run.cancel()
             raise
-        self._flush()
+        self.flush()
         run.read = True
         if run.state != "done":
             raise RlmError(run.error or f"the child ended {run.state}")
@@ -442,7 +383,7 @@ class Children:
         deadline = time.monotonic() + JOIN_AT_CLOSE_S
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
-        self._flush()
+        self.flush()
         self.retry_cleanup()  # at exit, once more
 
     # --------------------------------------------------------------- clean-up
@@ -460,8 +401,8 @@ class Children:
         """After a compaction: the failed clean-ups are retried, and the model is told
         which children run or ended unread (`<children_state>`, beside `<ipython_state>`)."""
         self.retry_cleanup()
-        self._load()
-        self._flush()
+        self.load()
+        self.flush()
         shown = [r for r in self.runs.values() if r.state not in ENDED or not r.read]
         if not shown:
             return
@@ -482,17 +423,142 @@ class Children:
         return [r for r in self.runs.values() if r.state not in ENDED]
 
     def _record(self, run: ChildRun) -> None:
-        self.agent.recursion.append(CustomEntry(custom_type=CHILD_ENTRY, data=run.view(),
+        data = {**run.view(), "schema": run.schema, "isolation_mode": run.isolation}
+        self.agent.recursion.append(CustomEntry(custom_type=CHILD_ENTRY, data=data,
                                                 display=False, content=None))
 
-    def _flush(self) -> None:
-        with self._ended:
+    def flush(self) -> None:
+        """Write the starts, turn ends and ends not logged yet (at a safe point)."""
+        with self.ended:
             ended, self._unrecorded = self._unrecorded, []
         for run in ended:
             self._record(run)
 
     def _flush_hook(self, agent: Any) -> None:
-        self._flush()
+        self.flush()
+
+
+class ChildHandles:
+    """What a cell's handles ask of the registry (the kernel's `kernel_ext.children` calls
+    these over the bridge): status, result, wait, gather, cancel, steer, send, a typed
+    child's sections and the tree's slots."""
+
+    def __init__(self, children: Children) -> None:
+        self.children = children
+
+    def table(self) -> dict[str, Callable[[dict[str, Any]], Any]]:
+        return {
+            "child.spawn": self.children.spawn, "child.status": self.status,
+            "child.result": self.result, "child.wait": self.wait,
+            "child.gather": self.gather, "child.cancel": self.cancel,
+            "child.steer": lambda p: self._steer(p, "steer"),
+            "child.send": lambda p: self._steer(p, "parent_message"),
+            "child.section": self.section, "child.limit": self.limit,
+        }
+
+    def _run(self, params: dict[str, Any]) -> ChildRun:
+        self.children.load()
+        cid = params.get("id")
+        run = self.children.runs.get(cid) if isinstance(cid, str) else None
+        if run is None:
+            raise RlmError(f"no child {cid!r} in this session (handles come from rlm_spawn)")
+        return run
+
+    def _runs(self, params: dict[str, Any]) -> list[ChildRun]:
+        ids = params.get("ids")
+        if not isinstance(ids, list):
+            raise RlmError("expected a list of child handles")
+        return [self._run({"id": i}) for i in ids]
+
+    def status(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.children.flush()
+        return self._run(params).view(result=False)
+
+    def result(self, params: dict[str, Any]) -> dict[str, Any]:
+        run = self._run(params)
+        timeout = _timeout(params)
+        if not run.done.is_set():
+            with self.children.lend():
+                run.done.wait(timeout)
+        self.children.flush()
+        run.read = run.read or run.done.is_set()
+        return {**run.view(), "done": run.done.is_set()}
+
+    def wait(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Block until any (or all) of the children ended; {"done": ids, "pending": ids}."""
+        runs = self._runs(params)
+        want_any = bool(params.get("any", True))
+
+        def ready() -> bool:
+            ended = [r.done.is_set() for r in runs]
+            return any(ended) if want_any else all(ended)
+
+        if runs and not ready():
+            with self.children.lend(), self.children.ended:
+                self.children.ended.wait_for(ready, _timeout(params))
+        self.children.flush()
+        return {"done": [r.id for r in runs if r.done.is_set()],
+                "pending": [r.id for r in runs if not r.done.is_set()]}
+
+    def gather(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Every child's view, in the order asked. `wait` False (the kernel's interrupted
+        gather): no wait; the unfinished are cancelled and the answer is marked partial."""
+        runs = self._runs(params)
+        if params.get("wait", True):
+            self.wait({**params, "any": False})
+        partial = not all(r.done.is_set() for r in runs)
+        if partial and not params.get("wait", True):
+            for r in runs:
+                r.cancel()
+            with self.children.ended:  # cancelled children end within the interrupt grace
+                self.children.ended.wait_for(lambda: all(r.done.is_set() for r in runs),
+                                     JOIN_AT_CLOSE_S)
+        self.children.flush()
+        for r in runs:
+            r.read = r.read or r.done.is_set()
+        return {"partial": partial, "children": [r.view() for r in runs]}
+
+    def cancel(self, params: dict[str, Any]) -> bool:
+        return self._run(params).cancel()
+
+    def section(self, params: dict[str, Any]) -> int:
+        """yield_section(label, item) in a child's kernel: the item joins the array
+        `label` of its typed result; how many that label holds now."""
+        own, label = self.children.own, params.get("label")
+        if own is None or own.schema is None:
+            raise RlmError("yield_section is for a child spawned with schema=...: return "
+                           "the value with final() instead")
+        if not isinstance(label, str) or not label:
+            raise RlmError("yield_section(label, item): label must be a non-empty string")
+        items = own.sections.setdefault(label, [])
+        items.append(params.get("item"))
+        self.children.agent.recursion.append(CustomEntry(  # kept for a resume (sections_of)
+            custom_type=SECTION_ENTRY, data={"label": label, "item": params.get("item")},
+            display=False, content=None))
+        return len(items)
+
+    def limit(self, params: dict[str, Any]) -> dict[str, Any]:
+        """rlm_max_children(n=None): the tree's slots (limit, in use, waiting, peak); with
+        `n`, resized first, never past what the user allowed (`--max-children`): a cell may
+        lower it or restore it, not raise it (`/max-children N` in chat is the user's)."""
+        n, allowed = params.get("n"), self.children.agent.config.max_children
+        slots = self.children.agent.slots
+        if n is not None:
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise RlmError(f"rlm_max_children(n): n must be a whole number >= 1, got {n!r}")
+            if allowed and n > allowed:
+                raise RlmError(f"rlm_max_children({n}): the user allowed at most {allowed} "
+                               "children at once (--max-children); ask them to raise it")
+            slots.resize(n)
+        return {"limit": slots.limit, "in_use": slots.in_use, "waiting": slots.waiting,
+                "peak": slots.peak}
+
+    def _steer(self, params: dict[str, Any], kind: str) -> bool:
+        text = params.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise RlmError("steer(text) / send(text): text must be a non-empty string")
+        self._run(params).steer(text, kind)
+        return True
 
 
 class Cleanups:
@@ -583,6 +649,16 @@ def child_role(*, context_given: bool, can_spawn: bool, schema_note: str = "") -
             f"task in the first user message and reads only your final answer; {given}. "
             f"Report with final(answer). Goals and schedules belong to the top-level "
             f"session: you cannot set them; {spawn}.{schema_note}")
+
+
+def sections_of(branch: Iterable[Any]) -> dict[str, list[Any]]:
+    """The yield_section items a child's log records, by label (a resumed typed child)."""
+    out: dict[str, list[Any]] = {}
+    for e in branch:
+        if isinstance(e, CustomEntry) and e.custom_type == SECTION_ENTRY \
+                and isinstance(e.data, dict) and isinstance(e.data.get("label"), str):
+            out.setdefault(e.data["label"], []).append(e.data.get("item"))
+    return out
 
 
 def role_of(branch: Iterable[Any]) -> str:

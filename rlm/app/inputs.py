@@ -94,10 +94,12 @@ def _too_big(big: list[str]) -> list[str]:
 
 
 def put_context(agent: Agent, context: Any) -> None:
-    """An rlm_query child's `context` argument, as the kernel variable `context`."""
+    """An rlm_query child's `context` argument, as the kernel variable `context`; from
+    the file its spawn kept (rlm.agent.children.CONTEXT_FILE) when there is one."""
     assert agent.session.dir is not None and agent.executor is not None
     path = agent.session.dir / "context.json"
-    write_private_atomic(path, json.dumps(context, default=str).encode())
+    if not path.is_file():
+        write_private_atomic(path, json.dumps(context, default=str).encode())
     res = agent.executor.execute(
         f"import json as _j\nwith open({str(path)!r}) as _f:\n    context = _j.load(_f)\ndel _j, _f\n",
         timeout=120,

@@ -12,7 +12,9 @@ Entering acquires, in this order, and unwinds in reverse when any step fails:
 - open: writer lock -> session opened (torn tail recovered; the options given now over the
         recorded ones) -> `check_start` -> `--goal` -> agent built (`--from` branch, options
         recorded) -> kernel started (snapshot restored);
-- child: a session under the parent's `children/`, the parent's model factory and budget.
+- child: a session under the parent's `children/`, the parent's model factory and budget
+        (one whose log is there already, a lost child resumed, is opened: its kernel
+        restored from its snapshot).
 
 Leaving is one `finally`: kernel stopped, session closed, lock released; a session this
 run created is removed when the run failed before its first prompt reached the log.
@@ -32,11 +34,13 @@ from typing import Any
 
 from rlm import trust
 from rlm.agent.children import (
+    CONTEXT_FILE,
     ROLE_ENTRY,
     ChildBudgetExceeded,
     ChildRun,
     child_role,
     role_of,
+    sections_of,
 )
 from rlm.agent.loop import Agent
 from rlm.agent.policy.schema import SchemaRule, schema_note, typed_result
@@ -76,7 +80,7 @@ from rlm.paths import private_dir
 from rlm.protocols import Executor, SessionLog
 from rlm.secrets import scrub_left_behind
 from rlm.session.entries import CustomEntry, MessageEntry, new_id
-from rlm.session.store import SessionStore, resolve_session_path
+from rlm.session.store import FILE_NAME, SessionStore, resolve_session_path
 
 # entries whose options are the user's (the CLI's flags travel with the run)
 RECORDING = ("run", "chat", "resume", "worker")
@@ -87,6 +91,11 @@ LOCK_KINDS: dict[str, str | None] = {
     "run_task": "run", "child": None, "compact": "compact",
 }
 ExecutorFactory = Callable[[SessionLog, Config], Executor]
+# what a lost child resumed from its own log is told (its restored variables are noted)
+RESUMED_CHILD = ("[Your host stopped while you were working on your task and has started "
+                 "again; your kernel's variables were restored from their snapshot, as the "
+                 "note above says. Go on with the task from where you were and report with "
+                 "final(answer).]")
 
 
 # ------------------------------------------------------------------------------ build
@@ -239,7 +248,9 @@ class SessionRun:
         if self.entry not in ENTRY_POINTS:
             raise ValueError(f"unknown entry point {self.entry!r}")
         with contextlib.ExitStack() as stack:
-            if self.session_id is None:
+            if self.session_dir is not None and (self.session_dir / FILE_NAME).is_file():
+                self._reopen(stack)  # a lost child, resumed from its own log
+            elif self.session_id is None:
                 self._create(stack)
             else:
                 self._open(stack)
@@ -281,6 +292,15 @@ class SessionRun:
         self.options = opts
         self._take_lock(stack, session.dir)
         self.config = self.exact or opts.config(session, base=self.base)
+
+    def _reopen(self, stack: contextlib.ExitStack) -> None:
+        """A child's own session, opened again: its config is its parent's (`exact`), and
+        nobody else writes it (its parent's process holds the parent's lock)."""
+        assert self.session_dir is not None and self.exact is not None
+        session = SessionStore.open(self.session_dir)
+        self.session = session
+        stack.callback(session.close)
+        self.config = self.exact
 
     def _open(self, stack: contextlib.ExitStack) -> None:
         assert self.session_id is not None
@@ -331,6 +351,8 @@ class SessionRun:
                 self.on_phase(kernel_phase(self.session.dir, cfg))
             # the kernel (its snapshot restored), or the bridge handler
             self.restored = self.agent.start()
+            self.agent.children.load()  # children a dead host left go on (their handles
+            # in the restored kernel answer)
 
     def _close_agent(self) -> None:
         if self.agent is not None:
@@ -429,18 +451,10 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
             pid = getattr(child.executor, "pid", None)  # a local kernel's process
             if control is not None:
                 control.attach(child)
-            child.role = child_role(context_given=context is not None,
-                                    can_spawn=child.depth < child.config.max_depth,
-                                    schema_note=schema_note(schema) if schema is not None
-                                    else "")
-            child.session.append(CustomEntry(custom_type=ROLE_ENTRY, display=False,
-                                             content=None, data={"text": child.role}))
-            if schema is not None:  # a typed result: the answer policy checks final()
-                child.answers.rules.insert(0, SchemaRule(schema, sections))
-            if context is not None:
-                put_context(child, context)
-            end = next((ev for ev in reversed(run.drive(task)) if isinstance(ev, RunEnded)),
-                       None)
+            prompt = _set_up_child(child, task, context, schema, sections,
+                                   run.restored.restored if run.restored else [])
+            end = next((ev for ev in reversed(run.drive(prompt))
+                        if isinstance(ev, RunEnded)), None)
             if end is not None and end.reason not in ("final", "no_code"):
                 why = child_failure(child.session, end.reason, end.detail)
                 raise (ChildBudgetExceeded if end.reason.startswith("limit:") else RlmError)(why)
@@ -458,6 +472,29 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
         elif control is not None and parent.session.dir is not None:  # a gateway's kernel
             _delete_gateway_kernel(parent, parent.session.dir / "children" / control.id,
                                    f"the child {task[:60]!r}")
+
+
+def _set_up_child(child: Agent, task: str, context: Any, schema: Any,
+                  sections: dict[str, list[Any]], restored: list[str]) -> str:
+    """A child's role, typed result and `context` before its run; the prompt it is driven
+    with: its task, or, for a lost child resumed from its log, the note that it goes on."""
+    assert child.session.dir is not None
+    branch = child.session.branch()
+    resumed = any(isinstance(e, MessageEntry) for e in branch)
+    given = context is not None or (child.session.dir / CONTEXT_FILE).is_file()
+    if resumed:  # its role is in its log (attach_all), and so are its sections
+        sections.update(sections_of(branch))
+    else:
+        child.role = child_role(context_given=given,
+                                can_spawn=child.depth < child.config.max_depth,
+                                schema_note=schema_note(schema) if schema is not None else "")
+        child.session.append(CustomEntry(custom_type=ROLE_ENTRY, display=False,
+                                         content=None, data={"text": child.role}))
+    if schema is not None:  # a typed result: the answer policy checks final()
+        child.answers.rules.insert(0, SchemaRule(schema, sections))
+    if given and not (resumed and "context" in restored):
+        put_context(child, context)
+    return RESUMED_CHILD if resumed else task
 
 
 def _retry_if_alive(parent: Agent, pid: int, task: str) -> None:
