@@ -8,7 +8,10 @@ chunk, `final(n)`), so what is measured is the host's and the kernels' cost per 
   fan-out K    rlm_gather([rlm_spawn(task, context=c) ...]) at --max-children K
 
 The parent's cell times itself (wall seconds, written to a file). Also measured in the
-same run: a bare kernel start + stop (`rlm.kernel.Kernel`), the floor of a child's cost.
+same run: a bare kernel start + stop (`rlm.kernel.Kernel`), the floor of a child's cost,
+with the CPU seconds the kernel's processes used (getrusage of reaped children); and the
+same number of bare kernels started K at a time with nothing else running: the part of a
+fan-out a pool of pre-started kernels could move earlier, but not make cheaper.
 
     python bench/bench_children.py [--n 40] [--concurrency 1 4 8]
 """
@@ -18,9 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 CHUNK = "the quick brown fox jumps over the lazy dog " * 20
@@ -58,19 +63,37 @@ def fan_out(work: Path, n: int, mode: str, k: int) -> tuple[float, list[str]]:
     return float(out.read_text()), answers
 
 
-def kernel_start_s(home: Path, rounds: int) -> float:
+def one_kernel(folder: Path, home: Path) -> float:
+    """Start a bare kernel, run one cell, stop it: wall seconds."""
     from rlm.config import Config
     from rlm.kernel import Kernel
 
-    times = []
-    for i in range(rounds):
-        t = time.perf_counter()
-        k = Kernel(home / f"k{i}", Config(home=home))
-        k.start()
-        k.execute("0")
-        k.stop()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+    t = time.perf_counter()
+    k = Kernel(folder, Config(home=home))
+    k.start()
+    k.execute("0")
+    k.stop()
+    return time.perf_counter() - t
+
+
+def children_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def kernel_start_s(home: Path, rounds: int) -> tuple[float, float]:
+    """(median wall, mean CPU seconds of the kernel's processes) per kernel start."""
+    cpu0 = children_cpu_s()
+    times = [one_kernel(home / f"k{i}", home) for i in range(rounds)]
+    return statistics.median(times), (children_cpu_s() - cpu0) / rounds
+
+
+def kernels_at_once(home: Path, n: int, k: int) -> float:
+    """Wall seconds to start (and stop) `n` bare kernels, `k` at a time."""
+    t = time.perf_counter()
+    with ThreadPoolExecutor(k) as pool:
+        list(pool.map(lambda i: one_kernel(home / f"p{k}-{i}", home), range(n)))
+    return time.perf_counter() - t
 
 
 def main() -> None:
@@ -83,21 +106,25 @@ def main() -> None:
         work = Path(d)
         os.environ["RLM_HOME"] = str(work / "home")
         expected = [str(len((CHUNK * (1 + i % 3)).split())) for i in range(a.n)]
-        start = kernel_start_s(work, a.kernel_rounds)
+        start, cpu = kernel_start_s(work, a.kernel_rounds)
         seq, answers = fan_out(work, a.n, "sequential", 1)
         assert answers == expected, answers[:5]
-        rows = [("sequential rlm_query", 1, seq)]
+        rows = [("sequential rlm_query", 1, seq, None)]
         for k in a.concurrency:
             wall, answers = fan_out(work, a.n, "fanout", k)
             assert answers == expected, answers[:5]  # every answer, in input order
-            rows.append(("rlm_spawn + rlm_gather", k, wall))
-    print(f"load average at the end: {os.getloadavg()[0]:.1f}")
-    print(f"kernel start+stop (median of {a.kernel_rounds}): {start * 1000:.0f} ms")
-    print(f"| mode | --max-children | wall for {a.n} children | per child | vs sequential |")
-    print("|---|---:|---:|---:|---:|")
-    for name, k, wall in rows:
+            rows.append(("rlm_spawn + rlm_gather", k, wall, kernels_at_once(work, a.n, k)))
+    print(f"load average at the end: {os.getloadavg()[0]:.1f}; cores: {os.cpu_count()}")
+    print(f"kernel start+stop (median of {a.kernel_rounds}): {start * 1000:.0f} ms wall, "
+          f"{cpu * 1000:.0f} ms CPU of its processes")
+    print(f"| mode | --max-children | wall for {a.n} children | per child | vs sequential "
+          f"| {a.n} bare kernels alone, same K | kernels' share of the wall |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, k, wall, bare in rows:
+        alone = "" if bare is None else f"{bare:.1f} s"
+        share = "" if bare is None else f"{bare / wall:.0%}"
         print(f"| {name} | {k} | {wall:.1f} s | {wall / a.n * 1000:.0f} ms | "
-              f"{seq / wall:.2f}x |")
+              f"{seq / wall:.2f}x | {alone} | {share} |")
     per_child = seq / a.n
     print(f"host overhead per sequential child beyond a kernel start: "
           f"{(per_child - start) * 1000:.0f} ms ({per_child / start:.2f}x a kernel start)")
