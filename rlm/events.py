@@ -56,6 +56,16 @@ class ModelText(Event):
 
 
 @dataclass
+class ModelCode(Event):
+    """The code of a native tool call as the model writes it: the `lines` of call `index`
+    completed since the last such event (a renderer drafts them; the cell's box shows the
+    whole cell once it runs)."""
+
+    index: int
+    lines: list[str]
+
+
+@dataclass
 class ModelReply(Event):
     content: str
     code_cells: list[str]

@@ -325,3 +325,51 @@ def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isola
     out = rlm("log", cwd=tmp_path).stdout
     assert out.count("the_total = 3 + 4") == 1, out
     assert "final: 7\n(✓ verified)" in out and '{"answer"' not in out
+
+
+def test_a_native_calls_code_is_drafted_as_it_streams_redacted_then_shown_once(
+        tmp_path, monkeypatch):
+    """A streaming model's native tool call: its code reaches the user line by line as
+    the arguments arrive (ModelCode: the live draft above the spinner), a key in it
+    redacted; the run's box then shows the cell once."""
+    import io
+
+    from rich.console import Console
+
+    from rlm import app
+    from rlm.cli.render import Renderer
+    from rlm.config import Config
+    from rlm.events import CellStarted, ModelCode
+    from rlm.llm import ScriptedLLM
+    from rlm.session.store import SessionStore
+
+    key = "sk-test-" + "k3y" * 12
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    code = "\n".join([f"row_{i} = {i} * 2  # {'x' * 40}" for i in range(30)]
+                     + [f"token = {key!r}", "print(row_29)"])
+    llm = ScriptedLLM([call(code), call("final('done')")], stream=True)
+    config = Config(home=tmp_path, model="script:main", cell_timeout=60)
+    session = SessionStore.create(tmp_path, model="script:main", task="t")
+    agent = app.build_agent(session, config, llm=llm)
+    buf = io.StringIO()
+    r = Renderer(console=Console(file=buf, width=80, color_system=None), animate=False)
+    drafts: list[list[str]] = []
+    with agent:
+        for e in agent.run("double them"):
+            if isinstance(e, ModelCode):
+                drafts.append(list(e.lines))
+            if isinstance(e, CellStarted):
+                live = io.StringIO()
+                Console(file=live, width=200, color_system=None).print(r._draft)
+                assert live.getvalue().strip() == ""  # the draft is gone once the box shows
+            r(e)
+            if isinstance(e, ModelCode) and len(drafts) == 5:
+                live = io.StringIO()
+                Console(file=live, width=200, color_system=None).print(r._draft)
+                assert "row_" in live.getvalue()  # drafted live while it streams
+    assert len(drafts) > 5  # line by line, not whole at the end
+    written = [line for d in drafts for line in d]
+    assert written[:30] == code.split("\n")[:30]  # every line, in order, none twice
+    assert written[30:] == ["token = '[redacted]'", "print(row_29)",  # the key redacted
+                           "final('done')"]  # the next reply's cell is drafted too
+    assert buf.getvalue().count("row_7 = 7 * 2") == 1  # the box shows the cell once

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from rlm.agent import notices
 from rlm.agent.codeparse import reply_end
 from rlm.agent.policy import Abort, AnswerPolicy, Resample
-from rlm.agent.progress import ModelTextStream, prompt_tokens
+from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
@@ -158,7 +158,8 @@ def call_model(host: ModelHost, temperature: float | None = None
 def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                   watch: ReplyScanner | None) -> Work:
     """The call run on the worker thread: text streamed to the user and through `watch`,
-    and a native call's code through it line by line as its arguments stream; a match
+    and a native call's code through it and to the user line by line as its arguments
+    stream (ModelCode); a match
     raises RuleMatched (the stream stops there); the whole reply's native cells are checked
     again before it returns. A fenced-code reply stops at `reply_end` once text
     past it comes (a reply that just ends there keeps its exact usage)."""
@@ -188,16 +189,19 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                     raise ReplyEnded("".join(seen))
 
             cells: dict[int, CallArguments] = {}
+            drafted = ModelCodeStream(emit)
 
             def on_call(index: int, fragment: str) -> None:
-                assert watch is not None
-                code = cells.setdefault(index, CallArguments()).feed(fragment)
-                hit = watch.cell(code) if code is not None else None
+                args = cells.setdefault(index, CallArguments())
+                code = args.feed(fragment)
+                if code is None:
+                    return
+                hit = watch.cell(code) if watch is not None else None
                 if hit is not None:
-                    raise RuleMatched(hit, "".join(seen) + (code or ""))
+                    raise RuleMatched(hit, "".join(seen) + code)
+                drafted(index, code, closed=args.closed)  # the user sees it being written
 
-            # on_call only with rules to check (a model made for a test may not take it)
-            more: dict[str, Any] = {"on_call": on_call} if watch is not None and native else {}
+            more: dict[str, Any] = {"on_call": on_call} if native else {}
             try:
                 done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
                                     on_text=on_text, temperature=temp, **more)

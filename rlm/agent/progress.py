@@ -4,7 +4,8 @@ call, the model's text and a running cell's output as they arrive (events, never
 Both streams go through a `StreamRedactor` (rlm.secrets): these events reach the terminal
 and `worker-events.jsonl` one chunk at a time, and a key split across chunks, or cut by the
 cap, must not reach them in pieces. Use the streams as context managers: the end hands on
-what the redactor still holds."""
+what the redactor still holds. A native tool call's code goes out in whole lines
+(`ModelCodeStream`), each redacted: a key never spans a line."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rlm.events import CellOutput, Event, ModelText
+from rlm.events import CellOutput, Event, ModelCode, ModelText
 from rlm.kernel.shaping import strip_ansi, trim_traceback
 from rlm.kernel.types import Output
-from rlm.secrets import StreamRedactor
+from rlm.secrets import StreamRedactor, known_secrets, redact_text
 
 # streamed text per cell; past it one line says the rest comes with the cell's result (a
 # 100 MB print must not flood the terminal or the worker's event file)
@@ -94,6 +95,28 @@ class OutputStream:
         else:
             self.sent += len(text)
         self.emit(CellOutput(text, name))
+
+
+class ModelCodeStream:
+    """Native tool calls' code as it streams (the code decoded so far, given at each line's
+    end: rlm.agent.steer.match.CallArguments): emits ModelCode with the lines completed
+    since the last event of that call, redacted; `closed` gives the last line too."""
+
+    def __init__(self, emit: Callable[[Event], None]) -> None:
+        self.emit = emit
+        self._secrets = known_secrets()
+        self._sent: dict[int, int] = {}  # call index -> characters of its code sent
+
+    def __call__(self, index: int, code: str, *, closed: bool = False) -> None:
+        start = self._sent.get(index, 0)
+        end = len(code) if closed else code.rfind("\n") + 1
+        if end <= start:
+            return
+        self._sent[index] = end
+        text = code[start:end].removesuffix("\n")
+        if self._secrets:
+            text = redact_text(text, self._secrets, patterns=False)
+        self.emit(ModelCode(index, text.split("\n")))
 
 
 class ModelTextStream:

@@ -72,6 +72,7 @@ class Renderer:
         self._live: Live | None = None
         self._status = _Status(lambda: self.clock())
         self._draft = _Draft()
+        self._code_index: int | None = None  # the native call being drafted (ModelCode)
         self._kids = _Children()  # a live line per running child (ChildProgress)
         self._base: Path | None = None  # the session dir: image paths are shown absolute
         self._model = ""
@@ -168,6 +169,7 @@ class Renderer:
 
     def _ModelCallStarted(self, e: ev.ModelCallStarted) -> None:
         self._run.begin()
+        self._code_index = None
         self._model = self._model or e.model
         self._text = _ProseFilter()
         self._status.prompt_tokens = e.prompt_tokens
@@ -184,6 +186,14 @@ class Renderer:
         for line in self._text.feed(terminal_safe(e.delta)):
             self.console.print(Text(line, style="dim"))
         self._draft.lines = self._text.draft()
+
+    def _ModelCode(self, e: ev.ModelCode) -> None:
+        """A native tool call's code as it is written: drafted live above the spinner like
+        a fenced cell's (its box shows it once when it runs)."""
+        if e.index != self._code_index:
+            self._code_index, self._draft.lines = e.index, []
+        self._status.label = f"{self._model or 'model'}: writing a cell"
+        self._draft.lines.extend(terminal_safe(x) for x in e.lines)
 
     def _ModelReply(self, e: ev.ModelReply) -> None:
         self._draft.lines = []
@@ -371,7 +381,8 @@ class _Children:
 
 
 class _Draft:
-    """The fenced code the model is writing, shown live above the spinner (last lines)."""
+    """The code the model is writing (a fence, or a native call's), shown live above the
+    spinner (last lines)."""
 
     MAX_LINES = 12
 

@@ -281,6 +281,11 @@ class CallArguments:
             return "".join(self._out)
         return None
 
+    @property
+    def closed(self) -> bool:
+        """The `code` string has ended: what `feed` returned last is the whole cell."""
+        return self._closed
+
 
 def _decode(raw: str, i: int, out: list[str]) -> tuple[int, bool]:
     """Decode the JSON string body in `raw` from `i` into `out`: (where it stopped, whether
