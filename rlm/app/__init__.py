@@ -56,7 +56,13 @@ from rlm.app.lifecycle import (
     discard_unstarted,
     run_child,
 )
-from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
+from rlm.app.options import (
+    RunOptions,
+    record_options,
+    recorded_options,
+    recorded_snapshot_url,
+    set_goal_given,
+)
 from rlm.llm.defaults import default_model
 
 __all__ = [
@@ -65,6 +71,7 @@ __all__ = [
     "attach_named_files", "build_agent", "change_goal", "check_start", "child_failure",
     "compact_now", "default_model", "discard_unstarted", "drive", "feature_table", "gap",
     "goal_line", "prepare_inputs", "put_context", "record_options", "recorded_options",
+    "recorded_snapshot_url",
     "rebuild_now", "resume_prompt", "run_child", "run_task", "run_worker", "schedules_note",
     "session_holder", "shake_now", "set_goal_given", "size_output_to_window", "start_detached",
     "with_named_files", "ensure_worker", "resume_detached", "pending_inputs",

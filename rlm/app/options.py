@@ -20,6 +20,8 @@ from rlm.protocols import SessionLog
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
+MAX_TREE_DEPTH = 32  # how far up a child's parents are looked for a recorded setting
+
 RUN_OPTIONS = "run_options"
 
 
@@ -95,6 +97,24 @@ def recorded_options(session: SessionLog) -> RunOptions | None:
     """The newest `run_options` entry on the branch (None for logs written before them)."""
     found = custom_entries(session.branch(), RUN_OPTIONS)  # O(1) reads on a long log
     return RunOptions.from_dict(found[-1].data or {}) if found else None
+
+
+def recorded_snapshot_url(session: SessionLog) -> str | None:
+    """The snapshot URL a session's kernel wrote to, as its log records it; a child's is
+    its root's (children run with their parent's config and record no options)."""
+    from rlm.session.store import FILE_NAME, SessionStore
+
+    for _ in range(MAX_TREE_DEPTH):
+        recorded = recorded_options(session)
+        url = recorded.overrides.get("snapshot_url") if recorded else None
+        folder = session.dir
+        if url or folder is None or folder.parent.name != "children" \
+                or not session.header.parent_session:
+            return url
+        if not (folder.parent.parent / FILE_NAME).is_file():
+            return None
+        session = SessionStore.open(folder.parent.parent, readonly=True)
+    return None
 
 
 def record_options(session: SessionLog, options: RunOptions) -> None:

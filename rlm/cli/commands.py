@@ -325,9 +325,9 @@ def cmd_state(args: argparse.Namespace) -> int:
 
     s = open_readonly(args.session)
     assert s.dir is not None  # opened from disk
-    recorded = app.recorded_options(s)  # the URL the run's kernel wrote its snapshots to
-    url = ((recorded.overrides.get("snapshot_url") if recorded else None)
-           or load_config().snapshot_url)  # open_readonly said what it ignored
+    # the URL the run's kernel wrote its snapshots to (a child's: its root's)
+    url = app.recorded_snapshot_url(s) or load_config().snapshot_url  # open_readonly said
+    # what it ignored
     state = session_state(s.dir, snapshot_url=url)
     if args.json:
         print_json(state)
