@@ -111,3 +111,33 @@ def test_goal_text_is_shown_as_typed_and_goal_replies_are_one_line():
                                 "status": "complete"}, "remaining_tokens": 1200})
     assert repr(reply) == "<goal complete: \"every region's totals reconcile\", 1,200 tokens left>"
     assert reply["goal"]["status"] == "complete" and "'remaining_tokens': 1200" in str(reply)
+
+
+def test_a_foreground_worker_shows_its_runs_as_rlm_run_does(tmp_path, _isolated_home):
+    """`rlm worker SESSION` in a terminal renders each run it makes (the cell's box, its
+    output, the answer), not only its banner: no second terminal with `rlm attach`."""
+    from rlm.longrun.worker import send_prompt
+
+    # each process replays the script from its start: the run's and the worker's reply
+    s = script(tmp_path / "s.json", [call("shown = 'worker' + 'side'\nprint(shown)\n"
+                                          "final(shown)")])
+    sid = json.loads(rlm("run", "t", "--model", s, "--json",
+                         cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
+    send_prompt(sid, "the next question", _isolated_home)
+    worker = subprocess.Popen([sys.executable, "-P", "-m", "rlm", "worker", sid], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen: list[str] = []
+        deadline = time.monotonic() + 240
+        while not any("workerside" in line and "final" not in line for line in seen):
+            assert time.monotonic() < deadline and worker.poll() is None, "".join(seen)
+            seen.append(worker.stdout.readline())  # type: ignore[union-attr]
+        rlm("stop", sid, cwd=tmp_path)
+        seen += worker.communicate(timeout=120)[0].splitlines(keepends=True)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    screen = "".join(seen)
+    assert "shown = 'worker' + 'side'" in screen  # the cell's box
+    assert "· run started" in screen and "source=user" in screen  # the worker's own record
+    assert screen.count("workerside") >= 2, screen  # its output, then its answer

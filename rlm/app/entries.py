@@ -94,11 +94,13 @@ def agent_runner(session_id: str, config: Any = None) -> AgentRunner:
     return AgentRunner(session_id, config)
 
 
-def run_worker(session_id: str) -> int:
-    """`rlm worker SESSION`: the resident worker over the real agent."""
+def run_worker(session_id: str,
+               on_record: Callable[[dict[str, Any]], None] | None = None) -> int:
+    """`rlm worker SESSION`: the resident worker over the real agent; `on_record` is shown
+    each event record as it is written (a foreground worker renders its runs)."""
     from rlm.longrun.worker import main as worker_main
 
-    return worker_main([session_id], runner_factory=agent_runner)
+    return worker_main([session_id], runner_factory=agent_runner, on_record=on_record)
 
 
 def start_detached(task: str, options: RunOptions) -> tuple[SessionStore, int]:

@@ -243,12 +243,15 @@ def _offer_worker(args: argparse.Namespace, does: str, *, sid: str | None = None
 # -------------------------------------------------------------------- workers
 def cmd_worker(args: argparse.Namespace) -> int:
     resolve_session_dir(args.session, load_config().home)  # a bad ref: one error line, no banner
+    show = None
     if not args.json:
         print(f"rlm worker for session {args.session}: runs prompts sent to it (`rlm resume "
               f"SESSION --detach`), due schedules, heartbeats and the goal, in this terminal "
-              f"until Ctrl-C or `rlm stop`; `rlm attach` shows its runs", file=sys.stderr,
-              flush=True)
-    code = app.run_worker(args.session)
+              f"until Ctrl-C or `rlm stop`, and shows them here as `rlm run` does ("
+              f"`rlm attach` shows them elsewhere)", file=sys.stderr, flush=True)
+        render = Renderer()
+        show = _record_shower(render, as_json=False)
+    code = app.run_worker(args.session, on_record=show)
     if not args.json:
         print(f"rlm worker: stopped (exit {code})", file=sys.stderr)
     if args.json:
@@ -262,23 +265,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
     home = reading_config().home
     sdir = str(resolve_session_dir(args.session, home))  # unknown session: one line, exit 1
     render = Renderer(clock=time.time)  # durations on the records' own timestamps
-
-    def show(rec: dict[str, Any]) -> None:
-        if args.json:
-            print_json(rec)
-            return
-        ts = rec.get("ts")
-        render.clock = _at(float(ts)) if isinstance(ts, int | float) else time.time
-        ev = Event.from_dict(rec)
-        if ev is not None:
-            render(ev)
-        else:  # the worker's own lifecycle records: one quiet line each
-            rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("ts", "event"))
-            render.console.print(f"· {_worker_record_name(rec.get('event', ''))} {rest}".rstrip(),
-                                 style="dim", markup=False)
-
     try:
-        _follow(sdir, home, args, show)
+        _follow(sdir, home, args, _record_shower(render, as_json=args.json))
     except KeyboardInterrupt:  # detaching never stops the worker
         render.close()
         render.console.print(f"detached; the worker goes on (`rlm attach {args.session}` "
@@ -313,6 +301,28 @@ def _follow(sdir: str, home: Any, args: argparse.Namespace,
         kind = rec.get("event")
         if kind == "WorkerStopped" or (kind == "RunEnded" and not args.follow):
             break
+
+
+def _record_shower(render: Renderer, *, as_json: bool) -> Callable[[dict[str, Any]], None]:
+    """How `rlm attach` and a foreground `rlm worker` show a worker's event record: a loop
+    event rendered as `rlm run` renders it (durations on the record's own timestamp), the
+    worker's own records one quiet line each; `as_json`: the record as a JSON line."""
+
+    def show(rec: dict[str, Any]) -> None:
+        if as_json:
+            print_json(rec)
+            return
+        ts = rec.get("ts")
+        render.clock = _at(float(ts)) if isinstance(ts, int | float) else time.time
+        ev = Event.from_dict(rec)
+        if ev is not None:
+            render(ev)
+        else:  # the worker's own lifecycle records: one quiet line each
+            rest = " ".join(f"{k}={v}" for k, v in rec.items() if k not in ("ts", "event"))
+            render.console.print(f"· {_worker_record_name(rec.get('event', ''))} {rest}".rstrip(),
+                                 style="dim", markup=False)
+
+    return show
 
 
 def _worker_record_name(kind: str) -> str:

@@ -113,8 +113,9 @@ def event_record(ev: Event) -> dict[str, Any]:
     return out
 
 
-def append_event(path: Path, record: dict[str, Any], now: float) -> None:
-    """One line of `worker-events.jsonl` (the worker and foreground runs both write it)."""
+def append_event(path: Path, record: dict[str, Any], now: float) -> str:
+    """One line of `worker-events.jsonl` (the worker and foreground runs both write it);
+    the line as written."""
     line = json.dumps({"ts": round(now, 3), **record}, default=str) + "\n"
     line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
     try:
@@ -127,6 +128,7 @@ def append_event(path: Path, record: dict[str, Any], now: float) -> None:
         os.write(fd, line.encode())
     finally:
         os.close(fd)
+    return line
 
 
 class Worker:
@@ -140,8 +142,10 @@ class Worker:
         home: Path | None = None,
         poll_s: float = 0.5,
         runner_factory: RunnerFactory | None = None,
+        on_record: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.config = config
+        self.on_record = on_record  # shown each event record (a foreground `rlm worker`)
         self.clock = clock or SystemClock()
         self.home = home or getattr(config, "home", None) or rlm_home()
         # routed by directory: a prefix, `last` or a path names one directory, resolved once;
@@ -404,7 +408,12 @@ class Worker:
     # -- files -----------------------------------------------------------------------------
 
     def emit(self, record: dict[str, Any]) -> None:
-        append_event(self.paths["events"], record, self.clock.now())
+        line = append_event(self.paths["events"], record, self.clock.now())
+        if self.on_record is not None:
+            try:
+                self.on_record(json.loads(line))  # as the file holds it: redacted
+            except Exception:  # noqa: BLE001 - the screen never stops the worker (the
+                pass  # record is in the events file: `rlm attach` shows it)
 
     def _status(self, state: str, activity: str = "", exits_at: float | None = None) -> None:
         self.state, self.activity = state, activity
@@ -604,7 +613,8 @@ def _load_factory(spec: str) -> RunnerFactory:
     return getattr(importlib.import_module(module), attr or "runner")
 
 
-def main(argv: list[str] | None = None, runner_factory: RunnerFactory | None = None) -> int:
+def main(argv: list[str] | None = None, runner_factory: RunnerFactory | None = None,
+         on_record: Callable[[dict[str, Any]], None] | None = None) -> int:
     """`python -m rlm.longrun.worker SESSION --runner module:factory` (tests, custom runners);
     `rlm worker SESSION` calls this with the composition root's factory."""
     if argv is None:  # a process of its own (start_detached): keys out of its environ block
@@ -621,7 +631,8 @@ def main(argv: list[str] | None = None, runner_factory: RunnerFactory | None = N
     config = load_config()
     if args.runner:
         runner_factory = _load_factory(args.runner)
-    worker = Worker(args.session_id, config, poll_s=args.poll, runner_factory=runner_factory)
+    worker = Worker(args.session_id, config, poll_s=args.poll, runner_factory=runner_factory,
+                    on_record=on_record)
     try:
         worker.run()
     except RlmError as e:
