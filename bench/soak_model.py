@@ -274,7 +274,8 @@ class PlanLLM:
         return None
 
     def complete(self, messages: list[dict[str, Any]], *, tools: Any = None, on_text: Any = None,
-                 temperature: Any = None, max_tokens: Any = None) -> Completion:
+                 temperature: Any = None, max_tokens: Any = None,
+                 on_call: Any = None) -> Completion:
         self.calls += 1
         action = self.queue.popleft() if self.queue else None
         kind = action["kind"] if action else "filler"

@@ -28,7 +28,8 @@ class ScriptedLLM:
 
         self.replies, self.calls, self._lock = list(replies), [], threading.Lock()
 
-    def complete(self, messages, *, tools=None, on_text=None, temperature=None, max_tokens=None):
+    def complete(self, messages, *, tools=None, on_text=None, temperature=None, max_tokens=None,
+                 on_call=None):
         from rlm.llm.types import Completion
 
         with self._lock:

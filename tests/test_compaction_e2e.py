@@ -23,7 +23,8 @@ class QueueModel:
     def __init__(self, spec, replies):
         self.spec, self.replies, self.calls, self._lock = spec, list(replies), [], threading.Lock()
 
-    def complete(self, messages, *, tools=None, on_text=None, temperature=None, max_tokens=None):
+    def complete(self, messages, *, tools=None, on_text=None, temperature=None, max_tokens=None,
+                 on_call=None):
         with self._lock:
             if not self.replies:
                 raise AssertionError(f"{self.spec}: out of replies")
