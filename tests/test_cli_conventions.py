@@ -209,13 +209,14 @@ def test_goal_continuation_notice_shows_no_internal_tags():
     from rlm.session.store import SessionStore
 
     goals = GoalManager(SessionStore.in_memory())
-    goals.set("refresh the dashboard")
+    goals.set("refresh the dashboard & <totals>")
     follow = goals.continuation_message()
     assert follow is not None and follow.startswith("<goal_context>")
     console = Console(file=io.StringIO(), width=100)
     Renderer(console=console)(Notice("continuing: " + _plain_first_line(follow)))
     shown = console.file.getvalue()  # type: ignore[attr-defined]
-    assert "continuing: refresh the dashboard" in shown and "<" not in shown
+    assert "continuing: refresh the dashboard & <totals>" in shown, shown  # as typed
+    assert "<goal" not in shown and "&amp;" not in shown
 
 
 if __name__ == "__main__":  # regenerate the --help snapshot

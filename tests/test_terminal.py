@@ -251,6 +251,18 @@ def test_a_misspelled_file_in_the_task_is_named_and_its_near_file_loaded(tmp_pat
     assert "6.0" in screen
 
 
+def test_a_misspelled_file_with_two_near_files_names_both_and_loads_neither(tmp_path):
+    """Two files one edit from the word: no guess is loaded, and the user is told both."""
+    from rlm.app import RunOptions, with_named_files
+
+    for name in ("sales_1.csv", "sales_2.csv"):
+        (tmp_path / name).write_text("a\n1\n")
+    options, notes = with_named_files("sum sales_3.csv", RunOptions(workdir=str(tmp_path)))
+    assert options.named == []
+    assert notes == ["sales_3.csv does not exist; did you mean sales_1.csv or sales_2.csv? "
+                     "None was loaded: name the one you meant (or /load it)"]
+
+
 def test_did_you_mean_for_models_slash_commands_and_cron_fields(tmp_path, _isolated_home):
     from rlm.longrun.schedule import ScheduleError, parse_when
     from rlm.spelling import did_you_mean, edits, one_edit_away

@@ -127,23 +127,23 @@ def _file_words(task: str, base: Path) -> Iterator[tuple[str, Path]]:
             yield word, path if path.is_absolute() else base / path
 
 
-def misspelled_files(task: str, base: Path) -> list[tuple[str, Path]]:
+def misspelled_files(task: str, base: Path) -> list[tuple[str, list[Path]]]:
     """Words of the task that look like file names (`flights.cvs`) but name no file, each
-    with the one existing file in that folder one edit away (`flights.csv`); a word with
-    no such file, or with several, is left out."""
-    from rlm.spelling import one_edit_away
+    with the existing files in that folder one edit away (`flights.csv`; several when as
+    many are as near); a word with none is left out (it may name a file to be written)."""
+    from rlm.spelling import edits
 
-    out: list[tuple[str, Path]] = []
+    out: list[tuple[str, list[Path]]] = []
     for word, path in _file_words(task, base):
         try:
             if path.exists() or not path.parent.is_dir():
                 continue
-            files = [p.name for p in path.parent.iterdir() if p.is_file()]
+            files = sorted(p.name for p in path.parent.iterdir() if p.is_file())
         except OSError:
             continue
-        near = one_edit_away(path.name, files)
-        if near is not None and all(w != word for w, _ in out):
-            out.append((word, path.parent / near))
+        near = [path.parent / f for f in files if edits(path.name, f) == 1]
+        if near and all(w != word for w, _ in out):
+            out.append((word, near))
     return out
 
 

@@ -408,11 +408,13 @@ def _judged(verdict: Accept) -> dict[str, Any]:
 
 def _plain_first_line(text: str) -> str:
     """The first line with words of a continuation prompt, its internal tags dropped
-    (`<goal_context>` is for the model, not the terminal)."""
+    (`<goal_context>` is for the model, not the terminal) and its text as typed (the
+    prompt escapes `&`, `<`, `>` inside its tags)."""
+    import html
     import re
 
     for line in text.splitlines():
-        plain = re.sub(r"</?[A-Za-z_][\w-]*>", "", line).strip()
+        plain = html.unescape(re.sub(r"</?[A-Za-z_][\w-]*>", "", line)).strip()
         if plain:
             return plain[:120]
     return ""

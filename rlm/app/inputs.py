@@ -60,10 +60,7 @@ def with_named_files(task: str | None, options: RunOptions) -> tuple[RunOptions,
         return options, []
     base = Path(options.workdir or os.getcwd())
     load, big = named_files(task, base, options.context)
-    notes = _too_big(big)
-    for word, near in misspelled_files(task, base):  # never a silent run without its data
-        load.append(str(near.resolve()))
-        notes.append(f"{word} does not exist: loading {near.name} (one edit away) instead")
+    notes = _too_big(big) + _near_files(task, base, load, [])
     return (replace(options, named=load) if load else options), notes
 
 
@@ -76,15 +73,28 @@ def attach_named_files(agent: Agent, prompt: str | None) -> list[str]:
     held = sorted(agent.input_files())
     base = Path(agent.config.kernel_cwd or os.getcwd())
     load, big = named_files(prompt, base, held)
-    notes = _too_big(big)
-    for word, near in misspelled_files(prompt, base):
-        if str(near.resolve()) not in held:
-            load.append(str(near.resolve()))
-            notes.append(f"{word} does not exist: loading {near.name} (one edit away) instead")
+    notes = _too_big(big) + _near_files(prompt, base, load, held)
     if load:
         names = load_context_files(agent, load, optional=load)
         notes.append(f"loaded {', '.join(Path(f).name for f in load)} (named in the prompt)"
                      + (f" as {', '.join(names)}" if names else ": none could be read"))
+    return notes
+
+
+def _near_files(text: str, base: Path, load: list[str], held: list[str]) -> list[str]:
+    """A file `text` names that does not exist is never passed over in silence: the one
+    file one edit away is added to `load` (unless `held` already), several are named for
+    the user to choose; the notes say which."""
+    notes = []
+    for word, near in misspelled_files(text, base):
+        if len(near) > 1:
+            names = " or ".join(p.name for p in near[:4])
+            notes.append(f"{word} does not exist; did you mean {names}? None was loaded: "
+                         "name the one you meant (or /load it)")
+        elif str(near[0].resolve()) not in held:
+            load.append(str(near[0].resolve()))
+            notes.append(f"{word} does not exist: loading {near[0].name} (one edit away) "
+                         "instead")
     return notes
 
 
