@@ -141,3 +141,24 @@ def test_a_foreground_worker_shows_its_runs_as_rlm_run_does(tmp_path, _isolated_
     assert "shown = 'worker' + 'side'" in screen  # the cell's box
     assert "· run started" in screen and "source=user" in screen  # the worker's own record
     assert screen.count("workerside") >= 2, screen  # its output, then its answer
+
+
+def test_a_scheduled_run_that_fails_is_said_in_schedule_list(tmp_path, _isolated_home):
+    """A tick delivered to its run, which then ends without an answer (here: out of
+    turns): `schedule list` says the job's last run failed and why."""
+    s = script(tmp_path / "s.json", [call("print('not yet')")])
+    sid = json.loads(rlm("run", "t", "--model", s, "--max-turns", "1", "--json", cwd=tmp_path,
+                         check=False).stdout.strip().splitlines()[-1])["session_id"]
+    rlm("schedule", sid, "add", "in 1s", "--", "check again", cwd=tmp_path)
+    worker = subprocess.Popen([sys.executable, "-P", "-m", "rlm", "worker", sid], cwd=tmp_path,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: "last run failed" in rlm("schedule", sid, "list",
+                                                     cwd=tmp_path).stdout,
+                   "the failed scheduled run in schedule list")
+    finally:
+        rlm("stop", sid, cwd=tmp_path, check=False)
+        worker.wait(timeout=120)
+    listed = rlm("schedule", sid, "list", cwd=tmp_path).stdout
+    assert "completed" in listed and "check again" in listed, listed
+    assert "last run failed: the run ended: limit:turns (1 of 1 turns used)" in listed, listed

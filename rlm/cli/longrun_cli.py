@@ -174,7 +174,9 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         sched.cancel(rest[0])
         print_json({"cancelled": rest[0]}) if args.json else print(f"cancelled {rest[0]}")
     else:
-        jobs = [j.view() for j in sched.list()]
+        # a one-off job whose run failed stays listed, with why: nothing else says it
+        jobs = [j.view() for j in sched.list(include_completed=True)
+                if j.status != "completed" or j.last_error]
         firing = _who_fires(session)
         if args.json:
             print_json(jobs)

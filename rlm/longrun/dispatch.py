@@ -74,7 +74,9 @@ class TickDispatcher:
               on_event: Callable[[Event], bool]) -> str | None:
         """Iterate one run's events, confirming `tick_id` on the first; `on_event` returns
         False to stop early. Returns the RunEnded reason (None if the run yielded none).
-        A run that fails before its first event marks the tick failed, then re-raises."""
+        A run that fails before its first event marks the tick failed, then re-raises; a
+        tick's run that fails after it (an error, a limit, a stuck run) is its job's
+        `last_error`, and one that answers clears it (`Scheduler.mark_outcome`)."""
         confirmed, ended = tick_id is None, None
         it = iter(events)
         try:
@@ -84,12 +86,17 @@ class TickDispatcher:
                     confirmed = True
                 if isinstance(ev, RunEnded):
                     ended = ev.reason
+                    if tick_id is not None:
+                        self.scheduler.mark_outcome(tick_id, None if ev.reason in ANSWERED
+                                                    else _failure(ev))
                 if not on_event(ev):
                     break
         except Exception as e:
             if not confirmed:
                 self.scheduler.mark_delivered(tick_id or "", error=f"delivery failed: {e}")
                 confirmed = True
+            elif tick_id is not None and ended is None:
+                self.scheduler.mark_outcome(tick_id, f"the run failed: {e}")
             raise
         finally:
             close = getattr(it, "close", None)
@@ -98,3 +105,12 @@ class TickDispatcher:
             if not confirmed:  # the runner yielded nothing but returned: it took the prompt
                 self.scheduler.mark_delivered(tick_id or "")
         return ended
+
+
+ANSWERED = ("final", "no_code")  # the run ends a scheduled tick ran to that clear its error
+
+
+def _failure(ev: RunEnded) -> str:
+    """A tick's run that ended without an answer, in one line (`schedule list`)."""
+    return f"the run ended: {ev.reason}" + (f" ({ev.detail.splitlines()[0][:200]})"
+                                            if ev.detail else "")

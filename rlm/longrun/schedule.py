@@ -500,6 +500,18 @@ class Scheduler:
                     return
         raise ScheduleError(f"no undelivered claim {tick_id!r}")
 
+    def mark_outcome(self, tick_id: str, error: str | None) -> None:
+        """How a delivered tick's run ended: `error` (why it failed: an error, a limit, a
+        stuck run) becomes its job's `last_error` (`schedule list` says it), None clears it."""
+        with self._txn() as state:
+            for d in state.dispatches:
+                if d["tick_id"] == tick_id:
+                    d["outcome"] = error
+                    job = next((j for j in state.jobs if j.id == d["job_id"]), None)
+                    if job is not None:
+                        job.last_error = error
+                    return
+
     def _settle(self, state: State, job_id: str, error: str | None) -> None:
         job = next((j for j in state.jobs if j.id == job_id), None)
         if job is None:
