@@ -105,6 +105,30 @@ def test_chat_first_ctrl_c_interrupts_the_cell_and_the_model_goes_on(tmp_path, _
     assert "went on" in screen and "✓ verified" in screen
 
 
+def test_chat_second_ctrl_c_stops_the_run_and_the_chat_goes_on(tmp_path, _isolated_home):
+    """The run's rule in chat too: the second press stops the run (not the chat), and the
+    prompt comes back for the next message."""
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="first nap running")),
+                                     call(SLEEPY.format(label="second nap running")),
+                                     call("final('never')")])
+    with Screen(["chat", "--model", s], cwd=tmp_path) as scr:
+        scr.wait_for("rlm>")
+        scr.type("take two naps")
+        scr.wait_for("first nap running\n")
+        scr.keys("C-c")
+        scr.wait_for("second nap running\n")
+        scr.keys("C-c")
+        scr.wait_for("run ended (interrupted)")
+        scr.wait_for("rlm>", after=scr.text().index("run ended (interrupted)"))
+        scr.type("/exit")
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert squeeze("Press Ctrl-C again to stop the run") in squeeze(screen)
+    assert squeeze("Ctrl-C again: stopping the run") in squeeze(screen)
+    assert "final('never')" not in screen  # the model was not called again
+    assert "Traceback (most recent call last):" not in screen
+
+
 def test_ctrl_c_in_attach_detaches_without_a_traceback_and_the_worker_goes_on(
         tmp_path, _isolated_home):
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="worker cell running")),

@@ -88,14 +88,16 @@ def test_schedule_with_worker_starts_one_and_worker_says_what_it_does(tmp_path, 
 def test_attach_measures_durations_on_the_records_clock():
     """A worker's 60 s model call replayed by `rlm attach --no-follow` in a blink still
     reads 60 s: the renderer measures on the records' timestamps."""
+    from rlm.cli.longrun_cli import _record_shower
+
     buf = io.StringIO()
-    r = Renderer(console=Console(file=buf, width=80, color_system=None))
-    r.clock = lambda: 1000.0
-    r(ev.TurnStarted(1))
-    r(ev.ModelCallStarted("local", 500))
-    r.clock = lambda: 1060.0
-    r(ev.ModelReply("", ["x = 1"], {"input_tokens": 500, "output_tokens": 9}))
-    r(ev.RunEnded("final", 1, final="1", verified=True))
+    show = _record_shower(Renderer(console=Console(file=buf, width=80, color_system=None)),
+                          as_json=False)
+    for ts, e in ((1000.0, ev.TurnStarted(1)), (1000.0, ev.ModelCallStarted("local", 500)),
+                  (1060.0, ev.ModelReply("", ["x = 1"], {"input_tokens": 500,
+                                                         "output_tokens": 9})),
+                  (1060.0, ev.RunEnded("final", 1, final="1", verified=True))):
+        show({"ts": ts, **e.to_dict()})  # as `rlm attach` reads worker-events.jsonl
     out = buf.getvalue()
     assert "model 60.0s" in out and "· 60.0s" in out, out
 
