@@ -250,6 +250,27 @@ def test_state_counts_a_shared_group_once_and_fits_80_columns():
     assert "not restorable: generators" in lines[4]
 
 
+def test_rlm_state_on_an_80_column_screen_counts_a_shared_group_once(tmp_path, _isolated_home):
+    """`rlm state` itself (tmux, 80 columns) on a real snapshot where two names share one
+    object and a third has a long name: every line fits, the shared group is counted once."""
+    s = script(tmp_path / "s.json", [call(
+        "rows = list(range(50_000))\nsame_rows = rows\n"
+        "a_rather_long_variable_name_for_the_totals_by_region = {'east': 1}\nfinal('ok')")])
+    rlm("run", "keep some rows", "--model", s, cwd=tmp_path)
+    with Screen(["state", "last"], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    lines = [line for line in screen.splitlines() if line.strip()]
+    assert all(len(line) <= 80 for line in lines), screen
+    shared = [line for line in lines if "rows" in line.split()[:1] or
+              "same_rows" in line.split()[:1]]
+    assert len(shared) == 2, screen
+    assert sum("shared with" in line for line in shared) == 1, screen
+    assert sum(bool(re.search(r"\d B  ", line)) for line in shared) == 1  # sized once, the
+    assert any(line.split()[1:3] == ["with", "rows"] for line in shared)  # other says whose
+    assert "a_rather_long_variable" in screen
+
+
 def test_ps_marks_dead_workers_and_says_how_to_clear_them():
     from rlm.cli.listings import ps_lines
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -123,6 +124,9 @@ def state_lines(state: dict[str, Any], total: int) -> list[str]:
     object graph reachable from several names: `shares`) are counted once, on the first
     of them; the others say whose size holds them."""
     lines = [f"source: {state['source']} ({state.get('detail', '')})"]
+    if len(lines[0]) > total:  # the detail on lines of its own, whole
+        lines = [f"source: {state['source']}",
+                 *("  " + w for w in textwrap.wrap(str(state.get("detail", "")), total - 2))]
     names = state.get("names") or []
     if not names:
         return [*lines, "  (no names)"]
