@@ -6,6 +6,10 @@ It answers `POST /v1/chat/completions` from a list of replies (one per request, 
 repeated), streamed as server-sent events the way OpenAI streams them, with usage. Each
 request's body and its arrival time (`time.time()`) are kept, so a caller can say what
 reached the model and when. Point litellm at it with `OPENAI_API_BASE=server.base`.
+
+A tool call's arguments stream in pieces of 24 characters, as providers send them; a reply
+with `"hold_after": N` stops after N characters of them until `release` is set (a test
+looks at the screen while the model is still writing, then lets it finish).
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+ARG_PIECE = 24  # characters of a tool call's arguments per streamed chunk
+
 
 def tool_reply(code: str) -> dict[str, Any]:
     """A reply that calls the `python` tool with `code`."""
@@ -31,12 +37,14 @@ class FakeOpenAI:
     requests: list[dict[str, Any]] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
     base: str = ""
+    release: threading.Event = field(default_factory=threading.Event)
 
     def reply_for(self, index: int) -> dict[str, Any]:
         return self.replies[min(index, len(self.replies) - 1)]
 
 
-def _events(reply: dict[str, Any], model: str) -> Iterator[dict[str, Any]]:
+def _events(reply: dict[str, Any], model: str,
+            release: threading.Event | None = None) -> Iterator[dict[str, Any]]:
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
                 "model": model,
@@ -44,10 +52,19 @@ def _events(reply: dict[str, Any], model: str) -> Iterator[dict[str, Any]]:
 
     yield chunk({"role": "assistant", "content": reply.get("content") or ""})
     calls = reply.get("tool_calls") or []
+    hold = reply.get("hold_after")
+    sent = 0
     for i, call in enumerate(calls):
-        yield chunk({"tool_calls": [{"index": i, "id": f"call_{i}", "type": "function",
-                                     "function": {"name": call["name"],
-                                                  "arguments": json.dumps(call["arguments"])}}]})
+        args = json.dumps(call["arguments"])
+        for k in range(0, max(len(args), 1), ARG_PIECE):
+            if hold is not None and sent >= hold and release is not None:
+                release.wait(120)
+                hold = None
+            head = {"id": f"call_{i}", "type": "function"} if k == 0 else {}
+            yield chunk({"tool_calls": [{"index": i, **head, "function": {
+                **({"name": call["name"]} if k == 0 else {}),
+                "arguments": args[k:k + ARG_PIECE]}}]})
+            sent += len(args[k:k + ARG_PIECE])
     yield chunk({}, "tool_calls" if calls else "stop")
     yield {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
            "model": model, "choices": [],
@@ -71,8 +88,9 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for event in _events(reply, body.get("model", "fake")):
+            for event in _events(reply, body.get("model", "fake"), state.release):
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
 

@@ -375,6 +375,29 @@ def test_the_code_being_written_is_drafted_live_then_shown_once_in_its_box():
     assert buf.getvalue().count("groupby('region')") == 1  # in the box only
 
 
+def test_a_hosted_models_cell_is_on_screen_while_it_is_being_written(tmp_path, _isolated_home):
+    """A hosted model (litellm, a real endpoint on 127.0.0.1) streams its tool call's
+    code: while the model is still writing it (the endpoint holds the rest), the lines
+    written so far are on the 80-column screen above the spinner, before any cell box;
+    then the cell runs and its box shows it once."""
+    from bench.fake_openai import serving, tool_reply
+
+    code = "\n".join(f"part_{i} = {i} * 3" for i in range(8)) + "\nprint(part_7)"
+    first = tool_reply(code)
+    first["hold_after"] = len('{"code": "') + code.index("part_5")  # 5 lines written
+    with serving([first, tool_reply("final(str(part_7))")]) as server:
+        env = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "OPENAI_API_BASE": server.base}
+        with Screen(["run", "triple them", "--model", "openai/gpt-4o-mini"], cwd=tmp_path,
+                    env=env) as scr:
+            shown = scr.wait_for("part_4 = 4 * 3")
+            assert "part_6" not in shown and "╭─ cell" not in shown, shown  # being written
+            server.release.set()
+            status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert screen.count("part_4 = 4 * 3") == 1, screen  # the draft went; the box shows it
+    assert "╭─ cell" in screen and "21" in screen
+
+
 def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isolated_home):
     replies = ["Summing.\n```python\nthe_total = 3 + 4\nprint(the_total)\n```",
                call("final(str(the_total))")]
