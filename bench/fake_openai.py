@@ -52,19 +52,24 @@ def _events(reply: dict[str, Any], model: str,
 
     yield chunk({"role": "assistant", "content": reply.get("content") or ""})
     calls = reply.get("tool_calls") or []
-    hold = reply.get("hold_after")
-    sent = 0
+    hold = reply.get("hold_after") if release is not None else None  # in the first call
     for i, call in enumerate(calls):
         args = json.dumps(call["arguments"])
-        for k in range(0, max(len(args), 1), ARG_PIECE):
-            if hold is not None and sent >= hold and release is not None:
-                release.wait(120)
+        k = 0
+        while True:
+            if hold is not None and k >= hold:
+                release.wait(120)  # type: ignore[union-attr]
                 hold = None
+            end = min(k + ARG_PIECE, len(args))
+            if hold is not None and k < hold < end:
+                end = hold  # the piece ends where the model pauses
             head = {"id": f"call_{i}", "type": "function"} if k == 0 else {}
             yield chunk({"tool_calls": [{"index": i, **head, "function": {
-                **({"name": call["name"]} if k == 0 else {}),
-                "arguments": args[k:k + ARG_PIECE]}}]})
-            sent += len(args[k:k + ARG_PIECE])
+                **({"name": call["name"]} if k == 0 else {}), "arguments": args[k:end]}}]})
+            k = end
+            if k >= len(args):
+                break
+        hold = None
     yield chunk({}, "tool_calls" if calls else "stop")
     yield {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
            "model": model, "choices": [],

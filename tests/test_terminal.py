@@ -384,7 +384,7 @@ def test_a_hosted_models_cell_is_on_screen_while_it_is_being_written(tmp_path, _
 
     code = "\n".join(f"part_{i} = {i} * 3" for i in range(8)) + "\nprint(part_7)"
     first = tool_reply(code)
-    first["hold_after"] = len('{"code": "') + code.index("part_5")  # 5 lines written
+    first["hold_after"] = json.dumps({"code": code}).index("part_5")  # 5 lines written
     with serving([first, tool_reply("final(str(part_7))")]) as server:
         env = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "OPENAI_API_BASE": server.base}
         with Screen(["run", "triple them", "--model", "openai/gpt-4o-mini"], cwd=tmp_path,
@@ -396,6 +396,28 @@ def test_a_hosted_models_cell_is_on_screen_while_it_is_being_written(tmp_path, _
     assert status == 0, screen
     assert screen.count("part_4 = 4 * 3") == 1, screen  # the draft went; the box shows it
     assert "╭─ cell" in screen and "21" in screen
+
+
+def test_ctrl_c_while_the_model_writes_says_so_and_the_reply_goes_on(tmp_path, _isolated_home):
+    """The first Ctrl-C while the model is still writing (no cell runs): the screen says
+    the reply goes on and how to stop; it does, and the run answers."""
+    from bench.fake_openai import serving, tool_reply
+
+    first = tool_reply("total = 6 * 7\nprint(total)")
+    first["hold_after"] = json.dumps({"code": "total = 6 * 7\nprint(total)"}).index("print")
+    with serving([first, tool_reply("final(str(total))")]) as server:
+        env = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "OPENAI_API_BASE": server.base}
+        with Screen(["run", "multiply", "--model", "openai/gpt-4o-mini"], cwd=tmp_path,
+                    env=env) as scr:
+            scr.wait_for("total = 6 * 7")  # the held reply is on screen: the model writes
+            scr.keys("C-c")
+            scr.wait_for("Press Ctrl-C again")
+            server.release.set()
+            status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert squeeze("Ctrl-C: no cell is running; the model's reply goes on. Press Ctrl-C "
+                   "again to stop the run") in squeeze(screen), screen
+    assert "42" in screen and "Traceback" not in screen
 
 
 def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isolated_home):
