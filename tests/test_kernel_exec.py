@@ -340,42 +340,45 @@ def test_an_interrupt_before_the_kernel_starts_the_cell_is_held_until_it_does(ke
     assert kernel.execute("print(6 * 7)").shaped.strip() == "42"
 
 
-def test_an_interrupt_that_showed_no_error_is_sent_once_more(monkeypatch):
+def test_an_interrupt_that_showed_no_error_is_sent_again_with_growing_waits(monkeypatch):
     """The state machine alone (rlm.kernel.interrupting): a SIGINT that ipykernel swallowed
-    before the cell's code ran leaves the cell running with no error: it is sent once more
-    after RETRY_S; one that landed (an error came) is not; never more than twice."""
+    before the cell's code ran leaves the cell running with no error: it is sent again
+    after each wait of RETRY_S, never more; one that landed (an error came) is not."""
     import threading
 
     from rlm.kernel import interrupting
 
-    monkeypatch.setattr(interrupting, "RETRY_S", 0.05)
+    monkeypatch.setattr(interrupting, "RETRY_S", (0.05, 0.05, 0.05))
 
     class Rt:
-        def __init__(self):
-            self.sent, self.notes, self.twice = 0, [], threading.Event()
+        def __init__(self, until: int):
+            self.sent, self.notes, self.until = 0, [], until
+            self.reached = threading.Event()
 
         def interrupt(self):
             self.sent += 1
-            if self.sent == 2:
-                self.twice.set()
+            if self.sent == self.until:
+                self.reached.set()
 
         def note(self, text):
             self.notes.append(text)
 
-    swallowed, c = Rt(), interrupting.CellInterrupt()
+    swallowed, c = Rt(until=4), interrupting.CellInterrupt()
     c.begin()
     c.request(swallowed)  # before the kernel started the cell: held
     assert swallowed.sent == 0
     c.seen(swallowed, {"header": {"msg_type": "execute_input"}})
-    assert swallowed.sent == 1 and swallowed.twice.wait(10)
+    assert swallowed.sent >= 1 and swallowed.reached.wait(10)  # the first, then 3 more
     c.request(swallowed)  # a later press: not sent again
+    threading.Event().wait(0.3)  # time for a fifth send, which must not come
     c.end()
-    assert swallowed.sent == 2 and "sent again" in swallowed.notes[-2]
+    assert swallowed.sent == 4 and swallowed.notes.count(
+        "interrupt sent again: the cell still runs and showed no error") == 3
 
-    landed, c = Rt(), interrupting.CellInterrupt()
+    landed, c = Rt(until=2), interrupting.CellInterrupt()
     c.begin()
     c.seen(landed, {"header": {"msg_type": "execute_input"}})
     c.request(landed)
     c.seen(landed, {"header": {"msg_type": "error"}})  # KeyboardInterrupt's traceback
-    assert not landed.twice.wait(0.3) and landed.sent == 1
+    assert not landed.reached.wait(0.3) and landed.sent == 1
     c.end()

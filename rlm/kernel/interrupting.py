@@ -1,4 +1,4 @@
-"""One cell's interrupt: sent once the kernel runs the cell, and once more if it did not land.
+"""One cell's interrupt: sent once the kernel runs the cell, and again if it did not land.
 
 ipykernel takes SIGINT as KeyboardInterrupt only while it runs a cell; one that lands
 between the execute_request and the start of the cell is caught by ipykernel itself
@@ -9,15 +9,16 @@ started the cell: its `execute_input` on IOPub.
 
 execute_input is published before the user's code runs, though: under load a SIGINT sent
 at it still landed in ipykernel's own code and was swallowed (the kernel log says
-"KeyboardInterrupt caught in kernel") and the cell ran on. So when RETRY_S after a sent
-interrupt the cell still runs and has shown no error (the KeyboardInterrupt's traceback comes
-within milliseconds when it lands), it is sent once more.
+"KeyboardInterrupt caught in kernel") and the cell ran on. So when, RETRY_S[k] after a
+sent interrupt, the cell still runs and has shown no error (the KeyboardInterrupt's
+traceback comes within milliseconds when it lands), it is sent again: after 1 s, then 2 s,
+then 4 s (a loaded machine swallowed the second too: the full suite on 2 cores).
 
-Otherwise one SIGINT per cell: a second one that lands after the first ended the cell, while
-the kernel sends its reply, is lost the same way and takes the reply with it, so the host
+Never sooner, never more: a SIGINT that lands after the first ended the cell, while the
+kernel sends its reply, is lost the same way and takes the reply with it, so the host
 waited out the cell's whole timeout (seen through a gateway: two interrupts 75 ms apart,
-then a `timeout`). A cell that ignores both is ended by the timeout or a second Ctrl-C
-(kill after the grace), not by more SIGINTs.
+then a `timeout`); the growing waits leave the first's error time to be seen. A cell that
+ignores them all is ended by the timeout or a second Ctrl-C (kill after the grace).
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Protocol
 
-RETRY_S = 1.0  # a sent interrupt with no error and the cell still running: sent once more
+# a sent interrupt with no error and the cell still running: sent again after each of these
+RETRY_S = (1.0, 2.0, 4.0)
 
 
 class Signalled(Protocol):
@@ -45,13 +47,13 @@ class CellInterrupt:
         self._started = False  # the kernel said it runs the cell (execute_input)
         self._held = False  # asked for before it started
         self._errored = False  # the cell showed an error (an interrupt that landed does)
-        self._retried = False
+        self._retries = 0  # interrupts sent again for this cell
         self._timer: threading.Timer | None = None
 
     def begin(self) -> None:
         with self._lock:
             self.running, self.sent, self._started, self._held = True, False, False, False
-            self._errored, self._retried = False, False
+            self._errored, self._retries = False, 0
             self._cancel_timer()
 
     def end(self) -> None:
@@ -65,24 +67,28 @@ class CellInterrupt:
             self._timer = None
 
     def _send(self, rt: Signalled) -> None:
-        """Send now, and check RETRY_S later that it landed (call without the lock)."""
+        """Send now, and check later that it landed (call without the lock)."""
         rt.interrupt()
-        timer = threading.Timer(RETRY_S, self._retry, (rt,))
-        timer.daemon = True
+        self._check_later(rt)
+
+    def _check_later(self, rt: Signalled) -> None:
         with self._lock:
-            if not self.running:
+            if not self.running or self._retries >= len(RETRY_S):
                 return
             self._cancel_timer()
-            self._timer = timer
+            self._timer = timer = threading.Timer(RETRY_S[self._retries], self._retry, (rt,))
+            timer.daemon = True
         timer.start()
 
     def _retry(self, rt: Signalled) -> None:
         with self._lock:
-            again = self.running and self.sent and not self._errored and not self._retried
-            self._retried = self._retried or again
+            again = self.running and self.sent and not self._errored \
+                and self._retries < len(RETRY_S)
+            self._retries += int(again)
         if again:
             rt.note("interrupt sent again: the cell still runs and showed no error")
             rt.interrupt()
+            self._check_later(rt)
 
     def request(self, rt: Signalled) -> None:
         """Interrupt the running cell (or the kernel, when no cell runs)."""
