@@ -33,6 +33,9 @@ from rlm.secrets import StreamRedactor, known_secrets, redact_text, scrub_sessio
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
 LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
+# idle on IOPub, but no reply: ipykernel dropped the request (a KeyboardInterrupt that landed
+# in its own code around the cell's is "caught in kernel", and no execute_reply is sent)
+NO_REPLY_GRACE_S = 2.0
 
 _EXT = {
     "image/png": "png",
@@ -58,10 +61,11 @@ class WaitOutcome:
     busy: bool = False
     died_rc: int | None = None
     timed_out: bool = False
+    no_reply: bool = False  # the kernel went idle and never replied (NO_REPLY_GRACE_S)
 
     @property
     def done(self) -> bool:
-        return self.reply is not None and self.idle
+        return (self.reply is not None or self.no_reply) and self.idle
 
 
 def wait_for(
@@ -74,7 +78,7 @@ def wait_for(
 ) -> WaitOutcome:
     """Wait until reply + idle, death, or the deadline; `out` accumulates across calls."""
     next_check = time.monotonic() + TICK_S
-    reply_at = None
+    reply_at = idle_at = None
     while not out.done:
         if not out.idle:
             _take(q, out, on_msg, TICK_S)
@@ -85,6 +89,9 @@ def wait_for(
         now = time.monotonic()
         if out.reply is not None and not out.busy and now - (reply_at or now) > LOST_IOPUB_GRACE_S:
             out.idle = True  # IOPub missed this request entirely (subscription race)
+        if out.idle and out.busy and out.reply is None:
+            idle_at = idle_at or now
+            out.no_reply = now - idle_at > NO_REPLY_GRACE_S
         if now >= next_check and not out.done:
             next_check = now + TICK_S
             rc = rt.poll()

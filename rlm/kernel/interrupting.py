@@ -18,7 +18,9 @@ Never sooner, never more: a SIGINT that lands after the first ended the cell, wh
 kernel sends its reply, is lost the same way and takes the reply with it, so the host
 waited out the cell's whole timeout (seen through a gateway: two interrupts 75 ms apart,
 then a `timeout`); the growing waits leave the first's error time to be seen. A cell that
-ignores them all is ended by the timeout or a second Ctrl-C (kill after the grace).
+ignores them all is ended by the timeout or a second Ctrl-C (kill after the grace). A
+request ipykernel dropped that way (idle on IOPub, no execute_reply) ends the cell as
+interrupted after rlm.kernel.execution.NO_REPLY_GRACE_S, with a note, not at its timeout.
 """
 
 from __future__ import annotations

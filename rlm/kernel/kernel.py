@@ -54,6 +54,9 @@ START_TIMEOUT_S = 60.0
 # a restore reads the whole snapshot: allow this much on top of START_TIMEOUT_S per byte
 # (pessimistic for a shared 2-core machine: unpickling measured at ~250 MB/s; dill is slower)
 RESTORE_BYTES_PER_S = 20 * 1024 * 1024
+NO_REPLY_NOTE = ("[the kernel ended this cell without a reply: an interrupt landed in the "
+                 "kernel's own code around the cell (ipykernel catches it there); what the "
+                 "cell printed is above, and its code may not have run to its end]")
 HANDSHAKE_EXPR = contract.HANDSHAKE.expression()
 
 
@@ -198,6 +201,8 @@ class Kernel:
             res.restart_error = self._restart_for(res, "a cell timed out and did not stop on interrupt")
         elif out.timed_out:
             res.status = "timeout"
+        elif out.no_reply:  # ipykernel dropped the request (an interrupt in its own code)
+            res.status = "interrupted" if self._int.sent else "error"
         else:
             status = (out.reply or {}).get("content", {}).get("status", "ok")
             if status != "ok":
@@ -210,6 +215,8 @@ class Kernel:
         res.duration_s = time.monotonic() - t0
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
+        elif out.no_reply:
+            res.shaped = _with_note(res.shaped, NO_REPLY_NOTE)
         elif res.status == "error" and (note := network_note(self.config, res.shaped)):
             res.shaped = _with_note(res.shaped, note)
         return res
