@@ -247,7 +247,9 @@ def test_dispatcher_never_raises_and_replies_well_formed():
             seen["rejected"] += 1
 
     prop()
-    assert seen["ok"] >= 20 and seen["rejected"] >= 20, seen
+    # both branches exercised; valid requests are ~10-15% of 200 random examples (19 was
+    # seen: a bound of 20 failed by chance)
+    assert seen["ok"] >= 8 and seen["rejected"] >= 20, seen
 
 
 # ------------------------------------------------------------------ artifact names
