@@ -495,6 +495,10 @@ def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_h
            "'went on with e']" in out.stdout, out.stdout + out.stderr
     states = {d["name"]: d["state"] for d in child_entries(session_dir)}
     assert states == {"d": "done", "a": "done", "b": "done", "c": "done", "e": "done"}
+    told = [e["content"] for e in entries(session_dir / "session.jsonl")
+            if e.get("custom_type") == "children_state"]  # the model was told, once
+    assert len(told) == 1 and "Your host stopped while these children" in told[0]
+    assert all(f"- {w} (" in told[0] for w in "abce") and "- d (" not in told[0]
     # a went on in its own log: its first run's cell is there, then the note it resumed
     ids = {d["name"]: d["id"] for d in child_entries(session_dir)}
     log = (session_dir / "children" / ids["a"] / "session.jsonl").read_text()

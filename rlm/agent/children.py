@@ -170,6 +170,7 @@ class Children:
         self._threads: list[threading.Thread] = []
         self._unrecorded: list[ChildRun] = []
         self._loaded = False
+        self._load_lock = threading.Lock()  # handlers answer from a thread pool: load once
         self.cleanups = Cleanups()  # failed clean-ups, retried after compactions and at exit
         self.watchers = Watchers()  # the running parent cell's emit (ChildProgress)
         # the root's sweep of a child a dead host left (its kernels, gateway kernel, worktree)
@@ -182,9 +183,14 @@ class Children:
         one the log shows queued or running was lost with the host that ran it. What that
         host left of it is swept (`sweep_lost`), and it is resumed from its own log, or
         reported lost when it ran on a working copy (swept with it) or cannot run here."""
-        if self._loaded:
-            return
-        self._loaded = True
+        with self._load_lock:
+            if self._loaded:
+                return
+            self._loaded = True
+            self._load()
+
+    def _load(self) -> None:
+        lost: list[ChildRun] = []
         for d in registry(self.agent.session.branch()):
             cid = d["id"]
             if cid in self.runs:
@@ -203,6 +209,7 @@ class Children:
                 continue
             if self.sweep_lost is not None:
                 self.sweep_lost(cid)
+            lost.append(run)
             why = self._not_resumable(run)
             if why is None:
                 run.state, run.resumed = "queued", True
@@ -215,6 +222,9 @@ class Children:
                          "work")
             run.done.set()
             self._record(run)
+        self._tell(lost, "Your host stopped while these children you spawned were at work; "
+                   "each was resumed from its own log, or is reported lost (handles in your "
+                   "variables):")
 
     def _not_resumable(self, run: ChildRun) -> str | None:
         """Why a lost child cannot be resumed here (None: it can)."""
@@ -403,19 +413,23 @@ class Children:
         self.retry_cleanup()
         self.load()
         self.flush()
-        shown = [r for r in self.runs.values() if r.state not in ENDED or not r.read]
-        if not shown:
+        self._tell([r for r in self.runs.values() if r.state not in ENDED or not r.read],
+                   "Children you spawned (rlm_spawn); their handles are in your variables:")
+
+    def _tell(self, runs: list[ChildRun], head: str) -> None:
+        """A `<children_state>` note for the model about `runs` (none: no note)."""
+        if not runs:
             return
-        lines = ["<children_state>",
-                 "Children you spawned (rlm_spawn); their handles are in your variables:"]
-        for r in shown:
-            what = ("ended, result not read yet: call .result() on its handle"
+        lines = ["<children_state>", head]
+        for r in runs:
+            what = (f"ended, {r.error}" if r.state == "failed" and r.error else
+                    "ended, result not read yet: call .result() on its handle"
                     if r.state in ENDED else f"{r.state}, {r.view()['turns']} turns so far")
             lines.append(f"- {r.name} ({r.state}; {what}): {r.task[:160]}")
         lines.append("</children_state>")
         self.agent.recursion.append(CustomEntry(
             custom_type="children_state", data={"children": [r.view(result=False)
-                                                             for r in shown]},
+                                                             for r in runs]},
             display=False, content="\n".join(lines)))
 
     # ------------------------------------------------------------------- log
