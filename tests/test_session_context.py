@@ -103,6 +103,30 @@ def test_dangling_tool_call_gets_placeholder_in_native_mode():
     assert msgs[2] == {"role": "tool", "tool_call_id": "c", "content": MISSING_RESULT}
 
 
+def test_a_note_logged_while_a_call_runs_waits_for_its_result():
+    """A handler may log a note (a `<children_state>`) or the user type a message while a
+    cell runs: between a native call and its result, where no provider takes anything.
+    It is shown after the result, and the result stays the call's."""
+    for incremental in (True, False):
+        s = SessionStore.in_memory()
+        if incremental:
+            s.messages(system_prompt="", native_tools=True)
+        s.append(MessageEntry(message={"role": "assistant", "content": "",
+                                       "tool_calls": [_call("c", "1"), _call("d", "2")]}))
+        s.append(MessageEntry(message={"role": "tool", "tool_call_id": "c", "content": "1"}))
+        s.append(CustomEntry(custom_type="children_state", display=False, content="<note/>"))
+        s.append(MessageEntry(message={"role": "user", "content": "typed meanwhile"}))
+        held = s.messages(system_prompt="", native_tools=True)  # d not answered yet
+        assert [m.get("content") for m in held[2:]] == ["1", MISSING_RESULT, "<note/>",
+                                                        "typed meanwhile"]
+        s.append(MessageEntry(message={"role": "tool", "tool_call_id": "d", "content": "2"}))
+        msgs = s.messages(system_prompt="", native_tools=True)
+        assert msgs == build_messages(s.branch(), system_prompt="", native_tools=True)
+        assert [(m["role"], m.get("tool_call_id"), m["content"]) for m in msgs[2:]] == [
+            ("tool", "c", "1"), ("tool", "d", "2"), ("user", None, "<note/>"),
+            ("user", None, "typed meanwhile")]
+
+
 def test_prefix_byte_stable_and_incremental_matches_pure():
     for native in (True, False):
         s = SessionStore.in_memory()

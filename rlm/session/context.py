@@ -103,6 +103,10 @@ class Projector:
         self.pinned: list[Entry] = []  # PINNED_CUSTOM entries before `base` (still shown)
         self.msgs: list[dict[str, Any]] = []
         self._pending: list[str] = []  # native: tool_call ids still waiting for results
+        # native: what was said while calls wait for results (a note a handler logged
+        # mid-cell, a message typed then); shown once they are answered, since a provider
+        # takes nothing between a call and its result
+        self._held: list[dict[str, Any]] = []
         self._merge_tool = False  # fenced: last message is a merged tool-output message
         self._cells = 0
         self._superseded: dict[str, dict[str, Any]] = {}  # custom_type -> its shown message
@@ -113,7 +117,9 @@ class Projector:
         return self.base + len(self.entries)
 
     def messages(self) -> list[dict[str, Any]]:
-        return [self.system, *self.msgs]
+        if not self._held:
+            return [self.system, *self.msgs]
+        return [self.system, *self.msgs, *self._placeholders(), *self._held]
 
     def extend(self, entries: list[Entry]) -> None:
         for e in entries:
@@ -142,6 +148,7 @@ class Projector:
 
     def _reset(self) -> None:
         self.msgs, self._pending, self._merge_tool, self._cells = [], [], False, 0
+        self._held = []
         self._superseded = {}
 
     def _rebuild(self) -> None:
@@ -191,9 +198,9 @@ class Projector:
                 return
             if e.custom_type in SUPERSEDED_CUSTOM:
                 self._supersede(e.custom_type)
-            self._user(e.content)
+            shown = self._user(e.content)
             if e.custom_type in SUPERSEDED_CUSTOM:
-                self._superseded[e.custom_type] = self.msgs[-1]
+                self._superseded[e.custom_type] = shown
 
     def _supersede(self, custom_type: str) -> None:
         """Drop the older notice of this kind (a new list: messages are never mutated).
@@ -203,11 +210,19 @@ class Projector:
         old = self._superseded.pop(custom_type, None)
         if old is not None:
             self.msgs = [m for m in self.msgs if m is not old]
+            self._held = [m for m in self._held if m is not old]
 
-    def _user(self, content: str) -> None:
-        self._close_pending()
+    def _user(self, content: str) -> dict[str, Any]:
+        return self._say({"role": "user", "content": content})
+
+    def _say(self, message: dict[str, Any]) -> dict[str, Any]:
+        """A user-side message: held while native calls wait for their results."""
+        if self._pending:
+            self._held.append(message)
+            return message
         self._merge_tool = False
-        self.msgs.append({"role": "user", "content": content})
+        self.msgs.append(message)
+        return message
 
     def _emit_message(self, e: MessageEntry) -> None:
         m = e.message
@@ -235,9 +250,7 @@ class Projector:
         self.msgs.append(out)
 
     def _user_like(self, m: dict[str, Any]) -> None:
-        self._close_pending()
-        self._merge_tool = False
-        self.msgs.append({k: m[k] for k in _KEEP_KEYS if k in m})
+        self._say({k: m[k] for k in _KEEP_KEYS if k in m})
 
     def _emit_tool(self, e: MessageEntry) -> None:
         m = e.message
@@ -249,6 +262,8 @@ class Projector:
         if self.native and call_id in self._pending:
             self._pending.remove(call_id)
             self.msgs.append({k: m[k] for k in _KEEP_KEYS if k in m})
+            if not self._pending:
+                self._release()
             return
         self._close_pending()
         self._cells += 1
@@ -261,11 +276,22 @@ class Projector:
             self.msgs.append({"role": "user", "content": block})
         self._merge_tool = True
 
+    def _placeholders(self) -> list[dict[str, Any]]:
+        return [{"role": "tool", "tool_call_id": call_id, "content": MISSING_RESULT}
+                for call_id in self._pending]
+
     def _close_pending(self) -> None:
-        """Native mode: give every dangling tool call a placeholder result."""
-        for call_id in self._pending:
-            self.msgs.append({"role": "tool", "tool_call_id": call_id, "content": MISSING_RESULT})
+        """Native mode: give every dangling tool call a placeholder result, then show
+        what was held while they waited."""
+        self.msgs.extend(self._placeholders())
         self._pending = []
+        self._release()
+
+    def _release(self) -> None:
+        if self._held:
+            self.msgs.extend(self._held)
+            self._held = []
+            self._merge_tool = False
 
 
 def build_messages(
