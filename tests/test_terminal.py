@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from terminal_screen import Screen, fits
@@ -294,6 +296,39 @@ def test_a_misspelled_file_in_the_task_is_named_and_its_near_file_loaded(tmp_pat
     assert "flights.cvs does not exist: loading flights.csv (one edit away) instead" in screen
     assert "inputs: flights: DataFrame 2×2" in screen
     assert "6.0" in screen
+
+
+def test_a_misspelled_file_in_a_later_prompt_is_named_in_chat_resume_and_a_worker(
+        tmp_path, _isolated_home):
+    """The same rule for a session that already ran: a chat message, `rlm resume ID
+    "..."` and a prompt a background worker runs name the near file they load."""
+    (tmp_path / "flights.csv").write_text("carrier,dep_delay\nAA,5\nUA,7\n")
+    (tmp_path / "planes.csv").write_text("tailnum,seats\nN1,150\n")
+    (tmp_path / "crews.csv").write_text("crew,size\nA,4\nB,5\nC,6\n")
+    shown = chat_session(tmp_path, [call("print(len(flights))\nfinal(str(len(flights)))")],
+                         "how many rows in flights.cvs?\n/exit\n")
+    assert "flights.cvs does not exist: loading flights.csv (one edit away) instead" in shown.stdout
+    assert "loaded flights.csv (named in the prompt) as flights" in shown.stdout
+    sid = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)[0]["id"]
+    b = script(tmp_path / "b.json", [call("print(len(planes))\nfinal(str(len(planes)))")])
+    out = rlm("resume", sid, "how many in planes.cvs?", "--model", b, cwd=tmp_path,
+              process=True)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "planes.cvs does not exist: loading planes.csv (one edit away) instead" in (
+        out.stdout + out.stderr)
+    log = Path(json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)[0]["path"])
+    before = log.read_text().count('"custom_type":"final"')
+    out = rlm("resume", sid, "how many in crews.cvs?", "--detach", cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 240  # the worker's run has answered
+        while log.read_text().count('"custom_type":"final"') == before:
+            assert time.monotonic() < deadline, "the detached run never answered"
+            time.sleep(0.2)
+        shown = rlm("attach", sid, "--no-follow", cwd=tmp_path)
+    finally:
+        rlm("stop", sid, cwd=tmp_path)
+    assert "crews.cvs does not exist: loading crews.csv (one edit away) instead" in (
+        shown.stdout + shown.stderr), shown.stdout + shown.stderr
 
 
 def test_a_misspelled_file_with_two_near_files_names_both_and_loads_neither(tmp_path):

@@ -17,7 +17,7 @@ from rlm.app.lifecycle import SessionRun
 from rlm.app.options import RunOptions
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError
-from rlm.events import Event
+from rlm.events import Event, Notice
 from rlm.longrun import GoalManager, GoalState
 from rlm.longrun.lock import LOCK_NAME, SessionLock, holder, worker_holds
 from rlm.longrun.worker import WorkerSlow, send_prompt, send_request
@@ -74,8 +74,12 @@ class AgentRunner:
         self.agent: Agent = self.run.agent
 
     def __call__(self, prompt: str) -> Iterator[Event]:
-        attach_named_files(self.agent, prompt)  # a later prompt's files (the first's: options)
-        return self.agent.run(prompt)
+        """The run of `prompt`, after the files it names that no input holds yet are
+        loaded (the first prompt's came with the options); what was loaded, or which near
+        names were meant, is said first, as `rlm chat` says it."""
+        for note in attach_named_files(self.agent, prompt):
+            yield Notice(note)
+        yield from self.agent.run(prompt)
 
     def steer(self, text: str, custom_type: str = "steer",
               on_delivered: Callable[[], None] | None = None) -> None:
