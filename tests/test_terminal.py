@@ -57,6 +57,21 @@ def test_every_character_of_the_code_is_on_an_80_column_screen_with_task_and_ver
     assert "difference 300" in screen
 
 
+def test_a_text_answer_is_shown_once_in_its_panel_not_as_final_markup(tmp_path, _isolated_home):
+    """A model that answers in text (`FINAL(...)` on its own line) has its prose echoed
+    and its answer shown once, in the answer panel: the FINAL(...) line is not printed."""
+    s = script(tmp_path / "s.json", [call("product = 6 * 7\nprint('product', product)"),
+                                     "The product is below.\nFINAL(42)"])
+    with Screen(["run", "multiply six by seven", "--model", s], cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0, screen
+    assert "The product is below." in screen
+    assert "FINAL" not in screen, screen
+    after = screen[screen.index("The product is below."):]
+    assert re.search(r"^\W*42\W*$", after, re.M), screen  # the answer, on its own
+    assert "✓ verified" in screen
+
+
 def test_unverified_says_why_on_screen(tmp_path, _isolated_home):
     s = script(tmp_path / "s.json", [call("1/0"), call("final('7 regions')")])
     with Screen(["run", "how many regions?", "--model", s], cwd=tmp_path) as scr:
@@ -231,6 +246,29 @@ def test_an_interrupted_run_is_listed_as_interrupted(tmp_path, _isolated_home):
         scr.wait_exit()
     rows = json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)
     assert [r["status"] for r in rows] == ["interrupted"]
+
+
+def test_a_failed_run_is_listed_as_error_and_a_live_one_as_running(tmp_path, _isolated_home):
+    """STATUS on an 80-column screen: a run the provider failed says error (and why, in
+    --json); a run a host still holds says running while it runs."""
+    failed = _run_json(tmp_path, "e", [{"error": "auth", "message": "key revoked"}], "q")
+    s = script(tmp_path / "s.json", [call(SLEEPY.format(label="still napping")),
+                                     call("woke = 'awake'\nprint(woke)\nfinal(woke)")])
+    with Screen(["run", "nap", "--model", s], cwd=tmp_path) as run:
+        run.wait_for("still napping\n")
+        with Screen(["sessions"], cwd=tmp_path) as scr:
+            status, screen = scr.wait_exit()
+        run.keys("C-c")  # the cell ends; the script's next reply answers
+        run.wait_exit()
+    assert status == 0, screen
+    assert not fits(screen), screen
+    rows = {line.split()[0]: line.split()[1] for line in screen.splitlines()[1:] if line.strip()}
+    assert rows.pop(failed["session_id"]) == "error", screen
+    assert list(rows.values()) == ["running"], screen
+    listed = {r["id"]: r for r in json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)}
+    assert listed[failed["session_id"]]["reason"].startswith("error"), listed
+    assert "key revoked" in listed[failed["session_id"]]["reason"], listed
+    assert sorted(r["status"] for r in listed.values()) == ["answered", "error"]
 
 
 def test_state_counts_a_shared_group_once_and_fits_80_columns():
