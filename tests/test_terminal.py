@@ -493,6 +493,29 @@ def test_ctrl_c_while_the_model_writes_says_so_and_the_reply_goes_on(tmp_path, _
     assert "42" in screen and "Traceback" not in screen
 
 
+@pytest.mark.slow  # joins the real 1.1 GB offline model file, then runs it
+def test_first_use_of_the_default_model_says_it_joins_the_file_then_waits_then_streams(
+        tmp_path, _isolated_home):
+    """`rlm run` with no flags on a machine whose model cache is empty: the screen says
+    the model file is being joined (with its progress), then the spinner says the model is
+    reading the prompt, then that it is writing (tokens counted as they stream); no
+    phase is silent. Two Ctrl-C end it without a traceback."""
+    (tmp_path / "nums.csv").write_text("n\n1\n2\n3\n4\n")
+    with Screen(["run", "how many even numbers are in nums.csv?"], cwd=tmp_path) as scr:
+        joined = scr.wait_for("(joined once, on first use) (1.1 GB): 100%")
+        assert "rlm: preparing the offline model file" in joined
+        reading = scr.wait_for("local: reading the prompt (")
+        assert reading.index("100%") < reading.index("local: reading the prompt (")
+        scr.wait_for("local: writing · ")  # the reply streams: the spinner counts its tokens
+        scr.wait_for(" tokens generated")
+        scr.keys("C-c")
+        scr.wait_for("Press Ctrl-C again")
+        scr.keys("C-c")
+        status, screen = scr.wait_exit()
+    assert status in (0, 3), screen
+    assert "Traceback" not in screen, screen
+
+
 def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isolated_home):
     replies = ["Summing.\n```python\nthe_total = 3 + 4\nprint(the_total)\n```",
                call("final(str(the_total))")]

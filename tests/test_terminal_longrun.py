@@ -85,6 +85,44 @@ def test_schedule_with_worker_starts_one_and_worker_says_what_it_does(tmp_path, 
             worker.kill()
 
 
+def test_heartbeat_on_a_terminal_offers_a_worker_and_goal_starts_one_with_the_flag(
+        tmp_path, _isolated_home):
+    """On a terminal, `rlm heartbeat` on a session no process holds asks whether to start
+    a background worker; `y` starts one. `--no-worker` never asks; `rlm goal ... --worker`
+    starts one without asking."""
+    from terminal_screen import Screen
+
+    s = script(tmp_path / "s.json", [call("word = 'ok'\nprint(word)\nfinal(word)")])
+    sid = json.loads(rlm("run", "t", "--model", s, "--json",
+                         cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
+    with Screen(["heartbeat", sid, "--no-worker", "every", "2h", "look again"],
+                cwd=tmp_path) as scr:
+        status, screen = scr.wait_exit()
+    assert status == 0 and "[y/N]" not in screen, screen
+    assert "`--worker` starts a background worker" in screen, screen
+    try:
+        with Screen(["heartbeat", sid, "every", "2h", "look again"], cwd=tmp_path) as scr:
+            scr.wait_for(f"no worker holds session {sid}: start one in the background (it "
+                         "fires the heartbeat)? [y/N]")
+            scr.type("y")
+            status, screen = scr.wait_exit()
+        assert status == 0, screen
+        assert f"started for session {sid}: it fires the heartbeat" in screen, screen
+        assert len([w for w in json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+                    if w["alive"]]) == 1
+    finally:
+        rlm("stop", sid, cwd=tmp_path, check=False)
+    rlm("ps", "--prune", cwd=tmp_path)
+    try:
+        out = rlm("goal", sid, "set", "keep the totals reconciled", "--worker", cwd=tmp_path)
+        assert f"started for session {sid}: it works on the goal" in out.stderr, out.stderr
+        assert "[y/N]" not in out.stderr
+        assert len([w for w in json.loads(rlm("ps", "--json", cwd=tmp_path).stdout)
+                    if w["alive"]]) == 1
+    finally:
+        rlm("stop", sid, cwd=tmp_path, check=False)
+
+
 def test_attach_measures_durations_on_the_records_clock():
     """A worker's 60 s model call replayed by `rlm attach --no-follow` in a blink still
     reads 60 s: the renderer measures on the records' timestamps."""
