@@ -84,6 +84,9 @@ class SessionLog(Protocol):
 
     def messages(self, *, system_prompt: str, native_tools: bool) -> list[dict[str, Any]]: ...
 
+    def projection_of(self, branch: Sequence[Entry], *, system_prompt: str,
+                      native_tools: bool) -> list[dict[str, Any]]: ...
+
     def close(self) -> None: ...
 
 

@@ -140,6 +140,34 @@ def test_prefix_byte_stable_and_incremental_matches_pure():
             prev = text
 
 
+def test_a_prefix_of_the_live_branch_is_projected_as_afresh():
+    """`projection_of(branch()[:n])` (what compaction's counts take each turn) comes from
+    the incremental projection where it can; it always equals a fresh projection, across
+    merged cell outputs, held notes, superseded state notes and a compaction."""
+    for native in (True, False):
+        s = SessionStore.in_memory()
+        kw = {"system_prompt": "SYS", "native_tools": native}
+        for n in range(3):
+            _turn(s, n)
+            s.messages(**kw)  # the incremental projector follows the appends
+            s.append(MessageEntry(message={"role": "assistant", "content": "",
+                                           "tool_calls": [_call(f"h{n}", "1")]}))
+            s.append(CustomEntry(custom_type="children_state", display=False,
+                                 content=f"<note {n}/>"))
+            s.messages(**kw)
+            s.append(MessageEntry(message={"role": "tool", "tool_call_id": f"h{n}",
+                                           "content": "held"}))
+            s.append(CustomEntry(custom_type="ipython_state", display=False,
+                                 content=f"<ipython_state {n}/>"))
+        kept = s.append(MessageEntry(message={"role": "user", "content": "kept"}))
+        s.append(CompactionEntry(summary="S", first_kept_entry_id=kept.id, tokens_before=9))
+        _turn(s, 9)
+        branch = s.branch()
+        for n in range(len(branch) + 1):
+            assert s.projection_of(branch[:n], **kw) == build_messages(branch[:n], **kw), n
+        assert s.projection_of(list(branch), **kw) == build_messages(branch, **kw)
+
+
 def test_store_cache_follows_set_leaf():
     s = SessionStore.in_memory()
     _turn(s, 1)

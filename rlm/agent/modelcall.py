@@ -113,24 +113,27 @@ def call_model(host: ModelHost, temperature: float | None = None
     RunEnded, or by a notice); `Stopped` when a stream rule matched."""
     native = host.llm.native_tools
     for attempt in range(2):
-        branch = list(host.session.branch())  # the policy reads it as a list
+        branch = host.session.branch()  # an O(1) view; read only where rules need it
         watch = host.answers.watch(branch)
         system = system_prompt(host.config, native_tools=native, role=host.role) \
             + host.answers.system_note(branch)
-        # incremental projection kept by the store: O(new entries) per turn
-        # (copied per message: the store's cache must not see provider-side mutation)
-        messages = [_copy_message(m) for m in host.session.messages(
-            system_prompt=system, native_tools=native)]
-        messages = with_memory(messages, host.memory)  # read fresh: edits between turns show
+        # incremental projection kept by the store: O(new entries) per turn, the same
+        # dicts each turn (counted by identity); copied per message for a provider that may
+        # change them, so the store's cache never sees provider-side mutation
+        shared = with_memory(host.session.messages(system_prompt=system, native_tools=native),
+                             host.memory)  # read fresh: edits between turns show
+        size = prompt_tokens(shared)
+        messages = shared if getattr(host.llm, "shares_messages", False) \
+            else [_copy_message(m) for m in shared]
         temp = host.answers.temperature(host.config.temperature) if temperature is None \
             else temperature
 
         call = _watched_call(host.llm, messages, temp, watch)
-        yield ModelCallStarted(host.llm.spec, prompt_tokens(messages))
+        yield ModelCallStarted(host.llm.spec, size)
         try:
             completion: Completion = yield from host.in_thread(call)
             for note in watch.notes if watch is not None else ():
-                host.session.append(host.answers.rule_note(note, list(host.session.branch())))
+                host.session.append(host.answers.rule_note(note, host.session.branch()))
             return completion
         except RuleMatched as e:
             return Stopped(e.match, Usage(prompt_tokens(messages) or 0, count_text(e.partial)))

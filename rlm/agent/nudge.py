@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Sequence
 
 from rlm.session.entries import Entry, MessageEntry
 
@@ -138,7 +139,7 @@ def non_answer_refusal(answer: str, *, native_tools: bool, turn: int, limit: int
     return NUDGE_NOT_FOUND.format(what=answer.strip()[:60])
 
 
-def choose_nudge(branch: list[Entry], *, native_tools: bool, nudges: int, has_data: bool,
+def choose_nudge(branch: Sequence[Entry], *, native_tools: bool, nudges: int, has_data: bool,
                  final: bool, cells_run: int = 0, refused: set[str] | None = None) -> str | None:
     """For fenced-code models answering without code: a nudge when the last cell of this
     run failed (prose only), printed nothing (even with FINAL: nothing was seen), or when no

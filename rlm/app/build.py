@@ -31,7 +31,6 @@ from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 from rlm.longrun.clock import Clock
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
 from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExecutor
-from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 from rlm.session.history import install_handlers as install_history
 from rlm.session.store import SessionStore
@@ -112,7 +111,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
         agent.context_window,
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
-        projection=lambda branch: build_messages(
+        projection=lambda branch: agent.session.projection_of(
             branch, system_prompt=system_prompt(agent.config, role=agent.role,
                                                 native_tools=agent.llm.native_tools),
             native_tools=agent.llm.native_tools),

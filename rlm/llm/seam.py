@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import copy
 import json
 import random
 import re
@@ -173,6 +172,9 @@ class SeamLLM:
     native_tools: bool
     model: str
     stream: bool = True
+    # complete() only reads the messages it is given, so the host may pass the dicts its
+    # projection keeps from turn to turn (litellm's providers may change them: copied)
+    shares_messages: bool = False
 
     def __init__(
         self,
@@ -548,6 +550,7 @@ class InProcessLLM(SeamLLM):
 
     _handler: Any
     _PARAMS = ("tools", "stop", "temperature", "max_tokens", "seed")
+    shares_messages = True
 
     def _attempt(
         self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool],
@@ -573,7 +576,7 @@ class _ScriptHandler:
     def _reply(self, model: str, messages: list, kw: dict[str, Any]) -> tuple[int, Reply]:
         index = int(model.split(":", 1)[1])
         owner = self.owner
-        owner.calls.append(copy.deepcopy(messages))
+        owner.calls.append([dict(m) for m in messages])  # the host never changes them
         params = kw.get("optional_params") or {}
         owner.requests.append(
             {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop"),

@@ -38,6 +38,11 @@ _PER_NAME = 1
 _REPLY_PRIMING = 3
 _CACHE_MAX = 200_000
 _message_cache: dict[bytes, int] = {}
+# The same message object counted again (the session's incremental projection hands out
+# the same dicts every turn, and they are never mutated): found by identity, without
+# hashing its content. The entry keeps the object alive, so its id is not reused.
+_SEEN_MAX = 4096
+_seen: dict[int, tuple[dict[str, Any], int]] = {}
 
 
 def _bundled_dir() -> Path | None:
@@ -126,18 +131,27 @@ def _message_text(message: dict[str, Any]) -> str:
 
 
 def count_message(message: dict[str, Any], encoding: str = DEFAULT_ENCODING) -> int:
-    """Tokens one chat message costs in a prompt, cached by content hash."""
+    """Tokens one chat message costs in a prompt, cached by identity (the same object,
+    which callers never mutate) and by content hash."""
+    default = encoding == DEFAULT_ENCODING
+    if default:
+        seen = _seen.get(id(message))
+        if seen is not None and seen[0] is message:
+            return seen[1]
     blob = json.dumps(message, sort_keys=True, default=str).encode()
     key = hashlib.blake2b(blob + encoding.encode(), digest_size=16).digest()
-    hit = _message_cache.get(key)
-    if hit is not None:
-        return hit
-    n = _PER_MESSAGE + count_text(_message_text(message), encoding)
-    if message.get("name"):
-        n += _PER_NAME
-    if len(_message_cache) >= _CACHE_MAX:
-        _message_cache.clear()
-    _message_cache[key] = n
+    n = _message_cache.get(key)  # type: ignore[assignment]
+    if n is None:
+        n = _PER_MESSAGE + count_text(_message_text(message), encoding)
+        if message.get("name"):
+            n += _PER_NAME
+        if len(_message_cache) >= _CACHE_MAX:
+            _message_cache.clear()
+        _message_cache[key] = n
+    if default:
+        if len(_seen) >= _SEEN_MAX:
+            _seen.clear()
+        _seen[id(message)] = (message, n)
     return n
 
 

@@ -74,6 +74,10 @@ class Branch(Sequence[Entry]):
         return Branch(self._items, self._offsets, self._read, self._customs, len(self),
                       self._unread)
 
+    def same_entries(self, other: Branch) -> bool:
+        """Whether this is `other` or a view or prefix of it (the same entries)."""
+        return self._items is other._items and len(self) <= len(other)
+
     @property
     def offsets(self) -> array[int]:
         return self._offsets[: len(self)]

@@ -107,6 +107,10 @@ class Projector:
         # mid-cell, a message typed then); shown once they are answered, since a provider
         # takes nothing between a call and its result
         self._held: list[dict[str, Any]] = []
+        # branch length -> how many of `msgs` are that prefix's projection, where they are
+        # (nothing held, no tool output that a later one merges into): a prefix of the
+        # branch is projected without a rebuild (`prefix`). Cleared when msgs change shape.
+        self.marks: dict[int, int] = {}
         self._merge_tool = False  # fenced: last message is a merged tool-output message
         self._cells = 0
         self._superseded: dict[str, dict[str, Any]] = {}  # custom_type -> its shown message
@@ -115,6 +119,14 @@ class Projector:
     @property
     def consumed(self) -> int:
         return self.base + len(self.entries)
+
+    def prefix(self, n: int) -> list[dict[str, Any]] | None:
+        """What `build_messages(branch[:n])` gives, when this projector knows it (`n` is
+        all it has consumed, or a marked prefix); None: project that branch afresh."""
+        if n == self.consumed:
+            return self.messages()
+        cut = self.marks.get(n)
+        return None if cut is None else [self.system, *self.msgs[:cut]]
 
     def messages(self) -> list[dict[str, Any]]:
         if not self._held:
@@ -131,6 +143,8 @@ class Projector:
                 self._rebuild()  # like a compaction: the prefix changes from the first one
             else:
                 self._emit(e)
+                if not self._held and not self._merge_tool:
+                    self.marks[self.consumed] = len(self.msgs)
 
     def load(self, branch: Sequence[Entry]) -> None:
         """Consume a whole branch, starting from its latest compaction (what comes before
@@ -149,6 +163,7 @@ class Projector:
     def _reset(self) -> None:
         self.msgs, self._pending, self._merge_tool, self._cells = [], [], False, 0
         self._held = []
+        self.marks = {}
         self._superseded = {}
 
     def _rebuild(self) -> None:
@@ -210,6 +225,7 @@ class Projector:
         old = self._superseded.pop(custom_type, None)
         if old is not None:
             self.msgs = [m for m in self.msgs if m is not old]
+            self.marks = {}
             self._held = [m for m in self._held if m is not old]
 
     def _user(self, content: str) -> dict[str, Any]:

@@ -39,7 +39,7 @@ import json
 import os
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -59,7 +59,7 @@ from rlm.paths import (
 from rlm.secrets import known_secrets, redact_text
 from rlm.session import index, migrations
 from rlm.session.branch import Branch, pinned_before
-from rlm.session.context import PINNED_CUSTOM, Projector
+from rlm.session.context import PINNED_CUSTOM, Projector, build_messages
 from rlm.session.entries import (
     CompactionEntry,
     Entry,
@@ -441,6 +441,20 @@ class SessionStore:
         """`build_messages(self.branch(), ...)`, maintained incrementally.
 
         The returned dicts are shared with the cache: treat them as read-only."""
+        return self._projector(system_prompt, native_tools).messages()
+
+    def projection_of(self, branch: Sequence[Entry], *, system_prompt: str,
+                      native_tools: bool) -> list[dict[str, Any]]:
+        """`build_messages(branch, ...)`: from the incremental projection when `branch` is
+        the current branch or a prefix of it (`branch()[:n]`, as the compaction's counts
+        take), else built afresh. Read-only dicts, as `messages`."""
+        if isinstance(branch, Branch) and branch.same_entries(self._branch):
+            known = self._projector(system_prompt, native_tools).prefix(len(branch))
+            if known is not None:
+                return known
+        return build_messages(branch, system_prompt=system_prompt, native_tools=native_tools)
+
+    def _projector(self, system_prompt: str, native_tools: bool) -> Projector:
         key = (system_prompt, native_tools)
         cached = self._projectors.get(key)
         if cached is None or cached[0] != self._branch_gen:
@@ -451,7 +465,7 @@ class SessionStore:
         else:
             proj = cached[1]
         proj.extend(self._branch[proj.consumed :])
-        return proj.messages()
+        return proj
 
 
 def _terminate(path: Path) -> None:

@@ -27,7 +27,7 @@ Verification is not a rule that can refuse: it is how an accepted answer is judg
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlm.agent.nudge import error_text
@@ -60,7 +60,7 @@ __all__ = [
 ]
 
 
-def asked_prompts(branch: list[Entry]) -> list[str]:
+def asked_prompts(branch: Sequence[Entry]) -> list[str]:
     """Every user prompt on the branch (the user's and continuations; not the loop's own
     nudges): their words and figures are the question's, not an answer's claims."""
     return [e.message["content"] for e in branch
@@ -125,17 +125,17 @@ class AnswerPolicy:
         return decision
 
     # ----------------------------------------------------------------- stream rules
-    def watch(self, branch: list[Entry]) -> ReplyScanner | None:
+    def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         """The scanner the next reply streams through (None: no rule may fire now)."""
         return self.stream.watch(branch) if self.stream.rules.stream else None
 
-    def rule_hit(self, match: Match, branch: list[Entry]) -> Abort:
+    def rule_hit(self, match: Match, branch: Sequence[Entry]) -> Abort:
         return self.stream.hit(match, branch)
 
-    def rule_note(self, match: Match, branch: list[Entry]) -> CustomEntry:
+    def rule_note(self, match: Match, branch: Sequence[Entry]) -> CustomEntry:
         return self.stream.note(match, branch)
 
-    def system_note(self, branch: list[Entry]) -> str:
+    def system_note(self, branch: Sequence[Entry]) -> str:
         return self.stream.context_note(branch) if self.stream.rules else ""
 
     # ------------------------------------------------------------------------ cells
@@ -168,7 +168,7 @@ class AnswerPolicy:
         self.facts.last_failed_code = code
 
     # ---------------------------------------------------------------------- answers
-    def answer(self, answer: Answer, branch: list[Entry]) -> Refuse | Accept:
+    def answer(self, answer: Answer, branch: Sequence[Entry]) -> Refuse | Accept:
         """Refuse `answer` (once per rule and run), or accept it, verified or not."""
         asked = asked_prompts(branch) + [g for g in (self.goal(),) if g]
         refusal = _first(r.on_answer(self.facts, answer, asked, branch) for r in self.rules)

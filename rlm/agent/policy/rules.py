@@ -14,6 +14,8 @@ prompts. Rules hold no state of their own: what must be given once per run is in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from rlm.agent.codeparse import code_tool_calls
 from rlm.agent.nudge import (
     NUDGE_ERROR_TEXT,
@@ -54,7 +56,7 @@ class Rule:
         return None
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         return None
 
 
@@ -106,7 +108,7 @@ class NoCodeNudge(Rule):
     or before any cell of this run (rlm.agent.nudge.choose_nudge)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         if not answer.without_code:
             return None
         nudge = choose_nudge(branch, native_tools=facts.native_tools, nudges=facts.nudges,
@@ -122,7 +124,7 @@ class ErrorText(Rule):
     """An answer that is the text of an error, once per run, for every model."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         what = error_text(answer.text)
         if what is None or NUDGE_ERROR_TEXT in facts.refused:
             return None
@@ -136,7 +138,7 @@ class NotFound(Rule):
     turn is left (rlm.agent.nudge.non_answer_refusal)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         if answer.source not in ("text", "reply"):
             return None
         nudge = non_answer_refusal(answer.text, native_tools=facts.native_tools, turn=facts.turn,
@@ -154,7 +156,7 @@ class UnknownTool(Rule):
     there is and how to run a shell command from it."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         if answer.source != "reply" or not answer.unknown_tools:
             return None
         names = ", ".join(repr(n[:40]) for n in dict.fromkeys(answer.unknown_tools))
@@ -175,7 +177,7 @@ class Ungrounded(Rule):
     of any prompt of the session are the question's."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         if answer.source not in ("text", "reply"):
             return None
         nudge = ungrounded_refusal(answer.text, facts.outputs, native_tools=facts.native_tools,

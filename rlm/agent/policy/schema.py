@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from rlm.agent.policy.decisions import Answer, Facts, Refuse
@@ -107,7 +108,7 @@ class SchemaRule(Rule):
         self.schema, self.sections, self.retries = schema, sections, retries
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
-                  branch: list[Entry]) -> Refuse | None:
+                  branch: Sequence[Entry]) -> Refuse | None:
         tries = sum(k.startswith(KEY) for k in facts.refused)
         if tries >= self.retries:
             return None

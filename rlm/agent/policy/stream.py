@@ -19,6 +19,7 @@ through, its matches only noted, so a turn always ends and an abort never become
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlm.agent.steer.files import RuleSet
@@ -47,7 +48,7 @@ def injection_text(rule: StreamRule, found: str) -> str:
             "Write the reply again following this rule.\n</system-reminder>")
 
 
-def fired(branch: list[Entry]) -> list[tuple[str, int]]:
+def fired(branch: Sequence[Entry]) -> list[tuple[str, int]]:
     """(rule, how many assistant replies preceded it) for each injection on the branch."""
     out, replies = [], 0
     for e in branch:
@@ -67,7 +68,7 @@ class StreamRules:
     def start_turn(self) -> None:
         self.turn_hits.clear()
 
-    def active(self, branch: list[Entry]) -> list[StreamRule]:
+    def active(self, branch: Sequence[Entry]) -> list[StreamRule]:
         """The rules that may fire on the next reply."""
         if sum(self.turn_hits.values()) >= TURN_STOPS:
             return []
@@ -88,11 +89,11 @@ class StreamRules:
             out.append(rule)
         return out
 
-    def watch(self, branch: list[Entry]) -> ReplyScanner | None:
+    def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         rules = self.active(branch)
         return ReplyScanner(rules) if rules else None
 
-    def hit(self, match: Match, branch: list[Entry]) -> Abort:
+    def hit(self, match: Match, branch: Sequence[Entry]) -> Abort:
         rule = match.rule
         self.turn_hits[rule.name] += 1
         n = sum(1 for name, _ in fired(branch) if name == rule.name) + 1
@@ -106,7 +107,7 @@ class StreamRules:
                        "complying: it no longer interrupts; its reminder stays in the context")
         return Abort(entry, notice, demoted)
 
-    def note(self, match: Match, branch: list[Entry]) -> CustomEntry:
+    def note(self, match: Match, branch: Sequence[Entry]) -> CustomEntry:
         n = sum(1 for name, _ in fired(branch) if name == match.rule.name) + 1
         return self._entry(match, interrupted=False, count=n)
 
@@ -120,7 +121,7 @@ class StreamRules:
                                  "found": match.found[:200], "interrupted": interrupted,
                                  "count": count, "source": rule.source})
 
-    def context_note(self, branch: list[Entry]) -> str:
+    def context_note(self, branch: Sequence[Entry]) -> str:
         """The rules' block for the system prompt ("" without rules)."""
         counts = Counter(name for name, _ in fired(branch))
         parts, listed, used = [], list(self.rules.listed), 0
