@@ -236,3 +236,44 @@ def test_always_rules_past_their_budget_are_listed_by_their_first_line():
     note = StreamRules(rules).context_note([])
     assert "## Rule: first\nKeep it short." in note and "## Rule: second" not in note
     assert "- second: Use UTC. (b.md)" in note and len(note) < 2 * ALWAYS_BUDGET
+
+
+def test_call_arguments_decode_a_cell_cut_anywhere_and_give_each_line():
+    """A native call's `{"code": ...}` in pieces of any size, escapes cut in two included:
+    the code so far comes at each line's end, the whole cell when the string closes."""
+    import json
+
+    from rlm.agent.steer.match import CallArguments
+
+    code = 'a = "tab\\there"\nprint("caf\u00e9", \'q"uote\')\nb = a\n'
+    raw = json.dumps({"code": code}, ensure_ascii=True)
+    for size in (1, 2, 5, 24):
+        args, given = CallArguments(), []
+        for i in range(0, len(raw), size):
+            out = args.feed(raw[i:i + size])
+            if out is not None:
+                given.append(out)
+        assert args.closed and given[-1] == code, size
+        assert all(code.startswith(g) for g in given)
+        if size <= 5:  # each line, as it ended (a bigger piece may end two at once)
+            assert {g.count("\n") for g in given} >= {1, 2, 3}, size
+
+
+def test_call_arguments_give_a_long_cell_a_bounded_number_of_times():
+    """A 300 KB cell of 10,000 lines in 24-character pieces: given at every line while it
+    is short, then each time it grows by a quarter, so the joins stay linear in all."""
+    import json
+
+    from rlm.agent.steer.match import LINE_BY_LINE, CallArguments
+
+    code = "".join(f"row_{i:05d} = {i} * 2  # {'x' * 10}\n" for i in range(10_000))
+    raw = json.dumps({"code": code})
+    args, given = CallArguments(), []
+    for i in range(0, len(raw), 24):
+        out = args.feed(raw[i:i + 24])
+        if out is not None:
+            given.append(len(out))
+    assert given[-1] == len(code)
+    short = sum(1 for n in given if n <= LINE_BY_LINE)
+    assert len(given) - short < 30, len(given)  # past the bound: geometric, not per line
+    assert sum(given) < 8 * len(code) + LINE_BY_LINE * short

@@ -251,11 +251,15 @@ _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r"
             "t": "\t"}
 
 
+LINE_BY_LINE = 16_384  # a cell this long is given at every line's end; past it, less often
+
+
 @dataclass
 class CallArguments:
     """One native tool call's arguments as they stream (`{"code": "..."}` in pieces): `feed`
     returns the `code` value decoded so far when a new line of it is complete (or the string
-    closed), else None, so a scanner checks a growing cell once per line, not per token.
+    closed), else None, so a scanner checks a growing cell once per line, not per token
+    (past LINE_BY_LINE characters, once it has grown by a quarter: linear in all).
     Each piece is decoded once (a long cell in small pieces stays linear); an escape cut by
     the end of a piece waits for the next one."""
 
@@ -263,6 +267,8 @@ class CallArguments:
     _found: bool = False  # the `code` key came
     _out: list[str] = field(default_factory=list)
     _closed: bool = False
+    _size: int = 0  # characters decoded
+    _given: int = 0  # characters in what `feed` returned last
 
     def feed(self, fragment: str) -> str | None:
         if self._closed:
@@ -276,10 +282,17 @@ class CallArguments:
         before = len(self._out)
         stop, self._closed = _decode(self._tail, 0, self._out)
         self._tail = self._tail[stop:]
-        if self._closed or any("\n" in piece for piece in self._out[before:]) \
-                or (before == 0 and self._out):
+        self._size += sum(len(piece) for piece in self._out[before:])
+        if self._closed or (before == 0 and self._out) or (
+                any("\n" in piece for piece in self._out[before:]) and self._due()):
+            self._given = self._size
             return "".join(self._out)
         return None
+
+    def _due(self) -> bool:
+        """A line ended: give the code again, on a long cell only once it has grown by a
+        quarter since (each give joins the whole cell: per line, 300 KB took seconds)."""
+        return self._size <= LINE_BY_LINE or self._size >= self._given * 5 // 4
 
     @property
     def closed(self) -> bool:
