@@ -25,7 +25,7 @@ from typing import Any
 
 from rlm.config import Config
 from rlm.errors import ConfigError
-from rlm.session.branch import latest_compaction
+from rlm.session.branch import Branch, latest_compaction
 from rlm.session.context import (
     BRANCH_SUMMARY_PREFIX,
     PINNED_CUSTOM,
@@ -253,6 +253,8 @@ def latest_compaction_index(branch: Sequence[Entry]) -> int:
 def latest_relief_index(branch: Sequence[Entry]) -> int:
     """The latest entry that changed what is projected before it: a compaction or a
     tier's relief record (usage reported before it no longer describes the context)."""
+    if isinstance(branch, Branch):  # from its index, no entry read
+        return max(branch.latest_compaction(), branch.latest_of(RELIEF_CUSTOM))
     for i in range(len(branch) - 1, -1, -1):
         e = branch[i]
         if isinstance(e, CompactionEntry) or (

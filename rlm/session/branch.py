@@ -105,8 +105,13 @@ class Branch(Sequence[Entry]):
 
     def latest_compaction(self) -> int:
         """The position of the newest compaction, -1 if none (no entry read)."""
+        return self.latest_of(COMPACTIONS)
+
+    def latest_of(self, custom_type: str) -> int:
+        """The position of the newest custom entry of `custom_type` (or COMPACTIONS), -1
+        if none (no entry read)."""
         n = len(self)
-        return next((i for i in reversed(self._customs.get(COMPACTIONS, ())) if i < n), -1)
+        return next((i for i in reversed(self._customs.get(custom_type, ())) if i < n), -1)
 
     def projection_start(self) -> int:
         return projection_start(self)
