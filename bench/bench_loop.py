@@ -1,32 +1,36 @@
 """Host cost per iteration of the whole agent loop vs raw jupyter_client (DESIGN.md peers).
 
-A scripted 40-cell run through `Agent.run` (scripted model, session log
-with fsync per entry, per-cell snapshots, output shaping, projection) against the same 40
+A scripted N-cell run through `Agent.run` (scripted model, session log
+with fsync per entry, per-cell snapshots, output shaping, projection) against the same N
 cells sent with a raw BlockingKernelClient round trip, same kernel argv, same run.
-Peers measured on these machines (DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm
-2.16-2.34x.
+Given the peers' checkouts (nothing is downloaded), each round also runs nano-rlm's and
+alexzhang13/rlm's published loops over the same cells with a scripted model (bench/peers.py,
+in a subprocess with --peer-python) and a raw round trip on the plain ipykernel they start,
+so one command prints every ratio from one run. Peers measured earlier on these machines
+(DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x.
 
-    python bench/bench_loop.py [--cells 40] [--rounds 3]
+    python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
+        [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON]
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 from jupyter_client import KernelManager
 
-from rlm.app import build_agent
-from rlm.config import Config
-from rlm.llm import ScriptedLLM
-from rlm.session.store import SessionStore
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-
-def cells(n: int) -> list[str]:
-    return [f"x{i} = {i} * 2\nprint(x{i})" for i in range(n)]
+from bench.peers import cells, peer_step  # noqa: E402
+from rlm.app import build_agent  # noqa: E402
+from rlm.config import Config  # noqa: E402
+from rlm.llm import ScriptedLLM  # noqa: E402
+from rlm.session.store import SessionStore  # noqa: E402
 
 
 def call(code: str) -> dict:
@@ -60,12 +64,13 @@ def rlm_run(n: int) -> tuple[float, float]:
             return (time.perf_counter() - t0) / (n + 1), in_model[0] / (n + 1)
 
 
-def raw_run(n: int) -> float:
+def raw_run(n: int, argv: list[str] | None = None) -> float:
+    """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given."""
     from rlm.kernel.runtime import kernel_argv
 
     with tempfile.TemporaryDirectory() as d:
         km = KernelManager()
-        km.kernel_cmd = kernel_argv(Config(home=Path(d)))  # same argv (kernel_ext loaded)
+        km.kernel_cmd = argv or kernel_argv(Config(home=Path(d)))  # rlm's: kernel_ext loaded
         km.start_kernel()
         kc = km.client()
         kc.start_channels()
@@ -81,25 +86,45 @@ def raw_run(n: int) -> float:
             km.shutdown_kernel(now=True)
 
 
+def report(n: int, rounds: dict[str, list[float]]) -> None:
+    """One table: ms per step, and the ratio to each raw baseline measured in this run."""
+    med = {k: statistics.median(v) for k, v in rounds.items()}
+    raw, plain = med["raw, rlm's kernel"], med.get("raw, plain ipykernel")
+    print(f"\n{n} steps, median of {len(rounds['rlm, whole loop'])} round(s)")
+    print(f"{'system':<28}{'ms/step':>9}{'/ raw rlm kernel':>18}{'/ raw plain':>13}  rounds (ms)")
+    for name, v in rounds.items():
+        vs_plain = f"{med[name] / plain:.2f}x" if plain else ""
+        print(f"{name:<28}{med[name] * 1000:>9.1f}{med[name] / raw:>17.2f}x{vs_plain:>13}"
+              f"  {[round(x * 1000, 1) for x in v]}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--cells", type=int, default=40)
+    ap.add_argument("--cells", default="40", help="steps per run, comma-separated: 40,200")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--nano-rlm", type=Path, help="checkout of PrimeIntellect-ai/nano-rlm")
+    ap.add_argument("--alexzhang-rlm", type=Path, help="checkout of alexzhang13/rlm")
+    ap.add_argument("--peer-python", default=sys.executable,
+                    help="interpreter with the peers' dependencies (a venv)")
     a = ap.parse_args()
+    peers = {k: p for k, p in (("nano-rlm", a.nano_rlm), ("alexzhang13/rlm", a.alexzhang_rlm)) if p}
+    plain = [a.peer_python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # theirs
     rlm_run(3)  # first use in a process loads tiktoken encodings and litellm's models
-    r, m, b = [], [], []
-    for _ in range(a.rounds):
-        total, model = rlm_run(a.cells)
-        r.append(total)
-        m.append(total - model)
-        b.append(raw_run(a.cells))
-    mr, mm, mb = statistics.median(r), statistics.median(m), statistics.median(b)
-    print(f"rlm agent loop per iteration:  {mr * 1000:.1f} ms  {[round(x * 1000, 1) for x in r]}")
-    print(f"  of which outside the model:  {mm * 1000:.1f} ms  {[round(x * 1000, 1) for x in m]}")
-    print(f"raw jupyter_client per cell:   {mb * 1000:.1f} ms  {[round(x * 1000, 1) for x in b]}")
-    print(f"ratio, whole loop (litellm call included): {mr / mb:.2f}x")
-    print(f"ratio, host work outside the model call:    {mm / mb:.2f}x")
-    print("(peers here, DESIGN.md: nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x)")
+    for n in [int(c) for c in a.cells.split(",")]:
+        rounds: dict[str, list[float]] = {"raw, rlm's kernel": [], "rlm, whole loop": [],
+                                          "rlm, outside the model": []}
+        for _ in range(a.rounds):
+            total, model = rlm_run(n)
+            rounds["rlm, whole loop"].append(total)
+            rounds["rlm, outside the model"].append(total - model)
+            rounds["raw, rlm's kernel"].append(raw_run(n))
+            if peers:
+                rounds.setdefault("raw, plain ipykernel", []).append(raw_run(n, plain))
+            for name, path in peers.items():
+                rounds.setdefault(name, []).append(peer_step(name, path, n, a.peer_python))
+        report(n, rounds)
+    if not peers:
+        print("(peers here, DESIGN.md: nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x)")
 
 
 if __name__ == "__main__":
