@@ -64,8 +64,10 @@ def rlm_run(n: int) -> tuple[float, float]:
             return (time.perf_counter() - t0) / (n + 1), in_model[0] / (n + 1)
 
 
-def raw_run(n: int, argv: list[str] | None = None) -> float:
-    """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given."""
+def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -> float:
+    """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given.
+    store_history=False is what alexzhang13/rlm sends: it skips a per-cell kernel cost of
+    several ms here, so its loop is compared with a raw round trip that skips it too."""
     from rlm.kernel.runtime import kernel_argv
 
     with tempfile.TemporaryDirectory() as d:
@@ -79,23 +81,33 @@ def raw_run(n: int, argv: list[str] | None = None) -> float:
             kc.execute_interactive("0", timeout=60, output_hook=lambda m: None)
             t0 = time.perf_counter()
             for code in cells(n) + ["'done'"]:
-                kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
+                kc.execute_interactive(code, timeout=60, output_hook=lambda m: None,
+                                       store_history=store_history)
             return (time.perf_counter() - t0) / (n + 1)
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
 
 
+# The raw round trip each system is compared with: the same kernel command and the same
+# execute request (store_history) as the system sends.
+RAW = "raw, rlm's kernel"
+PLAIN = "raw, plain ipykernel"
+PLAIN_NO_HISTORY = "raw, plain, store_history=False"
+OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, "nano-rlm": PLAIN,
+           "alexzhang13/rlm": PLAIN_NO_HISTORY}
+
+
 def report(n: int, rounds: dict[str, list[float]]) -> None:
-    """One table: ms per step, and the ratio to each raw baseline measured in this run."""
+    """One table: ms per step, the ratio to raw on rlm's kernel and to the system's own raw."""
     med = {k: statistics.median(v) for k, v in rounds.items()}
-    raw, plain = med["raw, rlm's kernel"], med.get("raw, plain ipykernel")
-    print(f"\n{n} steps, median of {len(rounds['rlm, whole loop'])} round(s)")
-    print(f"{'system':<28}{'ms/step':>9}{'/ raw rlm kernel':>18}{'/ raw plain':>13}  rounds (ms)")
+    print(f"\n{n} steps, median of {len(rounds[RAW])} round(s)")
+    print(f"{'system':<32}{'ms/step':>8}{'/ raw rlm kernel':>18}{'/ own raw':>11}  own raw, rounds (ms)")
     for name, v in rounds.items():
-        vs_plain = f"{med[name] / plain:.2f}x" if plain else ""
-        print(f"{name:<28}{med[name] * 1000:>9.1f}{med[name] / raw:>17.2f}x{vs_plain:>13}"
-              f"  {[round(x * 1000, 1) for x in v]}")
+        own = OWN_RAW.get(name, name)
+        print(f"{name:<32}{med[name] * 1000:>8.1f}{med[name] / med[RAW]:>17.2f}x"
+              f"{med[name] / med[own]:>10.2f}x  {own if own != name else '-'},"
+              f" {[round(x * 1000, 1) for x in v]}")
 
 
 def main() -> None:
@@ -111,15 +123,17 @@ def main() -> None:
     plain = [a.peer_python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # theirs
     rlm_run(3)  # first use in a process loads tiktoken encodings and litellm's models
     for n in [int(c) for c in a.cells.split(",")]:
-        rounds: dict[str, list[float]] = {"raw, rlm's kernel": [], "rlm, whole loop": [],
+        rounds: dict[str, list[float]] = {RAW: [], "rlm, whole loop": [],
                                           "rlm, outside the model": []}
         for _ in range(a.rounds):
             total, model = rlm_run(n)
             rounds["rlm, whole loop"].append(total)
             rounds["rlm, outside the model"].append(total - model)
-            rounds["raw, rlm's kernel"].append(raw_run(n))
+            rounds[RAW].append(raw_run(n))
             if peers:
-                rounds.setdefault("raw, plain ipykernel", []).append(raw_run(n, plain))
+                rounds.setdefault(PLAIN, []).append(raw_run(n, plain))
+            if "alexzhang13/rlm" in peers:
+                rounds.setdefault(PLAIN_NO_HISTORY, []).append(raw_run(n, plain, False))
             for name, path in peers.items():
                 rounds.setdefault(name, []).append(peer_step(name, path, n, a.peer_python))
         report(n, rounds)
