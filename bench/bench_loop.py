@@ -104,10 +104,10 @@ def report(n: int, rounds: dict[str, list[float]]) -> None:
     print(f"\n{n} steps, median of {len(rounds[RAW])} round(s)")
     print(f"{'system':<32}{'ms/step':>8}{'/ raw rlm kernel':>18}{'/ own raw':>11}  own raw, rounds (ms)")
     for name, v in rounds.items():
-        own = OWN_RAW.get(name, name)
+        own = OWN_RAW.get(name)
+        vs_own = f"{med[name] / med[own]:>10.2f}x  {own}, " if own else f"{'':>11}  "
         print(f"{name:<32}{med[name] * 1000:>8.1f}{med[name] / med[RAW]:>17.2f}x"
-              f"{med[name] / med[own]:>10.2f}x  {own if own != name else '-'},"
-              f" {[round(x * 1000, 1) for x in v]}")
+              f"{vs_own}{[round(x * 1000, 1) for x in v]}")
 
 
 def main() -> None:
