@@ -140,7 +140,7 @@ def count_message(message: dict[str, Any], encoding: str = DEFAULT_ENCODING) -> 
             return seen[1]
     blob = json.dumps(message, sort_keys=True, default=str).encode()
     key = hashlib.blake2b(blob + encoding.encode(), digest_size=16).digest()
-    n = _message_cache.get(key)  # type: ignore[assignment]
+    n = _message_cache.get(key)
     if n is None:
         n = _PER_MESSAGE + count_text(_message_text(message), encoding)
         if message.get("name"):
