@@ -79,6 +79,15 @@ class Branch(Sequence[Entry]):
         return self._items is other._items and len(self) <= len(other)
 
     @property
+    def entry_list(self) -> list[Any]:
+        """The list this branch and its views share (an identity to compare with)."""
+        return self._items
+
+    def same_entries_as(self, entry_list: list[Any]) -> bool:
+        """Whether this branch reads `entry_list` (an `entry_list` taken earlier)."""
+        return self._items is entry_list
+
+    @property
     def offsets(self) -> array[int]:
         return self._offsets[: len(self)]
 

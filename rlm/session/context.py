@@ -41,6 +41,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from rlm.session.branch import Branch, pinned_before
 from rlm.session.entries import (
     BranchSummaryEntry,
     CompactionEntry,
@@ -310,6 +311,40 @@ class Projector:
             self._merge_tool = False
 
 
+class Projections:
+    """A session's incremental projections: one `Projector` per (system prompt, tool mode)
+    over its live branch, started afresh when the branch is replaced (another leaf), so a
+    turn costs O(new entries). The returned dicts are shared: treat them as read-only."""
+
+    def __init__(self) -> None:
+        # key -> (the live branch's entry list it follows, its projector)
+        self._by_key: dict[tuple[str, bool], tuple[list[Any], Projector]] = {}
+
+    def of(self, live: Branch, system_prompt: str, native_tools: bool) -> Projector:
+        """The projector for `live`, brought up to its end."""
+        key = (system_prompt, native_tools)
+        cached = self._by_key.get(key)
+        if cached is None or not live.same_entries_as(cached[0]):
+            proj = Projector(system_prompt=system_prompt, native_tools=native_tools)
+            proj.base = live.projection_start()  # before it only pinned entries show
+            proj.pinned = pinned_before(live, PINNED_CUSTOM, proj.base)
+            self._by_key[key] = (live.entry_list, proj)
+        else:
+            proj = cached[1]
+        proj.extend(live[proj.consumed:])
+        return proj
+
+    def project(self, live: Branch, branch: Sequence[Entry], *, system_prompt: str,
+                native_tools: bool) -> list[dict[str, Any]]:
+        """`build_messages(branch, ...)`: from the projector when `branch` is `live` or a
+        prefix of it (`branch()[:n]`, as the compaction's counts take), else afresh."""
+        if isinstance(branch, Branch) and branch.same_entries(live):
+            known = self.of(live, system_prompt, native_tools).prefix(len(branch))
+            if known is not None:
+                return known
+        return build_messages(branch, system_prompt=system_prompt, native_tools=native_tools)
+
+
 def build_messages(
     branch: Sequence[Entry], *, system_prompt: str, native_tools: bool
 ) -> list[dict[str, Any]]:
@@ -334,5 +369,5 @@ def projected_entries(branch: Sequence[Entry]) -> list[Entry]:
     return [branch[at], *pinned_before(branch, PINNED_CUSTOM, start), *kept]
 
 
-__all__ = ["Projector", "build_messages", "projected_entries", "summary_message",
+__all__ = ["Projections", "Projector", "build_messages", "projected_entries", "summary_message",
            "SUMMARY_PREFIX"]

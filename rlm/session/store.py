@@ -58,8 +58,8 @@ from rlm.paths import (
 )
 from rlm.secrets import known_secrets, redact_text
 from rlm.session import index, migrations
-from rlm.session.branch import Branch, pinned_before
-from rlm.session.context import PINNED_CUSTOM, Projector, build_messages
+from rlm.session.branch import Branch
+from rlm.session.context import Projections
 from rlm.session.entries import (
     CompactionEntry,
     Entry,
@@ -112,8 +112,7 @@ class SessionStore:
         self._partial = False  # opened through the index: not every entry is in memory
         self._unindexed = 0  # appends since the index was last written
         self._last: str | None = None  # the id on the file's last line (a partial store)
-        self._branch_gen = 0  # bumped when the branch stops being a prefix of the old one
-        self._projectors: dict[tuple[str, bool], tuple[int, Projector]] = {}
+        self._projections = Projections()
         self._fd: int | None = None
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
         self._secrets = known_secrets()
@@ -339,7 +338,6 @@ class SessionStore:
             self._branch.append(entry, offset)
         else:
             self._branch = self._walk(entry.id)
-            self._branch_gen += 1
         self._leaf = self._last = entry.id
         self._unindexed += 1
         if isinstance(entry, CompactionEntry) or self._unindexed >= INDEX_EVERY:
@@ -355,7 +353,6 @@ class SessionStore:
         self._load_all()
         self._leaf = entry_id
         self._branch = self._walk(entry_id) if entry_id else Branch.of([])
-        self._branch_gen += 1
 
     def close(self) -> None:
         if self._unindexed:
@@ -441,31 +438,14 @@ class SessionStore:
         """`build_messages(self.branch(), ...)`, maintained incrementally.
 
         The returned dicts are shared with the cache: treat them as read-only."""
-        return self._projector(system_prompt, native_tools).messages()
+        return self._projections.of(self._branch, system_prompt, native_tools).messages()
 
     def projection_of(self, branch: Sequence[Entry], *, system_prompt: str,
                       native_tools: bool) -> list[dict[str, Any]]:
-        """`build_messages(branch, ...)`: from the incremental projection when `branch` is
-        the current branch or a prefix of it (`branch()[:n]`, as the compaction's counts
-        take), else built afresh. Read-only dicts, as `messages`."""
-        if isinstance(branch, Branch) and branch.same_entries(self._branch):
-            known = self._projector(system_prompt, native_tools).prefix(len(branch))
-            if known is not None:
-                return known
-        return build_messages(branch, system_prompt=system_prompt, native_tools=native_tools)
-
-    def _projector(self, system_prompt: str, native_tools: bool) -> Projector:
-        key = (system_prompt, native_tools)
-        cached = self._projectors.get(key)
-        if cached is None or cached[0] != self._branch_gen:
-            proj = Projector(system_prompt=system_prompt, native_tools=native_tools)
-            proj.base = self._branch.projection_start()  # before it only pinned entries show
-            proj.pinned = pinned_before(self._branch, PINNED_CUSTOM, proj.base)
-            self._projectors[key] = (self._branch_gen, proj)
-        else:
-            proj = cached[1]
-        proj.extend(self._branch[proj.consumed :])
-        return proj
+        """`build_messages(branch, ...)`, from the incremental projection when `branch` is
+        the current branch or a prefix of it. Read-only dicts, as `messages`."""
+        return self._projections.project(self._branch, branch, system_prompt=system_prompt,
+                                         native_tools=native_tools)
 
 
 def _terminate(path: Path) -> None:
