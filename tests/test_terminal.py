@@ -8,6 +8,8 @@ import json
 import re
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from terminal_screen import Screen, fits
@@ -352,9 +354,15 @@ def test_a_misspelled_file_in_a_later_prompt_is_named_in_chat_resume_and_a_worke
     assert out.returncode == 0, out.stderr[-2000:]
     assert "planes.cvs does not exist: loading planes.csv (one edit away) instead" in (
         out.stdout + out.stderr)
+    log = Path(json.loads(rlm("sessions", "--json", cwd=tmp_path).stdout)[0]["path"])
+    before = log.read_text().count('"custom_type":"final"')
     out = rlm("resume", sid, "how many in crews.cvs?", "--detach", cwd=tmp_path)
     try:
-        shown = rlm("attach", sid, cwd=tmp_path)  # returns when the worker's run has ended
+        deadline = time.monotonic() + 240  # the worker's run has answered
+        while log.read_text().count('"custom_type":"final"') == before:
+            assert time.monotonic() < deadline, "the detached run never answered"
+            time.sleep(0.2)
+        shown = rlm("attach", sid, "--no-follow", cwd=tmp_path)
     finally:
         rlm("stop", sid, cwd=tmp_path)
     assert "crews.cvs does not exist: loading crews.csv (one edit away) instead" in (
