@@ -163,9 +163,9 @@ class Child:
             emit(session=str(session.path))
         orig = session.append
 
-        def append(entry: Any) -> Any:
+        def append(entry: Any, **kw: Any) -> Any:
             self._maybe_tear(session, entry)
-            out = orig(entry)
+            out = orig(entry, **kw)
             emit(ack=out.id)
             if getattr(out, "type", "") == "compaction":
                 self.pending_compactions.append(out.id)
@@ -179,7 +179,7 @@ class Child:
         if "host_append" not in self.arm or getattr(entry, "message", {}).get("role") != "tool":
             return
 
-        def torn(line: bytes) -> None:
+        def torn(line: bytes, durable: bool = True) -> None:
             if session._fd is None:
                 session._fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
             os.write(session._fd, line[: len(line) // 2])
@@ -378,13 +378,8 @@ class Child:
     def _check_enospc_snapshot(self, name: str, i: int) -> bool:
         """The snapshot after the cell failed (the name is not in the manifest); the next
         cell's snapshot, with space back, writes it."""
-        manifest = self.session.dir / "snapshot" / "manifest.json"
-
         def stored() -> bool:
-            try:
-                return name in json.loads(manifest.read_text()).get("entries", {})
-            except (OSError, ValueError):
-                return False
+            return name in _snapshot_entries(self.session.dir / "snapshot")
 
         if stored():
             self.violation("enospc_not_injected", i=i, name=name)
@@ -632,6 +627,25 @@ _REAL_OPEN = os.open
 _REAL_BOPEN = open
 
 
+def _snapshot_manifest(snap: Path) -> dict[str, Any]:
+    """The manifest a restore reads (manifest.json and its journal); {} when unreadable."""
+    from kernel_ext.snapshot_store import LocalStore
+
+    try:
+        manifest, _ = LocalStore(str(snap)).read_manifest()
+    except (OSError, ValueError):
+        return {}
+    return manifest or {}
+
+
+def _snapshot_entries(snap: Path) -> dict[str, Any]:
+    return _snapshot_manifest(snap).get("entries", {})
+
+
+def _snapshot_generation(snap: Path) -> int:
+    return int(_snapshot_manifest(snap).get("generation", 0))
+
+
 def _kill_quietly(pid: int | None) -> None:
     try:
         if pid:
@@ -642,11 +656,7 @@ def _kill_quietly(pid: int | None) -> None:
 
 def _kill_in_snapshot(pid: int, snap: Path, stop: threading.Event) -> None:
     """SIGKILL the kernel as soon as a data file of a new snapshot generation appears."""
-    manifest = snap / "manifest.json"
-    try:
-        gen = json.loads(manifest.read_text())["generation"]
-    except (OSError, ValueError, KeyError):
-        gen = 0
+    gen = _snapshot_generation(snap)
     while not stop.is_set():
         try:
             names = os.listdir(snap)

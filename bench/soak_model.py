@@ -27,23 +27,31 @@ MEMORY_HOG = "mem_hog = bytearray(8 * 2**30)"
 HOSTILE = "\x1b]52;c;c29hay1jbGlwYm9hcmQ=\x07 \x1b]0;soak-title\x07 \x1b[2J\x1b[H \x9b31m \x1bP1$r\x1b\\"
 
 # The kernel's snapshot writer gets ENOSPC after half a write, for one snapshot (as in
-# tests/test_snapshot_disk_full.py); the wrapper undoes itself on its first failure.
+# tests/test_snapshot_disk_full.py): a data file's write or the manifest journal's append,
+# whichever comes first; the wrappers undo themselves on the first failure.
 ENOSPC_SNAPSHOT = """\
 def _soak_full():
     import errno, os
     from kernel_ext import snapshot_store as ss
-    real = ss._open_new
+    real, real_pwrite = ss._open_new, os.pwrite
+    def undo():
+        ss._open_new, os.pwrite = real, real_pwrite
     class Full:
         def __init__(self, f):
             self.f = f
         def write(self, data):
-            ss._open_new = real
+            undo()
             view = memoryview(data).cast('B')
             self.f.write(view[:max(1, view.nbytes // 2)])
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         def __getattr__(self, name):
             return getattr(self.f, name)
+    def pwrite(fd, data, offset):
+        undo()
+        real_pwrite(fd, bytes(data)[:max(1, len(data) // 2)], offset)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     ss._open_new = lambda path: Full(real(path))
+    os.pwrite = pwrite
 _soak_full(); del _soak_full
 """
 

@@ -116,6 +116,7 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
                                       "summary", "describe_json"}),
     "kernel_ext.snapshot_store": frozenset({"StoreError", "ObjectStore", "open_store",
                                             "is_url", "public_url"}),
+    "kernel_ext.snapshot_log": frozenset({"replay"}),  # `rlm state` with no kernel
     # the in-process executor (%%rlm): the agent runs in the user's kernel
     "kernel_ext.bridge": frozenset({"set_local_handler"}),
     "kernel_ext.snapshot": frozenset({"namespace_json"}),

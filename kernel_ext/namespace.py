@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import datetime
 import enum
+import functools
 import gc
 import logging
 import re
@@ -52,6 +53,7 @@ _IMMUTABLE = (int, float, complex, str, bytes, bool, type(None), frozenset, rang
 _EXT_PREFIX = "kernel_ext"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked for every name after every cell
 def is_internal_name(name: str) -> bool:
     if name in IPYTHON_NAMES:
         return True

@@ -120,9 +120,10 @@ class Snapshotter:
         info = getattr(result, "info", None)
         raw = getattr(info, "raw_cell", None) or ""
         try:
-            names = cell_names(self.ip.transform_cell(raw))
+            code: str | None = self.ip.transform_cell(raw)
+            names = cell_names(code or "")
         except Exception:  # noqa: BLE001 - a transform failure means "could be anything"
-            names = cell_names("(")
+            code, names = None, cell_names("(")
         self.pending |= names.names
         for k in names.names:
             self.last_used[k] = self.cell_no
@@ -134,7 +135,8 @@ class Snapshotter:
             return  # touched names stay pending for the next successful cell
         if raw.strip():
             try:
-                line = lineage.record_line(raw, self.ip.transform_cell(raw), self.ip.user_ns)
+                line = lineage.record_line(raw, self.ip.transform_cell(raw) if code is None else code,
+                                           self.ip.user_ns)
                 if line is not None and self.store is not None:
                     self.store.append_cell(line)
             except Exception as exc:  # noqa: BLE001 - never break the user's cell
@@ -313,7 +315,7 @@ class Snapshotter:
         kept = {e["group"] for e in entries.values() if "group" in e}
         groups = {gid: g for gid, g in self.groups.items() if gid in kept}
         budget = self.total_cap - sum(int(g.get("bytes", 0)) for g in groups.values())
-        small_files = {g["file"] for g in groups.values() if g.get("file", "").endswith("-small.bin")}
+        small_files = {g["file"] for g in groups.values() if g.get("file", "").endswith(store.SMALL_SUFFIXES)}
         if len(small_files) > store.MAX_SMALL_FILES:  # regroup old small pickles
             reader = self.store.reader()
             for gid, g in groups.items():
@@ -327,9 +329,9 @@ class Snapshotter:
             for k in names:
                 stats["skipped" if entries[k]["kind"] == "skipped" else "saved"] += 1
         for gid, loc in writer.finish_small().items():
-            groups[gid].update(loc)
+            groups[gid] = {**groups[gid], **loc}  # never changed in place: the log compares
         self._preserve_corrupt_manifest()
-        self.store.write_manifest(gen, entries, groups)
+        self.store.write_manifest(gen, entries, groups, writer)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         stats.update(bytes_written=writer.bytes_written, generation=gen)
         self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},

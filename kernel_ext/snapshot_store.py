@@ -5,6 +5,8 @@ complete snapshot restorable.
                                     "groups"}
     <dir>/g<GEN>-small.bin         pickles under SMALL_LIMIT of one generation, concatenated
     <dir>/g<GEN>-v<I>.bin          one large pickle (main pickle + out-of-band buffers)
+    <dir>/g<BASE>-log.bin          the manifest's journal: the generations after BASE, each
+                                   with its small pickles (kernel_ext.snapshot_log)
 
 Version 2. An entry (one per name): {"kind", "type", "bytes", "reason", "module",
 "qualname", "group", "summary"} (keys absent when not relevant). A pickle|dill entry names
@@ -22,7 +24,10 @@ data entry becomes a single-member group (`migrate_v1`).
 
 Write order: data files under generation-unique names, each fsynced; the directory
 fsynced; the manifest written to a temp file, fsynced, `os.replace`d over manifest.json;
-the directory fsynced; only then are files no longer referenced deleted.
+the directory fsynced; only then are files no longer referenced deleted. Most generations
+instead append one record to the log (its small pickles and what changed) and fsync it,
+after the directory is fsynced when the generation wrote large files; every
+`snapshot_log.MAX_RECORDS` records the whole manifest is written as above.
 
 Fault injection (tests, soak runs): env RLM_SNAPSHOT_CRASH_AFTER_FILES=N makes the kernel
 `os._exit(3)` right after the N-th data file of a snapshot was written, before the
@@ -32,6 +37,7 @@ manifest swap. It is read at every snapshot, so a cell may set it.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import mmap
 import os
@@ -40,7 +46,7 @@ import sys
 import time
 from typing import Any
 
-from kernel_ext import contract
+from kernel_ext import contract, snapshot_log
 from kernel_ext.lineage import RECORDS_NAME
 from kernel_ext.wire import MANIFEST_NAME, MANIFEST_VERSION
 
@@ -48,8 +54,9 @@ SMALL_LIMIT = 1024 * 1024
 MAX_SMALL_FILES = 8
 ALIGN = 64
 CRASH_ENV = contract.SNAPSHOT_CRASH_AFTER_FILES
-FILE_RE = re.compile(r"g(\d{8})-(small|v\d+)\.bin$")
+FILE_RE = re.compile(r"g(\d{8})-(small|v\d+|log)\.bin$")
 _TMP_RE = re.compile(r"\.manifest\.\d+\.tmp$")
+SMALL_SUFFIXES = ("-small.bin", "-log.bin")  # files of many small groups, read whole
 
 
 def ensure_dir(path: str) -> None:
@@ -151,9 +158,13 @@ class GenerationWriter:
     `opener(fname)` opens a new data file elsewhere (an object store); default: a local
     file under `path`, fsynced when done."""
 
-    def __init__(self, path: str, generation: int, opener: Any = None) -> None:
+    def __init__(self, path: str, generation: int, opener: Any = None,
+                 inline: tuple[str, int] | None = None) -> None:
         self.path, self.gen = path, generation
         self._opener = opener
+        # (log name, absolute offset): the small pickles go into the log's next record
+        # (kernel_ext.snapshot_log) when they fit, held in `inline_data` until it is written
+        self.inline, self.inline_data = inline, b""
         self.files_written, self.bytes_written = 0, 0
         self._small: list[tuple[str, list[Any]]] = []
         self._large_index = 0
@@ -203,9 +214,16 @@ class GenerationWriter:
         self._file_done(f)
         return {"file": fname, "offset": 0, "length": length, "parts": layout}
 
+    def crash_due(self) -> bool:
+        """Fault injection: the next file written is the one to die after."""
+        return self._crash_after is not None and self.files_written + 1 >= self._crash_after
+
     def finish_small(self) -> dict[str, dict[str, Any]]:
         if not self._small:
             return {}
+        size = sum(memoryview(p).nbytes + ALIGN for _, parts in self._small for p in parts)
+        if self.inline is not None and size <= snapshot_log.INLINE_LIMIT:
+            return self._small_inline(*self.inline)
         fname = f"g{self.gen:08d}-small.bin"
         out: dict[str, dict[str, Any]] = {}
         f = self._open(fname)
@@ -224,6 +242,19 @@ class GenerationWriter:
             raise
         self.bytes_written += pos
         self._file_done(f)
+        return out
+
+    def _small_inline(self, fname: str, start: int) -> dict[str, dict[str, Any]]:
+        buf = io.BytesIO()
+        out: dict[str, dict[str, Any]] = {}
+        for name, parts in self._small:
+            pos = buf.tell()
+            pad = (-pos) % ALIGN
+            buf.write(b"\0" * pad)
+            layout, length = _write_parts(buf, parts, pos + pad)
+            out[name] = {"file": fname, "offset": start + pos + pad, "length": length, "parts": layout}
+        self.inline_data = buf.getvalue()
+        self.bytes_written += len(self.inline_data)
         return out
 
 
@@ -298,7 +329,7 @@ class EntryReader:
         if os.path.basename(fname) != fname or not FILE_RE.match(fname):
             raise ValueError(f"bad data file name {fname!r}")
         full = os.path.join(self.path, fname)
-        if fname.endswith("-small.bin"):
+        if fname.endswith(SMALL_SUFFIXES):
             if fname not in self._cache:
                 with open(full, "rb") as f:
                     self._cache[fname] = f.read()
@@ -413,33 +444,59 @@ def explain(exc: BaseException, location: str) -> str:
 
 
 class LocalStore:
-    """A snapshot dir on a POSIX file system: the module-level functions above."""
+    """A snapshot dir on a POSIX file system: the module-level functions above, with the
+    manifest's journal (kernel_ext.snapshot_log) once a manifest was read or written."""
 
     url = None
 
     def __init__(self, path: str) -> None:
         self.path = os.path.abspath(path)
+        self.log: snapshot_log.Log | None = None  # None: the next write is a whole manifest
+        self._written: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # what the log holds
 
     def ensure(self) -> None:
         ensure_dir(self.path)
 
     def read_manifest(self) -> tuple[dict[str, Any] | None, str | None]:
-        return read_manifest(self.path)
+        manifest, err = read_manifest(self.path)
+        self.log = None
+        if manifest is not None:
+            manifest, self.log = snapshot_log.replay(self.path, manifest)
+            self._written = (dict(manifest["entries"]), dict(manifest["groups"]))
+        return manifest, err
 
     def max_generation(self) -> int:
         return max_generation(self.path)
 
+    def _logging(self) -> bool:
+        return self.log is not None and not self.log.full
+
     def writer(self, generation: int) -> GenerationWriter:
-        return GenerationWriter(self.path, generation)
+        log = self.log
+        inline = (log.name, log.data_start()) if log is not None and self._logging() else None
+        return GenerationWriter(self.path, generation, inline=inline)
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
-                       groups: dict[str, dict[str, Any]]) -> None:
-        write_manifest(self.path, generation, entries, groups)
+                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None) -> None:
+        if self.log is not None and self._logging() and writer is not None:
+            if writer.files_written:
+                _fsync_dir(self.path)  # large files' names are durable before the log names them
+            old_entries, old_groups = self._written
+            snapshot_log.append(self.log, generation, snapshot_log.delta(old_entries, entries),
+                                snapshot_log.delta(old_groups, groups), writer.inline_data,
+                                crash=writer.crash_due())
+        else:
+            write_manifest(self.path, generation, entries, groups)
+            self.log = snapshot_log.Log(self.path, generation, generation=generation)
+        self._written = (dict(entries), dict(groups))
 
     def collect_garbage(self, referenced: set[str], min_generation: int) -> None:
-        collect_garbage(self.path, referenced, min_generation)
+        keep = referenced | {self.log.name} if self.log is not None else referenced
+        collect_garbage(self.path, keep, min_generation)
 
     def discard(self, generation: int) -> None:
+        if self.log is not None and generation <= self.log.generation:
+            return  # the log already holds it: its files stay
         discard_generation(self.path, generation)
 
     def reader(self) -> EntryReader:
@@ -597,7 +654,7 @@ class ObjectStore:
         return GenerationWriter(self.url, generation, opener=opener)
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
-                       groups: dict[str, dict[str, Any]]) -> None:
+                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None) -> None:
         manifest = {**new_manifest(generation, entries, groups), "complete": True}
         data = json.dumps(manifest, separators=(",", ":")).encode()
         name = f"manifest-{generation:08d}.json"

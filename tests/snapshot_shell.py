@@ -5,13 +5,12 @@ Snapshots go to `<tmp_path>/session/snapshot`, the layout a real session has."""
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
-from kernel_ext import snapshot
+from kernel_ext import snapshot, snapshot_store
 
 
 @pytest.fixture
@@ -33,8 +32,14 @@ def run(ip: Any, code: str) -> Any:
 
 
 def manifest(ip: Any) -> dict:
-    with open(os.path.join(snapshot._get(ip).path, "manifest.json")) as fh:
-        return json.load(fh)
+    """The manifest a restore reads: manifest.json with its journal applied."""
+    return read_manifest(snapshot._get(ip).path)
+
+
+def read_manifest(path: Any) -> dict:
+    m, err = snapshot_store.LocalStore(str(path)).read_manifest()
+    assert m is not None, err
+    return m
 
 
 def new_kernel(ip: Any) -> dict:

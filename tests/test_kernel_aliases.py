@@ -19,6 +19,7 @@ from rlm.llm import ScriptedLLM
 from rlm.session.entries import CustomEntry
 from rlm.session.store import SessionStore
 from tests.rlmcli import call
+from tests.snapshot_shell import read_manifest
 
 pytest.importorskip("pandas")
 pytest.importorskip("matplotlib")
@@ -38,7 +39,7 @@ def test_a_first_cell_uses_pd_np_plt_without_importing_them(tmp_path):
         assert "(2, 2) 42" in res.shaped and "module matplotlib.pyplot" in res.shaped
         names = {n["name"] for n in k.list_namespace()["names"]}
         assert {"df", "lines"} <= names and not names & set(ALIASES), names
-        manifest = json.loads((tmp_path / "s" / "snapshot" / "manifest.json").read_text())
+        manifest = read_manifest(tmp_path / "s" / "snapshot")
         assert "df" in manifest["entries"] and not set(manifest["entries"]) & set(ALIASES)
         described = {d["name"]: d for d in k.describe(["df", *ALIASES])}
         assert described["pd"]["alias"] == "pandas" and described["plt"]["alias"] == "matplotlib.pyplot"

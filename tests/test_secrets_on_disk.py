@@ -21,6 +21,7 @@ from rlm.longrun.worker import Worker, send_prompt
 from rlm.secrets import scrub_file
 from rlm.session.store import SessionStore
 from tests.rlmcli import call
+from tests.snapshot_shell import read_manifest
 
 
 def _rand(n: int) -> str:
@@ -68,7 +69,7 @@ def test_no_byte_under_home_holds_the_key_after_a_worker_run(_isolated_home, tmp
     assert ended and ended[-1]["reason"] == "final" and ended[-1]["final"] == "[redacted]"
     spooled = list((d / "artifacts").glob("cell-*.txt"))
     assert spooled and any("x" * 3000 in p.read_text() for p in spooled)  # the spool is there
-    snap = json.loads((d / "snapshot" / "manifest.json").read_text())
+    snap = read_manifest(d / "snapshot")
     assert {"k", "held"} <= set(snap["entries"])
     assert all(snap["entries"][n]["kind"] != "skipped" for n in ("k", "held"))
 

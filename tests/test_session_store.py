@@ -333,3 +333,56 @@ def test_a_full_disk_mid_append_leaves_no_partial_line(rlm_home_path, monkeypatc
     monkeypatch.setattr(store_mod.os, "write", real_write)
     assert s.path.read_bytes() == before
     assert [e.message["content"] for e in SessionStore.open(s.path).branch()] == ["kept"]
+
+
+def test_an_append_left_unsynced_is_synced_by_the_next_or_by_close(rlm_home_path, monkeypatch):
+    s = SessionStore.create(rlm_home_path)
+    synced: list[int] = []
+    real = os.fsync
+    monkeypatch.setattr(store_mod.os, "fsync", lambda fd: (synced.append(os.fstat(fd).st_size), real(fd)))
+    s.append(_msg("assistant", "a"), durable=False)
+    assert synced == [] and s.path.read_text().count("\n") == 2  # written, not yet synced
+    s.append(_msg("tool", "b"))
+    assert synced == [s.path.stat().st_size]  # one fsync covers both
+    s.append(_msg("assistant", "c"), durable=False)
+    s.close()
+    assert synced[-1] == s.path.stat().st_size
+
+
+def test_each_step_is_one_fsync_and_the_log_is_synced_before_every_model_call(_isolated_home, monkeypatch):
+    """Issue 32: a reply with a cell and the cell's result are made durable together, and
+    nothing the log holds is unsynced when the model is called."""
+    from rlm.app import build_agent
+    from rlm.config import Config
+    from rlm.llm import ScriptedLLM
+
+    def call(code: str) -> dict:
+        return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
+
+    session = SessionStore.create(_isolated_home, model="script:t", task="t")
+    llm = ScriptedLLM([call("a = 1"), call("b = a + 1"), call("c = b + 1"), call("final(str(c))")])
+    log_synced: list[int] = []  # the log's size at each of its fsyncs
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        real(fd)
+        if os.path.samestat(os.fstat(fd), os.stat(session.path)):
+            log_synced.append(os.fstat(fd).st_size)
+
+    monkeypatch.setattr(store_mod.os, "fsync", fsync)
+    unsynced_at_call: list[int] = []
+    complete = llm.complete
+
+    def checked(*a, **kw):  # type: ignore[no-untyped-def]
+        unsynced_at_call.append(session.path.stat().st_size - log_synced[-1])
+        return complete(*a, **kw)
+
+    llm.complete = checked  # type: ignore[method-assign]
+    with build_agent(session, Config(home=_isolated_home, model="script:t"), llm=llm) as agent:
+        lines = session.path.read_text().count("\n")
+        syncs = len(log_synced)
+        list(agent.run("t"))
+        steps = [e for e in session.branch() if getattr(e, "message", {}).get("role") == "tool"]
+        added = session.path.read_text().count("\n") - lines
+        assert unsynced_at_call == [0, 0, 0, 0], "every byte of the log is fsynced before a model call"
+        assert len(steps) == 4 and len(log_synced) - syncs == added - len(steps)  # one per step

@@ -15,6 +15,8 @@ from typing import Any
 import pytest
 from jupyter_client import KernelManager
 
+from tests.snapshot_shell import read_manifest
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -149,14 +151,14 @@ def test_kill_during_snapshot_keeps_previous(tmp_path):
     k = BareKernel(snap)
     try:
         k.run("import numpy as np\na = list(range(10))\nbig = np.ones(300_000)")
-        before = json.loads((snap / "manifest.json").read_text())
+        before = read_manifest(snap)
         k.kill_from_inside(
             "import os\nos.environ['RLM_SNAPSHOT_CRASH_AFTER_FILES'] = '1'\n"
             "a.append(99)\nbig2 = np.zeros(400_000)\nbig[:] = 7\n"
         )
     finally:
         k.close()
-    assert json.loads((snap / "manifest.json").read_text()) == before
+    assert read_manifest(snap) == before
     gen = before["generation"]
     orphans = [n for n in os.listdir(snap) if n.startswith(f"g{gen + 1:08d}")]
     assert orphans  # the crash happened mid-snapshot, after a data file was written
@@ -171,7 +173,7 @@ def test_kill_during_snapshot_keeps_previous(tmp_path):
         k2.close()
     names = os.listdir(snap)
     assert not [n for n in names if n.startswith(f"g{gen + 1:08d}")]  # orphans collected
-    assert json.loads((snap / "manifest.json").read_text())["generation"] > gen + 1
+    assert read_manifest(snap)["generation"] > gen + 1
 
 
 def test_host_kernel_restart_restores(tmp_path):
@@ -219,3 +221,27 @@ def test_an_open_fifo_does_not_block_the_restore_or_lose_the_other_names(tmp_pat
         why = {d["name"]: d["reason"] for d in rep.failed + rep.skipped}
         assert "not a regular file" in why.get("p", "") + why.get("q", "") or "p" in rep.not_replayed
         assert k.execute("print(x)").shaped.strip() == "42"
+
+
+def test_kill_while_appending_to_the_journal_keeps_previous(tmp_path):
+    """A cell that binds only small values: its snapshot is one journal record, and a kill
+    in the middle of it (the fault hook writes it torn) restores the generation before."""
+    snap = tmp_path / "snap"
+    k = BareKernel(snap)
+    try:
+        k.run("a = list(range(10))")
+        k.run("b = {'k': 1}")
+        gen = read_manifest(snap)["generation"]
+        k.kill_from_inside("import os\nos.environ['RLM_SNAPSHOT_CRASH_AFTER_FILES'] = '1'\n"
+                           "a.append(99)\nc = 'new'\n")
+    finally:
+        k.close()
+    assert read_manifest(snap)["generation"] == gen
+    k2 = BareKernel(snap)
+    try:
+        report = json.loads(k2.expr(RESTORE))
+        assert sorted(report["restored"]) == ["a", "b"] and report["failed"] == []
+        k2.run("assert a == list(range(10)) and 'c' not in globals()\nd = 4")
+    finally:
+        k2.close()
+    assert read_manifest(snap)["generation"] > gen and "d" in read_manifest(snap)["entries"]

@@ -37,8 +37,10 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
     message: dict[str, Any] = {"role": "assistant", "content": completion.content}
     if calls:
         message["tool_calls"] = [c.to_message() for c in calls]
+    # a reply with cells is made durable by their results' append: one fsync per step
     host.session.append(MessageEntry(
-        message=message, usage=completion.usage.to_dict(), model=completion.model or None))
+        message=message, usage=completion.usage.to_dict(), model=completion.model or None),
+        durable=not calls)
     yield ModelReply(completion.content, [str(c.arguments.get("code", "")) for c in calls],
                      completion.usage.to_dict())
     if not calls:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_ext import contract, snapshot_store
+from kernel_ext import contract, snapshot_log, snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 from rlm.errors import ConfigError, SessionError
@@ -166,6 +166,10 @@ def snapshot_names(session_dir: Path, snapshot_url: str | None = None) -> list[d
         entries = manifest.get("names") or manifest.get("entries") or {}
         if not isinstance(entries, dict) or not isinstance(groups, dict):
             raise ValueError("its entries are not an object")
+        if isinstance(manifest.get("generation"), int):  # the generations in its journal
+            manifest, _ = snapshot_log.replay(str(path.parent), {**manifest, "entries": entries,
+                                                                 "groups": groups})
+            entries, groups = manifest["entries"], manifest["groups"]
     except (OSError, ValueError, AttributeError) as exc:
         raise SessionError(
             f"{path}: unreadable snapshot manifest ({str(exc).splitlines()[0][:120]}); "

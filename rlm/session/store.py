@@ -114,6 +114,7 @@ class SessionStore:
         self._last: str | None = None  # the id on the file's last line (a partial store)
         self._projections = Projections()
         self._fd: int | None = None
+        self._unsynced = False  # a line written without its fsync (append durable=False)
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
         self._secrets = known_secrets()
         self._append_lock = threading.RLock()
@@ -305,13 +306,14 @@ class SessionStore:
 
     # -- writing ------------------------------------------------------------------------
 
-    def append(self, entry: Entry) -> Entry:
+    def append(self, entry: Entry, durable: bool = True) -> Entry:
         """Record `entry` (parent defaults to the leaf), fsync, and make it the leaf. Safe
-        from any thread: background work (the checkpoint writer, children) appends too."""
+        from any thread (the checkpoint writer, children append too). durable=False: the
+        next durable append (or `close`) fsyncs it; a killed process still loses nothing."""
         with self._append_lock:
-            return self._append(entry)
+            return self._append(entry, durable)
 
-    def _append(self, entry: Entry) -> Entry:
+    def _append(self, entry: Entry, durable: bool = True) -> Entry:
         if isinstance(entry, SessionHeader):
             raise SessionError("the session header is written by SessionStore.create")
         if entry.id in self._by_id or entry.id == self.header.id:
@@ -328,7 +330,7 @@ class SessionStore:
             if clean != line:  # keep memory and disk identical: a resume must see the same
                 line = clean
                 entry.__dict__.update(entry_from_dict(json.loads(clean)).__dict__)
-        offset = self._write(line) if self.path is not None else -1
+        offset = self._write(line, durable) if self.path is not None else -1
         if not self._partial:
             self._entries.append(entry)
             self._offset[entry.id] = offset
@@ -358,6 +360,10 @@ class SessionStore:
         if self._unindexed:
             self._save_index()
         if self._fd is not None:
+            if self._unsynced:
+                with contextlib.suppress(OSError):
+                    os.fsync(self._fd)
+                self._unsynced = False
             os.close(self._fd)
             self._fd = None
 
@@ -378,8 +384,8 @@ class SessionStore:
             index.save(self.path, covered)
         self._unindexed = 0
 
-    def _write(self, line: bytes) -> int:
-        """Append `line` durably; returns the offset it starts at."""
+    def _write(self, line: bytes, durable: bool = True) -> int:
+        """Append `line` (durably, unless told not to); returns the offset it starts at."""
         if self._fd is None:
             assert self.path is not None
             self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)  # never via a link
@@ -392,7 +398,9 @@ class SessionStore:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
-            os.fsync(self._fd)
+            if durable:
+                os.fsync(self._fd)
+            self._unsynced = not durable
         except OSError as e:  # ENOSPC, EIO, quota: take back the partial line, say it in one line
             with contextlib.suppress(OSError):
                 os.ftruncate(self._fd, size)
