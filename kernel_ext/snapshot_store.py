@@ -64,12 +64,7 @@ def ensure_dir(path: str) -> None:
     os.chmod(path, 0o700)
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+_fsync_dir = snapshot_log.fsync_dir
 
 
 def read_manifest(path: str) -> tuple[dict[str, Any] | None, str | None]:
