@@ -35,8 +35,8 @@ _PREFIX = struct.Struct("<4sQI")  # magic, data length, header length: 16 bytes
 DATA_AT = 64  # the data starts this far into a record
 ALIGN = 64
 MAX_RECORDS = 512  # then the whole manifest is written again
-MAX_BYTES = 8 * 1024 * 1024
-INLINE_LIMIT = 1024 * 1024  # a generation's small pickles above this get a file of their own
+MAX_BYTES = 1024 * 1024  # the host scans a changed file for secrets after each cell
+INLINE_LIMIT = 256 * 1024  # a generation's small pickles above this get a file of their own
 
 
 def log_name(base: int) -> str:
