@@ -40,16 +40,14 @@ from kernel_ext import contract, lineage
 from kernel_ext import snapshot_store as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
-    Reach,
     cell_names,
-    co_groups,
     estimate_size,
     is_immutable_scalar,
-    reachable_ids,
     referenced_globals,
     shared_array_roots,
     user_values,
 )
+from kernel_ext.reach_index import ReachIndex
 from kernel_ext.snapshot_codec import (
     decode,
     encode,
@@ -81,7 +79,7 @@ class Snapshotter:
         self.entries: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}
         self.grouping = True  # False: the per-name rule of manifest v1 (benchmarks compare)
-        self.reach: dict[str, tuple[int, Reach]] = {}  # name -> (id(value), what it reaches)
+        self.reach = ReachIndex()  # what each name's value reaches, between cells
         self.generation = 0
         self.next_gen = 1
         self.ids: dict[str, int] = {}  # live names -> id() at the last snapshot/restore
@@ -188,7 +186,7 @@ class Snapshotter:
         if touched or deleted or full:
             self._write(values, touched, set(deleted), stats)
         for k in deleted:
-            self.reach.pop(k, None)
+            self.reach.drop(k)
         self.ids = ids
         self.pending.clear()
         self.pending_full = False
@@ -198,38 +196,32 @@ class Snapshotter:
     # ---- co-variable groups ----------------------------------------------------------
     def _plan_groups(self, values: dict[str, Any], touched: set[str]) -> tuple[set[str], list[list[str]]]:
         """The names to write (touched, closed over old and new groups) and the new groups
-        that cover them. Reach is recomputed for names to write, cached for the rest."""
+        that cover them. Reach is recomputed for names to write, kept for the rest."""
         if not self.grouping:
             return touched, [[k] for k in sorted(touched)]
-        ns = self.ip.user_ns
-        fresh: set[str] = set()
+        ns, index = self.ip.user_ns, self.reach
+        index.keep_only(values)
+        fresh = set(index.stale(values))  # every name indexed, or a group could be missed
+        for k in fresh:
+            index.update(k, values[k], ns)
         todo = set(touched)
-        groups: list[list[str]] = []
         for _ in range(4):
             for k in todo - fresh:
-                self.reach[k] = (id(values[k]), reachable_ids(values[k], ns))
+                index.update(k, values[k], ns)
                 fresh.add(k)
-            for k, v in values.items():
-                cached = self.reach.get(k)
-                if cached is None or cached[0] != id(v):
-                    self.reach[k] = (id(v), reachable_ids(v, ns))
-                    fresh.add(k)
-            groups = co_groups({k: self.reach[k][1] for k in values})
-            grown = set(todo)
-            for g in groups:
-                if grown.intersection(g):
-                    grown.update(g)
+            groups = index.groups_of(todo)
+            grown = set(todo).union(*groups)
             grown |= self._group_mates(grown) & values.keys()
             if grown == todo:
-                break
+                return todo, groups
             todo = grown
-        return todo, [g for g in groups if todo.intersection(g)]
+        return todo, index.groups_of(todo)
 
     def _store_group(self, names: list[str], values: dict[str, Any], writer: store.GenerationWriter,
                      budget: int, entries: dict[str, dict[str, Any]],
                      groups: dict[str, dict[str, Any]], gen: int) -> int:
         """Encodes one group (or one name) into `entries`/`groups`; returns the bytes used."""
-        roots = shared_array_roots(self.reach[k][1] for k in names if k in self.reach)
+        roots = shared_array_roots(r for k in names if (r := self.reach.get(k)) is not None)
         if len(names) > 1:
             enc = encode_group([values[k] for k in names], self.var_cap, roots)
             if enc.kind != "skipped":

@@ -8,9 +8,12 @@ import json
 import os
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kernel_ext import snapshot
 from kernel_ext.namespace import co_groups, reachable_ids
+from kernel_ext.reach_index import ReachIndex
 from tests.snapshot_shell import (  # the `shell` fixture comes from conftest
     manifest,
     new_kernel,
@@ -24,6 +27,32 @@ def test_reach_and_groups_are_union_find_over_shared_objects():
     reach = {k: reachable_ids(v, ns) for k, v in ns.items()}
     assert reach["n"].ids == set() and reach["s"].ids == set()  # atoms are no identity
     assert co_groups(reach) == [["a", "b", "c"], ["n"], ["other"], ["s"], ["t"]]
+
+
+_POOL = [[i] for i in range(6)]  # objects names may share
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdefg"), st.lists(st.integers(0, 5), max_size=3)),
+                min_size=1, max_size=25))
+@settings(max_examples=150, deadline=None)
+def test_the_index_keeps_the_groups_union_find_gives_as_names_are_rebound(steps):
+    """Names rebound one after another (each to a list holding some shared objects, or to
+    nothing shared): after each step, the groups of any names equal co_groups' groups."""
+    ns: dict[str, object] = {}
+    index = ReachIndex()
+    for name, picks in steps:
+        ns[name] = [_POOL[i] for i in picks]
+        index.update(name, ns[name], ns)
+        reach = {k: reachable_ids(v, ns) for k, v in ns.items()}
+        whole = co_groups(reach)
+        for k in ns:
+            assert index.groups_of([k]) == [g for g in whole if k in g]
+        assert index.groups_of(ns) == whole
+    for name in list(ns)[::2]:
+        del ns[name]
+    index.keep_only(ns)
+    if ns:
+        assert index.groups_of(ns) == co_groups({k: reachable_ids(v, ns) for k, v in ns.items()})
 
 
 def test_aliases_container_and_cycle_keep_identity(shell):
