@@ -169,3 +169,21 @@ def test_a_large_context_entry_is_cut_to_head_and_tail_for_the_summariser():
     text = serialize_entries([CustomEntry(custom_type="notebook_import", content=body)])
     assert text.startswith("[Context]: HEAD ") and text.endswith("TAIL")
     assert len(text) < CONTEXT_MAX_CHARS + 200 and "more characters truncated" in text
+
+
+def test_the_running_count_equals_counting_every_message_as_lists_grow_and_change():
+    """count_sum reuses the sums of the prefix a list shares by identity with the longest
+    list it counted; whatever the lists do, the total is the plain sum."""
+    from rlm.llm.tokens import count_message, count_sum
+
+    def msg(i: int) -> dict:
+        return {"role": "user" if i % 2 else "assistant", "content": f"message {i} " * (i % 7)}
+
+    msgs = [msg(i) for i in range(30)]
+    plain = lambda ms: sum(count_message(m) for m in ms)  # noqa: E731
+    lists = [msgs[:5], msgs[:12], msgs[:3], msgs[:12], msgs[:30],
+             [*msgs[:4], msg(99), *msgs[5:30]],  # one replaced in the middle
+             msgs[:30], [msgs[0], msg(100), *msgs[1:20]],  # one inserted after the first
+             [], msgs[:1], [dict(m) for m in msgs[:10]]]  # equal content, other objects
+    for ms in lists:
+        assert count_sum(ms) == plain(ms)

@@ -217,3 +217,20 @@ def test_snapshot_numbers_its_files(tmp_path):
 def test_reminder_decision(completed, writes, reminded, turn, due):
     act = MemoryActivity(completed=completed, writes=writes, reminded=reminded)
     assert reminder_due(act, turn) == due
+
+
+def test_the_memory_message_is_the_same_dict_until_a_file_or_the_window_changes(tmp_path):
+    """The prompt's token count finds a message it counted by identity: an unchanged
+    memory block is handed out as the same dict, a changed one as a new one."""
+    mem = ProjectMemory(tmp_path)
+    mem.init()
+    window = [32_768]
+    head = MemoryHead(mem, lambda: window[0], lambda: [])
+    first = head.message()
+    assert first is not None and head.message() is first
+    mem.update("state", "## In progress\n- cleaning sales.csv\n", "merge")
+    second = head.message()
+    assert second is not first and "cleaning sales.csv" in second["content"]
+    assert head.message() is second
+    window[0] = 4_096
+    assert head.message() is not second

@@ -4,6 +4,7 @@ thread kept free for Ctrl-C and for yielding the events the work emits."""
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import threading
@@ -69,7 +70,7 @@ def _run(fn: Work, stop: threading.Event, on_keyboard_interrupt: Callable[[], Ev
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller
             q.put(("error", e))
 
-    threading.Thread(target=work, name="rlm-turn", daemon=True).start()
+    _workers.submit(work)
     stop_seen: float | None = None
     while True:
         while presses:  # counted by the handler, wherever the main thread was
@@ -97,6 +98,42 @@ def _run(fn: Work, stop: threading.Event, on_keyboard_interrupt: Callable[[], Ev
             return value
         else:
             raise value
+
+
+class _Workers:
+    """Daemon threads kept idle between pieces of work, so a step (a model call, then its
+    cells) starts no thread. Work that is abandoned (a model call after a stop) keeps its
+    thread until it returns; the next piece is given another."""
+
+    IDLE_MAX = 4
+
+    def __init__(self) -> None:
+        self._forget()
+        os.register_at_fork(after_in_child=self._forget)  # a forked child has none of them
+
+    def _forget(self) -> None:
+        self._idle: list[queue.SimpleQueue[Callable[[], None]]] = []
+        self._lock = threading.Lock()
+
+    def submit(self, fn: Callable[[], None]) -> None:
+        """Run `fn` (which must not raise) on an idle worker, or on a new one."""
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(inbox,), name="rlm-turn", daemon=True).start()
+        inbox.put(fn)
+
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None]]) -> None:
+        while True:
+            inbox.get()()
+            with self._lock:
+                if len(self._idle) >= self.IDLE_MAX:
+                    return
+                self._idle.append(inbox)
+
+
+_workers = _Workers()
 
 
 def _count_presses(presses: list[int]) -> Any:

@@ -310,9 +310,9 @@ def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
 
 
 def _count(messages: list[dict[str, Any]]) -> int:
-    from rlm.llm.tokens import count_message
+    from rlm.llm.tokens import count_sum
 
-    return sum(count_message(m) for m in messages)
+    return count_sum(messages)
 
 
 def context_tokens(branch: Sequence[Entry], project: Projection | None = None) -> int:

@@ -21,7 +21,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import operator
 import os
+import threading
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -155,10 +157,51 @@ def count_message(message: dict[str, Any], encoding: str = DEFAULT_ENCODING) -> 
     return n
 
 
+class RunningCount:
+    """`count_message` summed over message lists that grow at their end, as a session's
+    prompt does: the sums of the longest prefix a list shares, by identity, with the
+    longest list counted before are reused, so a turn counts only its new messages
+    (a compaction or a replaced result starts the sums again from where lists differ)."""
+
+    def __init__(self) -> None:
+        self._messages: list[dict[str, Any]] = []
+        self._sums = [0]  # _sums[i]: the tokens of _messages[:i]
+
+    def total(self, messages: list[dict[str, Any]]) -> int:
+        old, sums = self._messages, self._sums
+        n = min(len(old), len(messages))
+        same = list(map(operator.is_, messages[:n], old[:n]))
+        try:
+            k = same.index(False)
+        except ValueError:
+            k = n
+        if k == len(messages):  # a prefix of what was counted: served from the sums
+            return sums[k]
+        del sums[k + 1:]
+        self._messages = list(messages)
+        for m in messages[k:]:
+            sums.append(sums[-1] + count_message(m))
+        return sums[-1]
+
+
+_running = threading.local()  # a RunningCount per thread: sessions are not shared across
+
+
+def count_sum(messages: list[dict[str, Any]]) -> int:
+    """`sum(count_message(m) for m in messages)` in the default encoding, in O(messages
+    added since this thread's last count) for lists that grow at their end."""
+    counter = getattr(_running, "counter", None)
+    if counter is None:
+        counter = _running.counter = RunningCount()
+    return int(counter.total(messages))
+
+
 def count_messages(messages: list[dict[str, Any]], encoding: str = DEFAULT_ENCODING) -> int:
     """Tokens a whole prompt costs: the messages plus the reply priming."""
     if not messages:
         return 0
+    if encoding == DEFAULT_ENCODING:
+        return _REPLY_PRIMING + count_sum(messages)
     return _REPLY_PRIMING + sum(count_message(m, encoding) for m in messages)
 
 

@@ -48,6 +48,9 @@ class MemoryHead:
         # a small fenced-code model gets no block while nothing is recorded: the guide alone
         # is ~250 tokens of instructions it does not follow (bench/bench_memory.py)
         self.quiet_when_empty = quiet_when_empty
+        # the last message and what it was made from: the same dict while nothing changed,
+        # so a prompt's token count finds it by identity (rlm.llm.tokens.RunningCount)
+        self._last: tuple[MemoryTexts, int, dict[str, Any]] | None = None
 
     def texts(self) -> MemoryTexts:
         m = self.memory
@@ -68,7 +71,12 @@ class MemoryHead:
         t = self.texts()
         if self.quiet_when_empty and is_empty(t):
             return None
-        return {"role": "user", "content": memory_block(t, budget_chars(self.window()))}
+        budget = budget_chars(self.window())
+        if self._last is not None and self._last[0] == t and self._last[1] == budget:
+            return self._last[2]
+        message = {"role": "user", "content": memory_block(t, budget)}
+        self._last = (t, budget, message)
+        return message
 
 
 def with_memory(messages: list[dict[str, Any]], head: MemoryHead | None) -> list[dict[str, Any]]:

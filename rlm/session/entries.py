@@ -13,7 +13,7 @@ shaped text the model saw.
 from __future__ import annotations
 
 import uuid
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
@@ -36,8 +36,10 @@ class Entry:
     timestamp: str = field(default_factory=now_iso)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"type": self.type}
-        d.update(asdict(self))
+        """The entry as its log line holds it. Shallow: the values are the entry's own
+        (its message dict, its cell): read them, never change them."""
+        d: dict[str, Any] = {"type": self.type}
+        d.update((f.name, getattr(self, f.name)) for f in fields(self))
         return d
 
 
