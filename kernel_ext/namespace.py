@@ -77,6 +77,12 @@ def _from_extension(value: Any) -> bool:
     return isinstance(mod, str) and mod.startswith(_EXT_PREFIX)
 
 
+# type -> whether its instances are kernel_ext's (`_from_extension`), asked for every name
+# after every cell; a class or function is asked about itself, never cached
+_EXT_BY_TYPE: dict[type, bool] = {}
+_UNCACHED_TYPES = (type, types.FunctionType)
+
+
 def user_values(ip: Any) -> dict[str, Any]:
     """User-defined names -> values: no IPython internals, no hidden names (unless the user
     rebound them), no objects injected by kernel_ext, and no alias the kernel bound
@@ -85,15 +91,23 @@ def user_values(ip: Any) -> dict[str, Any]:
     hidden = ip.user_ns_hidden
     out = {}
     missing = object()
+    by_type = _EXT_BY_TYPE
     for name, value in list(ip.user_ns.items()):  # a subshell may list during a cell
         if is_internal_name(name):
             continue
         bound = hidden.get(name, missing)
         if bound is value or (is_alias(name, bound) and is_alias(name, value)):
             continue  # the second: the kernel's alias, imported again by a cell
-        if _from_extension(value):
-            continue
-        out[name] = value
+        t = type(value)
+        ext = by_type.get(t)
+        if ext is None:
+            ext = _from_extension(value)
+            if not issubclass(t, _UNCACHED_TYPES):
+                if len(by_type) >= 4096:
+                    by_type.clear()
+                by_type[t] = ext
+        if not ext:
+            out[name] = value
     return out
 
 

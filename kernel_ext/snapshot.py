@@ -80,6 +80,7 @@ class Snapshotter:
         self.groups: dict[str, dict[str, Any]] = {}
         self.grouping = True  # False: the per-name rule of manifest v1 (benchmarks compare)
         self.reach = ReachIndex()  # what each name's value reaches, between cells
+        self.used: int | None = None  # bytes the groups hold; None: count them again
         self.generation = 0
         self.next_gen = 1
         self.ids: dict[str, int] = {}  # live names -> id() at the last snapshot/restore
@@ -107,6 +108,7 @@ class Snapshotter:
         if manifest is not None:
             self.entries, self.generation = manifest["entries"], manifest["generation"]
             self.groups = manifest["groups"]
+        self.used = None  # groups no entry names any more are dropped at the next write
         self.next_gen = max(self.generation, self.store.max_generation()) + 1
         # unreadable manifest: we cannot tell which old files it used; never delete them
         self.min_gc_gen = self.next_gen if self.manifest_error else 0
@@ -303,11 +305,11 @@ class Snapshotter:
         assert self.store is not None
         writer = self.store.writer(gen)
         touched, new_groups = self._plan_groups(values, touched)
-        entries = {k: e for k, e in self.entries.items() if k not in touched and k not in deleted}
-        kept = {e["group"] for e in entries.values() if "group" in e}
-        groups = {gid: g for gid, g in self.groups.items() if gid in kept}
-        budget = self.total_cap - sum(int(g.get("bytes", 0)) for g in groups.values())
-        small_files = {g["file"] for g in groups.values() if g.get("file", "").endswith(store.SMALL_SUFFIXES)}
+        entries, groups, used = self._kept(touched | deleted)
+        budget = self.total_cap - used
+        # checked every few generations: a late regroup costs a few more small files
+        small_files = {g["file"] for g in groups.values()
+                       if g.get("file", "").endswith(store.SMALL_SUFFIXES)} if gen % 8 == 0 else ()
         if len(small_files) > store.MAX_SMALL_FILES:  # regroup old small pickles
             reader = self.store.reader()
             for gid, g in groups.items():
@@ -325,9 +327,33 @@ class Snapshotter:
         self._preserve_corrupt_manifest()
         self.store.write_manifest(gen, entries, groups, writer)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
+        self.used = self.total_cap - budget
         stats.update(bytes_written=writer.bytes_written, generation=gen)
         self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},
                                    self.min_gc_gen)
+
+    def _kept(self, written: set[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
+        """The entries and groups a generation keeps from the last one (`written` names are
+        written again or deleted) and the bytes those groups hold: in O(written) from the
+        last generation's, or from every entry after a manifest was read."""
+        if self.used is None:
+            entries = {k: e for k, e in self.entries.items() if k not in written}
+            kept = {e["group"] for e in entries.values() if "group" in e}
+            groups = {gid: g for gid, g in self.groups.items() if gid in kept}
+            return entries, groups, sum(int(g.get("bytes", 0)) for g in groups.values())
+        entries, groups, used = dict(self.entries), dict(self.groups), self.used
+        left = set()
+        for k in written:
+            gid = entries.pop(k, {}).get("group")
+            if isinstance(gid, str):
+                left.add(gid)
+        for gid in left:  # a group goes once no entry it stores still names it
+            g = groups.get(gid)
+            if g is not None and not any(entries.get(m, {}).get("group") == gid
+                                         for m in g.get("members", ())):
+                del groups[gid]
+                used -= int(g.get("bytes", 0))
+        return entries, groups, used
 
     def _preserve_corrupt_manifest(self) -> None:
         if self.manifest_error and self.store is not None:

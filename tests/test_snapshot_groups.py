@@ -159,3 +159,21 @@ def test_shared_singletons_do_not_chain_unrelated_names(shell):
                "p2 = functools.partial(float)")
     groups = [g["members"] for g in manifest(shell)["groups"].values()]
     assert all(len(m) == 1 for m in groups), groups
+
+
+def test_kept_groups_and_their_bytes_follow_every_cell(shell):
+    """The groups a generation keeps are found from the names it writes again, not from
+    every entry: after each cell (aliases made and broken, a group split, names deleted)
+    every stored group is named by an entry, every entry's group is stored, and the bytes
+    counted are the stored groups' bytes; what is on disk says the same."""
+    cells = ["a = [1]\nb = a\nc = {'x': a}", "big = list(range(5000))", "b = [2]",
+             "c = None", "del a", "d = {'k': big}\ne = big", "del big", "e = 5\nd = 6",
+             "f = [f'{i}' for i in range(50)]\ng = f", "del f, g, b"]
+    for code in cells:
+        run(shell, code)
+        snap = snapshot._get(shell)
+        named = {e["group"] for e in snap.entries.values() if "group" in e}
+        assert named == set(snap.groups), code
+        assert snap.used == sum(int(g.get("bytes", 0)) for g in snap.groups.values()), code
+        on_disk = manifest(shell)
+        assert on_disk["entries"] == snap.entries and on_disk["groups"] == snap.groups, code
