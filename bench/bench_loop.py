@@ -10,12 +10,13 @@ so one command prints every ratio from one run. Peers measured earlier on these 
 (DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x.
 
     python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
-        [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON]
+        [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -37,8 +38,22 @@ def call(code: str) -> dict:
     return {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
-def rlm_run(n: int) -> tuple[float, float]:
-    """(seconds per iteration, of which inside the model call)."""
+BENCH_KEY = "BENCH_FAKE_API_KEY"  # a name rlm.secrets treats as a secret
+
+
+def rlm_run(n: int, key: bool = False) -> tuple[float, float]:
+    """(seconds per iteration, of which inside the model call). `key`: a provider key in
+    the environment, as a hosted model has one: after each cell the host then scrubs what
+    the kernel wrote for it (rlm.secrets.scrub_session)."""
+    if key:
+        os.environ[BENCH_KEY] = "sk-bench-" + "k3y" * 12
+    try:
+        return _rlm_run(n)
+    finally:
+        os.environ.pop(BENCH_KEY, None)
+
+
+def _rlm_run(n: int) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         home = Path(d)
         cfg = Config(home=home, model="script:bench", max_turns=n + 5)
@@ -94,7 +109,8 @@ def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -
 RAW = "raw, rlm's kernel"
 PLAIN = "raw, plain ipykernel"
 PLAIN_NO_HISTORY = "raw, plain, store_history=False"
-OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, "nano-rlm": PLAIN,
+KEYED = "rlm, whole loop, a key set"
+OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, "nano-rlm": PLAIN,
            "alexzhang13/rlm": PLAIN_NO_HISTORY}
 
 
@@ -118,6 +134,8 @@ def main() -> None:
     ap.add_argument("--alexzhang-rlm", type=Path, help="checkout of alexzhang13/rlm")
     ap.add_argument("--peer-python", default=sys.executable,
                     help="interpreter with the peers' dependencies (a venv)")
+    ap.add_argument("--key", action="store_true",
+                    help="also run rlm with a provider key set (the per-cell secret scrub)")
     a = ap.parse_args()
     peers = {k: p for k, p in (("nano-rlm", a.nano_rlm), ("alexzhang13/rlm", a.alexzhang_rlm)) if p}
     plain = [a.peer_python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # theirs
@@ -130,6 +148,8 @@ def main() -> None:
             rounds["rlm, whole loop"].append(total)
             rounds["rlm, outside the model"].append(total - model)
             rounds[RAW].append(raw_run(n))
+            if a.key:
+                rounds.setdefault(KEYED, []).append(rlm_run(n, key=True)[0])
             if peers:
                 rounds.setdefault(PLAIN, []).append(raw_run(n, plain))
             if "alexzhang13/rlm" in peers:

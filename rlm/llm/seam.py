@@ -576,7 +576,7 @@ class _ScriptHandler:
     def _reply(self, model: str, messages: list, kw: dict[str, Any]) -> tuple[int, Reply]:
         index = int(model.split(":", 1)[1])
         owner = self.owner
-        owner.calls.append([dict(m) for m in messages])  # the host never changes them
+        owner.calls.append(list(messages))  # read-only dicts: the host never changes them
         params = kw.get("optional_params") or {}
         owner.requests.append(
             {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop"),
