@@ -125,15 +125,54 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) 
     if not secrets:
         return []
     hit = []
+    seen = _scanned_for(secrets)
+    start = time.time_ns()
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             if name in SCRUB_SKIP:
                 continue
-            path = Path(dirpath) / name
+            path = os.path.join(dirpath, name)
             with contextlib.suppress(OSError):
-                if os.lstat(path).st_mtime_ns >= since_ns and scrub_file(path, secrets):
-                    hit.append(path)
+                st = os.lstat(path)
+                if st.st_mtime_ns < since_ns:
+                    continue
+                # taken before the scan: a write during it or after it changes the size or
+                # the times, and the file is scanned again
+                sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                if seen.get(path) == sig:
+                    continue  # scanned since its last change (inside the mtime slack)
+                if scrub_file(Path(path), secrets):
+                    hit.append(Path(path))
+                if _settled(st.st_mtime_ns, start):
+                    if len(seen) >= _SCANNED_MAX:
+                        seen.clear()
+                    seen[path] = sig
     return hit
+
+
+# path -> (dev, inode, size, mtime, ctime) when it was last scanned, for one list of
+# secrets: after each cell the scrub looks at every file changed in the last seconds (the
+# mtime slack), and most of them (earlier cells' spools, data files) did not change since
+_SCANNED_MAX = 65_536
+# A file is remembered as scanned only when its mtime is fine-grained (not a whole
+# millisecond: a file system with coarse times could give a later write the same mtime)
+# and this much older than the scan: any write after the scan then gets a later mtime,
+# whatever the clock tick the file system stamps with.
+_SETTLED_NS = 50_000_000
+
+
+def _settled(mtime_ns: int, scan_ns: int) -> bool:
+    return mtime_ns % 1_000_000 != 0 and scan_ns - mtime_ns > _SETTLED_NS
+_scanned: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {}
+
+
+def _scanned_for(secrets: list[str]) -> dict[str, tuple[int, ...]]:
+    key = tuple(secrets)
+    seen = _scanned.get(key)
+    if seen is None:  # other secrets (one remembered since): every file is scanned again
+        _scanned.clear()
+        seen = _scanned[key] = {}
+    return seen
 
 
 SCRUB_MARK = ".scrubbed"  # in the session dir: its mtime is when the last scrub began

@@ -188,3 +188,28 @@ def test_any_later_run_scrubs_what_a_dead_host_left_in_another_session(_isolated
     assert proc.returncode == 0, proc.stderr
     assert key.encode() not in (left / "snapshot" / "k-small.bin").read_bytes()
     assert key.encode() in (held / "snapshot" / "k-small.bin").read_bytes()  # not touched
+
+
+def test_a_file_scanned_clean_is_scanned_again_once_it_changes(tmp_path, monkeypatch):
+    """The scrub skips a file it scanned that has not changed since (the per-cell scrub
+    looks at every file of the last seconds): a later append, or a rewrite of the same
+    size, is scanned and masked at the next scrub, whatever the mtime slack."""
+    from rlm.secrets import scrub_tree
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    log, same = tmp_path / "g1-log.bin", tmp_path / "artifact.txt"
+    log.write_bytes(b"clean record\n")
+    same.write_bytes(b"x" * len(key))
+    settled = os.stat(log).st_mtime_ns - 1_000_000_123  # a second back: "settled"
+    for path in (log, same):
+        os.utime(path, ns=(settled, settled))
+    assert scrub_tree(tmp_path) == []  # both scanned clean, both remembered
+    assert scrub_tree(tmp_path) == []
+    with open(log, "ab") as f:
+        f.write(key.encode() + b"\n")
+    fd = os.open(same, os.O_WRONLY)
+    os.pwrite(fd, key.encode(), 0)
+    os.close(fd)
+    assert sorted(scrub_tree(tmp_path)) == sorted([log, same])
+    assert _leaks(tmp_path, key) == []
