@@ -103,6 +103,20 @@ class ProjectMemory:
     def exists(self) -> bool:
         return self.dir.is_dir() and not self.dir.is_symlink()
 
+    def signature(self) -> tuple[Any, ...]:
+        """What the reads depend on: the directory's and each file's inode, size and
+        times (None when missing). Equal signatures: the files read the same, short of a
+        same-size rewrite within one tick of the file system's clock."""
+        out: list[Any] = []
+        for p in (self.dir, *(self.dir / rel for rel in FILES.values()), self.dir / HISTORY):
+            try:
+                st = os.lstat(p)
+            except OSError:
+                out.append(None)
+                continue
+            out.append((st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+        return tuple(out)
+
     # ------------------------------------------------------------------- reads
     def read(self, name: str) -> str:
         """A file's text ("" when missing or not a regular file), at most twice its limit
