@@ -95,9 +95,10 @@ def user_values(ip: Any) -> dict[str, Any]:
     for name, value in list(ip.user_ns.items()):  # a subshell may list during a cell
         if is_internal_name(name):
             continue
-        bound = hidden.get(name, missing)
-        if bound is value or (is_alias(name, bound) and is_alias(name, value)):
-            continue  # the second: the kernel's alias, imported again by a cell
+        if name in hidden:
+            bound = hidden.get(name, missing)
+            if bound is value or (is_alias(name, bound) and is_alias(name, value)):
+                continue  # the second: the kernel's alias, imported again by a cell
         t = type(value)
         ext = by_type.get(t)
         if ext is None:

@@ -68,8 +68,7 @@ class ReachIndex:
 
     def keep_only(self, names: Iterable[str]) -> None:
         """Forget every name not in `names` (deleted from the namespace)."""
-        live = set(names)
-        for k in [k for k in self._reach if k not in live]:
+        for k in self._reach.keys() - set(names):
             self.drop(k)
 
     def groups_of(self, names: Iterable[str]) -> list[list[str]]:
