@@ -13,9 +13,9 @@ Record at a 64-aligned offset P (the file holds only whole records, zero padded 
     then    16 bytes   the first 16 again: a record without them was torn by a crash
 A reader takes manifest.json (generation BASE), then applies the records of g<BASE>-log.bin
 in order while each is whole and its generation grows; the first torn or unreadable one
-ends the log (that snapshot never completed; the one before it is whole). The writer cuts
-such a tail off before it appends. Now and then (`Log.full`) the store writes the whole
-manifest again as before, and the next records go to a new log named by its generation;
+ends the log (that snapshot never completed; the one before it is whole). A journal is
+never written over: after such a tail, and now and then (`Log.full`), the store writes the
+whole manifest again as before, and the next records go to a new log named by its generation;
 the old log stays while groups point into it (garbage collection keeps referenced files).
 """
 
@@ -57,6 +57,10 @@ class Log:
     end: int = 0
     records: int = 0
     generation: int = 0
+    # bytes past the last whole record (a kernel killed mid-append): never written over,
+    # so a journal only ever grows (the host's secret scrub reads what it gained); the
+    # next generation writes the whole manifest and begins a new journal instead
+    torn: bool = False
 
     @property
     def name(self) -> str:
@@ -64,7 +68,7 @@ class Log:
 
     @property
     def full(self) -> bool:
-        return self.records >= MAX_RECORDS or self.end >= MAX_BYTES
+        return self.records >= MAX_RECORDS or self.end >= MAX_BYTES or self.torn
 
     def data_start(self) -> int:
         return self.end + DATA_AT
@@ -114,6 +118,7 @@ def replay(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Log]:
                     table[k] = v
         log.generation, log.end, log.records = header["generation"], _align(end), log.records + 1
         created = header.get("created", created)
+    log.torn = len(data) > log.end
     if not log.records:
         return manifest, log
     return {**manifest, "generation": log.generation, "created": created, "entries": entries,
@@ -141,10 +146,12 @@ def append(log: Log, generation: int, entries: dict[str, Any], groups: dict[str,
     full = os.path.join(log.path, log.name)
     fd = os.open(full, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        created = os.fstat(fd).st_size == 0 and log.end == 0
+        size = os.fstat(fd).st_size
+        if size > log.end:  # a failed append whose cut failed too: see Log.torn
+            log.torn = True
+            raise OSError(errno.EIO, "bytes past the journal's last whole record", log.name)
+        created = size == 0 and log.end == 0
         try:
-            if os.fstat(fd).st_size > log.end:
-                os.ftruncate(fd, log.end)  # the torn tail of a snapshot that never completed
             body = record[:-ALIGN] if crash else record
             if os.pwrite(fd, body, log.end) != len(body):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), log.name)

@@ -13,6 +13,7 @@ Snapshot manifest: MANIFEST_NAME inside the snapshot dir; see kernel_ext.snapsho
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 BRIDGE_TARGET = "rlm.bridge"
@@ -28,6 +29,11 @@ NAMESPACE_REQUEST = "rlm_namespace_request"
 NAMESPACE_REPLY = "rlm_namespace_reply"
 
 MANIFEST_NAME = "manifest.json"
+# files of the snapshot dir kernel_ext only appends to: the manifest's journal (never
+# written over, even after a torn record: kernel_ext.snapshot_log) and the cell records
+# (kernel_ext.lineage). The host's secret scrub reads only what they gained since its
+# last scan of them.
+APPEND_ONLY_FILES = re.compile(r"(?:cells\.jsonl|g\d+-log\.bin)\Z")
 MANIFEST_VERSION = 2  # 2: co-variable groups (kernel_ext.snapshot_store)
 
 # Methods the host understands. Params are validated by each handler.

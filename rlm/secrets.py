@@ -80,10 +80,12 @@ _ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
 SCRUB_SKIP = frozenset({"session.jsonl", ".scrubbed"})  # redacted line by line when appended
 
 
-def scrub_file(path: Path, secrets: list[str]) -> int:
+def scrub_file(path: Path, secrets: list[str], start: int = 0) -> int:
     """Mask every occurrence of each secret, and every cut-off piece of one (`piece_spans`),
     in `path`, in place, same length; returns the count. Only a regular file with one link
-    is touched (never through a symlink, never a file that is also somewhere else)."""
+    is touched (never through a symlink, never a file that is also somewhere else).
+    `start`: the bytes before it were scanned already (a file that only grew); the scan
+    begins a page before it, at most, so a secret across it is still found whole."""
     try:
         fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:
@@ -93,7 +95,10 @@ def scrub_file(path: Path, secrets: list[str]) -> int:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size == 0:
             return 0
-        with mmap.mmap(fd, 0) as mm:
+        at = start // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
+        if at >= st.st_size:
+            at = 0
+        with mmap.mmap(fd, st.st_size - at, offset=at) as mm:
             found = mask_buffer(mm, secrets)
             if found:
                 mm.flush()
@@ -118,7 +123,8 @@ def mask_buffer(buf: Any, secrets: list[str]) -> int:
     return found
 
 
-def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) -> list[Path]:
+def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0,
+               append_only: Callable[[str], Any] | None = None) -> list[Path]:
     """`scrub_file` on every file under `root` modified at or after `since_ns` (except the
     session log); returns the files that held a secret. Nothing to do without secrets."""
     secrets = known_secrets() if secrets is None else secrets
@@ -127,6 +133,7 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) 
     hit = []
     seen = _scanned_for(secrets)
     start = time.time_ns()
+    overlap = max(len(s.encode("utf-32-le")) for s in secrets)
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             if name in SCRUB_SKIP:
@@ -139,14 +146,22 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0) 
                 # taken before the scan: a write during it or after it changes the size or
                 # the times, and the file is scanned again
                 sig = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                if seen.get(path) == sig:
+                before = seen.get(path)
+                if before == sig:
                     continue  # scanned since its last change (inside the mtime slack)
-                if scrub_file(Path(path), secrets):
+                # a file that only grew since (the snapshot journal, the cell records):
+                # its new bytes, from a secret's length before them
+                from_byte = 0
+                if (append_only is not None and before is not None and before[:2] == sig[:2]
+                        and before[2] < sig[2] and append_only(name)):
+                    from_byte = max(0, before[2] - overlap)
+                if scrub_file(Path(path), secrets, from_byte):
                     hit.append(Path(path))
-                if _settled(st.st_mtime_ns, start):
-                    if len(seen) >= _SCANNED_MAX:
-                        seen.clear()
-                    seen[path] = sig
+                if len(seen) >= _SCANNED_MAX:
+                    seen.clear()
+                # the size is always kept (only growth reads it); the rest only once the
+                # mtime is settled, as what lets an unchanged file be skipped
+                seen[path] = sig if _settled(st.st_mtime_ns, start) else (*sig[:3], -1, -1)
     return hit
 
 
@@ -179,10 +194,13 @@ SCRUB_MARK = ".scrubbed"  # in the session dir: its mtime is when the last scrub
 SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
 
 
-def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
+def scrub_session(session_dir: Path, since_ns: int | None = None, *,
+                  append_only: Callable[[str], Any] | None = None) -> list[Path]:
     """`scrub_tree` over the files written since the session's last scrub (whichever
     process ran it; all of them without a mark) or `since_ns` if earlier, then move the
-    mark. Cheap when nothing was written; nothing at all without secrets."""
+    mark. Cheap when nothing was written; nothing at all without secrets.
+    `append_only(name)`: a file its writer only appends to, of which only what it gained
+    since its last scan is read (kernel_ext.wire.APPEND_ONLY_FILES)."""
     secrets = known_secrets()
     if not secrets:
         return []
@@ -193,7 +211,8 @@ def scrub_session(session_dir: Path, since_ns: int | None = None) -> list[Path]:
         last = 0
     since = min(last, since_ns) if since_ns is not None else last
     now = time.time_ns()
-    hit = scrub_tree(Path(session_dir), secrets, max(0, since - SCRUB_SLACK_NS) if since else 0)
+    hit = scrub_tree(Path(session_dir), secrets, max(0, since - SCRUB_SLACK_NS) if since else 0,
+                     append_only)
     with contextlib.suppress(OSError):
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         os.close(fd)

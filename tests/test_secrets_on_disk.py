@@ -213,3 +213,32 @@ def test_a_file_scanned_clean_is_scanned_again_once_it_changes(tmp_path, monkeyp
     os.close(fd)
     assert sorted(scrub_tree(tmp_path)) == sorted([log, same])
     assert _leaks(tmp_path, key) == []
+
+
+def test_only_what_an_append_only_file_gained_is_read_again(tmp_path, monkeypatch):
+    """The snapshot journal and the cell records only grow (a torn journal is never
+    written over: test_snapshot_log): after a scan, the next one reads what they gained,
+    from a key's length before it, so a key across the old end is masked whole. Any other
+    file that changed is read whole."""
+    from kernel_ext import snapshot_log
+    from kernel_ext.lineage import RECORDS_NAME
+    from kernel_ext.wire import APPEND_ONLY_FILES
+    from rlm.secrets import scrub_session
+
+    assert APPEND_ONLY_FILES.match(RECORDS_NAME)
+    assert APPEND_ONLY_FILES.match(snapshot_log.Log(str(tmp_path), 7).name)
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    d = tmp_path / "sess"
+    (d / "snapshot").mkdir(parents=True)
+    journal, other = d / "snapshot" / "g00000003-log.bin", d / "snapshot" / "state.json"
+    journal.write_bytes(b"r" * 5000 + key[:12].encode())  # too short to be a piece
+    other.write_bytes(b"o" * 100)
+    scrub = lambda: scrub_session(d, 0, append_only=APPEND_ONLY_FILES.match)  # noqa: E731
+    assert scrub() == []
+    with open(journal, "ab") as f:  # the key completed across the old end
+        f.write(key[12:].encode() + b"r" * 100)
+    with open(other, "r+b") as f:  # rewritten in place and longer: read whole
+        f.write(key.encode() + b"o" * 200)
+    assert sorted(scrub()) == sorted([journal, other])
+    assert _leaks(d, key) == []

@@ -45,7 +45,7 @@ def test_a_small_cell_appends_one_record_with_one_fsync(shell, monkeypatch):
     assert shell.user_ns["b3"] == {"k": 3}
 
 
-def test_a_torn_record_restores_the_generation_before_it_and_is_cut_off(shell):
+def test_a_torn_record_restores_the_generation_before_it_and_is_never_written_over(shell):
     run(shell, "a = 1")
     run(shell, "b = [2]")
     run(shell, "c = 'three'")
@@ -55,10 +55,13 @@ def test_a_torn_record_restores_the_generation_before_it_and_is_cut_off(shell):
         f.truncate(whole - 70)  # into its closing 16 bytes at least
     report = new_kernel(shell)
     assert report["failed"] == [] and sorted(report["restored"]) == ["a", "b"]
-    run(shell, "d = 4")  # the next record replaces the torn one
+    torn = log.read_bytes()
+    run(shell, "d = 4")  # a whole manifest, then a new journal: the torn one only ever grew
     assert "c" not in manifest(shell)["entries"]
+    run(shell, "e = 5")
+    assert log.read_bytes() == torn and len(_logs(shell)) == 2
     report = new_kernel(shell)
-    assert sorted(report["restored"]) == ["a", "b", "d"]
+    assert sorted(report["restored"]) == ["a", "b", "d", "e"]
 
 
 def test_garbage_after_the_last_record_is_not_read(shell):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from kernel_ext.wire import APPEND_ONLY_FILES
 from rlm.kernel.kinds import Runtime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
@@ -315,7 +316,7 @@ class CellCollector:
         self._spool.close()
         # the spool, artifacts, snapshot data the kernel wrote since the last scrub (a
         # thread may write between cells): no secret stays on disk
-        scrub_session(self.session_dir, self._started_ns)
+        scrub_session(self.session_dir, self._started_ns, append_only=APPEND_ONLY_FILES.match)
         full = self._spool.rel_path if self._shaped.elided else None
         for index, acc in self._stream_text.items():
             out = self.outputs[index]
