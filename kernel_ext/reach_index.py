@@ -22,9 +22,6 @@ class ReachIndex:
         # reached id -> the one name that reaches it, or the set of several names
         self._owners: dict[int, str | set[str]] = {}
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._reach
-
     def get(self, name: str) -> Reach | None:
         cached = self._reach.get(name)
         return None if cached is None else cached[1]
@@ -42,7 +39,7 @@ class ReachIndex:
         owners = self._owners
         for i in reach.ids:
             held = owners.setdefault(i, name)
-            if held is name or held == name:
+            if held == name:  # a set never equals a str
                 continue
             if isinstance(held, str):
                 owners[i] = {held, name}

@@ -169,6 +169,7 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0,
 # secrets: after each cell the scrub looks at every file changed in the last seconds (the
 # mtime slack), and most of them (earlier cells' spools, data files) did not change since
 _SCANNED_MAX = 65_536
+_scanned: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {}
 # A file is remembered as scanned only when its mtime is fine-grained (not a whole
 # millisecond: a file system with coarse times could give a later write the same mtime)
 # and this much older than the scan: any write after the scan then gets a later mtime,
@@ -178,7 +179,6 @@ _SETTLED_NS = 50_000_000
 
 def _settled(mtime_ns: int, scan_ns: int) -> bool:
     return mtime_ns % 1_000_000 != 0 and scan_ns - mtime_ns > _SETTLED_NS
-_scanned: dict[tuple[str, ...], dict[str, tuple[int, ...]]] = {}
 
 
 def _scanned_for(secrets: list[str]) -> dict[str, tuple[int, ...]]:
