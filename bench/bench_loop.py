@@ -9,6 +9,9 @@ in a subprocess with --peer-python) and a raw round trip on the plain ipykernel 
 so one command prints every ratio from one run. Peers measured earlier on these machines
 (DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x.
 
+The median of a run's own steps is reported beside the means (what a step costs when the
+machine leaves it alone: on a noisy VM a burst moves a whole round's mean by 2x).
+
     python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
         [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key]
 """
@@ -30,8 +33,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.peers import cells, peer_step  # noqa: E402
 from rlm.app import build_agent  # noqa: E402
 from rlm.config import Config  # noqa: E402
+from rlm.events import TurnStarted  # noqa: E402
 from rlm.llm import ScriptedLLM  # noqa: E402
 from rlm.session.store import SessionStore  # noqa: E402
+
+# the durations of the last run's steps (rlm: TurnStarted to the next; raw: one round trip):
+# their median is what a step costs when the machine left it alone, which a noisy VM's
+# mean hides (its bursts move whole rounds by 2x)
+STEPS: list[float] = []
 
 
 def call(code: str) -> dict:
@@ -42,7 +51,8 @@ BENCH_KEY = "BENCH_FAKE_API_KEY"  # a name rlm.secrets treats as a secret
 
 
 def rlm_run(n: int, key: bool = False) -> tuple[float, float]:
-    """(seconds per iteration, of which inside the model call). `key`: a provider key in
+    """(seconds per iteration, of which inside the model call); the steps' own durations
+    go to STEPS. `key`: a provider key in
     the environment, as a hosted model has one: after each cell the host then scrubs what
     the kernel wrote for it (rlm.secrets.scrub_session)."""
     if key:
@@ -74,9 +84,10 @@ def _rlm_run(n: int) -> tuple[float, float]:
         with build_agent(session, cfg, llm=llm) as agent:
             agent.executor.execute("0")  # warm
             t0 = time.perf_counter()
-            for _ in agent.run("bench"):
-                pass
-            return (time.perf_counter() - t0) / (n + 1), in_model[0] / (n + 1)
+            starts = [time.perf_counter() for ev in agent.run("bench") if isinstance(ev, TurnStarted)]
+            end = time.perf_counter()
+            STEPS[:] = [b - a for a, b in zip(starts, starts[1:] + [end], strict=True)]
+            return (end - t0) / (n + 1), in_model[0] / (n + 1)
 
 
 def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -> float:
@@ -95,9 +106,12 @@ def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -
         try:
             kc.execute_interactive("0", timeout=60, output_hook=lambda m: None)
             t0 = time.perf_counter()
+            STEPS.clear()
             for code in cells(n) + ["'done'"]:
+                t = time.perf_counter()
                 kc.execute_interactive(code, timeout=60, output_hook=lambda m: None,
                                        store_history=store_history)
+                STEPS.append(time.perf_counter() - t)
             return (time.perf_counter() - t0) / (n + 1)
         finally:
             kc.stop_channels()
@@ -110,8 +124,9 @@ RAW = "raw, rlm's kernel"
 PLAIN = "raw, plain ipykernel"
 PLAIN_NO_HISTORY = "raw, plain, store_history=False"
 KEYED = "rlm, whole loop, a key set"
+MEDIAN_RAW, MEDIAN_RLM = "raw, median round trip", "rlm, median step"
 OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, "nano-rlm": PLAIN,
-           "alexzhang13/rlm": PLAIN_NO_HISTORY}
+           "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW}
 
 
 def report(n: int, rounds: dict[str, list[float]]) -> None:
@@ -147,7 +162,9 @@ def main() -> None:
             total, model = rlm_run(n)
             rounds["rlm, whole loop"].append(total)
             rounds["rlm, outside the model"].append(total - model)
+            rounds.setdefault(MEDIAN_RLM, []).append(statistics.median(STEPS))
             rounds[RAW].append(raw_run(n))
+            rounds.setdefault(MEDIAN_RAW, []).append(statistics.median(STEPS))
             if a.key:
                 rounds.setdefault(KEYED, []).append(rlm_run(n, key=True)[0])
             if peers:
