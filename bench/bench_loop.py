@@ -10,7 +10,9 @@ so one command prints every ratio from one run. Peers measured earlier on these 
 (DESIGN.md): nano-rlm 1.27-1.29x, alexzhang13/rlm 2.16-2.34x.
 
 The median of a run's own steps is reported beside the means (what a step costs when the
-machine leaves it alone: on a noisy VM a burst moves a whole round's mean by 2x).
+machine leaves it alone: on a noisy VM a burst moves a whole round's mean by 2x), and a
+paired run: each step's cell also goes to a raw kernel during that step's model call, so
+rlm's steps and raw round trips are measured in turn, under the same noise.
 
     python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
         [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key]
@@ -19,14 +21,16 @@ machine leaves it alone: on a noisy VM a burst moves a whole round's mean by 2x)
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from jupyter_client import KernelManager
+from jupyter_client import BlockingKernelClient, KernelManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -63,7 +67,7 @@ def rlm_run(n: int, key: bool = False) -> tuple[float, float]:
         os.environ.pop(BENCH_KEY, None)
 
 
-def _rlm_run(n: int) -> tuple[float, float]:
+def _rlm_run(n: int, before_reply: Callable[[], None] | None = None) -> tuple[float, float]:
     with tempfile.TemporaryDirectory() as d:
         home = Path(d)
         cfg = Config(home=home, model="script:bench", max_turns=n + 5)
@@ -74,6 +78,8 @@ def _rlm_run(n: int) -> tuple[float, float]:
         complete = llm.complete
 
         def timed(*a, **kw):  # type: ignore[no-untyped-def]
+            if before_reply is not None:
+                before_reply()
             t = time.perf_counter()
             try:
                 return complete(*a, **kw)
@@ -90,32 +96,60 @@ def _rlm_run(n: int) -> tuple[float, float]:
             return (end - t0) / (n + 1), in_model[0] / (n + 1)
 
 
-def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -> float:
-    """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given.
-    store_history=False is what alexzhang13/rlm sends: it skips a per-cell kernel cost of
-    several ms here, so its loop is compared with a raw round trip that skips it too."""
+@contextlib.contextmanager
+def raw_kernel(argv: list[str] | None = None) -> Iterator[BlockingKernelClient]:
+    """A kernel started as rlm starts its own (rlm's argv, kernel_ext loaded) unless `argv`
+    is given, with a blocking client, warmed by one cell."""
     from rlm.kernel.runtime import kernel_argv
 
     with tempfile.TemporaryDirectory() as d:
         km = KernelManager()
-        km.kernel_cmd = argv or kernel_argv(Config(home=Path(d)))  # rlm's: kernel_ext loaded
+        km.kernel_cmd = argv or kernel_argv(Config(home=Path(d)))
         km.start_kernel()
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
         try:
             kc.execute_interactive("0", timeout=60, output_hook=lambda m: None)
-            t0 = time.perf_counter()
-            STEPS.clear()
-            for code in cells(n) + ["'done'"]:
-                t = time.perf_counter()
-                kc.execute_interactive(code, timeout=60, output_hook=lambda m: None,
-                                       store_history=store_history)
-                STEPS.append(time.perf_counter() - t)
-            return (time.perf_counter() - t0) / (n + 1)
+            yield kc
         finally:
             kc.stop_channels()
             km.shutdown_kernel(now=True)
+
+
+def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -> float:
+    """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given.
+    store_history=False is what alexzhang13/rlm sends: it skips a per-cell kernel cost of
+    several ms here, so its loop is compared with a raw round trip that skips it too."""
+    with raw_kernel(argv) as kc:
+        t0 = time.perf_counter()
+        STEPS.clear()
+        for code in cells(n) + ["'done'"]:
+            t = time.perf_counter()
+            kc.execute_interactive(code, timeout=60, output_hook=lambda m: None,
+                                   store_history=store_history)
+            STEPS.append(time.perf_counter() - t)
+        return (time.perf_counter() - t0) / (n + 1)
+
+
+def paired_run(n: int) -> tuple[float, float]:
+    """(median rlm step, median raw round trip), measured in turn: during each model call
+    the step's cell goes to a raw kernel first, and that round trip is taken out of the
+    step. A noisy VM then slows both alike; runs measured apart differed by up to 2x."""
+    raw: list[float] = []
+    codes = iter(cells(n) + ["'done'"])
+
+    def before_reply(kc: BlockingKernelClient) -> None:
+        code = next(codes, None)
+        if code is not None:
+            t = time.perf_counter()
+            kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
+            raw.append(time.perf_counter() - t)
+
+    with raw_kernel() as kc:
+        _rlm_run(n, lambda: before_reply(kc))
+    steps = [s - r for s, r in zip(STEPS, raw, strict=True)]
+    return statistics.median(steps), statistics.median(raw)
 
 
 # The raw round trip each system is compared with: the same kernel command and the same
@@ -125,8 +159,9 @@ PLAIN = "raw, plain ipykernel"
 PLAIN_NO_HISTORY = "raw, plain, store_history=False"
 KEYED = "rlm, whole loop, a key set"
 MEDIAN_RAW, MEDIAN_RLM = "raw, median round trip", "rlm, median step"
+PAIRED_RAW, PAIRED_RLM = "raw, paired with rlm's steps", "rlm, median step, paired"
 OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, "nano-rlm": PLAIN,
-           "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW}
+           "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW, PAIRED_RLM: PAIRED_RAW}
 
 
 def report(n: int, rounds: dict[str, list[float]]) -> None:
@@ -165,6 +200,9 @@ def main() -> None:
             rounds.setdefault(MEDIAN_RLM, []).append(statistics.median(STEPS))
             rounds[RAW].append(raw_run(n))
             rounds.setdefault(MEDIAN_RAW, []).append(statistics.median(STEPS))
+            step, raw = paired_run(n)
+            rounds.setdefault(PAIRED_RLM, []).append(step)
+            rounds.setdefault(PAIRED_RAW, []).append(raw)
             if a.key:
                 rounds.setdefault(KEYED, []).append(rlm_run(n, key=True)[0])
             if peers:

@@ -10,7 +10,6 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     streams    bounded IOPub stream messages (a 100 MB print arrives in 1 MB pieces)
     bridge     kernel -> host requests over comms, replies on the control channel
     snapshot   per-variable dill snapshots after each cell, restore at start
-    settle     under ipykernel, a cell's snapshot runs after its reply (before the next)
     fileops    an audit hook recording files the user's code reads and writes
     subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
@@ -34,8 +33,7 @@ from kernel_ext import contract
 
 __version__ = "0.1.0"  # always rlm's version (tests/test_gateway_unit.py checks)
 
-_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "settle", "subshell", "api",
-            "aliases")
+_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api", "aliases")
 _installed: list[Any] = []
 
 

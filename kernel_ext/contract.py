@@ -97,10 +97,9 @@ SNAPSHOT_NOW = Call("kernel_ext.snapshot", "snapshot_now")
 FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
 CELL_READS = Call("kernel_ext.fileops", "cell_reads_json")  # with each cell's execute_request
 DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
-SAVE_DUE = Call("kernel_ext.settle", "due_json")  # with each cell: its save after the reply
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
-         CELL_READS, DESCRIBE, SAVE_DUE)
+         CELL_READS, DESCRIBE)
 
 # -- how the host starts the kernel ---------------------------------------------------
 EXTENSION = "kernel_ext"  # `%load_ext kernel_ext`, `--IPKernelApp.extensions=kernel_ext`

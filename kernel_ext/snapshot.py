@@ -33,7 +33,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from typing import Any
 
@@ -94,9 +93,6 @@ class Snapshotter:
         self.min_gc_gen = 0
         self.last_error: str | None = None
         self.loaded = False
-        # set by kernel_ext.settle under ipykernel: a cell's save runs after its reply
-        self.deferring = False
-        self.due: list[tuple[str, str | None]] = []  # cells whose save is deferred
         if self.store is not None:
             try:
                 self._load()
@@ -137,38 +133,20 @@ class Snapshotter:
             return
         if not getattr(result, "success", False):
             return  # touched names stay pending for the next successful cell
-        if self.deferring and threading.current_thread() is threading.main_thread():
-            self.due.append((raw, code))  # saved once the reply is sent (kernel_ext.settle)
-            return
-        for line in self.save([(raw, code)]):
-            print(line, file=sys.stderr)
-
-    def save(self, cells: list[tuple[str, str | None]]) -> list[str]:
-        """Record `cells` (raw, transformed) for replay, then snapshot; returns the problems
-        met, as lines for the user (nothing here ever breaks the user's cell)."""
-        problems = []
-        for raw, code in cells:
-            if not raw.strip():
-                continue
+        if raw.strip():
             try:
                 line = lineage.record_line(raw, self.ip.transform_cell(raw) if code is None else code,
                                            self.ip.user_ns)
                 if line is not None and self.store is not None:
                     self.store.append_cell(line)
             except Exception as exc:  # noqa: BLE001 - never break the user's cell
-                problems.append(f"[rlm] could not record the cell for replay: {error_reason(exc)}")
+                print(f"[rlm] could not record the cell for replay: {error_reason(exc)}", file=sys.stderr)
         try:
             self.snapshot()
             self.last_error = None
         except Exception as exc:  # noqa: BLE001 - never break the user's cell
             self.last_error = error_reason(exc)
-            problems.append(f"[rlm] snapshot failed: {self.last_error}")
-        return problems
-
-    def save_due(self) -> list[str] | None:
-        """The save deferred by post_run_cell, if one is due (None: nothing was)."""
-        due, self.due = self.due, []
-        return self.save(due) if due else None
+            print(f"[rlm] snapshot failed: {self.last_error}", file=sys.stderr)
 
     def _touched(self, values: dict[str, Any], ids: dict[str, int], full: bool) -> set[str]:
         old = self.ids
@@ -562,9 +540,7 @@ def _get(ip: Any) -> Snapshotter:
 
 
 def snapshot_now(ip: Any = None, full: bool = False) -> str:
-    state = _get(ip)
-    state.save_due()  # the last cell's records first (the host waits for them before this)
-    return json.dumps(state.snapshot(full=full))
+    return json.dumps(_get(ip).snapshot(full=full))
 
 
 def restore_report_json(ip: Any = None) -> str:

@@ -28,11 +28,6 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 NAMESPACE_REQUEST = "rlm_namespace_request"
 NAMESPACE_REPLY = "rlm_namespace_reply"
 
-# A cell's save (replay record + snapshot) when it runs after the cell's reply
-# (kernel_ext.settle): an IOPub message whose parent is the cell's execute_request,
-# content {"problems": [str, ...]} (empty: all saved).
-SAVED = "rlm_saved"
-
 MANIFEST_NAME = "manifest.json"
 # files of the snapshot dir kernel_ext only appends to: the manifest's journal (never
 # written over, even after a torn record: kernel_ext.snapshot_log) and the cell records

@@ -32,11 +32,8 @@ class NoKernel:
 
     pid = None
 
-    def execute(self, code, timeout=None, on_output=None, *, settle=True):
+    def execute(self, code, timeout=None, on_output=None):
         return CellResult(status="ok", shaped="")
-
-    def settle(self, timeout=None):
-        return []
 
     def interrupt(self): ...
 
@@ -62,8 +59,8 @@ def test_executor_and_session_protocols_are_implemented():
     from rlm.notebook.inprocess import InProcessExecutor
 
     for cls in (Kernel, InProcessExecutor, NoKernel):
-        missing = [m for m in ("execute", "settle", "interrupt", "restart", "is_alive",
-                               "list_namespace", "describe", "set_bridge_handler", "stop", "pid")
+        missing = [m for m in ("execute", "interrupt", "restart", "is_alive", "list_namespace",
+                               "describe", "set_bridge_handler", "stop", "pid")
                    if not hasattr(cls, m)]
         assert not missing, f"{cls.__name__} lacks {missing}"
     assert isinstance(NoKernel(), Executor)
@@ -72,7 +69,7 @@ def test_executor_and_session_protocols_are_implemented():
 
     for cls in (Kernel, InProcessExecutor):  # the drifted signatures, aligned
         assert list(inspect.signature(cls.execute).parameters) == ["self", "code", "timeout",
-                                                                   "on_output", "settle"]
+                                                                   "on_output"]
         assert inspect.signature(cls.restart).parameters["cause"].default == "restart requested"
 
 

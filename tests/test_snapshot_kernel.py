@@ -45,9 +45,6 @@ class BareKernel:
         reply = self.kc.execute_interactive(code, timeout=timeout, output_hook=hook)
         content = reply["content"]
         assert content["status"] == "ok", "".join(outputs)
-        # the kernel saves a cell after its reply (kernel_ext.settle), before it takes the
-        # next request: one silent request, and the save is on disk
-        self.kc.execute_interactive("", silent=True, store_history=False, timeout=timeout)
         return {"stdout": "".join(outputs)}
 
     def expr(self, expression: str, timeout: float = 30) -> Any:

@@ -162,34 +162,12 @@ def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:
     def run(emit: Callable[[Event], None]) -> CellResult:
         with OutputStream(emit, host.session.dir, host.on_cell_output) as stream, \
                 host.children.watchers.watching(emit):
-            # the kernel's save of this cell overlaps the host's step: `settle` before
-            # the next model call
-            result = ex.execute(code, timeout=timeout, on_output=stream, settle=False)
+            result = ex.execute(code, timeout=timeout, on_output=stream)
         if result.status in ("interrupted", "timeout", "died"):
             host.recursion.abandon()  # its batched prompts still queued leave the pool
         return result
 
     return (yield from host.in_thread(run, cell=True))
-
-
-def settle(host: CellHost) -> Generator[Event, None, None]:
-    """What the last cell left is saved before the next model call, as the log's entries
-    are (the kernel saves after a cell's reply: rlm.kernel.settling); a problem the save
-    met is a note for the model, as it was when the save printed it inside the cell."""
-    ex = host.executor
-    if ex is None:
-        return
-    said = ex.settle(timeout=0.0)
-    if said is None:  # still saving: wait where Ctrl-C stays responsive
-        said = yield from host.in_thread(lambda emit: ex.settle(), cell=True)
-        if said is None:
-            said = ["[rlm] the snapshot after the last cell is still being written after "
-                    "the cell timeout"]
-    if said:
-        text = "\n".join(said)
-        host.session.append(MessageEntry(message={"role": "user", "content": text},
-                                         origin="snapshot"))
-        yield Notice(text, "warning")
 
 
 def read_var(host: CellHost, name: str) -> str:

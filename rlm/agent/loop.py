@@ -23,7 +23,7 @@ from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.acting import Outcome, act, say
-from rlm.agent.cells import kill_kernel, settle
+from rlm.agent.cells import kill_kernel
 from rlm.agent.children import Children
 from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
 from rlm.agent.interrupts import ctrl_c_notice
@@ -381,7 +381,6 @@ class Agent:
         self.turn_active = True
         self._steered.drain(self.session)
         try:
-            yield from settle(self)  # the last cell's snapshot, before the model is asked
             completion = yield from sample(self)  # resampled / retried as the policy decides
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kernel_ext.wire import APPEND_ONLY_FILES, SAVED
+from kernel_ext.wire import APPEND_ONLY_FILES
 from rlm.kernel.kinds import Runtime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
@@ -63,7 +63,6 @@ class WaitOutcome:
     died_rc: int | None = None
     timed_out: bool = False
     no_reply: bool = False  # the kernel went idle and never replied (NO_REPLY_GRACE_S)
-    saved: Any = None  # the content of the kernel's SAVED, once its save after the reply ended
 
     @property
     def done(self) -> bool:
@@ -123,8 +122,6 @@ def _take(
             state = msg["content"].get("execution_state")
             out.busy = out.busy or state == "busy"
             out.idle = out.idle or state == "idle"
-        elif msg["header"]["msg_type"] == SAVED:  # rlm.kernel.settling reads it
-            out.saved = msg["content"]
         elif on_msg is not None:
             on_msg(msg)
         try:
@@ -208,7 +205,7 @@ class CellCollector:
         self._spool = _Spool(session_dir / "artifacts", f"{tag}.txt", sum(self._caps))
         self._on_output = on_output
         self._n_artifacts = 0
-        self.started_ns = time.time_ns()
+        self._started_ns = time.time_ns()
 
     # -- IOPub messages -------------------------------------------------------------
     def handle(self, msg: dict[str, Any]) -> None:
@@ -314,15 +311,12 @@ class CellCollector:
         return f"artifacts/{name}"
 
     # -- the end --------------------------------------------------------------------
-    def finish(self, scrub: bool = True) -> tuple[str, str | None, int, int]:
-        """(shaped text, full output path or None, total chars, elided chars). `scrub`:
-        False when the kernel still saves after the cell; the scrub then runs once that
-        save ended (rlm.kernel.settling)."""
+    def finish(self) -> tuple[str, str | None, int, int]:
+        """(shaped text, full output path or None, total chars, elided chars)."""
         self._spool.close()
         # the spool, artifacts, snapshot data the kernel wrote since the last scrub (a
         # thread may write between cells): no secret stays on disk
-        if scrub:
-            scrub_session(self.session_dir, self.started_ns, append_only=APPEND_ONLY_FILES.match)
+        scrub_session(self.session_dir, self._started_ns, append_only=APPEND_ONLY_FILES.match)
         full = self._spool.rel_path if self._shaped.elided else None
         for index, acc in self._stream_text.items():
             out = self.outputs[index]

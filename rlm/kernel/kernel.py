@@ -35,7 +35,6 @@ from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
 from rlm.kernel.interrupting import CellInterrupt
 from rlm.kernel.kinds import Runtime, make_runtime
 from rlm.kernel.runtime import died_cause, network_note
-from rlm.kernel.settling import Saves, Unsettled, save_due
 from rlm.kernel.state import (
     expression_value,
     merge_rebuild,
@@ -78,7 +77,6 @@ class Kernel:
         self._lister = RuntimeLister()  # names while a cell runs (a subshell)
         self.last_restart_cause: str | None = None
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
-        self._saves = Saves(self.session_dir, config.cell_timeout)  # a cell's save after its reply
         # told before a restore re-runs recorded cells (which ones); default: a stderr line
         self.replay_notice: Callable[[str], None] = _tell_stderr
 
@@ -92,10 +90,8 @@ class Kernel:
             return self._restore()
 
     def restart(self, cause: str = "restart requested") -> RestoreReport:
-        """A new kernel process plus snapshot restore; the old one is killed (once the
-        save of its last cell has ended)."""
+        """A new kernel process plus snapshot restore; the old one is killed."""
         with self._shell_lock:
-            self._saves.wait()
             self.last_restart_cause, self._restart_pending = cause, None
             old, self._rt = self._rt, None
             self._lister.close(delete=False)
@@ -107,7 +103,6 @@ class Kernel:
     def stop(self) -> None:
         """Shutdown request, then SIGTERM, then SIGKILL; idempotent."""
         with self._shell_lock:
-            self._saves.wait()
             rt, self._rt = self._rt, None
             self._lister.close(delete=False)
             if rt is not None:
@@ -157,16 +152,10 @@ class Kernel:
         code: str,
         timeout: float | None = None,
         on_output: Callable[[Output], None] | None = None,
-        *,
-        settle: bool = True,
     ) -> CellResult:
-        """Run one cell. Never raises for what the cell does: see CellResult.status.
-        The kernel saves what the cell left after its reply (kernel_ext.settle); with
-        `settle` this returns once that save ended and says its problems in the cell's
-        output, else `settle()` does (the agent works meanwhile)."""
+        """Run one cell. Never raises for what the cell does: see CellResult.status."""
         timeout = self.config.cell_timeout if timeout is None else timeout
         with self._shell_lock:
-            self._saves.wait()
             rt = self._runtime()
             t0 = time.monotonic()
             tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -178,35 +167,18 @@ class Kernel:
                 col.handle(msg)
 
             try:
-                reads = {"reads": contract.CELL_READS.expression(),
-                         "saving": contract.SAVE_DUE.expression()}
+                reads = {"reads": contract.CELL_READS.expression()}
                 out = self._send_and_wait(rt, {"code": code, "user_expressions": reads},
-                                          t0 + timeout, seen, keep_route=True)
+                                          t0 + timeout, seen)
                 if out.timed_out:
                     rt.interrupt()
                     grace_end = time.monotonic() + self.config.interrupt_grace_s
                     out = self._continue_wait(rt, out, grace_end, seen)
             finally:
                 self._int.end()
-            saving = out.done and not out.timed_out and save_due(out.reply)
-            if saving:
-                self._saves.begin(Unsettled(rt, out.msg_id, out.q, col.started_ns, out.saved))
-            else:
-                rt.listener.unroute(out.msg_id)
-            result = self._conclude(out, col, t0, scrub=not saving)
-            if settle:
-                said = self._saves.take()
-                if said:
-                    result.shaped = _with_note(result.shaped, "\n".join(said))
+            result = self._conclude(out, col, t0)
             self._scrub_snapshot_url(result)
             return result
-
-    def settle(self, timeout: float | None = None) -> list[str] | None:
-        """Wait for the save of the last cell run with `settle=False` (at most `timeout`,
-        default the cell timeout): the problems it met, [] for none, None while it still
-        runs at the timeout."""
-        with self._shell_lock:
-            return self._saves.take() if self._saves.wait(timeout) else None
 
     def _scrub_snapshot_url(self, result: CellResult) -> None:
         """The local scrub ran in CellCollector.finish; a snapshot URL's new objects are
@@ -219,8 +191,7 @@ class Kernel:
             result.shaped = _with_note(result.shaped, f"[the snapshot store could not be "
                                        f"checked for secrets: {e}]")
 
-    def _conclude(self, out: WaitOutcome, col: CellCollector, t0: float,
-                  scrub: bool = True) -> CellResult:
+    def _conclude(self, out: WaitOutcome, col: CellCollector, t0: float) -> CellResult:
         res = CellResult(status="ok")
         if out.died_rc is not None:
             res.status, res.died_cause = "died", self._exit_text(out.died_rc)
@@ -237,7 +208,7 @@ class Kernel:
             if status != "ok":
                 res.status = "interrupted" if self._int.sent else "error"
         content = (out.reply or {}).get("content", {})
-        res.shaped, res.full_output_path, res.chars_total, res.elided_chars = col.finish(scrub)
+        res.shaped, res.full_output_path, res.chars_total, res.elided_chars = col.finish()
         res.outputs = col.outputs
         res.execution_count = content.get("execution_count", col.execution_count)
         res.files_read = _files_read(out.reply)
@@ -267,7 +238,6 @@ class Kernel:
         content: dict[str, Any],
         deadline: float,
         on_msg: Callable[[dict[str, Any]], None] | None,
-        keep_route: bool = False,
     ) -> WaitOutcome:
         full = {
             "silent": False,
@@ -288,7 +258,7 @@ class Kernel:
         try:
             return wait_for(rt, msg_id, q, out, deadline, on_msg)
         finally:
-            if (out.done or out.died_rc is not None) and not keep_route:
+            if out.done or out.died_rc is not None:
                 rt.listener.unroute(msg_id)
 
     def _continue_wait(
@@ -312,9 +282,6 @@ class Kernel:
         if not self._shell_lock.acquire(timeout=timeout):
             raise KernelBusy(f"a cell is still running after {timeout} s; try again when it ends")
         try:
-            if not self._saves.wait(timeout):
-                raise KernelBusy(f"the kernel is still saving the last cell's snapshot after "
-                                 f"{timeout} s; try again when it ends")
             rt = self._runtime()
             out = self._send_and_wait(
                 rt,

@@ -163,9 +163,8 @@ class InProcessExecutor:
 
     # ------------------------------------------------------------------ execute
     def execute(self, code: str, timeout: float | None = None,
-                on_output: OnOutput | None = None, *, settle: bool = True) -> CellResult:
-        """Run `code` in the user's namespace; outputs go to the notebook and the result.
-        Nothing is saved after a cell here (the user's own kernel): `settle` is moot."""
+                on_output: OnOutput | None = None) -> CellResult:
+        """Run `code` in the user's namespace; outputs go to the notebook and the result."""
         if threading.current_thread() is not threading.main_thread():
             raise KernelError("InProcessExecutor.execute must run on the kernel's main thread")
         timeout = self.config.cell_timeout if timeout is None else timeout
@@ -194,9 +193,6 @@ class InProcessExecutor:
         if status == "timeout":
             res.shaped += f"\n[the cell ran past its {timeout} s timeout and was interrupted]"
         return res
-
-    def settle(self, timeout: float | None = None) -> list[str] | None:
-        return []  # nothing runs after a cell here
 
     def _arm_timer(self, timeout: float | None) -> threading.Timer | None:
         self._timed_out = False
