@@ -259,8 +259,9 @@ class CompactionController:
         entry = self._after_turn(kernel)
         if self.checkpoint is not None:
             eff = self._effective()
-            self.checkpoint.check(self.context_tokens(),
-                                  rungs_for(self.checkpoint.fractions, eff.window, eff.threshold))
+            rungs = rungs_for(self.checkpoint.fractions, eff.window, eff.threshold)
+            if rungs:  # none (`local`, `script:`, tiers off): the count is not needed
+                self.checkpoint.check(self.context_tokens(), rungs)
             problem = self.checkpoint.take_problem()  # a writing that failed since
             if problem is not None and self.notice is None:
                 self.notice = f"the checkpoint was not written: {problem}"
