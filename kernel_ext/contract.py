@@ -95,11 +95,10 @@ REBUILD_PLAN = Call("kernel_ext.snapshot", "rebuild_plan_json")  # what it would
 SNAPSHOT_NAMESPACE = Call("kernel_ext.snapshot", "namespace_json")  # the listing
 SNAPSHOT_NOW = Call("kernel_ext.snapshot", "snapshot_now")
 FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
-CELL_READS = Call("kernel_ext.fileops", "cell_reads_json")  # with each cell's execute_request
 DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
-         CELL_READS, DESCRIBE)
+         DESCRIBE)
 
 # -- how the host starts the kernel ---------------------------------------------------
 EXTENSION = "kernel_ext"  # `%load_ext kernel_ext`, `--IPKernelApp.extensions=kernel_ext`

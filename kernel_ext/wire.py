@@ -28,6 +28,10 @@ MAX_REQUEST_BYTES = 16 * 1024 * 1024
 NAMESPACE_REQUEST = "rlm_namespace_request"
 NAMESPACE_REPLY = "rlm_namespace_reply"
 
+# The files a cell read (kernel_ext.fileops), in its execute_reply's metadata: a list of
+# paths (so a re-read of the same file can supersede an older result: rlm.compaction.tiers).
+CELL_READS = "rlm_reads"
+
 MANIFEST_NAME = "manifest.json"
 # files of the snapshot dir kernel_ext only appends to: the manifest's journal (never
 # written over, even after a torn record: kernel_ext.snapshot_log) and the cell records

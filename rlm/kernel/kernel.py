@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from kernel_ext import contract, snapshot_store
+from kernel_ext.wire import CELL_READS
 from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
@@ -167,9 +168,7 @@ class Kernel:
                 col.handle(msg)
 
             try:
-                reads = {"reads": contract.CELL_READS.expression()}
-                out = self._send_and_wait(rt, {"code": code, "user_expressions": reads},
-                                          t0 + timeout, seen)
+                out = self._send_and_wait(rt, {"code": code}, t0 + timeout, seen)
                 if out.timed_out:
                     rt.interrupt()
                     grace_end = time.monotonic() + self.config.interrupt_grace_s
@@ -464,11 +463,9 @@ def snapshot_bytes(folder: Path) -> int:
 
 
 def _files_read(reply: dict[str, Any] | None) -> list[str] | None:
-    """The cell's reads from its execute_reply (None: a failed cell, or no kernel_ext)."""
+    """The cell's reads from its execute_reply's metadata (kernel_ext.fileops; None: a
+    failed cell, or no kernel_ext)."""
     if reply is None or reply.get("content", {}).get("status") != "ok":
         return None
-    try:
-        files = json.loads(expression_value(reply, "cell reads", "reads"))
-    except (RuntimeError, ValueError, SyntaxError):
-        return None
+    files = (reply.get("metadata") or {}).get(CELL_READS)
     return [f for f in files if isinstance(f, str)] if isinstance(files, list) else None
