@@ -26,10 +26,11 @@ class ReachIndex:
         cached = self._reach.get(name)
         return None if cached is None else cached[1]
 
-    def stale(self, values: dict[str, Any]) -> list[str]:
-        """Names whose value is not the object the index last walked (new or rebound)."""
+    def stale(self, ids: dict[str, int]) -> list[str]:
+        """Names whose value (`ids`: name -> id of its value now) is not the object the
+        index last walked (new or rebound)."""
         reach = self._reach
-        return [k for k, v in values.items() if (c := reach.get(k)) is None or c[0] != id(v)]
+        return [k for k, i in ids.items() if (c := reach.get(k)) is None or c[0] != i]
 
     def update(self, name: str, value: Any, ns: dict[str, Any]) -> None:
         """Walk `value` again (it may have been mutated) and index what it reaches now."""

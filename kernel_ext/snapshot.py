@@ -195,7 +195,7 @@ class Snapshotter:
         touched = self._touched(values, ids, full)
         deleted = [k for k in self.ids if k not in ids]
         if touched or deleted or full:
-            self._write(values, touched, set(deleted), stats)
+            self._write(values, ids, touched, set(deleted), stats)
         for k in deleted:
             self.reach.drop(k)
         self.ids = ids
@@ -205,14 +205,15 @@ class Snapshotter:
         return stats
 
     # ---- co-variable groups ----------------------------------------------------------
-    def _plan_groups(self, values: dict[str, Any], touched: set[str]) -> tuple[set[str], list[list[str]]]:
+    def _plan_groups(self, values: dict[str, Any], ids: dict[str, int],
+                     touched: set[str]) -> tuple[set[str], list[list[str]]]:
         """The names to write (touched, closed over old and new groups) and the new groups
         that cover them. Reach is recomputed for names to write, kept for the rest."""
         if not self.grouping:
             return touched, [[k] for k in sorted(touched)]
         ns, index = self.ip.user_ns, self.reach
         index.keep_only(values)
-        fresh = set(index.stale(values))  # every name indexed, or a group could be missed
+        fresh = set(index.stale(ids))  # every name indexed, or a group could be missed
         for k in fresh:
             index.update(k, values[k], ns)
         todo = set(touched)
@@ -294,14 +295,14 @@ class Snapshotter:
             entries[k]["bytes"] = size
         return size
 
-    def _write(self, values: dict[str, Any], touched: set[str], deleted: set[str],
+    def _write(self, values: dict[str, Any], ids: dict[str, int], touched: set[str], deleted: set[str],
                stats: dict[str, Any]) -> None:
         assert self.store is not None
         if not self.loaded:
             self._load()  # raises StoreError while the store stays unreachable
         gen = self.next_gen
         try:
-            self._write_generation(gen, values, touched, deleted, stats)
+            self._write_generation(gen, values, ids, touched, deleted, stats)
         except BaseException:
             try:  # a full disk: no partial file of this generation stays behind
                 self.store.discard(gen)
@@ -309,11 +310,11 @@ class Snapshotter:
                 pass
             raise
 
-    def _write_generation(self, gen: int, values: dict[str, Any], touched: set[str],
-                          deleted: set[str], stats: dict[str, Any]) -> None:
+    def _write_generation(self, gen: int, values: dict[str, Any], ids: dict[str, int],
+                          touched: set[str], deleted: set[str], stats: dict[str, Any]) -> None:
         assert self.store is not None
         writer = self.store.writer(gen)
-        touched, new_groups = self._plan_groups(values, touched)
+        touched, new_groups = self._plan_groups(values, ids, touched)
         entries, groups, used = self._kept(touched | deleted)
         budget = self.total_cap - used
         # checked every few generations: a late regroup costs a few more small files
