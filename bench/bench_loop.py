@@ -22,8 +22,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -135,21 +137,43 @@ def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -
 def paired_run(n: int) -> tuple[float, float]:
     """(median rlm step, median raw round trip), measured in turn: during each model call
     the step's cell goes to a raw kernel first, and that round trip is taken out of the
-    step. A noisy VM then slows both alike; runs measured apart differed by up to 2x."""
+    step. A noisy VM then slows both alike; runs measured apart differed by up to 2x. The
+    raw client runs in a process of its own (`--raw-helper`): in rlm's, its threads and
+    rlm's took turns at the GIL and the round trip came out ~10% slower."""
     raw: list[float] = []
     codes = iter(cells(n) + ["'done'"])
+    helper = subprocess.Popen([sys.executable, __file__, "--raw-helper"], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)
+    assert helper.stdin is not None and helper.stdout is not None
+    stdin, stdout = helper.stdin, helper.stdout
 
-    def before_reply(kc: BlockingKernelClient) -> None:
+    def before_reply() -> None:
         code = next(codes, None)
         if code is not None:
-            t = time.perf_counter()
-            kc.execute_interactive(code, timeout=60, output_hook=lambda m: None)
-            raw.append(time.perf_counter() - t)
+            stdin.write(json.dumps(code) + "\n")
+            stdin.flush()
+            raw.append(float(stdout.readline()))
 
-    with raw_kernel() as kc:
-        _rlm_run(n, lambda: before_reply(kc))
+    try:
+        if stdout.readline().strip() != "ready":
+            raise RuntimeError("the raw helper did not start")
+        _rlm_run(n, before_reply)
+    finally:
+        stdin.close()
+        helper.wait(timeout=60)
     steps = [s - r for s, r in zip(STEPS, raw, strict=True)]
     return statistics.median(steps), statistics.median(raw)
+
+
+def raw_helper() -> None:
+    """`--raw-helper`: a raw kernel; each line of stdin is a cell (JSON), each line of
+    stdout the seconds its round trip took."""
+    with raw_kernel() as kc:
+        print("ready", flush=True)
+        for line in sys.stdin:
+            t = time.perf_counter()
+            kc.execute_interactive(json.loads(line), timeout=60, output_hook=lambda m: None)
+            print(time.perf_counter() - t, flush=True)
 
 
 # The raw round trip each system is compared with: the same kernel command and the same
@@ -177,6 +201,8 @@ def report(n: int, rounds: dict[str, list[float]]) -> None:
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--raw-helper"]:
+        return raw_helper()
     ap = argparse.ArgumentParser()
     ap.add_argument("--cells", default="40", help="steps per run, comma-separated: 40,200")
     ap.add_argument("--rounds", type=int, default=3)
