@@ -58,9 +58,9 @@ BENCH_KEY = "BENCH_FAKE_API_KEY"  # a name rlm.secrets treats as a secret
 
 def rlm_run(n: int, key: bool = False) -> tuple[float, float]:
     """(seconds per iteration, of which inside the model call); the steps' own durations
-    go to STEPS. `key`: a provider key in
-    the environment, as a hosted model has one: after each cell the host then scrubs what
-    the kernel wrote for it (rlm.secrets.scrub_session)."""
+    go to STEPS. `key`: a provider key in the environment, as a hosted model has one:
+    after each cell the host then scrubs what the kernel wrote for it
+    (rlm.secrets.scrub_session)."""
     if key:
         os.environ[BENCH_KEY] = "sk-bench-" + "k3y" * 12
     try:
@@ -138,8 +138,9 @@ def paired_run(n: int) -> tuple[float, float]:
     """(median rlm step, median raw round trip), measured in turn: during each model call
     the step's cell goes to a raw kernel first, and that round trip is taken out of the
     step. A noisy VM then slows both alike; runs measured apart differed by up to 2x. The
-    raw client runs in a process of its own (`--raw-helper`): in rlm's, its threads and
-    rlm's took turns at the GIL and the round trip came out ~10% slower."""
+    raw client runs in a process of its own (`--raw-helper`), apart from rlm's threads.
+    A round trip interleaved with other work this way costs ~10% more than back-to-back
+    ones (in rlm's process or in its own alike), so this ratio reads lower than raw_run's."""
     raw: list[float] = []
     codes = iter(cells(n) + ["'done'"])
     helper = subprocess.Popen([sys.executable, __file__, "--raw-helper"], stdin=subprocess.PIPE,

@@ -295,8 +295,8 @@ class Snapshotter:
             entries[k]["bytes"] = size
         return size
 
-    def _write(self, values: dict[str, Any], ids: dict[str, int], touched: set[str], deleted: set[str],
-               stats: dict[str, Any]) -> None:
+    def _write(self, values: dict[str, Any], ids: dict[str, int], touched: set[str],
+               deleted: set[str], stats: dict[str, Any]) -> None:
         assert self.store is not None
         if not self.loaded:
             self._load()  # raises StoreError while the store stays unreachable
