@@ -315,7 +315,8 @@ class Snapshotter:
         assert self.store is not None
         writer = self.store.writer(gen)
         touched, new_groups = self._plan_groups(values, ids, touched)
-        entries, groups, used = self._kept(touched | deleted)
+        written = touched | deleted
+        entries, groups, used, dropped = self._kept(written)
         budget = self.total_cap - used
         # checked every few generations: a late regroup costs a few more small files
         small_files = {g["file"] for g in groups.values()
@@ -332,26 +333,32 @@ class Snapshotter:
             budget -= self._store_group(names, values, writer, budget, entries, groups, gen)
             for k in names:
                 stats["skipped" if entries[k]["kind"] == "skipped" else "saved"] += 1
-        for gid, loc in writer.finish_small().items():
+        placed = writer.finish_small()
+        for gid, loc in placed.items():
             groups[gid] = {**groups[gid], **loc}  # never changed in place: the log compares
+        changed = None
+        if dropped is not None:  # what may differ from the last generation: O(written)
+            made = {g for k in written if isinstance(g := entries.get(k, {}).get("group"), str)}
+            changed = (written, dropped | made | placed.keys())
         self._preserve_corrupt_manifest()
-        self.store.write_manifest(gen, entries, groups, writer)
+        self.store.write_manifest(gen, entries, groups, writer, changed)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         self.used = self.total_cap - budget
         stats.update(bytes_written=writer.bytes_written, generation=gen)
-        self.store.collect_garbage({g["file"] for g in groups.values() if "file" in g},
-                                   self.min_gc_gen)
+        self.store.collect_garbage(groups, self.min_gc_gen)
 
-    def _kept(self, written: set[str]) -> tuple[dict[str, Any], dict[str, Any], int]:
+    def _kept(self, written: set[str]) -> tuple[dict[str, Any], dict[str, Any], int, set[str] | None]:
         """The entries and groups a generation keeps from the last one (`written` names are
-        written again or deleted) and the bytes those groups hold: in O(written) from the
-        last generation's, or from every entry after a manifest was read."""
+        written again or deleted), the bytes those groups hold, and the groups dropped: in
+        O(written) from the last generation's, or from every entry after a manifest was
+        read or a restore dropped entries (then None: which groups went is not known)."""
         if self.used is None:
             entries = {k: e for k, e in self.entries.items() if k not in written}
             kept = {e["group"] for e in entries.values() if "group" in e}
             groups = {gid: g for gid, g in self.groups.items() if gid in kept}
-            return entries, groups, sum(int(g.get("bytes", 0)) for g in groups.values())
+            return entries, groups, sum(int(g.get("bytes", 0)) for g in groups.values()), None
         entries, groups, used = dict(self.entries), dict(self.groups), self.used
+        dropped: set[str] = set()
         left = set()
         for k in written:
             gid = entries.pop(k, {}).get("group")
@@ -362,8 +369,9 @@ class Snapshotter:
             if g is not None and not any(entries.get(m, {}).get("group") == gid
                                          for m in g.get("members", ())):
                 del groups[gid]
+                dropped.add(gid)
                 used -= int(g.get("bytes", 0))
-        return entries, groups, used
+        return entries, groups, used, dropped
 
     def _preserve_corrupt_manifest(self) -> None:
         if self.manifest_error and self.store is not None:
@@ -402,6 +410,7 @@ class Snapshotter:
                 rep["skipped"].append({"name": name, "reason": e.get("reason") or "not snapshotted"})
                 if name not in self.ids:
                     self.entries.pop(name, None)  # reported once; nothing to carry
+                    self.used = None  # the next generation starts from every entry
             elif name in self.ids:
                 rep["skipped"].append({"name": name, "reason": "already bound in the kernel (newer)"})
             else:

@@ -27,6 +27,7 @@ import os
 import struct
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,9 +126,12 @@ def replay(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Log]:
             "groups": groups}, log
 
 
-def delta(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+def delta(old: dict[str, Any], new: dict[str, Any], keys: Iterable[str] | None = None) -> dict[str, Any]:
     """What changed from `old` to `new`: values compared by identity (a manifest's entries
-    and groups are replaced, never changed in place), removed keys as None."""
+    and groups are replaced, never changed in place), removed keys as None. `keys`: the
+    only ones that may differ (O(keys) instead of O(old + new))."""
+    if keys is not None:
+        return {k: v for k in keys if (v := new.get(k)) is not old.get(k)}
     out: dict[str, Any] = {k: v for k, v in new.items() if old.get(k) is not v}
     out.update((k, None) for k in old.keys() - new.keys())
     return out

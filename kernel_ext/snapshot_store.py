@@ -448,6 +448,10 @@ class LocalStore:
         self.path = os.path.abspath(path)
         self.log: snapshot_log.Log | None = None  # None: the next write is a whole manifest
         self._written: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # what the log holds
+        # a data file may have lost its last reference (or a crash left one): at the first
+        # write, after a whole manifest (the old log), and when a dropped group pointed
+        # outside the active log; otherwise the listing of the dir is skipped
+        self._garbage = True
 
     def ensure(self) -> None:
         ensure_dir(self.path)
@@ -472,22 +476,42 @@ class LocalStore:
         return GenerationWriter(self.path, generation, inline=inline)
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
-                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None) -> None:
+                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None,
+                       changed: tuple[set[str], set[str]] | None = None) -> None:
+        """`changed`: the entry names and group ids that may differ from the last write
+        (the journal's record is then found in O(changed)); None: compare every one."""
+        old_entries, old_groups = self._written
+        if changed is None:
+            entry_delta = snapshot_log.delta(old_entries, entries)
+            group_delta = snapshot_log.delta(old_groups, groups)
+        else:
+            entry_delta = snapshot_log.delta(old_entries, entries, changed[0])
+            group_delta = snapshot_log.delta(old_groups, groups, changed[1])
         if self.log is not None and self._logging() and writer is not None:
             if writer.files_written:
                 _fsync_dir(self.path)  # large files' names are durable before the log names them
-            old_entries, old_groups = self._written
-            snapshot_log.append(self.log, generation, snapshot_log.delta(old_entries, entries),
-                                snapshot_log.delta(old_groups, groups), writer.inline_data,
-                                crash=writer.crash_due())
+            snapshot_log.append(self.log, generation, entry_delta, group_delta,
+                                writer.inline_data, crash=writer.crash_due())
+            active = self.log.name
+            garbage = any(old_groups[g].get("file") not in (None, active)
+                          for g in group_delta if g in old_groups)
         else:
             write_manifest(self.path, generation, entries, groups)
             self.log = snapshot_log.Log(self.path, generation, generation=generation)
+            garbage = True
         self._written = (dict(entries), dict(groups))
+        self._garbage = self._garbage or garbage
 
-    def collect_garbage(self, referenced: set[str], min_generation: int) -> None:
-        keep = referenced | {self.log.name} if self.log is not None else referenced
+    def collect_garbage(self, groups: dict[str, dict[str, Any]], min_generation: int) -> None:
+        """Delete the data files no group of `groups` (the manifest just written) names:
+        only when one may have lost its last reference (see `_garbage`)."""
+        if not self._garbage:
+            return
+        keep = {g["file"] for g in groups.values() if "file" in g}
+        if self.log is not None:
+            keep.add(self.log.name)
         collect_garbage(self.path, keep, min_generation)
+        self._garbage = False
 
     def discard(self, generation: int) -> None:
         if self.log is not None and generation <= self.log.generation:
@@ -649,7 +673,8 @@ class ObjectStore:
         return GenerationWriter(self.url, generation, opener=opener)
 
     def write_manifest(self, generation: int, entries: dict[str, dict[str, Any]],
-                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None) -> None:
+                       groups: dict[str, dict[str, Any]], writer: GenerationWriter | None = None,
+                       changed: tuple[set[str], set[str]] | None = None) -> None:
         manifest = {**new_manifest(generation, entries, groups), "complete": True}
         data = json.dumps(manifest, separators=(",", ":")).encode()
         name = f"manifest-{generation:08d}.json"
@@ -658,11 +683,11 @@ class ObjectStore:
             self.known.add(name)
         self.previous, self.current = self.current, (generation, _files(groups))
 
-    def collect_garbage(self, referenced: set[str], min_generation: int) -> None:
+    def collect_garbage(self, groups: dict[str, dict[str, Any]], min_generation: int) -> None:
         if self.current is None:
             return
         gen = self.current[0]
-        keep = set(referenced) | (self.previous[1] if self.previous else set())
+        keep = _files(groups) | (self.previous[1] if self.previous else set())
         keep_manifest = self.previous[0] if self.previous else gen
         doomed = []
         for n in sorted(self._root_names()):

@@ -117,3 +117,46 @@ def test_rlm_state_without_a_kernel_reads_the_journal(shell, tmp_path):
     rows = snapshot_names(tmp_path / "session")
     assert rows is not None and sorted(r["name"] for r in rows) == ["b", "c"]
     assert read_manifest(_dir(shell))["entries"].keys() == {"b", "c"}
+
+
+def _saved(ip) -> tuple[dict, dict]:
+    st = snapshot._get(ip)
+    return json.loads(json.dumps(st.entries)), json.loads(json.dumps(st.groups))
+
+
+def test_each_record_holds_exactly_what_changed_and_freed_files_go(shell, monkeypatch):
+    """A record is found from the names a cell wrote, not by comparing every entry: after
+    every kind of change the journal replays to what the kernel saved, and a data file
+    whose last group went is deleted."""
+    monkeypatch.setattr(snapshot_store, "SMALL_LIMIT", 4096)  # a file of its own above this
+    monkeypatch.setattr(snapshot_store, "MAX_SMALL_FILES", 2)  # old small files regrouped
+    monkeypatch.setattr(snapshot_log, "INLINE_LIMIT", 2048)  # then a small file, not the log
+    cells = [
+        "a = [1]\nb = {'k': a}",  # a group of two
+        "n = 1\ns = 'x'",
+        "big = bytes(10_000)",  # a large file
+        "mid = [bytes(700) for _ in range(4)]",  # too big for the log: a small file
+        "mid2 = [bytes(700) for _ in range(4)]",
+        "mid3 = [bytes(700) for _ in range(4)]",  # the small files are regrouped at gen 8
+        "a.append(2)",  # the group again
+        "del b",  # the group splits
+        "big = bytes(20_000)",  # the old large file loses its last reference
+        "n = 2\ndel s",
+        "mid = None",
+        *(f"n = {i}" for i in range(3, 10)),
+        "a = 'rebound'",
+    ]
+    for code in cells:
+        run(shell, code)
+        m = manifest(shell)
+        entries, groups = _saved(shell)
+        assert (m["entries"], m["groups"]) == (entries, groups), code
+        files = {g["file"] for g in groups.values() if "file" in g}
+        on_disk = {n for n in os.listdir(_dir(shell)) if snapshot_store.FILE_RE.match(n)}
+        active = snapshot._get(shell).store.log.name
+        assert on_disk <= files | {active}, f"{code}: a file nothing names stayed"
+        assert files <= on_disk, code
+    report = new_kernel(shell)
+    assert report["failed"] == []
+    assert shell.user_ns["a"] == "rebound" and shell.user_ns["big"] == bytes(20_000)
+    assert "s" not in shell.user_ns and shell.user_ns["n"] == 9 and len(shell.user_ns["mid3"]) == 4
