@@ -84,32 +84,36 @@ _UNCACHED_TYPES = (type, types.FunctionType)
 
 
 def user_values(ip: Any) -> dict[str, Any]:
-    """User-defined names -> values: no IPython internals, no hidden names (unless the user
-    rebound them), no objects injected by kernel_ext, and no alias the kernel bound
-    (kernel_ext.aliases) that still names its module, also after a cell's own `import
-    pandas as pd`: a new kernel binds it again, so it is never snapshotted."""
+    """User-defined names -> values (`is_user_value`)."""
     hidden = ip.user_ns_hidden
-    out = {}
-    missing = object()
-    by_type = _EXT_BY_TYPE
-    for name, value in list(ip.user_ns.items()):  # a subshell may list during a cell
-        if is_internal_name(name):
-            continue
-        if name in hidden:
-            bound = hidden.get(name, missing)
-            if bound is value or (is_alias(name, bound) and is_alias(name, value)):
-                continue  # the second: the kernel's alias, imported again by a cell
-        t = type(value)
-        ext = by_type.get(t)
-        if ext is None:
-            ext = _from_extension(value)
-            if not issubclass(t, _UNCACHED_TYPES):
-                if len(by_type) >= 4096:
-                    by_type.clear()
-                by_type[t] = ext
-        if not ext:
-            out[name] = value
-    return out
+    # a copy first: a subshell may list during a cell
+    return {k: v for k, v in list(ip.user_ns.items()) if is_user_value(k, v, hidden)}
+
+
+_MISSING = object()
+
+
+def is_user_value(name: str, value: Any, hidden: dict[str, Any]) -> bool:
+    """Whether `name` bound to `value` is the user's: no IPython internals, no hidden names
+    (unless the user rebound them; `hidden`: the shell's user_ns_hidden), no objects
+    injected by kernel_ext, and no alias the kernel bound (kernel_ext.aliases) that still
+    names its module, also after a cell's own `import pandas as pd`: a new kernel binds it
+    again, so it is never snapshotted."""
+    if is_internal_name(name):
+        return False
+    if name in hidden:
+        bound = hidden.get(name, _MISSING)
+        if bound is value or (is_alias(name, bound) and is_alias(name, value)):
+            return False  # the second: the kernel's alias, imported again by a cell
+    t = type(value)
+    ext = _EXT_BY_TYPE.get(t)
+    if ext is None:
+        ext = _from_extension(value)
+        if not issubclass(t, _UNCACHED_TYPES):
+            if len(_EXT_BY_TYPE) >= 4096:
+                _EXT_BY_TYPE.clear()
+            _EXT_BY_TYPE[t] = ext
+    return not ext
 
 
 def estimate_size(value: Any) -> int:

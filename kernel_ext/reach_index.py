@@ -26,11 +26,12 @@ class ReachIndex:
         cached = self._reach.get(name)
         return None if cached is None else cached[1]
 
-    def stale(self, ids: dict[str, int]) -> list[str]:
-        """Names whose value (`ids`: name -> id of its value now) is not the object the
-        index last walked (new or rebound)."""
-        reach = self._reach
-        return [k for k, i in ids.items() if (c := reach.get(k)) is None or c[0] != i]
+    def missing(self, ids: dict[str, int]) -> set[str]:
+        """Names of `ids` the index never walked (restored ones): O(1) when there are none,
+        as the index holds only names of `ids` (deleted ones are dropped)."""
+        if len(self._reach) >= len(ids):
+            return set()
+        return ids.keys() - self._reach.keys()
 
     def update(self, name: str, value: Any, ns: dict[str, Any]) -> None:
         """Walk `value` again (it may have been mutated) and index what it reaches now."""

@@ -56,6 +56,7 @@ from kernel_ext.snapshot_codec import (
     over_cap_reason,
     relink,
 )
+from kernel_ext.user_names import UserNames
 from kernel_ext.wire import MANIFEST_NAME
 
 DEFAULT_VAR_CAP = 256 * 1024 * 1024
@@ -83,7 +84,7 @@ class Snapshotter:
         self.used: int | None = None  # bytes the groups hold; None: count them again
         self.generation = 0
         self.next_gen = 1
-        self.ids: dict[str, int] = {}  # live names -> id() at the last snapshot/restore
+        self.names = UserNames()  # the user's names -> id() at the last snapshot/restore
         self.pending: set[str] = set()
         self.cell_no = 0
         self.last_used: dict[str, int] = {}  # name -> cell count when a cell last named it
@@ -157,18 +158,16 @@ class Snapshotter:
             return str(parsed[-1])
         return str(self.ip.transform_cell(raw))
 
-    def _touched(self, values: dict[str, Any], ids: dict[str, int], full: bool) -> set[str]:
-        old = self.ids
-        touched = {k for k, i in ids.items() if old.get(k) != i}
-        touched |= self.pending & ids.keys()
+    def _touched(self, values: dict[str, Any], changed: set[str], full: bool) -> set[str]:
+        ids = self.names.ids
+        touched = changed | (self.pending & ids.keys())
         if full or self.pending_full:
-            touched |= {k for k, v in values.items() if not is_immutable_scalar(v)}
+            touched |= {k for k in ids if not is_immutable_scalar(values[k])}
         if touched:
             more = referenced_globals([values[k] for k in touched], self.ip.user_ns)
             touched |= more & ids.keys()
             if len(touched) < len(ids):  # aliases: another name bound to a touched object
-                tids = {ids[k] for k in touched}
-                touched |= {k for k, i in ids.items() if i in tids}
+                touched |= self.names.sharing(touched)
             if self.grouping and len(touched) < len(ids):  # rule 5: the stored groups
                 touched |= self._group_mates(touched) & ids.keys()
         return touched
@@ -190,30 +189,32 @@ class Snapshotter:
         if not self.path:
             stats["disabled"] = True
             return stats
-        values = user_values(self.ip)
-        ids = {k: id(v) for k, v in values.items()}
-        touched = self._touched(values, ids, full)
-        deleted = [k for k in self.ids if k not in ids]
-        if touched or deleted or full:
-            self._write(values, ids, touched, set(deleted), stats)
+        values = dict(self.ip.user_ns)  # a copy: a subshell may list during a cell
+        changed, deleted = self.names.scan(values, self.ip.user_ns_hidden)
+        touched = self._touched(values, changed, full)
         for k in deleted:
             self.reach.drop(k)
-        self.ids = ids
+        if touched or deleted or full:
+            try:
+                self._write(values, changed, touched, deleted, stats)
+            except BaseException:
+                self.names.mark_dirty(changed | deleted)  # not saved: the next scan says so again
+                raise
         self.pending.clear()
         self.pending_full = False
         stats["seconds"] = time.perf_counter() - t0
         return stats
 
     # ---- co-variable groups ----------------------------------------------------------
-    def _plan_groups(self, values: dict[str, Any], ids: dict[str, int],
+    def _plan_groups(self, values: dict[str, Any], changed: set[str],
                      touched: set[str]) -> tuple[set[str], list[list[str]]]:
         """The names to write (touched, closed over old and new groups) and the new groups
         that cover them. Reach is recomputed for names to write, kept for the rest."""
         if not self.grouping:
             return touched, [[k] for k in sorted(touched)]
-        ns, index = self.ip.user_ns, self.reach
-        index.keep_only(values)
-        fresh = set(index.stale(ids))  # every name indexed, or a group could be missed
+        ns, index, ids = self.ip.user_ns, self.reach, self.names.ids
+        # every name indexed (new, rebound, restored), or a group could be missed
+        fresh = changed | index.missing(ids)
         for k in fresh:
             index.update(k, values[k], ns)
         todo = set(touched)
@@ -223,7 +224,7 @@ class Snapshotter:
                 fresh.add(k)
             groups = index.groups_of(todo)
             grown = set(todo).union(*groups)
-            grown |= self._group_mates(grown) & values.keys()
+            grown |= self._group_mates(grown) & ids.keys()
             if grown == todo:
                 return todo, groups
             todo = grown
@@ -295,14 +296,14 @@ class Snapshotter:
             entries[k]["bytes"] = size
         return size
 
-    def _write(self, values: dict[str, Any], ids: dict[str, int], touched: set[str],
+    def _write(self, values: dict[str, Any], changed: set[str], touched: set[str],
                deleted: set[str], stats: dict[str, Any]) -> None:
         assert self.store is not None
         if not self.loaded:
             self._load()  # raises StoreError while the store stays unreachable
         gen = self.next_gen
         try:
-            self._write_generation(gen, values, ids, touched, deleted, stats)
+            self._write_generation(gen, values, changed, touched, deleted, stats)
         except BaseException:
             try:  # a full disk: no partial file of this generation stays behind
                 self.store.discard(gen)
@@ -310,11 +311,11 @@ class Snapshotter:
                 pass
             raise
 
-    def _write_generation(self, gen: int, values: dict[str, Any], ids: dict[str, int],
+    def _write_generation(self, gen: int, values: dict[str, Any], changed: set[str],
                           touched: set[str], deleted: set[str], stats: dict[str, Any]) -> None:
         assert self.store is not None
         writer = self.store.writer(gen)
-        touched, new_groups = self._plan_groups(values, ids, touched)
+        touched, new_groups = self._plan_groups(values, changed, touched)
         written = touched | deleted
         entries, groups, used, dropped = self._kept(written)
         budget = self.total_cap - used
@@ -336,12 +337,12 @@ class Snapshotter:
         placed = writer.finish_small()
         for gid, loc in placed.items():
             groups[gid] = {**groups[gid], **loc}  # never changed in place: the log compares
-        changed = None
+        differ = None
         if dropped is not None:  # what may differ from the last generation: O(written)
             made = {g for k in written if isinstance(g := entries.get(k, {}).get("group"), str)}
-            changed = (written, dropped | made | placed.keys())
+            differ = (written, dropped | made | placed.keys())
         self._preserve_corrupt_manifest()
-        self.store.write_manifest(gen, entries, groups, writer, changed)
+        self.store.write_manifest(gen, entries, groups, writer, differ)
         self.entries, self.groups, self.generation, self.next_gen = entries, groups, gen, gen + 1
         self.used = self.total_cap - budget
         stats.update(bytes_written=writer.bytes_written, generation=gen)
@@ -408,10 +409,10 @@ class Snapshotter:
         for name, e in entries.items():
             if e.get("kind") == "skipped":
                 rep["skipped"].append({"name": name, "reason": e.get("reason") or "not snapshotted"})
-                if name not in self.ids:
+                if name not in self.names.ids:
                     self.entries.pop(name, None)  # reported once; nothing to carry
                     self.used = None  # the next generation starts from every entry
-            elif name in self.ids:
+            elif name in self.names.ids:
                 rep["skipped"].append({"name": name, "reason": "already bound in the kernel (newer)"})
             else:
                 units.setdefault(e.get("group") or f"={name}", []).append(name)
@@ -442,7 +443,7 @@ class Snapshotter:
                 ns[name] = relink(ns[name], ns)
             except Exception as exc:  # noqa: BLE001
                 failures[name] = f"restored but could not relink globals: {error_reason(exc)}"
-            self.ids[name] = id(ns[name])
+            self.names.bind(name, ns[name])
         rep["restored"] = sorted(restored)
         rep["summaries"] = {k: entries[k].get("summary") or summary(ns[k]) for k in rep["restored"]}
         rep["failed"] = [{"name": k, "reason": v} for k, v in sorted(failures.items())]
@@ -506,7 +507,7 @@ class Snapshotter:
                 restorable, reason = False, "not yet snapshotted"
             elif e.get("kind") == "skipped":
                 restorable, reason = False, e.get("reason")
-            elif self.ids.get(name) != id(value):
+            elif self.names.ids.get(name) != id(value):
                 restorable, reason = True, "snapshot is older than the current value"
             else:
                 restorable, reason = True, None

@@ -177,3 +177,13 @@ def test_kept_groups_and_their_bytes_follow_every_cell(shell):
         assert snap.used == sum(int(g.get("bytes", 0)) for g in snap.groups.values()), code
         on_disk = manifest(shell)
         assert on_disk["entries"] == snap.entries and on_disk["groups"] == snap.groups, code
+
+
+def test_a_new_name_sharing_with_a_restored_one_is_stored_with_it(shell):
+    """Restored names are in no reach index until a cell names them: a new name that
+    shares one of their objects must still find them (else the two come back apart)."""
+    run(shell, "d = {'k': [1, 2]}")
+    assert new_kernel(shell)["failed"] == []
+    run(shell, "import sys\nn = [sys.modules[__name__].d['k']]")  # the cell names no `d`
+    new_kernel(shell)
+    assert shell.user_ns["n"][0] is shell.user_ns["d"]["k"]
