@@ -37,6 +37,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from kernel_ext import cell_syntax
 from kernel_ext import lineage_rules as rules
 
 _MUTATORS = frozenset({
@@ -51,13 +52,14 @@ _CONSUMERS = frozenset({"next", "list", "tuple", "set", "sum", "sorted", "any", 
 RECORDS_NAME = "cells.jsonl"
 
 
-def record_line(code: str, transformed: str, ns: Mapping[str, Any] | None = None) -> str | None:
+def record_line(code: str, transformed: str, ns: Mapping[str, Any] | None = None,
+                parsed: cell_syntax.Parsed | None = None) -> str | None:
     """One successful cell's record as a JSON line, or None when the cell binds, mutates
     and iterates nothing (`df.head()`, `print(x)`): never needed for a replay, not recorded.
     `ns` is the kernel's namespace after the cell (what its names refer to). The snapshot
     store keeps the lines (`<snapshot dir>/cells.jsonl`, 0600, or one object each in an
     object store); cell numbers in replay reports index them."""
-    rec = {**cell_record(transformed, ns), "code": code, "rules": rules.RULES_VERSION}
+    rec = {**cell_record(transformed, ns, parsed), "code": code, "rules": rules.RULES_VERSION}
     if not (rec["binds"] or rec["mutates"] or rec["iterates"]):
         return None
     return json.dumps(rec)
@@ -110,44 +112,48 @@ def _walk_cell(tree: ast.AST) -> Any:
                 if node.returns is not None:
                     todo.append(node.returns)
             continue
-        todo.extend(ast.iter_child_nodes(node))
+        todo += cell_syntax.children(node)
 
 
 _COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
 
 
-def _comprehension_names(tree: ast.AST) -> set[int]:
+def _comprehension_names(nodes: list[ast.AST]) -> set[int]:
     """ids of the Name nodes that are a comprehension's own variables: `i` in
     `(i for i in range(3))` is local to it (Python 3), not a name the cell binds or reads,
     so two cells that each use an `i` there do not depend on each other. The first
     `for`'s iterable is evaluated outside, so its names stay the cell's."""
     out: set[int] = set()
-    for comp in ast.walk(tree):
+    for comp in nodes:
         if not isinstance(comp, _COMPREHENSIONS):
             continue
-        local = {n.id for g in comp.generators for n in ast.walk(g.target)
+        local = {n.id for g in comp.generators for n in cell_syntax.walk(g.target)
                  if isinstance(n, ast.Name)}
-        outer = {id(n) for n in ast.walk(comp.generators[0].iter)}
-        out |= {id(n) for n in ast.walk(comp) if isinstance(n, ast.Name) and n.id in local
-                and id(n) not in outer}
+        outer = {id(n) for n in cell_syntax.walk(comp.generators[0].iter)}
+        out |= {id(n) for n in cell_syntax.walk(comp) if isinstance(n, ast.Name)
+                and n.id in local and id(n) not in outer}
     return out
 
 
-def cell_record(code: str, ns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def cell_record(code: str, ns: Mapping[str, Any] | None = None,
+                parsed: cell_syntax.Parsed | None = None) -> dict[str, Any]:
     """{"reads", "binds", "mutates", "iterates", "effects", "loads", "roots", "defines",
     "db", "db_uses"} of one (IPython-transformed) cell; `effects` are the reasons it may
     not be replayed (kernel_ext.lineage_rules), empty when it is known to stay in the
     kernel. `ns`: what the cell's names refer to (the kernel's namespace after it ran)."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    parsed = parsed or cell_syntax.parse(code)  # `parsed`: of `code`, by the caller
+    if parsed is None:
         return {"reads": [], "binds": [], "mutates": [], "iterates": [], "effects": ["could not be parsed"]}
+    tree = parsed.tree
     reads: set[str] = set()
     binds: set[str] = set()
     mutates: set[str] = set()
     iterates: set[str] = set()  # a mutation only if the value is an iterator
-    local = _comprehension_names(tree)
-    for node in _walk_cell(tree):
+    local = _comprehension_names(parsed.nodes)
+    # the walk that skips function bodies is the whole walk when there are none
+    cell_nodes = _walk_cell(tree) if any(isinstance(n, _FUNCTIONS) for n in parsed.nodes) \
+        else parsed.nodes
+    for node in cell_nodes:
         if isinstance(node, ast.Name):
             if id(node) not in local:
                 (reads if isinstance(node.ctx, ast.Load) else binds).add(node.id)
@@ -173,7 +179,7 @@ def cell_record(code: str, ns: Mapping[str, Any] | None = None) -> dict[str, Any
         elif isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.iter, ast.Name):
             iterates.add(node.iter.id)
     reads -= _BUILTINS - binds
-    c = rules.check(tree, ns)
+    c = rules.check(tree, ns, parsed.nodes)
     return {"reads": sorted(reads), "binds": sorted(binds), "mutates": sorted(mutates),
             "iterates": sorted(iterates), "effects": sorted(c.effects), "loads": sorted(c.loads),
             "roots": sorted(c.roots), "defines": sorted(c.defs & binds), "db": c.db,

@@ -46,6 +46,8 @@ import types
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from kernel_ext import cell_syntax
+
 # pure data libraries (top-level names; a private C module `_x` counts as `x`)
 MODULES = frozenset({
     "builtins", "pandas", "numpy", "scipy", "polars", "pyarrow", "math", "cmath", "re", "json",
@@ -261,13 +263,13 @@ def _attr_chain(node: ast.expr) -> tuple[ast.expr, list[str]]:
     return node, attrs[::-1]
 
 
-def _bound_in(tree: ast.AST) -> tuple[set[str], set[str], set[str], dict[str, str]]:
+def _bound_in(nodes: list[ast.AST]) -> tuple[set[str], set[str], set[str], dict[str, str]]:
     """(every name the cell binds anywhere, names bound by def/class/lambda or import,
     names bound by def/class/lambda, import alias -> module path)."""
     bound: set[str] = set()
     defs: set[str] = set()
     imports: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
             bound.add(node.id)
         elif isinstance(node, ast.arg):
@@ -295,16 +297,17 @@ def _bound_in(tree: ast.AST) -> tuple[set[str], set[str], set[str], dict[str, st
 class Check:
     """One cell's allow-list check; `effects` are the reasons it may not be replayed."""
 
-    def __init__(self, tree: ast.AST, ns: Mapping[str, Any]):
+    def __init__(self, tree: ast.AST, ns: Mapping[str, Any], nodes: list[ast.AST] | None = None):
         self.ns = ns
         self.effects: set[str] = set()
         self.loads: set[str] = set()  # free names used anywhere (bodies too)
         self.roots: set[str] = set()  # names whose attributes are used
         self.db: dict[str, str] = {}  # name -> ":memory:" or the connection it came from
         self.db_uses: set[str] = set()
-        self.bound, self.static, self.defs, self.imports = _bound_in(tree)
+        nodes = cell_syntax.walk(tree) if nodes is None else nodes  # `nodes`: of `tree`
+        self.bound, self.static, self.defs, self.imports = _bound_in(nodes)
         self._kinds: dict[str, tuple[str, str]] = {}
-        for node in ast.walk(tree):
+        for node in nodes:
             self._node(node)
 
     def kind(self, name: str) -> tuple[str, str]:
@@ -562,8 +565,9 @@ class Check:
             self.db.update(dict.fromkeys(names, src))
 
 
-def check(tree: ast.AST, ns: Mapping[str, Any] | None = None) -> Check:
-    return Check(tree, ns or {})
+def check(tree: ast.AST, ns: Mapping[str, Any] | None = None,
+          nodes: list[ast.AST] | None = None) -> Check:
+    return Check(tree, ns or {}, nodes)
 
 
 def iter_kinds(ns: Mapping[str, Any], names: Iterator[str] | set[str]) -> dict[str, tuple[str, str]]:

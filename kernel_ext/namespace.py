@@ -38,6 +38,7 @@ import types
 from collections.abc import Iterable
 from typing import Any
 
+from kernel_ext import cell_syntax
 from kernel_ext.aliases import is_alias
 
 IPYTHON_NAMES = frozenset(
@@ -177,14 +178,17 @@ def _node_names(node: ast.AST, names: set[str], deleted: set[str]) -> bool:
 
 def cell_names(code: str) -> CellNames:
     """Parse (already IPython-transformed) cell code; see the module docstring."""
-    try:
-        tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    return names_in(cell_syntax.parse(code))
+
+
+def names_in(parsed: cell_syntax.Parsed | None) -> CellNames:
+    """`cell_names` of a cell parsed already (None: it does not parse)."""
+    if parsed is None:
         return CellNames(set(), set(), True)
     names: set[str] = set()
     deleted: set[str] = set()
     full = False
-    for node in ast.walk(tree):
+    for node in parsed.nodes:
         full = _node_names(node, names, deleted) or full
     return CellNames(names, deleted, full)
 

@@ -36,13 +36,13 @@ import sys
 import time
 from typing import Any
 
-from kernel_ext import contract, lineage
+from kernel_ext import cell_syntax, contract, lineage
 from kernel_ext import snapshot_store as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
-    cell_names,
     estimate_size,
     is_immutable_scalar,
+    names_in,
     referenced_globals,
     shared_array_roots,
     user_values,
@@ -120,11 +120,13 @@ class Snapshotter:
         self.cell_no += 1
         info = getattr(result, "info", None)
         raw = getattr(info, "raw_cell", None) or ""
+        parsed: cell_syntax.Parsed | None = None  # one parse for the names and the record
         try:
             code: str | None = self._transformed(raw)
-            names = cell_names(code or "")
+            parsed = cell_syntax.parse(code or "")
         except Exception:  # noqa: BLE001 - a transform failure means "could be anything"
-            code, names = None, cell_names("(")
+            code = None
+        names = names_in(parsed)
         self.pending |= names.names
         for k in names.names:
             self.last_used[k] = self.cell_no
@@ -137,7 +139,7 @@ class Snapshotter:
         if raw.strip():
             try:
                 line = lineage.record_line(raw, self.ip.transform_cell(raw) if code is None else code,
-                                           self.ip.user_ns)
+                                           self.ip.user_ns, parsed)
                 if line is not None and self.store is not None:
                     self.store.append_cell(line)
             except Exception as exc:  # noqa: BLE001 - never break the user's cell
