@@ -452,6 +452,7 @@ class LocalStore:
         # write, after a whole manifest (the old log), and when a dropped group pointed
         # outside the active log; otherwise the listing of the dir is skipped
         self._garbage = True
+        self._records: Any = None  # cells.jsonl, open for appends once a cell is recorded
 
     def ensure(self) -> None:
         ensure_dir(self.path)
@@ -527,7 +528,12 @@ class LocalStore:
             os.replace(src, os.path.join(self.path, f"manifest.corrupt-{int(time.time())}.json"))
 
     def append_cell(self, line: str) -> None:
-        fd = os.open(os.path.join(self.path, RECORDS_NAME), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        f = self._records
+        if f is None or os.fstat(f.fileno()).st_nlink == 0:  # first, or the file was removed
+            fd = os.open(os.path.join(self.path, RECORDS_NAME),
+                         os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            f = self._records = os.fdopen(fd, "ab", buffering=0)  # closed with the store
+        fd = f.fileno()
         size = os.fstat(fd).st_size
         data = (line + "\n").encode()
         try:
@@ -536,8 +542,6 @@ class LocalStore:
         except OSError:
             os.ftruncate(fd, size)  # no partial record (a full disk)
             raise
-        finally:
-            os.close(fd)
 
     def cell_lines(self) -> list[str]:
         try:

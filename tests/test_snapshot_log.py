@@ -160,3 +160,12 @@ def test_each_record_holds_exactly_what_changed_and_freed_files_go(shell, monkey
     assert report["failed"] == []
     assert shell.user_ns["a"] == "rebound" and shell.user_ns["big"] == bytes(20_000)
     assert "s" not in shell.user_ns and shell.user_ns["n"] == 9 and len(shell.user_ns["mid3"]) == 4
+
+
+def test_the_cell_records_stay_open_and_a_removed_file_is_made_again(shell):
+    run(shell, "a = [1]")
+    records = _dir(shell) / "cells.jsonl"
+    assert "a = [1]" in records.read_text()
+    records.unlink()  # by hand, between cells
+    run(shell, "b = [2]")
+    assert "b = [2]" in records.read_text() and oct(records.stat().st_mode & 0o777) == "0o600"
