@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from importlib import resources
 
 from rlm.config import Config
@@ -20,17 +20,20 @@ def system_prompt(config: Config, *, native_tools: bool, role: str = "") -> str:
     Models without native tool calling (small local models) get the fenced-code variant
     with one worked example (rlm/prompts/system_small.md), which they need to behave.
     """
-    name = "system" if native_tools else "system_small"
+    max_turns = config.max_turns if config.max_turns is not None else "unlimited"
+    return _render("system" if native_tools else "system_small", config.output_budget(),
+                   int(config.cell_timeout), max_turns, role)
+
+
+@lru_cache(maxsize=64)  # asked for each projection, several times a step
+def _render(name: str, output_budget: int, cell_timeout: int, max_turns: int | str,
+            role: str) -> str:
     try:
         text = load_prompt(name)
     except FileNotFoundError:
         text = load_prompt("system")
     return text.format_map(
-        _Defaults(
-            output_budget=config.output_budget(),
-            cell_timeout=int(config.cell_timeout),
-            max_turns=config.max_turns if config.max_turns is not None else "unlimited",
-        )
+        _Defaults(output_budget=output_budget, cell_timeout=cell_timeout, max_turns=max_turns)
     ) + (f"\n\n{role}" if role else "")
 
 

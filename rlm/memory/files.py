@@ -90,6 +90,9 @@ class ProjectMemory:
     def __init__(self, root: Path):
         self.root = Path(root)
         self.dir = self.root / DIRNAME
+        # what `signature` stats, as strings: it is asked several times a step
+        self._watched = tuple(str(p) for p in (self.dir, *(self.dir / rel for rel in FILES.values()),
+                                               self.dir / HISTORY))
 
     # ------------------------------------------------------------------- paths
     def path(self, name: str) -> Path:
@@ -108,7 +111,7 @@ class ProjectMemory:
         times (None when missing). Equal signatures: the files read the same, short of a
         same-size rewrite within one tick of the file system's clock."""
         out: list[Any] = []
-        for p in (self.dir, *(self.dir / rel for rel in FILES.values()), self.dir / HISTORY):
+        for p in self._watched:
             try:
                 st = os.lstat(p)
             except OSError:

@@ -52,20 +52,21 @@ class MemoryHead:
         # the last message and what it was made from: the same dict while nothing changed,
         # so a prompt's token count finds it by identity (rlm.llm.tokens.RunningCount)
         self._last: tuple[MemoryTexts, int, dict[str, Any]] | None = None
-        self._read: tuple[tuple[Any, ...], MemoryTexts] | None = None  # (files' signature, texts)
+        # (files' signature, texts, the state file's mtime)
+        self._read: tuple[tuple[Any, ...], MemoryTexts, float | None] | None = None
 
     def texts(self) -> MemoryTexts:
         m = self.memory
         sig = m.signature()  # asked several times a step: the files are read when they change
         if self._read is not None and self._read[0] == sig:
-            t = replace(self._read[1])
+            t, mtime = replace(self._read[1]), self._read[2]
         else:
             lines, total = m.history_lines(HISTORY_LINES)
             t = MemoryTexts(dir=str(m.dir), state=m.read("state"),
                             conventions=m.read("conventions"), context=m.read("context"),
                             history=lines, history_total=total)
-            self._read = (sig, replace(t))
-        mtime = m.mtime("state")
+            mtime = m.mtime("state")  # in the signature too: the same while it is
+            self._read = (sig, replace(t), mtime)
         if mtime is not None and t.state.strip():
             if turns_since(self.branch(), mtime, self.stale_turns) >= self.stale_turns:
                 t.stale_turns = self.stale_turns
