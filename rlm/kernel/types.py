@@ -81,7 +81,17 @@ class CellResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """`asdict(self)` without its deep walk (after every cell: 25 -> ~5 us); an
+        output's dicts and lists are copied one level deep, which is all they hold but
+        for a mime bundle's JSON value (shared: nothing changes an output once made)."""
+        d = dict(self.__dict__)
+        d["outputs"] = [{k: v.copy() if isinstance(v, (dict, list)) else v
+                         for k, v in o.__dict__.items()} for o in self.outputs]
+        if self.restart is not None:
+            d["restart"] = self.restart.to_dict()
+        if self.files_read is not None:
+            d["files_read"] = list(self.files_read)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CellResult:
