@@ -35,6 +35,7 @@ import sys
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -115,8 +116,7 @@ def mask_buffer(buf: Any, secrets: list[str]) -> int:
     found = 0
     for enc in _ENCODINGS:
         star = "*".encode(enc)
-        spans = _merge(span for s in secrets
-                       for span in piece_spans(buf, s.encode(enc), _offsets(s, enc)))
+        spans = _merge(span for s in secrets for span in piece_spans(buf, *_encoded(s, enc)))
         for a, b in spans:
             buf[a:b] = star * ((b - a) // len(star))
         found += len(spans)
@@ -192,6 +192,7 @@ def _scanned_for(secrets: list[str]) -> dict[str, tuple[int, ...]]:
 
 SCRUB_MARK = ".scrubbed"  # in the session dir: its mtime is when the last scrub began
 SCRUB_SLACK_NS = 2_000_000_000  # file mtimes are coarser than time.time_ns()
+SCRUB_MARK_EVERY_NS = 1_000_000_000  # the mark moves at most this often (a cell a few ms)
 
 
 def scrub_session(session_dir: Path, since_ns: int | None = None, *,
@@ -213,6 +214,8 @@ def scrub_session(session_dir: Path, since_ns: int | None = None, *,
     now = time.time_ns()
     hit = scrub_tree(Path(session_dir), secrets, max(0, since - SCRUB_SLACK_NS) if since else 0,
                      append_only)
+    if 0 <= now - last < SCRUB_MARK_EVERY_NS:
+        return hit  # an older mark only makes the next scrub look at more files
     with contextlib.suppress(OSError):
         fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
         os.close(fd)
@@ -263,6 +266,12 @@ def _offsets(secret: str, encoding: str) -> list[int]:
     for ch in secret:
         offsets.append(offsets[-1] + len(ch.encode(encoding)))
     return offsets
+
+
+@lru_cache(maxsize=64)  # the scrub after each cell asks for each secret in each encoding
+def _encoded(secret: str, encoding: str) -> tuple[bytes, tuple[int, ...]]:
+    """`secret` in `encoding`, and `_offsets` of it."""
+    return secret.encode(encoding), tuple(_offsets(secret, encoding))
 
 
 def _common_prefix(a: Sequence[Any], b: Sequence[Any]) -> int:

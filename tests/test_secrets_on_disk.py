@@ -159,6 +159,27 @@ def test_a_new_host_scrubs_what_a_dead_host_left_since_the_mark(tmp_path, monkey
     assert (d / SCRUB_MARK).stat().st_mtime_ns > 1_050 * 10**9  # the mark moved on
 
 
+def test_the_mark_moves_at_most_once_a_second_and_a_later_write_is_still_scrubbed(tmp_path,
+                                                                                monkeypatch):
+    """Moving the mark after every cell cost a metadata write a step: it moves at most once
+    a second; an older mark only makes a scrub look at more files, never fewer."""
+    from rlm.secrets import SCRUB_MARK, scrub_session
+
+    key = f"sk-test-{_rand(40)}"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    d = tmp_path / "sess"
+    (d / "snapshot").mkdir(parents=True)
+    scrub_session(d)
+    moved = (d / SCRUB_MARK).stat().st_mtime_ns
+    spool = d / "snapshot" / "cells.jsonl"
+    spool.write_bytes(key.encode() + b"\n")
+    assert scrub_session(d) == [spool] and key.encode() not in spool.read_bytes()
+    assert (d / SCRUB_MARK).stat().st_mtime_ns == moved  # within the second: not moved
+    os.utime(d / SCRUB_MARK, ns=(moved - 2 * 10**9, moved - 2 * 10**9))
+    scrub_session(d)
+    assert (d / SCRUB_MARK).stat().st_mtime_ns > moved - 10**9  # older than a second: moved
+
+
 def test_any_later_run_scrubs_what_a_dead_host_left_in_another_session(_isolated_home, tmp_path,
                                                                          monkeypatch):
     """Issue 40 item 7: a host SIGKILLed mid-cell cannot scrub what its kernel writes after
