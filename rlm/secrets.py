@@ -58,8 +58,10 @@ SECRET_PATTERNS = re.compile(
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
     """Values of env vars whose names look secret, longest first."""
     env = os.environ if environ is None else environ
-    vals = {v for k, v in env.items()
-            if k.upper().endswith(SECRET_ENV_SUFFIXES) and len(v) >= MIN_SECRET_LEN}
+    # the names first: os.environ decodes each value it is asked for (asked a few times a
+    # step, this was ~55 us with every value decoded)
+    names = [k for k in env if k.upper().endswith(SECRET_ENV_SUFFIXES)]
+    vals = {v for k in names if len(v := env[k]) >= MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
 
 
