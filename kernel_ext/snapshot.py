@@ -36,7 +36,7 @@ import sys
 import time
 from typing import Any
 
-from kernel_ext import cell_syntax, contract, lineage
+from kernel_ext import cell_syntax, contract, lineage, snapshot_log
 from kernel_ext import snapshot_store as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
@@ -199,8 +199,11 @@ class Snapshotter:
         if touched or deleted or full:
             try:
                 self._write(values, changed, touched, deleted, stats)
-            except BaseException:
-                self.names.mark_dirty(changed | deleted)  # not saved: the next scan says so again
+            except BaseException as exc:
+                # not saved: the next scan says so again (all of them: the data of any name
+                # may have been in a journal that is gone)
+                lost = isinstance(exc, snapshot_log.JournalLost)
+                self.names.mark_dirty((self.names.ids.keys() if lost else changed) | deleted)
                 raise
         self.pending.clear()
         self.pending_full = False

@@ -28,7 +28,7 @@ import struct
 import sys
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAGIC = b"RLMJ"
@@ -38,6 +38,11 @@ ALIGN = 64
 MAX_RECORDS = 512  # then the whole manifest is written again
 MAX_BYTES = 1024 * 1024  # the host scans a changed file for secrets after each cell
 INLINE_LIMIT = 256 * 1024  # a generation's small pickles above this get a file of their own
+
+
+class JournalLost(OSError):
+    """The active journal is gone (removed by hand): what its records held must be
+    written again."""
 
 
 def log_name(base: int) -> str:
@@ -62,6 +67,8 @@ class Log:
     # so a journal only ever grows (the host's secret scrub reads what it gained); the
     # next generation writes the whole manifest and begins a new journal instead
     torn: bool = False
+    # the journal, open for appends once one was made (closed with this object)
+    file: Any = field(default=None, repr=False, compare=False)
 
     @property
     def name(self) -> str:
@@ -148,12 +155,18 @@ def append(log: Log, generation: int, entries: dict[str, Any], groups: dict[str,
     record = b"".join((prefix, bytes(DATA_AT - len(prefix)), data, header))
     record += prefix + bytes((-(len(record) + len(prefix))) % ALIGN)
     full = os.path.join(log.path, log.name)
-    fd = os.open(full, os.O_RDWR | os.O_CREAT, 0o600)
+    if log.file is None:
+        log.file = os.fdopen(os.open(full, os.O_RDWR | os.O_CREAT, 0o600), "r+b", buffering=0)
+    fd = log.file.fileno()
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        size = st.st_size
         if size > log.end:  # a failed append whose cut failed too: see Log.torn
             log.torn = True
             raise OSError(errno.EIO, "bytes past the journal's last whole record", log.name)
+        if st.st_nlink == 0:  # removed by hand: the next generation writes a whole manifest
+            log.torn = True
+            raise JournalLost(errno.ENOENT, "the journal was removed", log.name)
         created = size == 0 and log.end == 0
         try:
             body = record[:-ALIGN] if crash else record
@@ -166,11 +179,16 @@ def append(log: Log, generation: int, entries: dict[str, Any], groups: dict[str,
         except BaseException:
             if created:
                 os.unlink(full)
+                log.file.close()
+                log.file = None
             else:
                 os.ftruncate(fd, log.end)
             raise
-    finally:
-        os.close(fd)
+    except BaseException:
+        if log.file is not None and log.torn:
+            log.file.close()  # never written again
+            log.file = None
+        raise
     if created:
         fsync_dir(log.path)
     log.end, log.records, log.generation = log.end + len(record), log.records + 1, generation

@@ -169,3 +169,15 @@ def test_the_cell_records_stay_open_and_a_removed_file_is_made_again(shell):
     records.unlink()  # by hand, between cells
     run(shell, "b = [2]")
     assert "b = [2]" in records.read_text() and oct(records.stat().st_mode & 0o777) == "0o600"
+
+
+def test_a_journal_removed_by_hand_is_said_and_the_next_cell_saves_everything(shell, capsys):
+    run(shell, "a = [1]")
+    run(shell, "b = [2]")
+    for name in _logs(shell):
+        (_dir(shell) / name).unlink()
+    run(shell, "c = [3]\ndel a")  # its record has nowhere to go
+    assert "the journal was removed" in capsys.readouterr().err
+    run(shell, "d = [4]")  # a whole manifest, with what the failed one held
+    report = new_kernel(shell)
+    assert report["failed"] == [] and {"b", "c", "d"} == set(report["restored"])
