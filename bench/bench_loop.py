@@ -12,7 +12,9 @@ so one command prints every ratio from one run. Peers measured earlier on these 
 The median of a run's own steps is reported beside the means (what a step costs when the
 machine leaves it alone: on a noisy VM a burst moves a whole round's mean by 2x), and a
 paired run: each step's cell also goes to a raw kernel during that step's model call, so
-rlm's steps and raw round trips are measured in turn, under the same noise.
+rlm's steps and raw round trips are measured in turn, under the same noise; and the CPU
+seconds a step took, in this process and in the kernel's processes (Linux /proc), which
+the VM's bursts move much less than wall time.
 
     python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
         [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key]
@@ -47,6 +49,38 @@ from rlm.session.store import SessionStore  # noqa: E402
 # their median is what a step costs when the machine left it alone, which a noisy VM's
 # mean hides (its bursts move whole rounds by 2x)
 STEPS: list[float] = []
+# CPU seconds per step of the last run, (this process, the kernel's): what a step costs in
+# work, which a noisy VM moves much less than wall time (its bursts stall both alike)
+CPU: list[float] = [0.0, 0.0]
+
+
+def _proc_cpu(pid: int | None) -> float:
+    """User + system CPU seconds so far of process `pid` and its descendants (rlm's kernel
+    runs under a launcher, in a PID namespace of its own): Linux /proc, 0.0 elsewhere."""
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, CPU seconds)
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else ():
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    fields = f.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            stats[int(entry)] = (int(fields[1]), cpu)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += stats.get(p, (0, 0.0))[1] if p is not None else 0.0
+        todo += [c for c, (parent, _) in stats.items() if parent == p]
+    return total
+
+
+@contextlib.contextmanager
+def cpu_of(kernel_pid: int | None, steps: int) -> Iterator[None]:
+    """Sets CPU to the CPU seconds per step the block took, here and in the kernel."""
+    h0, k0 = time.process_time(), _proc_cpu(kernel_pid)
+    yield
+    CPU[:] = [(time.process_time() - h0) / steps, (_proc_cpu(kernel_pid) - k0) / steps]
 
 
 def call(code: str) -> dict:
@@ -91,9 +125,11 @@ def _rlm_run(n: int, before_reply: Callable[[], None] | None = None) -> tuple[fl
         llm.complete = timed  # type: ignore[method-assign]
         with build_agent(session, cfg, llm=llm) as agent:
             agent.executor.execute("0")  # warm
-            t0 = time.perf_counter()
-            starts = [time.perf_counter() for ev in agent.run("bench") if isinstance(ev, TurnStarted)]
-            end = time.perf_counter()
+            with cpu_of(getattr(agent.executor, "pid", None), n + 1):
+                t0 = time.perf_counter()
+                starts = [time.perf_counter() for ev in agent.run("bench")
+                          if isinstance(ev, TurnStarted)]
+                end = time.perf_counter()
             STEPS[:] = [b - a for a, b in zip(starts, starts[1:] + [end], strict=True)]
             return (end - t0) / (n + 1), in_model[0] / (n + 1)
 
@@ -101,13 +137,14 @@ def _rlm_run(n: int, before_reply: Callable[[], None] | None = None) -> tuple[fl
 @contextlib.contextmanager
 def raw_kernel(argv: list[str] | None = None) -> Iterator[BlockingKernelClient]:
     """A kernel started as rlm starts its own (rlm's argv, kernel_ext loaded) unless `argv`
-    is given, with a blocking client, warmed by one cell."""
+    is given, with a blocking client, warmed by one cell. Its pid: `RAW_PID[0]`."""
     from rlm.kernel.runtime import kernel_argv
 
     with tempfile.TemporaryDirectory() as d:
         km = KernelManager()
         km.kernel_cmd = argv or kernel_argv(Config(home=Path(d)))
         km.start_kernel()
+        RAW_PID[0] = getattr(km.provisioner, "pid", None)
         kc = km.client()
         kc.start_channels()
         kc.wait_for_ready(timeout=60)
@@ -123,7 +160,7 @@ def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -
     """Seconds per cell of a raw round trip; rlm's kernel argv unless `argv` is given.
     store_history=False is what alexzhang13/rlm sends: it skips a per-cell kernel cost of
     several ms here, so its loop is compared with a raw round trip that skips it too."""
-    with raw_kernel(argv) as kc:
+    with raw_kernel(argv) as kc, cpu_of(RAW_PID[0], n + 1):
         t0 = time.perf_counter()
         STEPS.clear()
         for code in cells(n) + ["'done'"]:
@@ -132,6 +169,9 @@ def raw_run(n: int, argv: list[str] | None = None, store_history: bool = True) -
                                    store_history=store_history)
             STEPS.append(time.perf_counter() - t)
         return (time.perf_counter() - t0) / (n + 1)
+
+
+RAW_PID: list[int | None] = [None]
 
 
 def paired_run(n: int) -> tuple[float, float]:
@@ -185,8 +225,10 @@ PLAIN_NO_HISTORY = "raw, plain, store_history=False"
 KEYED = "rlm, whole loop, a key set"
 MEDIAN_RAW, MEDIAN_RLM = "raw, median round trip", "rlm, median step"
 PAIRED_RAW, PAIRED_RLM = "raw, paired with rlm's steps", "rlm, median step, paired"
+CPU_RAW, CPU_RLM = "raw, CPU (client + kernel)", "rlm, CPU (host + kernel)"
 OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, "nano-rlm": PLAIN,
-           "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW, PAIRED_RLM: PAIRED_RAW}
+           "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW, PAIRED_RLM: PAIRED_RAW,
+           CPU_RLM: CPU_RAW}
 
 
 def report(n: int, rounds: dict[str, list[float]]) -> None:
@@ -225,8 +267,10 @@ def main() -> None:
             rounds["rlm, whole loop"].append(total)
             rounds["rlm, outside the model"].append(total - model)
             rounds.setdefault(MEDIAN_RLM, []).append(statistics.median(STEPS))
+            rounds.setdefault(CPU_RLM, []).append(sum(CPU))
             rounds[RAW].append(raw_run(n))
             rounds.setdefault(MEDIAN_RAW, []).append(statistics.median(STEPS))
+            rounds.setdefault(CPU_RAW, []).append(sum(CPU))
             step, raw = paired_run(n)
             rounds.setdefault(PAIRED_RLM, []).append(step)
             rounds.setdefault(PAIRED_RAW, []).append(raw)
