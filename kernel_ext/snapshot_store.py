@@ -481,14 +481,11 @@ class LocalStore:
                        changed: tuple[set[str], set[str]] | None = None) -> None:
         """`changed`: the entry names and group ids that may differ from the last write
         (the journal's record is then found in O(changed)); None: compare every one."""
-        old_entries, old_groups = self._written
-        if changed is None:
-            entry_delta = snapshot_log.delta(old_entries, entries)
-            group_delta = snapshot_log.delta(old_groups, groups)
-        else:
-            entry_delta = snapshot_log.delta(old_entries, entries, changed[0])
-            group_delta = snapshot_log.delta(old_groups, groups, changed[1])
         if self.log is not None and self._logging() and writer is not None:
+            old_entries, old_groups = self._written
+            entry_keys, group_keys = changed if changed is not None else (None, None)
+            entry_delta = snapshot_log.delta(old_entries, entries, entry_keys)
+            group_delta = snapshot_log.delta(old_groups, groups, group_keys)
             if writer.files_written:
                 _fsync_dir(self.path)  # large files' names are durable before the log names them
             snapshot_log.append(self.log, generation, entry_delta, group_delta,
