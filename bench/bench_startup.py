@@ -2,7 +2,9 @@
 hosted model's import runs beside the kernel's start).
 
 Two runs, each in two variants alternated round by round, same machine state:
-  scripted  a one-turn `script:` run, whole wall time
+  scripted  a one-turn `script:` run: the time from the process start to its first reply
+            (the assistant entry's timestamp in the session log; a scripted model answers
+            at once, so this is the first request), and the whole run
   hosted    `openai/gpt-4o-mini` against a real local OpenAI-compatible endpoint
             (bench/fake_openai.py): the time from the process start to the first request
             reaching the endpoint, and the whole run
@@ -11,7 +13,9 @@ Variants:
             `local` run paid while they were litellm providers; for `hosted`, the import
             and the kernel's start one after the other
   rlm       `python -m rlm run ...` as a user runs it
-Prints each figure's median and the ratio rlm / baseline.
+Prints each figure's median and the ratio rlm / baseline. Runs write bytecode (an
+inherited PYTHONDONTWRITEBYTECODE is dropped): an installed rlm has its .pyc files, and
+compiling every module again would add ~0.3 s to each start.
 
     python -m bench.bench_startup --rounds 5
 """
@@ -26,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 from bench.fake_openai import serving, tool_reply
@@ -50,15 +55,30 @@ def variants(run: list[str]) -> dict[str, list[str]]:
             "rlm": [sys.executable, "-m", "rlm", *run]}
 
 
+def first_reply(home: Path, after: float) -> float:
+    """The timestamp of the first assistant entry of the session started after `after`."""
+    newest = max((home / "sessions").glob("*/session.jsonl"), key=lambda p: p.stat().st_mtime)
+    for line in newest.read_text().splitlines():
+        entry = json.loads(line)
+        if entry.get("type") == "message" and entry["message"].get("role") == "assistant":
+            took = datetime.fromisoformat(entry["timestamp"]).timestamp() - after
+            if took < 0:
+                raise SystemExit(f"{newest} is not the run's session")
+            return took
+    raise SystemExit(f"{newest} has no reply")
+
+
 def scripted(rounds: int, tmp: Path, env: dict[str, str]) -> dict[str, dict[str, list[float]]]:
     script = tmp / "replies.json"
     script.write_text(json.dumps(REPLIES))
     argv = variants(["run", "what is 6*7?", "--model", f"script:{script}", "--json"])
     timed(argv["rlm"], env, str(tmp))  # warm the page cache and the kernel's first start
-    times: dict[str, dict[str, list[float]]] = {k: {"wall": []} for k in argv}
+    times: dict[str, dict[str, list[float]]] = {k: {"to request": [], "wall": []} for k in argv}
     for i in range(rounds):
         for name in (list(argv) if i % 2 == 0 else list(reversed(argv))):
+            t0 = time.time()
             times[name]["wall"].append(timed(argv[name], env, str(tmp)))
+            times[name]["to request"].append(first_reply(Path(env["RLM_HOME"]), t0))
     return times
 
 
@@ -97,6 +117,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         env = {**os.environ, "RLM_HOME": str(tmp / "home")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         for kind, fn in (("scripted", scripted), ("hosted", hosted)):
             if a.only in (None, kind):
                 report(kind, fn(a.rounds, tmp, env))

@@ -26,6 +26,7 @@ from rlm.compaction.tiers import relief_line
 from rlm.config import Config, scaled_output_budget
 from rlm.errors import RlmError
 from rlm.events import Compacted, Event, Notice
+from rlm.llm.tokens import warm_encoding
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 from rlm.longrun.clock import Clock
@@ -52,7 +53,9 @@ def kernel_factory(session: SessionLog) -> Callable[[BridgeHandler, Config], Sta
         if session.dir is None:
             raise RlmError("a kernel needs an on-disk session; pass an executor for "
                            "in-memory ones")
-        return Kernel(session.dir, config, bridge_handler=handler)
+        kernel = Kernel(session.dir, config, bridge_handler=handler)
+        kernel.while_booting = warm_encoding  # the first prompt's count finds it loaded
+        return kernel
 
     return make
 

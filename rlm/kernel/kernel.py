@@ -80,6 +80,9 @@ class Kernel:
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
         # told before a restore re-runs recorded cells (which ones); default: a stderr line
         self.replay_notice: Callable[[str], None] = _tell_stderr
+        # started once the kernel's process is spawned, while the host waits for it to
+        # boot (returns at once; work that contends for the GIL earlier slows the spawn)
+        self.while_booting: Callable[[], None] | None = None
 
     # -- lifecycle ------------------------------------------------------------------
     def start(self) -> RestoreReport:
@@ -88,6 +91,8 @@ class Kernel:
             if self._rt is not None:
                 raise KernelError("the kernel is already started; use restart() for a new one")
             self._rt = make_runtime(self.session_dir, self.config, self._bridge)
+            if self.while_booting is not None:
+                self.while_booting()
             return self._restore()
 
     def restart(self, cause: str = "restart requested") -> RestoreReport:

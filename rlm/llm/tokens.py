@@ -18,13 +18,14 @@ the message's canonical JSON (never by `id()`, which is reused after garbage col
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import hashlib
 import importlib.util
 import json
 import operator
 import os
 import threading
-from functools import lru_cache
 from itertools import compress, count, islice
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,33 @@ def _cache_key(name: str) -> str:
     return hashlib.sha1(_URLS[name].encode()).hexdigest()
 
 
-@lru_cache(maxsize=4)
+_encodings: dict[str, Any] = {}
+_encoding_lock = threading.Lock()
+_warming: set[str] = set()
+
+
 def get_encoding(name: str = DEFAULT_ENCODING) -> Any:
-    """The tiktoken encoding `name`, loaded from local files only."""
+    """The tiktoken encoding `name`, loaded from local files only (once: a call while
+    `warm_encoding`'s load runs waits for it instead of loading a second copy)."""
+    enc = _encodings.get(name)
+    if enc is None:
+        with _encoding_lock:
+            enc = _encodings.get(name)
+            if enc is None:
+                enc = _encodings[name] = _load_encoding(name)
+    return enc
+
+
+def _load_encoding(name: str) -> Any:
+    _point_cache(name)
+    import tiktoken
+
+    return tiktoken.get_encoding(name)
+
+
+def _point_cache(name: str) -> None:
+    """Point TIKTOKEN_CACHE_DIR at the folder holding `name`'s file (rlm's own, or
+    litellm's bundled one)."""
     if name not in _URLS:
         raise RlmError(f"unknown encoding {name!r}; use one of {', '.join(_URLS)}")
     key = _cache_key(name)
@@ -83,9 +108,28 @@ def get_encoding(name: str = DEFAULT_ENCODING) -> Any:
                 f"litellm's tokenizers folder; reinstall litellm (pip install -e .)"
             )
         os.environ["TIKTOKEN_CACHE_DIR"] = str(bundled)
-    import tiktoken
 
-    return tiktoken.get_encoding(name)
+
+def warm_encoding(name: str = DEFAULT_ENCODING) -> None:
+    """Load `name` in a background thread (once), beside what the caller does next (the
+    kernel's start): the first prompt's count then finds it loaded instead of paying its
+    ~0.3 s. A load that fails there fails again, with its error, at the first count. The
+    interpreter's exit waits for it: a thread stopped inside an import can hold the lock."""
+    if name in _encodings or name in _warming:
+        return
+    _warming.add(name)
+    try:  # the environment is set on this thread, never beside a kernel's spawn
+        _point_cache(name)
+    except RlmError:
+        return  # said, with the fix, at the first count
+
+    def work() -> None:
+        with contextlib.suppress(Exception):
+            get_encoding(name)
+
+    thread = threading.Thread(target=work, name="rlm-load-encoding", daemon=True)
+    thread.start()
+    atexit.register(thread.join)
 
 
 # tiktoken's BPE is quadratic in the length of one pre-token (a run with no space: 20 MB
