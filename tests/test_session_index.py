@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import SessionCorrupt
-from rlm.session.branch import CHUNK
+from rlm.session import index
+from rlm.session.branch import CHUNK, prompts, reply_count
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
 from rlm.session.index import INDEX_NAME
@@ -126,7 +127,10 @@ def test_a_missing_damaged_or_stale_index_is_rebuilt(tmp_path):
     index = path.parent / INDEX_NAME
     SessionStore.open(path).close()
     good = index.read_bytes()
-    for damage in (b"", b"garbage\n", good[:-5], good.replace(b'"format":1', b'"format":9')):
+    # format 1: an older rlm's, which did not index prompts and replies
+    assert b'"format":2' in good
+    for damage in (b"", b"garbage\n", good[:-5], good.replace(b'"format":2', b'"format":9'),
+                   good.replace(b'"format":2', b'"format":1')):
         index.write_bytes(damage)
         s = SessionStore.open(path)
         assert not s._partial and len(s) == 300
@@ -214,3 +218,68 @@ def test_branch_views_are_snapshots_and_read_lazily(tmp_path):
     assert [e.id for e in before[-3:]] == [e.id for e in s.branch()[-4:-1]]
     assert [e.id for e in reversed(before)][:2] == [before[-1].id, before[-2].id]
     assert list(prefix) == list(s.branch())[:10] and before == list(before)
+
+
+def _in_home(tmp_path: Path) -> tuple[Path, str, Path]:
+    """A long session under RLM_HOME/sessions: (home, its id, its session.jsonl)."""
+    home = tmp_path / "home"
+    path = _long_session(home / "x")
+    sessions = home / "sessions"
+    sessions.mkdir(parents=True, exist_ok=True, mode=0o700)
+    sid = path.parent.name
+    path.parent.rename(sessions / sid)
+    return home, sid, sessions / sid / "session.jsonl"
+
+
+def test_a_resume_reads_the_branchs_tail_not_the_whole_branch(tmp_path, monkeypatch):
+    """Before: the children's registry, the turn number and the answer's check each read
+    every entry of the branch (a 100,000-entry session resumed in 2 s, 1 s at 1,000)."""
+    home, sid, path = _in_home(tmp_path)
+
+    def rlm(*args: str) -> subprocess.CompletedProcess:
+        return rlmcli.rlm(*args, cwd=tmp_path, env={"RLM_HOME": str(home)}, check=True)
+
+    rlm("log", sid, "-n", "1")  # the viewer writes the index
+    parsed: list[int] = []
+    real = index.parse_entry
+    monkeypatch.setattr(index, "parse_entry", lambda *a: parsed.append(1) or real(*a))
+    script = tmp_path / "s.json"
+    script.write_text(json.dumps([{"content": "", "tool_calls": [
+        {"name": "python", "arguments": {"code": "final(str(6 * 7))"}}]}]))
+    out = rlm("resume", sid, "and now?", "--model", f"script:{script}").stdout
+    replies = sum(1 for i in range(N) if i % 2 == 0 and (i == 0 or i % 500))
+    assert f"turn {replies + 1}" in out and "42" in out  # numbers continue the session's
+    # the projection's tail (from the last compaction's first kept entry, 1900) and a
+    # read-ahead chunk, not the 2,500 entries
+    assert 0 < len(parsed) < N - 1900 + 2 * CHUNK, len(parsed)
+
+
+def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
+    s = SessionStore.create(tmp_path, model="script:x", task="long")
+    assert s.path is not None
+    ids: list[str] = []
+    lines = []
+    asked = {0: "what is the total of 17 rows?", 1_200: "go on with the 2023 rows"}
+    for i in range(N):
+        e: Entry = _entry(i, ids)
+        if i in asked:
+            e = MessageEntry(message={"role": "user", "content": asked[i]})
+        elif i == 600:
+            e = MessageEntry(message={"role": "user", "content": "call final"}, origin="nudge")
+        e.parent_id = ids[-1] if ids else None
+        ids.append(e.id)
+        lines.append(dumps(e))
+    s.close()
+    (s.path.parent / INDEX_NAME).unlink(missing_ok=True)
+    with open(s.path, "ab") as f:
+        f.write(b"".join(lines))
+    SessionStore.open(s.path).close()  # the first open writes the index
+    whole = list(SessionStore._parse(s.path)[1].branch())
+    branch = SessionStore.open(s.path, readonly=True).branch()
+    assert branch.unread() == len(branch) == N
+    assert reply_count(branch) == reply_count(whole) == sum(
+        1 for e in whole if isinstance(e, MessageEntry) and e.role == "assistant")
+    assert branch.unread() == N  # counted from the index alone
+    assert [e.message["content"] for e in prompts(branch)] == list(asked.values())
+    assert [e.id for e in prompts(whole)] == [e.id for e in prompts(branch)]
+    assert branch.unread() == N - 2  # exactly the two prompts' lines were read

@@ -70,7 +70,7 @@ def say(host: CellHost, note: Note | None) -> Iterator[Event]:
 def _decide(host: CellHost, answer: Answer) -> Generator[Event, None, bool]:
     """Ask the policy about `answer`: carry out a refusal (False) or keep the acceptance
     for the end of the run (True)."""
-    decision = host.answers.answer(answer, list(host.session.branch()))
+    decision = host.answers.answer(answer, host.session.branch())  # a view: no copy
     if isinstance(decision, Accept):
         host.state.accepted = decision
         return True

@@ -27,7 +27,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +37,7 @@ from rlm.agent.slots import Ticket, TreeSlots
 from rlm.errors import RlmError
 from rlm.events import ChildProgress, Event
 from rlm.paths import private_dir, write_private_atomic
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, new_id
 
 CHILD_ENTRY = "child"
@@ -634,17 +635,17 @@ class Watchers:
             emit(event)
 
 
-def registry(branch: Iterable[Any]) -> list[dict[str, Any]]:
-    """The children a log records, each as its newest `child` entry says (spawn order)."""
+def registry(branch: Sequence[Any]) -> list[dict[str, Any]]:
+    """The children a log records, each as its newest `child` entry says (spawn order);
+    O(child entries) on a long log's branch."""
     last: dict[str, dict[str, Any]] = {}
-    for e in branch:
-        if isinstance(e, CustomEntry) and e.custom_type == CHILD_ENTRY \
-                and isinstance(e.data, dict) and isinstance(e.data.get("id"), str):
+    for e in custom_entries(branch, CHILD_ENTRY):
+        if isinstance(e.data, dict) and isinstance(e.data.get("id"), str):
             last[e.data["id"]] = e.data
     return list(last.values())
 
 
-def registry_lines(branch: Iterable[Any]) -> list[str]:
+def registry_lines(branch: Sequence[Any]) -> list[str]:
     """`rlm tree` / `rlm ps`: one line per child (name, state, tokens, time, id)."""
     return [f"child {str(d.get('name'))[:24]:<24} {str(d.get('state')):<9} "
             f"{int(d.get('tokens') or 0):>8} tok {float(d.get('seconds') or 0):>7.1f} s  "
@@ -665,21 +666,19 @@ def child_role(*, context_given: bool, can_spawn: bool, schema_note: str = "") -
             f"session: you cannot set them; {spawn}.{schema_note}")
 
 
-def sections_of(branch: Iterable[Any]) -> dict[str, list[Any]]:
+def sections_of(branch: Sequence[Any]) -> dict[str, list[Any]]:
     """The yield_section items a child's log records, by label (a resumed typed child)."""
     out: dict[str, list[Any]] = {}
-    for e in branch:
-        if isinstance(e, CustomEntry) and e.custom_type == SECTION_ENTRY \
-                and isinstance(e.data, dict) and isinstance(e.data.get("label"), str):
+    for e in custom_entries(branch, SECTION_ENTRY):
+        if isinstance(e.data, dict) and isinstance(e.data.get("label"), str):
             out.setdefault(e.data["label"], []).append(e.data.get("item"))
     return out
 
 
-def role_of(branch: Iterable[Any]) -> str:
+def role_of(branch: Sequence[Any]) -> str:
     """The role a child's log records (its `child_role` entry; "" for a root session)."""
-    return next((str(e.data.get("text") or "") for e in branch
-                 if isinstance(e, CustomEntry) and e.custom_type == ROLE_ENTRY
-                 and isinstance(e.data, dict)), "")
+    return next((str(e.data.get("text") or "") for e in custom_entries(branch, ROLE_ENTRY)
+                 if isinstance(e.data, dict)), "")
 
 
 def _timeout(params: dict[str, Any]) -> float | None:

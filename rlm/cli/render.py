@@ -157,10 +157,9 @@ class Renderer:
 
     def continue_turns(self, session: Any) -> None:
         """Turn numbers continue the session's (a resume, a chat's next prompt)."""
-        from rlm.session.entries import MessageEntry
+        from rlm.session.branch import reply_count
 
-        self.turns_before = sum(1 for x in session.branch() if isinstance(x, MessageEntry)
-                                and x.message.get("role") == "assistant")
+        self.turns_before = reply_count(session.branch())  # no entry read on a long log
 
     def _TurnStarted(self, e: ev.TurnStarted) -> None:
         self._end_stream()

@@ -4,8 +4,9 @@ A long session's branch holds every entry since the first, but a turn needs only
 tail (the projection starts at the latest compaction) and a few scans (the newest
 `run_options`, the newest goal). `Branch` keeps, per position, the entry or only its
 line's byte offset in session.jsonl, and reads lines back in chunks when a position is
-first touched. Custom entries are also kept by type (`customs`), so "the newest entry of
-type X" costs O(1) reads instead of a scan of the whole branch.
+first touched. Custom entries are also kept by type (`customs`), and compactions, prompts
+and replies by kind, so "the newest entry of type X", "what the user asked" and "how many
+replies" cost O(matches) reads instead of a scan of the whole branch.
 
 `view()` is an O(1) snapshot: later appends to the branch are not seen through it (what
 `SessionStore.branch()` returns: the old list copy cost O(branch) per call).
@@ -18,10 +19,13 @@ from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any, overload
 
-from rlm.session.entries import CompactionEntry, CustomEntry, Entry
+from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
 
 CHUNK = 256  # entries read back per touch of an unread position
-COMPACTIONS = "\0compaction"  # the key of compaction positions among the custom types
+# keys of positions kept beside the custom types' (never a custom type's name: NUL)
+COMPACTIONS = "\0compaction"
+PROMPTS = "\0prompt"  # user messages that are not the loop's own nudges
+REPLIES = "\0reply"  # assistant messages
 # reads the entries whose lines start at these (increasing) offsets
 Reader = Callable[[list[int]], list[Entry]]
 
@@ -106,11 +110,22 @@ class Branch(Sequence[Entry]):
 
     # -- reading ------------------------------------------------------------------------
 
+    def positions(self, key: str) -> list[int]:
+        """Where the entries of a custom type or kind (COMPACTIONS, PROMPTS, REPLIES) are,
+        oldest first (no entry read)."""
+        n = len(self)
+        pos = self._customs.get(key, [])
+        return pos if not pos or pos[-1] < n else [i for i in pos if i < n]
+
+    def of_kind(self, key: str) -> list[Entry]:
+        """The entries at `positions(key)`; only those lines are read."""
+        pos = self.positions(key)
+        self._fill_at(pos)
+        return [self._items[i] for i in pos]  # type: ignore[misc]
+
     def customs(self, custom_type: str) -> list[CustomEntry]:
         """The custom entries of one type on the branch, oldest first."""
-        n = len(self)
-        out = [self[i] for i in self._customs.get(custom_type, ()) if i < n]
-        return [e for e in out if isinstance(e, CustomEntry)]
+        return [e for e in self.of_kind(custom_type) if isinstance(e, CustomEntry)]
 
     def latest_compaction(self) -> int:
         """The position of the newest compaction, -1 if none (no entry read)."""
@@ -184,7 +199,21 @@ class Branch(Sequence[Entry]):
         return f"Branch({len(self)} entries, {self.unread()} on disk)"
 
     def _fill(self, start: int, stop: int) -> None:
-        todo = [k for k in range(start, stop) if self._items[k] is None]
+        self._read_in([k for k in range(start, stop) if self._items[k] is None])
+
+    def _fill_at(self, positions: list[int]) -> None:
+        """Read the unread ones of `positions` (increasing): one read per run of them
+        lying within CHUNK entries of each other, not the span from the first to the last."""
+        if not self._unread[0]:
+            return
+        todo = [k for k in positions if self._items[k] is None]
+        start = 0
+        for j in range(1, len(todo) + 1):
+            if j == len(todo) or todo[j] - todo[j - 1] > CHUNK:
+                self._read_in(todo[start:j])
+                start = j
+
+    def _read_in(self, todo: list[int]) -> None:
         if not todo:
             return
         assert self._read is not None, "an unread entry without a reader"
@@ -232,6 +261,10 @@ def pinned_before(branch: Sequence[Entry], custom_types: frozenset[str], end: in
 def _kind(e: Entry | None) -> str | None:
     if isinstance(e, CustomEntry):
         return e.custom_type
+    if isinstance(e, MessageEntry):
+        if e.role == "assistant":
+            return REPLIES
+        return PROMPTS if e.role == "user" and e.origin != "nudge" else None
     return COMPACTIONS if isinstance(e, CompactionEntry) else None
 
 
@@ -243,4 +276,19 @@ def custom_entries(branch: Sequence[Any], custom_type: str) -> list[CustomEntry]
     return [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == custom_type]
 
 
-__all__ = ["Branch", "custom_entries", "latest_compaction", "projection_start"]
+def prompts(branch: Sequence[Any]) -> list[MessageEntry]:
+    """The user's messages on `branch` (a run's prompt, a continuation; not the loop's
+    own nudges), oldest first; O(matches) on a `Branch`, a scan on any other sequence."""
+    found = branch.of_kind(PROMPTS) if isinstance(branch, Branch) else branch
+    return [e for e in found if isinstance(e, MessageEntry) and _kind(e) == PROMPTS]
+
+
+def reply_count(branch: Sequence[Any]) -> int:
+    """How many assistant messages `branch` holds; no entry read on a `Branch`."""
+    if isinstance(branch, Branch):
+        return len(branch.positions(REPLIES))
+    return sum(1 for e in branch if _kind(e) == REPLIES)
+
+
+__all__ = ["Branch", "custom_entries", "latest_compaction", "projection_start", "prompts",
+           "reply_count"]

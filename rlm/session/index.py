@@ -39,7 +39,7 @@ from rlm.session.lines import TAIL_HASHED, build, parse_entry, parse_line, tail_
 from rlm.trust import open_regular
 
 INDEX_NAME = "session.index"
-FORMAT = 1
+FORMAT = 2  # 2: prompts and replies are indexed beside the custom types
 MAX_META = 1 << 24  # the meta line holds custom positions: generous, but bounded
 
 

@@ -49,7 +49,8 @@ from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
 from rlm.agent.steer.match import Match, ReplyScanner
 from rlm.protocols import End
-from rlm.session.entries import CustomEntry, Entry, MessageEntry
+from rlm.session.branch import prompts
+from rlm.session.entries import CustomEntry, Entry
 
 LOOP_BREAK_TEMPERATURE = 0.7
 
@@ -63,9 +64,8 @@ __all__ = [
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
     """Every user prompt on the branch (the user's and continuations; not the loop's own
     nudges): their words and figures are the question's, not an answer's claims."""
-    return [e.message["content"] for e in branch
-            if isinstance(e, MessageEntry) and e.role == "user" and e.origin != "nudge"
-            and isinstance(e.message.get("content"), str)]
+    return [e.message["content"] for e in prompts(branch)  # O(prompts) on a long log
+            if isinstance(e.message.get("content"), str)]
 
 
 class AnswerPolicy:
