@@ -12,7 +12,7 @@ import pytest
 
 from rlm.errors import SessionCorrupt
 from rlm.session import index
-from rlm.session.branch import CHUNK, prompts, reply_count
+from rlm.session.branch import CHUNK, Branch, prompts, reply_count, with_replies_before
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry
 from rlm.session.index import INDEX_NAME
@@ -232,14 +232,19 @@ def _in_home(tmp_path: Path) -> tuple[Path, str, Path]:
 
 
 def test_a_resume_reads_the_branchs_tail_not_the_whole_branch(tmp_path, monkeypatch):
-    """Before: the children's registry, the turn number and the answer's check each read
-    every entry of the branch (a 100,000-entry session resumed in 2 s, 1 s at 1,000)."""
+    """Before: the children's registry, the turn number, the answer's check and the stream
+    rules' counts each read every entry of the branch (a 100,000-entry session resumed in
+    2 s, 1 s at 1,000)."""
     home, sid, path = _in_home(tmp_path)
 
     def rlm(*args: str) -> subprocess.CompletedProcess:
         return rlmcli.rlm(*args, cwd=tmp_path, env={"RLM_HOME": str(home)}, check=True)
 
     rlm("log", sid, "-n", "1")  # the viewer writes the index
+    rules = tmp_path / ".rlm" / "rules"  # a stream rule watches every reply: its counts
+    rules.mkdir(parents=True)  # come from the index too
+    rules.joinpath("no_read_csv.md").write_text(
+        (Path(__file__).parent / "fixtures" / "rules" / "no_read_csv.md").read_text())
     parsed: list[int] = []
     real = index.parse_entry
     monkeypatch.setattr(index, "parse_entry", lambda *a: parsed.append(1) or real(*a))
@@ -254,18 +259,15 @@ def test_a_resume_reads_the_branchs_tail_not_the_whole_branch(tmp_path, monkeypa
     assert 0 < len(parsed) < N - 1900 + 2 * CHUNK, len(parsed)
 
 
-def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
+def _with(tmp_path: Path, special: dict[int, Entry]) -> tuple[list[Entry], Branch]:
+    """A long session with `special` entries at their positions, indexed: its entries
+    parsed whole, and its branch opened through the index (nothing read yet)."""
     s = SessionStore.create(tmp_path, model="script:x", task="long")
     assert s.path is not None
     ids: list[str] = []
     lines = []
-    asked = {0: "what is the total of 17 rows?", 1_200: "go on with the 2023 rows"}
     for i in range(N):
-        e: Entry = _entry(i, ids)
-        if i in asked:
-            e = MessageEntry(message={"role": "user", "content": asked[i]})
-        elif i == 600:
-            e = MessageEntry(message={"role": "user", "content": "call final"}, origin="nudge")
+        e = special.get(i) or _entry(i, ids)
         e.parent_id = ids[-1] if ids else None
         ids.append(e.id)
         lines.append(dumps(e))
@@ -274,8 +276,15 @@ def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
     with open(s.path, "ab") as f:
         f.write(b"".join(lines))
     SessionStore.open(s.path).close()  # the first open writes the index
-    whole = list(SessionStore._parse(s.path)[1].branch())
-    branch = SessionStore.open(s.path, readonly=True).branch()
+    return list(SessionStore._parse(s.path)[1].branch()), \
+        SessionStore.open(s.path, readonly=True).branch()
+
+
+def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
+    asked = {0: "what is the total of 17 rows?", 1_200: "go on with the 2023 rows"}
+    whole, branch = _with(tmp_path, {
+        **{i: MessageEntry(message={"role": "user", "content": q}) for i, q in asked.items()},
+        600: MessageEntry(message={"role": "user", "content": "call final"}, origin="nudge")})
     assert branch.unread() == len(branch) == N
     assert reply_count(branch) == reply_count(whole) == sum(
         1 for e in whole if isinstance(e, MessageEntry) and e.role == "assistant")
@@ -283,3 +292,19 @@ def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
     assert [e.message["content"] for e in prompts(branch)] == list(asked.values())
     assert [e.id for e in prompts(whole)] == [e.id for e in prompts(branch)]
     assert branch.unread() == N - 2  # exactly the two prompts' lines were read
+
+
+def test_rule_injections_count_the_replies_before_them_from_the_index(tmp_path):
+    def injection(rule: str) -> CustomEntry:
+        return CustomEntry(custom_type="rule_injection", data={"rule": rule}, display=True,
+                           content="stopped")
+
+    failed = MessageEntry(message={"role": "assistant", "content": ""}, error="rate limited")
+    whole, branch = _with(tmp_path, {700: injection("a"), 900: failed, 1_800: injection("b")})
+    assert reply_count(branch) == reply_count(whole) == reply_count(branch, failed=True) - 1
+    got = [(e.data["rule"], n) for e, n in with_replies_before(branch, "rule_injection")]
+    assert got == [(e.data["rule"], n) for e, n in with_replies_before(whole, "rule_injection")]
+    # replies are the even positions (step i) but the compactions (500, 1000, 1500), the
+    # injection at 700 and the failed call at 900
+    assert got == [("a", 350 - 1), ("b", 900 - 3 - 2)]
+    assert branch.unread() == N - 2  # only the two injections were read

@@ -85,7 +85,7 @@ def sample(host: ModelHost) -> Generator[Event, None, Completion | None]:
     completion = yield from call_model(host)
     while completion is not None:
         if isinstance(completion, Stopped):  # the policy bounds the stops of a turn
-            decision = host.answers.rule_hit(completion.match, list(host.session.branch()))
+            decision = host.answers.rule_hit(completion.match, host.session.branch())
             yield from _carry_out(host, decision, completion.usage)
             if host.state.stopping or token != (id(host.state), host.state.turns):
                 return None

@@ -73,7 +73,7 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
     def deliver(advice: Advice) -> None:
         agent.steer(advisory_text(advice.note, advice.severity), "advisory")
         if advice.severity == "blocker" and agent.turn_active \
-                and cell_running(list(agent.session.branch())):
+                and cell_running(agent.session.branch()):
             agent.state.blocker = advice.note  # the reply's cells not started stay so
             if agent.executor is not None:
                 agent.executor.interrupt()  # the running one stops: the run goes on

@@ -159,7 +159,7 @@ class Renderer:
         """Turn numbers continue the session's (a resume, a chat's next prompt)."""
         from rlm.session.branch import reply_count
 
-        self.turns_before = reply_count(session.branch())  # no entry read on a long log
+        self.turns_before = reply_count(session.branch(), failed=True)  # no entry read
 
     def _TurnStarted(self, e: ev.TurnStarted) -> None:
         self._end_stream()

@@ -15,6 +15,7 @@ replies" cost O(matches) reads instead of a scan of the whole branch.
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import Any, overload
@@ -25,7 +26,8 @@ CHUNK = 256  # entries read back per touch of an unread position
 # keys of positions kept beside the custom types' (never a custom type's name: NUL)
 COMPACTIONS = "\0compaction"
 PROMPTS = "\0prompt"  # user messages that are not the loop's own nudges
-REPLIES = "\0reply"  # assistant messages
+REPLIES = "\0reply"  # assistant messages that reached the model
+FAILED = "\0failed"  # assistant entries that stand for a failed model call
 # reads the entries whose lines start at these (increasing) offsets
 Reader = Callable[[list[int]], list[Entry]]
 
@@ -263,7 +265,7 @@ def _kind(e: Entry | None) -> str | None:
         return e.custom_type
     if isinstance(e, MessageEntry):
         if e.role == "assistant":
-            return REPLIES
+            return FAILED if e.error else REPLIES
         return PROMPTS if e.role == "user" and e.origin != "nudge" else None
     return COMPACTIONS if isinstance(e, CompactionEntry) else None
 
@@ -283,12 +285,32 @@ def prompts(branch: Sequence[Any]) -> list[MessageEntry]:
     return [e for e in found if isinstance(e, MessageEntry) and _kind(e) == PROMPTS]
 
 
-def reply_count(branch: Sequence[Any]) -> int:
-    """How many assistant messages `branch` holds; no entry read on a `Branch`."""
+def reply_count(branch: Sequence[Any], *, failed: bool = False) -> int:
+    """How many assistant replies `branch` holds (with `failed`, also the entries that
+    stand for failed model calls); no entry read on a `Branch`."""
+    kinds = (REPLIES, FAILED) if failed else (REPLIES,)
     if isinstance(branch, Branch):
-        return len(branch.positions(REPLIES))
-    return sum(1 for e in branch if _kind(e) == REPLIES)
+        return sum(len(branch.positions(k)) for k in kinds)
+    return sum(1 for e in branch if _kind(e) in kinds)
+
+
+def with_replies_before(branch: Sequence[Any], custom_type: str) -> list[tuple[CustomEntry, int]]:
+    """Each custom entry of `custom_type`, oldest first, with how many replies (as
+    `reply_count` counts them) precede it; O(matches) reads on a `Branch`."""
+    if isinstance(branch, Branch):
+        replies = branch.positions(REPLIES)
+        return [(e, bisect_left(replies, at)) for at, e in
+                zip(branch.positions(custom_type), branch.of_kind(custom_type), strict=True)
+                if isinstance(e, CustomEntry)]
+    out, n = [], 0
+    for e in branch:
+        kind = _kind(e)
+        if kind == REPLIES:
+            n += 1
+        elif kind == custom_type and isinstance(e, CustomEntry):
+            out.append((e, n))
+    return out
 
 
 __all__ = ["Branch", "custom_entries", "latest_compaction", "projection_start", "prompts",
-           "reply_count"]
+           "reply_count", "with_replies_before"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry, call_code
@@ -133,7 +133,7 @@ def render_delta(entries: Iterable[Entry], sent: set[str]) -> str:
     return "\n\n".join(lines)
 
 
-def cell_running(branch: list[Entry]) -> bool:
+def cell_running(branch: Sequence[Entry]) -> bool:
     """The newest reply's cells have not all returned (a cell is running)."""
     results = 0
     for e in reversed(branch):

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from rlm.agent.steer.files import RuleSet
 from rlm.agent.steer.match import Match, ReplyScanner, StreamRule
-from rlm.session.entries import CustomEntry, Entry, MessageEntry
+from rlm.session.branch import reply_count, with_replies_before
+from rlm.session.entries import CustomEntry, Entry
 
 RULE_INJECTION = "rule_injection"
 PER_TURN = 2  # a rule that fired this often in one turn is silent for the rest of it
@@ -49,15 +50,11 @@ def injection_text(rule: StreamRule, found: str) -> str:
 
 
 def fired(branch: Sequence[Entry]) -> list[tuple[str, int]]:
-    """(rule, how many assistant replies preceded it) for each injection on the branch."""
-    out, replies = [], 0
-    for e in branch:
-        if isinstance(e, MessageEntry) and e.role == "assistant" and not e.error:
-            replies += 1
-        elif isinstance(e, CustomEntry) and e.custom_type == RULE_INJECTION \
-                and isinstance(e.data, dict):
-            out.append((str(e.data.get("rule")), replies))
-    return out
+    """(rule, how many assistant replies preceded it) for each injection on the branch;
+    O(injections) reads on a long log."""
+    return [(str(e.data.get("rule")), replies)
+            for e, replies in with_replies_before(branch, RULE_INJECTION)
+            if isinstance(e.data, dict)]
 
 
 class StreamRules:
@@ -74,8 +71,7 @@ class StreamRules:
             return []
         history = fired(branch)
         counts = Counter(name for name, _ in history)
-        replies = sum(1 for e in branch if isinstance(e, MessageEntry) and e.role == "assistant"
-                      and not e.error)
+        replies = reply_count(branch)
         last = {name: at for name, at in history}
         out = []
         for rule in self.rules.stream:
