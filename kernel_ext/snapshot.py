@@ -19,7 +19,9 @@ RLM_SNAPSHOT_TOTAL_CAP (bytes, default 1 GiB). Fault injection: RLM_SNAPSHOT_CRA
 (see kernel_ext.snapshot_store).
 
 Which names are re-pickled after a cell: see kernel_ext.namespace (the touched-name rule).
-How values are encoded: kernel_ext.snapshot_codec. The files: kernel_ext.snapshot_store.
+How values are encoded: kernel_ext.snapshot_codec; into a generation's files:
+kernel_ext.snapshot_pack. The files: kernel_ext.snapshot_store. Restore:
+kernel_ext.snapshot_restore.
 
 A failed restore never lets an automatic snapshot shrink the last good one: manifest
 entries of names that are not live in this kernel (not restored yet, or failed to restore)
@@ -44,25 +46,17 @@ from kernel_ext.namespace import (
     is_immutable_scalar,
     names_in,
     referenced_globals,
-    shared_array_roots,
     user_values,
 )
 from kernel_ext.reach_index import ReachIndex
-from kernel_ext.snapshot_codec import (
-    decode,
-    encode,
-    encode_group,
-    error_reason,
-    over_cap_reason,
-    relink,
-)
+from kernel_ext.snapshot_codec import error_reason
+from kernel_ext.snapshot_pack import Packer
+from kernel_ext.snapshot_restore import restore_values
 from kernel_ext.user_names import UserNames
 from kernel_ext.wire import MANIFEST_NAME
 
 DEFAULT_VAR_CAP = 256 * 1024 * 1024
 DEFAULT_TOTAL_CAP = 1024 * 1024 * 1024
-_DATA_KINDS = ("pickle", "dill")
-_RESTORE_ORDER = {"module": 0, "import": 0, "dill": 1, "pickle": 2}
 
 _state: Snapshotter | None = None
 
@@ -235,72 +229,6 @@ class Snapshotter:
             todo = grown
         return todo, index.groups_of(todo)
 
-    def _store_group(self, names: list[str], values: dict[str, Any], writer: store.GenerationWriter,
-                     budget: int, entries: dict[str, dict[str, Any]],
-                     groups: dict[str, dict[str, Any]], gen: int) -> int:
-        """Encodes one group (or one name) into `entries`/`groups`; returns the bytes used."""
-        roots = shared_array_roots(r for k in names if (r := self.reach.get(k)) is not None)
-        if len(names) > 1:
-            enc = encode_group([values[k] for k in names], self.var_cap, roots)
-            if enc.kind != "skipped":
-                return self._place(names, enc, values, writer, budget, entries, groups, gen)
-            return self._split_group(names, enc.reason or "", values, writer, budget, entries,
-                                     groups, gen)
-        enc = encode(values[names[0]], self.var_cap, roots)
-        return self._place(names, enc, values, writer, budget, entries, groups, gen)
-
-    def _split_group(self, names: list[str], reason: str, values: dict[str, Any],
-                     writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],
-                     groups: dict[str, dict[str, Any]], gen: int) -> int:
-        """The group as one tuple failed: members that cannot be stored alone are left out
-        (each with its own reason) and the rest stay together; if that fails too, each
-        member is stored on its own and says that identity between them was not kept."""
-        bad = [k for k in names if encode(values[k], self.var_cap).kind == "skipped"]
-        good = [k for k in names if k not in bad]
-        used = 0
-        if bad and len(good) > 1:
-            for k in bad:
-                used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
-            return used + self._store_group(good, values, writer, budget - used, entries, groups, gen)
-        split = f"stored one by one, identity between them not kept ({reason})"
-        for k in names:
-            used += self._store_group([k], values, writer, budget - used, entries, groups, gen)
-            entries[k]["split"] = split
-        return used
-
-    def _place(self, names: list[str], enc: Any, values: dict[str, Any],
-               writer: store.GenerationWriter, budget: int, entries: dict[str, dict[str, Any]],
-               groups: dict[str, dict[str, Any]], gen: int) -> int:
-        base = {k: {"type": type(values[k]).__name__, "kind": enc.kind, "summary": summary(values[k])}
-                for k in names}
-        entries.update(base)
-        if enc.kind == "skipped":
-            for k in names:
-                entries[k]["reason"] = enc.reason
-            return 0
-        if enc.kind not in _DATA_KINDS:
-            entries[names[0]].update(enc.meta)
-            return 0
-        size = enc.size
-        if size > budget:
-            reason = over_cap_reason(self.total_cap - budget + size, self.total_cap, "total snapshot")
-            for k in names:
-                entries[k].update(kind="skipped", reason=reason)
-            return 0
-        gid = f"{gen}.{len(groups)}"
-        while gid in groups:
-            gid += "x"
-        group: dict[str, Any] = {"kind": enc.kind, "members": list(names),
-                                 "single": len(names) == 1, "bytes": size}
-        loc = writer.add(gid, enc.parts, size)
-        if loc:
-            group.update(loc)
-        groups[gid] = group
-        for k in names:
-            entries[k]["group"] = gid
-            entries[k]["bytes"] = size
-        return size
-
     def _write(self, values: dict[str, Any], changed: set[str], touched: set[str],
                deleted: set[str], stats: dict[str, Any]) -> None:
         assert self.store is not None
@@ -335,8 +263,10 @@ class Snapshotter:
                     writer.add(gid, parts, sum(len(p) for p in parts))
         # smallest first so one huge value cannot crowd out many small ones
         new_groups.sort(key=lambda g: sum(estimate_size(values[k]) for k in g))
+        packer = Packer(values, writer, entries, groups, gen, self.var_cap, self.total_cap,
+                        self.reach.get)
         for names in new_groups:
-            budget -= self._store_group(names, values, writer, budget, entries, groups, gen)
+            budget -= packer.store(names, budget)
             for k in names:
                 stats["skipped" if entries[k]["kind"] == "skipped" else "saved"] += 1
         placed = writer.finish_small()
@@ -409,66 +339,15 @@ class Snapshotter:
     def _restore_entries(self, entries: dict[str, dict[str, Any]], groups: dict[str, dict[str, Any]],
                          rep: dict[str, Any]) -> None:
         assert self.store is not None
-        ns, reader = self.ip.user_ns, self.store.reader()
-        units: dict[str, list[str]] = {}  # group id (or "=name" for module/import) -> names
-        for name, e in entries.items():
-            if e.get("kind") == "skipped":
-                rep["skipped"].append({"name": name, "reason": e.get("reason") or "not snapshotted"})
-                if name not in self.names.ids:
-                    self.entries.pop(name, None)  # reported once; nothing to carry
-                    self.used = None  # the next generation starts from every entry
-            elif name in self.names.ids:
-                rep["skipped"].append({"name": name, "reason": "already bound in the kernel (newer)"})
-            else:
-                units.setdefault(e.get("group") or f"={name}", []).append(name)
-        order = sorted(units, key=lambda u: (_RESTORE_ORDER.get(
-            entries[units[u][0]].get("kind", ""), 3), u))
-        failures: dict[str, str] = {}
-        restored: list[str] = []
-        for _ in range(3):  # later passes retry values whose classes came back meanwhile
-            remaining = []
-            for unit in order:
-                names = units[unit]
-                try:
-                    got = self._decode_unit(unit, names, entries, groups, reader)
-                except Exception as exc:  # noqa: BLE001 - each group on its own
-                    for k in names:
-                        failures[k] = error_reason(exc)
-                    remaining.append(unit)
-                    continue
-                for k in names:
-                    ns[k] = got[k]
-                    restored.append(k)
-                    failures.pop(k, None)
-            if not remaining or len(remaining) == len(order):
-                break
-            order = remaining
-        for name in restored:
-            try:
-                ns[name] = relink(ns[name], ns)
-            except Exception as exc:  # noqa: BLE001
-                failures[name] = f"restored but could not relink globals: {error_reason(exc)}"
+        ns = self.ip.user_ns
+        got = restore_values(ns, self.store.reader(), entries, groups, self.names.ids.keys())
+        for name in got.dropped:  # reported once; nothing to carry
+            self.entries.pop(name, None)
+            self.used = None  # the next generation starts from every entry
+        for name in got.restored:
             self.names.bind(name, ns[name])
-        rep["restored"] = sorted(restored)
-        rep["summaries"] = {k: entries[k].get("summary") or summary(ns[k]) for k in rep["restored"]}
-        rep["failed"] = [{"name": k, "reason": v} for k, v in sorted(failures.items())]
-
-    @staticmethod
-    def _decode_unit(unit: str, names: list[str], entries: dict[str, dict[str, Any]],
-                     groups: dict[str, dict[str, Any]], reader: store.EntryReader) -> dict[str, Any]:
-        if unit.startswith("="):
-            e = entries[names[0]]
-            return {names[0]: decode(e.get("kind", ""), [], e)}
-        g = groups.get(unit)
-        if g is None:
-            raise ValueError(f"manifest has no group {unit!r}")
-        value = decode(g["kind"], reader.read(g), g)
-        if g.get("single"):
-            return {names[0]: value}
-        if not isinstance(value, tuple) or len(value) != len(g["members"]):
-            raise ValueError(f"group {unit!r} does not hold {len(g['members'])} values")
-        by_member = dict(zip(g["members"], value, strict=True))
-        return {k: by_member[k] for k in names}
+        rep["skipped"].extend(got.skipped)
+        rep["restored"], rep["summaries"], rep["failed"] = got.restored, got.summaries, got.failed
 
     # ---- rebuild by replay ------------------------------------------------------------
     def _lost(self) -> list[str]:
