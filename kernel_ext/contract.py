@@ -113,8 +113,8 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.lineage": frozenset({"cell_record"}),  # the names a cell binds (tiers)
     "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
                                       "summary", "describe_json"}),
-    "kernel_ext.snapshot_store": frozenset({"StoreError", "ObjectStore", "open_store",
-                                            "is_url", "public_url"}),
+    "kernel_ext.snapshot_store": frozenset({"StoreError", "open_store", "is_url", "public_url"}),
+    "kernel_ext.object_store": frozenset({"ObjectStore"}),
     "kernel_ext.snapshot_log": frozenset({"replay"}),  # `rlm state` with no kernel
     # the in-process executor (%%rlm): the agent runs in the user's kernel
     "kernel_ext.bridge": frozenset({"set_local_handler"}),

@@ -1,4 +1,4 @@
-"""Snapshots at a URL (`--snapshot-url`): the object-store layout of kernel_ext.snapshot_store.
+"""Snapshots at a URL (`--snapshot-url`): the object-store layout of kernel_ext.object_store.
 
 In-process tests use fsspec's `memory://` store (no server); the end-to-end ones run real
 kernels and the `rlm` CLI against moto's standalone S3 server, started here on 127.0.0.1.
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench.bench_snapshot_s3 import moto_server
-from kernel_ext import snapshot
+from kernel_ext import object_store, snapshot
 from kernel_ext import snapshot_store as store
 from rlm.config import Config, snapshot_url_problem
 from rlm.errors import ConfigError
@@ -96,7 +96,7 @@ def test_garbage_collection_keeps_the_previous_generation(mem_shell):
 
 def test_unpicklable_names_are_rebuilt_from_cell_records_in_the_store(mem_shell):
     run(mem_shell, "import sqlite3\nn = 5\nconn = sqlite3.connect(':memory:')")
-    cells = store.open_store(mem_shell.rlm_url)._names(store.CELLS_DIR)
+    cells = store.open_store(mem_shell.rlm_url)._names(object_store.CELLS_DIR)
     assert cells == ["c00000001.json"]
     new_kernel(mem_shell)
     out = json.loads(snapshot.rebuild_json(mem_shell))

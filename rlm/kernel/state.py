@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_ext import contract, snapshot_log, snapshot_store
+from kernel_ext import contract, object_store, snapshot_log, snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 from rlm.errors import ConfigError, SessionError
@@ -82,7 +82,7 @@ def check_snapshot_url(url: str) -> None:
         return
     store = snapshot_store.open_store(url)
     try:
-        if isinstance(store, snapshot_store.ObjectStore):
+        if isinstance(store, object_store.ObjectStore):
             store.check()
         elif not Path(store.path).is_dir():
             raise snapshot_store.StoreError(
@@ -118,7 +118,7 @@ def scrub_snapshot_url(session_dir: Path, snapshot_url: str | None) -> list[str]
         return []
     store = snapshot_store.open_store(snapshot_location(session_dir, snapshot_url))
     mark = session_dir / SCRUBBED_OBJECTS
-    if not isinstance(store, snapshot_store.ObjectStore):
+    if not isinstance(store, object_store.ObjectStore):
         since = mark.stat().st_mtime_ns - SCRUB_SLACK_NS if mark.exists() else 0
         write_private_atomic(mark, b"{}")
         return [str(p) for p in scrub_tree(Path(store.path), secrets, max(0, since))]
