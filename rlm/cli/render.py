@@ -214,12 +214,18 @@ class Renderer:
         self._end_stream()
         self.close()
         # long lines wrap inside the box: every character of the code that runs is shown
-        self.console.print(Panel(Syntax(terminal_safe(e.code.rstrip()), "python", theme="ansi_dark",
-                                        word_wrap=True),
+        self.console.print(Panel(self._code(terminal_safe(e.code.rstrip())),
                                  title="cell", title_align="left", border_style="blue"))
         self._cell_pending, self._cell_shown = None, ""
         self._status.generated = 0
         self._start_status("running the cell")
+
+    def _code(self, code: str) -> Syntax | Text:
+        """A cell's code: highlighted where colour shows; on a console without colour (a
+        pipe, a log file, NO_COLOR) plain, the same characters in a quarter of the time."""
+        if self.console.color_system is None:
+            return Text(code, tab_size=4)  # Syntax's tab size
+        return Syntax(code, "python", theme="ansi_dark", word_wrap=True)
 
     def _CellOutput(self, e: ev.CellOutput) -> None:
         text = (self._cell_pending or "") + terminal_safe(e.text)
