@@ -17,7 +17,10 @@ seconds a step took, in this process and in the kernel's processes (Linux /proc)
 the VM's bursts move much less than wall time.
 
     python bench/bench_loop.py [--cells 40[,200]] [--rounds 3]
-        [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key]
+        [--nano-rlm CHECKOUT] [--alexzhang-rlm CHECKOUT] [--peer-python PYTHON] [--key] [--cli]
+
+--cli adds the user's path: whole `rlm run` processes, the CLI and its rendering included
+(the rows above drive `Agent.run` in this process).
 """
 
 from __future__ import annotations
@@ -134,6 +137,30 @@ def _rlm_run(n: int, before_reply: Callable[[], None] | None = None) -> tuple[fl
             return (end - t0) / (n + 1), in_model[0] / (n + 1)
 
 
+def cli_run(n: int, tries: int = 3) -> float:
+    """Seconds per step on the user's path: whole `rlm run` processes (the CLI, its event
+    rendering to a console without colour, the worker-events log), (min T(n+1 steps) -
+    min T(1 step)) / n over `tries` of each, alternated, so the process start, the kernel's
+    start and its stop cancel out."""
+    with tempfile.TemporaryDirectory() as d:
+        home = Path(d)
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(RLM_HOME=str(home), PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+        took: dict[int, list[float]] = {n: [], 0: []}
+        for _ in range(tries):
+            for k in took:
+                script = home / f"replies-{k}.json"
+                script.write_text(json.dumps([call(c) for c in cells(k)] +
+                                             [call("final('done')")]))
+                t = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "rlm", "run", "bench", "--model",
+                                f"script:{script}", "--max-turns", str(n + 5)], env=env,
+                               cwd=d, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               check=True)
+                took[k].append(time.perf_counter() - t)
+        return (min(took[n]) - min(took[0])) / n
+
+
 @contextlib.contextmanager
 def raw_kernel(argv: list[str] | None = None) -> Iterator[BlockingKernelClient]:
     """A kernel started as rlm starts its own (rlm's argv, kernel_ext loaded) unless `argv`
@@ -223,10 +250,12 @@ RAW = "raw, rlm's kernel"
 PLAIN = "raw, plain ipykernel"
 PLAIN_NO_HISTORY = "raw, plain, store_history=False"
 KEYED = "rlm, whole loop, a key set"
+CLI = "rlm, whole `rlm run` processes"
 MEDIAN_RAW, MEDIAN_RLM = "raw, median round trip", "rlm, median step"
 PAIRED_RAW, PAIRED_RLM = "raw, paired with rlm's steps", "rlm, median step, paired"
 CPU_RAW, CPU_RLM = "raw, CPU (client + kernel)", "rlm, CPU (host + kernel)"
-OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, "nano-rlm": PLAIN,
+OWN_RAW = {"rlm, whole loop": RAW, "rlm, outside the model": RAW, KEYED: RAW, CLI: RAW,
+           "nano-rlm": PLAIN,
            "alexzhang13/rlm": PLAIN_NO_HISTORY, MEDIAN_RLM: MEDIAN_RAW, PAIRED_RLM: PAIRED_RAW,
            CPU_RLM: CPU_RAW}
 
@@ -255,6 +284,8 @@ def main() -> None:
                     help="interpreter with the peers' dependencies (a venv)")
     ap.add_argument("--key", action="store_true",
                     help="also run rlm with a provider key set (the per-cell secret scrub)")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time whole `rlm run` processes (the user's path: the CLI too)")
     a = ap.parse_args()
     peers = {k: p for k, p in (("nano-rlm", a.nano_rlm), ("alexzhang13/rlm", a.alexzhang_rlm)) if p}
     plain = [a.peer_python, "-m", "ipykernel_launcher", "-f", "{connection_file}"]  # theirs
@@ -276,6 +307,8 @@ def main() -> None:
             rounds.setdefault(PAIRED_RAW, []).append(raw)
             if a.key:
                 rounds.setdefault(KEYED, []).append(rlm_run(n, key=True)[0])
+            if a.cli:
+                rounds.setdefault(CLI, []).append(cli_run(n))
             if peers:
                 rounds.setdefault(PLAIN, []).append(raw_run(n, plain))
             if "alexzhang13/rlm" in peers:

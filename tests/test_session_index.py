@@ -36,14 +36,15 @@ def _entry(i: int, ids: list[str]) -> Entry:
     return MessageEntry(message={"role": "assistant", "content": f"step {i}"})
 
 
-def _long_session(home: Path, n: int = N) -> Path:
-    """n entries written as a crashed writer would leave them: no index yet."""
+def _long_session(home: Path, n: int = N, special: dict[int, Entry] | None = None) -> Path:
+    """n entries written as a crashed writer would leave them: no index yet; `special`
+    entries in place of the usual ones at their positions."""
     s = SessionStore.create(home, model="script:x", task="long")
     assert s.path is not None
     ids: list[str] = []
     lines = []
     for i in range(n):
-        e = _entry(i, ids)
+        e = (special or {}).get(i) or _entry(i, ids)
         e.parent_id = ids[-1] if ids else None
         ids.append(e.id)
         lines.append(dumps(e))
@@ -262,22 +263,10 @@ def test_a_resume_reads_the_branchs_tail_not_the_whole_branch(tmp_path, monkeypa
 def _with(tmp_path: Path, special: dict[int, Entry]) -> tuple[list[Entry], Branch]:
     """A long session with `special` entries at their positions, indexed: its entries
     parsed whole, and its branch opened through the index (nothing read yet)."""
-    s = SessionStore.create(tmp_path, model="script:x", task="long")
-    assert s.path is not None
-    ids: list[str] = []
-    lines = []
-    for i in range(N):
-        e = special.get(i) or _entry(i, ids)
-        e.parent_id = ids[-1] if ids else None
-        ids.append(e.id)
-        lines.append(dumps(e))
-    s.close()
-    (s.path.parent / INDEX_NAME).unlink(missing_ok=True)
-    with open(s.path, "ab") as f:
-        f.write(b"".join(lines))
-    SessionStore.open(s.path).close()  # the first open writes the index
-    return list(SessionStore._parse(s.path)[1].branch()), \
-        SessionStore.open(s.path, readonly=True).branch()
+    path = _long_session(tmp_path, N, special)
+    SessionStore.open(path).close()  # the first open writes the index
+    return list(SessionStore._parse(path)[1].branch()), \
+        SessionStore.open(path, readonly=True).branch()
 
 
 def test_prompts_and_replies_are_found_without_reading_the_branch(tmp_path):
