@@ -149,6 +149,89 @@ def test_a_sub_call_in_between_does_not_evict_the_conversation(cfg):
     assert stats.evaluated <= len(tokens2) - len(tokens1)
 
 
+# -- the system prompt's state kept between runs (rlm.llm.local_prefix) --------------------
+
+LONG_SYSTEM = {"role": "system", "content": (
+    "You are a data analyst working in a persistent Python kernel. Write one short Python "
+    "code block per reply; the kernel keeps every variable between replies. Read files "
+    "with pandas, print only what you need to see, and call final(answer) with the answer "
+    "once a cell has printed the figures it rests on. Never invent numbers: every figure "
+    "in an answer must come from a cell's output.")}
+
+
+def _as_a_new_process(model) -> None:
+    """What a new run's first call finds: no live state, no saved conversation."""
+    model.load().reset()
+    model.slots.slots.clear()
+
+
+def _call(model, messages, prefixes, max_tokens=16) -> str:
+    prep = model.prepare(messages, max_tokens)
+    return "".join(c["text"] for c in model.generate(prep, temperature=0, seed=None,
+                                                      prefixes=prefixes))
+
+
+def test_a_first_call_starts_from_the_system_prompt_an_earlier_run_kept(cfg):
+    """Run 1 evaluates the system prompt and keeps its state (only those tokens, in a
+    private file); run 2's first call loads it and evaluates only what follows, with the
+    reply a cold call gives."""
+    from rlm.llm import get_llm, local
+    from rlm.llm.local_prefix import _header
+
+    llm = get_llm("local", cfg)  # as the root builds it: the store is under RLM_HOME
+    store = llm._handler.prefixes
+    assert store.root == cfg.home / "cache" / local.PREFIX_DIR
+    model = llm._handler.model
+    question = "Print the mean of the column `amount` in sales.csv; my code is 4417."
+    m1 = [LONG_SYSTEM, {"role": "user", "content": question}]
+    _as_a_new_process(model)
+    cold = _call(model, m1, None)  # nothing kept: the reply a cold first call gives
+    _as_a_new_process(model)
+    assert _call(model, m1, store) == cold
+    first = model.last_call
+    assert first.kept and not first.from_disk and first.evaluated == first.prompt_tokens
+    (kept,) = store.root.iterdir()
+    assert oct(kept.stat().st_mode & 0o777) == "0o600"
+    assert oct(store.root.stat().st_mode & 0o777) == "0o700"
+    tokens = _header(kept)["tokens"]
+    words = model.load().detokenize(tokens).decode()
+    assert "persistent Python kernel" in words and "4417" not in words  # never the user's
+    k = len(tokens)
+    assert 64 < k < first.prompt_tokens
+
+    _as_a_new_process(model)
+    m2 = [LONG_SYSTEM, {"role": "user", "content": "Count the rows of sales.csv."}]
+    warm = _call(model, m2, store)
+    second = model.last_call
+    assert second.from_disk and not second.kept
+    assert second.evaluated <= second.prompt_tokens - k + 1
+    _as_a_new_process(model)
+    assert _call(model, m2, None) == warm  # the same reply as a cold call
+    assert model.last_call.evaluated == second.prompt_tokens
+
+
+def test_a_damaged_or_foreign_kept_state_is_passed_over(cfg):
+    from rlm.llm import local
+
+    handler = local.make_handler(None, cfg)
+    model, store = handler.model, handler.prefixes
+    m1 = [LONG_SYSTEM, {"role": "user", "content": "Print 1 + 1."}]
+    _as_a_new_process(model)
+    cold = _call(model, m1, store)
+    (kept,) = store.root.iterdir()
+    data = bytearray(kept.read_bytes())
+    data[-100] ^= 0xFF  # one byte of the state changed: its sha256 no longer matches
+    kept.write_bytes(bytes(data))
+    _as_a_new_process(model)
+    assert _call(model, m1, store) == cold
+    assert not model.last_call.from_disk and model.last_call.kept  # evaluated, kept again
+    assert store.find(model.ident, model.prepare(m1, 8).tokens)[1] is not None
+    _as_a_new_process(model)
+    other = local.LocalModel(model.path, n_ctx=model.n_ctx)  # another window: not its state
+    assert store.find("0" * 64, model.prepare(m1, 8).tokens) == (0, None)
+    assert other.ident is None  # (identity comes with the load)
+
+
 # -- end to end: the agent loop with the real model ----------------------------------------
 
 

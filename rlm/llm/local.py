@@ -22,6 +22,8 @@ Runtime rules:
   overwrite that cache, so before such a call the current state is saved (KV bytes and
   token ids, not the 300 MB logits buffer `Llama.save_state` copies) and a later call that
   extends a saved state loads it back (`StateSlots`, at most `MAX_SLOTS` conversations).
+  A process's first call starts from the system prompt's state an earlier run kept on
+  disk (rlm.llm.local_prefix), or evaluates the system prompt first and keeps its state.
   Greedy output is repeatable for the same sequence of calls; evaluating a suffix instead
   of the whole prompt can change float rounding, so a reply may differ from a cold call's
   in rare near-ties. `LocalModel.reuse = False` restores the old reset-per-call behaviour
@@ -42,6 +44,8 @@ import atexit
 import contextlib
 import ctypes
 import hashlib
+import itertools
+import json
 import os
 import threading
 import time
@@ -52,8 +56,10 @@ from typing import Any
 
 from rlm.errors import ModelError
 from rlm.llm import inproc, modelfile, types
+from rlm.llm.local_prefix import Prefix, PrefixStore, common_prefix, identity
 
 PROVIDER = "rlm_local"
+PREFIX_DIR = "local-prefix"  # under $RLM_HOME/cache: system prompts' states (local_prefix)
 BUNDLED_NAME = modelfile.MODEL_FILENAME.removesuffix(".gguf")
 DEFAULT_N_CTX = modelfile.DEFAULT_N_CTX
 DEFAULT_MAX_TOKENS = 1024
@@ -66,6 +72,7 @@ TURN_STOPS = types.TURN_STOPS
 
 MAX_SLOTS = 2  # saved conversations besides the live one (~28 KB of KV per token each)
 MIN_SAVE_TOKENS = 256  # a state that would lose fewer cached tokens is not worth saving
+MIN_PREFIX_TOKENS = 64  # a shorter system prompt is not kept between runs
 
 
 @dataclass
@@ -77,6 +84,7 @@ class Prepared:
     n_prompt: int
     max_tokens: int
     tokens: list[int] = field(default_factory=list)
+    system: list[dict[str, str]] = field(default_factory=list)  # the leading system turns
 
 
 @dataclass
@@ -87,19 +95,12 @@ class CallStats:
     evaluated: int  # prompt tokens llama.cpp decoded for this call
     restored: bool  # a saved conversation state was loaded first
     saved: bool  # the live state was saved before this call overwrote it
+    from_disk: bool = False  # the system prompt's state came from an earlier run
+    kept: bool = False  # the system prompt's state was saved for later runs
 
     @property
     def reused(self) -> int:
         return self.prompt_tokens - self.evaluated
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 def cpu_has_amx(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -144,10 +145,7 @@ def _model_params(*, extra_buffers: bool) -> Iterator[None]:
             lib.llama_model_default_params = default
 
 
-@dataclass
-class _Saved:
-    tokens: list[int]
-    data: bytes
+_Saved = Prefix  # a saved conversation's KV bytes and the token ids they belong to
 
 
 class StateSlots:
@@ -170,31 +168,44 @@ class StateSlots:
         return found
 
     def save(self, llm: Any) -> None:
-        import llama_cpp
-
-        tokens = [int(t) for t in llm.input_ids[: llm.n_tokens]]
-        size = llama_cpp.llama_state_get_size(llm._ctx.ctx)
-        buf = (ctypes.c_uint8 * int(size))()
-        n = llama_cpp.llama_state_get_data(llm._ctx.ctx, buf, size)
+        state = state_of(llm)
+        tokens = state.tokens
         # a saved state that this one extends (same conversation, earlier turn) is stale
         self.slots = [s for s in self.slots if common_prefix(s.tokens, tokens) < len(s.tokens)]
-        self.slots.append(_Saved(tokens, ctypes.string_at(buf, int(n))))
+        self.slots.append(state)
         del self.slots[: -self.max_slots]
 
     def load(self, llm: Any, slot: _Saved) -> None:
-        import llama_cpp
-
-        buf = (ctypes.c_uint8 * len(slot.data)).from_buffer_copy(slot.data)
-        if llama_cpp.llama_state_set_data(llm._ctx.ctx, buf, len(slot.data)) != len(slot.data):
-            llm.reset()  # whatever the cache holds now, nothing may reuse it
-            self.slots.remove(slot)
-            raise ModelError("llama.cpp could not restore a saved model state")
-        n = len(slot.tokens)
-        llm.input_ids[:n] = slot.tokens
-        llm.n_tokens = n
-        llm._requires_eval = True  # logits must come from a live decode before sampling
         self.slots.remove(slot)
+        if not restore_state(llm, slot):
+            raise ModelError("llama.cpp could not restore a saved model state")
         self.slots.append(slot)
+
+
+def state_of(llm: Any) -> Prefix:
+    """The live state: its KV bytes (used cells only) and the token ids they hold."""
+    import llama_cpp
+
+    tokens = [int(t) for t in llm.input_ids[: llm.n_tokens]]
+    size = llama_cpp.llama_state_get_size(llm._ctx.ctx)
+    buf = (ctypes.c_uint8 * int(size))()
+    n = llama_cpp.llama_state_get_data(llm._ctx.ctx, buf, size)
+    return Prefix(tokens, ctypes.string_at(buf, int(n)))
+
+
+def restore_state(llm: Any, saved: Prefix) -> bool:
+    """Make `saved` the live state; False (and an empty cache) when llama.cpp refuses it."""
+    import llama_cpp
+
+    buf = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+    if llama_cpp.llama_state_set_data(llm._ctx.ctx, buf, len(saved.data)) != len(saved.data):
+        llm.reset()  # whatever the cache holds now, nothing may reuse it
+        return False
+    n = len(saved.tokens)
+    llm.input_ids[:n] = saved.tokens
+    llm.n_tokens = n
+    llm._requires_eval = True  # logits must come from a live decode before sampling
+    return True
 
 
 class _TokenCounter:
@@ -269,6 +280,8 @@ class LocalModel:
         self._llm: Any = None
         self._formatter: Any = None
         self._evals: list[tuple[int, int]] = []  # llama.cpp eval calls: (start, n tokens)
+        self.ident: str | None = None  # what a state saved on disk is valid for (at load)
+        self._system_tokens: dict[str, list[int]] = {}  # a system prompt's tokens, alone
 
     def load(self) -> Any:
         """Load the model if needed (thread-safe); returns the `Llama` object."""
@@ -317,13 +330,19 @@ class LocalModel:
         )
         self._llm = llm
         self.load_seconds = time.perf_counter() - t0
+        with contextlib.suppress(OSError):
+            import llama_cpp
+
+            self.ident = identity(self.path, self.n_ctx, llama_cpp.__version__,
+                                  not cpu_has_amx())
 
     def prepare(
         self, messages: list[dict[str, Any]], max_tokens: int | None, stop: Any = None
     ) -> Prepared:
         """Render and count the prompt; raise ContextWindowExceededError if it cannot fit."""
         llm = self.load()
-        resp = self._formatter(messages=normalize_messages(messages))
+        plain = normalize_messages(messages)
+        resp = self._formatter(messages=plain)
         tokens = llm.tokenize(resp.prompt.encode("utf-8"), add_bos=True, special=True)
         n_prompt = len(tokens)
         want = max_tokens if max_tokens and max_tokens > 0 else DEFAULT_MAX_TOKENS
@@ -333,39 +352,74 @@ class LocalModel:
                 f"prompt of {n_prompt} tokens does not fit the local model's "
                 f"{self.n_ctx}-token window", self.path.name)
         stops = [*_as_list(resp.stop), *TURN_STOPS, *_as_list(stop)]
+        system = list(itertools.takewhile(lambda m: m["role"] == "system", plain))
         return Prepared(resp.prompt, list(dict.fromkeys(stops)), n_prompt, min(want, room),
-                        list(tokens))
+                        list(tokens), system)
 
-    def _select_state(self, llm: Any, tokens: list[int]) -> tuple[bool, bool]:
-        """Make the live KV state the best start for `tokens`: keep it, or save it and load
-        the saved conversation this prompt extends. Returns (saved, restored)."""
+    def _select_state(self, llm: Any, prep: Prepared, prefixes: PrefixStore | None
+                      ) -> CallStats:
+        """Make the live KV state the best start for the prompt: keep it, or save it and
+        load the saved conversation this prompt extends; else, on a first call, the system
+        prompt's state an earlier run saved (`prefixes`), or evaluate the system prompt and
+        save its state for later runs. Returns the call's stats so far."""
+        tokens = prep.tokens
         live = common_prefix(llm.input_ids[: llm.n_tokens].tolist(), tokens)
-        saved = False
+        stats = CallStats(prep.n_prompt, 0, False, False)
         if llm.n_tokens - live >= MIN_SAVE_TOKENS:  # this call would overwrite that much
             self.slots.save(llm)  # may evict the oldest slot: choose among what is left
-            saved = True
+            stats.saved = True
         n_slot, slot = self.slots.best(tokens)
-        take = slot is not None and n_slot > live
-        if take:
-            assert slot is not None
+        if slot is not None and n_slot > live:
             self.slots.load(llm, slot)
-        return saved, take
+            stats.restored, live = True, n_slot
+        if prefixes is None or self.ident is None:
+            return stats
+        k = common_prefix(self._system_prompt_tokens(llm, prep.system), tokens)
+        if live >= k or k < MIN_PREFIX_TOKENS or k >= len(tokens) - 1:
+            return stats  # the system prompt is in the cache already, or there is none
+        n_disk, found = prefixes.find(self.ident, tokens)
+        if found is not None and n_disk > live:
+            if restore_state(llm, found):
+                stats.from_disk, live = True, n_disk
+            else:
+                live = 0  # llama.cpp refused it: the cache is empty now
+        if live < k:  # nothing kept for this system prompt: evaluate it, keep its state
+            llm.n_tokens = live  # eval drops what is cached past the shared start
+            llm.eval(tokens[live:k])
+            prefixes.keep(self.ident, state_of(llm))
+            stats.kept = True
+        return stats
+
+    def _system_prompt_tokens(self, llm: Any, system: list[dict[str, str]]) -> list[int]:
+        """The tokens of the system turns rendered alone (their start is the prompt's)."""
+        key = json.dumps(system)
+        found = self._system_tokens.get(key)
+        if found is None:
+            text = self._formatter(messages=system).prompt if system else ""
+            found = [int(t) for t in llm.tokenize(text.encode("utf-8"), add_bos=True,
+                                                   special=True)] if text else []
+            if len(self._system_tokens) >= 4:
+                self._system_tokens.clear()
+            self._system_tokens[key] = found
+        return found
 
     def generate(
-        self, prep: Prepared, *, temperature: float | None, seed: int | None
+        self, prep: Prepared, *, temperature: float | None, seed: int | None,
+        prefixes: PrefixStore | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Stream inproc chunks; the last one carries finish_reason and exact usage."""
+        """Stream inproc chunks; the last one carries finish_reason and exact usage.
+        `prefixes`: where system prompts' states are kept between runs (None: nowhere)."""
         from llama_cpp import StoppingCriteriaList
 
         counter = _TokenCounter()
         with self.lock:
             llm = self._llm
-            saved = restored = False
+            self._evals.clear()
+            stats = CallStats(prep.n_prompt, 0, False, False)
             if self.reuse:
-                saved, restored = self._select_state(llm, prep.tokens)
+                stats = self._select_state(llm, prep, prefixes)
             else:
                 llm.reset()
-            self._evals.clear()
             stream = llm.create_completion(
                 prep.tokens,
                 max_tokens=prep.max_tokens,
@@ -383,8 +437,8 @@ class LocalModel:
                 if choice["text"]:
                     yield inproc.chunk(choice["text"])
             n = prep.n_prompt
-            evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
-            self.last_call = CallStats(n, evaluated, restored, saved)
+            stats.evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
+            self.last_call = stats
         # An end-of-generation token is sampled (and counted) but is not output. (A stop
         # string also ends with finish "stop"; then we under-count by one token.)
         n_out = max(0, counter.sampled - (1 if finish == "stop" else 0))
@@ -438,8 +492,9 @@ def get_model(key: str) -> LocalModel:
 class LocalHandler:
     """Serves one registered local model (by key) to the seam's `LocalModel`."""
 
-    def __init__(self, default_key: str):
+    def __init__(self, default_key: str, prefixes: PrefixStore | None = None):
         self.default_key = default_key
+        self.prefixes = prefixes  # system prompts' states kept between runs
 
     @property
     def model_name(self) -> str:
@@ -455,7 +510,8 @@ class LocalHandler:
         params = kwargs.get("optional_params") or {}
         local = self.model
         prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))
-        return local.generate(prep, temperature=params.get("temperature"), seed=params.get("seed"))
+        return local.generate(prep, temperature=params.get("temperature"),
+                              seed=params.get("seed"), prefixes=self.prefixes)
 
 
 N_CTX_ENV = modelfile.N_CTX_ENV
@@ -481,4 +537,4 @@ def make_handler(model_path: str | None, config: Any) -> LocalHandler:
     with _REGISTRY_LOCK:
         if key not in _MODELS:
             _MODELS[key] = LocalModel(path, n_ctx=n_ctx)
-    return LocalHandler(key)
+    return LocalHandler(key, PrefixStore(Path(home) / "cache" / PREFIX_DIR) if home else None)
