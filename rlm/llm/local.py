@@ -145,9 +145,6 @@ def _model_params(*, extra_buffers: bool) -> Iterator[None]:
             lib.llama_model_default_params = default
 
 
-_Saved = Prefix  # a saved conversation's KV bytes and the token ids they belong to
-
-
 class StateSlots:
     """Saved llama.cpp states of other conversations, most recently used last.
 
@@ -157,10 +154,10 @@ class StateSlots:
 
     def __init__(self, max_slots: int = MAX_SLOTS) -> None:
         self.max_slots = max_slots
-        self.slots: list[_Saved] = []
+        self.slots: list[Prefix] = []
 
-    def best(self, tokens: Sequence[int]) -> tuple[int, _Saved | None]:
-        found: tuple[int, _Saved | None] = (0, None)
+    def best(self, tokens: Sequence[int]) -> tuple[int, Prefix | None]:
+        found: tuple[int, Prefix | None] = (0, None)
         for slot in self.slots:
             n = common_prefix(slot.tokens, tokens)
             if n > found[0]:
@@ -175,7 +172,7 @@ class StateSlots:
         self.slots.append(state)
         del self.slots[: -self.max_slots]
 
-    def load(self, llm: Any, slot: _Saved) -> None:
+    def load(self, llm: Any, slot: Prefix) -> None:
         self.slots.remove(slot)
         if not restore_state(llm, slot):
             raise ModelError("llama.cpp could not restore a saved model state")

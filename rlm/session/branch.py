@@ -115,9 +115,9 @@ class Branch(Sequence[Entry]):
     def positions(self, key: str) -> list[int]:
         """Where the entries of a custom type or kind (COMPACTIONS, PROMPTS, REPLIES) are,
         oldest first (no entry read)."""
-        n = len(self)
         pos = self._customs.get(key, [])
-        return pos if not pos or pos[-1] < n else [i for i in pos if i < n]
+        n = len(self)
+        return pos if not pos or pos[-1] < n else pos[: bisect_left(pos, n)]
 
     def of_kind(self, key: str) -> list[Entry]:
         """The entries at `positions(key)`; only those lines are read."""
