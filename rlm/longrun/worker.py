@@ -34,6 +34,7 @@ import contextlib
 import importlib
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -173,6 +174,7 @@ class Worker:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> None:
+        ready = os.environ.pop(READY_FD_ENV, None)  # not passed on to the kernel
         self.lock.acquire()  # raises WorkerRunning
         self._status("starting", "assembling the agent")
         interrupted = self.scheduler.recover()
@@ -188,6 +190,7 @@ class Worker:
             self.goals = self._goals_for(self.runner)
         self.emit({"event": "WorkerStarted", "pid": os.getpid(), "interrupted": interrupted})
         self._status("idle")
+        _tell_started(ready)
 
     def close(self) -> None:
         if not self.lock.held:
@@ -455,6 +458,20 @@ class WorkerSlow(RlmError):
 
 
 START_WAIT_S = 120.0  # the first use of the local model joins and hashes a 1.1 GB file
+# the fd of a pipe `start_detached` reads: the worker writes one byte once it has started.
+# (worker.json says so too, but a first cell may remove the session dir, and the worker
+# with it, between two looks at the file: the byte stays in the pipe.)
+READY_FD_ENV = "RLM_WORKER_READY_FD"
+
+
+def _tell_started(raw: str | None) -> None:
+    """Write the started byte to the pipe `start_detached` gave (`raw`: its fd)."""
+    if raw is None or not raw.isdigit():
+        return
+    with contextlib.suppress(OSError):
+        os.write(int(raw), b"1")
+    with contextlib.suppress(OSError):
+        os.close(int(raw))
 
 
 def start_detached(
@@ -466,7 +483,7 @@ def start_detached(
     wait_s: float = START_WAIT_S,
 ) -> int:
     """Spawn `python -m rlm.longrun.worker SESSION` in its own session; return its pid once
-    it holds the lock and its runner is built (worker.json past "starting"). A worker that
+    it holds the lock and its runner is built (a byte on a pipe, `READY_FD_ENV`). A worker that
     exits first raises RlmError with its own error line; one still starting after
     `wait_s` raises WorkerSlow (it may yet start: `rlm ps`, worker.log).
     `runner` is 'module:factory' (factory(session_id, config) -> runner)."""
@@ -482,35 +499,37 @@ def start_detached(
         argv += ["--poll", str(poll_s)] if poll_s else []
     else:  # the real agent: `rlm worker`, assembled by the composition root
         argv = [sys.executable, "-P", "-m", "rlm", "worker", where]
-    env = dict(os.environ, RLM_HOME=str(home or rlm_home()))
+    ready_r, ready_w = os.pipe()
+    env = dict(os.environ, RLM_HOME=str(home or rlm_home()), **{READY_FD_ENV: str(ready_w)})
     log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
     try:
         start = os.fstat(log_fd).st_size  # this worker's lines start here
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=log_fd, env=env,
-            start_new_session=True, close_fds=True,
+            start_new_session=True, close_fds=True, pass_fds=(ready_w,),
         )  # fmt: skip
     finally:
         os.close(log_fd)
-    deadline = time.monotonic() + wait_s
-    while time.monotonic() < deadline:
-        if lock_holder(paths["lock"]) == proc.pid and _started(paths["status"], proc.pid):
-            return proc.pid  # it holds the lock and has built its runner
-        if proc.poll() is not None:
-            raise RlmError(_start_failure(paths["log"], start, proc.returncode))
-        time.sleep(0.05)
+        os.close(ready_w)
+    try:
+        deadline = time.monotonic() + wait_s
+        closed = False  # the worker closed the pipe without the byte: it is exiting
+        while time.monotonic() < deadline:
+            if closed or not select.select([ready_r], [], [], 0.05)[0]:
+                time.sleep(0.05 if closed else 0)
+            elif os.read(ready_r, 1):
+                return proc.pid  # it holds the lock and has built its runner
+            else:
+                closed = True
+            if proc.poll() is not None:  # exited: started first only if the byte came
+                if not closed and select.select([ready_r], [], [], 0)[0] \
+                        and os.read(ready_r, 1):
+                    return proc.pid
+                raise RlmError(_start_failure(paths["log"], start, proc.returncode))
+    finally:
+        os.close(ready_r)
     raise WorkerSlow(f"the worker (pid {proc.pid}) has not finished starting within "
                      f"{wait_s:g} s; see {paths['log']}, and `rlm ps` once it is up")
-
-
-def _started(status: Path, pid: int) -> bool:
-    """worker.json says this worker is past "starting" (its runner is built)."""
-    try:
-        data = json.loads(status.read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and data.get("pid") == pid and \
-        data.get("state") not in (None, "starting")
 
 
 def _start_failure(log: Path, start: int, code: int | None) -> str:
