@@ -20,7 +20,7 @@ from rlm.config import scaled_output_budget
 from rlm.events import CellOutput, Event, ModelText
 from rlm.kernel.shaping import split_budget
 from rlm.kernel.types import Output
-from rlm.longrun.worker import MAX_FIELD_CHARS, append_event, event_record
+from rlm.longrun.events_file import MAX_FIELD_CHARS, EventsFile, event_record
 from rlm.secrets import MIN_PIECE, REDACTED, StreamRedactor, redact_text, scrub_file
 
 ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
@@ -187,7 +187,7 @@ def test_the_event_files_field_limit_never_cuts_a_key(tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", key)
     text = "x" * (MAX_FIELD_CHARS - 10) + key
     path = tmp_path / "worker-events.jsonl"
-    append_event(path, event_record(CellOutput(text, "stdout")), 0.0)
+    EventsFile(path).append(event_record(CellOutput(text, "stdout")), 0.0)
     assert key[:10] not in path.read_text()
 
 

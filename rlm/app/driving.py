@@ -11,8 +11,8 @@ from rlm.app.features import gap
 from rlm.events import CellFinished, Event, TurnStarted
 from rlm.longrun import Scheduler
 from rlm.longrun.dispatch import TickDispatcher
+from rlm.longrun.events_file import EventsFile, event_record
 from rlm.longrun.lock import worker_holds
-from rlm.longrun.worker import append_event, event_record
 from rlm.protocols import SessionLog
 
 
@@ -25,23 +25,22 @@ class ForegroundSchedules:
     def __init__(self, agent: Agent):
         self.agent = agent
         d = agent.session.dir
-        self.events_path = d / "worker-events.jsonl" if d is not None else None
+        self.events = EventsFile(d / "worker-events.jsonl") if d is not None else None
         self.dispatch = None
         g = gap(agent.entry, "schedules")
         if d is not None and not (g is not None and g.refused):
             self.dispatch = TickDispatcher(Scheduler(d / "scheduled-jobs.json"), self._emit)
 
     def _emit(self, record: dict[str, Any]) -> None:
-        if self.events_path is not None:
-            append_event(self.events_path, record, self.dispatch.clock.now() if self.dispatch
-                         else 0.0)
+        if self.events is not None:
+            self.events.append(record, self.dispatch.clock.now() if self.dispatch else 0.0)
 
     def _taker(self, events: list[Event], on_event: Callable[[Event], None]
                ) -> Callable[[Event], bool]:
         def take(ev: Event) -> bool:
             events.append(ev)
             on_event(ev)
-            if self.events_path is not None:
+            if self.events is not None:
                 self._emit(event_record(ev))
             if self.dispatch is not None and isinstance(ev, TurnStarted | CellFinished):
                 # once per turn and per cell (not per streamed token): what fell due goes

@@ -48,16 +48,14 @@ from rlm.errors import RlmError, SessionGone
 from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.longrun.dispatch import STEER_CHECK_S, TickDispatcher
+from rlm.longrun.events_file import MAX_FIELD_CHARS, EventsFile, event_record
 from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, holds_lock, lock_holder
 from rlm.longrun.lock import holder as lock_holder_info
 from rlm.longrun.schedule import Scheduler, Tick
 from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
 from rlm.protocols import SessionLog
-from rlm.secrets import known_secrets, redact_text
 from rlm.session.store import resolve_session_dir
-
-MAX_FIELD_CHARS = 4000
 
 
 class Runner(Protocol):
@@ -102,36 +100,6 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def event_record(ev: Event) -> dict[str, Any]:
-    """An event as a JSON-able dict (`Event.to_dict`); long text is bounded, after it is
-    redacted (a cut must not leave the start of a key behind)."""
-    out = ev.to_dict()
-    for k, value in out.items():
-        if isinstance(value, str) and len(value) > MAX_FIELD_CHARS:
-            value = redact_text(value, known_secrets(), patterns=False)
-            out[k] = value if len(value) <= MAX_FIELD_CHARS else (
-                value[:MAX_FIELD_CHARS] + f"... [{len(value) - MAX_FIELD_CHARS} more]")
-    return out
-
-
-def append_event(path: Path, record: dict[str, Any], now: float) -> str:
-    """One line of `worker-events.jsonl` (the worker and foreground runs both write it);
-    the line as written."""
-    line = json.dumps({"ts": round(now, 3), **record}, default=str) + "\n"
-    line = redact_text(line, known_secrets(), patterns=False)  # cell output, final answer
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
-    except FileNotFoundError:
-        if path.parent.is_dir():
-            raise
-        raise SessionGone(path.parent) from None
-    try:
-        os.write(fd, line.encode())
-    finally:
-        os.close(fd)
-    return line
-
-
 class Worker:
     def __init__(
         self,
@@ -152,6 +120,7 @@ class Worker:
         # routed by directory: a prefix, `last` or a path names one directory, resolved once;
         # the lock, inbox, jobs and the runner's session are all that directory's
         self.paths = _paths(session_id, self.home)
+        self.events = EventsFile(self.paths["events"])
         self.session_id = self.paths["dir"].name
         self.scheduler = Scheduler(self.paths["jobs"], self.clock)
         self.lock = SessionLock(self.paths["lock"], "worker")
@@ -198,6 +167,7 @@ class Worker:
         if self.paths["dir"].is_dir():  # removed under us: recreate nothing
             self._status("stopped")
             self.emit({"event": "WorkerStopped"})
+        self.events.close()
         with contextlib.suppress(Exception):
             close = getattr(self.runner, "close", None)
             if close is not None:
@@ -411,7 +381,7 @@ class Worker:
     # -- files -----------------------------------------------------------------------------
 
     def emit(self, record: dict[str, Any]) -> None:
-        line = append_event(self.paths["events"], record, self.clock.now())
+        line = self.events.append(record, self.clock.now())
         if self.on_record is not None:
             try:
                 self.on_record(json.loads(line))  # as the file holds it: redacted
