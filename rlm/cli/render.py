@@ -19,6 +19,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from rlm import events as ev
+from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
 
 MAX_SHOWN_OUTPUT = 4000
@@ -81,6 +82,19 @@ class Renderer:
         self._cell_shown = ""  # what this cell streamed so far
         self._run = _RunTotals(lambda: self.clock())
         self.turns_before = 0  # the session's turns before this run (numbers continue)
+        # a pipe or a log file: lines written as rich would draw them, without rich
+        self.plain = PlainLines(c) if plain_console(c) and not self.animate else None
+
+    def _say(self, text: str, style: str = "") -> None:
+        """One line of text (never wrapped on a console that wraps nothing)."""
+        if self.plain is None or not self.plain.line(text):
+            self.console.print(Text(text, style=style))
+
+    def _box(self, body: str, title: str, border: str, code: bool = False) -> None:
+        """`body` in a box titled `title` (a cell's code drawn as code where colour shows)."""
+        if self.plain is None or not self.plain.box(body, title):
+            self.console.print(Panel(self._code(body) if code else Text(body), title=title,
+                                     title_align="left", border_style=border))
 
     # ------------------------------------------------------------ header / status
     def header(self, model: str, session: Any, inputs: list[str] | None = None,
@@ -164,7 +178,9 @@ class Renderer:
     def _TurnStarted(self, e: ev.TurnStarted) -> None:
         self._end_stream()
         self._run.begin()
-        self.console.rule(f"turn {self.turns_before + e.turn}", style="dim")
+        title = f"turn {self.turns_before + e.turn}"
+        if self.plain is None or not self.plain.rule(title):
+            self.console.rule(title, style="dim")
 
     def _ModelCallStarted(self, e: ev.ModelCallStarted) -> None:
         self._run.begin()
@@ -175,7 +191,7 @@ class Renderer:
         self._status.generated = 0
         size = f" ({e.prompt_tokens:,} prompt tokens)" if e.prompt_tokens is not None else ""
         if not self.animate:
-            self.console.print(Text(terminal_safe(f"calling {e.model}{size}..."), style="dim"))
+            self._say(terminal_safe(f"calling {e.model}{size}..."), "dim")
         self._start_status(f"{e.model}: reading the prompt{size}")
 
     def _ModelText(self, e: ev.ModelText) -> None:
@@ -201,21 +217,20 @@ class Renderer:
             self._text.feed(terminal_safe(e.content.strip()))
         # code blocks are shown once, in their cell panels: only prose is printed here
         for line in self._text.finish(e.code_cells):
-            self.console.print(Text(line, style="dim"))
+            self._say(line, "dim")
         self._streaming = False
         self._run.add(e.usage)
         took = self._status.elapsed()
         u = e.usage or {}
         tokens = (f" · {u.get('input_tokens', 0):,} prompt + {u.get('output_tokens', 0):,} "
                   "generated tokens" if u.get("input_tokens") or u.get("output_tokens") else "")
-        self.console.print(Text(f"model {took:.1f}s{tokens}", style="dim"))
+        self._say(f"model {took:.1f}s{tokens}", "dim")
 
     def _CellStarted(self, e: ev.CellStarted) -> None:
         self._end_stream()
         self.close()
         # long lines wrap inside the box: every character of the code that runs is shown
-        self.console.print(Panel(self._code(terminal_safe(e.code.rstrip())),
-                                 title="cell", title_align="left", border_style="blue"))
+        self._box(terminal_safe(e.code.rstrip()), "cell", "blue", code=True)
         self._cell_pending, self._cell_shown = None, ""
         self._status.generated = 0
         self._start_status("running the cell")
@@ -233,7 +248,7 @@ class Renderer:
         *lines, self._cell_pending = text.split("\n")
         style = {"stderr": "yellow", "error": "red"}.get(e.name, "")
         for line in lines:
-            self.console.print(Text(line, style=style))
+            self._say(line, style)
 
     def _CellFinished(self, e: ev.CellFinished) -> None:
         self.close()
@@ -246,7 +261,7 @@ class Renderer:
         shown, self._cell_shown = self._cell_shown, ""
         if streamed is not None:
             if streamed:
-                self.console.print(Text(streamed))
+                self._say(streamed)
             # the output was shown as it was printed: only what it did not hold (why an
             # interrupted or timed-out cell ended; the host's note on a failed one, such as
             # the sandbox's missing network), then the outcome; never the output twice
@@ -255,15 +270,14 @@ class Renderer:
                 for line in terminal_safe(e.shaped).splitlines():
                     if line.strip() and line not in seen and (
                             e.status != "error" or line.startswith("[rlm: ")):
-                        self.console.print(Text(line, style="dim"))
-            self.console.print(Text(f"{'✓' if e.status == 'ok' else '✗'} {e.status} · "
-                                    f"{e.duration_s:.2f}s", style=style))
+                        self._say(line, "dim")
+            self._say(f"{'✓' if e.status == 'ok' else '✗'} {e.status} · {e.duration_s:.2f}s",
+                      style)
             return
         text = e.shaped if len(e.shaped) <= MAX_SHOWN_OUTPUT else (
             e.shaped[: MAX_SHOWN_OUTPUT // 2] + "\n[...]\n" + e.shaped[-MAX_SHOWN_OUTPUT // 2:])
-        self.console.print(Panel(Text(terminal_safe(text.rstrip()) or "(no output)"),
-                                 title=f"{e.status} · {e.duration_s:.2f}s",
-                                 title_align="left", border_style=style))
+        self._box(terminal_safe(text.rstrip()) or "(no output)",
+                  f"{e.status} · {e.duration_s:.2f}s", style)
 
     def _ChildProgress(self, e: ev.ChildProgress) -> None:
         """A running child keeps one live line above the spinner (a plain terminal or a
