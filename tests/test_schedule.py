@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import time
 from datetime import datetime
@@ -228,3 +229,32 @@ def test_kernel_cron_handlers(sched, clock):
     sched.handle("cron.cancel", {"id": job["id"]})
     with pytest.raises(ScheduleError, match="unknown method"):
         sched.handle("heartbeat.update", {})
+
+
+def test_what_is_due_follows_every_change_another_process_makes(tmp_path, clock):
+    """`due`/`next_due` read the file without its lock and keep what they parsed until it
+    changes: a job another Scheduler (the CLI, the kernel bridge) adds, claims or cancels
+    is seen at the next look; a file broken later is said, not served from memory."""
+    from rlm.errors import SessionGone
+
+    path = tmp_path / "s" / "scheduled-jobs.json"
+    path.parent.mkdir()
+    here, there = Scheduler(path, clock), Scheduler(path, clock)
+    assert here.due() == [] and here.next_due() is None  # no file: no jobs
+    job = there.add("every 1m", "look")
+    assert here.next_due() == job.next_run
+    clock.advance(60)
+    [tick] = here.due()
+    assert there.claim(tick) is not None
+    assert here.due() == []  # in flight elsewhere
+    there.mark_delivered(tick.tick_id)
+    clock.advance(60)
+    assert [t.job_id for t in here.due()] == [job.id]
+    there.cancel(job.id)
+    assert here.due() == [] and here.next_due() is None
+    path.write_text("{broken")
+    with pytest.raises(ScheduleError, match="not valid JSON"):
+        here.due()
+    shutil.rmtree(path.parent)
+    with pytest.raises(SessionGone):
+        here.due()

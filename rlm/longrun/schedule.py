@@ -269,14 +269,16 @@ def _job_from_dict(d: Any, where: str) -> Job:
 
 
 class Scheduler:
-    """The jobs of one session. Every call reloads the file under the lock: several
-    processes (worker, CLI, kernel bridge) can share it."""
+    """The jobs of one session. Every change reloads the file under the lock: several
+    processes (worker, CLI, kernel bridge) can share it. The questions asked every step
+    (`due`, `next_due`) read it without the lock (`_peek`)."""
 
     def __init__(self, path: Path, clock: Clock | None = None, max_jobs: int = MAX_JOBS):
         self.path = Path(path)
         self.lock_path = self.path.with_name(self.path.name + ".lock")
         self.clock = clock or SystemClock()
         self.max_jobs = max_jobs
+        self._seen: tuple[tuple[int, int, int], State] | None = None  # (signature, jobs)
 
     # storage
 
@@ -322,6 +324,21 @@ class Scheduler:
                 self._save(state)
         finally:
             os.close(fd)  # closing releases the flock
+
+    def _peek(self) -> State:
+        """The jobs as the file holds them now, to read only: a change replaces the file
+        whole (`write_private_atomic`), so a read needs no lock; it is parsed again only
+        when the file changed (another inode, mtime or size). No file: no jobs."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            if not self.path.parent.is_dir():  # the session's directory: never recreated
+                raise SessionGone(self.path.parent) from None
+            return State()
+        sig = (st.st_ino, st.st_mtime_ns, st.st_size)
+        if self._seen is None or self._seen[0] != sig:
+            self._seen = (sig, self._load())
+        return self._seen[1]
 
     # jobs
 
@@ -445,24 +462,24 @@ class Scheduler:
     def due(self, now: float | None = None, delivery: str | None = None) -> builtins.list[Tick]:
         """Ticks due at `now` (read only; claim each before delivering it)."""
         now = self.clock.now() if now is None else now
-        with self._txn(write=False) as state:
-            ticks = []
-            for job in state.jobs:
-                if job.status != "active" or job.next_run is None or job.next_run > now:
-                    continue
-                if (delivery and job.delivery != delivery) or state.in_flight(job.id):
-                    continue
-                ticks.append(_tick(job, now))
-            return sorted(ticks, key=lambda t: t.scheduled_for)
+        state = self._peek()
+        ticks = []
+        for job in state.jobs:
+            if job.status != "active" or job.next_run is None or job.next_run > now:
+                continue
+            if (delivery and job.delivery != delivery) or state.in_flight(job.id):
+                continue
+            ticks.append(_tick(job, now))
+        return sorted(ticks, key=lambda t: t.scheduled_for)
 
     def next_due(self) -> float | None:
-        with self._txn(write=False) as state:
-            times = [
-                j.next_run
-                for j in state.jobs
-                if j.status == "active" and j.next_run is not None and not state.in_flight(j.id)
-            ]
-            return min(times) if times else None
+        state = self._peek()
+        times = [
+            j.next_run
+            for j in state.jobs
+            if j.status == "active" and j.next_run is not None and not state.in_flight(j.id)
+        ]
+        return min(times) if times else None
 
     def claim(self, tick: Tick) -> Tick | None:
         """Persist the dispatch and move the job past now. None: not ours to deliver
