@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+import time
 
 import pytest
 
@@ -351,7 +352,8 @@ def test_an_append_left_unsynced_is_synced_by_the_next_or_by_close(rlm_home_path
 
 def test_each_step_is_one_fsync_and_the_log_is_synced_before_every_model_call(_isolated_home, monkeypatch):
     """Issue 32: a reply with a cell and the cell's result are made durable together, and
-    nothing the log holds is unsynced when the model is called."""
+    nothing the log holds is unsynced when a request leaves for the model (the fsync runs
+    beside the loop; the seam waits for it: rlm.durability)."""
     from rlm.app import build_agent
     from rlm.config import Config
     from rlm.llm import ScriptedLLM
@@ -365,19 +367,22 @@ def test_each_step_is_one_fsync_and_the_log_is_synced_before_every_model_call(_i
     real = os.fsync
 
     def fsync(fd: int) -> None:
+        log = os.path.samestat(os.fstat(fd), os.stat(session.path))
+        if log:
+            time.sleep(0.05)  # a slow disk: the next request comes long before this ends
         real(fd)
-        if os.path.samestat(os.fstat(fd), os.stat(session.path)):
+        if log:
             log_synced.append(os.fstat(fd).st_size)
 
     monkeypatch.setattr(store_mod.os, "fsync", fsync)
     unsynced_at_call: list[int] = []
-    complete = llm.complete
+    attempt = llm._attempt  # where the request leaves for the provider
 
     def checked(*a, **kw):  # type: ignore[no-untyped-def]
         unsynced_at_call.append(session.path.stat().st_size - log_synced[-1])
-        return complete(*a, **kw)
+        return attempt(*a, **kw)
 
-    llm.complete = checked  # type: ignore[method-assign]
+    llm._attempt = checked  # type: ignore[method-assign]
     with build_agent(session, Config(home=_isolated_home, model="script:t"), llm=llm) as agent:
         lines = session.path.read_text().count("\n")
         syncs = len(log_synced)

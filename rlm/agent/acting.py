@@ -37,7 +37,8 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
     message: dict[str, Any] = {"role": "assistant", "content": completion.content}
     if calls:
         message["tool_calls"] = [c.to_message() for c in calls]
-    # a reply with cells is made durable by their results' append: one fsync per step
+    # a reply with cells is made durable with their results: one fsync a step, begun when
+    # a result is appended, done before the next model request (rlm.durability)
     host.session.append(MessageEntry(
         message=message, usage=completion.usage.to_dict(), model=completion.model or None),
         durable=not calls)

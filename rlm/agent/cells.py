@@ -116,7 +116,9 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) + verdict.note
     host.session.append(MessageEntry(
         id=entry_id, cell=result.to_dict(),
-        message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}))
+        message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}),
+        durable=False)
+    host.session.sync_soon()  # on disk before the next model request (rlm.durability)
     yield CellFinished(code, result.status, content, result.duration_s, result)
     if result.restart is not None:
         yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),

@@ -45,6 +45,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rlm import durability
 from rlm.errors import (
     AuthError,
     ConfigError,
@@ -219,6 +220,7 @@ class SeamLLM:
     ) -> Completion:
         """One reply. Streamed (`stream`): text goes to `on_text` and native tool calls'
         argument text to `on_call` as it comes; either may raise to stop the stream."""
+        durability.settle()  # no request before every log line it could follow is on disk
         if tools is None:
             tools = [PYTHON_TOOL] if self.native_tools else []
         kwargs: dict[str, Any] = {

@@ -45,7 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlm.errors import SessionCorrupt, SessionError, SessionGone
+from rlm.durability import LogFile
+from rlm.errors import SessionCorrupt, SessionError
 from rlm.paths import (
     PRIVATE_FILE,
     check_session_id,
@@ -113,8 +114,7 @@ class SessionStore:
         self._unindexed = 0  # appends since the index was last written
         self._last: str | None = None  # the id on the file's last line (a partial store)
         self._projections = Projections()
-        self._fd: int | None = None
-        self._unsynced = False  # a line written without its fsync (append durable=False)
+        self._file = LogFile(Path(str(path))) if path is not None else None
         # values of secret-looking env vars: replaced in every appended line (rlm.secrets)
         self._secrets = known_secrets()
         self._append_lock = threading.RLock()
@@ -144,7 +144,7 @@ class SessionStore:
         except FileExistsError as e:
             raise SessionError(f"{path} already exists; open it with SessionStore.open") from e
         store = cls(header, path)
-        store._fd = fd
+        store._file = LogFile(path, fd)
         line = _dumps(header)
         if store._secrets:  # a task may quote a key: the header is redacted like entries
             line = redact_text(line.decode(), store._secrets, patterns=False).encode()
@@ -359,13 +359,8 @@ class SessionStore:
     def close(self) -> None:
         if self._unindexed:
             self._save_index()
-        if self._fd is not None:
-            if self._unsynced:
-                with contextlib.suppress(OSError):
-                    os.fsync(self._fd)
-                self._unsynced = False
-            os.close(self._fd)
-            self._fd = None
+        if self._file is not None:
+            self._file.close()
 
     def __enter__(self) -> SessionStore:
         return self
@@ -386,29 +381,15 @@ class SessionStore:
 
     def _write(self, line: bytes, durable: bool = True) -> int:
         """Append `line` (durably, unless told not to); returns the offset it starts at."""
-        if self._fd is None:
-            assert self.path is not None
-            self._fd = open_regular(self.path, os.O_WRONLY | os.O_APPEND)  # never via a link
-        st = os.fstat(self._fd)
-        if st.st_nlink == 0:  # unlinked under us (the directory removed): writes would vanish
-            raise SessionGone(Path(str(self.path)).parent)
-        size = st.st_size
-        view = memoryview(line)
-        try:
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
-            if durable:
-                os.fsync(self._fd)
-            self._unsynced = not durable
-        except OSError as e:  # ENOSPC, EIO, quota: take back the partial line, say it in one line
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, size)
-            raise SessionError(
-                f"cannot append to {self.path}: {e.strerror or e}; nothing was recorded "
-                "(free some space or fix the file system, then resume)"
-            ) from e
-        return size
+        assert self._file is not None
+        return self._file.write(line, durable)
+
+    def sync_soon(self) -> None:
+        """Begin making every appended line durable, beside the caller (`LogFile.sync_soon`):
+        done before any model request (the seam waits for it) and by `close`."""
+        with self._append_lock:
+            if self._file is not None:
+                self._file.sync_soon()
 
     # -- reading the tree ---------------------------------------------------------------
 
