@@ -89,7 +89,8 @@ class TerminalSink(io.TextIOBase):
 
 
 class _FailingOS:
-    """rlm.session.store's `os` for one write: ENOSPC after half the line, or EROFS."""
+    """The session log's `os` (rlm.durability, where LogFile writes) for one write: ENOSPC
+    after half the line, or EROFS."""
 
     def __init__(self, real: Any, err: int, sticky: bool):
         self.real, self.err, self.sticky, self.size = real, err, sticky, None  # type: ignore[var-annotated]
@@ -98,7 +99,7 @@ class _FailingOS:
         return getattr(self.real, name)
 
     def write(self, fd: int, data: Any) -> int:
-        import rlm.session.store as st
+        import rlm.durability as st
 
         self.size = self.real.fstat(fd).st_size
         if not self.sticky:
@@ -180,10 +181,9 @@ class Child:
             return
 
         def torn(line: bytes, durable: bool = True) -> None:
-            if session._fd is None:
-                session._fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
-            os.write(session._fd, line[: len(line) // 2])
-            os.fsync(session._fd)
+            fd = os.open(session.path, os.O_WRONLY | os.O_APPEND)
+            os.write(fd, line[: len(line) // 2])
+            os.fsync(fd)
             killme("host_append", self.arm.pop("host_append"))
 
         session._write = torn
@@ -240,7 +240,7 @@ class Child:
             self._second_writer(action["i"])
 
     def _fail_appends(self, kind: str, i: int, err: int, sticky: bool) -> None:
-        import rlm.session.store as st
+        import rlm.durability as st
 
         fake = _FailingOS(st.os, err, sticky)
         st.os = fake  # type: ignore[assignment]
@@ -504,7 +504,7 @@ class Child:
         report, and stop (the parent starts the next host, which resumes)."""
         import builtins
 
-        import rlm.session.store as st
+        import rlm.durability as st
         from rlm.errors import RlmError
 
         kind, i, fake = self.stop_fault  # type: ignore[misc]
