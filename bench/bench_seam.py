@@ -5,10 +5,11 @@ Two models behind the same seam (`SeamLLM.complete`), each against its baseline 
 same run:
   scripted  `script:` replies (in-process, no litellm): one call's wall time at each size,
             against the same call at 10 messages (a constant seam reads 1.0x at 1,000)
-  hosted    `openai/gpt-4o-mini` through litellm to a real OpenAI-compatible endpoint on
-            127.0.0.1 (bench/fake_openai.py), against a raw HTTP POST of the same request
-            body that reads the same streamed reply (what any client must pay): the ratio
-            is litellm's and rlm's own per-call work
+  hosted    `openai/gpt-4o-mini` to a real OpenAI-compatible endpoint on 127.0.0.1
+            (bench/fake_openai.py), as rlm sends it (`direct`: rlm.llm.direct, one kept-alive
+            connection) and through litellm (`litellm`), against a raw HTTP POST of the
+            same request body on a new connection that reads the same streamed reply (what
+            any client must pay): the ratio is the client's and rlm's own per-call work
 The messages are what a session holds: a system prompt, then turns of a tool call (a
 short cell) and its result (a few hundred characters of output). Medians of --calls
 calls per size, the sizes interleaved round by round.
@@ -88,22 +89,25 @@ def raw_post(base: str, body: bytes) -> None:
 
 def hosted(sizes: list[int], calls: int) -> dict[str, dict[int, list[float]]]:
     from rlm.llm import PYTHON_TOOL
-    from rlm.llm.seam import LiteLLMModel
+    from rlm.llm.seam import LiteLLMModel, OpenAIModel
 
     convs = {n: conversation(n) for n in sizes}
-    out: dict[str, dict[int, list[float]]] = {"litellm": {n: [] for n in sizes},
-                                              "raw": {n: [] for n in sizes}}
+    out: dict[str, dict[int, list[float]]] = {k: {n: [] for n in sizes}
+                                              for k in ("direct", "litellm", "raw")}
     with serving([REPLY]) as server:
         os.environ["OPENAI_API_KEY"] = "sk-bench-not-a-key"
         os.environ["OPENAI_API_BASE"] = server.base
         llm = LiteLLMModel("openai/gpt-4o-mini")
         llm.complete(convs[sizes[0]])  # first use: litellm's import and its clients
+        ours = OpenAIModel("openai/gpt-4o-mini")
+        ours.complete(convs[sizes[0]])  # first use: httpx's import and its connection
         bodies = {n: json.dumps({
             "model": "gpt-4o-mini", "messages": convs[n], "tools": [PYTHON_TOOL],
             "stream": True, "stream_options": {"include_usage": True}}).encode()
             for n in sizes}
         for _ in range(calls):
             for n in sizes:
+                out["direct"][n].append(timed(lambda n=n: ours.complete(convs[n])))  # type: ignore[misc]
                 out["litellm"][n].append(timed(lambda n=n: llm.complete(convs[n])))  # type: ignore[misc]
                 out["raw"][n].append(timed(lambda n=n: raw_post(server.base, bodies[n])))  # type: ignore[misc]
     return out
@@ -128,9 +132,11 @@ def main() -> None:
     if a.only in (None, "hosted"):
         h = hosted(sizes, a.calls)
         for n in sizes:
-            lit, raw = ms(h["litellm"][n]), ms(h["raw"][n])
-            print(f"hosted   {n:5d} messages  litellm {lit:7.2f} ms  raw POST {raw:7.2f} ms  "
-                  f"ratio {lit / raw:.2f}x  (rlm+litellm over raw: {lit - raw:+.2f} ms)")
+            raw = ms(h["raw"][n])
+            for client in ("direct", "litellm"):
+                t = ms(h[client][n])
+                print(f"hosted   {n:5d} messages  {client:7s} {t:7.2f} ms  raw POST {raw:7.2f} ms"
+                      f"  ratio {t / raw:.2f}x  (rlm's call over raw: {t - raw:+.2f} ms)")
 
 
 if __name__ == "__main__":

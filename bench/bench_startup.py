@@ -7,7 +7,9 @@ Two runs, each in two variants alternated round by round, same machine state:
             at once, so this is the first request), and the whole run
   hosted    `openai/gpt-4o-mini` against a real local OpenAI-compatible endpoint
             (bench/fake_openai.py): the time from the process start to the first request
-            reaching the endpoint, and the whole run
+            reaching the endpoint, and the whole run; a third variant, `litellm`, is the
+            run with every request through litellm (`RLM_OPENAI_CLIENT=litellm`: what
+            every hosted run did before rlm.llm.direct)
 Variants:
   baseline  litellm imported first, then the run: for `scripted`, what every `script:` and
             `local` run paid while they were litellm providers; for `hosted`, the import
@@ -84,12 +86,15 @@ def scripted(rounds: int, tmp: Path, env: dict[str, str]) -> dict[str, dict[str,
 
 def hosted(rounds: int, tmp: Path, env: dict[str, str]) -> dict[str, dict[str, list[float]]]:
     argv = variants(["run", "what is 6*7?", "--model", "openai/gpt-4o-mini", "--json"])
+    argv["litellm"] = argv["rlm"]
     times: dict[str, dict[str, list[float]]] = {k: {"to request": [], "wall": []} for k in argv}
     for i in range(rounds + 1):  # round 0 warms the page cache; not counted
         for name in (list(argv) if i % 2 == 0 else list(reversed(argv))):
             with serving([tool_reply("final(str(6 * 7))")]) as server:
                 run_env = {**env, "OPENAI_API_KEY": "sk-bench-not-a-key",
                            "OPENAI_API_BASE": server.base}
+                if name == "litellm":
+                    run_env["RLM_OPENAI_CLIENT"] = "litellm"
                 t0 = time.time()
                 wall = timed(argv[name], run_env, str(tmp))
                 if i:
@@ -104,9 +109,10 @@ def report(kind: str, times: dict[str, dict[str, list[float]]]) -> None:
             ts = figures[figure]
             print(f"{kind:8s} {figure:10s} {name:9s} median {statistics.median(ts):6.2f} s  "
                   f"min {min(ts):6.2f}  max {max(ts):6.2f}  ({len(ts)} runs)")
-        ratio = statistics.median(times["rlm"][figure]) / statistics.median(
-            times["baseline"][figure])
-        print(f"{kind:8s} {figure:10s} ratio rlm / baseline: {ratio:.2f}x")
+        for other in (n for n in times if n != "rlm"):
+            ratio = statistics.median(times["rlm"][figure]) / statistics.median(
+                times[other][figure])
+            print(f"{kind:8s} {figure:10s} ratio rlm / {other}: {ratio:.2f}x")
 
 
 def main() -> None:
@@ -116,7 +122,11 @@ def main() -> None:
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
-        env = {**os.environ, "RLM_HOME": str(tmp / "home")}
+        # this checkout's rlm, whatever is installed: the runs start in a temporary cwd,
+        # where a relative PYTHONPATH (`PYTHONPATH=.`) would find the installed one
+        path = [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "RLM_HOME": str(tmp / "home"),
+               "PYTHONPATH": os.pathsep.join(p for p in path if p)}
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         for kind, fn in (("scripted", scripted), ("hosted", hosted)):
             if a.only in (None, kind):

@@ -9,7 +9,10 @@ reached the model and when. Point litellm at it with `OPENAI_API_BASE=server.bas
 
 A tool call's arguments stream in pieces of 24 characters, as providers send them; a reply
 with `"hold_after": N` stops after N characters of them until `release` is set (a test
-looks at the screen while the model is still writing, then lets it finish).
+looks at the screen while the model is still writing, then lets it finish). A reply with
+`"status"` is a refusal (that status, `"body"` as its JSON; with 200, a body that is no
+stream); `"raw"` lists the events' data verbatim (garbage); `"usage": False` sends no
+usage. Each request's headers are kept.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def tool_reply(code: str) -> dict[str, Any]:
 class FakeOpenAI:
     replies: list[dict[str, Any]]
     requests: list[dict[str, Any]] = field(default_factory=list)
+    headers: list[dict[str, str]] = field(default_factory=list)  # each request's, lower-cased
     arrivals: list[float] = field(default_factory=list)
     base: str = ""
     release: threading.Event = field(default_factory=threading.Event)
@@ -71,9 +75,11 @@ def _events(reply: dict[str, Any], model: str,
                 break
         hold = None
     yield chunk({}, "tool_calls" if calls else "stop")
-    yield {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
-           "model": model, "choices": [],
-           "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110}}
+    if reply.get("usage", True):
+        yield {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0,
+               "model": model, "choices": [],
+               "usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110,
+                         "prompt_tokens_details": {"cached_tokens": 64}}}
 
 
 def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
@@ -89,11 +95,23 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return
             state.arrivals.append(arrived)
             state.requests.append(body)
+            state.headers.append({k.lower(): v for k, v in self.headers.items()})
             reply = state.reply_for(len(state.requests) - 1)
+            if reply.get("status"):  # a refusal (or a plain 200 body): the status, its JSON
+                data = json.dumps(reply.get("body") or {}).encode()
+                self.send_response(reply["status"])
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for event in _events(reply, body.get("model", "fake"), state.release):
+            for line in reply.get("raw") or ():  # what an endpoint sent, verbatim
+                self.wfile.write(f"data: {line}\n\n".encode())
+            for event in () if reply.get("raw") else _events(
+                    reply, body.get("model", "fake"), state.release):
                 self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")

@@ -19,7 +19,13 @@ from rlm.errors import (
     ScriptExhausted,
 )
 from rlm.llm import count_messages, count_text, get_llm
-from rlm.llm.seam import DEFAULT_SCRIPT_WINDOW, LiteLLMModel, ScriptedLLM, normalize_error
+from rlm.llm.seam import (
+    DEFAULT_SCRIPT_WINDOW,
+    LiteLLMModel,
+    OpenAIModel,
+    ScriptedLLM,
+    normalize_error,
+)
 from rlm.llm.types import PYTHON_TOOL
 
 USER = [{"role": "user", "content": "hello"}]
@@ -174,9 +180,12 @@ def test_overflow_recognised_from_message_wording():
 
 def test_litellm_model_offline_properties():
     llm = get_llm("openai/gpt-4o-mini")
-    assert isinstance(llm, LiteLLMModel)
+    assert isinstance(llm, OpenAIModel)  # its plain requests skip litellm (test_direct.py)
     assert llm.native_tools is True
     assert llm.context_window() == 128000
+    claude = get_llm("anthropic/claude-sonnet-4-5")
+    assert isinstance(claude, LiteLLMModel)
+    assert claude.native_tools is True and claude.context_window() == 200000
     ollama = get_llm("ollama/some-unknown-model")
     assert ollama.context_window() is None
 

@@ -57,3 +57,26 @@ def test_reading_the_map_imports_no_litellm():
             "print(f.native_tools, f.window, 'litellm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["True", "128000", "False"]
+
+
+def test_every_price_from_the_map_is_litellms_own():
+    """`price` answers where litellm's `cost_per_token` is the two counts times the map's
+    prices, and nowhere else (tiers above a prompt size, prices by the hour)."""
+    from rlm.llm.seam import _litellm, usage_cost
+
+    litellm = _litellm()
+    priced, disagree = 0, []
+    for spec in sorted(_specs()):
+        if modelmap.price(spec) is None:
+            continue
+        priced += 1
+        for tokens in ((1_000, 500), (150_000, 9_000), (300_000, 20_000), (0, 0)):
+            theirs = sum(litellm.cost_per_token(model=spec, prompt_tokens=tokens[0],
+                                                completion_tokens=tokens[1]))
+            mine = usage_cost(spec, *tokens)
+            if mine is None or abs(mine - theirs) > 1e-12 * max(1.0, theirs):
+                disagree.append((spec, tokens, mine, theirs))
+    assert priced > 250, priced
+    assert disagree == []
+    assert modelmap.price("deepseek/deepseek-v4-pro") is None  # off-peak prices by the hour
+    assert modelmap.price("ollama/llama3") is None

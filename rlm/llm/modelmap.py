@@ -11,6 +11,8 @@ Only the plain spellings are answered (`openai/gpt-4o-mini`, `anthropic/claude-.
 `gpt-4o`, `claude-...`) for providers whose facts litellm takes from that file alone;
 anything else returns None and the caller asks litellm itself, as before.
 `tests/test_modelmap.py` checks every answer against litellm's own, model by model.
+`price` is what a run's usage cost, for the entries litellm prices from the two counts
+alone, so the end of a hosted run needs no litellm either.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ STATIC_PROVIDERS = frozenset({
 class ModelFacts:
     native_tools: bool  # litellm.supports_function_calling
     window: int | None  # get_model_info's max_input_tokens, else its max_tokens
+    # litellm.supports_reasoning: litellm maps some parameters for these (max_tokens to
+    # max_completion_tokens, temperature), so rlm.llm.direct leaves such requests to it
+    reasoning: bool = False
+    # supports_system_messages, said by the map (litellm sends a reasoning model's system
+    # messages as user messages unless its entry says it takes them)
+    system_messages: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -53,8 +61,9 @@ def _entries() -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def facts(spec: str) -> ModelFacts | None:
-    """`spec`'s facts from the map; None when only litellm itself can say."""
+def _entry(spec: str) -> dict[str, Any] | None:
+    """`spec`'s chat-model entry, looked up as litellm looks it up; None when only litellm
+    itself can say (another provider, a name it has to resolve, not a chat model)."""
     provider = provider_of(spec)
     if provider is None or provider not in STATIC_PROVIDERS:
         return None
@@ -64,9 +73,31 @@ def facts(spec: str) -> ModelFacts | None:
         entry = entries.get(key)
         if not isinstance(entry, dict) or entry.get("litellm_provider") != provider:
             continue
-        if entry.get("mode") != "chat":
-            return None
-        window = entry.get("max_input_tokens") or entry.get("max_tokens")
-        return ModelFacts(native_tools=entry.get("supports_function_calling") is True,
-                          window=int(window) if isinstance(window, int | float) else None)
+        return entry if entry.get("mode") == "chat" else None
     return None
+
+
+def facts(spec: str) -> ModelFacts | None:
+    """`spec`'s facts from the map; None when only litellm itself can say."""
+    entry = _entry(spec)
+    if entry is None:
+        return None
+    window = entry.get("max_input_tokens") or entry.get("max_tokens")
+    return ModelFacts(native_tools=entry.get("supports_function_calling") is True,
+                      window=int(window) if isinstance(window, int | float) else None,
+                      reasoning=entry.get("supports_reasoning") is True,
+                      system_messages=entry.get("supports_system_messages") is True)
+
+
+def price(spec: str) -> tuple[float, float] | None:
+    """USD per (input, output) token, as litellm's `cost_per_token` prices plain usage; None
+    where its price depends on more than the two counts (tiers above a prompt size) or the
+    map has none, and litellm itself has to say."""
+    entry = _entry(spec)
+    # prices that depend on more than the counts: above a prompt size, by the hour
+    if entry is None or any("_above_" in key or key.endswith("_pricing") for key in entry):
+        return None
+    prices = entry.get("input_cost_per_token"), entry.get("output_cost_per_token")
+    if not all(isinstance(p, int | float) and not isinstance(p, bool) for p in prices):
+        return None
+    return float(prices[0]), float(prices[1])  # type: ignore[arg-type]

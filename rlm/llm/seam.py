@@ -3,7 +3,9 @@
 `get_llm(spec, config)`:
 - a litellm string (`openai/...`, `anthropic/...`, `ollama/...`, `hosted_vllm/...`) ->
   `LiteLLMModel`: streamed `litellm.completion` with usage; native tool calling when
-  litellm says the model supports it, else fenced-code mode (`native_tools=False`);
+  litellm says the model supports it, else fenced-code mode (`native_tools=False`); an
+  OpenAI model from litellm's map -> rlm.llm.direct's `OpenAIModel`, which sends the
+  requests litellm would send unchanged itself and the rest through litellm;
 - `script:PATH` -> `ScriptedLLM` (replies from rlm.llm.script) and `local` /
   `local:PATH.gguf` -> `LocalModel` (rlm.llm.local, fenced-code mode): in-process
   providers (`InProcessLLM`). They stream rlm.llm.inproc chunks into the same assembly,
@@ -54,7 +56,7 @@ from rlm.errors import (
     RateLimited,
     RlmError,
 )
-from rlm.llm import inproc, modelmap, offline
+from rlm.llm import direct, inproc, modelmap, offline
 from rlm.llm.preflight import key_envs, provider_of
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
@@ -160,7 +162,8 @@ def warm_for(spec: str | None) -> None:
     """`warm_litellm` when `spec` is a hosted model whose facts come from litellm's map
     (its construction then needs no litellm, so the import can run beside what follows)."""
     if spec and modelmap.facts(spec.strip()) is not None:
-        warm_litellm()
+        if not direct.applies(spec.strip()):  # its first requests need no litellm
+            warm_litellm()
 
 
 # -- the base: retries, streaming assembly, error normalisation ------------------------------
@@ -545,6 +548,35 @@ class LiteLLMModel(SeamLLM):
                 "(or set context_window in the config) to compact before the window fills")
 
 
+class OpenAIModel(SeamLLM):
+    """An OpenAI model from litellm's map (rlm.llm.direct): the requests litellm would send
+    unchanged go out directly, the rest through litellm, imported then. Building it
+    imports neither."""
+
+    shares_messages = True  # sent as JSON; litellm's requests get copies
+
+    def __init__(self, spec: str, config: Config | None = None, **kw: Any) -> None:
+        super().__init__(spec, config, **kw)
+        known = modelmap.facts(spec)
+        if known is None:
+            raise ConfigError(f"{spec} is not in litellm's model map")
+        self.model, self.facts, self.endpoint = spec, known, direct.Endpoint()
+        self.native_tools = known.native_tools
+
+    def _own_window(self) -> int | None:
+        return self.facts.window
+
+    def _attempt(
+        self, kwargs: dict[str, Any], on_text: StreamCallback | None, streamed: list[bool],
+        *, on_call: CallStreamCallback | None = None,
+    ) -> Completion:
+        if not direct.sends_as_is(kwargs, self.facts.reasoning):
+            mine = {**kwargs, "messages": [direct.copied(m) for m in kwargs["messages"]]}
+            return super()._attempt(mine, on_text, streamed, on_call=on_call)
+        chunks = inproc.deltas(self.endpoint.streaming(direct.body(kwargs, self.spec)))
+        return _assemble(chunks, on_text, streamed, self.spec, on_call=on_call)
+
+
 class InProcessLLM(SeamLLM):
     """A model served in this process by a handler whose `streaming(model, messages,
     optional_params=...)` yields rlm.llm.inproc chunks: the same assembly, cap, retries and
@@ -741,14 +773,21 @@ def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
         return ScriptedLLM.from_file(spec.removeprefix("script:"), config, **kw)
     if spec == "local" or spec.startswith("local:"):
         return LocalModel(spec.partition(":")[2] or None, config, **kw)
+    if direct.applies(spec):
+        return OpenAIModel(spec, config, **kw)
     return LiteLLMModel(spec, config, **kw)
 
 
-__all__ = ["LiteLLMModel", "LocalModel", "ScriptedLLM", "SeamLLM", "get_llm", "normalize_error"]
+__all__ = ["LiteLLMModel", "LocalModel", "OpenAIModel", "ScriptedLLM", "SeamLLM", "get_llm",
+           "normalize_error"]
 
 
 def usage_cost(spec: str, input_tokens: int, output_tokens: int) -> float | None:
-    """USD for these tokens from litellm's bundled price table; None if it has no price."""
+    """USD for these tokens from litellm's bundled price table; None if it has no price.
+    Read from the map without litellm where the map's price is litellm's (modelmap.price)."""
+    known = modelmap.price(spec)
+    if known is not None:
+        return known[0] * input_tokens + known[1] * output_tokens
     try:
         prompt, completion = _litellm().cost_per_token(
             model=spec, prompt_tokens=input_tokens, completion_tokens=output_tokens)
