@@ -178,6 +178,12 @@ def test_garbage_from_the_endpoint_is_a_clear_error(endpoint):
         get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES)
 
 
+def test_an_event_of_another_shape_is_a_clear_error(endpoint):
+    endpoint([{"raw": ["{\"choices\": [\"not an object\"]}"]}])
+    with pytest.raises(ModelError, match="an event rlm cannot read"):
+        get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES)
+
+
 def test_a_body_instead_of_a_stream_is_a_clear_error(endpoint):
     """A proxy that ignored `stream` (or an error page with status 200) is not an empty
     reply."""

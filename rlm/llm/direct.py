@@ -180,15 +180,19 @@ def _chunks(lines: Iterator[str], messages: list[dict[str, Any]]) -> Iterator[di
         if event.get("error"):
             raise _error(500, json.dumps({"error": event["error"]}).encode())
         usage = event.get("usage") or usage
-        for choice in event.get("choices") or ():
-            finish = choice.get("finish_reason") or finish
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                written.append(delta["content"])
-                yield inproc.chunk(text=delta["content"])
-            for call in delta.get("tool_calls") or ():
-                written.append(str((call.get("function") or {}).get("arguments") or ""))
-                yield inproc.chunk(tool_use=call)
+        try:
+            for choice in event.get("choices") or ():
+                finish = choice.get("finish_reason") or finish
+                delta = choice.get("delta") or {}
+                if delta.get("content"):
+                    written.append(str(delta["content"]))
+                    yield inproc.chunk(text=written[-1])
+                for call in delta.get("tool_calls") or ():
+                    written.append(str((call.get("function") or {}).get("arguments") or ""))
+                    yield inproc.chunk(tool_use=call)
+        except (AttributeError, TypeError):  # a field of another shape than OpenAI's
+            raise APIStatusError(f"OpenAI sent an event rlm cannot read: {data[:200]!r}",
+                                 200) from None
     if not events:  # a body, not a stream: a proxy that ignored `stream`, an error page
         raise APIStatusError(f"OpenAI's endpoint sent no stream of events: {other[:200]!r}", 200)
     if not usage:
