@@ -12,7 +12,8 @@ with `"hold_after": N` stops after N characters of them until `release` is set (
 looks at the screen while the model is still writing, then lets it finish). A reply with
 `"status"` is a refusal (that status, `"body"` as its JSON; with 200, a body that is no
 stream); `"raw"` lists the events' data verbatim (garbage); `"usage": False` sends no
-usage. Each request's headers are kept.
+usage. Each request's headers and the connection it came on (the peer's address) are kept:
+HTTP/1.1, so a client may send many requests on one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class FakeOpenAI:
     replies: list[dict[str, Any]]
     requests: list[dict[str, Any]] = field(default_factory=list)
     headers: list[dict[str, str]] = field(default_factory=list)  # each request's, lower-cased
+    connections: list[tuple[str, int]] = field(default_factory=list)  # each request's peer
     arrivals: list[float] = field(default_factory=list)
     base: str = ""
     release: threading.Event = field(default_factory=threading.Event)
@@ -84,8 +86,15 @@ def _events(reply: dict[str, Any], model: str,
 
 def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # connections kept alive; streams sent chunked
+
         def log_message(self, *_: Any) -> None:  # quiet: the caller reads `requests`
             pass
+
+        def send(self, data: bytes) -> None:
+            """One chunk of a chunked body."""
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
 
         def do_POST(self) -> None:  # noqa: N802 - the http.server name
             arrived = time.time()
@@ -96,6 +105,7 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             state.arrivals.append(arrived)
             state.requests.append(body)
             state.headers.append({k.lower(): v for k, v in self.headers.items()})
+            state.connections.append(self.client_address)
             reply = state.reply_for(len(state.requests) - 1)
             if reply.get("status"):  # a refusal (or a plain 200 body): the status, its JSON
                 data = json.dumps(reply.get("body") or {}).encode()
@@ -107,14 +117,15 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             for line in reply.get("raw") or ():  # what an endpoint sent, verbatim
-                self.wfile.write(f"data: {line}\n\n".encode())
+                self.send(f"data: {line}\n\n".encode())
             for event in () if reply.get("raw") else _events(
                     reply, body.get("model", "fake"), state.release):
-                self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
-                self.wfile.flush()
-            self.wfile.write(b"data: [DONE]\n\n")
+                self.send(f"data: {json.dumps(event)}\n\n".encode())
+            self.send(b"data: [DONE]\n\n")
+            self.wfile.write(b"0\r\n\r\n")  # the chunked body's end
             self.wfile.flush()
 
     return Handler

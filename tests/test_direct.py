@@ -4,6 +4,7 @@ same errors, litellm's path for what litellm maps, and a run that never imports 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -30,17 +31,36 @@ REPLIES = [{"content": "It is 42.", "usage": True},
 
 @pytest.fixture
 def endpoint(monkeypatch):
-    def start(replies):
+    """`endpoint(replies)` starts a real endpoint on 127.0.0.1 and points OPENAI_API_BASE
+    at it; `endpoint(replies, at_openai=True)` leaves the base unset, so both clients
+    address api.openai.com (litellm decides some things by host), and httpx's transport
+    takes the connection to 127.0.0.1 instead: nothing leaves the machine."""
+    import httpx
+
+    real = httpx.HTTPTransport.handle_request
+
+    def start(replies, at_openai=False):
         cm = serving(replies)
         server = cm.__enter__()
         started.append(cm)
-        monkeypatch.setenv("OPENAI_API_BASE", server.base)
+        if not at_openai:
+            monkeypatch.setenv("OPENAI_API_BASE", server.base)
+            return server
+        port = int(server.base.split(":")[2].split("/")[0])
+
+        def to_local(transport, request):
+            assert request.url.host == "api.openai.com", request.url
+            request.url = request.url.copy_with(scheme="http", host="127.0.0.1", port=port)
+            return real(transport, request)
+
+        monkeypatch.setattr(httpx.HTTPTransport, "handle_request", to_local)
         return server
 
     started: list = []
     monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    monkeypatch.delenv(direct.CLIENT_ENV, raising=False)
+    for name in ("OPENAI_BASE_URL", "OPENAI_API_BASE", direct.CLIENT_ENV,
+                 *direct.LITELLM_ONLY_ENVS):
+        monkeypatch.delenv(name, raising=False)
     yield start
     for cm in started:
         cm.__exit__(None, None, None)
@@ -75,7 +95,8 @@ def test_every_openai_model_gets_litellms_bodies_and_replies(endpoint):
     specs = [s for s in _openai_specs() if direct.applies(s)]
     assert len(specs) > 60 and {"openai/gpt-4o-mini", "openai/gpt-5"} <= set(specs)
     assert not direct.applies("openai/o3-mini")  # litellm moves its system message
-    server = endpoint([REPLIES[1]])
+    assert not direct.applies("openai/gpt-5.4")  # litellm bridges its tools to /responses
+    server = endpoint([REPLIES[1]], at_openai=True)
     differ, sent_direct = [], 0
     for spec in specs:
         ours, theirs = get_llm(spec, base_delay=0, retries=0), LiteLLMModel(spec, retries=0)
@@ -190,6 +211,78 @@ def test_a_body_instead_of_a_stream_is_a_clear_error(endpoint):
     endpoint([{"status": 200, "body": {"choices": [{"message": {"content": "hi"}}]}}])
     with pytest.raises(ModelError, match="sent no stream of events"):
         get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES)
+
+
+def test_one_connection_serves_every_request(endpoint):
+    server = endpoint(REPLIES)
+    llm = get_llm("openai/gpt-4o-mini", base_delay=0)
+    for _ in range(3):
+        llm.complete(MESSAGES)
+    assert len(server.connections) == 3 and len(set(server.connections)) == 1
+
+
+def test_a_stream_broken_inside_a_tool_call_is_not_sent_again(endpoint):
+    """The arguments already reached `on_call` (the screen, the stream rules): a second
+    request would feed them twice."""
+    call = {"index": 0, "id": "call_0", "type": "function",
+            "function": {"name": "python", "arguments": "{\"code\": \"x = 1"}}
+    server = endpoint([{"raw": [json.dumps({"choices": [{"delta": {"tool_calls": [call]}}]}),
+                                json.dumps({"error": {"message": "overloaded"}})]}])
+    seen = []
+    with pytest.raises(RateLimited, match="overloaded"):
+        get_llm("openai/gpt-4o-mini", base_delay=0).complete(
+            MESSAGES, on_call=lambda i, text: seen.append(text))
+    assert len(server.requests) == 1 and seen == ["{\"code\": \"x = 1"]
+
+
+def test_the_organization_and_project_are_read_as_the_openai_sdk_reads_them(endpoint,
+                                                                            monkeypatch):
+    server = endpoint(REPLIES)
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-sdk")
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-sdk")
+    monkeypatch.setenv("OPENAI_PROJECT", "proj-speech-only")
+    get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES)
+    monkeypatch.setenv("OPENAI_ORGANIZATION", "org-litellm")
+    get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES)
+    assert [(h["openai-organization"], h["openai-project"]) for h in server.headers] == \
+        [("org-sdk", "proj-sdk"), ("org-litellm", "proj-sdk")]
+
+
+@pytest.mark.parametrize("setting", ["SSL_VERIFY", "REQUEST_TIMEOUT",
+                                     "OPENAI_IDENTITY_TOKEN_FILE"])
+def test_a_setting_only_litellm_reads_sends_everything_through_litellm(endpoint, monkeypatch,
+                                                                        setting):
+    monkeypatch.setenv(setting, "False" if setting == "SSL_VERIFY" else "60")
+    assert not isinstance(get_llm("openai/gpt-4o-mini"), OpenAIModel)
+    monkeypatch.delenv(setting)
+    monkeypatch.delenv("OPENAI_API_KEY")  # no key: litellm's to say what is missing
+    assert not isinstance(get_llm("openai/gpt-4o-mini"), OpenAIModel)
+
+
+def test_a_key_with_a_line_ending_is_refused_without_showing_it(endpoint, monkeypatch):
+    server = endpoint(REPLIES)
+    llm = get_llm("openai/gpt-4o-mini", base_delay=0)
+    secret = "abcdefgh-no-sk-prefix-0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", secret + "\r\n")
+    with pytest.raises(AuthError, match="whitespace or control characters") as err:
+        llm.complete(MESSAGES)
+    assert secret not in str(err.value) and server.requests == []
+
+
+def test_an_unreachable_base_is_named_without_its_credentials(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://me:hunter2@127.0.0.1:9/v1?token=t0ps3cret")
+    with pytest.raises(RateLimited, match=r"cannot reach http://127\.0\.0\.1:9/v1 ") as e:
+        get_llm("openai/gpt-4o-mini", base_delay=0, retries=0).complete(MESSAGES)
+    assert "hunter2" not in str(e.value) and "t0ps3cret" not in str(e.value)
+
+
+def test_a_data_field_over_several_lines_is_one_event(endpoint):
+    event = json.dumps({"choices": [{"delta": {"content": "It is 42."}}]})
+    cut = event.index(" [")  # between two tokens: the newline that joins the lines is JSON's
+    endpoint([{"raw": [event[:cut] + "\ndata: " + event[cut:]]}])
+    assert get_llm("openai/gpt-4o-mini", base_delay=0).complete(MESSAGES).content \
+        == "It is 42."
 
 
 def test_a_reply_without_usage_is_counted(endpoint):

@@ -178,7 +178,8 @@ def test_overflow_recognised_from_message_wording():
     assert isinstance(err, ModelError) and not transient
 
 
-def test_litellm_model_offline_properties():
+def test_litellm_model_offline_properties(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key-000000")
     llm = get_llm("openai/gpt-4o-mini")
     assert isinstance(llm, OpenAIModel)  # its plain requests skip litellm (test_direct.py)
     assert llm.native_tools is True

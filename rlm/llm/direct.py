@@ -15,18 +15,30 @@ requests both ways to a real endpoint on 127.0.0.1 and holds the bodies and the 
 to be the same.
 
 Where the request goes is read as litellm reads it: `OPENAI_BASE_URL`, else
-`OPENAI_API_BASE`, else api.openai.com; the key from `OPENAI_API_KEY`; `OPENAI_ORGANIZATION`
-and `OPENAI_PROJECT` as headers. `RLM_OPENAI_CLIENT=litellm` sends every request through
-litellm instead. Keys are read at each request and never kept in an error's text.
+`OPENAI_API_BASE`, else api.openai.com; the key from `OPENAI_API_KEY`; the organization
+from `OPENAI_ORGANIZATION`, else `OPENAI_ORG_ID`, the project from `OPENAI_PROJECT_ID` (the
+openai SDK's, under litellm). A setting only litellm reads (its TLS and timeout settings,
+workload identity) or no key at all sends every request through litellm, and so does
+`RLM_OPENAI_CLIENT=litellm`. Keys are read at each request and never put in an error's
+text: a transport error says its type and the URL without credentials.
+
+The gpt-5.4-and-later models go through litellm: with function tools and reasoning on,
+litellm sends them to OpenAI's Responses API at api.openai.com (chat completions refuses
+that pair). `tests/test_direct.py` compares both ways with the requests addressed to
+api.openai.com, so host-dependent choices of litellm are compared too.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from rlm.llm import inproc, modelmap
 from rlm.llm.preflight import provider_of
@@ -36,7 +48,17 @@ CLIENT_ENV = "RLM_OPENAI_CLIENT"
 DEFAULT_BASE = "https://api.openai.com/v1"
 # litellm's own reading of these settings (its openai handler), in its order
 BASE_ENVS = ("OPENAI_BASE_URL", "OPENAI_API_BASE")
-HEADER_ENVS = (("OPENAI_ORGANIZATION", "OpenAI-Organization"), ("OPENAI_PROJECT", "OpenAI-Project"))
+HEADER_ENVS = ((("OPENAI_ORGANIZATION", "OPENAI_ORG_ID"), "OpenAI-Organization"),
+               (("OPENAI_PROJECT_ID",), "OpenAI-Project"))
+# settings litellm (or its openai SDK) reads and this client does not: left to litellm
+LITELLM_ONLY_ENVS = ("SSL_VERIFY", "SSL_CERTIFICATE", "SSL_SECURITY_LEVEL", "SSL_ECDH_CURVE",
+                     "REQUEST_TIMEOUT", "OPENAI_IDENTITY_PROVIDER_ID", "OPENAI_SERVICE_ACCOUNT_ID",
+                     "OPENAI_IDENTITY_TOKEN_FILE")
+# gpt-N.M from 5.4 on (litellm's `is_model_gpt_5_4_plus_model`): its Responses API bridge
+_GPT_VERSION = re.compile(r"^gpt-(\d+)(?:\.(\d+))?(?=[.-]|$)")
+MAX_ERROR_BYTES = 64 * 1024  # of a refusal's body
+DRAIN_LINES = 64  # read after [DONE] so the connection goes back to the pool
+MAX_LINE_CHARS = 4 * 1024 * 1024  # one event's line: far above the seam's 512 KB reply cap
 # what the seam sends that reaches the body as given; anything else goes through litellm
 PLAIN = frozenset({"model", "messages", "tools", "stop", "stream", "stream_options"})
 MAPPED_FOR_REASONING = frozenset({"temperature", "max_tokens"})
@@ -67,9 +89,14 @@ def applies(spec: str) -> bool:
     messages: litellm sends them as user messages)."""
     if os.environ.get(CLIENT_ENV, "").strip().lower() == "litellm":
         return False
+    if not os.environ.get("OPENAI_API_KEY") or any(os.environ.get(e) for e in LITELLM_ONLY_ENVS):
+        return False
     known = modelmap.facts(spec) if provider_of(spec) == "openai" else None
     if known is None or "search" in spec:  # search-only models: litellm limits their params
         return False
+    version = _GPT_VERSION.match(spec.split("/")[-1])
+    if version and (int(version[1]), int(version[2] or 0)) >= (5, 4):
+        return False  # litellm bridges their tool calls to the Responses API
     return known.system_messages or not known.reasoning
 
 
@@ -105,6 +132,18 @@ def _error(status: int, body: bytes) -> Exception:
     return APIStatusError(message, status)
 
 
+_endpoints: weakref.WeakSet[Endpoint] = weakref.WeakSet()
+
+
+def _forget_clients() -> None:
+    """In a forked child: the parent's connections are not this process's to use."""
+    for endpoint in list(_endpoints):
+        endpoint._client, endpoint._lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_clients)
+
+
 class Endpoint:
     """One OpenAI-compatible endpoint: an httpx client kept open between requests (its
     connection with it) and the stream of one request as rlm.llm.inproc chunks."""
@@ -112,13 +151,15 @@ class Endpoint:
     def __init__(self) -> None:
         self._client: Any = None
         self._lock = threading.Lock()
+        _endpoints.add(self)
 
     def client(self) -> Any:
         with self._lock:
             if self._client is None:
                 import httpx  # about 0.15 s: at the first request, not at the start
 
-                self._client = httpx.Client(timeout=httpx.Timeout(READ_S, connect=CONNECT_S))
+                self._client = httpx.Client(  # follows redirects, as the openai SDK does
+                    timeout=httpx.Timeout(READ_S, connect=CONNECT_S), follow_redirects=True)
             return self._client
 
     @staticmethod
@@ -127,14 +168,25 @@ class Endpoint:
         return base.rstrip("/") + "/chat/completions"
 
     @staticmethod
+    def shown_url() -> str:
+        """The URL for an error's text: no credentials, no query."""
+        parts = urlsplit(Endpoint.url())
+        host = (parts.hostname or "") + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+    @staticmethod
     def headers() -> dict[str, str]:
-        out = {"Content-Type": "application/json", "Accept": "text/event-stream"}
-        key = os.environ.get("OPENAI_API_KEY")
-        if key:
-            out["Authorization"] = f"Bearer {key}"
-        for env, header in HEADER_ENVS:
-            if os.environ.get(env):
-                out[header] = os.environ[env]
+        key = os.environ.get("OPENAI_API_KEY", "")
+        if not key.isprintable() or key != key.strip() or " " in key:
+            raise inproc.AuthenticationError(
+                "OPENAI_API_KEY holds whitespace or control characters (a line ending "
+                "copied with it?): set it to the key alone")
+        out = {"Content-Type": "application/json", "Accept": "text/event-stream",
+               "Authorization": f"Bearer {key}"}
+        for envs, header in HEADER_ENVS:
+            value = next((os.environ[e] for e in envs if os.environ.get(e)), None)
+            if value:
+                out[header] = value
         return out
 
     def streaming(self, request: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -142,18 +194,60 @@ class Endpoint:
         closes the response (a stream rule stopped the reply)."""
         import httpx
 
-        client = self.client()
+        headers, client = self.headers(), self.client()
         try:
-            with client.stream("POST", self.url(), headers=self.headers(),
+            with client.stream("POST", self.url(), headers=headers,
                                content=json.dumps(request).encode()) as response:
                 if response.status_code >= 400:
-                    raise _error(response.status_code, response.read())
-                yield from _chunks(response.iter_lines(), request["messages"])
+                    raise _error(response.status_code, _head(response.iter_bytes()))
+                yield from _chunks(_lines(response.iter_text()), request["messages"])
         except httpx.TimeoutException as e:
             raise inproc.Timeout(f"OpenAI did not answer in time ({type(e).__name__})") from None
-        except httpx.TransportError as e:
+        except httpx.TransportError as e:  # its text may hold a header's value: not shown
             raise inproc.InternalServerError(
-                f"cannot reach {self.url()} ({type(e).__name__}: {e})") from None
+                f"cannot reach {self.shown_url()} ({type(e).__name__})") from None
+
+
+def _head(pieces: Iterator[bytes]) -> bytes:
+    """The first MAX_ERROR_BYTES of a body (a refusal's text; a huge one is not read)."""
+    out = b""
+    for piece in pieces:
+        out += piece
+        if len(out) >= MAX_ERROR_BYTES:
+            break
+    return out[:MAX_ERROR_BYTES]
+
+
+def _lines(pieces: Iterator[str]) -> Iterator[str]:
+    """The body's lines, none longer than MAX_LINE_CHARS (a body with no line ending is
+    not held whole in memory)."""
+    rest = ""
+    for piece in pieces:
+        rest += piece
+        *whole, rest = rest.split("\n")
+        yield from (line.removesuffix("\r") for line in whole)
+        if len(rest) > MAX_LINE_CHARS:
+            raise APIStatusError(f"OpenAI's endpoint sent a line of over {MAX_LINE_CHARS:,} "
+                                 f"characters: {rest[:200]!r}", 200)
+    if rest:
+        yield rest.removesuffix("\r")
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str | None, str]]:
+    """(data, "") for each server-sent event, its `data:` lines joined as the format joins
+    them; (None, line) for a line that is no part of one (a body that is no stream)."""
+    data: list[str] = []
+    for line in lines:
+        if line.startswith("data:"):
+            data.append(line[5:].removeprefix(" "))
+        elif not line.strip():
+            if data:
+                yield "\n".join(data), ""
+                data = []
+        elif not line.startswith((":", "event:", "id:", "retry:")):
+            yield None, line
+    if data:
+        yield "\n".join(data), ""
 
 
 def _chunks(lines: Iterator[str], messages: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -161,13 +255,15 @@ def _chunks(lines: Iterator[str], messages: list[dict[str, Any]]) -> Iterator[di
     chunk with the finish reason and the usage (which OpenAI sends after the choices; an
     endpoint that sends none gets it counted, as litellm counts it)."""
     finish, usage, written, events, other = "", None, [], 0, ""
-    for line in lines:
-        if not line.startswith("data:"):
-            other = other or line.strip()
-            continue  # a comment, an event name, the blank line between events
+    for event_data, stray in _events(lines):
+        if event_data is None:  # not an event: what the body held instead, for the error
+            other = other or stray.strip()
+            continue
         events += 1
-        data = line[5:].strip()
+        data = event_data.strip()
         if data == "[DONE]":
+            for _ in itertools.islice(lines, DRAIN_LINES):  # to the body's end, so the
+                pass                                       # connection serves the next
             break
         try:
             event = json.loads(data)

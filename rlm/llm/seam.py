@@ -355,6 +355,7 @@ def _join(
                     args = (tc.function.arguments or "")[:max(0, cap - size)]
                     slot["arguments"].append(args)
                     size += len(tc.function.arguments or "")
+                    streamed[0] = streamed[0] or bool(args)  # on_call has it: no retry
                     if on_call is not None and args:
                         on_call(tc.index or 0, args)
         if size > cap:
