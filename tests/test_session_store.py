@@ -390,4 +390,8 @@ def test_each_step_is_one_fsync_and_the_log_is_synced_before_every_model_call(_i
         steps = [e for e in session.branch() if getattr(e, "message", {}).get("role") == "tool"]
         added = session.path.read_text().count("\n") - lines
         assert unsynced_at_call == [0, 0, 0, 0], "every byte of the log is fsynced before a model call"
-        assert len(steps) == 4 and len(log_synced) - syncs == added - len(steps)  # one per step
+        # at most one fsync per step: a reply and its cell's result are made durable together
+        # (an fsync still pending when the next line is written may cover it too, so the
+        # count can be lower, never higher)
+        assert len(steps) == 4 and 0 < len(log_synced) - syncs <= added - len(steps)
+    assert log_synced[-1] == session.path.stat().st_size  # closed: every byte synced
