@@ -7,9 +7,10 @@ same run:
             against the same call at 10 messages (a constant seam reads 1.0x at 1,000)
   hosted    `openai/gpt-4o-mini` to a real OpenAI-compatible endpoint on 127.0.0.1
             (bench/fake_openai.py), as rlm sends it (`direct`: rlm.llm.direct, one kept-alive
-            connection) and through litellm (`litellm`), against a raw HTTP POST of the
-            same request body on a new connection that reads the same streamed reply (what
-            any client must pay): the ratio is the client's and rlm's own per-call work
+            connection) and through litellm (`litellm`), against an http.client POST of the
+            same request body on one kept-alive connection that reads the same streamed
+            reply (what any client must pay): the ratio is the client's and rlm's own
+            per-call work
 The messages are what a session holds: a system prompt, then turns of a tool call (a
 short cell) and its result (a few hundred characters of output). Medians of --calls
 calls per size, the sizes interleaved round by round.
@@ -23,6 +24,7 @@ import argparse
 import http.client
 import json
 import os
+import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -72,19 +74,24 @@ def scripted(sizes: list[int], calls: int) -> dict[int, list[float]]:
     return out
 
 
-def raw_post(base: str, body: bytes) -> None:
-    """The same request as a bare client sends it: POST, then read the whole stream."""
-    url = urlparse(base)
-    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=60)
-    try:
-        conn.request("POST", f"{url.path.rstrip('/')}/chat/completions", body=body,
-                     headers={"Content-Type": "application/json",
-                              "Authorization": "Bearer sk-bench-not-a-key"})
-        resp = conn.getresponse()
+class RawClient:
+    """The same request as a bare client sends it: POST on one kept-alive connection with
+    TCP_NODELAY, then read the whole stream. The floor any client pays."""
+
+    def __init__(self, base: str) -> None:
+        self.url = urlparse(base)
+        self.conn = http.client.HTTPConnection(self.url.hostname or "127.0.0.1", self.url.port,
+                                               timeout=60)
+        self.conn.connect()
+        self.conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def post(self, body: bytes) -> None:
+        self.conn.request("POST", f"{self.url.path.rstrip('/')}/chat/completions", body=body,
+                          headers={"Content-Type": "application/json",
+                                   "Authorization": "Bearer sk-bench-not-a-key"})
+        resp = self.conn.getresponse()
         while resp.read(65536):
             pass
-    finally:
-        conn.close()
 
 
 def hosted(sizes: list[int], calls: int) -> dict[str, dict[int, list[float]]]:
@@ -101,6 +108,7 @@ def hosted(sizes: list[int], calls: int) -> dict[str, dict[int, list[float]]]:
         llm.complete(convs[sizes[0]])  # first use: litellm's import and its clients
         ours = OpenAIModel("openai/gpt-4o-mini")
         ours.complete(convs[sizes[0]])  # first use: httpx's import and its connection
+        raw = RawClient(server.base)
         bodies = {n: json.dumps({
             "model": "gpt-4o-mini", "messages": convs[n], "tools": [PYTHON_TOOL],
             "stream": True, "stream_options": {"include_usage": True}}).encode()
@@ -109,7 +117,7 @@ def hosted(sizes: list[int], calls: int) -> dict[str, dict[int, list[float]]]:
             for n in sizes:
                 out["direct"][n].append(timed(lambda n=n: ours.complete(convs[n])))  # type: ignore[misc]
                 out["litellm"][n].append(timed(lambda n=n: llm.complete(convs[n])))  # type: ignore[misc]
-                out["raw"][n].append(timed(lambda n=n: raw_post(server.base, bodies[n])))  # type: ignore[misc]
+                out["raw"][n].append(timed(lambda n=n: raw.post(bodies[n])))  # type: ignore[misc]
     return out
 
 

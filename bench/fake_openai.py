@@ -19,6 +19,7 @@ HTTP/1.1, so a client may send many requests on one.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -87,6 +88,18 @@ def _events(reply: dict[str, Any], model: str,
 def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # connections kept alive; streams sent chunked
+
+        def setup(self) -> None:
+            super().setup()
+            # each event leaves at once, as a real endpoint sends it: with Nagle's rule a
+            # small write waits for the client's delayed ack (40 ms) on a kept-alive socket
+            self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (ConnectionResetError, BrokenPipeError):
+                pass  # the client closed its kept-alive connection (or stopped a stream)
 
         def log_message(self, *_: Any) -> None:  # quiet: the caller reads `requests`
             pass
