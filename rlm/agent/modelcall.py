@@ -27,7 +27,7 @@ from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, Script
 from rlm.events import Event, ModelCallStarted, Notice
 from rlm.llm.seam import retry_notices
 from rlm.llm.tokens import count_text
-from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage
+from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage, copy_message
 from rlm.memory import with_memory
 from rlm.protocols import Compact, End, OverflowHook, SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
@@ -124,7 +124,7 @@ def call_model(host: ModelHost, temperature: float | None = None
                              host.memory)  # read fresh: edits between turns show
         size = prompt_tokens(shared)
         messages = shared if getattr(host.llm, "shares_messages", False) \
-            else [_copy_message(m) for m in shared]
+            else [copy_message(m) for m in shared]
         temp = host.answers.temperature(host.config.temperature) if temperature is None \
             else temperature
 
@@ -233,10 +233,3 @@ def resample(host: ModelHost, rejected: Completion, decision: Resample
     yield Notice(decision.notice)
     return (yield from call_model(host, temperature=decision.temperature))
 
-
-def _copy_message(m: dict[str, Any]) -> dict[str, Any]:
-    out = dict(m)
-    if "tool_calls" in out:
-        out["tool_calls"] = [{**tc, "function": dict(tc.get("function") or {})}
-                             for tc in out["tool_calls"]]
-    return out

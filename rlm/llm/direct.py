@@ -10,9 +10,7 @@ litellm stays the authority on what a model accepts. A request that litellm woul
 goes through litellm: a reasoning model's `max_tokens` (sent as `max_completion_tokens`)
 or `temperature` (refused, or kept only at 1), and every request of a reasoning model
 whose entry does not say it takes system messages (litellm sends them as user messages),
-and the search-only models (litellm refuses them tools). `tests/test_direct.py` sends the same
-requests both ways to a real endpoint on 127.0.0.1 and holds the bodies and the replies
-to be the same.
+and the search-only models (litellm refuses them tools).
 
 Where the request goes is read as litellm reads it: `OPENAI_BASE_URL`, else
 `OPENAI_API_BASE`, else api.openai.com; the key from `OPENAI_API_KEY`; the organization
@@ -76,11 +74,6 @@ def body(kwargs: dict[str, Any], spec: str) -> dict[str, Any]:
     out = {k: v for k, v in kwargs.items() if k != "num_retries"}
     out["model"] = spec.removeprefix("openai/")
     return out
-
-
-def copied(message: dict[str, Any]) -> dict[str, Any]:
-    """A copy litellm may change (its providers edit messages in place)."""
-    return json.loads(json.dumps(message))
 
 
 def applies(spec: str) -> bool:
@@ -223,9 +216,11 @@ def _lines(pieces: Iterator[str]) -> Iterator[str]:
     not held whole in memory)."""
     rest = ""
     for piece in pieces:
-        rest += piece
-        *whole, rest = rest.split("\n")
-        yield from (line.removesuffix("\r") for line in whole)
+        if "\n" not in piece:  # a long line in many pieces is not split again per piece
+            rest += piece
+        else:
+            *whole, rest = (rest + piece).split("\n")
+            yield from (line.removesuffix("\r") for line in whole)
         if len(rest) > MAX_LINE_CHARS:
             raise APIStatusError(f"OpenAI's endpoint sent a line of over {MAX_LINE_CHARS:,} "
                                  f"characters: {rest[:200]!r}", 200)

@@ -68,6 +68,7 @@ from rlm.llm.types import (
     StreamCallback,
     ToolCall,
     Usage,
+    copy_message,
 )
 
 if TYPE_CHECKING:
@@ -572,7 +573,7 @@ class OpenAIModel(SeamLLM):
         *, on_call: CallStreamCallback | None = None,
     ) -> Completion:
         if not direct.sends_as_is(kwargs, self.facts.reasoning):
-            mine = {**kwargs, "messages": [direct.copied(m) for m in kwargs["messages"]]}
+            mine = {**kwargs, "messages": [copy_message(m) for m in kwargs["messages"]]}
             return super()._attempt(mine, on_text, streamed, on_call=on_call)
         chunks = inproc.deltas(self.endpoint.streaming(direct.body(kwargs, self.spec)))
         return _assemble(chunks, on_text, streamed, self.spec, on_call=on_call)

@@ -7,6 +7,16 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 
+def copy_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A message a provider may change in place (litellm's do), leaving the host's intact:
+    the dict and its tool calls copied, the strings shared."""
+    out = dict(m)
+    if "tool_calls" in out:
+        out["tool_calls"] = [{**tc, "function": dict(tc.get("function") or {})}
+                             for tc in out["tool_calls"]]
+    return out
+
+
 @dataclass
 class ToolCall:
     id: str
