@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import io
 import random
 import re
 from collections import defaultdict
@@ -26,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlm import safeio
 
 DEMO_FILE = "sales.csv"
 DEMO_DIR = "demo"  # under the session directory; the kernel works there
@@ -85,10 +88,13 @@ def make_sales_dataset(path: Path | str, seed: int = DEFAULT_SEED,
                        rows: int = DEFAULT_ROWS) -> Path:
     """Write `rows` sales lines for 2024 to `path` (CSV with a header); return the path."""
     path = Path(path)
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(COLUMNS)
-        w.writerows(sales_rows(seed, rows))
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(COLUMNS)
+    w.writerows(sales_rows(seed, rows))
+    # the demo's folder is its kernel's working directory: nothing there is followed
+    safeio.write_atomic(path.parent, path.name, buf.getvalue().encode("utf-8"), mode=0o644,
+                        durable=False)
     return path
 
 
@@ -124,8 +130,7 @@ def file_answer(path: Path | str) -> DemoAnswer:
 def make_demo_data(session_dir: Path | str, seed: int = DEFAULT_SEED,
                    rows: int = DEFAULT_ROWS) -> Path:
     """The demo's CSV, in its own directory under the session: `<session>/demo/sales.csv`."""
-    folder = Path(session_dir) / DEMO_DIR
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = safeio.make_dirs(Path(session_dir), DEMO_DIR)
     return make_sales_dataset(folder / DEMO_FILE, seed=seed, rows=rows)
 
 

@@ -12,7 +12,10 @@ Layout under RLM_HOME:
     sessions/<id>/session.jsonl     append-only log (rlm.session.store)
     sessions/<id>/snapshot/         per-variable kernel snapshot (kernel_ext.snapshot)
     sessions/<id>/artifacts/        full cell outputs, images, rich mime payloads
-    sessions/<id>/runtime/          kernel connection file
+    sessions/<id>/runtime/          what the kernel writes: its unix sockets, its IPython dir
+    sessions/<id>/host/             what the host writes for the kernel to read: the
+                                    connection file, kernel.log, kernel.pid, socket-dir
+                                    owners (never writable by the kernel)
     sessions/<id>/children/<id>/    child sessions of rlm_query
     sessions/<id>/scheduled-jobs.json
     models/                         (before issue 14) the joined model; found and moved
@@ -27,6 +30,7 @@ from pathlib import Path
 
 import platformdirs
 
+from rlm import safeio
 from rlm.errors import SessionError
 
 PRIVATE_DIR = 0o700
@@ -68,7 +72,9 @@ def private_dir(path: Path) -> Path:
 
 # What a session directory holds (rlm.session.store, rlm.longrun, kernel_ext.snapshot):
 # each must be what it says, never a symlink, FIFO or device.
-SESSION_DIRS = ("snapshot", "runtime", "artifacts", "children", "worker-inbox")
+SESSION_DIRS = ("snapshot", "runtime", "host", "artifacts", "children", "worker-inbox")
+# the host writes here and the kernel may only read (the sandbox shows it read-only)
+HOST_DIR = "host"
 SESSION_FILES = ("session.jsonl", "worker.lock", "worker.json", "worker-events.jsonl",
                  "worker.log", "scheduled-jobs.json", ".lock", ".scrubbed")
 
@@ -131,20 +137,13 @@ def session_dir(session_id: str, home: Path | None = None) -> Path:
     return private_dir(sessions_root(home) / check_session_id(session_id))
 
 
-def write_private_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically: temp file, fsync, rename; mode 0600."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+def write_private_atomic(path: Path, data: bytes, root: Path | None = None) -> None:
+    """Write `data` to `path` atomically: a new temp file (random name, O_EXCL), fsync,
+    rename within the directory's descriptor, fsync of the directory; mode 0600. Every
+    component below `root` (default: the file's own directory) is opened without following
+    a link (rlm.safeio): pass the session or working directory as `root` for a path in
+    a directory a kernel may write."""
+    safeio.write_atomic(Path(root) if root is not None else path.parent, path, data)
 
 
 def fsync_dir(folder: Path) -> None:

@@ -30,7 +30,6 @@ import json
 import mmap
 import os
 import re
-import stat
 import sys
 import time
 from bisect import bisect_right
@@ -38,6 +37,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+
+from rlm import safeio
 
 REDACTED = "[redacted]"
 SECRET_ENV_SUFFIXES = ("_KEY", "_TOKEN", "_SECRET", "_PASSWORD", "_PASSWD", "_APIKEY")
@@ -83,20 +84,23 @@ _ENCODINGS = ("utf-8", "utf-16-le", "utf-32-le")
 SCRUB_SKIP = frozenset({"session.jsonl", ".scrubbed"})  # redacted line by line when appended
 
 
-def scrub_file(path: Path, secrets: list[str], start: int = 0) -> int:
+def scrub_file(path: Path, secrets: list[str], start: int = 0, root: Path | None = None) -> int:
     """Mask every occurrence of each secret, and every cut-off piece of one (`piece_spans`),
     in `path`, in place, same length; returns the count. Only a regular file with one link
     is touched (never through a symlink, never a file that is also somewhere else).
     `start`: the bytes before it were scanned already (a file that only grew); the scan
-    begins a page before it, at most, so a secret across it is still found whole."""
+    begins a page before it, at most, so a secret across it is still found whole.
+    `root`: the directory the walk began at; no component below it is followed
+    (rlm.safeio: a kernel that swaps a directory for a link mid-walk redirects nothing)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        fd = safeio.open_file(Path(root) if root is not None else Path(path).parent, path,
+                              os.O_RDWR)
+    except (OSError, ValueError):
         return 0
     found = 0
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1 or st.st_size == 0:
+        if st.st_size == 0:
             return 0
         at = start // mmap.ALLOCATIONGRANULARITY * mmap.ALLOCATIONGRANULARITY
         if at >= st.st_size:
@@ -157,7 +161,7 @@ def scrub_tree(root: Path, secrets: list[str] | None = None, since_ns: int = 0,
                 if (append_only is not None and before is not None and before[:2] == sig[:2]
                         and before[2] < sig[2] and append_only(name)):
                     from_byte = max(0, before[2] - overlap)
-                if scrub_file(Path(path), secrets, from_byte):
+                if scrub_file(Path(path), secrets, from_byte, root):
                     hit.append(Path(path))
                 if len(seen) >= _SCANNED_MAX:
                     seen.clear()
@@ -219,9 +223,11 @@ def scrub_session(session_dir: Path, since_ns: int | None = None, *,
     if 0 <= now - last < SCRUB_MARK_EVERY_NS:
         return hit  # an older mark only makes the next scrub look at more files
     with contextlib.suppress(OSError):
-        fd = os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-        os.close(fd)
-        os.utime(mark, ns=(now, now), follow_symlinks=False)
+        fd = safeio.open_file(Path(session_dir), SCRUB_MARK, os.O_WRONLY | os.O_CREAT)
+        try:
+            os.utime(fd, ns=(now, now))
+        finally:
+            os.close(fd)
     return hit
 
 

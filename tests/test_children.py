@@ -552,9 +552,9 @@ def test_a_lost_typed_child_resumes_with_its_context_and_one_on_a_working_copy_i
 
 
 def kernel_pids(session_dir: Path) -> list[int]:
-    return [int((k / "runtime" / "kernel.pid").read_text().split("\n")[0])
+    return [int((k / "host" / "kernel.pid").read_text().split("\n")[0])
             for k in (session_dir / "children").iterdir()
-            if (k / "runtime" / "kernel.pid").is_file()]
+            if (k / "host" / "kernel.pid").is_file()]
 
 
 def alive(pid: int) -> bool:

@@ -62,7 +62,7 @@ def signal_a_sleeping_cell(tmp_path: Path, home: Path, then: str, sig: int
     except subprocess.TimeoutExpired:  # the cell was never interrupted: say what the host did
         proc.kill()
         logs = "\n".join(p.read_text(errors="replace")[-3000:]
-                         for p in path.parent.glob("runtime/kernel.log"))
+                         for p in path.parent.glob("host/kernel.log"))
         raise AssertionError(f"the run did not end after {sig!r}; kernel.log:\n{logs}") from None
     return proc, path, out, err
 

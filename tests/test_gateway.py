@@ -168,7 +168,7 @@ def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, toke
     http = GatewayHttp(gateway.url, TOKEN)
     first = Kernel(tmp_path / "s", Config(kernel=gateway.spec))
     first.start()
-    record = json.loads((tmp_path / "s" / "runtime" / "gateway-kernel.json").read_text())
+    record = json.loads((tmp_path / "s" / "host" / "gateway-kernel.json").read_text())
     assert record == {"url": gateway.url, "kernel_id": first._rt.kernel_id}
     assert TOKEN not in json.dumps(record)
     # as if the host died: nothing stopped, the record stays
@@ -176,7 +176,7 @@ def test_a_kernel_left_by_a_dead_host_is_deleted_at_the_next_start(gateway, toke
         ids = [m["id"] for m in http.call("GET", "/api/kernels")]
         assert ids == [second._rt.kernel_id]
     assert http.call("GET", "/api/kernels") == []
-    assert not (tmp_path / "s" / "runtime" / "gateway-kernel.json").exists()
+    assert not (tmp_path / "s" / "host" / "gateway-kernel.json").exists()
     first._rt.listener.stop()
 
 
@@ -269,9 +269,9 @@ def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
     http = GatewayHttp(gateway.url, TOKEN)
     session = SessionStore.create(_isolated_home, model="script:main", task="t")
     child_dir = session.dir / "children" / "c0ffee"
-    (child_dir / "runtime").mkdir(parents=True)
+    (child_dir / "host").mkdir(parents=True)
     kernel_id = http.start_kernel(PLAIN_KERNEL_NAME, {})["id"]
-    (child_dir / "runtime" / "gateway-kernel.json").write_text(
+    (child_dir / "host" / "gateway-kernel.json").write_text(
         json.dumps({"url": gateway.url, "kernel_id": kernel_id}))
     session.append(CustomEntry(custom_type=CHILD_ENTRY, display=False, content=None, data={
         "id": "c0ffee", "name": "scan", "task": "scan the logs", "state": "running"}))
@@ -290,7 +290,7 @@ def test_a_lost_childs_gateway_kernel_is_deleted_when_its_session_resumes(
     assert events[-1].final == "ok"
     assert "scan-2" in tool_texts(main.calls[1])[0]  # the lost child's name stays taken
     assert kernel_id not in [k["id"] for k in http.call("GET", "/api/kernels")]
-    assert not (child_dir / "runtime" / "gateway-kernel.json").exists()
+    assert not (child_dir / "host" / "gateway-kernel.json").exists()
     assert "done" in tool_texts(main.calls[1])[0]  # the lost child went on
     lost = [e for e in agent.session.branch() if isinstance(e, CustomEntry)
             and e.custom_type == CHILD_ENTRY and e.data.get("id") == "c0ffee"]

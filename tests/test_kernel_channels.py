@@ -40,7 +40,7 @@ def _socket_inodes(pid: int) -> set[str]:
 
 
 def _check(k: Kernel, sock_dir: Path) -> dict:
-    conn_path = Path((k.session_dir / "runtime" / "kernel.pid").read_text().splitlines()[1])
+    conn_path = Path((k.session_dir / "host" / "kernel.pid").read_text().splitlines()[1])
     conn = json.loads(conn_path.read_text())
     assert conn["transport"] == "ipc"
     assert Path(conn["ip"]).parent == sock_dir
@@ -71,7 +71,7 @@ def test_a_long_session_path_falls_back_to_a_short_private_dir(tmp_path):
     d = tmp_path / ("x" * 60) / ("y" * 60) / "sessions" / "s"
     with Kernel(d, Config(home=tmp_path, cell_timeout=30)) as k:
         assert k.execute("print('ok')").shaped.strip() == "ok"
-        conn_path = Path((d / "runtime" / "kernel.pid").read_text().splitlines()[1])
+        conn_path = Path((d / "host" / "kernel.pid").read_text().splitlines()[1])
         sock_dir = Path(json.loads(conn_path.read_text())["ip"]).parent
         assert not sock_dir.is_relative_to(d)
         _check(k, sock_dir)
@@ -103,7 +103,7 @@ def test_another_user_cannot_connect_to_iopub(tmp_path):
     d = tmp_path / "sessions" / "s"
     with Kernel(d, Config(home=tmp_path, cell_timeout=30)) as k:
         k.execute("1")
-        conn_path = Path((d / "runtime" / "kernel.pid").read_text().splitlines()[1])
+        conn_path = Path((d / "host" / "kernel.pid").read_text().splitlines()[1])
         conn = json.loads(conn_path.read_text())
         iopub = f"{conn['ip']}-{conn['iopub_port']}"
         as_root = subprocess.run([sys.executable, "-c", FOREIGN, iopub],

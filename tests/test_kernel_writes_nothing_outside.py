@@ -86,7 +86,7 @@ def test_a_dead_hosts_socket_dir_outside_the_session_is_removed(tmp_path):
 
     from rlm.kernel.runtime import IPC_OWNER, drop_stale_ipc_dirs
 
-    runtime, base = tmp_path / "runtime", tmp_path / "xdg"
+    runtime, base = tmp_path / "host", tmp_path / "xdg"
     runtime.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
@@ -137,6 +137,7 @@ def test_a_deep_session_leaves_no_socket_dir_behind(tmp_path, monkeypatch):
     finally:
         k.stop()
     assert list(xdg.iterdir()) == []
+    assert not list((session / "host").glob("*.ipc-owner"))
     assert not list((session / "runtime").glob("*.ipc-owner"))
 
 

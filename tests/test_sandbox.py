@@ -149,7 +149,7 @@ def test_a_kernel_killed_by_sigkill_ends_its_stand_in_the_same_way(tmp_path):
         [kernel] = psutil.Process(stand_in.pid).children()
         kernel.kill()
         assert stand_in.wait(30) == -9
-        log = (tmp_path / "s" / "runtime" / "kernel.log").read_text(errors="replace")
+        log = (tmp_path / "s" / "host" / "kernel.log").read_text(errors="replace")
         assert "Traceback" not in log, log
     finally:
         k.stop()

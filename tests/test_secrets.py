@@ -90,7 +90,7 @@ def _run_session(home: Path, keys: dict[str, str]) -> tuple[SessionStore, dict]:
                 seen["pids"].append(pid)
             seen.setdefault("envs", []).append(_env_of(seen["pids"][-1]))
             seen["private"] += _check_private(home / "sessions")
-            seen["connection_files"] += len(list((session.dir / "runtime").glob("kernel-*.json")))
+            seen["connection_files"] += len(list((session.dir / "host").glob("kernel-*.json")))
         seen["final_outputs"] = [str(e.to_dict()) for e in SessionStore.open(session.path).branch()]
     return session, seen
 

@@ -21,6 +21,7 @@ Only a child that finished brings its changes back; a failed or cancelled child'
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -29,7 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.errors import RlmError
+from rlm.paths import write_private_atomic
 
 COPY_MAX_FILES = 5_000
 COPY_MAX_BYTES = 256 * 1024 * 1024
@@ -60,7 +63,8 @@ class Worktree:
             files = _git(self.tree, "diff", "--cached", "--name-only", "HEAD").stdout.split()
             if not files:
                 return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
-            self.patch.write_text(_git(self.tree, "diff", "--cached", "--binary", "HEAD").stdout)
+            write_private_atomic(self.patch, _git(self.tree, "diff", "--cached", "--binary",
+                                                  "HEAD").stdout.encode())
             if not finished:
                 return {"outcome": "failed", "files": files, "patch": str(self.patch),
                         "detail": f"{UNFINISHED}; the patch is kept: `git apply {self.patch}`"}
@@ -85,7 +89,7 @@ class PrivateCopy:
     def bring_back(self, finished: bool) -> dict[str, Any]:
         now = _files(self.cwd)
         changed = sorted(r for r in set(now) | set(self.digests)
-                         if self.digests.get(r) != (_digest(self.cwd / r) if r in now else None))
+                         if self.digests.get(r) != (_digest(self.cwd, r) if r in now else None))
         if not changed:
             shutil.rmtree(self.cwd, ignore_errors=True)
             return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
@@ -96,15 +100,15 @@ class PrivateCopy:
         for rel in changed:
             target = self.src / rel
             was = self.digests.get(rel)
-            current = _digest(target) if target.is_file() and not target.is_symlink() else None
-            if current != was or (target.exists() and current is None):
+            current = _digest(self.src, rel)
+            if current != was or (os.path.lexists(target) and current is None):
                 kept.append(rel)  # the parent changed it too: the user decides
                 continue
+            # both sides are directories a kernel writes: nothing is followed (rlm.safeio)
             if rel in now:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(self.cwd / rel, target)
+                _copy(self.cwd, self.src, rel)
             else:
-                target.unlink()
+                safeio.unlink(self.src, rel)
         if kept:
             return {"outcome": "failed", "files": changed, "copy": str(self.cwd),
                     "detail": (f"{len(kept)} file(s) changed in the parent's directory too "
@@ -142,12 +146,25 @@ def private_copy(src: Path, dest: Path) -> PrivateCopy:
                        "repository (isolation='worktree' then shares its objects), or spawn "
                        "from a smaller directory, or without isolation")
     out = PrivateCopy(src=src, cwd=dest)
+    safeio.make_dirs(dest.parent, dest.name)
     for rel in files:
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(src / rel, dest / rel)
-        out.digests[rel] = _digest(dest / rel)
-    dest.mkdir(parents=True, exist_ok=True)
+        _copy(src, dest, rel)
+        out.digests[rel] = _digest(dest, rel) or ""
     return out
+
+
+def _copy(src: Path, dest: Path, rel: str) -> None:
+    """`src/rel` to `dest/rel` with its mode and times, neither side followed through a
+    link below its root (a kernel writes both: rlm.safeio)."""
+    fd = safeio.open_file(src, rel)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        data = f.read()
+    safeio.write_atomic(dest, rel, data, mode=st.st_mode & 0o777, durable=False,
+                        create_dirs=True)
+    with contextlib.suppress(OSError):
+        with safeio.parent_dir(dest, rel) as (d, name):
+            os.utime(name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=d, follow_symlinks=False)
 
 
 def _files(root: Path, skip: Path | None = None) -> list[str]:
@@ -165,9 +182,15 @@ def _files(root: Path, skip: Path | None = None) -> list[str]:
     return sorted(out)
 
 
-def _digest(path: Path) -> str:
+def _digest(root: Path, rel: str) -> str | None:
+    """sha256 of the regular file `root/rel`, None when there is none there (missing, a
+    link, a FIFO: never followed)."""
+    try:
+        fd = safeio.open_file(root, rel)
+    except (OSError, ValueError):
+        return None
     h = hashlib.sha256()
-    with open(path, "rb") as f:
+    with os.fdopen(fd, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()

@@ -5,12 +5,14 @@ table is one pure function from rows and a width to lines, tested on fixtures.""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.cli.render import terminal_safe
 
 
@@ -67,7 +69,7 @@ def session_status(path: Path) -> dict[str, Any]:
     out: dict[str, Any] = {"status": "new", "turns": 0, "first_prompt": None, "answer": None,
                            "verified": None, "reason": None}
     try:
-        with open(path, "rb") as f:
+        with os.fdopen(safeio.open_file(path.parent, path.name), "rb") as f:
             for raw in f:
                 if not any(k in raw for k in (b'"assistant"', b'"final"', b'"run_end"', b'"user"')):
                     continue
@@ -85,7 +87,8 @@ def session_status(path: Path) -> dict[str, Any]:
         state = None
         if who.kind == "worker":
             try:
-                state = json.loads((path.parent / "worker.json").read_text()).get("state")
+                state = json.loads(safeio.read_text(path.parent, "worker.json", 1 << 20)
+                                   ).get("state")
             except (OSError, ValueError, AttributeError):
                 state = None
         out["status"] = "idle" if state == "idle" else "running"

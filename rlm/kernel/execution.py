@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from kernel_ext.wire import APPEND_ONLY_FILES
+from rlm import safeio
 from rlm.kernel.kinds import Runtime
 from rlm.kernel.shaping import HeadTail, split_budget, strip_ansi, trim_traceback
 from rlm.kernel.types import Output
-from rlm.paths import PRIVATE_FILE, private_dir
 from rlm.secrets import StreamRedactor, known_secrets, redact_text, scrub_session
 
 TICK_S = 0.05
@@ -150,6 +150,15 @@ def _recv_reply(rt: Runtime, msg_id: str, timeout_s: float) -> dict[str, Any] | 
             return msg
 
 
+def _new_host_file(session_dir: Path, rel: Path) -> int:
+    """A new file of the host's in the session (artifacts/): whatever is at the name is
+    removed, never written through (a link a kernel planted there), and the file is
+    created exclusively, every directory below the session dir opened without following
+    a link (rlm.safeio)."""
+    safeio.unlink(session_dir, rel)
+    return safeio.create_new(session_dir, rel, create_dirs=True)
+
+
 class _Spool:
     """Rendered output: in memory while small, then a private file in artifacts/. What
     reaches the file is redacted as it is written (a key split across chunks too:
@@ -171,9 +180,7 @@ class _Spool:
         self._buf.append(text)
         self._size += len(text)
         if self._size > self._threshold:
-            private_dir(self._artifacts)
-            path = self._artifacts / self._name
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+            fd = _new_host_file(self._artifacts.parent, Path("artifacts", self._name))
             self._file = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
             self._file.write(self._redactor.feed("".join(self._buf)))
             self._buf = []
@@ -304,8 +311,7 @@ class CellCollector:
                 "utf-8", errors="replace")
         elif payload is None:
             payload = json.dumps(value).encode()
-        artifacts = private_dir(self.session_dir / "artifacts")
-        fd = os.open(artifacts / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        fd = _new_host_file(self.session_dir, Path("artifacts", name))
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
         return f"artifacts/{name}"

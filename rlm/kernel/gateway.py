@@ -40,12 +40,13 @@ from jupyter_client.jsonutil import json_default
 from jupyter_client.session import Session
 
 from kernel_ext import contract
+from rlm import safeio
 from rlm.config import Config, kernel_kind
 from rlm.errors import KernelError
 from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import Router
 from rlm.kernel.runtime import kernel_env
-from rlm.paths import private_dir, write_private_atomic
+from rlm.paths import HOST_DIR, write_private_atomic
 from rlm.secrets import scrub_session
 
 log = logging.getLogger(__name__)
@@ -128,15 +129,18 @@ class GatewayHttp:
         self.call("DELETE", f"/api/kernels/{quote(kernel_id)}")
 
 
+GATEWAY_RECORD = f"{HOST_DIR}/gateway-kernel.json"
+
+
 def delete_recorded(session_dir: Path, token: str | None = None, *,
                     keep_unreachable: bool = True) -> bool:
     """Delete the gateway kernel `session_dir` records as its own (a host that died, or a
     child whose stop failed, left it running there). True when none is left to delete;
     False when the gateway could not be reached and the record is kept for a later try
     (`keep_unreachable`)."""
-    record = session_dir / "runtime" / "gateway-kernel.json"
-    try:
-        old = json.loads(record.read_text())
+    record = session_dir / GATEWAY_RECORD  # in host/: a record a cell wrote would send the
+    try:                                   # gateway token to the URL it names
+        old = json.loads(safeio.read_text(session_dir, record, 4096))
         url, kernel_id = str(old["url"]), str(old["kernel_id"])
     except (OSError, ValueError, KeyError, TypeError):
         return True
@@ -146,7 +150,7 @@ def delete_recorded(session_dir: Path, token: str | None = None, *,
         if keep_unreachable and "cannot reach the gateway" in str(e):
             return False
         # gone already (404), or deleted by its culler: nothing more to do
-    record.unlink(missing_ok=True)
+    safeio.unlink(session_dir, record)
     return True
 
 
@@ -304,7 +308,7 @@ class GatewayRuntime:
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher):
         kind = kernel_kind(config.kernel)
         self.session_dir = session_dir
-        private_dir(session_dir / "runtime")
+        safeio.make_dirs(session_dir, HOST_DIR)
         scrub_session(session_dir)
         self.url = kind.url
         token = gateway_token()
@@ -317,12 +321,12 @@ class GatewayRuntime:
         self.listener = GatewayListener(self, bridge)
         # the kernel this session holds on a gateway: a host that died (SIGKILL, power) left
         # it running there (on a cluster: a pod); the next start deletes it
-        self._record = session_dir / "runtime" / "gateway-kernel.json"
+        self._record = session_dir / GATEWAY_RECORD
         self._delete_stale(token)
         model = self._http.start_kernel(kind.name, remote_env(session_dir, config))
         self.kernel_id: str = model["id"]
         write_private_atomic(self._record, json.dumps(
-            {"url": kind.url, "kernel_id": self.kernel_id}).encode())
+            {"url": kind.url, "kernel_id": self.kernel_id}).encode(), root=session_dir)
         self.kernel_name = str(model.get("name", kind.name))
         ws_url = ("ws" + kind.url[4:] if kind.url.startswith("http") else kind.url) + \
             f"/api/kernels/{quote(self.kernel_id)}/channels?session_id={self.session.session}"
@@ -398,8 +402,9 @@ class GatewayRuntime:
         except KernelError:
             pass  # already gone (deleted, culled, or the gateway is down)
         try:
-            if json.loads(self._record.read_text()).get("kernel_id") == self.kernel_id:
-                self._record.unlink()
+            record = json.loads(safeio.read_text(self.session_dir, self._record, 4096))
+            if record.get("kernel_id") == self.kernel_id:
+                safeio.unlink(self.session_dir, self._record)
         except (OSError, ValueError):
             pass
 

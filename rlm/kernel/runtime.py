@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import KernelManager
 
 from kernel_ext import contract
-from rlm import trust
+from rlm import safeio, trust
 from rlm.config import Config, kernel_kind
 from rlm.errors import KernelError
 from rlm.kernel import reaper
@@ -34,7 +35,7 @@ from rlm.kernel.bridge import BridgeDispatcher
 from rlm.kernel.listener import IOPubListener
 from rlm.kernel.sandbox_policy import SandboxChoice, choose
 from rlm.kernel.state import check_snapshot_url, snapshot_location
-from rlm.paths import PRIVATE_FILE, private_dir, write_private_atomic
+from rlm.paths import HOST_DIR, private_dir, write_private_atomic
 from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
 
 # Model-provider credentials never enter the kernel: every name rlm.secrets counts as a
@@ -249,22 +250,24 @@ PROVISIONER_POLL_S = 0.5
 AF_UNIX_PATH_MAX = 107
 
 
-def ipc_prefix(runtime_dir: Path, name: str) -> tuple[Path, Path | None]:
+def ipc_prefix(runtime_dir: Path, name: str, host_dir: Path) -> tuple[Path, Path | None]:
     """Where the kernel's unix sockets go: `<runtime_dir>/<name>-<N>` when that fits in
     an AF_UNIX path, else a fresh private (0700, random name) directory under
-    $XDG_RUNTIME_DIR or the temp dir. Returns (prefix, the fallback dir to remove or None)."""
+    $XDG_RUNTIME_DIR or the temp dir. Returns (prefix, the fallback dir to remove or None).
+    The fallback's owner marker goes in `host_dir`, which the kernel cannot write: a
+    marker is a path the host removes."""
     prefix = runtime_dir / name
     if len(os.fsencode(prefix)) + 4 <= AF_UNIX_PATH_MAX:
         return prefix, None
     base = socket_base()
-    drop_stale_ipc_dirs(runtime_dir)
+    drop_stale_ipc_dirs(host_dir)
     sweep_orphan_ipc_dirs(base)
     short = Path(tempfile.mkdtemp(prefix="rlm-", dir=base))  # 0700, unguessable name
     # who owns it, so a later start can remove it when this host dies without closing:
     # this session's next start (the marker) or any later kernel start (the file inside)
     owner = f"{os.getpid()}\n{short}\n".encode()
     write_private_atomic(short / IPC_OWNER, owner)
-    write_private_atomic(runtime_dir / f"{name}{IPC_OWNER}", owner)
+    write_private_atomic(host_dir / f"{name}{IPC_OWNER}", owner)
     return short / "k", short
 
 
@@ -289,13 +292,13 @@ def socket_base() -> Path:
         "shorter path")
 
 
-def drop_stale_ipc_dirs(runtime_dir: Path) -> None:
+def drop_stale_ipc_dirs(host_dir: Path) -> None:
     """Remove the fallback socket dirs (outside the session) of hosts that died without
-    closing their kernel (SIGKILL): each is named by a `<name>.ipc-owner` file holding
-    the owner's pid; a live owner's is kept."""
-    for marker in runtime_dir.glob(f"*{IPC_OWNER}"):
+    closing their kernel (SIGKILL): each is named by a `<name>.ipc-owner` file in the
+    session's host dir holding the owner's pid; a live owner's is kept."""
+    for marker in host_dir.glob(f"*{IPC_OWNER}"):
         try:
-            pid_text, path = marker.read_text().split("\n")[:2]
+            pid_text, path = safeio.read_text(host_dir, marker, 4096).split("\n")[:2]
             pid = int(pid_text)
         except (OSError, ValueError):
             continue
@@ -306,7 +309,7 @@ def drop_stale_ipc_dirs(runtime_dir: Path) -> None:
             continue  # ours and still in use
         if Path(path).name.startswith("rlm-"):
             shutil.rmtree(path, ignore_errors=True)
-        marker.unlink(missing_ok=True)
+        safeio.unlink(host_dir, marker)
 
 
 def _alive(pid: int) -> bool:
@@ -331,9 +334,10 @@ def sweep_orphan_ipc_dirs(base: Path) -> None:
         return
     for d in candidates:
         try:
-            if d.stat().st_uid != os.getuid():
+            st = d.lstat()
+            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
                 continue
-            pid = int((d / IPC_OWNER).read_text().split("\n")[0])
+            pid = int(safeio.read_text(d, IPC_OWNER, 4096).split("\n")[0])
         except (OSError, ValueError):
             continue
         if pid != os.getpid() and not _alive(pid):
@@ -352,7 +356,8 @@ class KernelRuntime:
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
                  transport: str = "ipc", provisioner: str | None = None):
         self.session_dir = session_dir
-        runtime_dir = self._runtime_dir = private_dir(session_dir / "runtime")
+        runtime_dir = safeio.make_dirs(session_dir, "runtime")  # the kernel's own
+        host_dir = self._host_dir = safeio.make_dirs(session_dir, HOST_DIR)  # the host's
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
         if sandbox_choice(config).required:
             check_sandbox()
@@ -362,7 +367,7 @@ class KernelRuntime:
         self._ipc_dir: Path | None = None
         extra: dict[str, Any] = {}
         if transport == "ipc":
-            prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}")  # short: sun_path
+            prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}", host_dir)
             extra = {"transport": "ipc", "ip": str(prefix)}
         spec = provisioned_spec(provisioner, config) if provisioner else KernelSpec(
             argv=kernel_argv(config, session_dir, [self._ipc_dir] if self._ipc_dir else None),
@@ -370,7 +375,7 @@ class KernelRuntime:
         self.km = KernelManager(
             kernel_name="rlm",
             kernel_spec_manager=_SpecManager(spec),
-            connection_file=str(runtime_dir / f"{name}.json"),
+            connection_file=str(host_dir / f"{name}.json"),
             **extra,
         )
         self.km.shutdown_wait_time = 2.0
@@ -378,8 +383,8 @@ class KernelRuntime:
         reaper.become_subreaper()
         reaper.sweep_session_orphans(str(session_dir))  # a SIGKILLed host's leftovers
         self._mark = reaper.new_mark()
-        self._log_path = runtime_dir / "kernel.log"
-        log_fd = os.open(self._log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE)
+        self._log_path = host_dir / "kernel.log"
+        log_fd = safeio.open_append(session_dir, self._log_path)
         with os.fdopen(log_fd, "ab") as log_file, self._ipc_dir_dropped_on_error():
             try:
                 self.km.start_kernel(
@@ -403,16 +408,17 @@ class KernelRuntime:
                     f"could not start the kernel ({e}); check config.kernel_python "
                     f"({config.kernel_python or sys.executable}) has ipykernel installed"
                 ) from e
-        os.chmod(self.km.connection_file, PRIVATE_FILE)
+        os.chmod(self.km.connection_file, safeio.PRIVATE_FILE, follow_symlinks=False)
         # a provisioner that launches elsewhere (a pod, a container) has no local process:
         # liveness then comes from the provisioner's own poll
         self.proc: subprocess.Popen[bytes] | None = getattr(self.km.provisioner, "process", None)
         self._alive_checked, self._gone = 0.0, False
         # `rlm state` finds the live kernel through this: "<pid>\n<connection file>\n"
-        self._pid_file = runtime_dir / "kernel.pid"
+        self._pid_file = host_dir / "kernel.pid"
         if self.proc is not None:
             write_private_atomic(self._pid_file,
-                                 f"{self.proc.pid}\n{self.km.connection_file}\n".encode())
+                                 f"{self.proc.pid}\n{self.km.connection_file}\n".encode(),
+                                 root=session_dir)
         self.session = self.km.session
         self.shell = self.km.connect_shell()
         self.iopub = self.km.connect_iopub()
@@ -444,9 +450,12 @@ class KernelRuntime:
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
-            return self._log_path.read_text(errors="replace")[-chars:]
+            fd = safeio.open_file(self.session_dir, self._log_path)
         except OSError:
             return ""
+        with os.fdopen(fd, "rb") as f:
+            f.seek(max(0, os.fstat(fd).st_size - 4 * chars))
+            return f.read().decode("utf-8", "replace")[-chars:]
 
     def send_shell(self, msg: dict[str, Any]) -> None:
         self.session.send(self.shell, msg)
@@ -475,8 +484,13 @@ class KernelRuntime:
 
     def note(self, text: str) -> None:
         """One line of the host's own in kernel.log (best effort: a diagnostic)."""
-        with contextlib.suppress(OSError), open(self._log_path, "a") as log:
-            log.write(f"[rlm host {time.strftime('%H:%M:%S')}] {text}\n")
+        line = f"[rlm host {time.strftime('%H:%M:%S')}] {text}\n".encode("utf-8", "replace")
+        with contextlib.suppress(OSError):
+            fd = safeio.open_append(self.session_dir, self._log_path)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
 
     def close(self, now: bool = False) -> None:
         """Stop the process (shutdown request, SIGTERM, SIGKILL) and free everything."""
@@ -510,13 +524,13 @@ class KernelRuntime:
         if self._ipc_dir is not None:
             shutil.rmtree(self._ipc_dir, ignore_errors=True)
             for marker in self._ipc_dir_markers():
-                marker.unlink(missing_ok=True)
+                safeio.unlink(self._host_dir, marker)
 
     def _ipc_dir_markers(self) -> list[Path]:
         out = []
-        for marker in self._runtime_dir.glob(f"*{IPC_OWNER}"):
+        for marker in self._host_dir.glob(f"*{IPC_OWNER}"):
             try:
-                if marker.read_text().split("\n")[1] == str(self._ipc_dir):
+                if safeio.read_text(self._host_dir, marker, 4096).split("\n")[1] == str(self._ipc_dir):
                     out.append(marker)
             except (OSError, IndexError):
                 continue
@@ -526,8 +540,8 @@ class KernelRuntime:
         if self.proc is None:
             return
         try:
-            if self._pid_file.read_text().split("\n", 1)[0] == str(self.proc.pid):
-                self._pid_file.unlink()
+            if safeio.read_text(self.session_dir, self._pid_file, 4096).split("\n", 1)[0] == str(self.proc.pid):
+                safeio.unlink(self.session_dir, self._pid_file)
         except OSError:
             pass
 

@@ -2,7 +2,7 @@
 snapshot manifest. The answer always says which (`source`: "live" | "snapshot" | "none").
 
 A live kernel is found through the connection file the host wrote under
-`<session_dir>/runtime/`; a second client attaches to it (Jupyter kernels accept several)
+`<session_dir>/host/`; a second client attaches to it (Jupyter kernels accept several)
 and asks for the namespace listing on a kernel subshell of its own, which answers while a
 cell runs (rlm/kernel/subshell.py). A kernel without subshells is asked on its main shell
 with a short timeout; when it is busy the snapshot answers, with the reason and its time.
@@ -24,11 +24,20 @@ from typing import Any
 from kernel_ext import contract, object_store, snapshot_log, snapshot_store
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
+from rlm import safeio
 from rlm.errors import ConfigError, SessionError
-from rlm.paths import write_private_atomic
+from rlm.paths import HOST_DIR, write_private_atomic
 from rlm.secrets import SCRUB_SLACK_NS, known_secrets, mask_buffer, scrub_tree
 
 LISTING_EXPR = contract.SNAPSHOT_NAMESPACE.expression()
+# the most of a snapshot manifest the host reads (the kernel writes it: a bound, not a trust)
+MANIFEST_READ_LIMIT = 256 << 20
+
+
+def _local_manifest(session_dir: Path) -> Any:
+    """The snapshot manifest the kernel wrote, read without following a link (rlm.safeio)."""
+    return json.loads(safeio.read_bytes(session_dir, Path("snapshot", MANIFEST_NAME),
+                                        MANIFEST_READ_LIMIT))
 
 
 def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | None:
@@ -52,12 +61,13 @@ def _live_listing(conn_file: Path, timeout: float) -> list[dict[str, Any]] | Non
         kc.stop_channels()
 
 
-def _live_kernel(runtime: Path) -> Path | None:
-    """The connection file of the session's running kernel, from runtime/kernel.pid."""
+def _live_kernel(session_dir: Path) -> Path | None:
+    """The connection file of the session's running kernel, from host/kernel.pid."""
     import os
 
     try:
-        pid_text, conn = (runtime / "kernel.pid").read_text().split("\n")[:2]
+        pid_text, conn = safeio.read_text(session_dir, Path(HOST_DIR, "kernel.pid"),
+                                          4096).split("\n")[:2]
         os.kill(int(pid_text), 0)
     except (OSError, ValueError):
         return None
@@ -123,7 +133,7 @@ def scrub_snapshot_url(session_dir: Path, snapshot_url: str | None) -> list[str]
         write_private_atomic(mark, b"{}")
         return [str(p) for p in scrub_tree(Path(store.path), secrets, max(0, since))]
     try:
-        done = json.loads(mark.read_text())
+        done = json.loads(safeio.read_text(session_dir, mark, 4096))
         gen, cell = int(done["generation"]), int(done["cell"])
     except (OSError, ValueError, KeyError, TypeError):
         gen, cell = 0, 0
@@ -161,7 +171,7 @@ def snapshot_names(session_dir: Path, snapshot_url: str | None = None) -> list[d
     if not path.is_file():
         return None
     try:
-        manifest = json.loads(path.read_text())
+        manifest = _local_manifest(session_dir)
         groups = manifest.get("groups") or {}
         entries = manifest.get("names") or manifest.get("entries") or {}
         if not isinstance(entries, dict) or not isinstance(groups, dict):
@@ -266,7 +276,7 @@ def session_state(session_dir: Path, timeout: float = 3.0,
         list_from_connection_file,
     )
 
-    conn = _live_kernel(session_dir / "runtime")
+    conn = _live_kernel(session_dir)
     why = "no kernel is running for this session"
     if conn is not None:
         try:
@@ -297,7 +307,7 @@ def snapshot_fallback(session_dir: Path, why: str,
             manifest = _url_manifest(snapshot_location(session_dir, snapshot_url)) or {}
             why += f" (snapshot in {snapshot_store.public_url(snapshot_location(session_dir, snapshot_url))})"
         else:
-            manifest = json.loads((session_dir / "snapshot" / MANIFEST_NAME).read_text())
+            manifest = _local_manifest(session_dir)
         created = manifest.get("created")
     except (OSError, ValueError, AttributeError, SessionError):
         created = None

@@ -34,6 +34,7 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from rlm import safeio
 from rlm.errors import RlmError, SessionGone
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.paths import PRIVATE_FILE, write_private_atomic
@@ -284,7 +285,7 @@ class Scheduler:
 
     def _load(self) -> State:
         try:
-            raw = self.path.read_text()
+            raw = safeio.read_text(self.path.parent, self.path.name)
         except FileNotFoundError:
             return State()
         try:

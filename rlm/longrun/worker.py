@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from rlm import safeio
 from rlm.errors import RlmError, SessionGone
 from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock, iso
@@ -341,11 +342,11 @@ class Worker:
     def _take_inbox(self) -> dict[str, Any] | None:
         for path in self._inbox_files():
             try:
-                request = json.loads(path.read_text())
-            except (OSError, json.JSONDecodeError) as e:
+                request = json.loads(safeio.read_text(path.parent, path.name, 1 << 20))
+            except (OSError, ValueError) as e:
                 self.emit({"event": "RequestRejected", "file": path.name, "error": str(e)})
                 request = None
-            path.unlink(missing_ok=True)
+            safeio.unlink(path.parent, path.name)
             if isinstance(request, dict):
                 return request
         return None
@@ -529,8 +530,8 @@ def list_workers(home: Path | None = None) -> list[dict[str, Any]]:
         if not status.is_file():
             continue
         try:
-            data = json.loads(status.read_text())
-        except (OSError, json.JSONDecodeError):
+            data = json.loads(safeio.read_text(d, status.name, 1 << 20))
+        except (OSError, ValueError):
             data = {"session_id": d.name, "state": "unknown"}
         holder = lock_holder(d / "worker.lock")
         data["alive"] = holder is not None

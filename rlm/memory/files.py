@@ -25,14 +25,13 @@ import json
 import os
 import re
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rlm import trust
+from rlm import safeio
 from rlm.errors import RlmError
 from rlm.secrets import known_secrets, redact_text
 
@@ -46,6 +45,8 @@ MODES = ("replace", "append", "merge")
 LIMITS = {"state": 4000, "conventions": 4000, "context": 6000}
 HISTORY_READ = 64 * 1024  # bytes of history.log read from its end
 NOTE_LIMIT = 300  # characters of one history line's note
+# memory is the project's (often committed): readable by the group, unlike a session's files
+SHARED_DIR, SHARED_FILE = 0o755, 0o644
 
 TEMPLATES = {
     "state": ("# State\n\n## In progress\n\n## Recently done\n\n## Known problems\n\n"
@@ -125,8 +126,11 @@ class ProjectMemory:
         """A file's text ("" when missing or not a regular file), at most twice its limit
         (a user may have edited it past the budget: the injection cuts it with a note)."""
         limit = 2 * LIMITS.get(name, 4000) * 4  # bytes: up to 4 per character
-        data = trust.read_regular(self.path(name), limit) if self.exists() else None
-        return (data or b"").decode("utf-8", errors="replace")
+        try:
+            data = safeio.read_bytes(self.root, self.path(name), limit) if self.exists() else b""
+        except OSError:
+            data = b""
+        return data.decode("utf-8", errors="replace")
 
     def mtime(self, name: str) -> float | None:
         try:
@@ -141,7 +145,7 @@ class ProjectMemory:
         if not self.exists():
             return [], 0
         try:
-            fd = trust.open_regular(self.path("history"))
+            fd = safeio.open_file(self.root, self.path("history"))
         except OSError:
             return [], 0
         try:
@@ -169,7 +173,7 @@ class ProjectMemory:
         if self.dir.is_symlink():
             raise MemoryRefused(f"{self.dir} is a symlink: rlm writes memory only into a "
                                 "real .agent/ directory (remove the link)")
-        self.dir.mkdir(parents=True, exist_ok=True)
+        safeio.make_dirs(self.root, DIRNAME, dir_mode=SHARED_DIR)
         made = []
         with self._locked():
             for name, rel in [*FILES.items(), ("history", HISTORY), (".gitignore", ".gitignore")]:
@@ -227,8 +231,7 @@ class ProjectMemory:
         slug = re.sub(r"[^A-Za-z0-9_-]+", "-", str(label)).strip("-")[:40] or "snapshot"
         self.init()
         with self._locked():
-            d = self.dir / SNAPSHOTS
-            d.mkdir(exist_ok=True)
+            d = safeio.make_dirs(self.root, Path(DIRNAME, SNAPSHOTS), dir_mode=SHARED_DIR)
             nums = [int(m.group(1)) for p in d.glob("*.md") if (m := re.match(r"(\d+)-", p.name))]
             path = d / f"{max(nums, default=0) + 1:03d}-{slug}.md"
             text = (f"# Snapshot {path.stem} ({now_ts()})\n\n" + "\n\n".join(
@@ -241,7 +244,8 @@ class ProjectMemory:
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
         with _THREAD_LOCK:
-            fd = os.open(self.dir / ".lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+            fd = safeio.open_file(self.root, self.dir / ".lock", os.O_RDWR | os.O_CREAT,
+                                  SHARED_FILE)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 yield
@@ -249,23 +253,14 @@ class ProjectMemory:
                 os.close(fd)  # releases the flock
 
     def _write_atomic(self, path: Path, text: str) -> None:
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)  # replaces a symlink itself, never its target
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        # the working directory is the kernel's: nothing below it is followed (rlm.safeio);
+        # a link at the name is replaced, never written through
+        safeio.write_atomic(self.root, path, text.encode("utf-8"), mode=SHARED_FILE)
 
     def _append_history(self, action: str, target: str, note: str) -> str:
         line = json.dumps({"ts": now_ts(), "action": action[:60], "target": target[:200],
                            "note": redact_text(note, known_secrets())}, ensure_ascii=False)
-        fd = os.open(self.path("history"), os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW,
-                     0o644)
+        fd = safeio.open_append(self.root, self.path("history"), SHARED_FILE)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line + "\n")
         return line

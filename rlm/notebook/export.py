@@ -47,6 +47,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 import rlm
 from kernel_ext.contract import ALIASES
+from rlm import safeio
 from rlm.agent.children import registry
 from rlm.agent.context_files import loader_code, variable_name
 from rlm.agent.nudge import WHY as _NUDGE_TEXTS
@@ -601,10 +602,10 @@ def _is_ref(value: Any) -> bool:
 
 def _read_artifact(session_dir: Path, rel: str, mime: str) -> Any:
     """An artifact as nbformat wants it: text, parsed JSON, or base64 for binary mimes."""
-    path = (session_dir / rel).resolve()
-    if not path.is_relative_to(session_dir.resolve()) or not path.is_file():
+    try:  # a file of the host's, opened without following a link (rlm.safeio)
+        raw = safeio.read_bytes(session_dir, rel)
+    except (OSError, ValueError):
         return None
-    raw = path.read_bytes()
     if mime == "application/json" or mime.endswith("+json"):
         return json.loads(raw)
     if mime.startswith(_TEXT_MIMES):

@@ -11,10 +11,12 @@ values are masked again in anything returned.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.secrets import known_secrets
 from rlm.session.entries import Entry, MessageEntry, call_code
 
@@ -69,9 +71,8 @@ class History:
         rel = (e.cell or {}).get("full_output_path")
         root = getattr(self.session, "dir", None)
         if isinstance(rel, str) and root is not None:
-            path = (Path(root) / rel).resolve()
-            if path.is_relative_to(Path(root).resolve()) and path.is_file():
-                return path.read_text(errors="replace")
+            with contextlib.suppress(OSError, ValueError):  # never through a link (rlm.safeio)
+                return safeio.read_text(Path(root), rel, errors="replace")
         return text
 
     def cell(self, n: int) -> dict[str, Any]:

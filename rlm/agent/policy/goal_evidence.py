@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.agent.nudge import is_non_answer
 from rlm.agent.policy import asked_prompts
 from rlm.agent.policy.decisions import Answer
@@ -45,6 +46,7 @@ _FILE = re.compile(
     r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
     r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 FILE_CHARS = 3000  # the head and tail of a named file the model is shown
+EVIDENCE_READ_LIMIT = 64 << 20  # the most of a named file read to check it
 
 
 def named_files(objective: str) -> list[str]:
@@ -90,7 +92,12 @@ def check_files(files: list[str], cwd: Path, shown: dict[str, str]) -> FileCheck
         if not path.is_file():
             return FileCheck(name, f"The goal names {name}, which does not exist in {cwd}. "
                                    "Write it, then finish again.")
-        data = path.read_bytes()
+        try:  # the kernel writes here: never followed through a link (rlm.safeio)
+            data = safeio.read_bytes(cwd, name, EVIDENCE_READ_LIMIT)
+        except (OSError, ValueError) as e:
+            return FileCheck(name, f"The goal names {name}, which cannot be read as a file of "
+                                   f"{cwd} ({e.strerror if isinstance(e, OSError) else e}). "
+                                   "Write it as a regular file, then finish again.")
         digest = _digest(data)
         if shown.get(name) == digest:
             continue

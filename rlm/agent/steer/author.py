@@ -17,10 +17,12 @@ is written, to the project's `.rlm/rules/NAME.md` (an existing file is never ove
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlm import safeio
 from rlm.agent.steer.files import RuleError, parse_rule
 from rlm.agent.steer.match import StreamRule, match_code, match_text
 from rlm.errors import RlmError
@@ -172,10 +174,11 @@ def _slug(text: str) -> str:
 
 def _save(project: Path, name: str, text: str) -> Path:
     folder = project / ".rlm" / "rules"
-    folder.mkdir(parents=True, exist_ok=True)
     base = _slug(name)
     path, n = folder / f"{base}.md", 2
-    while path.exists():
+    while os.path.lexists(path):
         path, n = folder / f"{base}_{n}.md", n + 1
-    path.write_text(text, encoding="utf-8")
+    # the working directory is the kernel's: nothing below it is followed (rlm.safeio)
+    safeio.write_atomic(project, path, text.encode("utf-8"), mode=0o644, durable=False,
+                        create_dirs=True)
     return path

@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
+from rlm import safeio
 from rlm.agent.steer.match import INTERRUPTS, SCOPES, StreamRule
-from rlm.trust import read_regular
 
 RULE_FILE_LIMIT = 64_000
 CATCH_ALL = r"[\s\S]"
@@ -74,7 +74,7 @@ def load_rules(project: Path, home: Path) -> RuleSet:
     """Every rule file found for `project` (a directory) and the user's `home`."""
     out = RuleSet()
     for path, kind in _rule_files(project, home):
-        data = _read(path, trusted=kind == "home")
+        data = _read(path, project, trusted=kind == "home")
         if data is None:
             out.problems.append(f"rule file {path} skipped: not a regular readable file "
                                 "(a symlink, FIFO or unreadable); replace it with a plain file")
@@ -106,14 +106,17 @@ def _rule_files(project: Path, home: Path) -> list[tuple[Path, str]]:
     return found
 
 
-def _read(path: Path, *, trusted: bool) -> str | None:
+def _read(path: Path, project: Path, *, trusted: bool) -> str | None:
     if trusted:  # the user's own dir: a dotfile manager's symlink is fine
         try:
             raw: bytes | None = path.read_bytes()[:RULE_FILE_LIMIT]
         except OSError:
             raw = None
-    else:
-        raw = read_regular(path, RULE_FILE_LIMIT)
+    else:  # the project's: nothing below it is followed (rlm.safeio)
+        try:
+            raw = safeio.read_bytes(project, path, RULE_FILE_LIMIT)
+        except (OSError, ValueError):
+            raw = None
     return None if raw is None else raw.decode("utf-8", "replace")
 
 
