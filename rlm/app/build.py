@@ -14,7 +14,7 @@ from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.agent.prompts import system_prompt
 from rlm.app.features import gap, refuse
 from rlm.app.options import RunOptions
-from rlm.app.steering import goal_gate
+from rlm.app.steering import gate_place, goal_gate
 from rlm.compaction.branch import summarize_branch
 from rlm.compaction.checkpoint import WRITER_DIR, CheckpointWriter, budget_for, default_rungs
 from rlm.compaction.checkpoint import reply as checkpoint_reply
@@ -178,17 +178,19 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
     or the soak's FakeClock; default the system clock)."""
     cfg = agent.config
     policy = None
+    # gates run where cells run: the kernel's sandbox and environment (no provider key)
+    place = gate_place(cfg, agent.session.dir, Path.cwd()) if options.gate else None
     if options.autonomous and gap(entry, "autonomous") is None:
         cont = options.max_continuations
         policy = AutonomousPolicy(
             max_continuations=None if cont in (None, -1) else cont,
             max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
             gates=list(options.gate), cwd=Path.cwd(), gate_timeout_s=cfg.gate_timeout_s,
-            skip=(cfg.home,),
+            skip=(cfg.home,), gate_place=place,
         )
     goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
     if goals is not None and options.gate:  # a goal is complete only once its gates pass
-        goals.gate = goal_gate(agent, list(options.gate))
+        goals.gate = goal_gate(agent, list(options.gate), place)
     scheduler = None
     sched_gap = gap(entry, "schedules")
     if agent.session.dir is not None and not (sched_gap is not None and sched_gap.refused):

@@ -12,10 +12,11 @@ from rlm.agent.steer.author import Authored, author_rule
 from rlm.agent.steer.files import load_rules
 from rlm.config import Config, load_config
 from rlm.events import Notice
+from rlm.kernel.runtime import gate_sandbox
 from rlm.llm import get_llm
 from rlm.llm.defaults import default_model
 from rlm.llm.types import LLM
-from rlm.longrun.gates import GateCheck, GoalGate
+from rlm.longrun.gates import GateCheck, GatePlace, GoalGate
 from rlm.protocols import SessionLog
 
 
@@ -28,15 +29,23 @@ def attach_rules(agent: Agent, project: Path | None = None) -> None:
         agent.notices.extend(Notice(p, "warning") for p in rules.problems)
 
 
-def goal_gate(agent: Agent, commands: list[str]) -> GoalGate:
+def gate_place(config: Config, session_dir: Path | None, cwd: Path) -> GatePlace:
+    """Gates run where cells run: in the kernel's sandbox, with its network setting and an
+    environment without provider keys (rlm.kernel.runtime.gate_sandbox)."""
+    prefix, env = gate_sandbox(config, session_dir, cwd)
+    return GatePlace(tuple(prefix), env)
+
+
+def goal_gate(agent: Agent, commands: list[str], place: GatePlace | None) -> GoalGate:
     """The --gate checks `goal.complete()` runs first (rlm.longrun.gates), in the working
-    directory; the kernel counts as changed once another cell has run."""
+    directory, where cells run (`place`); the kernel counts as changed once another cell
+    has run."""
 
     def cells() -> int:
         return sum(1 for e in agent.session.branch() if getattr(e, "cell", None) is not None)
 
     return GoalGate(GateCheck(commands, Path.cwd(), agent.config.gate_timeout_s,
-                              skip=(agent.config.home,)), cells)
+                              skip=(agent.config.home,), place=place), cells)
 
 
 def add_rule(session: SessionLog, complaint: str, config: Config | None = None,

@@ -77,6 +77,25 @@ def kernel_argv(config: Config, session_dir: Path | None = None,
     return argv
 
 
+def gate_sandbox(config: Config, session_dir: Path | None,
+                 cwd: Path) -> tuple[list[str], dict[str, str]]:
+    """Where a `--gate` command runs: where the kernel's cells run (a cell wrote what the
+    gate reads: a conftest.py, a Makefile). The sandbox launcher's command line with the
+    kernel's binds plus `cwd` (empty without the sandbox), and the kernel's environment
+    without what only the kernel needs: no provider key either way."""
+    passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
+    env = {k: v for k, v in os.environ.items() if k in passed or not _SECRET_ENV.search(k)}
+    if session_dir is not None:
+        kernel_only = {contract.MPLBACKEND, contract.IPYTHONDIR, contract.MPLCONFIGDIR,
+                       *contract.ENV}
+        env = {k: v for k, v in kernel_env(session_dir, config).items()
+               if k not in kernel_only or k in os.environ}
+    if not sandboxed(config):
+        return [], env
+    net = ["--net", "host"] if config.kernel_network else []
+    return [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir, [cwd]), *net, "--"], env
+
+
 # `--sandbox`: unshare(2) then exec (no fork: the pid stays the kernel's, so interrupts
 # and liveness work as usual). In a new network namespace the kernel has no network, not
 # even loopback (the bridge and the ipc channels are unix sockets, so llm_query works);

@@ -28,6 +28,7 @@ from rlm import protocols
 from rlm.longrun.gates import (
     SKIP_DIRS,
     GateCheck,
+    GatePlace,
     GateResult,
     gate_message,
     head_tail,
@@ -80,6 +81,7 @@ class AutonomousPolicy:
     gate_output_chars: int = 4000
     max_stalls: int = 2
     skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
+    gate_place: GatePlace | None = None  # where gates run: the kernel's sandbox (run_gate)
     # run state
     continuations: int = field(default=0, init=False)
     stalls: int = field(default=0, init=False)
@@ -141,7 +143,7 @@ class AutonomousPolicy:
         """The first failing gate (rerun, or remembered when nothing changed), else None."""
         if self._gates is None:
             self._gates = GateCheck(self.gates, self.cwd, self.gate_timeout_s,
-                                    self.gate_output_chars, self.skip)
+                                    self.gate_output_chars, self.skip, self.gate_place)
         failure = self._gates.check(state.cells)
         self.gate_runs, self.last_failure = self._gates.runs, self._gates.last_failure
         return failure

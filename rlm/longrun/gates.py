@@ -31,6 +31,16 @@ GATE_TIMEOUT_S = 600.0
 MAX_GATE_FAILURES = 3  # refused completions of one goal before it is blocked
 
 
+@dataclass(frozen=True)
+class GatePlace:
+    """Where a gate runs: the command line it is wrapped in (the kernel's sandbox launcher,
+    rlm.kernel.runtime.gate_place; empty without the sandbox) and its whole environment
+    (the kernel's: no provider key). None means here, as the host (tests only)."""
+
+    prefix: tuple[str, ...]
+    env: dict[str, str]
+
+
 @dataclass
 class GateResult:
     command: str
@@ -52,16 +62,21 @@ def head_tail(text: str, limit: int = 4000) -> str:
     return f"{text[:half]}\n[... {elided} characters elided ...]\n{text[-half:]}"
 
 
-def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000) -> GateResult:
+def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000,
+             place: GatePlace | None = None) -> GateResult:
     """Run one gate in a shell; stdout and stderr merged, bounded time and output.
 
-    The gate runs in its own process group, killed whole on timeout (so a grandchild that
-    holds the pipe cannot hang us).
+    The gate runs where cells run (`place`): a cell wrote the files it reads (a
+    `conftest.py`, a `Makefile`), so it gets the kernel's sandbox and environment, never
+    the host's keys or config. It runs in its own process group, killed whole on timeout
+    (so a grandchild that holds the pipe cannot hang us).
     """
     started = time.monotonic()
+    argv = [*(place.prefix if place else ()), "/bin/sh", "-c", command]
     proc = subprocess.Popen(
-        command, shell=True, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        argv, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, start_new_session=True,
+        env=place.env if place is not None else None,
     )  # fmt: skip
     try:
         raw, _ = proc.communicate(timeout=timeout_s)
@@ -127,6 +142,7 @@ class GateCheck:
     timeout_s: float = GATE_TIMEOUT_S
     output_chars: int = 4000
     skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
+    place: GatePlace | None = None  # where the gates run (run_gate)
     runs: int = field(default=0, init=False)
     last_failure: GateResult | None = field(default=None, init=False)
 
@@ -138,7 +154,7 @@ class GateCheck:
             last.rerun = False
             return last
         for command in self.commands:
-            result = run_gate(command, cwd, self.timeout_s, self.output_chars)
+            result = run_gate(command, cwd, self.timeout_s, self.output_chars, self.place)
             self.runs += 1
             if not result.passed:
                 result.fingerprint = workspace_fingerprint(cwd, cells, self.skip)
