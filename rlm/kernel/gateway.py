@@ -23,6 +23,7 @@ The token comes from the environment (`TOKEN_ENV`) at every start, is sent only 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -32,6 +33,7 @@ import struct
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -367,6 +369,12 @@ class GatewayRuntime:
                 self._http.interrupt(self.kernel_id)
             except KernelError as e:
                 log.warning("interrupt failed: %s", e)
+
+    @contextlib.contextmanager
+    def read_only(self) -> Iterator[str | None]:
+        """Replay's read-only filesystem: not for a kernel that runs elsewhere."""
+        yield ("the kernel runs on a gateway, whose files rlm cannot make read-only; replay "
+               "re-runs cells only under a read-only filesystem")
 
     def note(self, text: str) -> None:
         log.info("%s", text)

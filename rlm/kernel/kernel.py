@@ -357,26 +357,52 @@ class Kernel:
 
     def _rebuild(self, report: RestoreReport) -> None:
         """Plan the replay (nothing runs), tell the user which cells it re-runs
-        (`replay_notice`), then run it — unless `config.replay` is off."""
+        (`replay_notice`), then run it under a read-only filesystem — unless `config.replay`
+        is off or the filesystem cannot be made read-only (no sandbox): the planner's
+        allow-list is a first filter, the read-only mounts are the guarantee."""
         try:
             plan = json.loads(self._expression(contract.REBUILD_PLAN.expression(),
                                                self.config.cell_timeout))
-            line = replay_announcement(plan, self.config.replay)
-            if line is not None:
-                self.replay_notice(line)
             if not plan.get("cells"):
                 merge_rebuild(report, plan)
-            elif not self.config.replay:
+                return
+            if not self.config.replay:
+                self._announce(replay_announcement(plan, False))
                 merge_rebuild(report, replay_off(plan))
                 report.replay_off = True
-            else:
-                merge_rebuild(report, json.loads(self._expression(contract.REBUILD.expression(),
-                                                                  self.config.cell_timeout)))
+                return
+            with self._runtime().read_only() as refused:
+                self._announce(replay_announcement(plan, True, refused))
+                if refused:
+                    merge_rebuild(report, replay_off(plan, refused))
+                    return
+                try:
+                    merge_rebuild(report, json.loads(self._expression(
+                        contract.REBUILD.expression(), self.config.cell_timeout)))
+                except KernelBusy:  # stopped while the files are still read-only
+                    merge_rebuild(report, None,
+                                  f"replay did not end within {self.config.cell_timeout} s")
+                    self._stop_replay()
         except KernelBusy:
-            self.interrupt()
             merge_rebuild(report, None, f"replay did not end within {self.config.cell_timeout} s")
         except (RuntimeError, ValueError) as e:
             merge_rebuild(report, None, f"replay failed: {e}")
+
+    def _stop_replay(self) -> None:
+        """A replay past its time: interrupted, and the kernel idle again before its files
+        are writable; one that ignores the interrupt is killed where it stands (it never
+        runs on with write access)."""
+        self.interrupt()
+        try:
+            self._expression("''", 10.0)
+        except (KernelBusy, RuntimeError):
+            rt = self._runtime()
+            rt.note("a replay ignored its interrupt: killed while its files were read-only")
+            rt.close(now=True)
+
+    def _announce(self, line: str | None) -> None:
+        if line is not None:
+            self.replay_notice(line)
 
     def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
         """Type, size and a short preview of kernel values (kernel_ext.describe), silently."""

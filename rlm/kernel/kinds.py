@@ -8,6 +8,7 @@ is a `GatewayRuntime` (REST + websocket). `Kernel` talks to either through `Runt
 from __future__ import annotations
 
 import queue
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,6 +56,10 @@ class Runtime(Protocol):
 
     def note(self, text: str) -> None:
         """A line of the host's own about this kernel (a diagnostic: what an interrupt did)."""
+
+    def read_only(self) -> AbstractContextManager[str | None]:
+        """The kernel's whole filesystem read-only for the block (what replay runs under):
+        yields None when it is, else why it cannot be (then nothing was changed)."""
 
     def close(self, now: bool = False) -> None: ...
 

@@ -8,6 +8,7 @@ one's replies. `Kernel` (kernel.py) owns the policy; this module owns the mechan
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -108,6 +109,10 @@ def gate_sandbox(config: Config, session_dir: Path | None,
 # data reads from the kernel, and output printed by a fork()ed child process is lost
 # (ipykernel's fork pipe is a loopback TCP socket).
 _SANDBOX_EXEC = str(Path(__file__).resolve().with_name("sandbox_exec.py"))
+_SANDBOX_FREEZE = str(Path(__file__).resolve().with_name("sandbox_freeze.py"))
+NO_READ_ONLY = ("the kernel runs without the sandbox (--no-sandbox, or this platform has no "
+                "user namespaces), so rlm cannot make its files read-only; replay re-runs "
+                "cells only under a read-only filesystem")
 SANDBOX_ARGV = (sys.executable, "-I", _SANDBOX_EXEC, "--")
 _sandbox_ok: list[str | None] = []  # cached probe: [None] works, [reason] does not
 
@@ -375,6 +380,7 @@ class KernelRuntime:
     def __init__(self, session_dir: Path, config: Config, bridge: BridgeDispatcher,
                  transport: str = "ipc", provisioner: str | None = None):
         self.session_dir = session_dir
+        self._sandboxed = provisioner is None and sandboxed(config)
         runtime_dir = safeio.make_dirs(session_dir, "runtime")  # the kernel's own
         host_dir = self._host_dir = safeio.make_dirs(session_dir, HOST_DIR)  # the host's
         scrub_session(session_dir)  # whatever an earlier host died before scrubbing
@@ -500,6 +506,41 @@ class KernelRuntime:
             self.note(f"interrupt failed: {type(e).__name__}: {e}")
             raise
         self.note(f"interrupt sent to pid {self.pid}")
+
+    @contextlib.contextmanager
+    def read_only(self) -> Iterator[str | None]:
+        """Every writable mount of the sandbox read-only for the block, for the kernel and
+        all it starts (rlm/kernel/sandbox_freeze.py), then writable again: yields None, or
+        why not (no sandbox; a file open for writing) with nothing changed."""
+        if not self._sandboxed or self.proc is None:
+            yield NO_READ_ONLY
+            return
+        frozen = self._freeze("ro")
+        if not isinstance(frozen, list):
+            yield f"its files could not be made read-only ({frozen})"
+            return
+        try:
+            yield None
+        finally:
+            back = self._freeze("rw", frozen)
+            if not isinstance(back, list) and self.poll() is None:
+                self.note(f"could not make the sandbox writable again: {back}")
+
+    def _freeze(self, mode: str, points: list[str] | None = None) -> list[str] | str:
+        """Run sandbox_freeze.py on this kernel: the mount points changed, or the error."""
+        assert self.proc is not None
+        try:
+            proc = subprocess.run([sys.executable, "-I", _SANDBOX_FREEZE, str(self.proc.pid),
+                                   mode, *(points or [])], capture_output=True, text=True,
+                                  timeout=30)
+        except (OSError, subprocess.SubprocessError) as e:
+            return str(e)
+        if proc.returncode != 0:
+            return (proc.stderr.strip().splitlines() or ["failed"])[-1]
+        try:
+            return [str(p) for p in json.loads(proc.stdout)]
+        except (ValueError, TypeError):
+            return "unreadable answer"
 
     def note(self, text: str) -> None:
         """One line of the host's own in kernel.log (best effort: a diagnostic)."""

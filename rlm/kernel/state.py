@@ -233,9 +233,10 @@ def merge_rebuild(report: Any, rebuild: dict[str, Any] | None, error: str | None
         bucket[:] = keep
 
 
-def replay_off(plan: dict[str, Any]) -> dict[str, Any]:
-    """A rebuild answer for a run with --no-replay: the plan's names stay lost, said why."""
-    lost = {**dict(plan.get("lost") or {}), **dict.fromkeys(plan.get("rebuilt") or {}, REPLAY_OFF)}
+def replay_off(plan: dict[str, Any], reason: str = REPLAY_OFF) -> dict[str, Any]:
+    """A rebuild answer for a replay that does not run (--no-replay; no read-only
+    filesystem to run it under): the plan's names stay lost, said why."""
+    lost = {**dict(plan.get("lost") or {}), **dict.fromkeys(plan.get("rebuilt") or {}, reason)}
     return {"rebuilt": {}, "lost": lost, "cells": []}
 
 
@@ -248,9 +249,11 @@ def _printable(text: Any) -> str:
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode(), str(text))[:200]
 
 
-def replay_announcement(plan: dict[str, Any], enabled: bool) -> str | None:
+def replay_announcement(plan: dict[str, Any], enabled: bool,
+                        refused: str | None = None) -> str | None:
     """The line the user reads before a restore re-runs recorded cells (None: nothing to
-    re-run, nothing to say). Everything in it came from the kernel: made printable."""
+    re-run, nothing to say); `refused`: why they are not re-run after all. Everything in
+    it came from the kernel: made printable."""
     cells = [c for c in list(plan.get("cells") or []) if isinstance(c, dict)]
     if not cells:
         return None
@@ -260,8 +263,12 @@ def replay_announcement(plan: dict[str, Any], enabled: bool) -> str | None:
     if not enabled:
         return (f"replay is off (--no-replay): not re-running {len(cells)} recorded cell(s) "
                 f"that would rebuild {names}: {listed}{more}")
+    if refused:
+        return (f"not re-running {len(cells)} recorded cell(s) that would rebuild {names}: "
+                f"{refused}: {listed}{more}")
     return (f"rebuilding {names} by re-running {len(cells)} recorded cell(s) (only cells known to "
-            f"stay in the kernel; --no-replay turns this off): {listed}{more}")
+            f"stay in the kernel, under a read-only filesystem; --no-replay turns this off): "
+            f"{listed}{more}")
 
 
 def session_state(session_dir: Path, timeout: float = 3.0,
