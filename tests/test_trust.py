@@ -442,3 +442,80 @@ def test_a_cell_writing_rlm_toml_changes_nothing_for_the_next_run_or_the_resume(
         header = [line for line in proc.stderr.splitlines() if line.startswith("config: ")]
         assert header[0].endswith("(project file: harmless settings only) sets max_turns "
                                   "(ignored: kernel_python, sandbox)"), header
+
+
+# ------------------------------------------------------- issue 57 item 6: by construction
+def recordable_keys() -> tuple[set[str], set[str]]:
+    """Every key a run can record, derived from the code: any Config field can sit in a
+    recorded `overrides` (RunOptions.from_dict takes what the log holds), and every
+    top-level key `RunOptions.to_dict` (what `record_options` writes) writes."""
+    from dataclasses import fields
+
+    from rlm.config import Config
+
+    top = set(app.RunOptions().to_dict()) - {"overrides"}
+    return {f.name for f in fields(Config)}, top
+
+
+def test_every_recordable_key_is_screened_or_never_recorded():
+    overrides, top = recordable_keys()
+    screened, never = set(trust.SCREENED), set(trust.NEVER_RECORDED)
+    assert sorted(overrides - screened - never) == []  # a key in neither: screen it
+    assert sorted(top - set(trust.RUN_FLAGS)) == []
+    assert screened & never == set() and set(trust.SECURITY_FLAGS) <= screened
+    # what a command line records must be screened, not refused outright (its own
+    # record would be refused on every resume)
+    from rlm.cli.common import CONFIG_FLAGS
+
+    assert sorted(set(CONFIG_FLAGS) - screened) == []
+
+
+def test_a_forged_key_in_no_table_and_a_higher_limit_are_refused(tmp_path):
+    session, _ = _session(tmp_path, overrides={"max_turns": 7, "cell_timeout": 60,
+                                               "memory_cap_bytes": 2 << 30},
+                          max_continuations=5)
+    session.close()
+    forge(session.path, overrides={"max_turns": 10 ** 6, "cell_timeout": 10.0 ** 9,
+                                   "memory_cap_bytes": 1 << 50, "output_budget_chars": 10 ** 9,
+                                   "made_up": 1}, max_continuations=10 ** 6)
+    options = opened(session.id)
+    said = sorted(line.split(" = ")[0] for line in options.refused)
+    assert said == ["refused cell_timeout", "refused made_up", "refused max_continuations",
+                    "refused max_turns", "refused memory_cap_bytes",
+                    "refused output_budget_chars"], options.refused
+    assert all("\n" not in line for line in options.refused)
+    cfg = options.config()
+    assert (cfg.max_turns, cfg.cell_timeout, cfg.memory_cap_bytes) == (7, 60, 2 << 30)
+    assert cfg.output_budget_chars is None and options.max_continuations == 5
+
+
+def test_a_forged_snapshot_url_is_refused_and_the_kernels_names_survive(tmp_path):
+    """Issue 57 item 6: a `snapshot_url` written into the log on the default path (no
+    flags) turned the default sandbox off with no line, sent the kernel's state where the
+    forger said, and lost the kernel's names on later resumes. Now it is refused with one
+    line, nothing goes there, `rlm state` does not read it, and the names come back."""
+    elsewhere = tmp_path / "forged-snaps"
+    first = script(tmp_path / "one.json", [call("kept = 41"), call("final('ok')")])
+    res = json.loads(rlm("run", "start", "--model", first, "--json", cwd=tmp_path).stdout)
+    log = Path(res["session_path"])
+    forge(log, overrides={"snapshot_url": f"file://{elsewhere}"})
+
+    state = rlmcli.rlm("state", res["session_id"], "--json", cwd=tmp_path)
+    assert state.returncode == 0, state.stderr
+    said = [line for line in state.stderr.splitlines() if "refused snapshot_url" in line]
+    assert len(said) == 1 and "file://" in said[0], state.stderr
+    assert "kept" in state.stdout
+
+    for n in (1, 2):  # the resume refuses it; the one after still has the names
+        again = script(tmp_path / f"r{n}.json", [call("print(kept + 1)"), call("final('42')")])
+        out = rlm("resume", res["session_id"], "go on", "--model", again, "--json",
+                  cwd=tmp_path)
+        refused = [line for line in out.stderr.splitlines() if "refused snapshot_url" in line]
+        assert len(refused) == (1 if n == 1 else 0), out.stderr
+        entries = [json.loads(line) for line in log.read_text().splitlines()]
+        shown = [e["message"]["content"] for e in entries
+                 if e["type"] == "message" and e["message"]["role"] == "tool"]
+        assert shown[-2].strip() == "42", shown
+    assert not elsewhere.exists()
+    newest = [e for e in entries if e.get("custom_type") == "run_options"][-1]["data"]
+    assert "snapshot_url" not in newest["overrides"]
