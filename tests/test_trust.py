@@ -221,9 +221,9 @@ def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
     own = _isolated_home / "config.toml"
     own.parent.mkdir(parents=True, exist_ok=True)
     own.write_text("sandbox = true\nmax_turns = 9\ncell_timeout = 50\n")
-    (tmp_path / "rlm.toml").write_text("max_turns = 30\n")
+    (tmp_path / "rlm.toml").write_text("max_turns = 5\n")
     cfg = load_config()
-    assert (cfg.sandbox, cfg.max_turns, cfg.cell_timeout) == (True, 30, 50)
+    assert (cfg.sandbox, cfg.max_turns, cfg.cell_timeout) == (True, 5, 50)
     assert files_read() == [
         f"{own.resolve()} (your config) sets cell_timeout, max_turns, sandbox",
         f"{(tmp_path / 'rlm.toml').resolve()} (project file: harmless settings only) sets "
@@ -519,3 +519,85 @@ def test_a_forged_snapshot_url_is_refused_and_the_kernels_names_survive(tmp_path
     assert not elsewhere.exists()
     newest = [e for e in entries if e.get("custom_type") == "run_options"][-1]["data"]
     assert "snapshot_url" not in newest["overrides"]
+
+
+# ------------------------------------------------------- issue 57 item 7: project config
+def _broken_project_file(tmp_path: Path, kind: str) -> None:
+    toml = tmp_path / "rlm.toml"
+    if kind == "malformed":
+        toml.write_text("max_turns = \n")
+    elif kind == "symlink":  # a link a cell planted, to a file that looks harmless
+        (tmp_path / "elsewhere.toml").write_text("max_turns = 3\n")
+        toml.symlink_to(tmp_path / "elsewhere.toml")
+    elif kind == "fifo":  # reading it would block the host
+        os.mkfifo(toml)
+    elif kind == "directory":
+        toml.mkdir()
+    elif kind == "bad value":
+        toml.write_text("max_turns = 0\ncell_timeout = 'soon'\n")
+
+
+@pytest.mark.parametrize("kind", ["malformed", "symlink", "fifo", "directory", "bad value"])
+def test_a_broken_project_file_never_locks_the_user_out(tmp_path, kind):
+    """Issue 57 item 7: a malformed, symlinked or non-regular ./rlm.toml (a cell can write
+    one) made every command exit 2, `resume`, `sessions` and `log` included. Now every
+    command ignores it with one warning line and goes on."""
+    first = script(tmp_path / "one.json", [call("final('ok')")])
+    res = json.loads(rlm("run", "start", "--model", first, "--json", cwd=tmp_path).stdout)
+    sid = res["session_id"]
+    _broken_project_file(tmp_path, kind)
+    again = script(tmp_path / "two.json", [call("final('ok')")])
+    for args in (["run", "hi", "--model", again, "--json"],
+                 ["resume", sid, "go on", "--model", again, "--json"],
+                 ["sessions", "--json"], ["log", sid], ["state", sid, "--json"]):
+        proc = rlmcli.rlm(*args, cwd=tmp_path)
+        assert proc.returncode == 0, (kind, args, proc.stderr[-2000:])
+        said = [line for line in proc.stderr.splitlines() if "rlm.toml" in line
+                and "warning: " in line]
+        assert len(said) == 1 and "ignored" in said[0], (kind, args, proc.stderr)
+
+
+def test_the_users_own_broken_config_is_still_an_error_naming_file_and_line(
+        tmp_path, _isolated_home):
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text("max_turns = 4\nsandbox = \n")
+    proc = rlmcli.rlm("sessions", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "config.toml" in proc.stderr and "line 2" in proc.stderr, proc.stderr
+
+
+def test_every_project_safe_setting_is_a_limit_or_a_choice():
+    from rlm.config import PROJECT_CHOICES, PROJECT_LIMITS, PROJECT_SAFE
+
+    assert sorted(PROJECT_SAFE - set(PROJECT_LIMITS) - PROJECT_CHOICES) == []
+    assert set(PROJECT_LIMITS) & PROJECT_CHOICES == set()
+
+
+def test_a_project_file_may_lower_limits_never_raise_the_users(tmp_path, _isolated_home):
+    """Issue 57 item 7: a project rlm.toml raised the user's own limits (memory cap, cell
+    timeout, max turns) with no warning. Now a limit from a project file is taken only
+    when it is stricter than defaults + the user's config, else ignored with one line."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text(
+        "max_turns = 2\ncell_timeout = 50\nmemory_cap_bytes = 2147483648\n")
+    (tmp_path / "rlm.toml").write_text(
+        "max_turns = 1000\ncell_timeout = 20\nmemory_cap_bytes = 109951162777600\n"
+        "max_children = 0\nmax_depth = 1\n")
+    loop = script(tmp_path / "s.json", [call(f"print({n})") for n in range(4)]
+                  + [call("final('3')")])
+    proc = rlmcli.rlm("run", "count", "--model", loop, "--json", cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    assert out["turns"] == 2 and out["reason"].startswith("limit"), out  # the user's 2
+    said = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(said) == 1, proc.stderr
+    for key in ("max_turns", "memory_cap_bytes", "max_children"):
+        assert key in said[0]
+    assert "cell_timeout" not in said[0] and "max_depth" not in said[0]
+    header = [line for line in proc.stderr.splitlines() if line.startswith("config: ")]
+    assert header[0].endswith("sets cell_timeout, max_depth (ignored: max_children, "
+                              "max_turns, memory_cap_bytes)"), header
+    cfg = load_config()  # the same rule for every command
+    assert (cfg.max_turns, cfg.cell_timeout, cfg.memory_cap_bytes, cfg.max_children) == \
+        (2, 20, 2147483648, 8)
+    trust.allow_file(tmp_path / "rlm.toml")  # the user's consent: the file gives everything
+    assert load_config().max_turns == 1000 and config_warnings() == []
