@@ -32,6 +32,8 @@ from typing import Any
 
 import regex
 
+from rlm.llm.types import clean_text
+
 SCOPES = ("text", "code")
 RULE_TIMEOUT_S = 0.05  # one search of one condition; past it the rule is off (see above)
 INTERRUPTS = ("never", "prose-only", "code-only", "always")
@@ -336,7 +338,9 @@ class CallArguments:
         if self._closed or (before == 0 and self._out) or (
                 any("\n" in piece for piece in self._out[before:]) and self._due()):
             self._given = self._size
-            return "".join(self._out)
+            # a `\\udXXX` escape decodes to a surrogate: a pair is joined, a lone one is
+            # U+FFFD (the code is shown and matched before the seam's cleaned reply exists)
+            return clean_text("".join(self._out))
         return None
 
     def _due(self) -> bool:
