@@ -293,6 +293,26 @@ PROJECT_SAFE = frozenset({
     "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
 })
+# The limits among PROJECT_SAFE: an un-allowed project file may only TIGHTEN each of them
+# against defaults + the user's own config (a larger value is ignored and said). The
+# value is what None means for that limit (math.inf: unlimited; a number: the largest
+# value it stands for); `0 is unlimited` for max_children.
+PROJECT_LIMITS: dict[str, float] = {
+    "max_turns": math.inf, "max_tokens": math.inf, "max_wall_s": math.inf,
+    "cell_timeout": math.inf, "gate_timeout_s": math.inf, "interrupt_grace_s": math.inf,
+    "output_budget_chars": DEFAULT_OUTPUT_BUDGET_CHARS, "memory_cap_bytes": math.inf,
+    "snapshot_var_cap": math.inf, "snapshot_total_cap": math.inf,
+    "context_window": math.inf, "keep_recent_tokens": math.inf, "max_depth": math.inf,
+    "token_budget": math.inf, "turn_budget": math.inf, "batch_concurrency": math.inf,
+    "worker_idle_exit_s": math.inf, "max_children": math.inf, "child_budget_share": math.inf,
+}
+ZERO_IS_UNLIMITED = ("max_children",)
+# The rest of PROJECT_SAFE: choices and tuning, taken as the file gives them (a model only
+# among the user's own: `_not_mine`).
+PROJECT_CHOICES = frozenset({
+    "model", "sub_model", "compaction_model", "advisor", "temperature", "compaction_enabled",
+    "context_tiers", "checkpoint_rungs", "reserve_tokens", "memory",
+})
 _FILES_READ: list[str] = []
 
 
@@ -314,7 +334,7 @@ def _config_files() -> list[tuple[Path, bool]]:
     elif (rlm_home() / "config.toml").is_file():
         out.append((rlm_home() / "config.toml", True))
     project = Path(PROJECT_FILE)
-    if project.is_file() and not any(_same_file(project, p) for p, _ in out):
+    if os.path.lexists(project) and not any(_same_file(project, p) for p, _ in out):
         out.append((project, False))
     return out
 
@@ -398,12 +418,65 @@ def load_config(**flags: Any) -> Config:
     mine = {"local"} | {str(v) for k, v in {**env, **flags}.items()
                         if k in MODEL_KEYS and v}
     for path, own in _config_files():
-        values = _file_values(path, own, mine)
-        if own:
+        if own:  # the user's own file: a problem is an error naming the file and line
+            values = _file_values(path, own, mine)
             mine |= {str(values[k]) for k in MODEL_KEYS if values.get(k)}
-        cfg = replace(cfg, **values)
+            cfg = replace(cfg, **values)
+            continue
+        try:  # a project file never locks the user out: ignored whole, said in one line
+            cfg = _project_over(cfg, path, mine)
+        except ConfigError as e:
+            why = str(e) if str(e).startswith(str(path)) else f"{path}: {e}"
+            _IGNORED.append(f"{why}; ignored meanwhile (a project file never stops a command)")
+            _FILES_READ.append(f"{path.absolute()} (project file: ignored, see the warning)")
     cfg = replace(cfg, **env)
     return cfg.with_overrides(**flags)
+
+
+def _project_over(cfg: Config, path: Path, mine: set[str]) -> Config:
+    """`cfg` (defaults + the user's own) with a project file's settings over it; raises
+    ConfigError for a file that cannot be read or used (the caller ignores it whole).
+    Without `rlm trust` a limit is taken only when it is stricter than `cfg`'s."""
+    said, read = len(_IGNORED), len(_FILES_READ)
+    values = _file_values(path, False, mine, baseline=cfg)
+    try:
+        return replace(cfg, **values)
+    except ConfigError:
+        del _IGNORED[said:], _FILES_READ[read:]  # the caller's one line says it all
+        raise
+
+
+def _raised(path: Path, data: dict[str, Any], baseline: Config) -> list[str]:
+    """The limits a project file sets looser than `baseline` (defaults + the user's own),
+    said in one line: a project file may only tighten them."""
+    out = []
+    for k in sorted(k for k in data if k in PROJECT_LIMITS):
+        try:
+            looser = _loosest(k, data[k]) > _loosest(k, getattr(baseline, k))
+        except (TypeError, ValueError):
+            continue  # not a number: `_checked` says so
+        if looser:
+            out.append(k)
+    if out:
+        each = ", ".join(f"{k} to {_said(data[k])} (yours: {_said(getattr(baseline, k))})"
+                         for k in out)
+        _IGNORED.append(f"{path} would raise {each}: ignored; a project file may only lower "
+                        "limits (set them in your config or pass a flag)")
+    return out
+
+
+def _loosest(name: str, value: Any) -> float:
+    """A limit's value as a number, larger = looser (None and, where it means so, 0 are
+    what PROJECT_LIMITS says they stand for)."""
+    if value is None or (value == 0 and name in ZERO_IS_UNLIMITED):
+        return PROJECT_LIMITS[name]
+    if isinstance(value, bool):
+        raise TypeError(name)
+    return float(value)
+
+
+def _said(value: Any) -> str:
+    return "unlimited" if value is None else repr(value)
 
 
 def config_warnings() -> list[str]:
@@ -422,9 +495,11 @@ def _not_mine(data: dict[str, Any], mine: set[str]) -> list[str]:
             and not _model_names_a_file(data[k])]
 
 
-def _file_values(path: Path, own: bool, mine: set[str]) -> dict[str, Any]:
+def _file_values(path: Path, own: bool, mine: set[str],
+                 baseline: Config | None = None) -> dict[str, Any]:
     """The settings one file gives, checked. A project file without consent gives its
-    harmless settings, and a model only among `mine`; the rest is ignored and said."""
+    harmless settings, a model only among `mine` and a limit only below `baseline`'s; the
+    rest is ignored and said."""
     raw = trust.read_regular(path, limit=1 << 20)
     try:
         if raw is None:
@@ -449,6 +524,9 @@ def _file_values(path: Path, own: bool, mine: set[str]) -> dict[str, Any]:
             f"models ({', '.join(sorted(mine))}): ignored; pass it with --model (or set it in "
             f"your config), or `rlm trust {path}`")
     data = {k: v for k, v in data.items() if k not in refused and k not in others}
+    raised = [] if allowed or baseline is None else _raised(path, data, baseline)
+    refused += raised
+    data = {k: v for k, v in data.items() if k not in raised}
     values = {k: _checked(path, k, v) for k, v in data.items()}
     if "home" in values:
         file_home = _home_from_file(path, values.pop("home"))

@@ -15,20 +15,22 @@ that decides what crosses:
 | bridge requests from the kernel | validated per method (rlm.agent, rlm.kernel.bridge) |
 | cell outputs | shaped, redacted, shown to the model as data |
 
-Security-relevant settings (`SECURITY_FLAGS` and `NEVER_RECORDED`, plus the run flags
-`autonomous` and `gate`) decide what runs on the host and what the kernel sees: the
-sandbox, the environment passed to the kernel, the kernel executable and kind, gates
-(shell commands run on the host), the home directory, the models (a model spec can make
-the host read a file, or send the conversation to another provider), the autonomous
-policy. `screen` takes the newest recorded `run_options` entry of a session and refuses
-every such value that would LOOSEN what the user's own sources give (the run record
-this host wrote for that session directory, else the user's config): sandbox true ->
-false, more environment passed, a different kernel, model or interpreter, gates not
-given, autonomous switched on. Each refusal is one line naming where the value came
-from; the run uses the safe value. A recorded value that is as tight or tighter (a
-recorded `--sandbox`) is kept: options still travel with the run (`--detach`, a worker
-restart, `rlm resume`), because the host remembered them where a cell cannot write
-(the sandboxed kernel sees the user config dir read-only: rlm.kernel.sandbox).
+Every option a run can record is screened by construction (`SCREENED`, `RUN_FLAGS`,
+`NEVER_RECORDED`): the sandbox, the kernel's network, the kernel kind, replay, the
+models (a model spec can make the host read a file, or send the conversation to another
+provider), the snapshot URL (where the kernel's state goes), every limit, gates (shell
+commands run on the host), the autonomous policy, the kernel's working directory and the
+files loaded before the first prompt. `screen` takes the newest recorded `run_options`
+entry of a session and refuses every value that would LOOSEN what the user's own sources
+give (the run record this host wrote for that session directory, else the user's
+config): sandbox true -> false, a different kernel, model, snapshot URL or file, gates
+not given, autonomous switched on, a higher limit; a key in `NEVER_RECORDED` (the
+environment passed, the interpreter, the home directory, ...) or in no table at all is
+refused whatever its value. Each refusal is one line naming where the value came from;
+the run uses the safe value. A recorded value that is as tight or tighter (a recorded
+`--sandbox`, a lower `--max-turns`) is kept: options still travel with the run
+(`--detach`, a worker restart, `rlm resume`), because the host remembered them where a
+cell cannot write (the sandboxed kernel does not see the user config dir).
 
 Not covered (said in docs/architecture.md): a kernel WITHOUT `--sandbox` runs as the
 user and can write the user's config and run records like any program the user runs.
@@ -38,9 +40,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -48,14 +51,101 @@ import platformdirs
 
 from rlm.paths import APP_NAME, PRIVATE_FILE, write_private_atomic
 
-# Config overrides a command line can set that decide what runs or what the kernel sees.
+# Every option a run can record is screened by construction: each Config field (any of
+# them can sit in a recorded `overrides`) and each recorded run flag is either in
+# `SCREENED` (a forged value that would loosen the user's own is refused, one line) or in
+# `NEVER_RECORDED` (the host never records it; one found in a log is refused outright).
+# A key in neither is refused too (tests/test_trust.py derives every recordable key from
+# Config and RunOptions and fails on one in neither set).
+Rule = Callable[[Any, Any], bool]  # (recorded, baseline) -> would the recorded value loosen?
+
+
+def _sandbox_off(recorded: Any, baseline: Any) -> bool:
+    return not recorded and baseline is not False  # the default (None): on where available
+
+
+def _switched_on(recorded: Any, baseline: Any) -> bool:
+    return bool(recorded) and not bool(baseline)
+
+
+def _on_after_off(recorded: Any, baseline: Any) -> bool:
+    """A default-on switch the user turned off (`--no-replay`, `--no-memory`)."""
+    return bool(recorded) and baseline is not None and not bool(baseline)
+
+
+def _other(recorded: Any, baseline: Any) -> bool:
+    """Another destination or file: a model, a snapshot URL, a working directory."""
+    return bool(recorded != baseline)
+
+
+def _other_kernel(recorded: Any, baseline: Any) -> bool:
+    return (recorded or "local") != (baseline or "local")
+
+
+def _not_given(recorded: Any, baseline: Any) -> bool:
+    """A list (gates, files loaded): any item the user's own sources do not hold."""
+    items = recorded if isinstance(recorded, list) else [recorded]
+    return any(x not in (baseline or []) for x in items)
+
+
+def _higher(zero_is_unlimited: bool = False) -> Rule:
+    """A limit: more than the baseline (None and -1 are unlimited; not a number: loosest)."""
+    def bound(value: Any) -> float | None:
+        if value is None or value == -1 or (zero_is_unlimited and value == 0):
+            return math.inf
+        if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+            return None  # not a limit at all
+        return float(value)
+
+    def rule(recorded: Any, baseline: Any) -> bool:
+        mine, theirs = bound(baseline), bound(recorded)
+        return theirs is None or (mine is not None and theirs > mine)
+    return rule
+
+
+def _harmless(recorded: Any, baseline: Any) -> bool:
+    """Changes neither what runs, what the kernel sees nor any limit: kept as recorded."""
+    return False
+
+
+# Config overrides a run may record, each with the rule that judges a recorded value
+# against the user's own (the host's record of the run, else the user's config).
+SCREENED: dict[str, Rule] = {
+    # what runs and what the kernel sees
+    "sandbox": _sandbox_off, "kernel_network": _switched_on, "kernel": _other_kernel,
+    "replay": _on_after_off, "memory": _on_after_off,
+    # destinations: a model spec can make the host read a file or send the conversation to
+    # another provider; a snapshot URL is where the kernel's state goes (a network one
+    # also turns the default sandbox off: rlm.kernel.sandbox_policy)
+    "model": _other, "sub_model": _other, "compaction_model": _other, "advisor": _other,
+    "snapshot_url": _other,
+    # limits: a recorded value may tighten the user's own, never loosen it
+    "max_turns": _higher(), "max_tokens": _higher(), "max_wall_s": _higher(),
+    "cell_timeout": _higher(), "gate_timeout_s": _higher(), "memory_cap_bytes": _higher(),
+    "max_depth": _higher(), "token_budget": _higher(), "turn_budget": _higher(),
+    "max_children": _higher(zero_is_unlimited=True), "context_window": _higher(),
+    "keep_recent_tokens": _higher(),
+    # sampling and compaction tuning
+    "temperature": _harmless, "reserve_tokens": _harmless, "compaction_enabled": _harmless,
+    "context_tiers": _harmless,
+}
+# The security flags of the command line (kept under their old name for readers).
 SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",
-                  "compaction_model", "advisor", "replay")
-# Config fields only the user's config or environment may set: never taken from a record.
-NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home")
-# Run options (not config) that decide what runs or where: the value a refusal leaves.
-# `workdir` becomes the kernel's working directory, which the sandbox binds read-write.
-RUN_FLAGS: dict[str, Any] = {"autonomous": False, "gate": [], "workdir": None}
+                  "compaction_model", "advisor", "replay", "snapshot_url")
+# Config fields only the user's config or environment may set (no command line records
+# them): never taken from a record.
+NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home",
+                  "interrupt_grace_s", "output_budget_chars", "snapshot_var_cap",
+                  "snapshot_total_cap", "checkpoint_rungs", "batch_concurrency",
+                  "child_budget_share", "worker_idle_exit_s")
+# Run options (not config), each with its rule and the value a refusal leaves. `workdir`
+# becomes the kernel's working directory, which the sandbox binds read-write; `context`,
+# `named` and `notebook` are files the host reads and loads into the kernel.
+RUN_FLAGS: dict[str, tuple[Rule, Any]] = {
+    "autonomous": (_switched_on, False), "gate": (_not_given, []),
+    "workdir": (_other, None), "context": (_not_given, []), "named": (_not_given, []),
+    "notebook": (_other, None), "max_continuations": (_higher(), None),
+}
 
 
 def ensure_dir(path: Path) -> Path:
@@ -96,12 +186,15 @@ def _where(session_dir: Path | None) -> str:
 
 
 def security_subset(options: dict[str, Any], header_model: str | None = None) -> dict[str, Any]:
-    """The part of a run_options dict this module guards (what a record remembers)."""
+    """What a record remembers of a run_options dict: every screened override and every
+    run flag (`screen` judges a log's copy by it)."""
     overrides = options.get("overrides") or {}
-    out: dict[str, Any] = {k: overrides[k] for k in SECURITY_FLAGS if k in overrides}
+    out: dict[str, Any] = {k: overrides[k] for k in SCREENED if k in overrides}
+    for key, (_, default) in RUN_FLAGS.items():
+        value = options.get(key)
+        out[key] = (list(value) if isinstance(value, list) else value) or default
     out["autonomous"] = bool(options.get("autonomous"))
     out["gate"] = [str(g) for g in options.get("gate") or []]
-    out["workdir"] = options.get("workdir") or None
     if header_model:
         out["header_model"] = header_model
     return out
@@ -147,21 +240,6 @@ def _user_value(key: str, user_config: Any) -> Any:
     return getattr(user_config, key, None) if user_config is not None else None
 
 
-def _looser(key: str, recorded: Any, baseline: Any) -> bool:
-    """Would `recorded` loosen `baseline` (the value from the user's own sources)?"""
-    if key == "sandbox":  # the default (None) is the sandbox where available: on
-        return not recorded and baseline is not False
-    if key in ("autonomous", "kernel_network"):
-        return bool(recorded) and not bool(baseline)
-    if key == "replay":  # re-running recorded cells after the user said --no-replay
-        return bool(recorded) and baseline is not None and not bool(baseline)
-    if key == "gate":
-        return any(g not in (baseline or []) for g in recorded or [])
-    if key == "kernel":
-        return (recorded or "local") != (baseline or "local")
-    return recorded != baseline  # models: another model is another destination
-
-
 def _shown(value: Any) -> str:
     text = json.dumps(value) if not isinstance(value, str) else repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
@@ -191,11 +269,12 @@ def screen(recorded: dict[str, Any] | None, *, session_id: str, session_dir: Pat
                      f"can write that file): it would loosen {source} ({key} = {_shown(safe)}); "
                      f"pass it on the command line to use it")
 
-    for key in NEVER_RECORDED:
-        if key in overrides:
-            notes.append(f"refused {key} = {_shown(overrides.pop(key))} from {where} "
-                         f"(run_options): {key} comes only from your config or environment")
-    for key in SECURITY_FLAGS:
+    for key in sorted(k for k in overrides if k not in SCREENED):
+        why = (f"{key} comes only from your config or environment" if key in NEVER_RECORDED
+               else f"{key} is not an option a run records")
+        notes.append(f"refused {key} = {_shown(overrides.pop(key))} from {where} "
+                     f"(run_options): {why}")
+    for key, looser in SCREENED.items():
         if key not in overrides or key in given_over:
             continue
         if record is not None and key in record:
@@ -204,17 +283,17 @@ def screen(recorded: dict[str, Any] | None, *, session_id: str, session_dir: Pat
             baseline = _user_value(key, user_config)
             if record is None and baseline is None and key.endswith("model"):
                 continue  # no record, no model of the user's: the session's own (its header's)
-        if _looser(key, overrides[key], baseline):
+        if looser(overrides[key], baseline):
             refuse(key, overrides.pop(key), baseline)
             if baseline is not None:
                 overrides[key] = baseline
-    for key in RUN_FLAGS:
+    for key, (looser, default) in RUN_FLAGS.items():
         value = out.get(key)
-        if not value or given.get(key):
+        if value is None or value is False or value in ([], "") or given.get(key):
             continue
-        baseline = record.get(key) if record is not None else None
-        if _looser(key, value, baseline):
-            safe = baseline or RUN_FLAGS[key]
+        baseline = record.get(key, default) if record is not None else default
+        if looser(value, baseline):
+            safe = baseline if baseline is not None else default
             refuse(key, value, safe)
             out[key] = safe
     out["overrides"] = overrides

@@ -22,16 +22,36 @@ def test_precedence(tmp_path, monkeypatch):
     assert cfg.model == "from-flag" and cfg.max_turns == 7
 
 
-def test_unknown_setting_is_a_clear_error(tmp_path):
-    (tmp_path / "rlm.toml").write_text("modle = 'typo'\n")
-    with pytest.raises(ConfigError, match="unknown setting.*modle"):
+def own_config(text: str) -> Path:
+    """The user's own config file ($RLM_HOME/config.toml) holding `text`."""
+    path = rlm_home() / "config.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def test_unknown_setting_is_a_clear_error_in_the_users_config(tmp_path):
+    own_config("modle = 'typo'\n")
+    with pytest.raises(ConfigError, match="config.toml: unknown setting.*modle"):
         load_config()
 
 
-def test_bad_toml_names_the_file(tmp_path):
-    (tmp_path / "rlm.toml").write_text("model = \n")
-    with pytest.raises(ConfigError, match="rlm.toml"):
+def test_bad_toml_names_the_file_and_line_of_the_users_config(tmp_path):
+    own_config("max_turns = 3\nmodel = \n")
+    with pytest.raises(ConfigError, match=r"config.toml: cannot read config.*line 2"):
         load_config()
+
+
+@pytest.mark.parametrize("text", ["modle = 'typo'\n", "model = \n", 'cell_timeout = "abc"\n',
+                                  "max_turns = 0\n"])
+def test_a_broken_project_file_is_ignored_with_one_warning(tmp_path, text):
+    """Issue 57 item 7: a project's rlm.toml never stops a command (tests/test_trust.py
+    runs every command on one); the user's own broken config still does."""
+    own_config("max_turns = 9\n")
+    (tmp_path / "rlm.toml").write_text(text)
+    assert load_config().max_turns == 9
+    (said,) = config_warnings()
+    assert said.startswith("rlm.toml") and "ignored" in said and "\n" not in said
 
 
 def test_variable_names_are_identifiers_and_unique():
@@ -43,12 +63,13 @@ def test_variable_names_are_identifiers_and_unique():
 
 
 def test_wrong_value_types_are_caught_at_load(tmp_path):
-    (tmp_path / "rlm.toml").write_text('cell_timeout = "abc"\n')
+    own_config('cell_timeout = "abc"\n')
     with pytest.raises(ConfigError, match="cell_timeout = 'abc' should be"):
         load_config()
-    (tmp_path / "rlm.toml").write_text("compaction_enabled = 1\n")
+    own_config("compaction_enabled = 1\n")
     with pytest.raises(ConfigError, match="compaction_enabled"):
         load_config()
+    own_config("")
     (tmp_path / "rlm.toml").write_text('cell_timeout = 30\nhome = "h"\nkernel_env_pass = ["A_TOKEN"]\n')
     cfg = load_config()  # a project file: consent first, else ignored (tests/test_trust.py)
     assert cfg.cell_timeout == 30 and cfg.kernel_env_pass == ()

@@ -55,6 +55,8 @@ ALLOWED: dict[str, str] = {
     "rlm.kernel.sandbox_exec:_write open": "/proc/self of the launcher, before the kernel exists",
     "rlm.kernel.sandbox_exec:_parent open": "/proc/<pid>/stat, read-only",
     "rlm.llm.local:cpu_has_amx open": "/proc/cpuinfo",
+    "rlm.kernel.sandbox_freeze:join os.open": "/proc/<pid>/ns/*, read-only, for setns",
+    "rlm.kernel.sandbox_freeze:mounts open": "/proc/<pid>/mountinfo, read-only",
     "rlm.longrun.lock:holds_lock open": "/proc/locks",
     "rlm.llm.local_prefix:PrefixStore.find os.utime": _MODEL,
     "rlm.llm.local_prefix:PrefixStore._trim .unlink": _MODEL,

@@ -277,3 +277,51 @@ def test_call_arguments_give_a_long_cell_a_bounded_number_of_times():
     short = sum(1 for n in given if n <= LINE_BY_LINE)
     assert len(given) - short < 30, len(given)  # past the bound: geometric, not per line
     assert sum(given) < 8 * len(code) + LINE_BY_LINE * short
+
+
+# ------------------------------------------------ issue 57 item 7: a rule's regex is bounded
+CATASTROPHIC = r"(a|a)+$"  # 2**n ways to split n a's: unbounded on an engine without a limit
+
+
+def test_a_catastrophic_condition_is_no_match_one_notice_and_off_for_the_session():
+    """A rule file is kernel-writable (`.rlm/rules/`): its regex runs with a time bound,
+    a search that runs out of it is no match, and the rule is turned off (one notice
+    naming it) while the other rules go on."""
+    from rlm.agent.steer.files import RuleSet
+
+    slow = _rule(name="slow", conditions=(CATASTROPHIC,), scope="text", source="slow.md")
+    fine = _rule(name="fine", conditions=(r"read_parquet",), scope="text")
+    rules = StreamRules(RuleSet(stream=[slow, fine]))
+    scanner = rules.watch([])
+    assert scanner is not None
+    text = "a" * 60 + "!\nthen read_parquet it\n"
+    hit, _ = _stream(scanner, text, size=61)
+    assert hit is not None and hit.rule.name == "fine"
+    (said,) = scanner.take_notices()
+    assert "'slow' (slow.md)" in said and "off for the rest of this session" in said
+    assert scanner.take_notices() == []
+    assert [r.name for r in rules.active([])] == ["fine"]  # the next reply skips it too
+
+
+def test_a_rule_file_a_cell_writes_cannot_stall_the_host(tmp_path):
+    """Through the CLI: a cell writes a rule with a catastrophic condition; the next run's
+    reply would cost the host exponential time on it. The run ends normally and says once
+    which rule it turned off."""
+    import json
+
+    from tests.rlmcli import call, rlm, script
+
+    rule = f"---\ncondition: '{CATASTROPHIC}'\nscope: text\n---\nNever say a lot of a."
+    write = ("import os\nos.makedirs('.rlm/rules', exist_ok=True)\n"
+             f"open('.rlm/rules/slow.md', 'w').write({rule!r})")
+    first = script(tmp_path / "one.json", [call(write), call("final('written')")])
+    rlm("run", "write it", "--model", first, "--json", cwd=tmp_path, check=True)
+    assert (tmp_path / ".rlm" / "rules" / "slow.md").is_file()
+    reply = {"content": "a" * 60 + "!\n", "tool_calls": [
+        {"name": "python", "arguments": {"code": "print(6 * 7)\nfinal('42')"}}]}
+    proc = rlm("run", "go", "--model", script(tmp_path / "two.json", [reply]), "--json",
+               cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert json.loads(proc.stdout)["final"] == "42"
+    said = [line for line in proc.stderr.splitlines() if "rule 'slow'" in line]
+    assert len(said) == 1 and "off for the rest of this session" in said[0], proc.stderr

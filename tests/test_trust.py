@@ -221,9 +221,9 @@ def test_a_project_file_is_layered_over_the_users_config_never_instead_of_it(
     own = _isolated_home / "config.toml"
     own.parent.mkdir(parents=True, exist_ok=True)
     own.write_text("sandbox = true\nmax_turns = 9\ncell_timeout = 50\n")
-    (tmp_path / "rlm.toml").write_text("max_turns = 30\n")
+    (tmp_path / "rlm.toml").write_text("max_turns = 5\n")
     cfg = load_config()
-    assert (cfg.sandbox, cfg.max_turns, cfg.cell_timeout) == (True, 30, 50)
+    assert (cfg.sandbox, cfg.max_turns, cfg.cell_timeout) == (True, 5, 50)
     assert files_read() == [
         f"{own.resolve()} (your config) sets cell_timeout, max_turns, sandbox",
         f"{(tmp_path / 'rlm.toml').resolve()} (project file: harmless settings only) sets "
@@ -442,3 +442,162 @@ def test_a_cell_writing_rlm_toml_changes_nothing_for_the_next_run_or_the_resume(
         header = [line for line in proc.stderr.splitlines() if line.startswith("config: ")]
         assert header[0].endswith("(project file: harmless settings only) sets max_turns "
                                   "(ignored: kernel_python, sandbox)"), header
+
+
+# ------------------------------------------------------- issue 57 item 6: by construction
+def recordable_keys() -> tuple[set[str], set[str]]:
+    """Every key a run can record, derived from the code: any Config field can sit in a
+    recorded `overrides` (RunOptions.from_dict takes what the log holds), and every
+    top-level key `RunOptions.to_dict` (what `record_options` writes) writes."""
+    from dataclasses import fields
+
+    from rlm.config import Config
+
+    top = set(app.RunOptions().to_dict()) - {"overrides"}
+    return {f.name for f in fields(Config)}, top
+
+
+def test_every_recordable_key_is_screened_or_never_recorded():
+    overrides, top = recordable_keys()
+    screened, never = set(trust.SCREENED), set(trust.NEVER_RECORDED)
+    assert sorted(overrides - screened - never) == []  # a key in neither: screen it
+    assert sorted(top - set(trust.RUN_FLAGS)) == []
+    assert screened & never == set() and set(trust.SECURITY_FLAGS) <= screened
+    # what a command line records must be screened, not refused outright (its own
+    # record would be refused on every resume)
+    from rlm.cli.common import CONFIG_FLAGS
+
+    assert sorted(set(CONFIG_FLAGS) - screened) == []
+
+
+def test_a_forged_key_in_no_table_and_a_higher_limit_are_refused(tmp_path):
+    session, _ = _session(tmp_path, overrides={"max_turns": 7, "cell_timeout": 60,
+                                               "memory_cap_bytes": 2 << 30},
+                          max_continuations=5)
+    session.close()
+    forge(session.path, overrides={"max_turns": 10 ** 6, "cell_timeout": 10.0 ** 9,
+                                   "memory_cap_bytes": 1 << 50, "output_budget_chars": 10 ** 9,
+                                   "made_up": 1}, max_continuations=10 ** 6)
+    options = opened(session.id)
+    said = sorted(line.split(" = ")[0] for line in options.refused)
+    assert said == ["refused cell_timeout", "refused made_up", "refused max_continuations",
+                    "refused max_turns", "refused memory_cap_bytes",
+                    "refused output_budget_chars"], options.refused
+    assert all("\n" not in line for line in options.refused)
+    cfg = options.config()
+    assert (cfg.max_turns, cfg.cell_timeout, cfg.memory_cap_bytes) == (7, 60, 2 << 30)
+    assert cfg.output_budget_chars is None and options.max_continuations == 5
+
+
+def test_a_forged_snapshot_url_is_refused_and_the_kernels_names_survive(tmp_path):
+    """Issue 57 item 6: a `snapshot_url` written into the log on the default path (no
+    flags) turned the default sandbox off with no line, sent the kernel's state where the
+    forger said, and lost the kernel's names on later resumes. Now it is refused with one
+    line, nothing goes there, `rlm state` does not read it, and the names come back."""
+    elsewhere = tmp_path / "forged-snaps"
+    first = script(tmp_path / "one.json", [call("kept = 41"), call("final('ok')")])
+    res = json.loads(rlm("run", "start", "--model", first, "--json", cwd=tmp_path).stdout)
+    log = Path(res["session_path"])
+    forge(log, overrides={"snapshot_url": f"file://{elsewhere}"})
+
+    state = rlmcli.rlm("state", res["session_id"], "--json", cwd=tmp_path)
+    assert state.returncode == 0, state.stderr
+    said = [line for line in state.stderr.splitlines() if "refused snapshot_url" in line]
+    assert len(said) == 1 and "file://" in said[0], state.stderr
+    assert "kept" in state.stdout
+
+    for n in (1, 2):  # the resume refuses it; the one after still has the names
+        again = script(tmp_path / f"r{n}.json", [call("print(kept + 1)"), call("final('42')")])
+        out = rlm("resume", res["session_id"], "go on", "--model", again, "--json",
+                  cwd=tmp_path)
+        refused = [line for line in out.stderr.splitlines() if "refused snapshot_url" in line]
+        assert len(refused) == (1 if n == 1 else 0), out.stderr
+        entries = [json.loads(line) for line in log.read_text().splitlines()]
+        shown = [e["message"]["content"] for e in entries
+                 if e["type"] == "message" and e["message"]["role"] == "tool"]
+        assert shown[-2].strip() == "42", shown
+    assert not elsewhere.exists()
+    newest = [e for e in entries if e.get("custom_type") == "run_options"][-1]["data"]
+    assert "snapshot_url" not in newest["overrides"]
+
+
+# ------------------------------------------------------- issue 57 item 7: project config
+def _broken_project_file(tmp_path: Path, kind: str) -> None:
+    toml = tmp_path / "rlm.toml"
+    if kind == "malformed":
+        toml.write_text("max_turns = \n")
+    elif kind == "symlink":  # a link a cell planted, to a file that looks harmless
+        (tmp_path / "elsewhere.toml").write_text("max_turns = 3\n")
+        toml.symlink_to(tmp_path / "elsewhere.toml")
+    elif kind == "fifo":  # reading it would block the host
+        os.mkfifo(toml)
+    elif kind == "directory":
+        toml.mkdir()
+    elif kind == "bad value":
+        toml.write_text("max_turns = 0\ncell_timeout = 'soon'\n")
+
+
+@pytest.mark.parametrize("kind", ["malformed", "symlink", "fifo", "directory", "bad value"])
+def test_a_broken_project_file_never_locks_the_user_out(tmp_path, kind):
+    """Issue 57 item 7: a malformed, symlinked or non-regular ./rlm.toml (a cell can write
+    one) made every command exit 2, `resume`, `sessions` and `log` included. Now every
+    command ignores it with one warning line and goes on."""
+    first = script(tmp_path / "one.json", [call("final('ok')")])
+    res = json.loads(rlm("run", "start", "--model", first, "--json", cwd=tmp_path).stdout)
+    sid = res["session_id"]
+    _broken_project_file(tmp_path, kind)
+    again = script(tmp_path / "two.json", [call("final('ok')")])
+    for args in (["run", "hi", "--model", again, "--json"],
+                 ["resume", sid, "go on", "--model", again, "--json"],
+                 ["sessions", "--json"], ["log", sid], ["state", sid, "--json"]):
+        proc = rlmcli.rlm(*args, cwd=tmp_path)
+        assert proc.returncode == 0, (kind, args, proc.stderr[-2000:])
+        said = [line for line in proc.stderr.splitlines() if "rlm.toml" in line
+                and "warning: " in line]
+        assert len(said) == 1 and "ignored" in said[0], (kind, args, proc.stderr)
+
+
+def test_the_users_own_broken_config_is_still_an_error_naming_file_and_line(
+        tmp_path, _isolated_home):
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text("max_turns = 4\nsandbox = \n")
+    proc = rlmcli.rlm("sessions", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert "config.toml" in proc.stderr and "line 2" in proc.stderr, proc.stderr
+
+
+def test_every_project_safe_setting_is_a_limit_or_a_choice():
+    from rlm.config import PROJECT_CHOICES, PROJECT_LIMITS, PROJECT_SAFE
+
+    assert sorted(PROJECT_SAFE - set(PROJECT_LIMITS) - PROJECT_CHOICES) == []
+    assert set(PROJECT_LIMITS) & PROJECT_CHOICES == set()
+
+
+def test_a_project_file_may_lower_limits_never_raise_the_users(tmp_path, _isolated_home):
+    """Issue 57 item 7: a project rlm.toml raised the user's own limits (memory cap, cell
+    timeout, max turns) with no warning. Now a limit from a project file is taken only
+    when it is stricter than defaults + the user's config, else ignored with one line."""
+    _isolated_home.mkdir(parents=True, exist_ok=True)
+    (_isolated_home / "config.toml").write_text(
+        "max_turns = 2\ncell_timeout = 50\nmemory_cap_bytes = 2147483648\n")
+    (tmp_path / "rlm.toml").write_text(
+        "max_turns = 1000\ncell_timeout = 20\nmemory_cap_bytes = 109951162777600\n"
+        "max_children = 0\nmax_depth = 1\n")
+    loop = script(tmp_path / "s.json", [call(f"print({n})") for n in range(4)]
+                  + [call("final('3')")])
+    proc = rlmcli.rlm("run", "count", "--model", loop, "--json", cwd=tmp_path)
+    out = json.loads(proc.stdout)
+    assert out["turns"] == 2 and out["reason"].startswith("limit"), out  # the user's 2
+    said = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
+    assert len(said) == 1, proc.stderr
+    for key in ("max_turns", "memory_cap_bytes", "max_children"):
+        assert key in said[0]
+    assert "cell_timeout" not in said[0] and "max_depth" not in said[0]
+    header = [line for line in proc.stderr.splitlines() if line.startswith("config: ")]
+    assert header[0].endswith("sets cell_timeout, max_depth (ignored: max_children, "
+                              "max_turns, memory_cap_bytes)"), header
+    cfg = load_config()  # the same rule for every command
+    assert (cfg.max_turns, cfg.cell_timeout, cfg.memory_cap_bytes, cfg.max_children) == \
+        (2, 20, 2147483648, 8)
+    trust.allow_file(tmp_path / "rlm.toml")  # the user's consent: the file gives everything
+    assert load_config().max_turns == 1000 and config_warnings() == []

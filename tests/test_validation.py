@@ -40,11 +40,15 @@ def test_bad_run_values_are_one_line_errors_and_create_no_session(tmp_path, _iso
         (_isolated_home / "sessions").iterdir())
 
 
-def test_bad_values_in_the_config_file_are_refused(tmp_path):
-    (tmp_path / "rlm.toml").write_text("output_budget_chars = -1\n")
+def test_bad_values_in_the_config_file_are_refused(tmp_path, _isolated_home):
+    """The user's own config; a project rlm.toml with a bad value is ignored with one
+    warning instead (tests/test_trust.py)."""
+    own = _isolated_home / "config.toml"
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text("output_budget_chars = -1\n")
     with pytest.raises(ConfigError, match="output_budget_chars"):
         load_config()
-    (tmp_path / "rlm.toml").write_text("batch_concurrency = 0\n")
+    own.write_text("batch_concurrency = 0\n")
     with pytest.raises(ConfigError, match="batch_concurrency"):
         load_config()
     proc = rlm("run", "hello", "--model", "script:/nonexistent.json", cwd=tmp_path)

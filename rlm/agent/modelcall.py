@@ -173,6 +173,11 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                 ModelTextStream(emit) as shown:
             seen: list[str] = []
             size = [0]  # characters in `seen`
+
+            def slow_rules_said() -> None:
+                """A rule whose condition ran out of time is off: said once, as it happens."""
+                for line in watch.take_notices() if watch is not None else ():
+                    emit(Notice(line, "warning"))
             end: list[int] = []  # where the reply's useful part ends, once known
 
             def on_text(delta: str) -> None:
@@ -185,6 +190,7 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                 seen.append(delta)
                 size[0] += len(delta)
                 hit = watch.feed(delta) if watch is not None else None
+                slow_rules_said()
                 if hit is not None:
                     raise RuleMatched(hit, "".join(seen))
                 shown(delta)
@@ -200,6 +206,7 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                 if code is None:
                     return
                 hit = watch.cell(code) if watch is not None else None
+                slow_rules_said()
                 if hit is not None:
                     raise RuleMatched(hit, "".join(seen) + code)
                 drafted(index, code, closed=args.closed)  # the user sees it being written
@@ -214,6 +221,7 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
             if watch is not None:
                 hit = watch.finish(str(c.arguments.get("code", "")) for c in done.tool_calls
                                    if c.name == "python")
+                slow_rules_said()
                 if hit is not None:
                     raise RuleMatched(hit, done.content)
             return done

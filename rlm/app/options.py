@@ -99,22 +99,33 @@ def recorded_options(session: SessionLog) -> RunOptions | None:
     return RunOptions.from_dict(found[-1].data or {}) if found else None
 
 
-def recorded_snapshot_url(session: SessionLog) -> str | None:
-    """The snapshot URL a session's kernel wrote to, as its log records it; a child's is
-    its root's (children run with their parent's config and record no options)."""
+def recorded_snapshot_url(session: SessionLog, user_config: Config | None = None
+                          ) -> tuple[str | None, list[str]]:
+    """The snapshot URL a session's kernel wrote to, as its log records it and screened
+    like every recorded option (rlm.trust: one the host did not record is refused), with
+    the refusal's line; a child's is its root's (children run with their parent's config
+    and record no options)."""
     from rlm.session.store import FILE_NAME, SessionStore
 
+    mine = user_config if user_config is not None else load_config()
     for _ in range(MAX_TREE_DEPTH):
         recorded = recorded_options(session)
-        url = recorded.overrides.get("snapshot_url") if recorded else None
+        url, notes = None, []
+        if recorded is not None and recorded.overrides.get("snapshot_url") is not None:
+            clean, said = trust.screen(recorded.to_dict(), session_id=session.id,
+                                       session_dir=session.dir, given={}, user_config=mine)
+            url = ((clean or {}).get("overrides") or {}).get("snapshot_url")
+            notes = [line for line in said if line.startswith("refused snapshot_url ")]
+            if notes:
+                return url, notes
         folder = session.dir
         if url or folder is None or folder.parent.name != "children" \
                 or not session.header.parent_session:
-            return url
+            return url, notes
         if not (folder.parent.parent / FILE_NAME).is_file():
-            return None
+            return None, []
         session = SessionStore.open(folder.parent.parent, readonly=True)
-    return None
+    return None, []
 
 
 def record_options(session: SessionLog, options: RunOptions) -> None:

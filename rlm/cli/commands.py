@@ -326,8 +326,11 @@ def cmd_state(args: argparse.Namespace) -> int:
     s = open_readonly(args.session)
     assert s.dir is not None  # opened from disk
     # the URL the run's kernel wrote its snapshots to (a child's: its root's)
-    url = app.recorded_snapshot_url(s) or load_config().snapshot_url  # open_readonly said
-    # what it ignored
+    mine = load_config()  # open_readonly said what it ignored
+    url, refused = app.recorded_snapshot_url(s, mine)
+    for line in refused:  # a forged snapshot_url: the host never reads from there
+        print(terminal_safe(f"rlm: warning: {line}"), file=sys.stderr)
+    url = url or mine.snapshot_url
     state = session_state(s.dir, snapshot_url=url)
     if args.json:
         print_json(state)

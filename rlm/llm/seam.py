@@ -68,6 +68,8 @@ from rlm.llm.types import (
     StreamCallback,
     ToolCall,
     Usage,
+    clean_completion,
+    clean_text,
     copy_message,
 )
 
@@ -242,11 +244,17 @@ class SeamLLM:
             kwargs["max_tokens"] = max_tokens
         if self.stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
+        # where a reply enters the host: no lone surrogate gets past (types.clean_text)
+        if on_text is not None:
+            on_text = _cleaning(on_text)
+        if on_call is not None:
+            on_call = _cleaning_call(on_call)
         attempt = 0
         while True:
             streamed = [False]
             try:
-                return self._checked(self._attempt(kwargs, on_text, streamed, on_call=on_call))
+                return clean_completion(self._checked(
+                    self._attempt(kwargs, on_text, streamed, on_call=on_call)))
             except RlmError:
                 raise
             except Exception as exc:  # noqa: BLE001 - every error leaves as an rlm error
@@ -290,6 +298,14 @@ class SeamLLM:
                 on_text(completion.content)  # one piece: renderers still show the text
             return completion
         return _assemble(response, on_text, streamed, self.spec, on_call=on_call)
+
+
+def _cleaning(on_text: StreamCallback) -> StreamCallback:
+    return lambda piece: on_text(clean_text(piece))
+
+
+def _cleaning_call(on_call: CallStreamCallback) -> CallStreamCallback:
+    return lambda index, piece: on_call(index, clean_text(piece))
 
 
 # One reply's text plus tool-call arguments, at most: above any provider's output limit

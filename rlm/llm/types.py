@@ -17,6 +17,31 @@ def copy_message(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def clean_text(text: str) -> str:
+    """`text` as valid Unicode: a surrogate pair written as two code units joined, every
+    lone surrogate (`"\\ud800"`, which no encoder takes: the log, the terminal and the
+    kernel would each fail on it) replaced by U+FFFD. A model's reply is cleaned once,
+    where it enters the host (`clean_completion`, the seam's stream callbacks)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def clean_value(value: Any) -> Any:
+    """`clean_text` through a decoded JSON value (a tool call's arguments): keys too."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_value(k): clean_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [clean_value(v) for v in value]
+    return value
+
+
 @dataclass
 class ToolCall:
     id: str
@@ -56,6 +81,15 @@ class Completion:
     usage: Usage = field(default_factory=Usage)
     model: str = ""
     finish_reason: str = "stop"
+
+
+def clean_completion(c: Completion) -> Completion:
+    """A reply as the host may keep it: every string valid Unicode (`clean_text`)."""
+    c.content = clean_text(c.content)
+    for call in c.tool_calls:
+        call.id, call.name = clean_text(call.id), clean_text(call.name)
+        call.arguments = clean_value(call.arguments)
+    return c
 
 
 StreamCallback = Callable[[str], None]

@@ -61,6 +61,7 @@ class StreamRules:
     def __init__(self, rules: RuleSet | None = None):
         self.rules = rules or RuleSet()
         self.turn_hits: Counter[str] = Counter()
+        self.slow: set[str] = set()  # rules whose condition ran out of time: off for the run
 
     def start_turn(self) -> None:
         self.turn_hits.clear()
@@ -76,6 +77,8 @@ class StreamRules:
         out = []
         for rule in self.rules.stream:
             n = counts[rule.name]
+            if rule.name in self.slow:
+                continue
             if self.turn_hits[rule.name] >= PER_TURN or n >= DEMOTE_AFTER:
                 continue
             if rule.repeat == "once" and n:
@@ -87,7 +90,7 @@ class StreamRules:
 
     def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         rules = self.active(branch)
-        return ReplyScanner(rules) if rules else None
+        return ReplyScanner(rules, slow=self.slow) if rules else None
 
     def hit(self, match: Match, branch: Sequence[Entry]) -> Abort:
         rule = match.rule

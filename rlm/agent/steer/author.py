@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rlm import safeio
 from rlm.agent.steer.files import RuleError, parse_rule
-from rlm.agent.steer.match import StreamRule, match_code, match_text
+from rlm.agent.steer.match import RuleTooSlow, StreamRule, match_code, match_text
 from rlm.errors import RlmError
 from rlm.llm.types import LLM
 from rlm.session.entries import Entry, MessageEntry, call_code
@@ -94,7 +94,10 @@ def matches(rule: StreamRule, output: Output) -> bool:
     if rule.reads("text") != (output.where == "text"):
         return False
     find = match_text if output.where == "text" else match_code
-    return find(rule, output.text) is not None
+    try:
+        return find(rule, output.text) is not None
+    except RuleTooSlow:  # a condition that runs out of time matches nothing
+        return False
 
 
 def check(rule: StreamRule, outputs: list[Output]) -> tuple[list[Output], str | None]:

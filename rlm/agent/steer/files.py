@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import regex
 import yaml
 
 from rlm import safeio
-from rlm.agent.steer.match import INTERRUPTS, SCOPES, StreamRule
+from rlm.agent.steer.match import INTERRUPTS, SCOPES, StreamRule, compile_condition
 
 RULE_FILE_LIMIT = 64_000
 CATCH_ALL = r"[\s\S]"
@@ -213,8 +214,8 @@ def _conditions(meta: dict[str, Any]) -> list[str]:
         return items
     for c in items:
         try:
-            re.compile(c)
-        except re.error as e:
+            compile_condition(c)  # the engine the rule runs on (rlm.agent.steer.match)
+        except regex.error as e:
             raise RuleError(f"condition {c!r} is not a valid regex ({e}); escape special "
                             "characters such as ( with a backslash") from e
     return items
@@ -225,8 +226,8 @@ def _looks_like_glob(items: list[str]) -> bool:
     if len(items) != 1 or "*" not in items[0] or not _GLOB.fullmatch(items[0]):
         return False
     try:
-        re.compile(items[0])
-    except re.error:
+        compile_condition(items[0])
+    except regex.error:
         return True
     return items[0].startswith("*") or "/*" in items[0]
 

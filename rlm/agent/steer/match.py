@@ -14,6 +14,12 @@ the rule sets `in_strings: true`. A string still open at the end of a partial bu
 what follows it, so a half-streamed literal never matches. File scopes (`code(*.py)`)
 check cells that write a file matching the glob; their condition reads the whole cell,
 strings included, since a written file's text usually is a string literal.
+
+A rule's conditions come from files a cell can write (`.rlm/rules/`), so they are hostile
+input: they run on the `regex` engine with a time bound (`RULE_TIMEOUT_S` a search). A
+search that runs out of time counts as no match, and the scanner turns the rule off for
+the session with one notice naming it (`ReplyScanner.take_notices`): a catastrophic
+pattern costs the host a bounded time, once.
 """
 
 from __future__ import annotations
@@ -22,8 +28,14 @@ import fnmatch
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from rlm.llm.types import clean_text
 
 SCOPES = ("text", "code")
+RULE_TIMEOUT_S = 0.05  # one search of one condition; past it the rule is off (see above)
 INTERRUPTS = ("never", "prose-only", "code-only", "always")
 FENCE = re.compile(r"^[ \t]*```")
 # where a cell writes a file: open(NAME, 'w'/'a'/'x'), Path(NAME).write_text/bytes,
@@ -54,10 +66,11 @@ class StreamRule:
     source: str = ""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_patterns", tuple(re.compile(c, re.M) for c in self.conditions))
+        object.__setattr__(self, "_patterns", tuple(compile_condition(c) for c in self.conditions))
 
     @property
-    def patterns(self) -> tuple[re.Pattern[str], ...]:
+    def patterns(self) -> tuple[Any, ...]:
+        """The conditions compiled on the `regex` engine (searched with a time bound)."""
         return self._patterns  # type: ignore[attr-defined,no-any-return]
 
     @property
@@ -73,6 +86,27 @@ class StreamRule:
 
     def reads(self, where: str) -> bool:
         return (self.scope == "text") == (where == "text")
+
+
+def compile_condition(condition: str) -> Any:
+    """A rule condition on the engine that bounds its time (raises `regex.error` for a
+    pattern it cannot compile)."""
+    return regex.compile(condition, regex.M)
+
+
+class RuleTooSlow(Exception):
+    """A rule's condition ran out of time on a text (treated as no match)."""
+
+    def __init__(self, rule: StreamRule):
+        super().__init__(rule.name)
+        self.rule = rule
+
+
+def slow_notice(rule: StreamRule) -> str:
+    where = f" ({rule.source})" if rule.source else ""
+    return (f"rule {rule.name!r}{where}: its condition ran longer than {RULE_TIMEOUT_S:g} s "
+            "on the reply and was stopped; the rule is off for the rest of this session "
+            "(simplify the regex: nested repeats such as (a|a)+ backtrack exponentially)")
 
 
 @dataclass(frozen=True)
@@ -149,8 +183,12 @@ def match_text(rule: StreamRule, text: str) -> str | None:
 
 
 def _search(rule: StreamRule, seen: str, original: str) -> str | None:
+    """The first match of a condition; raises RuleTooSlow when one runs out of time."""
     for pat in rule.patterns:
-        m = pat.search(seen)
+        try:
+            m = pat.search(seen, timeout=RULE_TIMEOUT_S)
+        except TimeoutError as e:
+            raise RuleTooSlow(rule) from e
         if m is not None:
             return original[m.start():m.end()]
     return None
@@ -167,6 +205,10 @@ class ReplyScanner:
     _in_code: bool = False
     _noted: set[str] = field(default_factory=set)  # rules whose non-interrupting match is kept
     notes: list[Match] = field(default_factory=list)  # matches that do not interrupt
+    # rules whose condition ran out of time: skipped (StreamRules shares its set, so they
+    # stay off for the session); their notices wait in `_said` for `take_notices`
+    slow: set[str] = field(default_factory=set)
+    _said: list[str] = field(default_factory=list)
 
     def feed(self, delta: str) -> Match | None:
         grew: set[str] = set()
@@ -231,11 +273,21 @@ class ReplyScanner:
             return self._first(self._code_rules(), lambda r: match_code(r, block), "code")
         return None
 
+    def take_notices(self) -> list[str]:
+        """One line per rule turned off since the last call (the caller shows them)."""
+        out, self._said = self._said, []
+        return out
+
     def _first(self, rules: list[StreamRule], find: object, where: str) -> Match | None:
         for rule in rules:
-            if rule.name in self._noted:
+            if rule.name in self._noted or rule.name in self.slow:
                 continue
-            found = find(rule)  # type: ignore[operator]
+            try:
+                found = find(rule)  # type: ignore[operator]
+            except RuleTooSlow:
+                self.slow.add(rule.name)
+                self._said.append(slow_notice(rule))
+                continue
             if found is None:
                 continue
             match = Match(rule, where, found, rule.interrupts_in(where))
@@ -286,7 +338,9 @@ class CallArguments:
         if self._closed or (before == 0 and self._out) or (
                 any("\n" in piece for piece in self._out[before:]) and self._due()):
             self._given = self._size
-            return "".join(self._out)
+            # a `\\udXXX` escape decodes to a surrogate: a pair is joined, a lone one is
+            # U+FFFD (the code is shown and matched before the seam's cleaned reply exists)
+            return clean_text("".join(self._out))
         return None
 
     def _due(self) -> bool:
