@@ -36,8 +36,6 @@ _RMTREE = "shutil.rmtree: removes a tree without following a link in it"
 _MODEL = "the user's model cache (hidden from the sandbox, never a session path)"
 _USER = "a path the user named on the command line, not a session path"
 _CONF = "the user's config directory (hidden from the sandbox; O_NOFOLLOW)"
-_SELF = ("the session's own host-only file (the sandbox hides the session dir but its "
-         "kernel dirs; O_EXCL/O_NOFOLLOW or trust.open_regular): to move onto safeio")
 ALLOWED: dict[str, str] = {
     "rlm.agent.prompts:load_prompt .read_text": _PKG,
     "rlm.compaction.checkpoint:_prompt .read_text": _PKG,
@@ -90,19 +88,6 @@ ALLOWED: dict[str, str] = {
     "rlm.trust:first_time os.open": _CONF + " (O_EXCL)",
     "rlm.trust:open_regular os.open": "O_NOFOLLOW | O_NONBLOCK, a regular file only: the "
                                       "user's config and the session's host-only files",
-    "rlm.session.store:SessionStore.create os.open": _SELF,
-    "rlm.session.store:_move_torn_tail open": _SELF,
-    "rlm.session.store:_rewrite_migrated .read_bytes": _SELF,
-    "rlm.session.index:save os.open": _SELF,
-    "rlm.session.index:save os.replace": _SELF,
-    "rlm.session.index:save .unlink": _SELF,
-    "rlm.compaction.checkpoint:read .read_bytes": _SELF,
-    "rlm.longrun.schedule:Scheduler._txn os.open": _SELF,
-    "rlm.longrun.worker:send_request .mkdir": _SELF,
-    "rlm.longrun.worker:start_detached os.open": _SELF,
-    "rlm.longrun.worker:_start_failure open": _SELF,
-    "rlm.longrun.worker:prune_workers .unlink": _SELF,
-    "rlm.longrun.worker:tail_events open": _SELF,
 }
 
 

@@ -32,6 +32,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.compaction.plan import latest_compaction_index, serialize_entries
 from rlm.errors import RlmError
 from rlm.llm.tokens import count_text
@@ -99,9 +100,8 @@ def read(session: Any) -> tuple[str, dict[str, Any]] | None:
     root = getattr(session, "dir", None)
     if entry is None or root is None or not isinstance(entry.data, dict):
         return None
-    p = path_of(root)
     try:
-        data = p.read_bytes()
+        data = safeio.read_bytes(Path(root), FILENAME)
     except OSError:
         return None
     if hashlib.sha256(data).hexdigest() != entry.data.get("sha256"):

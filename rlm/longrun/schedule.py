@@ -37,7 +37,7 @@ from croniter import CroniterBadDateError, croniter
 from rlm import safeio
 from rlm.errors import RlmError, SessionGone
 from rlm.longrun.clock import Clock, SystemClock, iso
-from rlm.paths import PRIVATE_FILE, write_private_atomic
+from rlm.paths import write_private_atomic
 
 FILE_VERSION = 1
 MIN_INTERVAL_S = 10.0
@@ -316,7 +316,7 @@ class Scheduler:
     def _txn(self, write: bool = True) -> Iterator[State]:
         if not self.path.parent.is_dir():  # the session's directory: never recreated here
             raise SessionGone(self.path.parent)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, PRIVATE_FILE)
+        fd = safeio.open_file(self.lock_path.parent, self.lock_path.name, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if write else fcntl.LOCK_SH)
             state = self._load()

@@ -54,7 +54,7 @@ from rlm.longrun.goals import GoalManager
 from rlm.longrun.lock import SessionLock, WorkerRunning, holds_lock, lock_holder
 from rlm.longrun.lock import holder as lock_holder_info
 from rlm.longrun.schedule import Scheduler, Tick
-from rlm.paths import PRIVATE_FILE, rlm_home, sessions_path, write_private_atomic
+from rlm.paths import rlm_home, sessions_path, write_private_atomic
 from rlm.protocols import SessionLog
 from rlm.session.store import resolve_session_dir
 
@@ -414,9 +414,9 @@ def send_request(session_id: str, request: dict[str, Any], home: Path | None = N
     """Queue a request for the session's worker ({"kind": "prompt", "text": ...} or
     {"kind": "goal", "action": set|pause|resume|clear|raise_budget, ...})."""
     inbox = _paths(session_id, home)["inbox"]
-    inbox.mkdir(mode=0o700, exist_ok=True)
+    safeio.make_dirs(inbox.parent, inbox.name)
     path = inbox / f"{time.time_ns():020d}-{uuid.uuid4().hex[:6]}.json"
-    write_private_atomic(path, json.dumps(request).encode())
+    write_private_atomic(path, json.dumps(request).encode(), root=inbox.parent)
     return path
 
 
@@ -472,7 +472,7 @@ def start_detached(
         argv = [sys.executable, "-P", "-m", "rlm", "worker", where]
     ready_r, ready_w = os.pipe()
     env = dict(os.environ, RLM_HOME=str(home or rlm_home()), **{READY_FD_ENV: str(ready_w)})
-    log_fd = os.open(paths["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, PRIVATE_FILE)
+    log_fd = safeio.open_append(paths["log"].parent, paths["log"].name)
     try:
         start = os.fstat(log_fd).st_size  # this worker's lines start here
         proc = subprocess.Popen(
@@ -506,7 +506,7 @@ def start_detached(
 def _start_failure(log: Path, start: int, code: int | None) -> str:
     """The worker's own error line (`rlm worker: ...`), else the tail of its log."""
     try:
-        with open(log, "rb") as f:
+        with os.fdopen(safeio.open_file(log.parent, log.name), "rb") as f:
             f.seek(start)
             text = f.read().decode(errors="replace")
     except OSError:
@@ -549,7 +549,7 @@ def prune_workers(home: Path | None = None) -> list[str]:
     for d in sorted(root.iterdir()) if root.is_dir() else []:
         status = d / "worker.json"
         if status.is_file() and lock_holder(d / "worker.lock") is None:
-            status.unlink(missing_ok=True)
+            safeio.unlink(d, status.name)
             gone.append(d.name)
     return gone
 
@@ -582,7 +582,9 @@ def tail_events(
     paths = _paths(session_id, home)
     pos, buf = 0, b""
     while True:
-        with contextlib.suppress(FileNotFoundError), open(paths["events"], "rb") as f:
+        events = paths["events"]
+        with contextlib.suppress(FileNotFoundError), \
+                os.fdopen(safeio.open_file(events.parent, events.name), "rb") as f:
             f.seek(pos)
             chunk = f.read()
             pos += len(chunk)

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.errors import SessionCorrupt
-from rlm.paths import PRIVATE_FILE
 from rlm.session.branch import Branch, Reader
 from rlm.session.entries import SESSION_VERSION, Entry, SessionHeader
 from rlm.session.lines import TAIL_HASHED, build, parse_entry, parse_line, tail_hash
@@ -70,15 +70,8 @@ def save(log: Path, c: Covered) -> None:
             "customs": c.branch.customs_index()}
     data = json.dumps(meta, separators=(",", ":")).encode() + b"\n" + body
     path = index_path(log)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(OSError):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, PRIVATE_FILE)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # a cache: not fsynced (rebuilt when it does not match)
+        safeio.write_atomic(path.parent, path.name, data, durable=False)
 
 
 def covered_now(log: Path, count: int, leaf: str | None, branch: Branch) -> Covered | None:

@@ -45,10 +45,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.durability import LogFile
 from rlm.errors import SessionCorrupt, SessionError
 from rlm.paths import (
-    PRIVATE_FILE,
     check_session_id,
     check_session_layout,
     fsync_dir,
@@ -140,7 +140,8 @@ class SessionStore:
             id=sid, cwd=os.getcwd(), model=model, task=task, parent_session=parent_session
         )
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, PRIVATE_FILE)
+            fd = safeio.open_file(folder, FILE_NAME, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                                  | os.O_APPEND)
         except FileExistsError as e:
             raise SessionError(f"{path} already exists; open it with SessionStore.open") from e
         store = cls(header, path)
@@ -449,7 +450,7 @@ def _terminate(path: Path) -> None:
 
 def _move_torn_tail(path: Path, cut: int) -> Path:
     """Copy the bytes from `cut` on aside (fsynced), then truncate the log at `cut`."""
-    with open(path, "rb") as f:
+    with os.fdopen(safeio.open_file(path.parent, path.name), "rb") as f:
         f.seek(cut)
         torn = f.read()
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%f")
@@ -468,7 +469,7 @@ def _rewrite_migrated(path: Path, store: SessionStore) -> None:
     """Keep the original as session.jsonl.v<N>.bak, then atomically write the migrated log."""
     backup = path.with_name(f"{path.name}.v{store._old_version}.bak")
     if not backup.exists():
-        write_private_atomic(backup, path.read_bytes())
+        write_private_atomic(backup, safeio.read_bytes(path.parent, path.name))
     lines = [_dumps(e) for e in [store.header, *store._entries]]
     write_private_atomic(path, b"".join(lines))
     store._needs_rewrite = False
