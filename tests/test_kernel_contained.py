@@ -357,6 +357,7 @@ def test_kernel_network_is_the_users_setting_only(tmp_path):
         assert "kernel_network" in config_warnings()[0]
     finally:
         os.chdir(old)
-    assert trust._looser("kernel_network", True, False) and trust._looser("kernel_network", True, None)
-    assert not trust._looser("kernel_network", False, True)
+    looser = trust.SCREENED["kernel_network"]  # (recorded, the user's own)
+    assert looser(True, False) and looser(True, None)
+    assert not looser(False, True)
     assert "kernel_network" in trust.SECURITY_FLAGS

@@ -177,11 +177,13 @@ def test_python_loop_timeout_interrupts_and_kernel_lives(kernel):
 
 
 def test_runtime_dir_and_connection_file_are_private(kernel, session):
-    runtime = session / "runtime"
-    assert runtime.stat().st_mode & 0o777 == 0o700  # jupyter_client adds the sticky bit
-    conn = [p for p in runtime.iterdir() if p.name.startswith("kernel-") and p.suffix == ".json"]
+    for d in ("runtime", "host"):  # the kernel's, and the host's (connection file, log)
+        assert (session / d).stat().st_mode & 0o777 == 0o700  # jupyter_client adds the sticky bit
+    conn = [p for p in (session / "host").iterdir()
+            if p.name.startswith("kernel-") and p.suffix == ".json"]
     assert len(conn) == 1
     assert conn[0].stat().st_mode & 0o777 == 0o600
+    assert not [p for p in (session / "runtime").iterdir() if p.suffix == ".json"]
 
 
 def test_kernel_env_has_no_provider_secrets(session, monkeypatch):
