@@ -56,7 +56,15 @@ class Config:
     # characters of a cell's output the model sees (head + tail; the rest is spooled).
     # None: scaled to the model's window (`scaled_output_budget`), at most 20,000
     output_budget_chars: int | None = None
+    # bytes of one cell's output kept on disk (the full-output spool and its artifacts
+    # together); past it the spool stops and the cell's output says how much was cut
+    output_disk_cap: int = 256 * MiB
+    # the kernel's memory cap (RLIMIT_DATA: allocations past it raise MemoryError in the
+    # cell). None: DEFAULT_MEMORY_CAP_FRACTION of physical RAM (`memory_cap`); 0: no cap
     memory_cap_bytes: int | None = None
+    # tasks (processes and threads) the kernel and everything it starts may hold at once,
+    # where rlm can make a cgroup for it (rlm.kernel.cgroup); 0: no bound
+    kernel_max_procs: int = 1024
     kernel_python: str | None = None  # default: the host's interpreter
     kernel_cwd: str | None = None  # the kernel's working directory (default: the host's)
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
@@ -113,6 +121,12 @@ class Config:
     def __post_init__(self) -> None:
         validate(self)
 
+    def memory_cap(self) -> int | None:
+        """The kernel's memory cap in bytes, or None for no cap (`memory_cap_bytes = 0`)."""
+        if self.memory_cap_bytes is None:
+            return default_memory_cap()
+        return self.memory_cap_bytes or None
+
     def output_budget(self) -> int:
         """The output budget in characters: the value set, else the unscaled default."""
         return self.output_budget_chars or DEFAULT_OUTPUT_BUDGET_CHARS
@@ -138,6 +152,48 @@ def scaled_output_budget(window: int | None) -> int:
 # The smallest address-space cap under which a kernel starts and imports numpy and pandas
 # (measured: at 256M the kernel dies at start, at 512M OpenBLAS cannot map its library).
 MIN_MEMORY_CAP = 1024 * MiB
+# The kernel's default memory cap: this share of the memory the machine (or the cgroup rlm
+# runs in) has, at least MIN_MEMORY_CAP. It is RLIMIT_DATA (heap and private writable
+# mappings), not the address space: V8 (node, kaleido's Chromium), the JVM and Go reserve
+# gigabytes of address space they never touch, which `prlimit --as` at a share of RAM
+# would refuse them; reserved-but-inaccessible mappings do not count against RLIMIT_DATA.
+DEFAULT_MEMORY_CAP_FRACTION = 0.75
+
+
+def _memory_available() -> int | None:
+    """Physical RAM, or the memory limit of this process's cgroup when lower."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    limits = []
+    try:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrl, path = line.split(":", 2)
+            if ctrl == "":
+                limits.append(Path("/sys/fs/cgroup", path.lstrip("/"), "memory.max"))
+                limits.append(Path("/sys/fs/cgroup/unified", path.lstrip("/"), "memory.max"))
+            elif "memory" in ctrl.split(","):
+                limits.append(Path("/sys/fs/cgroup/memory", path.lstrip("/"),
+                                   "memory.limit_in_bytes"))
+    except (OSError, ValueError):
+        pass
+    for f in limits:
+        try:
+            value = f.read_text().strip()
+        except OSError:
+            continue
+        if value.isdigit():
+            total = min(total, int(value))
+    return total
+
+
+def default_memory_cap() -> int | None:
+    """The cap `memory_cap_bytes = None` stands for (None where RAM is unknown)."""
+    total = _memory_available()
+    if not total:
+        return None
+    return max(int(total * DEFAULT_MEMORY_CAP_FRACTION) // MiB * MiB, MIN_MEMORY_CAP)
 
 # (field, the flag or key a user sets it with, what is allowed)
 _POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concurrency",
@@ -228,14 +284,23 @@ def validate(cfg: Config) -> None:
     if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
         raise ConfigError(f"child_budget_share must be a number in (0, 1], got {share!r}")
     cap = cfg.memory_cap_bytes
-    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < MIN_MEMORY_CAP):
+    if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)
+                            or 0 < cap < MIN_MEMORY_CAP or cap < 0):
         raise ConfigError(f"{_name('memory_cap_bytes')} must be at least {MIN_MEMORY_CAP // MiB}M "
-                          f"(a kernel with numpy and pandas cannot start under less), got {cap!r}")
+                          f"(a kernel with numpy and pandas cannot start under less), or 0 for "
+                          f"no cap, got {cap!r}")
+    for name, low in (("output_disk_cap", MiB), ("kernel_max_procs", 0)):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ConfigError(f"{_name(name)} must be a whole number >= {low}, got {value!r}")
+    if 0 < cfg.kernel_max_procs < 64:
+        raise ConfigError(f"{_name('kernel_max_procs')} must be at least 64 (the kernel's own "
+                          f"threads count), or 0 for no bound, got {cfg.kernel_max_procs!r}")
     kind = kernel_kind(cfg.kernel)
     if kind.kind == "gateway" and cfg.sandbox is True:
         raise ConfigError(f"--sandbox is not available with --kernel {cfg.kernel}: the kernel "
                           "runs on the gateway's machine; isolate it there (container, pod)")
-    if kind.kind == "gateway" and cfg.memory_cap_bytes:
+    if kind.kind == "gateway" and cfg.memory_cap_bytes:  # an explicit one; 0 and None pass
         raise ConfigError(f"--memory-cap is not available with --kernel {cfg.kernel}: the "
                           "gateway's kernelspec or cluster sets the memory limit (e.g. a pod's "
                           "resources.limits.memory)")
@@ -288,7 +353,7 @@ PROJECT_FILE = "rlm.toml"
 PROJECT_SAFE = frozenset({
     "model", "sub_model", "compaction_model", "advisor", "max_turns", "max_tokens",
     "max_wall_s", "temperature", "cell_timeout", "gate_timeout_s", "interrupt_grace_s",
-    "output_budget_chars",
+    "output_budget_chars", "output_disk_cap", "kernel_max_procs",
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
     "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
@@ -300,13 +365,15 @@ PROJECT_SAFE = frozenset({
 PROJECT_LIMITS: dict[str, float] = {
     "max_turns": math.inf, "max_tokens": math.inf, "max_wall_s": math.inf,
     "cell_timeout": math.inf, "gate_timeout_s": math.inf, "interrupt_grace_s": math.inf,
-    "output_budget_chars": DEFAULT_OUTPUT_BUDGET_CHARS, "memory_cap_bytes": math.inf,
+    "output_budget_chars": DEFAULT_OUTPUT_BUDGET_CHARS,
+    "memory_cap_bytes": float(default_memory_cap() or math.inf),
+    "output_disk_cap": math.inf, "kernel_max_procs": math.inf,
     "snapshot_var_cap": math.inf, "snapshot_total_cap": math.inf,
     "context_window": math.inf, "keep_recent_tokens": math.inf, "max_depth": math.inf,
     "token_budget": math.inf, "turn_budget": math.inf, "batch_concurrency": math.inf,
     "worker_idle_exit_s": math.inf, "max_children": math.inf, "child_budget_share": math.inf,
 }
-ZERO_IS_UNLIMITED = ("max_children",)
+ZERO_IS_UNLIMITED = ("max_children", "memory_cap_bytes", "kernel_max_procs")
 # The rest of PROJECT_SAFE: choices and tuning, taken as the file gives them (a model only
 # among the user's own: `_not_mine`).
 PROJECT_CHOICES = frozenset({
@@ -467,8 +534,10 @@ def _raised(path: Path, data: dict[str, Any], baseline: Config) -> list[str]:
 
 def _loosest(name: str, value: Any) -> float:
     """A limit's value as a number, larger = looser (None and, where it means so, 0 are
-    what PROJECT_LIMITS says they stand for)."""
-    if value is None or (value == 0 and name in ZERO_IS_UNLIMITED):
+    what PROJECT_LIMITS says they stand for: 0 is unlimited)."""
+    if value == 0 and name in ZERO_IS_UNLIMITED:
+        return math.inf
+    if value is None:
         return PROJECT_LIMITS[name]
     if isinstance(value, bool):
         raise TypeError(name)

@@ -121,7 +121,8 @@ SCREENED: dict[str, Rule] = {
     "snapshot_url": _other,
     # limits: a recorded value may tighten the user's own, never loosen it
     "max_turns": _higher(), "max_tokens": _higher(), "max_wall_s": _higher(),
-    "cell_timeout": _higher(), "gate_timeout_s": _higher(), "memory_cap_bytes": _higher(),
+    "cell_timeout": _higher(), "gate_timeout_s": _higher(),
+    "memory_cap_bytes": _higher(zero_is_unlimited=True),
     "max_depth": _higher(), "token_budget": _higher(), "turn_budget": _higher(),
     "max_children": _higher(zero_is_unlimited=True), "context_window": _higher(),
     "keep_recent_tokens": _higher(),
@@ -137,7 +138,8 @@ SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home",
                   "interrupt_grace_s", "output_budget_chars", "snapshot_var_cap",
                   "snapshot_total_cap", "checkpoint_rungs", "batch_concurrency",
-                  "child_budget_share", "worker_idle_exit_s")
+                  "child_budget_share", "worker_idle_exit_s", "output_disk_cap",
+                  "kernel_max_procs")
 # Run options (not config), each with its rule and the value a refusal leaves. `workdir`
 # becomes the kernel's working directory, which the sandbox binds read-write; `context`,
 # `named` and `notebook` are files the host reads and loads into the kernel.

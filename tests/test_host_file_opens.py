@@ -35,6 +35,8 @@ _PKG = "package data (importlib.resources): not a path a kernel writes"
 _RMTREE = "shutil.rmtree: removes a tree without following a link in it"
 _MODEL = "the user's model cache (hidden from the sandbox, never a session path)"
 _USER = "a path the user named on the command line, not a session path"
+_CGROUP = ("/proc/self and the cgroup filesystem (/sys/fs/cgroup): not a kernel-writable "
+           "session path; kernel files there are the kernel's own (pids.max, cgroup.procs)")
 _CONF = "the user's config directory (hidden from the sandbox; O_NOFOLLOW)"
 ALLOWED: dict[str, str] = {
     "rlm.agent.prompts:load_prompt .read_text": _PKG,
@@ -56,6 +58,12 @@ ALLOWED: dict[str, str] = {
     "rlm.kernel.sandbox_freeze:join os.open": "/proc/<pid>/ns/*, read-only, for setns",
     "rlm.kernel.sandbox_freeze:mounts open": "/proc/<pid>/mountinfo, read-only",
     "rlm.longrun.lock:holds_lock open": "/proc/locks",
+    "rlm.config:_memory_available .read_text": "/proc/self/cgroup and cgroupfs limits, read-only",
+    **{f"rlm.kernel.cgroup:{place}": _CGROUP for place in (
+        "_mounts .read_text", "_own_paths .read_text", "pids_parent .read_text",
+        "KernelCgroup.make .mkdir", "KernelCgroup.make .write_text", "KernelCgroup.make .rmdir",
+        "KernelCgroup.pids .read_text", "KernelCgroup.kill_all .write_text",
+        "KernelCgroup.remove .rmdir", "_sweep .read_text", "_sweep .rmdir")},
     "rlm.llm.local_prefix:PrefixStore.find os.utime": _MODEL,
     "rlm.llm.local_prefix:PrefixStore._trim .unlink": _MODEL,
     "rlm.llm.modelfile:_adopt os.rename": _MODEL,

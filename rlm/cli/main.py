@@ -32,7 +32,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-wall", type=_seconds, dest="max_wall_s", help="wall-clock limit in seconds")
     g.add_argument("--cell-timeout", type=_seconds, help="seconds before a cell is interrupted (default 300)")
     g.add_argument("--memory-cap", type=_bytes, dest="memory_cap_bytes",
-                   help="kernel address-space cap, e.g. 4G (MemoryError instead of OOM kills)")
+                   help="kernel memory cap, e.g. 4G: an allocation past it is a MemoryError "
+                        "in the cell, not an OOM kill (default: 3/4 of RAM; 0: no cap)")
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
     g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
@@ -157,8 +158,8 @@ def _bytes(text: str) -> int:
         value = float(t[:-1]) * units[t[-1]] if t and t[-1] in units else float(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size like 4G or 512M") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be a positive size like 4G")
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be a size like 4G (0: no cap)")
     return int(value)
 
 

@@ -10,6 +10,14 @@ would read is rendered as text and streamed through a bounded head+tail accumula
 a spool: in memory while small, a file in `artifacts/` once it outgrows the budget, so a
 100 MB print costs the host ~budget characters of memory. Images and mime payloads over
 `INLINE_LIMIT` go to `artifacts/` and are referenced from `Output.refs`.
+
+What one cell leaves is bounded whatever the kernel sends (it is untrusted: a cell can
+publish on IOPub in any shape): on disk, the spool and the cell's artifacts together at
+most `Config.output_disk_cap` bytes (`DiskBudget`; past it the spool stops); at most
+`MAX_ARTIFACTS` artifact files; in memory, at most `MAX_OUTPUTS` outputs and
+`INLINE_TOTAL` bytes of inline payloads (more goes to artifacts, or is cut). Messages the
+listener cut (`rlm_cut`, rlm/kernel/listener.py) count too. Whatever was cut, the model
+and the user read one line saying what and where the kept part is (`CellCollector.finish`).
 """
 
 from __future__ import annotations
@@ -33,6 +41,10 @@ from rlm.secrets import StreamRedactor, known_secrets, redact_text, scrub_sessio
 
 TICK_S = 0.05
 INLINE_LIMIT = 64 * 1024
+INLINE_TOTAL = 1024 * 1024  # inline payload bytes kept in memory (and the log) per cell
+MAX_OUTPUTS = 500  # Output objects per cell; later ones are rendered to text only
+MAX_ARTIFACTS = 100  # artifact files per cell
+DEFAULT_DISK_CAP = 256 * 2**20  # Config.output_disk_cap
 LOST_IOPUB_GRACE_S = 1.0  # reply in, but IOPub never saw this request: stop waiting for idle
 # idle on IOPub, but no reply: ipykernel dropped the request (a KeyboardInterrupt that landed
 # in its own code around the cell's is "caught in kernel", and no execute_reply is sent)
@@ -159,36 +171,69 @@ def _new_host_file(session_dir: Path, rel: Path) -> int:
     return safeio.create_new(session_dir, rel, create_dirs=True)
 
 
+def _mb(n: int) -> str:
+    return f"{n / 2**20:,.0f} MB" if n >= 2**20 else f"{n:,} bytes"
+
+
+class DiskBudget:
+    """Bytes one cell may still put on disk (spool and artifacts together)."""
+
+    def __init__(self, cap: int):
+        self.cap, self.left = cap, cap
+
+    def take(self, n: int) -> int:
+        """How many of `n` bytes may be written (all or what is left)."""
+        got = min(n, self.left)
+        self.left -= got
+        return got
+
+
 class _Spool:
     """Rendered output: in memory while small, then a private file in artifacts/. What
     reaches the file is redacted as it is written (a key split across chunks too:
     `StreamRedactor`), so a host killed mid-cell leaves no key in clear for a later open
-    to find, whether or not that open knows the key."""
+    to find, whether or not that open knows the key. The file stops at the cell's disk
+    budget; `cut` counts the bytes that did not fit."""
 
-    def __init__(self, artifacts: Path, name: str, threshold: int):
+    def __init__(self, artifacts: Path, name: str, threshold: int, budget: DiskBudget):
         self._artifacts, self._name, self._threshold = artifacts, name, threshold
+        self._budget = budget
         self._buf: list[str] = []
         self._size = 0
-        self._file: IO[str] | None = None
+        self._file: IO[bytes] | None = None
         self._redactor = StreamRedactor()
         self.rel_path: str | None = None
+        self.cut = 0
 
     def write(self, text: str) -> None:
         if self._file is not None:
-            self._file.write(self._redactor.feed(text))
+            self._put(self._redactor.feed(text))
             return
         self._buf.append(text)
         self._size += len(text)
         if self._size > self._threshold:
             fd = _new_host_file(self._artifacts.parent, Path("artifacts", self._name))
-            self._file = open(fd, "w", encoding="utf-8", errors="replace")  # noqa: SIM115
-            self._file.write(self._redactor.feed("".join(self._buf)))
+            self._file = open(fd, "wb")  # noqa: SIM115
+            self._put(self._redactor.feed("".join(self._buf)))
             self._buf = []
             self.rel_path = f"artifacts/{self._name}"
 
-    def close(self) -> None:
+    def _put(self, text: str) -> None:
+        if self.cut:  # full: count what is not kept, no encoding needed for that
+            self.cut += len(text)
+            return
+        data = text.encode("utf-8", errors="replace")
+        room = self._budget.take(len(data))
+        assert self._file is not None
+        self._file.write(data[:room])
+        self.cut += len(data) - room
+
+    def close(self, last_line: str = "") -> None:
         if self._file is not None:
-            self._file.write(self._redactor.close())
+            tail = self._redactor.close()
+            self._put(tail)
+            if last_line:
+                self._file.write(last_line.encode("utf-8", errors="replace"))
             self._file.close()
 
 
@@ -201,6 +246,7 @@ class CellCollector:
         budget: int,
         tag: str,
         on_output: Callable[[Output], None] | None = None,
+        disk_cap: int = DEFAULT_DISK_CAP,
     ):
         self.session_dir = session_dir
         self.outputs: list[Output] = []
@@ -209,14 +255,21 @@ class CellCollector:
         self._caps = split_budget(budget)
         self._shaped = HeadTail(*self._caps)
         self._stream_text: dict[int, HeadTail] = {}  # index in outputs -> its text
-        self._spool = _Spool(session_dir / "artifacts", f"{tag}.txt", sum(self._caps))
+        self._disk = DiskBudget(disk_cap)
+        self._spool = _Spool(session_dir / "artifacts", f"{tag}.txt", sum(self._caps),
+                             self._disk)
         self._on_output = on_output
         self._n_artifacts = 0
+        self._inline = 0  # inline payload bytes kept
+        self._cut: dict[str, int] = {}  # what was cut -> how many (messages, outputs, ...)
         self._started_ns = time.time_ns()
 
     # -- IOPub messages -------------------------------------------------------------
     def handle(self, msg: dict[str, Any]) -> None:
         msg_type, content = msg["header"]["msg_type"], msg["content"]
+        if content.get("rlm_cut"):  # the listener did not decode it whole
+            self._count("over-size messages", 1)
+            self._count("bytes of them", int(content["rlm_cut"]))
         if msg_type == "stream":
             self._stream(content.get("name", "stdout"), content.get("text", ""))
         elif msg_type in ("execute_result", "display_data"):
@@ -233,10 +286,11 @@ class CellCollector:
 
     def _stream(self, name: str, text: str) -> None:
         last = self.outputs[-1] if self.outputs else None
-        if last is None or last.kind != "stream" or last.name != name:
+        if (last is None or last.kind != "stream" or last.name != name) and not self._full():
             self.outputs.append(Output(kind="stream", name=name, text=""))
             self._stream_text[len(self.outputs) - 1] = HeadTail(*self._caps)
-        self._stream_text[len(self.outputs) - 1].add(text)
+        if self.outputs and self.outputs[-1].kind == "stream":
+            self._stream_text[len(self.outputs) - 1].add(text)
         self._render(text)
         if self._on_output is not None:
             self._on_output(Output(kind="stream", name=name, text=text))
@@ -249,7 +303,10 @@ class CellCollector:
         )
         if kind == "execute_result":
             self.execution_count = content.get("execution_count", self.execution_count)
-        self.outputs.append(out)
+        if content.get("rlm_cut"):
+            self._render(f"[{kind}: a {_mb(int(content['rlm_cut']))} message, not kept]\n")
+        if not self._full():
+            self.outputs.append(out)
         images = [path for mime, path in (refs or {}).items() if mime.startswith("image/")]
         for path in images:  # absolute: the user opens it from wherever they are (issue 14.6)
             self._render(f"[image: {(self.session_dir / path).absolute()}]\n")
@@ -274,7 +331,8 @@ class CellCollector:
         if hidden:
             full = "\n".join(strip_ansi(b) for b in out.traceback or [])
             path = self._write_artifact("text/plain", full)
-            text += f"\n[{hidden} library frame(s) hidden; full traceback: {path}]"
+            where = f"full traceback: {path}" if path else "full traceback in the log"
+            text += f"\n[{hidden} library frame(s) hidden; {where}]"
         self._render(text + "\n")
         if self._on_output is not None:
             self._on_output(out)
@@ -287,17 +345,36 @@ class CellCollector:
         for mime, value in data.items():
             is_text = isinstance(value, str)
             size = len(value) if is_text else len(json.dumps(value))
-            if not mime.startswith("image/") and size <= INLINE_LIMIT:
+            if (not mime.startswith("image/") and size <= INLINE_LIMIT
+                    and self._inline + size <= INLINE_TOTAL):
+                self._inline += size
                 inline[mime] = value
                 continue
-            refs[mime] = self._write_artifact(mime, value)
+            path = self._write_artifact(mime, value)
+            if path is not None:
+                refs[mime] = path
             if mime == "text/plain":
                 head = HeadTail(*self._caps)
                 head.add(value if isinstance(value, str) else json.dumps(value))
-                inline[mime] = head.text(refs[mime])
+                inline[mime] = head.text(path)
         return inline, refs
 
-    def _write_artifact(self, mime: str, value: Any) -> str:
+    def _full(self) -> bool:
+        """No more Output objects this cell (their text is still rendered)."""
+        if len(self.outputs) < MAX_OUTPUTS:
+            return False
+        self._count("outputs over the limit", 1)
+        return True
+
+    def _count(self, what: str, n: int) -> None:
+        self._cut[what] = self._cut.get(what, 0) + n
+
+    def _write_artifact(self, mime: str, value: Any) -> str | None:
+        """The file's path under the session, or None when the cell's artifacts are at
+        their limit (count or bytes): not written, counted."""
+        if self._n_artifacts >= MAX_ARTIFACTS:
+            self._count("artifacts over the limit", 1)
+            return None
         self._n_artifacts += 1
         name = f"{self._tag}-{self._n_artifacts}.{_EXT.get(mime, 'bin')}"
         payload: bytes | None = None
@@ -311,6 +388,10 @@ class CellCollector:
                 "utf-8", errors="replace")
         elif payload is None:
             payload = json.dumps(value).encode()
+        if self._disk.take(len(payload)) < len(payload):
+            self._count("artifacts over the limit", 1)
+            self._n_artifacts -= 1
+            return None
         fd = _new_host_file(self.session_dir, Path("artifacts", name))
         with os.fdopen(fd, "wb") as f:
             f.write(payload)
@@ -319,7 +400,8 @@ class CellCollector:
     # -- the end --------------------------------------------------------------------
     def finish(self) -> tuple[str, str | None, int, int]:
         """(shaped text, full output path or None, total chars, elided chars)."""
-        self._spool.close()
+        note = self._cut_note()
+        self._spool.close(note)
         # the spool, artifacts, snapshot data the kernel wrote since the last scrub (a
         # thread may write between cells): no secret stays on disk
         scrub_session(self.session_dir, self._started_ns, append_only=APPEND_ONLY_FILES.match)
@@ -329,4 +411,26 @@ class CellCollector:
             out.text = acc.text(full)
             if acc.elided and full:
                 out.refs = {"text/plain": full}
-        return self._shaped.text(full), full, self._shaped.total, self._shaped.elided
+        shaped = self._shaped.text(full)
+        if note:
+            shaped += ("" if shaped.endswith("\n") or not shaped else "\n") + note
+            if self._on_output is not None:
+                self._on_output(Output(kind="stream", name="stderr", text=note))
+        return shaped, full, self._shaped.total, self._shaped.elided
+
+    def _cut_note(self) -> str:
+        """The one line about what this cell's output lost to the host's bounds, or ""."""
+        parts = []
+        if self._spool.cut:
+            parts.append(f"{_mb(self._spool.cut)} of text past the "
+                         f"{_mb(self._disk.cap)} kept on disk (output_disk_cap)")
+        labels = {"over-size messages": "message(s) over the host's size limit cut",
+                  "artifacts over the limit": "payload(s) not saved (artifact limit)",
+                  "outputs over the limit": "output(s) past the count limit kept as text only"}
+        for key, label in labels.items():
+            if self._cut.get(key):
+                parts.append(f"{self._cut[key]:,} {label}")
+        if not parts:
+            return ""
+        kept = self._spool.rel_path or "the text above"
+        return f"[rlm: output cut: {'; '.join(parts)}; the kept part: {kept}]\n"

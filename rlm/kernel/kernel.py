@@ -165,7 +165,8 @@ class Kernel:
             rt = self._runtime()
             t0 = time.monotonic()
             tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-            col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output)
+            col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output,
+                                disk_cap=self.config.output_disk_cap)
             self._int.begin()
 
             def seen(msg: dict[str, Any]) -> None:

@@ -6,14 +6,33 @@ execution that registered it (`route`); bridge comm messages go to the dispatche
 replies come back through `send_control` and are sent from this thread. Messages for no
 registered route (status of control messages, output of background threads after their
 cell ended) are dropped.
+
+The kernel is untrusted, and it can put anything on IOPub (`session.send` from a cell,
+not only ipykernel's bounded streams), so what the host holds is bounded here, whatever
+the kernel sends:
+
+- a message is decoded only when its frames total at most `MAX_MESSAGE_BYTES`; a larger
+  one is received without a copy, its content never decoded: a stream keeps the first
+  `KEEP_OF_CUT` characters of its text, any other kind becomes a one-line note, and the
+  message says how many bytes were cut (`content["rlm_cut"]`, which the collector turns
+  into the cell's one line about what was cut). The raw frames of such a message are
+  libzmq's until the listener drops them: a transient peak of one message's size (zmq's
+  MAXMSGSIZE would bound that too, but it closes the connection for good, losing the
+  kernel's later messages: not used);
+- the messages routed to a cell and not yet taken are at most `QUEUE_BYTES`: past it the
+  listener waits for the cell's loop to take them (`QUEUE_WAIT_S` at most, then it drops
+  the message and counts it), so a kernel that writes faster than the host spools does
+  not pile up in host memory; the host's SUB socket keeps at most `RCV_HWM` messages.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import queue
 import threading
+import time
 from collections import deque
 from typing import Any
 
@@ -25,6 +44,35 @@ from rlm.kernel.bridge import BridgeDispatcher
 log = logging.getLogger(__name__)
 
 _IDLE_POLL_MS = 500
+MAX_MESSAGE_BYTES = 16 * 2**20  # a message's frames, decoded only up to this
+KEEP_OF_CUT = 64 * 1024  # characters of a cut stream message's text that are kept
+QUEUE_BYTES = 32 * 2**20  # routed, not yet taken by the cell's loop
+QUEUE_WAIT_S = 5.0
+RCV_HWM = 64  # messages the host's IOPub socket queues (zmq's default is 1000)
+_HEADER_FRAME_MAX = 64 * 1024  # header, parent header, metadata: small in any honest message
+
+
+def message_size(msg: dict[str, Any]) -> int:
+    return int(msg.get("_rlm_bytes", 0))
+
+
+class RouteQueue(queue.SimpleQueue):  # type: ignore[type-arg]
+    """A route's queue: taking a message gives its bytes back to the router's bound."""
+
+    _router: Router
+
+    def __new__(cls, router: Router) -> RouteQueue:
+        self = super().__new__(cls)
+        self._router = router
+        return self
+
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
+        msg = super().get(block, timeout)
+        self._router.taken(message_size(msg))
+        return msg
+
+    def get_nowait(self) -> Any:
+        return self.get(False)
 
 
 class Router:
@@ -33,12 +81,21 @@ class Router:
 
     def __init__(self, bridge: BridgeDispatcher):
         self._bridge = bridge
-        self._routes: dict[str, queue.SimpleQueue[dict[str, Any]]] = {}
+        self._routes: dict[str, RouteQueue] = {}
         self._stopping = False
+        self._queued = 0  # bytes routed and not yet taken (`taken`)
+        self._queued_lock = threading.Lock()
+        self.dropped = 0  # messages dropped because the cell's loop did not take them
+
+    def taken(self, nbytes: int) -> None:
+        """The cell's loop took a message of `nbytes` from its queue."""
+        if nbytes:
+            with self._queued_lock:
+                self._queued = max(self._queued - nbytes, 0)
 
     def route(self, msg_id: str) -> queue.SimpleQueue[dict[str, Any]]:
         """Register before sending the request, so no message can be missed."""
-        q: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
+        q = RouteQueue(self)
         self._routes[msg_id] = q
         return q
 
@@ -64,8 +121,19 @@ class Router:
             return
         parent_id = msg.get("parent_header", {}).get("msg_id")
         q = self._routes.get(parent_id) if parent_id else None
-        if q is not None:
-            q.put(msg)
+        if q is None:
+            return
+        size = message_size(msg)
+        end = time.monotonic() + QUEUE_WAIT_S
+        while size and self._queued + size > QUEUE_BYTES and self._queued:
+            if self._stopping or time.monotonic() > end or parent_id not in self._routes:
+                self.dropped += 1
+                log.warning("dropping an IOPub message: the cell's loop is not taking them")
+                return
+            time.sleep(0.005)
+        with self._queued_lock:
+            self._queued += size
+        q.put(msg)
 
 
 class IOPubListener(Router):
@@ -74,6 +142,7 @@ class IOPubListener(Router):
     ):
         super().__init__(bridge)
         self._session, self._iopub, self._control = session, iopub, control
+        _bound_queue(iopub)
         self._outbox: deque[tuple[str, dict[str, Any]]] = deque()
         self._wake_r, self._wake_w = os.pipe()
         self._thread = threading.Thread(target=self._run, name="rlm-iopub", daemon=True)
@@ -123,7 +192,7 @@ class IOPubListener(Router):
     def _drain_iopub(self) -> None:
         while not self._stopping:
             try:
-                _, msg = self._session.recv(self._iopub, mode=zmq.NOBLOCK)
+                msg = self._recv()
             except zmq.ZMQError:
                 return
             except Exception:  # a malformed or badly signed message: never kill the thread
@@ -136,6 +205,24 @@ class IOPubListener(Router):
             except Exception:
                 log.warning("error routing an IOPub message", exc_info=True)
 
+    def _recv(self) -> dict[str, Any] | None:
+        """One IOPub message, its size bounded in what the host decodes (see the module
+        docstring); None when there is none."""
+        try:
+            frames = self._iopub.recv_multipart(zmq.NOBLOCK, copy=False)
+        except zmq.ZMQError as e:
+            if e.errno == zmq.EAGAIN:
+                return None
+            raise
+        total = sum(len(f) for f in frames)
+        if total <= MAX_MESSAGE_BYTES:
+            _, parts = self._session.feed_identities([f.bytes for f in frames])
+            msg = self._session.deserialize(parts)
+        else:
+            msg = _cut_message(self._session, frames, total)
+        msg["_rlm_bytes"] = total
+        return msg
+
     def _flush_outbox(self) -> None:
         while self._outbox:
             msg_type, content = self._outbox.popleft()
@@ -143,3 +230,74 @@ class IOPubListener(Router):
                 self._session.send(self._control, msg_type, content)
             except Exception:
                 log.warning("could not send a control message", exc_info=True)
+
+
+def _bound_queue(sock: zmq.Socket) -> None:
+    """RCV_HWM on a connected SUB socket: a high-water mark applies to pipes made after it
+    is set, so reconnect (before any cell: nothing is lost)."""
+    try:
+        url = sock.getsockopt(zmq.LAST_ENDPOINT)
+        sock.setsockopt(zmq.RCVHWM, RCV_HWM)
+        if url:
+            endpoint = url.decode() if isinstance(url, bytes) else str(url)
+            sock.disconnect(endpoint)
+            sock.connect(endpoint)
+    except (zmq.ZMQError, AttributeError, TypeError):
+        log.warning("could not bound the IOPub socket's queue", exc_info=True)
+
+
+def _cut_message(session: Session, frames: list[zmq.Frame], total: int) -> dict[str, Any]:
+    """A message over MAX_MESSAGE_BYTES without decoding its content: checked like any
+    other (signature, header), its content replaced by what is kept of it."""
+    views = [f.buffer for f in frames]
+    delim = next((i for i, v in enumerate(views) if v == b"<IDS|MSG>"), None)
+    if delim is None or len(views) < delim + 6:
+        raise ValueError("malformed message")
+    sig, header, parent, metadata, content = views[delim + 1:delim + 6]
+    if max(len(header), len(parent), len(metadata)) > _HEADER_FRAME_MAX:
+        raise ValueError(f"a {total:,}-byte message with an oversized header")
+    if session.auth is not None:
+        check = session.sign([header, parent, metadata, content])
+        if bytes(sig) != check:
+            raise ValueError("Invalid Signature")
+    msg: dict[str, Any] = {
+        "header": session.unpack(bytes(header)),
+        "parent_header": session.unpack(bytes(parent)),
+        "metadata": {},
+        "buffers": [],
+    }
+    kind = msg["header"].get("msg_type")
+    if kind == "stream":
+        head = bytes(content[:KEEP_OF_CUT * 6 + 1024])  # \u0000 is six bytes
+        msg["content"] = {"name": _field(head, b'"name"') or "stdout",
+                          "text": (_field(head, b'"text"') or "")[:KEEP_OF_CUT],
+                          "rlm_cut": total}
+    elif kind in ("display_data", "execute_result", "error"):
+        msg["content"] = {"data": {}, "metadata": {}, "rlm_cut": total}
+        if kind == "error":
+            msg["header"]["msg_type"] = "display_data"
+    else:  # a comm message or a status this large is not the kernel's own
+        msg["content"] = {"rlm_cut": total}
+    return msg
+
+
+_scanstring: Any = getattr(json.decoder, "scanstring")  # noqa: B009 (untyped in typeshed)
+
+
+def _field(raw: bytes, key: bytes) -> str | None:
+    """The (start of the) JSON string value of `key` in the head `raw` of a JSON object:
+    the value is decoded up to where `raw` ends."""
+    at = raw.find(key)
+    if at < 0:
+        return None
+    quote = raw.find(b'"', raw.find(b":", at + len(key)) + 1)
+    if quote < 0:
+        return None
+    piece = raw[quote + 1:].decode("utf-8", errors="ignore")
+    for trim in range(8):  # an escape cut at the end of `raw`: drop its pieces
+        try:
+            value, _ = _scanstring(piece[:len(piece) - trim] + '"', 0)
+            return str(value)
+        except ValueError:
+            continue
+    return None

@@ -33,6 +33,7 @@ from rlm.config import Config, kernel_kind
 from rlm.errors import KernelError
 from rlm.kernel import reaper
 from rlm.kernel.bridge import BridgeDispatcher
+from rlm.kernel.cgroup import KernelCgroup
 from rlm.kernel.listener import IOPubListener
 from rlm.kernel.sandbox_policy import SandboxChoice, choose
 from rlm.kernel.state import check_snapshot_url, snapshot_location
@@ -54,10 +55,14 @@ _KERNEL_EXT_ROOT = str(Path(__file__).resolve().parents[2])  # the dir holding k
 
 
 def kernel_argv(config: Config, session_dir: Path | None = None,
-                extra_rw: list[Path] | None = None) -> list[str]:
+                extra_rw: list[Path] | None = None,
+                group: KernelCgroup | None = None) -> list[str]:
     """The kernel command line ({connection_file} is filled in by jupyter_client).
     kernel_ext.launch gives up the capabilities that reach into other processes' memory
-    (a root kernel could otherwise read the host's), then runs ipykernel_launcher."""
+    (a root kernel could otherwise read the host's), then runs ipykernel_launcher. The
+    memory cap (`Config.memory_cap`: RLIMIT_DATA, so an allocation past it is a
+    MemoryError in the cell) wraps it; the kernel's cgroup (rlm.kernel.cgroup), where
+    there is one, wraps everything, so the sandbox launcher starts inside it."""
     python = config.kernel_python or sys.executable
     argv = [
         python,
@@ -68,14 +73,15 @@ def kernel_argv(config: Config, session_dir: Path | None = None,
         "--HistoryManager.hist_file=:memory:",
         f"--IPKernelApp.extensions={contract.EXTENSION}",
     ]
-    if config.memory_cap_bytes:
+    cap = config.memory_cap()
+    if cap and (config.memory_cap_bytes or shutil.which("prlimit")):
         # prlimit execs the kernel, so the pid is the kernel's; overruns become MemoryError
-        argv = ["prlimit", f"--as={int(config.memory_cap_bytes)}", "--", *argv]
+        argv = ["prlimit", f"--data={int(cap)}", "--", *argv]
     if sandboxed(config):
         net = ["--net", "host"] if config.kernel_network else []
         argv = [*SANDBOX_ARGV[:-1], *sandbox_binds(config, session_dir, extra_rw), *net, "--",
                 *argv]
-    return argv
+    return group.join_argv(argv) if group is not None else argv
 
 
 def gate_sandbox(config: Config, session_dir: Path | None,
@@ -394,8 +400,11 @@ class KernelRuntime:
         if transport == "ipc":
             prefix, self._ipc_dir = ipc_prefix(runtime_dir, f"k{name[7:13]}", host_dir)
             extra = {"transport": "ipc", "ip": str(prefix)}
+        # a bound on the kernel's tasks and an end for all of them (rlm.kernel.cgroup)
+        self._cgroup = None if provisioner else KernelCgroup.make(name, config.kernel_max_procs)
         spec = provisioned_spec(provisioner, config) if provisioner else KernelSpec(
-            argv=kernel_argv(config, session_dir, [self._ipc_dir] if self._ipc_dir else None),
+            argv=kernel_argv(config, session_dir, [self._ipc_dir] if self._ipc_dir else None,
+                             self._cgroup),
             display_name="rlm", language="python")
         self.km = KernelManager(
             kernel_name="rlm",
@@ -561,6 +570,8 @@ class KernelRuntime:
             except Exception:
                 pass
         self._kill_group()
+        if self._cgroup is not None:  # everything the kernel started, however it hid
+            self._cgroup.remove()
         self._forget_pid_file()
         self.listener.stop()
         for sock in (self.shell, self.iopub, self.control):
