@@ -38,6 +38,7 @@ SNAPSHOT_CRASH_AFTER_FILES = "RLM_SNAPSHOT_CRASH_AFTER_FILES"
 IPYTHONDIR = "IPYTHONDIR"  # IPython's profile dir (kept inside the session)
 MPLCONFIGDIR = "MPLCONFIGDIR"  # matplotlib's cache/config dir (kept under $RLM_HOME)
 MPLBACKEND = "MPLBACKEND"  # inline figures
+MATPLOTLIBRC = "MATPLOTLIBRC"  # the user's matplotlibrc, for a sandboxed kernel (no HOME)
 PYTHONPATH = "PYTHONPATH"  # kernel_ext's root, for a kernel_python of another venv
 
 # the host's mark on every process of the kernel (rlm/kernel/reaper.py kills them all at
@@ -45,7 +46,7 @@ PYTHONPATH = "PYTHONPATH"  # kernel_ext's root, for a kernel_python of another v
 KERNEL_MARK = "RLM_KERNEL_MARK"
 ENV = frozenset({SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAPSHOT_TOTAL_CAP,
                  SNAPSHOT_CRASH_AFTER_FILES, KERNEL_MARK, IPYTHONDIR, MPLCONFIGDIR, MPLBACKEND,
-                 PYTHONPATH})
+                 MATPLOTLIBRC, PYTHONPATH})
 
 # Gateways forward a client's environment only as `KERNEL_<NAME>` (Enterprise Gateway and
 # Kernel Gateway both); kernel_ext.adopt_gateway_env maps these back. The paths are the

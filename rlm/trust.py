@@ -420,9 +420,12 @@ def allowed(path: Path, data: bytes) -> bool:
 
 
 def protected_paths(home: Path, extra: Iterable[Path] = ()) -> list[Path]:
-    """What a sandboxed kernel must see read-only: the user's config dir (run records,
-    consents), `$RLM_HOME` (config.toml, every session's log and lock) and any config
-    file named by RLM_CONFIG."""
+    """What a sandboxed kernel must not see at all (rlm/kernel/sandbox_exec.py hides each
+    wherever a shown path, the working directory say, would show it): the user's config
+    dir (run records, consents), `$RLM_HOME` (config.toml, every session's log, lock and
+    connection files) and any config file named by RLM_CONFIG. `extra`: the session dir
+    itself (one given as a path may live outside $RLM_HOME); its kernel's own
+    directories are shown under it."""
     out = [config_dir(), Path(home)]
     explicit = os.environ.get("RLM_CONFIG")
     if explicit:

@@ -166,7 +166,8 @@ def test_kernel_ext_reads_only_declared_env_by_its_contract_name():
     assert bad == [], "\n".join(bad)
     # what the host sets for kernel_ext is read there (PYTHONPATH and MPLBACKEND are for
     # the interpreter and matplotlib; KERNEL_MARK is the host's own mark, read by its reaper)
-    assert contract.ENV - read == {contract.PYTHONPATH, contract.MPLBACKEND, contract.KERNEL_MARK}
+    assert contract.ENV - read == {contract.PYTHONPATH, contract.MPLBACKEND, contract.KERNEL_MARK,
+                                   contract.MATPLOTLIBRC}
 
 
 def test_the_checks_catch_what_they_are_for():

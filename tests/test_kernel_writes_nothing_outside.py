@@ -19,11 +19,11 @@ def _tree(root):
                   for d, dirs, files in os.walk(root) for n in dirs + files)
 
 
-def _run_in_kernel(tmp_path, code):
+def _run_in_kernel(tmp_path, code, sandbox=None):
     """Start a kernel for a session under tmp_path/rlm, run `code`, stop it: (session, result)."""
     session = tmp_path / "rlm" / "sessions" / "s1"
     session.mkdir(parents=True)
-    k = Kernel(session, Config(home=tmp_path / "rlm"))
+    k = Kernel(session, Config(home=tmp_path / "rlm", sandbox=sandbox))
     k.start()
     try:
         res = k.execute(code)
@@ -63,18 +63,28 @@ def test_kernel_start_writes_nothing_under_home(tmp_path, monkeypatch):
     assert _tree(outside) == sorted(made)
 
 
-def test_a_users_own_matplotlib_config_is_still_read(tmp_path, monkeypatch):
-    """With a matplotlib config dir of the user's own, the kernel leaves MPLCONFIGDIR
-    unset, so their matplotlibrc still applies."""
+@pytest.mark.parametrize("sandbox", [False, True])
+def test_a_users_own_matplotlib_config_is_still_read(tmp_path, monkeypatch, sandbox):
+    """With a matplotlib config dir of the user's own, an unsandboxed kernel leaves
+    MPLCONFIGDIR unset, so their matplotlibrc still applies. The sandbox shows no HOME:
+    the kernel's matplotlib dir is rlm's cache and the user's matplotlibrc is shown
+    read-only (MATPLOTLIBRC), so it applies there too."""
+    if sandbox and not runtime.sandboxed(Config(sandbox=None)):
+        pytest.skip("no user namespaces here")
     config = tmp_path / "config"
     (config / "matplotlib").mkdir(parents=True)
     (config / "matplotlib" / "matplotlibrc").write_text("lines.linewidth: 7.25\n")
     monkeypatch.setenv("XDG_CONFIG_HOME", str(config))
     monkeypatch.delenv("MPLCONFIGDIR", raising=False)
     _, res = _run_in_kernel(tmp_path, "import matplotlib\nprint(matplotlib.rcParams["
-                            "'lines.linewidth'], matplotlib.get_configdir())")
-    assert res.shaped.split() == ["7.25", str(config / "matplotlib")], res.shaped
-    assert not (tmp_path / "rlm" / "cache").exists()
+                            "'lines.linewidth'], matplotlib.get_configdir())",
+                            sandbox=sandbox)
+    cache = tmp_path / "rlm" / "cache" / "matplotlib"
+    assert res.shaped.split() == ["7.25", str(cache if sandbox else config / "matplotlib")], \
+        res.shaped
+    assert sorted(os.listdir(config / "matplotlib")) == ["matplotlibrc"]
+    if not sandbox:
+        assert not (tmp_path / "rlm" / "cache").exists()
 
 
 def test_a_dead_hosts_socket_dir_outside_the_session_is_removed(tmp_path):

@@ -179,31 +179,108 @@ def check_sandbox() -> None:
 
 def sandbox_binds(config: Config, session_dir: Path | None,
                   extra_rw: list[Path] | None = None) -> list[str]:
-    """The sandbox launcher's `--rw`/`--ro` arguments: what a sandboxed kernel may write
-    under the paths it sees read-only (rlm.trust.protected_paths). `extra_rw`: the
-    fallback socket dir of a deep session (`ipc_prefix`), which may sit under them."""
+    """The sandbox launcher's `--rw`/`--ro`/`--hide` arguments (rlm/kernel/sandbox_exec.py
+    shows the kernel nothing else): read-write the working directory, the session's
+    `snapshot/` and `runtime/`, the matplotlib cache and `extra_rw` (the fallback socket
+    dir of a deep session, `ipc_prefix`); read-only the session's `host/` and `artifacts/`
+    (what the host writes for the kernel to read), the interpreters and every directory
+    they import from (`_python_paths`: a cell must not plant a `.pth` the next `rlm` runs)
+    and the user's matplotlibrc; hidden wherever a shown path would show them the user's
+    rlm config dir, `$RLM_HOME`, `$RLM_CONFIG`, the session dir itself
+    (rlm.trust.protected_paths) and `$XDG_RUNTIME_DIR`."""
     trust.ensure_dir(trust.config_dir())  # exists, so a cell cannot create it with records
+    workdir = os.path.realpath(config.kernel_cwd or os.getcwd())
     rw: list[Path] = list(extra_rw or [])
+    ro: list[str] = []
     if session_dir is not None:
-        rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime", "artifacts")]
-    if not _user_mpl_config(dict(os.environ)).exists():  # the cache kernel_env points at
-        rw.append(private_dir(config.home / "cache" / "matplotlib"))
-    if config.kernel_cwd:
-        rw.append(Path(config.kernel_cwd))
+        rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime")]
+        private_dir(session_dir / "artifacts")  # shown only if it exists when the kernel starts
+        ro += [str(session_dir / d) for d in ("host", "artifacts")]  # a missing one: skipped
+    rw.append(private_dir(config.home / "cache" / "matplotlib"))  # MPLCONFIGDIR (kernel_env)
+    rw.append(Path(workdir))
+    rc = _user_matplotlibrc(dict(os.environ))
+    if rc is not None:
+        ro.append(str(rc))
+    ro += [p for p in _python_paths(config) if p != workdir]
     out: list[str] = []
     for path in rw:
         out += ["--rw", str(path)]
-    # the session dir itself too: one given as a path may live outside $RLM_HOME
-    for path in trust.protected_paths(config.home, [session_dir] if session_dir else []):
-        out += ["--ro", str(path)]
+    for p in ro:
+        out += ["--ro", p]
+    hidden = trust.protected_paths(config.home, [session_dir] if session_dir else [])
+    runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
+    for path in [*hidden, *([Path(runtime_dir)] if runtime_dir else [])]:
+        out += ["--hide", str(path)]
     return out
 
 
+_other_python: dict[str, list[str]] = {}  # kernel_python -> its paths, asked once
+
+
+def _python_paths(config: Config) -> list[str]:
+    """What the kernel's interpreter (and the host's, whose site-packages a cell must not
+    write) imports from: prefixes, site-packages (the user's too), the import path with
+    PYTHONPATH, and rlm's own packages (an editable install imports them from the
+    checkout). "/", $HOME and its parents are left out: never shown whole."""
+    import site
+
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
+             site.getusersitepackages(), *sys.path,
+             *os.environ.get(contract.PYTHONPATH, "").split(os.pathsep),
+             *(os.path.join(_KERNEL_EXT_ROOT, d) for d in ("kernel_ext", "rlm"))]
+    python = config.kernel_python
+    if python and python != sys.executable:
+        if python not in _other_python:
+            _other_python[python] = _ask_python(python)
+        found += _other_python[python]
+    home = os.path.realpath(os.path.expanduser("~"))
+    out: list[str] = []
+    for p in found:
+        if not p or not os.path.isabs(p) or not os.path.exists(p):
+            continue
+        real = os.path.realpath(p)
+        if real == "/" or home == real or home.startswith(real.rstrip("/") + "/"):
+            continue
+        if p not in out:
+            out.append(p)
+    return out
+
+
+def _ask_python(python: str) -> list[str]:
+    """Another interpreter's prefixes and import path (or, where it does not answer, the
+    prefixes its path and its real path suggest)."""
+    import json
+
+    code = "import sys, json; print(json.dumps([sys.prefix, sys.base_prefix, *sys.path]))"
+    try:
+        proc = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=30)
+        paths = json.loads(proc.stdout)
+        if proc.returncode == 0 and isinstance(paths, list):
+            return [str(p) for p in paths]
+    except (OSError, ValueError, subprocess.SubprocessError):
+        pass
+    return [str(Path(python).parent.parent), str(Path(python).resolve().parent.parent)]
+
+
+# Host channels, not data: sockets a cell could drive the user's session through (an ssh
+# or gpg agent, dbus, docker, the display, a terminal multiplexer, an editor). Never
+# passed to the kernel, sandboxed or not; with the sandbox their paths are absent too.
+_HOST_CHANNELS = frozenset({
+    "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "GNUPGHOME",
+    "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST", "CONTAINER_HOST",
+    "XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "GNOME_KEYRING_CONTROL",
+    "TMUX", "TMUX_PANE", "STY", "NVIM", "NVIM_LISTEN_ADDRESS", "KITTY_LISTEN_ON",
+    "PULSE_SERVER", "PIPEWIRE_REMOTE", "SWAYSOCK", "I3SOCK", "HYPRLAND_INSTANCE_SIGNATURE"})
+_HOST_CHANNEL = re.compile(r"(_SOCK|_SOCKET|_IPC_HOOK\w*|_IPC_HANDLE)$", re.IGNORECASE)
+
+
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
-    """The host env minus provider secrets, plus what kernel_ext needs (every name it
-    sets is declared in kernel_ext.contract)."""
+    """The host env minus provider secrets and host channels (`_HOST_CHANNELS`), plus what
+    kernel_ext needs (every name it sets is declared in kernel_ext.contract)."""
     passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
-    env = {k: v for k, v in os.environ.items() if k in passed or not _SECRET_ENV.search(k)}
+    env = {k: v for k, v in os.environ.items()
+           if k in passed or not (_SECRET_ENV.search(k) or k in _HOST_CHANNELS
+                                  or _HOST_CHANNEL.search(k))}
     env.update({
         contract.SESSION_DIR: str(session_dir),
         contract.SNAPSHOT_DIR: str(session_dir / "snapshot"),
@@ -217,17 +294,39 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
         # IPython makes ~/.ipython/profile_default at start: keep it in the session's
         # private runtime dir, so a kernel writes nothing under HOME
         env[contract.IPYTHONDIR] = str(private_dir(session_dir / "runtime" / "ipython"))
-    if contract.MPLCONFIGDIR not in env and not _user_mpl_config(env).exists():
+    cache = config.home / "cache" / "matplotlib"
+    if sandboxed(config):
+        # the sandbox shows no HOME: matplotlib's font cache and config dir are rlm's
+        # (shared by its sessions, so the font cache is built once); the user's own
+        # matplotlibrc is still read (shown read-only: sandbox_binds)
+        rc = _user_matplotlibrc(env)
+        env[contract.MPLCONFIGDIR] = str(private_dir(cache))
+        if rc is not None:
+            env[contract.MATPLOTLIBRC] = str(rc)
+    elif contract.MPLCONFIGDIR not in env and not _user_mpl_config(env).exists():
         # matplotlib writes its font cache under ~/.cache/matplotlib (and a config dir)
         # on first import: with no config of the user's own to hide, keep both in
         # $RLM_HOME (shared by its sessions, so the font cache is built once)
-        env[contract.MPLCONFIGDIR] = str(private_dir(config.home / "cache" / "matplotlib"))
+        env[contract.MPLCONFIGDIR] = str(private_dir(cache))
     if config.kernel_python and config.kernel_python != sys.executable:
         # another interpreter may not have kernel_ext installed: put ours on its path
         env[contract.PYTHONPATH] = os.pathsep.join(
             p for p in (_KERNEL_EXT_ROOT, env.get(contract.PYTHONPATH)) if p
         )
     return env
+
+
+def _user_matplotlibrc(env: dict[str, str]) -> Path | None:
+    """The user's own matplotlibrc (MATPLOTLIBRC, else in MPLCONFIGDIR or matplotlib's
+    per-user config dir), if there is one."""
+    given = env.get(contract.MATPLOTLIBRC)
+    if given:
+        path = Path(given)
+        path = path / "matplotlibrc" if path.is_dir() else path
+        return path if path.is_file() else None
+    base = env.get(contract.MPLCONFIGDIR)
+    path = (Path(base) if base else _user_mpl_config(env)) / "matplotlibrc"
+    return path if path.is_file() else None
 
 
 def _user_mpl_config(env: dict[str, str]) -> Path:
