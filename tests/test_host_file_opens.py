@@ -38,6 +38,9 @@ _USER = "a path the user named on the command line, not a session path"
 _CGROUP = ("/proc/self and the cgroup filesystem (/sys/fs/cgroup): not a kernel-writable "
            "session path; kernel files there are the kernel's own (pids.max, cgroup.procs)")
 _CONF = "the user's config directory (hidden from the sandbox; O_NOFOLLOW)"
+_NEW_ROOT = ("the sandbox's new root (tmpfs of a fresh mount namespace, rlm/kernel/"
+             "sandbox_exec.py), built before the kernel exists; the host's files are bound "
+             "into it, never written")
 ALLOWED: dict[str, str] = {
     "rlm.agent.prompts:load_prompt .read_text": _PKG,
     "rlm.compaction.checkpoint:_prompt .read_text": _PKG,
@@ -54,6 +57,16 @@ ALLOWED: dict[str, str] = {
     "rlm.app.isolation:isolate .mkdir": "the child's session directory (host-only)",
     "rlm.kernel.sandbox_exec:_write open": "/proc/self of the launcher, before the kernel exists",
     "rlm.kernel.sandbox_exec:_parent open": "/proc/<pid>/stat, read-only",
+    **dict.fromkeys([f"rlm.kernel.sandbox_exec:{place}" for place in (
+        "_dev os.mkdir", "_dev os.open", "_dev os.symlink", "_link_given os.makedirs",
+        "_link_given os.symlink", "_make_target os.makedirs", "_make_target os.mkdir",
+        "_make_target os.open", "_pivot os.mkdir", "_system_link os.symlink",
+        "build_root os.mkdir", "build_root os.open", "build_root os.rmdir")], _NEW_ROOT),
+    "rlm.kernel.sandbox_exec:_Source.open os.open":
+        "O_PATH|O_NOFOLLOW of a bind source (opens nothing's content), checked to be the "
+        "resolved path, before the kernel exists",
+    "rlm.kernel.sandbox_exec:_plan .open": "_Source.open (above)",
+    "rlm.kernel.sandbox_exec:_mounts_under open": "/proc/self/mountinfo, read-only",
     "rlm.llm.local:cpu_has_amx open": "/proc/cpuinfo",
     "rlm.kernel.sandbox_freeze:join os.open": "/proc/<pid>/ns/*, read-only, for setns",
     "rlm.kernel.sandbox_freeze:mounts open": "/proc/<pid>/mountinfo, read-only",

@@ -227,7 +227,7 @@ def _python_paths(config: Config) -> list[str]:
     found = [sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(),
              site.getusersitepackages(), *sys.path,
              *os.environ.get(contract.PYTHONPATH, "").split(os.pathsep),
-             *(os.path.join(_KERNEL_EXT_ROOT, d) for d in ("kernel_ext", "rlm"))]
+             *(os.path.join(_KERNEL_EXT_ROOT, d) for d in (contract.EXTENSION, "rlm"))]
     python = config.kernel_python
     if python and python != sys.executable:
         if python not in _other_python:
