@@ -29,14 +29,20 @@ from dataclasses import dataclass
 
 # What the first sandboxed run says, once per user (the marker is in the user's config dir).
 ON_NOTICE = (
-    "the kernel runs in a sandbox (the default where Linux allows it): its own user, mount "
-    "and network namespaces. It protects your provider keys (not in its environment, and "
-    "the /proc of a parent that holds one is hidden), your rlm config and every session's "
-    "log (read-only to it), and ends what it starts with the run. It does NOT stop a cell "
-    "from reading or changing your other files, and the kernel has no network (no "
-    "pd.read_csv('https://...'), no pip install, no database on another host). Turn it off "
-    "with --no-sandbox, or `sandbox = false` in $RLM_HOME/config.toml (RLM_SANDBOX=0 in "
-    "the environment); --sandbox makes it required. Shown once.")
+    "the kernel runs in a sandbox (the default where Linux allows it): its own user, mount, "
+    "PID and network namespaces and a filesystem of its own. It shows the kernel only your "
+    "working directory (read-write), this session's snapshot and runtime dirs, a private "
+    "/tmp, and read-only the system (/usr, /etc, /opt), Python and rlm (a cell cannot "
+    "change them, as root either). Hidden from it: the rest of your home directory, your "
+    "other files and data outside the working directory, every other session and this "
+    "one's log, your rlm config, /run and host sockets; your provider keys and agent "
+    "sockets (SSH_AUTH_SOCK) are not in its environment, and what it starts ends with the "
+    "run. NOT protected: whatever is under the working directory (start rlm in a project "
+    "directory, not in your home), and what /etc shows any reader; and the kernel has no "
+    "network (no pd.read_csv('https://...'), no pip install, no database on another host; "
+    "--kernel-network gives it back). Turn it off with --no-sandbox, or `sandbox = false` "
+    "in $RLM_HOME/config.toml (RLM_SANDBOX=0 in the environment); --sandbox makes it "
+    "required. Shown once.")
 UNAVAILABLE_NOTICE = (
     "the kernel runs WITHOUT a sandbox: this machine gives no unprivileged user namespaces "
     "({reason}). A cell can read what you can read, including a provider key in a parent "
