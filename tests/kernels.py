@@ -46,7 +46,10 @@ def fresh(k: Kernel) -> Kernel:
 
 @pytest.fixture(scope="module")
 def module_kernel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
-    with shared(tmp_path_factory.mktemp("shared-kernel")) as k:
+    # working in the whole base temp dir: the sandbox shows a kernel its working directory
+    # only, and the module's tests hand it files under their own tmp_path
+    with shared(tmp_path_factory.mktemp("shared-kernel"),
+                kernel_cwd=str(tmp_path_factory.getbasetemp())) as k:
         yield k
 
 

@@ -642,7 +642,10 @@ def test_outside_git_children_work_on_private_copies_and_only_finished_changes_c
              "for h in (a, b, c):\n    print(h.name, h.status()['isolation'])"),
         call("final('ok')"),
     ])
-    options = app.RunOptions(overrides={"model": parent, "sub_model": child}, workdir=str(work))
+    # unsandboxed: the parent and its children meet on marker files in tmp_path, outside
+    # every working dir (the sandbox shows each kernel its own working dir only)
+    options = app.RunOptions(overrides={"model": parent, "sub_model": child, "sandbox": False},
+                             workdir=str(work))
     run = app.SessionRun.new("run", "go", options)
     with run:
         run.drive("go")

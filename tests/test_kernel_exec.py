@@ -22,8 +22,11 @@ def session(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def kernel(session):
-    k = Kernel(session, Config(output_budget_chars=4000))
+def kernel(session, tmp_path_factory):
+    # working in the base temp dir: the (default) sandbox shows a kernel its working dir
+    # only, and the module's tests hand it files under their own tmp_path
+    k = Kernel(session, Config(output_budget_chars=4000,
+                               kernel_cwd=str(tmp_path_factory.getbasetemp())))
     k.start()
     yield k
     k.stop()

@@ -54,8 +54,8 @@ class Markers:
 def running(k: Kernel, tmp: Path, before: str, during: str = "time.sleep(0.05)",
             after: str = "") -> Iterator[Markers]:
     """A cell running on another thread, between its `started` and `finished` markers."""
-    # beside tmp, not in it: tmp is $RLM_HOME here, read-only to the (default) sandbox
-    markers = tmp.parent / f"{tmp.name}-markers"
+    # in tmp, the working directory (the default sandbox shows a kernel nothing outside it)
+    markers = tmp / "markers"
     markers.mkdir(exist_ok=True)
     m = Markers(markers)
     code = m.cell(before, during, after)

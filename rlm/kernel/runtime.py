@@ -183,7 +183,7 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     shows the kernel nothing else): read-write the working directory, the session's
     `snapshot/` and `runtime/`, the matplotlib cache and `extra_rw` (the fallback socket
     dir of a deep session, `ipc_prefix`); read-only the session's `host/` and `artifacts/`
-    (what the host writes for the kernel to read), the interpreters and every directory
+    (what the host writes for the kernel to read) and `context.json`, the interpreters and every directory
     they import from (`_python_paths`: a cell must not plant a `.pth` the next `rlm` runs)
     and the user's matplotlibrc; hidden wherever a shown path would show them the user's
     rlm config dir, `$RLM_HOME`, `$RLM_CONFIG`, the session dir itself
@@ -195,7 +195,9 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     if session_dir is not None:
         rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime")]
         private_dir(session_dir / "artifacts")  # shown only if it exists when the kernel starts
-        ro += [str(session_dir / d) for d in ("host", "artifacts")]  # a missing one: skipped
+        # a missing one is skipped; context.json: an rlm_query child's `context`, which its
+        # kernel loads (rlm.app.inputs.put_context)
+        ro += [str(session_dir / d) for d in ("host", "artifacts", "context.json")]
     rw.append(private_dir(config.home / "cache" / "matplotlib"))  # MPLCONFIGDIR (kernel_env)
     rw.append(Path(workdir))
     rc = _user_matplotlibrc(dict(os.environ))
@@ -208,6 +210,9 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     for p in ro:
         out += ["--ro", p]
     hidden = trust.protected_paths(config.home, [session_dir] if session_dir else [])
+    # rlm's own parts of $RLM_HOME, for a working directory that is $RLM_HOME or under it
+    # (then $RLM_HOME itself stays shown: sandbox_exec)
+    hidden += [Path(config.home).resolve() / d for d in ("sessions", "config.toml", "rules")]
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
     for path in [*hidden, *([Path(runtime_dir)] if runtime_dir else [])]:
         out += ["--hide", str(path)]

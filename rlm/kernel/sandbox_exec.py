@@ -28,7 +28,9 @@ a link to the real path is made where the new root has none):
 - `--hide` paths (`$RLM_HOME`, the user's rlm config dir, `$RLM_CONFIG`, the session dir,
   `$XDG_RUNTIME_DIR`), and /run and /var/run, are covered by an empty read-only tmpfs (an
   empty file) wherever a bound path shows them (the working directory is the home dir);
-  paths bound under them (the session's own dirs) show through.
+  paths bound under them (the session's own dirs) show through. One that is the working
+  directory or holds it is left shown: the host also names rlm's parts inside it
+  (`$RLM_HOME/sessions`, `config.toml`, `rules`).
 
 Everything else is absent: /home, /root, /var, /run, /mnt, /media, /srv, the host's /tmp
 and whatever else the host has. Each source is resolved and opened (O_PATH) before
@@ -173,8 +175,11 @@ class _Source:
         return f"{_OLD}/proc/self/fd/{self.fd}"
 
 
-def _plan(ro: list[str], rw: list[str], hide: list[str], network: bool) -> list[_Source]:
-    """Every path to bind or hide, opened, parents before children."""
+def _plan(ro: list[str], rw: list[str], hide: list[str], network: bool,
+          cwd: str = "/") -> list[_Source]:
+    """Every path to bind or hide, opened, parents before children. A hidden path that is
+    the working directory or holds it is not covered (the working dir is shown whole: the
+    host names rlm's own parts inside it to hide, `$RLM_HOME/sessions` say)."""
     wanted = [_Source(RO, p) for p in (*SYSTEM_DIRS, *SYSTEM_DATA, "/sys")]
     if network:  # DNS: resolv.conf's real file (systemd-resolved's stub is under /run)
         wanted.append(_Source(RO, "/etc/resolv.conf"))
@@ -183,7 +188,8 @@ def _plan(ro: list[str], rw: list[str], hide: list[str], network: bool) -> list[
     out: list[_Source] = []
     for s in wanted:
         if s.kind == HIDE:
-            out.append(s)  # hidden where it shows; nothing to open
+            if not (cwd + "/").startswith(s.real.rstrip("/") + "/"):
+                out.append(s)  # hidden where it shows; nothing to open
         elif s.given in SYSTEM_DIRS and os.path.islink(s.given):
             out.append(s)  # a top-level link (/bin -> usr/bin): made again as a link
         elif s.open() and (s.is_dir or s.kind == RO):
@@ -357,7 +363,7 @@ def enter(ro: list[str], rw: list[str], network: bool = False,
     _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
     _mount(None, "/", MS_REC | MS_PRIVATE)  # nothing mounted here reaches the host
     # resolved and opened in the host's view (a mount of this namespace: a bind source)
-    build_root(_plan(ro, rw, list(hide or []), network))
+    build_root(_plan(ro, rw, list(hide or []), network, os.path.realpath(cwd)))
     _mask(ancestors)
     try:
         os.chdir(cwd)
