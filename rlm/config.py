@@ -67,6 +67,9 @@ class Config:
     kernel_max_procs: int = 1024
     kernel_python: str | None = None  # default: the host's interpreter
     kernel_cwd: str | None = None  # the kernel's working directory (default: the host's)
+    # the files this run loads into the kernel (--context, files the task names): shown
+    # read-only in the sandbox wherever they are (set from the run's options, not a setting)
+    kernel_inputs: tuple[str, ...] = ()
     kernel_env_pass: tuple[str, ...] = ()  # secret-looking env names the kernel may see
     snapshot_var_cap: int = 256 * MiB
     snapshot_total_cap: int = 1024 * MiB

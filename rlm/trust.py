@@ -135,7 +135,7 @@ SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",
                   "compaction_model", "advisor", "replay", "snapshot_url")
 # Config fields only the user's config or environment may set (no command line records
 # them): never taken from a record.
-NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "home",
+NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "kernel_inputs", "home",
                   "interrupt_grace_s", "output_budget_chars", "snapshot_var_cap",
                   "snapshot_total_cap", "checkpoint_rungs", "batch_concurrency",
                   "child_budget_share", "worker_idle_exit_s", "output_disk_cap",

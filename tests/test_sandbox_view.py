@@ -157,3 +157,28 @@ def test_a_sandboxed_cell_sees_only_what_it_needs(tmp_path, user, workdir_is_hom
             s.close()
         if user == "nobody":
             shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_context_file_outside_the_working_directory_is_shown_read_only(tmp_path):
+    """`--context FILE` from elsewhere is loaded (the kernel reads it where it is); the
+    file beside it is not shown, and the context file cannot be written."""
+    from tests.rlmcli import rlm, script
+
+    outside, project = tmp_path / "data", tmp_path / "project"
+    outside.mkdir()
+    project.mkdir()
+    (outside / "sales.csv").write_text("region,revenue\nwest,10\neast,20\n")
+    (outside / "private.txt").write_text("not for the kernel")
+    code = (f"import os\nprint('ROWS', len(sales))\n"
+            f"print('BESIDE', os.path.exists({str(outside / 'private.txt')!r}))\n"
+            f"try:\n    open({str(outside / 'sales.csv')!r}, 'a').write('x')\n    print('WROTE')\n"
+            "except OSError as e:\n    print('REFUSED', e.errno)")
+    model = script(project / "r.json", [call(code), {"content": "FINAL(done)"}])
+    proc = rlm("run", "go", "--model", model, "--context", str(outside / "sales.csv"), "--json",
+               cwd=project)
+    path = Path(json.loads(proc.stdout.strip().splitlines()[-1])["session_path"])
+    shown = "\n".join(str(json.loads(ln).get("message", {}).get("content"))
+                      for ln in path.read_text().splitlines()[1:])
+    assert "ROWS 2" in shown and "BESIDE False" in shown and "REFUSED" in shown, shown[-3000:]
+    assert (outside / "sales.csv").read_text().endswith("east,20\n")

@@ -9,6 +9,7 @@ defaults.
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -90,6 +91,11 @@ class RunOptions:
             cfg = replace(cfg, model=session.header.model)
         if self.workdir:  # every kernel of the run starts there: resume and restarts too
             cfg = replace(cfg, kernel_cwd=self.workdir)
+        if self.context or self.named:  # the sandbox shows them read-only, wherever they are
+            where = cfg.kernel_cwd or os.getcwd()  # (context_files: named ones from the kernel's)
+            cfg = replace(cfg, kernel_inputs=tuple(
+                [os.path.abspath(os.path.expanduser(str(f))) for f in self.context]
+                + [os.path.abspath(os.path.join(where, str(f))) for f in self.named]))
         return resolve_model(cfg)
 
 

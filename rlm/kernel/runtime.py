@@ -204,6 +204,8 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     if rc is not None:
         ro.append(str(rc))
     ro += [p for p in _python_paths(config) if p != workdir]
+    # the run's --context files and the files its task names, where they are: read-only
+    ro += [os.path.realpath(p) for p in config.kernel_inputs if os.path.isfile(p)]
     out: list[str] = []
     for path in rw:
         out += ["--rw", str(path)]
