@@ -61,7 +61,8 @@ ALLOWED: dict[str, str] = {
         "_dev os.mkdir", "_dev os.open", "_dev os.symlink", "_link_given os.makedirs",
         "_link_given os.symlink", "_make_target os.makedirs", "_make_target os.mkdir",
         "_make_target os.open", "_pivot os.mkdir", "_system_link os.symlink",
-        "build_root os.mkdir", "build_root os.open", "build_root os.rmdir")], _NEW_ROOT),
+        "build_root os.mkdir", "build_root os.open", "build_root os.rmdir",
+        "_hide os.makedirs")], _NEW_ROOT),
     "rlm.kernel.sandbox_exec:_Source.open os.open":
         "O_PATH|O_NOFOLLOW of a bind source (opens nothing's content), checked to be the "
         "resolved path, before the kernel exists",
@@ -274,13 +275,16 @@ def test_the_host_writes_no_file_in_a_directory_the_kernel_writes(tmp_path):
 import os
 host = os.path.join(os.environ["RLM_SESSION_DIR"], "host")
 print(sorted(n.split("-")[0] for n in os.listdir(host)))
-try:
-    open(os.path.join(host, "kernel.log"), "a").write("forged")
-    print("WROTE host/kernel.log")
-except OSError as e:
-    print("refused:", type(e).__name__)
+for name in ("host/kernel.log", "session.jsonl", "../../config.toml"):
+    try:  # the log and the config are hidden: not even a private copy may be made there
+        open(os.path.join(os.environ["RLM_SESSION_DIR"], name), "a").write("forged")
+        print("WROTE", name)
+    except OSError as e:
+        print("refused:", name, type(e).__name__)
 """
-    rc, out, err = _run(tmp_path, code)
+    project = tmp_path / "project"  # beside $RLM_HOME, as a user's project is
+    project.mkdir()
+    rc, out, err = _run(project, code)
     assert rc == 0, err[-2000:]
     from rlm.paths import rlm_home
 

@@ -265,9 +265,20 @@ def _bind(s: _Source) -> None:
 
 
 def _hide(path: str, made: list[str]) -> None:
-    """An empty tmpfs (an empty file) over `path` where the new root shows it."""
-    if os.path.islink(path) or not os.path.lexists(path):
+    """An empty tmpfs (an empty file) over `path` where the new root shows it. A hidden
+    directory the new root does not show yet gets one too, where it can be made (in the
+    private /tmp, say: `$RLM_HOME` under /tmp): the targets of the binds below it (the
+    session's `snapshot/`, `runtime/`) are then made in that tmpfs, which ends read-only,
+    so a cell cannot write files at the hidden paths, not even ones only the sandbox sees."""
+    if os.path.islink(path):
         return
+    if not os.path.lexists(path):
+        if not os.path.isdir(f"{_OLD}{path}"):
+            return
+        try:
+            os.makedirs(path, 0o755)
+        except OSError:
+            return  # under a read-only bind: nothing shows it
     if os.path.isdir(path):
         _mount("none", path, MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs", "size=64k,mode=755")
         made.append(path)
