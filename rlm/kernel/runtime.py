@@ -108,10 +108,12 @@ def gate_sandbox(config: Config, session_dir: Path | None,
 # even loopback (the bridge and the ipc channels are unix sockets, so llm_query works);
 # in a new user namespace it holds no capability over the host's processes, so even a
 # root kernel cannot read the host's /proc/<pid>/environ or mem; in a new mount
-# namespace $RLM_HOME (every session's log and lock, config.toml), the user's rlm config
-# dir (run records, `rlm trust` consents) and $RLM_CONFIG are read-only, except the
-# session's snapshot/, runtime/ and artifacts/ and the shared matplotlib cache
-# (`sandbox_binds`; rlm/kernel/sandbox_exec.py does the mounts). Costs: no network for
+# namespace with a root of its own it sees only what `sandbox_binds` shows: the working
+# directory, the session's snapshot/ and runtime/ and the matplotlib cache read-write;
+# host/, artifacts/, the interpreters and their import paths read-only; $RLM_HOME (every
+# session's log and lock, config.toml), the user's rlm config dir (run records, `rlm
+# trust` consents), $RLM_CONFIG and the rest of HOME absent (rlm/kernel/sandbox_exec.py
+# does the mounts; sandbox_freeze.py makes them read-only for a replay). Costs: no network for
 # data reads from the kernel, and output printed by a fork()ed child process is lost
 # (ipykernel's fork pipe is a loopback TCP socket).
 _SANDBOX_EXEC = str(Path(__file__).resolve().with_name("sandbox_exec.py"))
