@@ -168,8 +168,8 @@ def test_a_fork_bomb_is_stopped_and_ends_with_the_kernel(tmp_path, sandbox):
         assert len(kids) > 10
     finally:
         k.stop()
-    time.sleep(0.2)
-    alive = [p for p in kids if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    _, alive = psutil.wait_procs(kids, timeout=10)  # until each is gone (or 10 s)
+    alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not alive
 
 
@@ -192,8 +192,9 @@ def test_without_the_sandbox_a_setsid_child_with_no_environment_ends_with_the_ru
     token = f"rlm-linger-{os.getpid()}-{time.time_ns()}"
     with Kernel(tmp_path / "s", Config(home=tmp_path, sandbox=False)) as k:
         assert k.execute(SETSID.format(token=token)).shaped == "forked\n"
-        assert _lingering(token)
-    time.sleep(0.2)
+        lingering = _lingering(token)
+        assert lingering
+    psutil.wait_procs(lingering, timeout=10)  # until each is gone (or 10 s)
     left = _lingering(token)
     for p in left:
         p.kill()

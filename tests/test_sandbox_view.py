@@ -22,20 +22,11 @@ from pathlib import Path
 import pytest
 from as_nobody import as_nobody
 
-from rlm.errors import KernelError
 from rlm.kernel import runtime
 from tests.rlmcli import call
 
-
-def _available() -> bool:
-    try:
-        runtime.check_sandbox()
-        return True
-    except KernelError:
-        return False
-
-
-pytestmark = pytest.mark.skipif(not _available(), reason="no user namespaces here")
+pytestmark = pytest.mark.skipif(runtime.sandbox_problem() is not None,
+                                reason="no user namespaces here")
 
 PROBE = """
 import errno, json, os, socket, sys, sysconfig, uuid

@@ -89,14 +89,8 @@ def gate_sandbox(config: Config, session_dir: Path | None,
     """Where a `--gate` command runs: where the kernel's cells run (a cell wrote what the
     gate reads: a conftest.py, a Makefile). The sandbox launcher's command line with the
     kernel's binds plus `cwd` (empty without the sandbox), and the kernel's environment
-    without what only the kernel needs: no provider key either way."""
-    passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
-    env = {k: v for k, v in os.environ.items() if k in passed or not _SECRET_ENV.search(k)}
-    if session_dir is not None:
-        kernel_only = {contract.MPLBACKEND, contract.IPYTHONDIR, contract.MPLCONFIGDIR,
-                       *contract.ENV}
-        env = {k: v for k, v in kernel_env(session_dir, config).items()
-               if k not in kernel_only or k in os.environ}
+    without what only the kernel needs: no provider key or host channel either way."""
+    env = user_env(config)
     if not sandboxed(config):
         return [], env
     net = ["--net", "host"] if config.kernel_network else []
@@ -283,13 +277,19 @@ _HOST_CHANNELS = frozenset({
 _HOST_CHANNEL = re.compile(r"(_SOCK|_SOCKET|_IPC_HOOK\w*|_IPC_HANDLE)$", re.IGNORECASE)
 
 
+def user_env(config: Config) -> dict[str, str]:
+    """The host's environment a kernel (or a gate) may have: without provider secrets and
+    host channels (`_HOST_CHANNELS`), with the data credentials and `kernel_env_pass`."""
+    passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
+    return {k: v for k, v in os.environ.items()
+            if k in passed or not (_SECRET_ENV.search(k) or k in _HOST_CHANNELS
+                                   or _HOST_CHANNEL.search(k))}
+
+
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
     """The host env minus provider secrets and host channels (`_HOST_CHANNELS`), plus what
     kernel_ext needs (every name it sets is declared in kernel_ext.contract)."""
-    passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
-    env = {k: v for k, v in os.environ.items()
-           if k in passed or not (_SECRET_ENV.search(k) or k in _HOST_CHANNELS
-                                  or _HOST_CHANNEL.search(k))}
+    env = user_env(config)
     env.update({
         contract.SESSION_DIR: str(session_dir),
         contract.SNAPSHOT_DIR: str(session_dir / "snapshot"),
