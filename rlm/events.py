@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from rlm.outcome import RunOutcome, decide
+
 _KINDS: dict[str, type[Event]] = {}
 
 
@@ -132,6 +134,16 @@ class RunEnded(Event):
     unverified_claims: list[str] | None = None  # not verified: the claims nothing supports
     # reason "stuck": what was detected, turns and tokens spent after it, what was tried
     stuck: dict[str, Any] | None = None
+    # the one outcome every surface shows (rlm.outcome.RunOutcome.to_dict()): status,
+    # answered, verified, why, unmet promises, exit code
+    outcome: dict[str, Any] | None = None
+
+    @property
+    def result(self) -> RunOutcome:
+        """The run's outcome; an event without one (an older worker's) is decided from its
+        reason and verdict alone."""
+        return RunOutcome.from_dict(self.outcome) or decide(
+            self.reason, self.detail, self.verified, self.why, [])
 
 
 # ---------------------------------------------------------------- progress (issue 14.3)

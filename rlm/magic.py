@@ -170,9 +170,8 @@ def render(ev: Event) -> None:
                          f"{ev.tokens_before:,} tokens before); the kernel is untouched.*"))
     elif isinstance(ev, FinalAnswer):
         display(Markdown(f"**Final answer:**\n\n{ev.answer}"))
-    elif isinstance(ev, RunEnded) and ev.reason not in ("final", "no_code"):
-        detail = f": {ev.detail}" if ev.detail else ""
-        display(Markdown(f"*Run ended ({ev.reason}{detail}) after {ev.turns} turn(s).*"))
+    elif isinstance(ev, RunEnded):  # the outcome decided once (rlm.outcome)
+        display(Markdown(f"*Run ended after {ev.turns} turn(s): {ev.result.headline}*"))
 
 
 @magics_class

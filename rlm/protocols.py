@@ -130,6 +130,9 @@ OverflowHook = Callable[[Any, Any], "Compact | End"]
 TurnHook = Callable[[Any], "list[Any] | None"]
 # when a run ends: (agent, reason, detail)
 EndHook = Callable[[Any, str, "str | None"], None]
+# when a run ends, after the end hooks: (agent, reason) -> a promise it left unmet, or None
+# (rlm.outcome.Unmet)
+EndCondition = Callable[[Any, str], Any]
 
 
 class LoopHost(Protocol):
@@ -137,10 +140,12 @@ class LoopHost(Protocol):
     the hook lists, plus the counters a policy reads."""
 
     handlers: dict[str, Handler]
+    run_start_hooks: list[Callable[[Any], None]]
     account_hooks: list[TurnHook]
     turn_hooks: list[TurnHook]
     continuations: list[Continuation]
     end_hooks: list[EndHook]
+    end_conditions: list[EndCondition]
     turns: int
     tokens_used: int
     state: Any  # rlm.agent.runstate.RunState: the current run's

@@ -109,7 +109,7 @@ def scenario(tmp_path: Path, *, goal: bool, crash: bool = True, refused: bool = 
         replies.append(call("import os\nos._exit(1)"))
     replies.append(call("print(x + 1)\nfinal(str(x + 1))"))
     if goal:
-        replies += [call("print(goal.complete()['goal']['status'])"), "all done"]
+        replies += [call("print(goal.complete('x + 1 is 42')['goal']['status'])"), "all done"]
     return replies
 
 

@@ -39,8 +39,8 @@ def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
 def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isolated_home):
     """`--goal` reaches the worker: the goal is set before the first prompt, so the run
     goes on after its first answer until the model completes the goal."""
-    s = script(tmp_path / "g.json", [call("final('first answer')"),
-                                     call("print(goal.complete()['goal']['status'])"),
+    s = script(tmp_path / "g.json", [call("print('answered once')\nfinal('answered once')"),
+                                     call("print(goal.complete('answered once')['goal']['status'])"),
                                      "all done"])
     out = rlm("run", "detached task", "--detach", "--goal", "answer twice", "--model", s,
               "--json", cwd=tmp_path, process=True)

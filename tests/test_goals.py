@@ -50,7 +50,7 @@ def test_continuation_message_is_escaped_and_counted(goals):
     msg = goals.continuation_message()
     assert "<objective>ship the &lt;report&gt; &amp; chart</objective>" in msg
     assert "<budget>1000 of 1000 tokens remaining (0 used)</budget>" in msg
-    assert "call goal.complete() when done or goal.block(reason)" in msg
+    assert "call goal.complete(summary) with one line" in msg and "goal.block(reason)" in msg
     goals.continuation_message()
     assert goals.get().continuations == 2
     goals.pause()
@@ -142,6 +142,7 @@ def test_attach_goals_to_an_agent(session, goals):
     from rlm.longrun.goals import attach_goals
 
     agent = SimpleNamespace(handlers={}, account_hooks=[], turn_hooks=[], end_hooks=[],
+                            run_start_hooks=[], end_conditions=[],
                             continuations=[lambda a, r: "other"])
     attach_goals(agent, goals)
     goals.set("analyse", token_budget=500)

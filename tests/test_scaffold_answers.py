@@ -12,10 +12,10 @@ from rlm.agent.context_files import load_context_files
 from rlm.agent.nudge import NUDGE_FAILED, error_text
 from rlm.agent.result import RunResult
 from rlm.app import build_agent
-from rlm.cli.commands import EXIT_UNVERIFIED, exit_code
 from rlm.config import Config
 from rlm.events import RunEnded
 from rlm.llm import ScriptedLLM
+from rlm.outcome import decide
 from rlm.session.entries import CustomEntry
 from rlm.session.store import SessionStore
 
@@ -276,12 +276,14 @@ def test_final_from_the_kernel_is_verified_and_json_and_exit_code_follow(_isolat
     with agent:
         events = list(agent.run("6*7"))
     result = RunResult.from_events(session, events)
-    assert result.verified is True and json.loads(json.dumps(result.to_json()))["verified"] is True
-    assert exit_code(result) == 0
+    out = json.loads(json.dumps(result.to_json()))
+    assert result.verified is True and out["verified"] is True
+    assert result.exit_code == out["exit_code"] == 0 and out["status"] == "answered"
+    result.outcome = decide("final", None, False, "no cell ran in this run", [])
     result.verified, result.why = False, "no cell ran in this run"
     out = result.to_json()
     assert out["verified"] is False and out["unverified_why"] == "no cell ran in this run"
-    assert exit_code(result) == EXIT_UNVERIFIED == 5
+    assert result.exit_code == out["exit_code"] == 5 and out["status"] == "unverified"
 
 
 def test_the_search_example_uses_the_questions_words_or_none():

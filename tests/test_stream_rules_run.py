@@ -172,17 +172,21 @@ def test_a_goal_with_a_failing_gate_is_not_complete_and_an_unchanged_workspace_i
 
     runs = project / "gate-runs.log"
     gate = f"echo checked >> {runs}; test -f done.txt || (echo 'done.txt is missing'; exit 1)"
+    done = "r = goal.complete('the marker is written')"  # a claim its output shows
     agent, session, llm = agent_with(_isolated_home, [
-        fenced("r = goal.complete()"),  # the gate fails: not complete
-        fenced("r = goal.complete()"),  # nothing changed: the failure is told again, not rerun
-        fenced("open('done.txt', 'w').write('ok')\nr = goal.complete()"),  # passes
+        fenced("print('the marker is written')"),
+        fenced(done),  # the gate fails: not complete
+        fenced(done),  # nothing changed: the failure is told again, not rerun
+        fenced(f"open('done.txt', 'w').write('ok')\n{done}"),  # passes
         fenced("final(r['goal']['status'])"),
     ], options=RunOptions(gate=[gate]))
-    GoalManager(session).set("write done.txt")
+    GoalManager(session).set("write the marker")
     with agent:
         events = list(agent.run("Work on the goal."))
-    tools = [str(m["content"]) for m in llm.calls[1] if m["role"] in ("tool", "user")]
+    tools = [str(m["content"]) for m in llm.calls[2] if m["role"] in ("tool", "user")]
     assert any("done.txt is missing" in t and "the goal is not complete" in t for t in tools)
-    assert "was not rerun: nothing changed" in str(llm.calls[2])
-    assert runs.read_text().count("checked") == 2  # first failure, then after the fix
-    assert events[-1].final == "complete"
+    assert "was not rerun: nothing changed" in str(llm.calls[3])
+    # the first failure, after the fix, and the answer's own check (every run's answer
+    # waits for its gates, and a cell ran since they passed)
+    assert runs.read_text().count("checked") == 3
+    assert events[-1].final == "complete" and events[-1].result.status == "answered"

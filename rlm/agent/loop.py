@@ -45,11 +45,13 @@ from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
 from rlm.llm.types import LLM, Usage
+from rlm.outcome import decide
 from rlm.protocols import (
     BridgeHandler,
     Continuation,
     Continue,
     End,
+    EndCondition,
     Executor,
     Handler,
     OverflowHook,
@@ -123,6 +125,9 @@ class Agent:
         self.turn_hooks: list[TurnHook] = []
         # run when a run ends, with its reason and detail (a stuck run blocks its goal)
         self.end_hooks: list[Callable[[Agent, str, str | None], None]] = []
+        # asked when a run ends, after the end hooks: a promise the run did not keep (its
+        # goal is not complete), which no answer outweighs (rlm.outcome)
+        self.end_conditions: list[EndCondition] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: OverflowHook | None = None
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
@@ -349,17 +354,22 @@ class Agent:
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
              detail: str | None = None, stuck: dict[str, Any] | None = None) -> Iterator[Event]:
+        for hook in self.end_hooks:  # first: a stuck run blocks its goal before it is judged
+            hook(self, reason, detail)
         verdict = self.state.accepted if final is not None else None
+        unmet = [u for check in self.end_conditions if (u := check(self, reason)) is not None]
+        ended = decide(reason, detail, verdict.verified if verdict else None,
+                       verdict.why if verdict else None, unmet)
         if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={
-                "answer": final, "reason": reason, **_judged(verdict)}))
+                "answer": final, "reason": reason, **_judged(verdict),
+                "outcome": ended.to_dict()}))
         else:  # how a run without an answer ended (`rlm sessions`); never sent to the model
             self.session.append(CustomEntry(custom_type="run_end", data={
-                "reason": reason, "detail": detail}, display=False))
-        for hook in self.end_hooks:
-            hook(self, reason, detail)
+                "reason": reason, "detail": detail, "outcome": ended.to_dict()},
+                display=False))
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
-                       **(_judged(verdict) if verdict is not None else {}))
+                       outcome=ended.to_dict(), **(_judged(verdict) if verdict is not None else {}))
 
     def _continuation(self, reason: str, answer: str | None) -> Continue | End | None:
         """The first decision a continuation hook (goals, the autonomous policy) makes

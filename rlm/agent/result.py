@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
+from rlm.outcome import EXIT_NO_ANSWER, RunOutcome
 from rlm.protocols import SessionLog
 
 TOKEN_KEYS = ("prompt", "completion", "total")
@@ -34,6 +35,17 @@ class RunResult:
     stuck: dict[str, Any] | None = None  # RunEnded.stuck: reason "stuck"
     advisor: dict[str, Any] | None = None  # AdvisorStats.report(): --advisor runs only
     limit: str | None = None  # which limit ended a "limit:..." run, and what was left undone
+    # the run's one outcome (rlm.outcome): what the terminal, `rlm sessions` and the exit
+    # code say; None for a run that failed before it ended (reason "error")
+    outcome: RunOutcome | None = None
+
+    @property
+    def status(self) -> str:
+        return self.outcome.status if self.outcome is not None else "error"
+
+    @property
+    def exit_code(self) -> int:
+        return self.outcome.exit_code if self.outcome is not None else EXIT_NO_ANSWER
 
     @classmethod
     def from_events(cls, session: SessionLog, events: list[Event], *,
@@ -59,12 +71,13 @@ class RunResult:
             duration_s=None if duration_s is None else round(duration_s, 3),
             images=_images(session, events),
             error=(end.detail if end and reason == "error" else None),
-            verified=end.verified if end else None,
+            verified=end.result.verified if end else None,
             why=end.why if end else None,
             evidence=end.evidence if end else None,
             unverified_claims=end.unverified_claims if end else None,
             stuck=end.stuck if end else None,
             limit=(end.detail if end and reason.startswith("limit:") else None),
+            outcome=end.result if end else None,
         )
 
     def describe_agent(self, agent: Any) -> RunResult:
@@ -83,6 +96,10 @@ class RunResult:
             "final": self.final,
             "turns": self.turns,
             "reason": self.reason,
+            "status": self.status,
+            "exit_code": self.exit_code,
+            **({"not_answered": self.outcome.why} if self.outcome is not None
+               and not self.outcome.answered else {}),
             "cells": len(self.cells),
             "verified": self.verified,
             **({"unverified_why": self.why} if self.why else {}),

@@ -30,6 +30,7 @@ from rlm.llm.tokens import warm_encoding
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 from rlm.longrun.clock import Clock
+from rlm.longrun.gates import MAX_GATE_FAILURES
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
 from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExecutor
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
@@ -177,7 +178,7 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
     """Goals, the scheduler's kernel handlers and the autonomous policy (`clock`: a test's
     or the soak's FakeClock; default the system clock)."""
     cfg = agent.config
-    policy = None
+    policy = gated = None
     # gates run where cells run: the kernel's sandbox and environment (no provider key)
     place = gate_place(cfg, agent.session.dir, Path.cwd()) if options.gate else None
     if options.autonomous and gap(entry, "autonomous") is None:
@@ -188,6 +189,10 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
             gates=list(options.gate), cwd=Path.cwd(), gate_timeout_s=cfg.gate_timeout_s,
             skip=(cfg.home,), gate_place=place,
         )
+    elif options.gate:  # every run's answer waits for its gates, not only autonomous ones
+        gated = AutonomousPolicy(
+            max_continuations=MAX_GATE_FAILURES, gates=list(options.gate), cwd=Path.cwd(),
+            gate_timeout_s=cfg.gate_timeout_s, skip=(cfg.home,), gate_place=place)
     goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
     if goals is not None and options.gate:  # a goal is complete only once its gates pass
         goals.gate = goal_gate(agent, list(options.gate), place)
@@ -195,9 +200,10 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
     sched_gap = gap(entry, "schedules")
     if agent.session.dir is not None and not (sched_gap is not None and sched_gap.refused):
         scheduler = Scheduler(agent.session.dir / "scheduled-jobs.json", clock)
-    judge = None if goals is None else GoalJudge(goals, Path.cwd(), policy)
-    install(agent, goals=goals, scheduler=scheduler, policy=policy, clock=clock, judge=judge)
-    agent.policy = policy
+    judge = None if goals is None else GoalJudge(goals, Path.cwd(), policy or gated)
+    install(agent, goals=goals, scheduler=scheduler, policy=policy or gated, clock=clock,
+            judge=judge)
+    agent.policy = policy  # the autonomous policy only
     watch_stuck(agent, goals, autonomous=policy is not None)
     for feature, methods in (("goals", [f"goal.{v}" for v in ("get", "complete", "block")]),
                              ("schedules", list(SCHEDULE_METHODS))):

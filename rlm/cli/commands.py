@@ -24,6 +24,7 @@ from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
 from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import first_run
+from rlm.outcome import RunOutcome
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry, call_code
 from rlm.session.store import SessionStore
@@ -78,12 +79,12 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
         render.session_line(session)
         if note:
             render.console.print(note, style="yellow", markup=False)
-    return exit_code(result)
+    return result.exit_code
 
 
-# `rlm run` exit codes: 0 a verified answer, 3 no answer (limit, error, interrupt),
-# 4 the session is busy (SessionBusy), 5 an answer that no successful cell supports
-EXIT_UNVERIFIED = 5
+# `rlm run` exit codes: the run's outcome (rlm.outcome: 0 a verified answer, 3 no answer
+# or an unmet goal, 5 an answer that no successful cell supports); 4 the session is busy
+# (SessionBusy)
 
 
 @contextlib.contextmanager
@@ -100,12 +101,6 @@ def terminate_ends_the_run(agent: Any) -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
-
-
-def exit_code(result: RunResult) -> int:
-    if result.reason not in ("final", "no_code"):
-        return 3
-    return EXIT_UNVERIFIED if result.verified is False else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -234,14 +229,16 @@ def _entry_text(e: Any) -> str:
                 continue  # a fenced block the reply holds already: each cell once
             text += f"\n[python]\n{code if code is not None else tc}"
         return f"{m.get('role')}: {text}" + (f" [error: {e.error}]" if e.error else "")
-    if e.type == "custom" and e.custom_type == "final" and isinstance(e.data, dict):
+    if e.type == "custom" and e.custom_type in ("final", "run_end") and isinstance(e.data, dict):
         d = e.data
-        verdict = ("✓ verified" if d.get("verified") is True else
+        outcome = RunOutcome.from_dict(d.get("outcome"))
+        if e.custom_type == "run_end":
+            detail = f": {d['detail']}" if d.get("detail") else ""
+            return f"run ended ({d.get('reason')}{detail})"
+        verdict = (outcome.headline if outcome is not None else
+                   "✓ verified" if d.get("verified") is True else
                    f"unverified: {d.get('why')}" if d.get("verified") is False else "")
         return f"final: {d.get('answer')}" + (f"\n({verdict})" if verdict else "")
-    if e.type == "custom" and e.custom_type == "run_end" and isinstance(e.data, dict):
-        detail = f": {e.data['detail']}" if e.data.get("detail") else ""
-        return f"run ended ({e.data.get('reason')}{detail})"
     if e.type == "compaction":
         return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"
     if e.type == "custom" and e.custom_type == RELIEF_CUSTOM:

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlm import safeio
 from rlm.cli.render import terminal_safe
+from rlm.outcome import RunOutcome, decide
 
 
 def width() -> int:
@@ -60,8 +61,8 @@ def session_lines(rows: list[dict[str, Any]], total: int) -> list[str]:
 
 
 def session_status(path: Path) -> dict[str, Any]:
-    """status (running | idle | answered | unverified | interrupted | error | limit | new |
-    ended), turns, the first user message, the last answer's first line, verified and
+    """status (running | idle | new | ended, or how the last run ended: rlm.outcome's
+    answered | unverified | unmet | limit | stuck | interrupted | error), turns, the first user message, the last answer's first line, verified and
     reason, read from the session's lock, its worker status file and its log (only
     candidate lines parsed)."""
     from rlm.longrun.lock import LOCK_NAME, holder
@@ -105,20 +106,26 @@ def _account(out: dict[str, Any], d: dict[str, Any]) -> None:
         elif role == "user" and out["first_prompt"] is None:
             content = (d.get("message") or {}).get("content")
             out["first_prompt"] = content if isinstance(content, str) else None
-    elif kind == "custom" and d.get("custom_type") == "final":
-        data = d.get("data") or {}
-        a = data.get("answer")
-        out["answer"] = None if a is None else str(a).strip().split("\n", 1)[0]
-        out["verified"] = data.get("verified")
-        out["reason"] = data.get("why") if data.get("verified") is False else None
-        out["status"] = "unverified" if data.get("verified") is False else "answered"
-    elif kind == "custom" and d.get("custom_type") == "run_end":
-        data = d.get("data") or {}
-        reason = str(data.get("reason") or "")
-        out["status"] = ("limit" if reason.startswith("limit") else
-                         reason if reason in ("interrupted", "error") else "ended")
-        out["verified"] = None
-        out["reason"] = reason + (f": {data['detail']}" if data.get("detail") else "")
+    elif kind == "custom" and d.get("custom_type") in ("final", "run_end"):
+        raw = d.get("data")
+        data: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        if d.get("custom_type") == "final":
+            a = data.get("answer")
+            out["answer"] = None if a is None else str(a).strip().split("\n", 1)[0]
+        outcome = RunOutcome.from_dict(data.get("outcome")) or _older_outcome(d, data)
+        out["status"] = outcome.status
+        out["verified"] = outcome.verified
+        out["reason"] = None if outcome.status == "answered" else outcome.why
+
+
+def _older_outcome(d: dict[str, Any], data: dict[str, Any]) -> RunOutcome:
+    """The outcome of a run a log recorded before runs recorded their outcome."""
+    reason = str(data.get("reason") or ("final" if d.get("custom_type") == "final" else ""))
+    if d.get("custom_type") == "run_end":
+        return decide(reason or "error", data.get("detail"), None, None, [])
+    verified = data.get("verified")
+    return decide(reason, None, verified if isinstance(verified, bool) else None,
+                  data.get("why"), [])
 
 
 # ---------------------------------------------------------------------- state

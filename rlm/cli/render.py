@@ -324,11 +324,12 @@ class Renderer:
         detail = f": {escape(terminal_safe(e.detail))}" if e.detail else ""
         self.console.print(f"[dim]run ended ({e.reason}{detail}) after {e.turns} turn(s)[/dim]")
         self.turns_before += e.turns
-        if e.verified is True:
-            self.console.print(Text("✓ verified", style="bold green"))
-        elif e.verified is False:
-            self.console.print(Text("unverified: " + terminal_safe(e.why or "no successful cell "
-                                                                    "supports the answer"),
+        outcome = e.result  # decided once (rlm.outcome): the line says what it says
+        if outcome.status == "answered":
+            self.console.print(Text(outcome.headline, style="bold green"))
+        else:  # a limit or a stop already said why, on the line above
+            said = outcome.answered or outcome.status == "unmet"
+            self.console.print(Text(terminal_safe(outcome.headline if said else "not answered"),
                                     style="yellow"))
         self._footer(e.turns)
 

@@ -159,17 +159,22 @@ def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) 
     first: a goal continuation wins over the policy.
     """
     now = clock.now if clock is not None else time.monotonic
-    started = now()
+    started = [now()]
+
+    def at_start(_agent: LoopHost) -> None:
+        """Its bounds are a run's (a chat's next message starts afresh)."""
+        started[0], policy.continuations, policy.stalls = now(), 0, 0
 
     def hook(agent: LoopHost, reason: str) -> protocols.Continue | protocols.End | None:
         branch = agent.session.branch()
         cells = sum(1 for e in branch if getattr(e, "cell", None) is not None)
         state = RunState(
-            turns=agent.turns, tokens=agent.tokens_used, elapsed_s=now() - started,
+            turns=agent.turns, tokens=agent.tokens_used, elapsed_s=now() - started[0],
             finished=reason in ("final", "no_code"), cells=cells,
         )  # fmt: skip
         return run_decision(policy.decide(state), finished=state.finished)
 
+    agent.run_start_hooks.append(at_start)
     agent.continuations.append(hook)
 
 

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
+from rlm.outcome import Unmet
 from rlm.protocols import Continue, LoopHost
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
@@ -32,8 +33,9 @@ GOAL_ENTRY = "thread_goal_state"
 MAX_OBJECTIVE = 4000
 STATUSES = ("active", "paused", "blocked", "budget_limited", "complete")
 FINISH_HINT = (
-    "Continue working toward the goal; call goal.complete() when done "
-    "or goal.block(reason) if you cannot proceed."
+    "Continue working toward the goal; when it is done, call goal.complete(summary) with one "
+    "line that states what your outputs show (the host checks it), or goal.block(reason) if "
+    "you cannot proceed."
 )
 # a fenced-code model (the small local one) is taught FINAL(...), not the goal API: two ways
 # to finish in one message gave the 1.5B model answers that quoted the instructions
@@ -418,8 +420,28 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
         if reason == "stuck":
             goals.block_by_host("stuck: " + (detail or "no progress"))
 
+    pursued: dict[str, str | None] = {"goal": None}  # the goal this run works toward
+
+    def at_start(_agent: Any) -> None:
+        goal = goals.get()
+        pursued["goal"] = goal.goal_id if goal is not None and goal.status == "active" else None
+
+    def unmet(_agent: Any, reason: str) -> Unmet | None:
+        """A run that worked toward a goal answers only when the goal is complete: one
+        left blocked, out of budget, paused or still open is what the run ends with."""
+        goal = goals.get()
+        if pursued["goal"] is None or goal is None or goal.goal_id != pursued["goal"]:
+            return None
+        if goal.status == "complete":
+            return None
+        why = f"the goal is {goal.status}" + (f": {goal.last_reason}" if goal.last_reason
+                                               and goal.status != "active" else "")
+        return Unmet("goal", why[:400])
+
     agent.continuations.insert(0, continuation)
     agent.end_hooks.append(on_end)
+    agent.run_start_hooks.append(at_start)
+    agent.end_conditions.append(unmet)
 
 
 def _go_on(prompt: str | None) -> Continue | None:
@@ -437,7 +459,7 @@ def _judged_complete(agent: Any, goals: GoalManager,
 
     def handle(params: dict[str, Any]) -> Any:
         goal = goals.get()
-        if goal is not None and goal.status == "active":
+        if goal is not None and goal.status != "complete":  # blocked, paused: judged alike
             summary = params.get("summary") if isinstance(params, dict) else None
             verdict = judge(agent, "goal.complete", summary if isinstance(summary, str) else None)
             if verdict is not None and not verdict.holds:

@@ -53,6 +53,7 @@ from rlm.agent.context_files import loader_code, variable_name
 from rlm.agent.nudge import WHY as _NUDGE_TEXTS
 from rlm.agent.recursion import SUBCALL_ENTRY
 from rlm.errors import RlmError
+from rlm.outcome import RunOutcome
 from rlm.paths import PRIVATE_FILE, fsync_dir
 from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
 from rlm.session.context import RELIEF_CUSTOM
@@ -483,7 +484,12 @@ class _Builder:
             self._restart_note(str(data.get("cause") or "restart"), report, entry)
         elif entry.custom_type == "final":
             answer = data.get("answer", entry.data if not data else "")
-            self._md(f"**Final answer:** {_text(answer)}", entry)
+            outcome = RunOutcome.from_dict(data.get("outcome"))
+            said = f"\n\n*{_text(outcome.headline)}*" if outcome is not None else ""
+            self._md(f"**Final answer:** {_text(answer)}{said}", entry)
+        elif entry.custom_type == "run_end" and (
+                ended := RunOutcome.from_dict(data.get("outcome"))) is not None:
+            self._md(f"*Run ended: {_text(ended.headline)}*", entry)
         elif entry.custom_type == "context_vars" and data.get("files"):
             self._inputs(entry, loaded_inputs(data))
         elif entry.custom_type == SUBCALL_ENTRY:

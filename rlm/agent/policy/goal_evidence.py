@@ -7,7 +7,7 @@ the answer a run would end with while its goal is active. It holds when, in orde
 1. every file the goal names (`report.md`, `out/summary.csv`) exists, and the model has been
    shown its current content by the host (a claim made before that is answered with the
    content, so the model checks the file against the goal before it may complete); a bare
-   `goal.complete()` (no summary) claims nothing a file could contradict and skips this;
+   `goal.complete()` (no summary) is refused first: a completion states what it claims;
 2. every `--gate` passes (the autonomous policy's gates, else GoalManager's own, which
    also guard `goal.complete()` itself: rlm.longrun.gates; rerun only when something
    changed);
@@ -152,9 +152,14 @@ class GoalJudge:
                     "complete the goal. Print what the goal needs with a cell, then finish "
                     "with one line of what your outputs show.",
                     "a finish that states what the outputs show")
-        # a bare goal.complete() claims nothing the file could contradict; its gates are
-        # GoalManager's own (rlm.longrun.gates), checked when the call goes through
-        found = check_files(files, self.cwd, self.shown) if claim or not kernel else None
+        if kernel and not (claim or "").strip():
+            # a bare goal.complete() would complete on the model's word alone: what it
+            # claims is what the host checks (a goal was completed with its file missing)
+            return ("goal.complete() needs a summary: call goal.complete(summary) with one "
+                    "line that states what your outputs show; the host checks it against "
+                    "them.", "a summary of what the outputs show")
+        # its gates are GoalManager's own (rlm.longrun.gates), checked when the call goes on
+        found = check_files(files, self.cwd, self.shown)
         if found is not None:
             return found.message, f"{found.path} checked against the goal"
         gate = None if kernel else self._gate(agent)
