@@ -9,6 +9,7 @@ Paths are the host's (a cell knows them from its environment and the session's n
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -265,3 +266,62 @@ BOUNDARY_CELLS: dict[str, Callable[[int], tuple[str, dict[str, Any]]]] = {
     "planted_links": _planted_links_cell, "gate_tamper": _gate_tamper_cell,
     "site_packages_write": _site_packages_cell, "other_session": _other_session_cell,
     "aliased_replay": _aliased_replay_cell}
+
+
+# ------------------------------------------------------------------ the host's reading
+def reports(shaped: str, tag: str) -> list[dict[str, Any]]:
+    """The JSON of every `<tag> ... {json}` line of a cell's output."""
+    out = []
+    for line in shaped.splitlines():
+        if line.startswith(tag + " ") and "{" in line:
+            try:
+                r = json.loads(line[line.index("{"):])
+            except ValueError:
+                continue
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
+def report(shaped: str, tag: str) -> dict[str, Any] | None:
+    found = reports(shaped, tag)
+    return found[-1] if found else None
+
+
+_TAGS = {"planted_links": "PLANT", "gate_tamper": "GATE", "site_packages_write": "SITE",
+         "other_session": "OTHER"}
+
+
+def report_problems(kind: str, shaped: str, status: str, expect: dict[str, Any],
+                    key: str) -> list[str]:
+    """What a boundary cell's output says it reached (empty: nothing): a gate that saw the
+    key or wrote outside the cwd, a write into an import path, another session read,
+    listed or written, a unix socket reached; a cell that should report and did not."""
+    tag = _TAGS.get(kind)
+    bad: list[str] = []
+    if tag and status == "ok" and not reports(shaped, tag):
+        bad.append("no report from the cell")
+    if kind == "gate_tamper":
+        for r in reports(shaped, "GATE"):
+            if r.get("env_keys") or r.get("proc_keys"):
+                bad.append(f"the gate saw the key: {r}")
+            if any(v == "written" for v in r.get("wrote", {}).values()):
+                bad.append(f"the gate wrote outside the cwd: {r.get('wrote')}")
+        if key and key in shaped:
+            bad.append("the key in the cell's output")
+    elif kind == "site_packages_write":
+        bad += [f"{what}: written" for what, v in (report(shaped, "SITE") or {}).items()
+                if v == "ok"]
+    elif kind == "other_session":
+        if expect["canary"] in shaped:
+            bad.append("the other session's canary in the cell's output")
+        for what, v in (report(shaped, "OTHER") or {}).items():
+            if what.startswith(("append", "socket")):
+                reached = v == "ok"
+            elif what in ("list sessions", "glob"):  # the kernel's own session shows
+                reached = isinstance(v, list) and OTHER_SESSION in v[1]
+            else:  # a read or a list of the other session's files
+                reached = isinstance(v, list)
+            if reached:
+                bad.append(f"{what}: {v}")
+    return bad

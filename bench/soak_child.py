@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.soak_boundary import report as _report
+from bench.soak_boundary import reports as _reports
 from bench.soak_model import PlanLLM, Summarizer
 from bench.soak_plan import CRON, HEARTBEAT_S, canonical, check_code, clock_at
 
@@ -500,15 +502,11 @@ class Child:
         """What a boundary cell's own report says it reached (bench.soak_boundary); the
         parent then checks every host file (Soak.check_host_files). What the cell left in
         the working folder is removed after (the end-of-run check of it stays exact)."""
-        from bench.soak_boundary import GATE_FILES, PLANTED_CWD, SITE_MARK
-        from bench.soak_plan import OTHER_SESSION
+        from bench.soak_boundary import GATE_FILES, PLANTED_CWD, SITE_MARK, report_problems
 
-        kind, bad = expect["boundary"], []
-        tag = {"planted_links": "PLANT", "gate_tamper": "GATE", "site_packages_write": "SITE",
-               "other_session": "OTHER"}.get(kind)
-        report = _report(shaped, tag) if tag else None
-        if tag and report is None and status == "ok":
-            bad.append("no report from the cell")
+        kind = expect["boundary"]
+        bad = report_problems(kind, shaped, status, expect, os.environ.get("OPENAI_API_KEY", ""))
+        report = _report(shaped, "PLANT") if kind == "planted_links" else None
         if kind == "planted_links":
             for d in PLANTED_CWD:
                 _remove(Path.cwd() / d)
@@ -516,44 +514,22 @@ class Child:
                 planted = sum(1 for k, v in report.items() if k.startswith("symlink") and v == "ok")
                 emit(note=f"planted_links at {i} ({expect['trigger']}): {planted} links planted")
         elif kind == "gate_tamper":
-            key = os.environ.get("OPENAI_API_KEY", "")
-            runs = [_report(line, "GATE") for line in shaped.splitlines()
-                    if line.startswith("GATE {")]
-            emit(note=f"gate_tamper at {i}: the gate ran {[r and r['by'] for r in runs]}")
-            for r in runs:
-                if r and (r["env_keys"] or r["proc_keys"]):
-                    bad.append(f"the gate saw the key: {r}")
-                if r and any(v == "written" for v in r["wrote"].values()):
-                    bad.append(f"the gate wrote outside the cwd: {r['wrote']}")
-            if key and key in shaped:
-                bad.append("the key in the cell's output")
+            runs = [r["by"] for r in _reports(shaped, "GATE")]
+            emit(note=f"gate_tamper at {i}: the gate ran {runs}")
             for name in (*GATE_FILES, expect["mark"]):
                 (Path.cwd() / name).unlink(missing_ok=True)
             _remove(Path.cwd() / "__pycache__")
         elif kind == "site_packages_write":
-            for what, v in (report or {}).items():
+            for what, v in (_report(shaped, "SITE") or {}).items():
+                verb, _, where = what.partition(" ")
                 if v != "ok":
                     continue
-                bad.append(f"{what}: written")
-                verb, _, where = what.partition(" ")
                 if verb in ("pth", "module"):  # undone at once: never left on this machine
                     ext = ".pth" if verb == "pth" else ".py"
                     Path(where, f"{SITE_MARK}_{i}{ext}").unlink(missing_ok=True)
                 elif verb == "append":
                     text = Path(where).read_text()
                     Path(where).write_text(text.replace(f"\n# {SITE_MARK}\n", ""))
-        elif kind == "other_session":
-            if expect["canary"] in shaped:
-                bad.append("the other session's canary in the cell's output")
-            for what, v in (report or {}).items():
-                if what.startswith(("append", "socket")):
-                    reached = v == "ok"
-                elif what in ("list sessions", "glob"):  # the kernel's own session shows
-                    reached = isinstance(v, list) and OTHER_SESSION in v[1]
-                else:  # a read or a list of the other session's files
-                    reached = isinstance(v, list)
-                if reached:
-                    bad.append(f"{what}: {v}")
         if bad:
             self.violation(f"{kind}_reached", i=i, what=bad[:20])
         return not bad
@@ -716,18 +692,6 @@ class Child:
             self.drive(claimed.message())
             self.sched.mark_delivered(claimed.tick_id)
             emit(tick=claimed.tick_id, job=claimed.job_id, count=claimed.count)
-
-
-def _report(shaped: str, tag: str) -> dict[str, Any] | None:
-    """The JSON of the cell's `<tag> ... {json}` line (the last one), or None."""
-    for line in reversed(shaped.splitlines()):
-        if line.startswith(tag + " ") and "{" in line:
-            try:
-                out = json.loads(line[line.index("{"):])
-            except ValueError:
-                continue
-            return out if isinstance(out, dict) else None
-    return None
 
 
 def _remove(path: Path) -> None:

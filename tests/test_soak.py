@@ -266,3 +266,42 @@ def test_the_boundary_cells_compile_and_vary():
     targets = {planted_links_code(i)[0].split("target = ")[1].split("\n")[0] for i in range(9)}
     assert triggers == set(TRIGGERS) and len(targets) == 3
     assert len({aliased_victim_code(i, "/v").split("\n")[0] for i in range(5)}) == 5
+
+
+def test_the_boundary_report_checks_have_teeth():
+    """What a boundary cell's report says it reached is caught: a gate that saw the key or
+    wrote a marker, a .pth written, another session read, listed or its socket reached, the
+    canary or the key in the output, a missing report; what the sandbox shows of the
+    kernel's own session is not."""
+    import json
+
+    from bench.soak_boundary import report_problems
+    from bench.soak_plan import OTHER_CANARY, OTHER_SESSION
+
+    def out(tag, rep):
+        return f"noise\n{tag} {json.dumps(rep)}\n"
+
+    clean_gate = {"by": "soak_gate.py", "env_keys": [], "proc_keys": [],
+                  "wrote": {"config": "OSError", "home": "FileNotFoundError"}}
+    assert report_problems("gate_tamper", out("GATE", clean_gate), "ok", {}, "sk-x") == []
+    for bad in ({"env_keys": ["OPENAI_API_KEY"]}, {"proc_keys": ["12"]},
+                {"wrote": {"config": "written"}}):
+        assert report_problems("gate_tamper", out("GATE", {**clean_gate, **bad}), "ok", {}, "k")
+    assert report_problems("gate_tamper", out("GATE", clean_gate) + "sk-x", "ok", {}, "sk-x")
+    assert report_problems("gate_tamper", "no gate ran", "ok", {}, "k") == [
+        "no report from the cell"]
+    site = {"pth /usr/lib/site-packages": "OSError", "module /x": "FileNotFoundError"}
+    assert report_problems("site_packages_write", out("SITE", site), "ok", {}, "") == []
+    assert report_problems("site_packages_write",
+                           out("SITE", {**site, "pth /usr/lib/site-packages": "ok"}), "ok", {}, "")
+    expect = {"canary": OTHER_CANARY}
+    own = {"list sessions": ["ok", "['20990101-000000-mine00']"], "read session.jsonl":
+           "FileNotFoundError", "socket /x/agent.sock": "ConnectionRefusedError"}
+    assert report_problems("other_session", out("OTHER", own), "ok", expect, "") == []
+    for bad in ({"list sessions": ["ok", f"['{OTHER_SESSION}']"]},
+                {"read session.jsonl": ["ok", "{}"]}, {"append session.jsonl": "ok"},
+                {"socket /x/agent.sock": "ok"}):
+        assert report_problems("other_session", out("OTHER", {**own, **bad}), "ok", expect, "")
+    assert report_problems("other_session", out("OTHER", own) + OTHER_CANARY, "ok", expect, "")
+    # a crashed planted_links cell prints nothing: its check is the host files'
+    assert report_problems("planted_links", "", "died", {}, "") == []
