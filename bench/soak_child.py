@@ -595,6 +595,7 @@ class Child:
         if not ok:
             self.violation("disk_fault_handling", i=i, kind=kind, whole_lines=whole,
                            error=f"{type(err).__name__}: {err}"[:400])
+        self.check_compactions()  # one appended before the stop is this host's to check
         emit(stopped=kind, i=i, ok=ok, detail=f"{type(err).__name__}: {err}"[:300])
 
     # ----------------------------------------------------------------- checks
