@@ -18,9 +18,12 @@ import os
 import select
 import shutil
 import signal
+import site
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,13 +32,27 @@ from typing import Any
 from bench import soak_checks
 from bench.soak_child import STOPPED
 from bench.soak_model import FORGE_MARK
-from bench.soak_plan import FAULT_RATE, FAULTS, HOST_FAULTS, make_plan, secret_key
+from bench.soak_plan import (
+    BOUNDARY_FAULTS,
+    FAULT_RATE,
+    FAULTS,
+    GATE_SCRIPT,
+    HOME_CANARY,
+    HOST_FAULTS,
+    OTHER_CANARY,
+    OTHER_SESSION,
+    make_plan,
+    secret_key,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = {"context_window": 6000, "reserve_tokens": 1500, "keep_recent_tokens": 1500,
           "cell_timeout": 60.0, "interrupt_grace_s": 1.0, "memory_cap_bytes": 6 * 2**30}
 MAX_HOST_FAILURES = 3
 PROGRESS_S = 60.0
+# the run's --gate (gate_tamper writes the script; goal.complete() runs it)
+GATE = f"{sys.executable} {GATE_SCRIPT}"
+AGENT_SOCKET = "soak-agent.sock"  # a listening socket in XDG_RUNTIME_DIR no cell may reach
 XDG = ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",
        "XDG_RUNTIME_DIR")
 
@@ -59,6 +76,10 @@ class Soak:
                          **{k: root / "xdg" / k[4:].lower() for k in XDG}}
         self.cwd = root / "cwd"
         self.outside_before: dict[str, Any] = {}
+        self.host_before: dict[str, Any] = {}
+        self.other = self.home / "sessions" / OTHER_SESSION
+        self.socket_hits = self.socket_seen = 0
+        self.host_changed: set[str] = set()
         self.sched_pending: dict[str, int] = {}
         self.sched_claimed: set[str] = set()
         self.stopped = False
@@ -93,7 +114,9 @@ class Soak:
         for d in self.host_records():  # before `outside`
             d.mkdir(parents=True, mode=0o700, exist_ok=True)
         self.plan_path.write_text(json.dumps(self.plan))
+        self.plant_host_files()
         self.outside_before = self.outside()
+        self.host_before = self.host_files()
         self.settings_before = self.settings()
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
@@ -122,6 +145,66 @@ class Soak:
                                       skip=(self.home, self.harness, *self.host_records(),
                                             self.cwd / "rlm.toml"))
 
+    def plant_host_files(self) -> None:
+        """What the boundary faults aim at, made before the run: a canary in HOME, the
+        user's config.toml (a comment only), a file in the user's config dir, another
+        session (a log holding OTHER_CANARY, a connection file, a pid) and a listening
+        unix socket in XDG_RUNTIME_DIR (an agent's), whose connections are counted."""
+        (self.env_dirs["HOME"] / HOME_CANARY).write_text("soak canary: no host writes here\n")
+        (self.home / "config.toml").write_text("# the user's config (soak): a link target\n")
+        config = self.env_dirs["XDG_CONFIG_HOME"] / "rlm"
+        config.mkdir(parents=True, exist_ok=True)
+        (config / "notes.txt").write_text("the user's config dir (soak)\n")
+        (self.other / "host").mkdir(parents=True, exist_ok=True)
+        (self.other / "session.jsonl").write_text(json.dumps(
+            {"type": "session", "id": OTHER_SESSION, "task": OTHER_CANARY}) + "\n")
+        (self.other / "host" / "kernel-0th3r.json").write_text(json.dumps(
+            {"transport": "ipc", "key": OTHER_CANARY, "signature_scheme": "hmac-sha256"}))
+        (self.other / "host" / "kernel.pid").write_text("1\n")
+        path = self.env_dirs["XDG_RUNTIME_DIR"] / AGENT_SOCKET
+        if len(os.fsencode(path)) < 100:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            listener.bind(str(path))
+            listener.listen(8)
+            threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            conn, _ = listener.accept()
+            self.socket_hits += 1
+            conn.close()
+
+    def host_files(self) -> dict[str, Any]:
+        """Every host file a kernel must not change (soak_checks.check_host_files): HOME
+        (outside the cwd), $RLM_HOME but its sessions and cache/ (the kernel's matplotlib
+        cache, read-write in the sandbox), another session, the user's config dir but the
+        host's run records, with digests; the interpreter's site-packages and rlm's
+        source, by size and times."""
+        small = soak_checks.tree_state(
+            [self.env_dirs["HOME"], self.home, self.other, self.env_dirs["XDG_CONFIG_HOME"]],
+            # cache/: the host makes it for the kernel's matplotlib cache (read-write)
+            skip=(self.home / "sessions", self.home / "cache",
+                  *self.host_records()), digest=True)
+        code = [*site.getsitepackages(), site.getusersitepackages(), REPO / "rlm",
+                REPO / "kernel_ext"]
+        return {**small, **soak_checks.tree_state([Path(p) for p in code])}
+
+    def check_host_files(self, why: str) -> list[dict[str, Any]]:
+        """check_host_files against the last state; what changed is counted once (in
+        `host_changed`) and the next check starts from now."""
+        after = self.host_files()
+        bad = soak_checks.check_host_files(self.host_before, after)
+        before, self.host_before = self.host_before, after
+        self.host_changed |= {p for p in before.keys() | after.keys()
+                              if before.get(p) != after.get(p)}
+        if self.socket_hits > self.socket_seen:
+            bad.append({"kind": "unix_socket_reached", "socket": AGENT_SOCKET,
+                        "connections": self.socket_hits - self.socket_seen})
+            self.socket_seen = self.socket_hits
+        for v in bad:
+            self.violate({**v, "when": why})
+        return bad
+
     def settings(self) -> dict[str, Any]:
         """The security-relevant settings a host started now would run with: the config as
         `rlm run` loads it, in the soak's working folder, with the host's environment."""
@@ -148,6 +231,8 @@ class Soak:
         self.stats["settings_changed"] = changed[0]["count"] if changed else 0
         for v in changed:
             self.violate({**v, "when": "end of run"})
+        self.check_host_files("end of run")
+        self.stats["host_files_changed"] = len(self.host_changed) + self.socket_hits
         secret_bad = soak_checks.check_secrets(self.home, self.secret)
         outside_bad = soak_checks.check_outside(self.outside_before, self.outside())
         self.end_checked = True
@@ -160,7 +245,7 @@ class Soak:
         state = {"home": str(self.home), "session": self.session, "plan": str(self.plan_path),
                  "start": self.next, "ledger": self.ledger, "fragile": self.fragile,
                  "seed": self.seed, "config": self.config, "fired": self.fired,
-                 "armed": self.armed}
+                 "armed": self.armed, "gate": [GATE]}
         state_path = self.harness / "soak-state.json"
         state_path.write_text(json.dumps(state))
         env = dict(os.environ, RLM_HOME=str(self.home), PYTHONPATH=str(REPO),
@@ -290,6 +375,8 @@ class Soak:
             return
         self.faults[kind]["injected"] += 1
         ok = bool(m["ok"]) and not self.check_disk(f"after {kind} at {m['i']}")
+        if kind in BOUNDARY_FAULTS:
+            ok = not self.check_host_files(f"after {kind} at {m['i']}") and ok
         self.faults[kind]["survived" if ok else "failed"] += 1
 
     def on_started(self, m: dict[str, Any]) -> None:
@@ -370,6 +457,8 @@ class Soak:
             "secret_files": self.stats["secret_files"] if self.end_checked else None,
             "outside_changes": self.stats["outside_changes"] if self.end_checked else None,
             "settings_changed": self.stats["settings_changed"] if self.end_checked else None,
+            "host_files_changed": (self.stats["host_files_changed"] if self.end_checked
+                                   else None),
             "hosts_stopped": self.stats["hosts_stopped"],
             "sched_idle_interrupted": self.stats["sched_idle_interrupted"],
             "sched_idle_pending_at_cut": self.stats["sched_idle_pending_at_cut"],
@@ -408,6 +497,7 @@ def table(r: dict[str, Any]) -> str:
         rows.append(f"{key:<22}{r[key]}")
     for key, value in r.get("tiers", {}).items():
         rows.append(f"{key:<22}{value}")
+    rows.append(f"host files changed through the kernel: {r['host_files_changed']}")
     rows.append(f"{'violations':<22}{len(r['violations'])}")
     return "\n".join(rows)
 

@@ -8,6 +8,7 @@ still writing.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import stat
@@ -252,12 +253,18 @@ def check_secrets(root: Path, secret: str) -> list[dict[str, Any]]:
     return [{"kind": "secret_on_disk", "files": hits[:20], "count": len(hits)}] if hits else []
 
 
-def tree_state(roots: list[Path], skip: tuple[Path, ...] = ()) -> dict[str, tuple[Any, ...]]:
+def tree_state(roots: list[Path], skip: tuple[Path, ...] = (),
+               digest: bool = False) -> dict[str, tuple[Any, ...]]:
     """path -> (type, size, mtime_ns, mode) of everything under `roots` (not under or at a
-    path of `skip`)."""
+    path of `skip`); a root that is a file counts too. `digest`: a regular file's sha256
+    (of at most DIGEST_MAX bytes) as well, so a rewrite that keeps size and times shows."""
     state: dict[str, tuple[Any, ...]] = {}
     skipped = {str(p) for p in skip}
     for root in roots:
+        if os.path.isfile(root) or os.path.islink(root):
+            with contextlib.suppress(OSError):
+                state[str(root)] = _entry(str(root), os.lstat(root), digest)
+            continue
         for dirpath, dirs, files in os.walk(root):
             dirs[:] = [d for d in dirs if os.path.join(dirpath, d) not in skipped]
             for name in dirs + files:
@@ -268,11 +275,35 @@ def tree_state(roots: list[Path], skip: tuple[Path, ...] = ()) -> dict[str, tupl
                     st = os.lstat(p)
                 except OSError:
                     continue
-                kind = "d" if stat.S_ISDIR(st.st_mode) else "f"
-                # a directory's mtime changes when an entry comes and goes: its entries say it
-                state[p] = (kind, st.st_mode) if kind == "d" else (
-                    kind, st.st_size, st.st_mtime_ns, st.st_mode)
+                state[p] = _entry(p, st, digest)
     return state
+
+
+DIGEST_MAX = 1 << 20
+
+
+def _entry(path: str, st: os.stat_result, digest: bool) -> tuple[Any, ...]:
+    kind = "d" if stat.S_ISDIR(st.st_mode) else "f"
+    if kind == "d":  # its mtime changes when an entry comes and goes: its entries say it
+        return kind, st.st_mode
+    out: tuple[Any, ...] = (kind, st.st_size, st.st_mtime_ns, st.st_mode)
+    if digest and stat.S_ISREG(st.st_mode):
+        with contextlib.suppress(OSError), open(path, "rb") as f:
+            out += (hashlib.sha256(f.read(DIGEST_MAX)).hexdigest(),)
+    elif stat.S_ISLNK(st.st_mode):
+        with contextlib.suppress(OSError):
+            out += (os.readlink(path),)
+    return out
+
+
+def check_host_files(before: dict[str, tuple[Any, ...]], after: dict[str, tuple[Any, ...]]
+                     ) -> list[dict[str, Any]]:
+    """No host file a kernel must not change was created, changed or removed (the state of
+    bench.soak.Soak.host_files: HOME outside the cwd, $RLM_HOME but the soak's own session
+    and the kernel's matplotlib cache, the user's config dir, another session, the
+    interpreter's site-packages, rlm's source)."""
+    bad = check_outside(before, after)
+    return [{**v, "kind": "host_file_changed_through_kernel"} for v in bad]
 
 
 def check_outside(before: dict[str, tuple[Any, ...]], after: dict[str, tuple[Any, ...]]

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.soak_boundary import report as _report
+from bench.soak_boundary import reports as _reports
 from bench.soak_model import PlanLLM, Summarizer
 from bench.soak_plan import CRON, HEARTBEAT_S, canonical, check_code, clock_at
 
@@ -204,8 +206,12 @@ class Child:
             self.sched.add(CRON, "checkpoint the ledger", label="cron")
         # assembled by the composition root, as `rlm resume` assembles its agent: the soak's
         # figures speak for the root's wiring (compaction, goals, schedules, child runner)
+        from rlm.app.options import RunOptions
+
         self.agent = build_agent(self.session, self.config, entry="resume", llm=self.llm,
-                                 llm_factory=lambda spec: self.summarizer, clock=self.clock)
+                                 llm_factory=lambda spec: self.summarizer, clock=self.clock,
+                                 options=RunOptions(gate=list(self.s.get("gate") or [])))
+        _unbounded_gate_refusals(self.agent)
         from rich.console import Console
 
         from rlm.cli.render import Renderer
@@ -362,6 +368,8 @@ class Child:
                 self.violation("hostile_not_rendered", i=i, tail=self.sink.tail[-300:])
         if "replay_victim" in expect and res.status == "ok":
             ok = self._check_replay_destructive(expect, i) and ok
+        if "boundary" in expect:
+            ok = self._check_boundary(expect, ev.shaped, res.status, i) and ok
         if expect.get("forge") is not None and res.status == "ok":
             ok = self._check_forge(ev.shaped, i) and ok
         if expect.get("secret"):
@@ -371,6 +379,7 @@ class Child:
                 self.violation("secret_on_disk", i=i, files=found[:10])
         if action is not None and (expect.get("status") != "ok" or "fragile" in expect
                                    or "elided" in expect or kind == "broken_code"
+                                   or "boundary" in expect
                                    or kind in ("enospc_snapshot", "close_stdout",
                                                "hostile_text", "secret_leak", "forge_control")):
             emit(fault=kind, i=action["i"], ok=ok, detail=res.status)
@@ -436,6 +445,7 @@ class Child:
         runtime = os.environ.get("XDG_RUNTIME_DIR")
         skip = (home, home.parent / "harness", *([Path(runtime)] if runtime else []))
         victim, name = Path(expect["replay_victim"]), expect["replay_name"]
+        aliased = bool(expect.get("aliased"))
         first = victim.read_text() if victim.exists() else None
         # nor is the fallback dir of its unix sockets (`rlm-*` under a short TMPDIR)
         sockets = str(socket_base() / "rlm-")
@@ -446,15 +456,83 @@ class Child:
 
         before = state()
         rep = self.agent.executor.restart("soak: replay of a destructive cell")
+        # before any cell of the new kernel: its cell records file, once opened for
+        # appending, stays open, and a mount with a file open for writing cannot be made
+        # read-only (replay itself runs at the restart, before any cell)
+        forced = self._forced_replay(expect["aliased"]) if aliased else ""
         touched = check_outside(before, state())
         self._restarted({d["name"] for d in rep.failed + rep.skipped}, "replay_destructive")
         why = rep.not_replayed.get(name, "")
-        ok = first == "ran\n" and not touched and name not in rep.rebuilt and why.startswith("cell ")
+        after = victim.read_text() if victim.exists() else None
+        if aliased:
+            # a spelling the planner may not know: whether it refused the cell or replayed
+            # it, and when the harness re-runs it as a replay would, the read-only mounts
+            # must keep the write from landing
+            ok = first == "ran\n" and after == first and not touched and "refused" not in forced
+            emit(note=f"aliased_replay at {i}: planner: " + (
+                f"not replayed ({why[:100]})" if why else
+                f"replayed (rebuilt {sorted(rep.rebuilt)}, failed "
+                f"{[d['name'] for d in rep.failed]})") + f"; forced under the mounts: {forced}")
+        else:
+            ok = (first == "ran\n" and not touched and name not in rep.rebuilt
+                  and why.startswith("cell "))
         if not ok:
-            self.violation("replay_destructive", i=i, first=first, touched=touched[:1],
+            self.violation("aliased_replay" if aliased else "replay_destructive", i=i,
+                           first=first, after=after, touched=touched[:1],
                            rebuilt=sorted(rep.rebuilt), why=why[:300])
         victim.unlink(missing_ok=True)
         return ok
+
+    def _forced_replay(self, code: str) -> str:
+        """What a replay the planner allowed would do: `code` run silently under the
+        read-only mounts replay runs under (Kernel._rebuild: the runtime's read_only()).
+        Returns how it ended: 'ran' (the mounts did not stop it), the error, or 'refused'."""
+        kernel = self.agent.executor
+        expr = (f"(lambda ns: (exec(compile({code!r}, '<forced replay>', 'exec'), ns), "
+                "'ran')[1])({})")
+        with kernel._runtime().read_only() as refused:
+            if refused:
+                return f"refused: {refused}"
+            try:
+                return kernel._expression(expr, 60.0)
+            except Exception as e:
+                return f"{type(e).__name__}: {str(e)[-160:]}"
+
+    def _check_boundary(self, expect: dict[str, Any], shaped: str, status: str, i: int) -> bool:
+        """What a boundary cell's own report says it reached (bench.soak_boundary); the
+        parent then checks every host file (Soak.check_host_files). What the cell left in
+        the working folder is removed after (the end-of-run check of it stays exact)."""
+        from bench.soak_boundary import GATE_FILES, PLANTED_CWD, SITE_MARK, report_problems
+
+        kind = expect["boundary"]
+        bad = report_problems(kind, shaped, status, expect, os.environ.get("OPENAI_API_KEY", ""))
+        report = _report(shaped, "PLANT") if kind == "planted_links" else None
+        if kind == "planted_links":
+            for d in PLANTED_CWD:
+                _remove(Path.cwd() / d)
+            if report is not None:
+                planted = sum(1 for k, v in report.items() if k.startswith("symlink") and v == "ok")
+                emit(note=f"planted_links at {i} ({expect['trigger']}): {planted} links planted")
+        elif kind == "gate_tamper":
+            runs = [r["by"] for r in _reports(shaped, "GATE")]
+            emit(note=f"gate_tamper at {i}: the gate ran {runs}")
+            for name in (*GATE_FILES, expect["mark"]):
+                (Path.cwd() / name).unlink(missing_ok=True)
+            _remove(Path.cwd() / "__pycache__")
+        elif kind == "site_packages_write":
+            for what, v in (_report(shaped, "SITE") or {}).items():
+                verb, _, where = what.partition(" ")
+                if v != "ok":
+                    continue
+                if verb in ("pth", "module"):  # undone at once: never left on this machine
+                    ext = ".pth" if verb == "pth" else ".py"
+                    Path(where, f"{SITE_MARK}_{i}{ext}").unlink(missing_ok=True)
+                elif verb == "append":
+                    text = Path(where).read_text()
+                    Path(where).write_text(text.replace(f"\n# {SITE_MARK}\n", ""))
+        if bad:
+            self.violation(f"{kind}_reached", i=i, what=bad[:20])
+        return not bad
 
     def on_restart(self, ev: Any) -> None:
         self._restarted(set(ev.lost), ev.cause)
@@ -517,6 +595,7 @@ class Child:
         if not ok:
             self.violation("disk_fault_handling", i=i, kind=kind, whole_lines=whole,
                            error=f"{type(err).__name__}: {err}"[:400])
+        self.check_compactions()  # one appended before the stop is this host's to check
         emit(stopped=kind, i=i, ok=ok, detail=f"{type(err).__name__}: {err}"[:300])
 
     # ----------------------------------------------------------------- checks
@@ -614,6 +693,30 @@ class Child:
             self.drive(claimed.message())
             self.sched.mark_delivered(claimed.tick_id)
             emit(tick=claimed.tick_id, job=claimed.job_id, count=claimed.count)
+
+
+def _remove(path: Path) -> None:
+    """A file, link or tree (links are removed, never followed)."""
+    import shutil
+
+    if path.is_symlink() or path.is_file():
+        path.unlink(missing_ok=True)
+    elif path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _unbounded_gate_refusals(agent: Any) -> None:
+    """gate_tamper's gate always fails (the goal must stay active): its refusals must never
+    block the goal. The soak raises the bound of the GoalGate the composition root gave
+    the goal manager (reached through the goal.complete handler: it keeps no other
+    reference)."""
+    from rlm.longrun.goals import GoalManager
+
+    handler = agent.handlers.get("goal.complete")
+    for cell in getattr(handler, "__closure__", None) or ():
+        goals = cell.cell_contents
+        if isinstance(goals, GoalManager) and goals.gate is not None:
+            goals.gate.max_failures = 10**9
 
 
 def secret_files(root: Path, secret: str) -> list[str]:

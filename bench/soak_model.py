@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from bench.soak_boundary import BOUNDARY_CELLS
 from bench.soak_plan import define_value, padding
 from rlm.errors import ContextOverflow, RateLimited
 from rlm.llm.types import Completion, ToolCall, Usage
@@ -198,6 +199,8 @@ def _fault_cell(kind: str, i: int) -> tuple[str, dict[str, Any]]:
         return code, {"status": "ok", "secret": True}
     if kind == "forge_control":
         return forge_code(i), {"status": "ok", "contains": "FORGE", "forge": i}
+    if kind in BOUNDARY_CELLS:
+        return BOUNDARY_CELLS[kind](i)
     if kind == "host_turn":
         return "import time\ntime.sleep(6)\nprint('slow cell done')", {"status": "ok", "host_kill": 0.8}
     return f"print('filler {i}')", {"status": "ok"}

@@ -17,6 +17,23 @@ Fault kinds (each injected at least once, then at seeded random points):
   host:   host_turn (SIGKILL of the host mid-cell), host_append (mid-append: a torn
           line), host_compact (inside the summarizer call), host_tick (between claiming
           a tick and confirming its delivery)
+  boundary (issue 57: the sandbox is a boundary; cells written as an attacker would):
+          planted_links (symlinks and hard links where the host writes or reads session
+          files the kernel can reach -- runtime/, snapshot/, artifacts/, ./.agent, ./.rlm
+          -- aimed at a canary in HOME, the user's config.toml or another session's log,
+          then a host write: an image shown (an artifact), a kernel crash (a restart), a
+          snapshot), gate_tamper (the run has a --gate: a cell writes the script it runs,
+          a conftest.py and a sitecustomize.py that look for the provider key and write
+          markers into $RLM_HOME, the config dir and HOME, then calls goal.complete() so
+          the host runs the gate), site_packages_write (a .pth and a module into every
+          import path, the site dirs and rlm's own package dirs), other_session (another
+          session's log, connection file and pid, by absolute path, /proc/<pid>/root,
+          /proc/self/cwd, `..`; every unix socket under XDG_RUNTIME_DIR and /run),
+          aliased_replay (as replay_destructive, with spellings of open the replay planner
+          may not know: an alias, functools.partial, io.open, operator.call, getattr on
+          builtins; the kernel is restarted: the read-only mounts are the guarantee)
+Every boundary fault is followed by a check of every host file a kernel must not change
+(bench.soak_checks.check_host_files), and again at the end of the run.
 """
 
 from __future__ import annotations
@@ -33,8 +50,10 @@ HOST_FAULTS = ("host_turn", "host_append", "host_compact", "host_tick")
 WIDE_FAULTS = ("enospc_snapshot", "enospc_append", "readonly_home", "two_writers",
                "sched_idle", "hostile_text", "close_stdout", "delete_outputs", "secret_leak",
                "forge_control")
+BOUNDARY_FAULTS = ("planted_links", "gate_tamper", "site_packages_write", "other_session",
+                   "aliased_replay")
 STOP_FAULTS = ("enospc_append", "readonly_home")  # the host stops on its own, then resumes
-FAULTS = KERNEL_FAULTS + MODEL_FAULTS + HOST_FAULTS + WIDE_FAULTS
+FAULTS = KERNEL_FAULTS + MODEL_FAULTS + HOST_FAULTS + WIDE_FAULTS + BOUNDARY_FAULTS
 NORMAL = ("define", "define", "define", "read", "read", "mutate", "final")
 TICK_EVERY = 6
 T0 = 1_750_000_000.0  # the fake clock's start (POSIX seconds)
@@ -78,6 +97,13 @@ def make_plan(seed: int, turns: int, fault_rate: float = FAULT_RATE) -> list[dic
 def secret_key(seed: int) -> str:
     """The fake provider key the host is given (OPENAI_API_KEY) for the secret_leak fault."""
     return "sk-soak-" + hashlib.sha256(f"soak-secret-{seed}".encode()).hexdigest()[:40]
+
+
+# the other session the soak makes before the run (other_session, planted_links)
+OTHER_SESSION = "20260101-000000-0th3r5"
+OTHER_CANARY = "other-session-canary-5b1e"
+HOME_CANARY = ".soak-canary"  # in the hosts' HOME: a link target no host may write
+GATE_SCRIPT = "soak_gate.py"  # what the run's --gate runs (gate_tamper writes it)
 
 
 def clock_at(plan: list[dict[str, Any]], index: int) -> float:

@@ -1,4 +1,5 @@
-"""The short soak run (CI): ~50 turns, every fault kind at least once, no violation.
+"""The short soak run (CI): ~50 turns, every fault kind at least once, no violation, no
+host file changed through the kernel.
 
 Runs bench.soak exactly as `python -m bench.soak --turns 50 --seed 11` would, with its
 own root under tmp_path (RLM_HOME, HOME, TMPDIR, XDG dirs, cwd). The long run and its
@@ -41,6 +42,9 @@ def test_short_soak_has_no_violation(tmp_path):
     assert result["secret_files"] == 0 and result["outside_changes"] == 0
     # a cell wrote the user's config, ./rlm.toml and forged log entries: no run takes them
     assert result["settings_changed"] == 0
+    # planted links, a tampered gate, site-packages writes, another session, aliased
+    # replays: no host file a kernel must not change was changed (issue 57)
+    assert result["host_files_changed"] == 0
     assert result["hosts_stopped"] >= 2  # enospc_append and readonly_home stopped a host
 
 
@@ -190,3 +194,114 @@ def test_the_log_is_read_incrementally_and_again_when_it_was_rewritten(tmp_path)
     with open(path, "ab") as f:
         f.write(b"not json\n")
     assert tail.read()[-1] == {"type": "<unparsable>", "data": {}}
+
+
+def test_the_host_files_check_has_teeth(tmp_path):
+    """A change to any host file a kernel must not change is caught: a canary rewritten
+    with its size and times kept (the digest), another session's log appended to, a .pth
+    planted in site-packages, a link planted where a file was, a file removed; the
+    soak's own session and cache/ are not looked at. The report counts each path once."""
+    import os
+
+    from bench import soak_checks
+    from bench.soak import Soak
+    from bench.soak_plan import HOME_CANARY, OTHER_SESSION
+
+    soak = Soak(TURNS, SEED, tmp_path / "root", log=None)
+    for d in (soak.home, soak.harness, soak.cwd, *soak.env_dirs.values()):
+        d.mkdir(parents=True, exist_ok=True)
+    soak.plant_host_files()
+    fake_site = tmp_path / "site-packages"
+    (fake_site / "pkg").mkdir(parents=True)
+    (fake_site / "pkg" / "__init__.py").write_text("x = 1\n")
+    soak.host_files = lambda real=soak.host_files: {  # type: ignore[method-assign]
+        **real(), **soak_checks.tree_state([fake_site])}
+    soak.host_before = soak.host_files()
+    assert soak.check_host_files("clean") == []
+    own = soak.home / "sessions" / "20990101-000000-mine00"  # the soak's own session
+    (own / "runtime").mkdir(parents=True)
+    (own / "runtime" / "k.sock").write_text("")
+    (soak.home / "cache" / "matplotlib").mkdir(parents=True)
+    assert soak.check_host_files("the host's own writes") == []
+
+    canary = soak.env_dirs["HOME"] / HOME_CANARY
+    st = canary.stat()
+    canary.write_text(canary.read_text().upper())  # same size, then the times put back
+    os.utime(canary, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with open(soak.home / "sessions" / OTHER_SESSION / "session.jsonl", "a") as f:
+        f.write("{}\n")
+    (fake_site / "evil.pth").write_text("import os\n")
+    config = soak.home / "config.toml"
+    config.unlink()
+    config.symlink_to(canary)
+    (soak.other / "host" / "kernel.pid").unlink()
+    bad = soak.check_host_files("planted")
+    assert bad and bad[0]["kind"] == "host_file_changed_through_kernel"
+    assert set(bad[0]["changed"]) == {str(canary), str(config),
+                                      str(soak.other / "session.jsonl")}
+    assert bad[0]["created"] == [str(fake_site / "evil.pth")]
+    assert bad[0]["removed"] == [str(soak.other / "host" / "kernel.pid")]
+    assert soak.check_host_files("again") == []  # counted once, from the last state on
+    assert len(soak.host_changed) == 5
+
+
+def test_the_boundary_cells_compile_and_vary():
+    """Every boundary cell compiles for every index; planted_links varies its target and
+    its trigger, aliased_replay its spelling of open."""
+    from bench.soak_boundary import (
+        BOUNDARY_CELLS,
+        TRIGGERS,
+        aliased_victim_code,
+        planted_links_code,
+    )
+    from bench.soak_plan import BOUNDARY_FAULTS
+
+    assert set(BOUNDARY_CELLS) == set(BOUNDARY_FAULTS)
+    for kind, make in BOUNDARY_CELLS.items():
+        for i in range(9):
+            code, expect = make(i)
+            compile(code, kind, "exec")
+            assert expect["boundary"] == kind
+    triggers = {planted_links_code(i)[1] for i in range(9)}
+    targets = {planted_links_code(i)[0].split("target = ")[1].split("\n")[0] for i in range(9)}
+    assert triggers == set(TRIGGERS) and len(targets) == 3
+    assert len({aliased_victim_code(i, "/v").split("\n")[0] for i in range(5)}) == 5
+
+
+def test_the_boundary_report_checks_have_teeth():
+    """What a boundary cell's report says it reached is caught: a gate that saw the key or
+    wrote a marker, a .pth written, another session read, listed or its socket reached, the
+    canary or the key in the output, a missing report; what the sandbox shows of the
+    kernel's own session is not."""
+    import json
+
+    from bench.soak_boundary import report_problems
+    from bench.soak_plan import OTHER_CANARY, OTHER_SESSION
+
+    def out(tag, rep):
+        return f"noise\n{tag} {json.dumps(rep)}\n"
+
+    clean_gate = {"by": "soak_gate.py", "env_keys": [], "proc_keys": [],
+                  "wrote": {"config": "OSError", "home": "FileNotFoundError"}}
+    assert report_problems("gate_tamper", out("GATE", clean_gate), "ok", {}, "sk-x") == []
+    for bad in ({"env_keys": ["OPENAI_API_KEY"]}, {"proc_keys": ["12"]},
+                {"wrote": {"config": "written"}}):
+        assert report_problems("gate_tamper", out("GATE", {**clean_gate, **bad}), "ok", {}, "k")
+    assert report_problems("gate_tamper", out("GATE", clean_gate) + "sk-x", "ok", {}, "sk-x")
+    assert report_problems("gate_tamper", "no gate ran", "ok", {}, "k") == [
+        "no report from the cell"]
+    site = {"pth /usr/lib/site-packages": "OSError", "module /x": "FileNotFoundError"}
+    assert report_problems("site_packages_write", out("SITE", site), "ok", {}, "") == []
+    assert report_problems("site_packages_write",
+                           out("SITE", {**site, "pth /usr/lib/site-packages": "ok"}), "ok", {}, "")
+    expect = {"canary": OTHER_CANARY}
+    own = {"list sessions": ["ok", "['20990101-000000-mine00']"], "read session.jsonl":
+           "FileNotFoundError", "socket /x/agent.sock": "ConnectionRefusedError"}
+    assert report_problems("other_session", out("OTHER", own), "ok", expect, "") == []
+    for bad in ({"list sessions": ["ok", f"['{OTHER_SESSION}']"]},
+                {"read session.jsonl": ["ok", "{}"]}, {"append session.jsonl": "ok"},
+                {"socket /x/agent.sock": "ok"}):
+        assert report_problems("other_session", out("OTHER", {**own, **bad}), "ok", expect, "")
+    assert report_problems("other_session", out("OTHER", own) + OTHER_CANARY, "ok", expect, "")
+    # a crashed planted_links cell prints nothing: its check is the host files'
+    assert report_problems("planted_links", "", "died", {}, "") == []
