@@ -50,7 +50,7 @@ CONFIG = {"context_window": 6000, "reserve_tokens": 1500, "keep_recent_tokens": 
           "cell_timeout": 60.0, "interrupt_grace_s": 1.0, "memory_cap_bytes": 6 * 2**30}
 MAX_HOST_FAILURES = 3
 PROGRESS_S = 60.0
-# the run's --gate (gate_tamper writes the script; goal.complete() runs it)
+# the run's --gate (gate_tamper writes the script; goal.complete('done') runs it)
 GATE = f"{sys.executable} {GATE_SCRIPT}"
 AGENT_SOCKET = "soak-agent.sock"  # a listening socket in XDG_RUNTIME_DIR no cell may reach
 XDG = ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME",

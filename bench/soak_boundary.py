@@ -133,7 +133,7 @@ def gate_tamper_code(i: int) -> str:
 for name, text in {files!r}.items():
     pathlib.Path(name).write_text(text)
 try:
-    goal.complete()
+    goal.complete('done')
     print('GATE-RESULT completed')
 except Exception as e:
     print('GATE-RESULT', type(e).__name__)

@@ -24,7 +24,7 @@ Fault kinds (each injected at least once, then at seeded random points):
           then a host write: an image shown (an artifact), a kernel crash (a restart), a
           snapshot), gate_tamper (the run has a --gate: a cell writes the script it runs,
           a conftest.py and a sitecustomize.py that look for the provider key and write
-          markers into $RLM_HOME, the config dir and HOME, then calls goal.complete() so
+          markers into $RLM_HOME, the config dir and HOME, then calls goal.complete('done') so
           the host runs the gate), site_packages_write (a .pth and a module into every
           import path, the site dirs and rlm's own package dirs), other_session (another
           session's log, connection file and pid, by absolute path, /proc/<pid>/root,

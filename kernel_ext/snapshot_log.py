@@ -27,7 +27,7 @@ import os
 import struct
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,13 +104,18 @@ def _records(data: bytes) -> Any:
         pos = _align(end)
 
 
-def replay(path: str, manifest: dict[str, Any]) -> tuple[dict[str, Any], Log]:
+def replay(path: str, manifest: dict[str, Any],
+           read: Callable[[str], bytes] | None = None) -> tuple[dict[str, Any], Log]:
     """`manifest` (read from manifest.json) with the records of its log applied, and the
-    log's state for the next append."""
+    log's state for the next append. `read(name)`: the log's bytes (the host reads the
+    kernel's files through its one safe open: never through a link a cell planted)."""
     log = Log(path, manifest["generation"], generation=manifest["generation"])
     try:
-        with open(os.path.join(path, log.name), "rb") as f:
-            data = f.read()
+        if read is not None:
+            data = read(log.name)
+        else:
+            with open(os.path.join(path, log.name), "rb") as f:
+                data = f.read()
     except FileNotFoundError:
         return manifest, log
     entries, groups = dict(manifest["entries"]), dict(manifest["groups"])

@@ -342,3 +342,24 @@ def test_a_rule_folder_a_cell_linked_elsewhere_is_not_read(tmp_path):
     (project / ".rlm").mkdir()
     (project / ".rlm" / "rules").symlink_to(outside / "rules")
     assert not load_rules(project, tmp_path / "home-config")
+
+
+@pytest.mark.timeout(180)
+def test_the_snapshot_journal_is_read_without_following_a_link(tmp_path):
+    """`rlm state` reads the snapshot's journal (its generations' log) as it reads the
+    manifest: a link planted at the journal's name (here to a FIFO in the working
+    directory, which would block a plain open forever) is refused with a clear line."""
+    from kernel_ext.snapshot_log import Log
+
+    code_, _, err = _run(tmp_path, "x = 41\nprint(x)")
+    assert code_ == 0, err[-2000:]
+    from rlm.paths import rlm_home
+
+    snap = next(rlm_home().rglob("session.jsonl")).parent / "snapshot"
+    manifest = json.loads((snap / "manifest.json").read_text())
+    journal = snap / Log(str(snap), manifest["generation"], generation=manifest["generation"]).name
+    journal.unlink(missing_ok=True)
+    os.mkfifo(tmp_path / "blocks")
+    journal.symlink_to(tmp_path / "blocks")
+    proc = rlm("state", cwd=tmp_path)
+    assert proc.returncode != 0 and "unreadable snapshot manifest" in proc.stderr, proc.stderr

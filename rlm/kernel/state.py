@@ -32,6 +32,7 @@ from rlm.secrets import SCRUB_SLACK_NS, known_secrets, mask_buffer, scrub_tree
 LISTING_EXPR = contract.SNAPSHOT_NAMESPACE.expression()
 # the most of a snapshot manifest the host reads (the kernel writes it: a bound, not a trust)
 MANIFEST_READ_LIMIT = 256 << 20
+SNAPSHOT_LOG_READ_LIMIT = 256 << 20  # its journal: past this it reads as torn there
 
 
 def _local_manifest(session_dir: Path) -> Any:
@@ -177,8 +178,10 @@ def snapshot_names(session_dir: Path, snapshot_url: str | None = None) -> list[d
         if not isinstance(entries, dict) or not isinstance(groups, dict):
             raise ValueError("its entries are not an object")
         if isinstance(manifest.get("generation"), int):  # the generations in its journal
-            manifest, _ = snapshot_log.replay(str(path.parent), {**manifest, "entries": entries,
-                                                                 "groups": groups})
+            manifest, _ = snapshot_log.replay(
+                str(path.parent), {**manifest, "entries": entries, "groups": groups},
+                read=lambda name: safeio.read_bytes(session_dir, Path("snapshot", name),
+                                                    SNAPSHOT_LOG_READ_LIMIT))
             entries, groups = manifest["entries"], manifest["groups"]
     except (OSError, ValueError, AttributeError) as exc:
         raise SessionError(
