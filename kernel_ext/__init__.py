@@ -11,6 +11,7 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
     bridge     kernel -> host requests over comms, replies on the control channel
     snapshot   per-variable dill snapshots after each cell, restore at start
     fileops    an audit hook recording files the user's code reads and writes
+    provenance which line of a cell read a file, and what each line said (the verified rule)
     subshell   lists the namespace on a kernel subshell while a cell runs
     api        the names the model uses: final, final_var, llm_query, llm_query_batched,
                rlm_query, compact, goal, heartbeat, cron, memory
@@ -33,7 +34,8 @@ from kernel_ext import contract
 
 __version__ = "0.1.0"  # always rlm's version (tests/test_gateway_unit.py checks)
 
-_MODULES = ("channels", "streams", "bridge", "fileops", "snapshot", "subshell", "api", "aliases")
+_MODULES = ("channels", "provenance", "streams", "bridge", "fileops", "snapshot", "subshell",
+            "api", "aliases")
 _installed: list[Any] = []
 
 

@@ -27,7 +27,7 @@ import sysconfig
 import tempfile
 from typing import Any
 
-from kernel_ext import contract, wire
+from kernel_ext import contract, provenance, wire
 
 MAX_PATHS = 1000
 
@@ -97,8 +97,10 @@ def _record(target: set[str], path: Any) -> None:
     if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p or _is_scratch(p):
         return
     target.add(p)
-    if target is _read and len(_cell_read) < MAX_PATHS:
-        _cell_read.add(p)
+    if target is _read:
+        provenance.note_read()  # which line of the cell read it
+        if len(_cell_read) < MAX_PATHS:
+            _cell_read.add(p)
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:

@@ -25,6 +25,8 @@ import sys
 import threading
 from typing import Any
 
+from kernel_ext import provenance
+
 CHUNK = 1 << 20  # characters pending before a forced flush
 
 _wrapped: list[Any] = []
@@ -68,6 +70,7 @@ class _Bounded:
         if not isinstance(text, str):
             return self.write_orig(text)
         written = len(text)  # what the caller wrote, whatever label is added
+        provenance.note_output(text)
         if _earlier:
             text = _label_late(text)
         n = len(text)

@@ -31,6 +31,9 @@ NAMESPACE_REPLY = "rlm_namespace_reply"
 # The files a cell read (kernel_ext.fileops), in its execute_reply's metadata: a list of
 # paths (so a re-read of the same file can supersede an older result: rlm.compaction.tiers).
 CELL_READS = "rlm_reads"
+# Which lines of a cell read a file and what each line said (kernel_ext.provenance), in its
+# execute_reply's metadata: {"read": [line], "said": {line: [token]}, "partial": [line]}.
+CELL_PROVENANCE = "rlm_provenance"
 
 MANIFEST_NAME = "manifest.json"
 # files of the snapshot dir kernel_ext only appends to: the manifest's journal (never

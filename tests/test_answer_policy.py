@@ -24,8 +24,9 @@ from rlm.session.entries import MessageEntry
 
 
 def _policy(native: bool = False, max_turns: int | None = 6, has_data: bool = False) -> AnswerPolicy:
+    """A policy whose run was given one input, `orders` (the task's data)."""
     p = AnswerPolicy()
-    p.start_run(native_tools=native, max_turns=max_turns, has_data=has_data)
+    p.start_run(native_tools=native, max_turns=max_turns, has_data=has_data, inputs={"orders"})
     p.turn_note(1)
     return p
 
@@ -146,7 +147,7 @@ def test_a_final_var_is_read_only_when_a_rule_needs_its_value():
     p = _policy()  # no cell ran: the no-cell nudge refuses without reading
     assert isinstance(p.answer(Answer("total", "var", read=read), _branch("q")), Refuse)
     assert reads == []
-    p.cell("total = 6 * 7\nprint(total)", _ok("42"), "e1")
+    p.cell("total = len(orders) * 7\nprint(total)", _ok("42"), "e1")
     d = p.answer(Answer("total", "var", read=read), _branch("q", _ok("42")))
     assert isinstance(d, Accept) and d.verified and d.evidence == {"42": ["e1"]}
     assert reads == ["total"]
@@ -169,7 +170,7 @@ def test_words_of_an_earlier_prompt_are_the_questions_not_claims():
     """A right answer was refused because it repeated "December" from an earlier prompt of
     the session (the check looked at the latest prompt only)."""
     p = _policy()
-    p.cell("print(412)", _ok("412"), "e1")
+    p.cell("print(len(orders))", _ok("412"), "e1")
     branch = [MessageEntry(message={"role": "user", "content": "Look at December only."}),
               MessageEntry(message={"role": "assistant", "content": "ok"}),
               *_branch("How many orders?", _ok("412"))]
@@ -190,8 +191,8 @@ def test_a_rule_plugs_in_and_is_consulted_in_order():
 
     p = AnswerPolicy()
     p.rules.insert(0, NoLyon())
-    p.start_run(native_tools=True, max_turns=None, has_data=False)
-    assert p.cell("print('Lyon')", _ok("Lyon"), "e1").note == "\n[checked]"
+    p.start_run(native_tools=True, max_turns=None, has_data=False, inputs={"orders"})
+    assert p.cell("print(orders[0])", _ok("Lyon"), "e1").note == "\n[checked]"
     assert p.answer(Answer("Lyon", "reply"), []).text == "Not Lyon."
     d = p.answer(Answer("Lyon", "reply"), [])
     assert isinstance(d, Accept) and d.verified  # refused once, then judged as usual

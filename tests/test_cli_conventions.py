@@ -92,7 +92,9 @@ def test_sessions_last_and_the_listing(tmp_path):
     work.mkdir()
     elsewhere.mkdir()
     script = work / "s.json"
-    script.write_text(json.dumps([call("x = 41"), call("final(str(x + 1) + '\\nmore')")]))
+    (work / "x.txt").write_text("41")  # the task's data (a verified answer reads it)
+    script.write_text(json.dumps([call("x = int(open('x.txt').read())"),
+                                  call("final(str(x + 1) + '\\nmore')")]))
     res = rlm("run", "add one", "--model", f"script:{script}", "--json", home=home, cwd=work)
     assert res.returncode == 0, res.stderr
     sid = json.loads(res.stdout.splitlines()[-1])["session_id"]

@@ -20,7 +20,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 def test_a_hosted_run_reaches_its_endpoint_and_its_key_lands_on_no_disk(tmp_path, _isolated_home):
     key = f"sk-test-{secrets.token_hex(16)}"
-    replies = [tool_reply("x = 6 * 7\nprint(x)"), tool_reply("final(str(x))")]
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
+    replies = [tool_reply("x = int(open('six.txt').read()) * 7\nprint(x)"),
+               tool_reply("final(str(x))")]
     with serving(replies) as server:
         env = {**os.environ, "OPENAI_API_KEY": key, "OPENAI_API_BASE": server.base,
                "PYTHONPATH": str(REPO)}

@@ -97,8 +97,10 @@ def test_resume_turns_recorded_autonomous_and_gates_off():
 
 # ------------------------------------------------------------------------------- chat
 def test_chat_json_prints_one_object_per_prompt(tmp_path, _isolated_home):
-    s = script(tmp_path / "s.json", [call("print(6 * 7)\nfinal('42')"),
-                                     call("print(7 * 7)\nfinal('49')")])
+    (tmp_path / "n.txt").write_text("7")  # the task's data: a verified answer reads it
+    s = script(tmp_path / "s.json", [call("n = int(open('n.txt').read())\nprint(6 * n)\n"
+                                          "final('42')"),
+                                     call("print(n * n)\nfinal('49')")])
     proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "chat", "--model", s, "--json"],
                           cwd=tmp_path, input="first\nsecond\n/exit\n", capture_output=True,
                           text=True, timeout=240)

@@ -45,9 +45,9 @@ def test_a_named_file_that_does_not_load_is_described_not_fatal(tmp_path, _isola
     """`--context broken.csv` fails the run (the user asked for it); a file the task only
     names is told to the model as not loaded, with pandas' reason, and the run goes on."""
     (tmp_path / "broken.csv").write_text("a,b\n1,2\n1,2,3,4\n")
-    # (a literal answer is verified only once a cell has shown it: issue 25)
-    s = script(tmp_path / "b.json", [call("print('read it by hand')"),
-                                     call("final('read it by hand')")])
+    # (a literal answer is verified only once code reading the data has shown it: issue 58)
+    s = script(tmp_path / "b.json", [call("print(open('broken.csv').readlines()[2].strip())"),
+                                     call("final('1,2,3,4')")])
     out = rlm("run", "why does broken.csv not parse?", "--model", s, "--json", cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     assert res["reason"] == "final"

@@ -21,6 +21,7 @@ from rlm.outcome import EXIT_NO_ANSWER, Unmet, decide
 def _run(tmp_path: Path, replies: list, *args: str) -> tuple[int, str, dict]:
     """`rlm run` twice over the same script: the terminal's words, then --json's object."""
     s = script(tmp_path / "s.json", replies)
+    (tmp_path / "six.txt").write_text("6")  # the task's data: what a verified answer reads
     shown = rlm("run", "the task", "--model", s, *args, cwd=tmp_path)
     out = rlm("run", "the task", "--model", s, *args, "--json", cwd=tmp_path)
     assert shown.returncode == out.returncode, (shown.stderr, out.stderr)
@@ -37,7 +38,7 @@ def _cell_outputs(session_path: str) -> str:
                      if e.get("type") == "message" and e["message"].get("role") != "assistant")
 
 
-ANSWER = call("total = 6 * 7\nprint(total)\nfinal(str(total))")
+ANSWER = call("total = int(open('six.txt').read()) * 7\nprint(total)\nfinal(str(total))")
 
 
 def test_a_gate_on_a_plain_run_is_run_and_an_answer_it_refuses_is_not_answered(tmp_path,
@@ -54,8 +55,8 @@ def test_a_gate_on_a_plain_run_is_run_and_an_answer_it_refuses_is_not_answered(t
 
 
 def test_a_gate_that_passes_lets_the_answer_through(tmp_path, _isolated_home):
-    write = call("open('out.txt', 'w').write('42')\ntotal = 6 * 7\nprint(total)\n"
-                 "final(str(total))")
+    write = call("open('out.txt', 'w').write('42')\ntotal = int(open('six.txt').read()) * 7\n"
+                 "print(total)\nfinal(str(total))")
     code, shown, out = _run(tmp_path, [write], "--gate", "test -f out.txt")
     assert code == 0 and out["status"] == "answered" and out["verified"] is True
     assert "✓ verified" in shown

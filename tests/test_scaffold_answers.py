@@ -7,6 +7,7 @@ the model, the events and the session log.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from rlm.agent.context_files import load_context_files
 from rlm.agent.nudge import NUDGE_FAILED, error_text
@@ -24,7 +25,16 @@ class _Fenced(ScriptedLLM):
     native_tools = False  # like the small local model: fenced code, text FINAL
 
 
+# the task's data, a file the grounded cells read: since issue 58 a figure is verified only
+# when code that depends on the task's data printed it (rlm.agent.policy.dataflow)
+FACTS = {"six": 6, "vals": [3, 9, 27], "temps": {"June": 21.5, "July": 19.0},
+         "row": [1800, "West", 2253.4400000001], "cols": ["date", "category"],
+         "words": ["bath", "sports"]}
+D = "import json\nD = json.load(open('facts.json'))\n"
+
+
 def _agent(home, llm):
+    (Path.cwd() / "facts.json").write_text(json.dumps(FACTS))
     config = Config(home=home, model="script:small", cell_timeout=60)
     session = SessionStore.create(home, model="script:small", task="t")
     return build_agent(session, config, llm=llm), session
@@ -204,7 +214,7 @@ def test_text_reduction_reads_pandas_2_and_3_wording():
 def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isolated_home):
     llm = _Fenced([_cell("import pandas as pd\ndf = pd.read_csv('sales.csv')"),
                    "FINAL(FileNotFoundError: sales.csv does not exist)",
-                   _cell("print(6 * 7)"), "FINAL(42)"])
+                   _cell(D + "print(D['six'] * 7)"), "FINAL(42)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         events = list(agent.run("total?"))
@@ -237,7 +247,7 @@ def test_error_text_patterns():
 
 def test_a_final_before_any_cell_ran_is_refused_once(_isolated_home):
     llm = _Fenced(["FINAL(123)",  # a guess, no data attached, no cell run
-                   _cell("print(6 * 7)"), "FINAL(42)"])
+                   _cell(D + "print(D['six'] * 7)"), "FINAL(42)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         events = list(agent.run("What is six times seven?"))
@@ -271,7 +281,7 @@ def test_an_answer_after_a_failed_cell_is_unverified_and_the_nudge_invites_no_an
 
 def test_final_from_the_kernel_is_verified_and_json_and_exit_code_follow(_isolated_home):
     llm = ScriptedLLM([{"content": "", "tool_calls": [
-        {"name": "python", "arguments": {"code": "final(6 * 7)"}}]}])
+        {"name": "python", "arguments": {"code": D + "final(D['six'] * 7)"}}]}])
     agent, session = _agent(_isolated_home, llm)
     with agent:
         events = list(agent.run("6*7"))
@@ -329,7 +339,7 @@ def test_a_text_answer_must_be_grounded_in_this_runs_output(_isolated_home):
     }
     for answer, why in cases.items():
         # an ungrounded answer is refused once (see below); given again, it is accepted
-        llm = _Fenced([_cell("print(1800, 'West', 2253.4400000001)"), answer, answer])
+        llm = _Fenced([_cell(D + "print(*D['row'])"), answer, answer])
         agent, _ = _agent(_isolated_home, llm)
         with agent:
             ended = [e for e in agent.run("count?") if isinstance(e, RunEnded)][-1]
@@ -343,7 +353,8 @@ def test_an_ungrounded_answer_is_refused_once_while_a_turn_is_left(_isolated_hom
     """The task suite's 1.5B model wrote answers its cells never computed (a badge number
     nobody printed, the prompt example's "Lyon, with 431 orders"). Refused once with the
     reason while a turn is left, the model computes it and answers from the output."""
-    llm = _Fenced([_cell("import statistics\nvals = [3, 9, 27]\nprint(len(vals))"), "FINAL(Lyon, with 431 orders)",
+    llm = _Fenced([_cell(D + "import statistics\nvals = D['vals']\nprint(len(vals))"),
+                   "FINAL(Lyon, with 431 orders)",
                    _cell("print(statistics.median(vals))"), "FINAL(9)"])
     agent, session = _agent(_isolated_home, llm)
     with agent:
@@ -365,7 +376,7 @@ def test_an_answer_naming_what_no_output_shows_is_refused_once(_isolated_home):
     """The task suite's 1.5B model printed one mean over all rows and answered "September,
     with an average temperature of 9.95...": the figure was printed, the month never was.
     A name in the answer that neither the prompt nor any output holds is refused once."""
-    llm = _Fenced([_cell("temps = {'June': 21.5, 'July': 19.0}\nprint(sum(temps.values()) / 2)"),
+    llm = _Fenced([_cell(D + "temps = D['temps']\nprint(sum(temps.values()) / 2)"),
                    "FINAL(September, with an average temperature of 20.25 at the south station)",
                    _cell("print(max(temps, key=temps.get))"), "FINAL(June)"])
     agent, _ = _agent(_isolated_home, llm)
@@ -381,7 +392,8 @@ def test_a_figure_the_question_holds_is_not_the_answers_claim(_isolated_home):
     """The task suite's model printed `bath` and answered "bath, with the highest total
     sales value in 2025" to a question about 2025: refused for the unseen figure 2025, it
     ran the same cell again. A figure the prompt holds is the question's, not a claim."""
-    llm = _Fenced([_cell("print('bath')"), "FINAL(bath, with the highest total sales value in 2025)"])
+    llm = _Fenced([_cell(D + "print(D['words'][0])"),
+                   "FINAL(bath, with the highest total sales value in 2025)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         ended = [e for e in agent.run("In 2025, what category had the highest total sales value?")
@@ -393,7 +405,7 @@ def test_a_figure_the_question_holds_is_not_the_answers_claim(_isolated_home):
 def test_a_final_when_no_cell_succeeded_is_refused_once(_isolated_home):
     """After a resample the task suite's model answered `FINAL(Audio)` although its only
     cell had failed: nothing it ran showed an answer. Refused once, like unseen figures."""
-    llm = _Fenced([_cell("print({}['missing'])"), "FINAL(Audio)", _cell("print('sports')"),
+    llm = _Fenced([_cell("print({}['missing'])"), "FINAL(Audio)", _cell(D + "print(D['words'][1])"),
                    "FINAL(sports)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
@@ -451,7 +463,7 @@ def test_fences_after_one_that_showed_output_wait_for_the_next_reply(_isolated_h
     recorded as not run, and the model is told why. Silent setup fences still chain.
     (Fences that surely show output are cut from the reply as it streams: tests/
     test_reply_end.py; these show theirs only when run.)"""
-    reply = (_cell("cols = ['date', 'category']") + "\n\n" + _cell("sorted(cols, reverse=True)") +
+    reply = (_cell(D + "cols = D['cols']") + "\n\n" + _cell("sorted(cols, reverse=True)") +
              "\nIf 'category' is missing, try this:\n" + _cell("cols.index('category_name')")
              + "\n" + _cell("len(cols)") + _cell("cols.count('date')"))
     llm = _Fenced([reply, "FINAL(date and category)"])
@@ -483,7 +495,7 @@ def test_an_answer_that_nothing_was_found_is_refused_once_while_a_turn_is_left(_
     assert non_answer_refusal("None", **{**kw, "cells_run": 0}) is None  # the no-cell nudge
 
     llm = _Fenced([_cell("print('Budget information not found in the log records.')"),
-                   "FINAL(None)", _cell("print(2 + 2)"), "FINAL(4)"])
+                   "FINAL(None)", _cell(D + "print(D['six'] - 2)"), "FINAL(4)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
         ended = [e for e in agent.run("budget?") if isinstance(e, RunEnded)][-1]
@@ -500,7 +512,7 @@ def test_a_reply_repeating_the_failing_cell_is_sampled_again_not_run(_isolated_h
     from rlm.agent.loop import RESAMPLE_TEMPERATURE
 
     bad = _cell("print({}['missing'])")
-    llm = _Fenced([bad, bad, _cell("print(1 + 1)"), "FINAL(2)"])
+    llm = _Fenced([bad, bad, _cell(D + "print(D['six'] - 4)"), "FINAL(2)"])
     agent, session = _agent(_isolated_home, llm)
     with agent:
         events = list(agent.run("go"))

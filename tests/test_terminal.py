@@ -15,6 +15,17 @@ import pytest
 from terminal_screen import Screen, fits
 from test_cli import call, rlm, script
 
+# the task's data, in each test's working directory: since issue 58 an answer is verified
+# only when code that reads the task's data showed it (rlm.agent.policy.dataflow)
+DATA = {"revenue": [1200, 900], "six": 6, "three": 3, "went": "went on", "hello": "hello back",
+        "awake": "awake"}
+D = "import json\nD = json.load(open('data.json'))\n"
+
+
+@pytest.fixture(autouse=True)
+def _data(tmp_path):
+    (tmp_path / "data.json").write_text(json.dumps(DATA))
+
 pytestmark = pytest.mark.timeout(600)
 
 LONG = ("print('the winner made', winner_revenue, 'and the runner up made', "
@@ -42,7 +53,7 @@ def squeeze(text: str) -> str:
 
 def test_every_character_of_the_code_is_on_an_80_column_screen_with_task_and_verdict(
         tmp_path, _isolated_home):
-    code = f"winner_revenue, runner_up_revenue = 1200, 900\n{LONG}\n{TOKEN}\nprint(len(label))"
+    code = f"{D}winner_revenue, runner_up_revenue = D['revenue']\n{LONG}\n{TOKEN}\nprint(len(label))"
     task = ("how much more did the winner make than the runner up in this year's figures, "
             "and by what margin?")
     s = script(tmp_path / "s.json", [call(code), call("final(str(winner_revenue - runner_up_revenue))")])
@@ -60,7 +71,7 @@ def test_every_character_of_the_code_is_on_an_80_column_screen_with_task_and_ver
 def test_a_text_answer_is_shown_once_in_its_panel_not_as_final_markup(tmp_path, _isolated_home):
     """A model that answers in text (`FINAL(...)` on its own line) has its prose echoed
     and its answer shown once, in the answer panel: the FINAL(...) line is not printed."""
-    s = script(tmp_path / "s.json", [call("product = 6 * 7\nprint('product', product)"),
+    s = script(tmp_path / "s.json", [call(D + "product = D['six'] * 7\nprint('product', product)"),
                                      "The product is below.\nFINAL(42)"])
     with Screen(["run", "multiply six by seven", "--model", s], cwd=tmp_path) as scr:
         status, screen = scr.wait_exit()
@@ -106,7 +117,7 @@ def test_run_first_ctrl_c_interrupts_the_cell_and_says_so_second_stops_the_run(
 
 def test_chat_first_ctrl_c_interrupts_the_cell_and_the_model_goes_on(tmp_path, _isolated_home):
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="chat cell running")),
-                                     call("print('went on')\nfinal('went on')")])
+                                     call(D + "print(D['went'])\nfinal(D['went'])")])
     with Screen(["chat", "--model", s], cwd=tmp_path) as scr:
         shown = scr.wait_for("rlm>")
         assert squeeze("Ctrl-C once interrupts the cell, twice stops the run") in squeeze(shown)
@@ -207,13 +218,13 @@ def _run_json(tmp_path, name: str, replies: list, *args: str) -> dict:
 
 
 def test_sessions_fit_80_columns_and_say_how_each_ended(tmp_path, _isolated_home):
-    answered = _run_json(tmp_path, "a", [call("x = 6 * 7\nprint(x)"), call("final(str(x))")],
+    answered = _run_json(tmp_path, "a", [call(D + "x = D['six'] * 7\nprint(x)"), call("final(str(x))")],
                          "multiply six by seven and tell me the product of the two numbers")
     unverified = _run_json(tmp_path, "u", [call("1/0"), call("final('12 regions')")],
                            "how many regions?")
     limited = _run_json(tmp_path, "l", [call("print(1)"), call("print(2)")], "count",
                         "--max-turns", "1")
-    chat_session(tmp_path, [call("said = 'hello back'\nprint(said)\nfinal(said)")],
+    chat_session(tmp_path, [call(D + "said = D['hello']\nprint(said)\nfinal(said)")],
                  "say hello to the team\n/exit\n")
     with Screen(["sessions"], cwd=tmp_path) as scr:
         status, screen = scr.wait_exit()
@@ -253,7 +264,7 @@ def test_a_failed_run_is_listed_as_error_and_a_live_one_as_running(tmp_path, _is
     --json); a run a host still holds says running while it runs."""
     failed = _run_json(tmp_path, "e", [{"error": "auth", "message": "key revoked"}], "q")
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="still napping")),
-                                     call("woke = 'awake'\nprint(woke)\nfinal(woke)")])
+                                     call(D + "woke = D['awake']\nprint(woke)\nfinal(woke)")])
     with Screen(["run", "nap", "--model", s], cwd=tmp_path) as run:
         run.wait_for("still napping\n")
         with Screen(["sessions"], cwd=tmp_path) as scr:
@@ -455,19 +466,19 @@ def test_a_hosted_models_cell_is_on_screen_while_it_is_being_written(tmp_path, _
     then the cell runs and its box shows it once."""
     from bench.fake_openai import serving, tool_reply
 
-    code = "\n".join(f"part_{i} = {i} * 3" for i in range(8)) + "\nprint(part_7)"
+    code = D + "\n".join(f"part_{i} = {i} * D['three']" for i in range(8)) + "\nprint(part_7)"
     first = tool_reply(code)
     first["hold_after"] = json.dumps({"code": code}).index("part_5")  # 5 lines written
     with serving([first, tool_reply("final(str(part_7))")]) as server:
         env = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "OPENAI_API_BASE": server.base}
         with Screen(["run", "triple them", "--model", "openai/gpt-4o-mini"], cwd=tmp_path,
                     env=env) as scr:
-            shown = scr.wait_for("part_4 = 4 * 3")
+            shown = scr.wait_for("part_4 = 4 * D['three']")
             assert "part_6" not in shown and "╭─ cell" not in shown, shown  # being written
             server.release.set()
             status, screen = scr.wait_exit()
     assert status == 0, screen
-    assert screen.count("part_4 = 4 * 3") == 1, screen  # the draft went; the box shows it
+    assert screen.count("part_4 = 4 * D['three']") == 1, screen  # the draft went; the box shows it
     assert "╭─ cell" in screen and "21" in screen
 
 
@@ -476,13 +487,14 @@ def test_ctrl_c_while_the_model_writes_says_so_and_the_reply_goes_on(tmp_path, _
     the reply goes on and how to stop; it does, and the run answers."""
     from bench.fake_openai import serving, tool_reply
 
-    first = tool_reply("total = 6 * 7\nprint(total)")
-    first["hold_after"] = json.dumps({"code": "total = 6 * 7\nprint(total)"}).index("print")
+    first = tool_reply(D + "total = D['six'] * 7\nprint(total)")
+    first["hold_after"] = json.dumps({"code": D + "total = D['six'] * 7\nprint(total)"}).index(
+        "print(total")
     with serving([first, tool_reply("final(str(total))")]) as server:
         env = {"OPENAI_API_KEY": "sk-test-not-a-real-key", "OPENAI_API_BASE": server.base}
         with Screen(["run", "multiply", "--model", "openai/gpt-4o-mini"], cwd=tmp_path,
                     env=env) as scr:
-            scr.wait_for("total = 6 * 7")  # the held reply is on screen: the model writes
+            scr.wait_for("total = D['six'] * 7")  # the held reply is on screen: the model writes
             scr.keys("C-c")
             scr.wait_for("Press Ctrl-C again")
             server.release.set()
@@ -515,11 +527,11 @@ def test_first_use_of_the_default_model_says_it_joins_the_file_then_waits_then_s
 
 
 def test_log_prints_each_cell_once_and_the_final_answer_as_text(tmp_path, _isolated_home):
-    replies = ["Summing.\n```python\nthe_total = 3 + 4\nprint(the_total)\n```",
+    replies = [f"Summing.\n```python\n{D}the_total = D['three'] + 4\nprint(the_total)\n```",
                call("final(str(the_total))")]
     _run_json(tmp_path, "log", replies, "add three and four")
     out = rlm("log", cwd=tmp_path).stdout
-    assert out.count("the_total = 3 + 4") == 1, out
+    assert out.count("the_total = D['three'] + 4") == 1, out
     assert "final: 7\n(✓ verified)" in out and '{"answer"' not in out
 
 

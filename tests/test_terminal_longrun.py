@@ -19,6 +19,16 @@ from test_cli import call, rlm, script
 from rlm import events as ev
 from rlm.cli.render import Renderer
 
+# the task's data, in each test's working directory (an answer is verified only when code
+# reading it showed it: rlm.agent.policy.dataflow)
+D = "import json\nD = json.load(open('data.json'))\n"
+
+
+@pytest.fixture(autouse=True)
+def _data(tmp_path):
+    (tmp_path / "data.json").write_text(json.dumps({"round": "round", "ok": "ok",
+                                                    "worker": "worker"}))
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -35,7 +45,7 @@ def finals(path: Path) -> int:
 
 
 def test_resume_detach_continues_in_a_worker_then_stop_ps_and_prune(tmp_path, _isolated_home):
-    s = script(tmp_path / "s.json", [call("word = 'round'\nprint(word)\nfinal(word)")])
+    s = script(tmp_path / "s.json", [call(D + "word = D['round']\nprint(word)\nfinal(word)")])
     first = json.loads(rlm("run", "first question", "--model", s, "--json",
                            cwd=tmp_path).stdout.strip().splitlines()[-1])
     sid, path = first["session_id"], Path(first["session_path"])
@@ -55,7 +65,7 @@ def test_resume_detach_continues_in_a_worker_then_stop_ps_and_prune(tmp_path, _i
 
 
 def test_schedule_with_worker_starts_one_and_worker_says_what_it_does(tmp_path, _isolated_home):
-    s = script(tmp_path / "s.json", [call("word = 'ok'\nprint(word)\nfinal(word)")])
+    s = script(tmp_path / "s.json", [call(D + "word = D['ok']\nprint(word)\nfinal(word)")])
     sid = json.loads(rlm("run", "t", "--model", s, "--json",
                          cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
     plain = rlm("schedule", sid, "add", "every 1h", "--", "tick", cwd=tmp_path)
@@ -92,7 +102,7 @@ def test_heartbeat_on_a_terminal_offers_a_worker_and_goal_starts_one_with_the_fl
     starts one without asking."""
     from terminal_screen import Screen
 
-    s = script(tmp_path / "s.json", [call("word = 'ok'\nprint(word)\nfinal(word)")])
+    s = script(tmp_path / "s.json", [call(D + "word = D['ok']\nprint(word)\nfinal(word)")])
     sid = json.loads(rlm("run", "t", "--model", s, "--json",
                          cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
     with Screen(["heartbeat", sid, "--no-worker", "every", "2h", "look again"],
@@ -159,8 +169,8 @@ def test_a_foreground_worker_shows_its_runs_as_rlm_run_does(tmp_path, _isolated_
     from rlm.longrun.worker import send_prompt
 
     # each process replays the script from its start: the run's and the worker's reply
-    s = script(tmp_path / "s.json", [call("shown = 'worker' + 'side'\nprint(shown)\n"
-                                          "final(shown)")])
+    s = script(tmp_path / "s.json", [call(D + "shown = D['worker'] + 'side'\n"
+                                          "print(shown)\nfinal(shown)")])
     sid = json.loads(rlm("run", "t", "--model", s, "--json",
                          cwd=tmp_path).stdout.strip().splitlines()[-1])["session_id"]
     send_prompt(sid, "the next question", _isolated_home)
@@ -178,7 +188,7 @@ def test_a_foreground_worker_shows_its_runs_as_rlm_run_does(tmp_path, _isolated_
         if worker.poll() is None:
             worker.kill()
     screen = "".join(seen)
-    assert "shown = 'worker' + 'side'" in screen  # the cell's box
+    assert "shown = D['worker'] + 'side'" in screen  # the cell's box
     assert "· run started" in screen and "source=user" in screen  # the worker's own record
     assert screen.count("workerside") >= 2, screen  # its output, then its answer
 

@@ -1,7 +1,8 @@
-"""An honest "verified" (issue 25): every figure and name an answer asserts is in the output
-of a successful cell of this run, or is the value `final()` computed; the same for
-fenced-code and native-tool models. Agents built through the composition root with
-`script:` models, real kernels; assertions on RunEnded, `--json`'s dict and the log."""
+"""An honest "verified" (issues 25, 58): every figure and name an answer asserts is in an
+output of code that depends on the task's data (rlm.agent.policy.dataflow), or is the value
+`final()` computed from it; the same for fenced-code and native-tool models. Agents built
+through the composition root with `script:` models, real kernels; assertions on RunEnded,
+`--json`'s dict and the log. The task's data here is a file the cells read (DATA)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,13 @@ def _script(kind: str, steps: list[tuple[str, str]]) -> list:
     return out
 
 
+DATA = "N725MQ 575 EV 6"  # the task's data: flights.txt in the working directory
+READ = "data = open('flights.txt').read().split()\n"
+
+
 def _run(home, tmp_path, kind: str, steps: list[tuple[str, str]], prompt: str,
          max_turns: int | None = None) -> tuple[RunEnded, RunResult, SessionStore]:
+    (tmp_path / "flights.txt").write_text(DATA)
     path = tmp_path / f"{kind}.json"
     path.write_text(json.dumps(_script(kind, steps)))
     spec = f"script:{path}"
@@ -73,7 +79,7 @@ def test_a_literal_final_with_no_output_holding_it_is_unverified(_isolated_home,
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_computed_final_is_verified_with_its_cell_as_evidence(_isolated_home, tmp_path, kind):
     end, result, session = _run(_isolated_home, tmp_path, kind,
-                                [("cell", "final(6 * 7)")], "6 times 7?")
+                                [("cell", READ + "final(int(data[3]) * 7)")], "6 times 7?")
     cell = [e.id for e in SessionStore.open(session.path).branch()
             if isinstance(e, MessageEntry) and e.role == "tool"]
     assert end.verified is True and end.evidence == {"42": cell}
@@ -83,7 +89,7 @@ def test_a_computed_final_is_verified_with_its_cell_as_evidence(_isolated_home, 
 @pytest.mark.parametrize("kind", KINDS)
 def test_two_figures_of_which_one_no_output_holds_is_unverified(_isolated_home, tmp_path, kind):
     end, _, _ = _run(_isolated_home, tmp_path, kind,
-                     [("cell", "print(575)"), ("answer", "575 of 1000 flights")],
+                     [("cell", READ + "print(data[1])"), ("answer", "575 of 1000 flights")],
                      "How many flights?", max_turns=2)
     assert end.verified is False and end.unverified_claims == ["1000"]
 
@@ -93,7 +99,8 @@ def test_the_flights_case_a_count_no_cell_printed_is_unverified(_isolated_home, 
     """Seen with the default model: the only cell printed N725MQ; the answer "N725MQ, with
     1000 flights" (the true count is 575) was verified, exit 0."""
     end, result, _ = _run(_isolated_home, tmp_path, kind,
-                          [("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")],
+                          [("cell", READ + "print(data[0])"),
+                           ("answer", "N725MQ, with 1000 flights")],
                           "Which plane (tailnum) flew the most flights?", max_turns=2)
     assert end.verified is False and end.unverified_claims == ["1000"]
     assert "figures (1000)" in end.why and result.to_json()["unverified_why"] == end.why
@@ -104,7 +111,7 @@ def test_a_short_code_printed_and_answered_is_verified(_isolated_home, tmp_path,
     """An answer `EV` whose cell printed `EV` was unverified: words under 3 characters
     were never checked."""
     end, result, session = _run(_isolated_home, tmp_path, kind,
-                                [("cell", "print('EV')"), ("answer", "EV")],
+                                [("cell", READ + "print(data[2])"), ("answer", "EV")],
                                 "Which carrier had the most delayed flights?")
     assert end.verified is True and end.evidence == {"EV": _cell_entries(session, "EV")}
     assert result.to_json()["evidence"] == end.evidence
@@ -112,10 +119,11 @@ def test_a_short_code_printed_and_answered_is_verified(_isolated_home, tmp_path,
 
 def test_both_kinds_of_model_get_the_same_result_on_the_same_transcript(_isolated_home, tmp_path):
     transcripts = [
-        ([("cell", "print('N725MQ', 575)"), ("answer", "N725MQ, with 575 flights")], 2),
-        ([("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")], 2),
-        ([("cell", "print({}['x'])"), ("cell", "print('west')"), ("answer", "west")], 3),
-        ([("cell", "print('x')"), ("cell", 'final("Lyon")')], 2),
+        ([("cell", READ + "print(data[0], data[1])"), ("answer", "N725MQ, with 575 flights")], 2),
+        ([("cell", READ + "print(data[0])"), ("answer", "N725MQ, with 1000 flights")], 2),
+        ([("cell", "print({}['x'])"), ("cell", READ + "print(data[2])"), ("answer", "EV")], 3),
+        ([("cell", READ + "print(data[0])"), ("cell", 'final("Lyon")')], 2),
+        ([("cell", READ + "print(999 + 1)"), ("answer", "1000")], 2),
     ]
     for i, (steps, turns) in enumerate(transcripts):
         got = []
@@ -135,8 +143,9 @@ def test_rlm_run_json_gives_the_unverified_claims_and_exit_5(tmp_path, _isolated
     import sys
 
     path = tmp_path / "s.json"
+    (tmp_path / "flights.txt").write_text(DATA)
     path.write_text(json.dumps(_script("native", [
-        ("cell", "print('N725MQ')"), ("answer", "N725MQ, with 1000 flights")])))
+        ("cell", READ + "print(data[0])"), ("answer", "N725MQ, with 1000 flights")])))
     proc = subprocess.run([sys.executable, "-m", "rlm", "run", "Which plane flew the most?",
                            "--model", f"script:{path}", "--json"], cwd=tmp_path,
                           capture_output=True, text=True, timeout=240,
@@ -172,7 +181,7 @@ def test_a_typed_figure_is_unverified_however_it_is_spelled(_isolated_home, tmp_
 @pytest.mark.parametrize("code", SPELLINGS)
 def test_the_same_answer_with_the_figure_printed_is_verified(_isolated_home, tmp_path, code):
     end, _, _ = _run(_isolated_home, tmp_path, "native",
-                     [("cell", "print('N725MQ', len(range(1000)))"), ("cell", code)],
+                     [("cell", READ + "print(data[0], int(data[1]) + 425)"), ("cell", code)],
                      "How many flights did the busiest plane fly?")
     assert end.verified is True, (code, end)
 
@@ -189,3 +198,67 @@ def test_a_figure_the_code_computes_stays_verified_and_a_carried_constant_does_n
     assert figures == []  # the count is computed from the literals, not carried
     figures, _ = typed_literals(["x = df.head(10)\nfinal(x['a'].sum() * 3)"])
     assert figures == []
+
+
+# Issue 58 item 3: an invented figure made from literals is unverified however it is
+# computed, printed or carried, even in a cell (or a session) that also read the data: the
+# rule is data dependence, not a list of spellings. Each cell prints 1000 and then answers
+# with it; the data (DATA) holds no 1000.
+INVENTED = [
+    "print(999 + 1)\nfinal(999 + 1)",
+    "def f():\n    return 1000\nprint(f())\nfinal(f())",
+    "n = 0\nfor _ in range(1000):\n    n += 1\nprint(n)\nfinal(n)",
+    "d = {}\nv = d.get('flights', 1000)\nprint(v)\nfinal(v)",
+    "print(n := 10 ** 3)\nfinal(n)",
+    "x = 500\nx += 500\nprint(x)\nfinal_var('x')",
+    "import math\nprint(int(math.sqrt(10 ** 6)))\nfinal(int(math.sqrt(10 ** 6)))",
+    "print(len('a' * 1000))\nfinal(len('a' * 1000))",
+    "v = sum([250] * 4)\nprint(v)\nfinal(str(v))",
+    "v = int('1' + '000')\nprint(v)\nfinal(v)",
+    "import numpy as np\nv = int(np.arange(1000).size)\nprint(v)\nfinal(v)",
+    "v = max(range(1001))\nprint(f'{v} flights')\nfinal(f'{v} flights')",
+    "v = sorted([3, 1000, 7])[-1]\nprint(v)\nfinal(v)",
+    "v = (lambda: 1000)()\nprint(v)\nfinal(v)",
+    "class C:\n    n = 1000\nprint(C.n)\nfinal(C.n)",
+    "v = [1000][0]\nprint(v)\nfinal(v)",
+    "v = eval('999 + 1')\nprint(v)\nfinal(v)",
+    "exec('v = 999 + 1')\nprint(v)\nfinal(v)",
+    "v = 10 ** 3\nprint(v)\nanswer = v\nfinal_var('answer')",
+    "v = round(999.6)\nprint(v)\nfinal(v)",
+]
+
+
+@pytest.mark.parametrize("code", INVENTED)
+def test_an_invented_figure_is_unverified_however_it_is_computed(_isolated_home, tmp_path, code):
+    end, _, _ = _run(_isolated_home, tmp_path, "native", [("cell", code)],
+                     "How many flights did the busiest plane fly?")
+    assert end.verified is False and "1000" in end.unverified_claims, (code, end)
+
+
+@pytest.mark.parametrize("code", INVENTED[:8])
+def test_an_invented_figure_beside_the_data_is_unverified(_isolated_home, tmp_path, code):
+    """The same cells after a cell that read the data, and inside a cell that reads it:
+    reading the data elsewhere does not make a literal computation a finding."""
+    for steps in ([("cell", READ + "print(data[0])"), ("cell", code)], [("cell", READ + code)]):
+        end, _, _ = _run(_isolated_home, tmp_path, "native", steps,
+                         "How many flights did the busiest plane fly?")
+        assert end.verified is False and "1000" in end.unverified_claims, (steps, end)
+        assert "literals" in end.why
+
+
+COMPUTED = [
+    "print(int(data[1]) + 425)\nfinal(int(data[1]) + 425)",
+    "n = int(data[1])\nn += 425\nprint(n)\nfinal_var('n')",
+    "def total():\n    return int(data[1]) + 425\nprint(total())\nfinal(total())",
+    "rows = [int(data[1]), 425]\nprint(sum(rows))\nfinal(f'{sum(rows)} flights')",
+    "import pandas as pd\ndf = pd.read_csv('flights.txt', sep=' ', header=None)\n"
+    "v = int(df[1][0]) + 425\nprint(v)\nfinal(v)",
+]
+
+
+@pytest.mark.parametrize("code", COMPUTED)
+def test_a_figure_computed_from_the_data_is_verified(_isolated_home, tmp_path, code):
+    steps = [("cell", code if "read_csv" in code else READ + code)]
+    end, _, _ = _run(_isolated_home, tmp_path, "native", steps,
+                     "How many flights did the busiest plane fly?")
+    assert end.verified is True, (code, end)

@@ -35,6 +35,7 @@ from rlm.agent.policy import (
     Accept,
     AnswerPolicy,
 )
+from rlm.agent.policy.dataflow import imported_names
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, counting_presses, run_interruptible
 from rlm.agent.runstate import RunState, limit_hit
@@ -60,6 +61,7 @@ from rlm.protocols import (
     TurnHook,
 )
 from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.history import executed
 
 # the policy's constants, where tests and callers have found them
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
@@ -302,7 +304,9 @@ class Agent:
         # per-run state, reset in this one place
         self.state = st = RunState(tokens_at_start=self.tokens_used)
         self.answers.start_run(native_tools=self.llm.native_tools,
-                               max_turns=self.config.max_turns, has_data=bool(self._attached))
+                               max_turns=self.config.max_turns, has_data=bool(self._attached),
+                               inputs=self.input_names() | imported_names(
+                                   self.session.branch()), history=self._cells_so_far)
         for start_hook in self.run_start_hooks:
             start_hook(self)
         notices_now, self.notices = self.notices, []
@@ -397,6 +401,11 @@ class Agent:
             return (yield from act(self, completion))
         finally:
             self.turn_active = False
+
+    def _cells_so_far(self) -> list[tuple[str, dict[str, Any] | None]]:
+        """(code, line record) of every cell that ran on the branch (the data flow)."""
+        return [(code, (e.cell or {}).get("provenance")) for code, e in executed(
+            self.session.branch()) if (e.cell or {}).get("status") in ("ok", "error")]
 
     # ------------------------------------------------------------------ helpers
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any
 
 from kernel_ext import contract, snapshot_store
-from kernel_ext.wire import CELL_READS
+from kernel_ext.wire import CELL_PROVENANCE, CELL_READS
 from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
@@ -217,6 +217,7 @@ class Kernel:
         res.outputs = col.outputs
         res.execution_count = content.get("execution_count", col.execution_count)
         res.files_read = _files_read(out.reply)
+        res.provenance = _provenance(out.reply)
         res.duration_s = time.monotonic() - t0
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
@@ -492,6 +493,35 @@ def snapshot_bytes(folder: Path) -> int:
         except OSError:
             continue
     return total
+
+
+MAX_PROVENANCE_TOKENS = 20_000  # kernel_ext.provenance.MAX_TOKENS: a kernel sends no more
+
+
+def _provenance(reply: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The cell's line record from its execute_reply's metadata (kernel_ext.provenance),
+    checked as what it is: the kernel's word, bounded (a failed cell's too: what ran
+    before its error read and bound). None: no record, or one that is not well formed."""
+    if reply is None:
+        return None
+    raw = (reply.get("metadata") or {}).get(CELL_PROVENANCE)
+    if not isinstance(raw, dict):
+        return None
+    read, said, partial = raw.get("read"), raw.get("said"), raw.get("partial")
+    if not (isinstance(read, list) and isinstance(said, dict) and isinstance(partial, list)):
+        return None
+    lines = [n for n in read + partial if isinstance(n, int) and not isinstance(n, bool)]
+    if len(lines) != len(read) + len(partial):
+        return None
+    out: dict[str, list[str]] = {}
+    budget = MAX_PROVENANCE_TOKENS
+    for key, tokens in said.items():
+        if not (isinstance(key, str) and key.isdigit() and isinstance(tokens, list)):
+            return None
+        kept = [t[:64] for t in tokens[:budget] if isinstance(t, str)]
+        budget -= len(kept)
+        out[key] = kept
+    return {"read": sorted(set(read)), "said": out, "partial": sorted(set(partial))}
 
 
 def _files_read(reply: dict[str, Any] | None) -> list[str] | None:

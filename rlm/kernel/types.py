@@ -75,6 +75,9 @@ class CellResult:
     chars_total: int = 0
     elided_chars: int = 0
     files_read: list[str] | None = None  # what the audit hook saw the cell read (ok cells)
+    # which lines read a file and what each line said (kernel_ext.provenance; ok and failed cells):
+    # {"read": [line], "said": {"line": [token]}, "partial": [line]}; None: not known
+    provenance: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:

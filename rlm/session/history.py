@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,23 @@ def _visible(e: Entry) -> bool:
             and e.role in ("user", "assistant", "tool"))
 
 
+def executed(branch: Iterable[Entry]) -> list[tuple[str, MessageEntry]]:
+    """(code, result entry) of every cell on `branch`, in order."""
+    codes: dict[str, str] = {}
+    out = []
+    for e in branch:
+        if not _visible(e):
+            continue
+        assert isinstance(e, MessageEntry)
+        if e.role == "assistant":
+            for c in e.message.get("tool_calls") or []:
+                if isinstance(c, dict):
+                    codes[str(c.get("id", ""))] = call_code(c) or ""
+        elif e.role == "tool":
+            out.append((codes.get(str(e.message.get("tool_call_id", "")), ""), e))
+    return out
+
+
 class History:
     """Answers `history.cell/search/messages` for one session (`session.branch()`)."""
 
@@ -54,17 +72,8 @@ class History:
 
     def _cells(self) -> list[tuple[int | None, str, MessageEntry]]:
         """(cell number, code, result entry) in order."""
-        codes: dict[str, str] = {}
-        out = []
-        for e in self._messages():
-            if e.role == "assistant":
-                for c in e.message.get("tool_calls") or []:
-                    if isinstance(c, dict):
-                        codes[str(c.get("id", ""))] = call_code(c) or ""
-            elif e.role == "tool":
-                k = (e.cell or {}).get("execution_count")
-                out.append((k, codes.get(str(e.message.get("tool_call_id", "")), ""), e))
-        return out
+        return [((e.cell or {}).get("execution_count"), code, e)
+                for code, e in executed(self._messages())]
 
     def _full_output(self, e: MessageEntry) -> str:
         text = str(e.message.get("content") or "")

@@ -27,10 +27,11 @@ Verification is not a rule that can refuse: it is how an accepted answer is judg
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rlm.agent.nudge import error_text
+from rlm.agent.policy.dataflow import DataFlow
 from rlm.agent.policy.decisions import (
     Accept,
     Answer,
@@ -78,9 +79,20 @@ class AnswerPolicy:
         # (set by the goal's judge, rlm.agent.policy.goal_evidence)
         self.goal: Callable[[], str | None] = lambda: None
         self.missing: str | None = None
+        self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
 
-    def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool) -> None:
+    def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
+                  inputs: Iterable[str] = (),
+                  history: Callable[[], Iterable[tuple[str, dict[str, Any] | None]]] | None = None
+                  ) -> None:
+        """A run starts: its facts afresh. The names holding data (`flow`) live as long as
+        the session: the first run replays the session's cells (`history`: code and line
+        record of each) from its input names; every run adds the inputs it was given."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
+        if self.flow is None:
+            self.flow = DataFlow.replayed(history() if history is not None else (), inputs)
+        else:
+            self.flow.derived.update(inputs)
         self.stuck = StuckWatch(thresholds_for(native_tools))
         self.missing = None
 
@@ -147,8 +159,13 @@ class AnswerPolicy:
         f.last_cell_ok = result.ok
         f.codes.append(code)
         f.last_entry = entry_id
+        if self.flow is None:
+            self.flow = DataFlow()
+        # a failed cell bound what ran before its error: the flow takes it too
+        flow = self.flow.cell(code, getattr(result, "provenance", None))
         if result.ok:
-            f.shown.append(Shown(entry_id, result.shaped, code))
+            f.shown.append(Shown(entry_id, result.shaped, code, flow.depends, flow.evidence))
+            f.final_depends = flow.final_depends
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
         f.looping = failed_again or before >= 2
@@ -183,7 +200,8 @@ class AnswerPolicy:
         text = answer.text
         v = verify(text, source=answer.source, shown=f.shown, codes=f.codes, prompts=asked,
                    cells_run=f.cells, last_cell_ok=f.last_cell_ok, error_like=error_text(text),
-                   final_entry=f.last_entry if answer.from_kernel else None)
+                   final_entry=f.last_entry if answer.from_kernel else None,
+                   final_depends=f.final_depends)
         return Accept(v.verified, v.why, v.evidence, v.unverified_claims)
 
 

@@ -118,6 +118,8 @@ class Facts:
     shown: list[Shown] = field(default_factory=list)  # successful cells: entry id, output
     codes: list[str] = field(default_factory=list)  # the code of every executed cell
     last_entry: str | None = None  # the session entry of the newest cell's result
+    # the newest successful cell called final() on data (rlm.agent.policy.dataflow)
+    final_depends: bool = False
     last_failed_code: str | None = None
     succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
     looping: bool = False  # the newest cell repeated the failing one, or a successful one

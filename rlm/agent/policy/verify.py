@@ -73,11 +73,14 @@ class Claim:
 @dataclass(frozen=True)
 class Shown:
     """A successful cell of this run: its session entry id, the output the model saw and
-    the cell's code."""
+    the cell's code; whether it depends on the task's data, and what its data-dependent
+    lines said (rlm.agent.policy.dataflow: None when the kernel sent no line record)."""
 
     entry_id: str
     text: str
     code: str = ""
+    depends: bool = True
+    evidence: str | None = None
 
 
 @dataclass(frozen=True)
@@ -261,6 +264,20 @@ def _carried(node: ast.expr) -> list[ast.expr]:
     return []
 
 
+def _supported(s: Shown) -> tuple[str, list[float], set[str]]:
+    """(entry, figures, words) of `s`'s output that code depending on data printed: what
+    its data-dependent lines said, as far as the model saw it; the whole output when the
+    kernel sent no line record and the cell depends on data; nothing otherwise."""
+    if not s.depends:
+        return s.entry_id, [], set()
+    figures, words = _computed(_output_figures(s.text), s.code), _output_words(s.text)
+    if s.evidence is None:
+        return s.entry_id, figures, words
+    said_figures, said_words = set(_output_figures(s.evidence)), _output_words(s.evidence)
+    return (s.entry_id, [f for f in figures if f in said_figures],
+            words & said_words)
+
+
 def _computed(figures: list[float], code: str) -> list[float]:
     """An output's figures less those its cell typed in a string literal it prints (text,
     not a result)."""
@@ -304,28 +321,31 @@ def _is_text(node: ast.expr) -> bool:
 
 def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
            cells_run: int, last_cell_ok: bool | None, error_like: str | None = None,
-           final_entry: str | None = None) -> Verdict:
+           final_entry: str | None = None, final_depends: bool = True) -> Verdict:
     """Whether `answer` is verified by this run, with the evidence for each claim or the
     claims nothing supports. `source` is final | final_var (a value from the kernel,
-    computed by the cell `final_entry`), or text | reply (written by the model); `codes`
-    are the cells this run executed; `prompts` every user prompt of the session."""
+    computed by the cell `final_entry`; `final_depends`: by a statement that depends on the
+    task's data), or text | reply (written by the model); `codes` are the cells this run
+    executed; `prompts` every user prompt of the session. A claim is supported only by
+    what code that depends on the task's data printed (rlm.agent.policy.dataflow)."""
     echo = _echoed(answer, prompts)
     if echo:
         return Verdict(False, echo, {}, [])
     found = claims(answer, prompts)
-    read = [(s.entry_id, _computed(_output_figures(s.text), s.code), _output_words(s.text))
-            for s in shown]
+    read = [_supported(s) for s in shown]
     evidence: dict[str, list[str]] = {}
     for c in found:
         evidence[c.text] = [entry for entry, figures, words in read if holds(c, figures, words)]
-    if source in ("final", "final_var") and final_entry is not None:
+    if source in ("final", "final_var") and final_entry is not None and final_depends:
         typed_figures, typed_words = typed_literals(codes)
         for c in found:
             if not evidence[c.text] and not holds(c, typed_figures, typed_words):
                 evidence[c.text] = [final_entry]  # computed in the kernel, not typed
     missing = [c for c in found if not evidence[c.text]]
+    raw = [(_output_figures(s.text), _output_words(s.text)) for s in shown]
+    literal = [c for c in missing if any(holds(c, fig, words) for fig, words in raw)]
     why = _why(missing, source=source, shown=shown, cells_run=cells_run,
-               last_cell_ok=last_cell_ok, error_like=error_like)
+               last_cell_ok=last_cell_ok, error_like=error_like, literal=literal)
     if why is None:  # what is recorded is bounded: an answer can be a whole table
         return Verdict(True, None, dict(list(evidence.items())[:MAX_RECORDED]))
     return Verdict(False, why, {},
@@ -352,7 +372,8 @@ def _plain(text: str) -> str:
 
 
 def _why(missing: list[Claim], *, source: str, shown: list[Shown], cells_run: int,
-         last_cell_ok: bool | None, error_like: str | None) -> str | None:
+         last_cell_ok: bool | None, error_like: str | None,
+         literal: list[Claim] | None = None) -> str | None:
     if error_like:
         return f"the answer reads like an error message ({error_like})"
     if cells_run == 0 and source not in ("final", "final_var"):
@@ -364,6 +385,14 @@ def _why(missing: list[Claim], *, source: str, shown: list[Shown], cells_run: in
     if not missing:
         return None
     kinds = {"figure": "figures", "name": "names", "word": "words"}
-    groups = [f"{kinds[k]} ({', '.join(c.text for c in missing if c.kind == k)[:120]})"
-              for k in kinds if any(c.kind == k for c in missing)]
-    return f"the answer's {' and '.join(groups)} appear in no output of this run"
+    literal = literal or []
+    unseen = [c for c in missing if c not in literal]
+    parts = []
+    for subset, said in ((unseen, "appear in no output of this run"),
+                         (literal, "appear only in outputs of code that reads none of the "
+                                   "task's data (literals, not the data)")):
+        groups = [f"{kinds[k]} ({', '.join(c.text for c in subset if c.kind == k)[:120]})"
+                  for k in kinds if any(c.kind == k for c in subset)]
+        if groups:
+            parts.append(f"the answer's {' and '.join(groups)} {said}")
+    return "; ".join(parts)
