@@ -206,7 +206,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                      "task": s.task or st.get("first_prompt"),
                      "created": s.created, "parent_session": s.parent_session, "cwd": s.cwd,
                      "status": st["status"], "turns": st["turns"], "answer": st.get("answer"),
-                     "verified": st.get("verified"), "reason": st.get("reason")})
+                     "verified": st.get("verified"), "reason": st.get("reason"),
+                     # the session's: every run's recorded totals, summed (rlm.ledger)
+                     "tokens": st.get("tokens")})
     if args.json:
         print_json(rows)
         return 0
