@@ -124,6 +124,13 @@ class Totals:
                    {r: v for r, v in children.items() if v != (0, 0)})
 
 
+def spent_line(data: Any) -> str:
+    """"\nspent: <the run's totals>" for a run's end entry that recorded them, else ""
+    (`rlm log`, the notebook export)."""
+    spent = Totals.from_dict(data.get("tokens")) if isinstance(data, dict) else None
+    return f"\nspent: {spent.line()}" if spent is not None else ""
+
+
 def _counts(pair: Pair) -> dict[str, int]:
     return {"prompt": pair[0], "completion": pair[1], "total": pair[0] + pair[1]}
 

@@ -2,7 +2,7 @@
 
 Through the CLI, with scripted models whose replies carry their usage: a run with a
 resampled reply, a reply a stream rule stopped, an llm_query, a child (rlm_query) and a
-compaction; `--json`, the footer and `rlm sessions --json` show one total, the sum of
+compaction; `--json`, the footer, `rlm sessions --json` and `rlm log` show one total, the sum of
 what every call cost, and a `limit:tokens` detail agrees with it.
 """
 
@@ -101,6 +101,9 @@ def test_every_surface_shows_every_token_by_role(tmp_path, project, _isolated_ho
     listed = json.loads(rlm("sessions", "--json", cwd=project, check=True).stdout)
     (row,) = [r for r in listed if r["id"] == out["session_id"]]
     assert row["tokens"]["total"] == total and row["tokens"]["by_role"] == t["by_role"]
+
+    logged = rlm("log", out["session_id"], cwd=project, check=True).stdout
+    assert f"final: 42\n(✓ verified)\nspent: {total:,} tokens (" in logged, logged
 
     shown = rlm(*args, cwd=project).stdout  # the same run again, on the terminal
     footer = " ".join(shown[shown.index(" turn(s) · "):].split())  # as wrapped, joined
