@@ -124,6 +124,14 @@ class Totals:
                    {r: v for r, v in children.items() if v != (0, 0)})
 
 
+def of_replies(usages: list[dict[str, int] | None]) -> Totals:
+    """The replies' usage (`ModelReply.usage`), as turns: the totals of a run whose end
+    recorded none (an older worker's events)."""
+    turns = (sum(int((u or {}).get("input_tokens", 0) or 0) for u in usages),
+             sum(int((u or {}).get("output_tokens", 0) or 0) for u in usages))
+    return Totals({"turns": turns} if turns != (0, 0) else {})
+
+
 def spent_line(data: Any) -> str:
     """"\nspent: <the run's totals>" for a run's end entry that recorded them, else ""
     (`rlm log`, the notebook export)."""

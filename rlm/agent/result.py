@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
-from rlm.ledger import Totals
+from rlm.ledger import Totals, of_replies
 from rlm.outcome import EXIT_NO_ANSWER, RunOutcome
 from rlm.protocols import SessionLog
 
@@ -18,10 +18,7 @@ def run_totals(events: list[Event]) -> Totals:
     recorded = Totals.from_dict(end.tokens) if end is not None else None
     if recorded is not None:
         return recorded
-    replies = [e.usage or {} for e in events if isinstance(e, ModelReply)]
-    turns = (sum(int(u.get("input_tokens", 0) or 0) for u in replies),
-             sum(int(u.get("output_tokens", 0) or 0) for u in replies))
-    return Totals({"turns": turns} if turns != (0, 0) else {})
+    return of_replies([e.usage for e in events if isinstance(e, ModelReply)])
 
 
 @dataclass

@@ -21,7 +21,7 @@ from rich.text import Text
 from rlm import events as ev
 from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
-from rlm.ledger import Totals
+from rlm.ledger import Totals, of_replies
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -339,7 +339,7 @@ class Renderer:
         replies' usage for an older worker's run), time, the cost of them all where the
         model's price is known, and where the run's images are."""
         r, self._run = self._run, _RunTotals(lambda: self.clock())
-        spent = spent or r.replies()
+        spent = spent or of_replies(r.usages)
         parts = [f"{turns} turn(s)", spent.line(), f"{r.elapsed():.1f}s"]
         cost = _cost(self._model, spent.prompt, spent.completion)
         if cost is not None:
@@ -426,8 +426,7 @@ class _RunTotals:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.started: float | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
+        self.usages: list[dict[str, int] | None] = []  # the replies'
         self.images: list[str] = []
 
     def begin(self) -> None:
@@ -435,13 +434,7 @@ class _RunTotals:
             self.started = self.clock()
 
     def add(self, usage: dict[str, int] | None) -> None:
-        self.input_tokens += int((usage or {}).get("input_tokens", 0) or 0)
-        self.output_tokens += int((usage or {}).get("output_tokens", 0) or 0)
-
-    def replies(self) -> Totals:
-        """The replies' usage, as turns: a run whose end recorded no totals."""
-        turns = (self.input_tokens, self.output_tokens)
-        return Totals({"turns": turns} if turns != (0, 0) else {})
+        self.usages.append(usage)
 
     def elapsed(self) -> float:
         return max(0.0, self.clock() - self.started) if self.started is not None else 0.0
