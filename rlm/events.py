@@ -137,6 +137,9 @@ class RunEnded(Event):
     # the one outcome every surface shows (rlm.outcome.RunOutcome.to_dict()): status,
     # answered, verified, why, unmet promises, exit code
     outcome: dict[str, Any] | None = None
+    # every token the run spent on the user's behalf, by role (rlm.ledger.Totals.
+    # to_dict(): prompt, completion, total, by_role); None from an older worker
+    tokens: dict[str, Any] | None = None
 
     @property
     def result(self) -> RunOutcome:

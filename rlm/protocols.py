@@ -147,8 +147,10 @@ class LoopHost(Protocol):
     end_hooks: list[EndHook]
     end_conditions: list[EndCondition]
     turns: int
-    tokens_used: int
     state: Any  # rlm.agent.runstate.RunState: the current run's
+
+    @property
+    def tokens_used(self) -> int: ...  # what --max-tokens counts (rlm.ledger)
 
     @property
     def session(self) -> SessionLog: ...

@@ -29,7 +29,7 @@ def call(code: str, content: str = "") -> dict:
     return {"content": content, "tool_calls": [{"name": "python", "arguments": {"code": code}}]}
 
 
-def script(path: Path, replies: list) -> str:
+def script(path: Path, replies: list | dict) -> str:
     """Write `replies` for a script: model at `path`; returns the model name."""
     path.write_text(json.dumps(replies))
     return f"script:{path}"

@@ -87,7 +87,7 @@ def test_the_footer_has_turns_tokens_time_and_absolute_image_paths(tmp_path):
     r(ev.CellFinished("plot()", "ok", "[image: artifacts/c1-1.png]", 0.2, res))
     r(ev.RunEnded("final", 2, final="done"))
     out = buf.getvalue()
-    assert "2 turn(s) · 200 prompt + 40 generated tokens · " in out
+    assert "2 turn(s) · 240 tokens (200 prompt + 40 generated) · " in out
     assert "$" not in out  # scripted models cost nothing: no made-up cost
     assert f"image: {session.dir}/artifacts/c1-1.png" in out
 
@@ -157,7 +157,7 @@ def test_cli_run_shows_header_streamed_output_once_and_footer_and_json_stays_cle
     assert "Checking." in out
     assert "\x1b" not in out  # stdout is a pipe: plain lines, no spinner
     assert "KeyError: 'nope'" in out and "site-packages" not in out
-    assert "2 turn(s) · " in out and "generated tokens" in out
+    assert "2 turn(s) · " in out and " generated) · " in out
 
     (tmp_path / "s2.json").write_text(json.dumps(replies))
     proc = rlm_cli("run", "which region?", "--model", f"script:{tmp_path / 's2.json'}",

@@ -24,7 +24,7 @@ Outcome = tuple[str, str | None] | None
 class ActHost(CellHost, Protocol):
     reply_hooks: list[Callable[[Any], None]]
 
-    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
+    def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
 
 
 def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome]:

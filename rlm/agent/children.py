@@ -139,7 +139,7 @@ class ChildRun:
         """What the kernel and the log see of the child (a running one's spend so far)."""
         end = self.ended_at or time.time()
         agent = self.agent
-        tokens, turns = (self.spent_before[0] + agent.tokens_used,
+        tokens, turns = (self.spent_before[0] + agent.ledger.totals().total,
                          self.spent_before[1] + agent.turns) if agent is not None else \
             (self.tokens, self.turns)
         out: dict[str, Any] = {
@@ -323,7 +323,7 @@ class Children:
             run.ended_at = time.time()  # before its slot is free: spans never overlap
             agent.slots.withdraw(run.ticket)
             if run.agent is not None:
-                run.tokens = run.spent_before[0] + run.agent.tokens_used
+                run.tokens = run.spent_before[0] + run.agent.ledger.totals().total
                 run.turns = run.spent_before[1] + run.agent.turns
                 run.session_id = run.agent.session.id
                 run.agent = None

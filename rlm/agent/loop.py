@@ -17,7 +17,6 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
@@ -45,6 +44,7 @@ from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
+from rlm.ledger import BUDGETED, Ledger, Totals, charged
 from rlm.llm.types import LLM, Usage
 from rlm.outcome import decide
 from rlm.protocols import (
@@ -110,7 +110,7 @@ class Agent:
         # the session tree's concurrency bound (children and batched sub-calls)
         self.slots = slots or TreeSlots(config.max_children)
         self.recursion = Recursion(self, self.llm_factory)
-        self.tokens_used = 0
+        self.ledger = Ledger()  # every token spent on the user's behalf, by role
         self.turns = 0
         self.turn_active = False
         self.continuations: list[Continuation] = []
@@ -141,7 +141,6 @@ class Agent:
         self.on_cell_output: Callable[[Any], None] | None = None
         self.state = RunState()
         self.answers = AnswerPolicy()  # the answer policy (rlm.agent.policy): rules plug in there
-        self._charge_lock = threading.Lock()  # bridge handlers charge from a thread pool
         self._presses: list[int] | None = None  # Ctrl-C during a run (rlm.agent.runner)
         self._steered = Steered()
         self._attached: list[CustomEntry] = []
@@ -203,8 +202,9 @@ class Agent:
         return self.llm.context_window()
 
     def compaction_llm(self) -> LLM:
+        """The model compaction and branch summaries call, charged as `compaction`."""
         spec = self.config.compaction_model
-        return self.llm_factory(spec) if spec else self.llm
+        return charged(self.llm_factory(spec) if spec else self.llm, self.charge, "compaction")
 
     # ------------------------------------------------------------------ bridge
     def handle_bridge(self, method: str, params: dict[str, Any]) -> Any:
@@ -219,17 +219,27 @@ class Agent:
         self.state.final = (text, str(params.get("kind") or "final"))
         return {"ok": True}
 
-    def charge(self, usage: Usage, *, sub: bool = False) -> None:
-        """Count tokens spent by this agent (the loop, or llm_query/rlm_query handlers running
-        concurrently on the bridge pool: one lock keeps the sums exact)."""
-        with self._charge_lock:
-            self.tokens_used += usage.total
+    def charge(self, usage: Usage, *, role: str = "turns") -> None:
+        """Charge tokens this agent spent to the ledger under `role` (rlm.ledger:
+        the loop, or llm_query / the advisor / compaction from their own threads: the
+        ledger and the budget are thread-safe), and to the budget when it counts them."""
+        self.ledger.charge(role, usage)
+        if role in BUDGETED:
             self.budget.charge(usage)
 
-    def add_tokens(self, n: int) -> None:
-        """Tokens a child agent spent (rlm_query); thread-safe like `charge`."""
-        with self._charge_lock:
-            self.tokens_used += n
+    def add_child(self, spent: Totals) -> None:
+        """A child agent's whole ledger (rlm_query, rlm_spawn), split by its roles; its
+        budget was charged up the tree as it spent."""
+        self.ledger.add_child(spent)
+
+    def run_totals(self) -> Totals:
+        """What the current run (or the last one) spent: the ledger's change over it."""
+        return self.ledger.totals().minus(self.state.spent_at_start)
+
+    @property
+    def tokens_used(self) -> int:
+        """What `--max-tokens` counts: every role but compaction and the checkpoint."""
+        return self.ledger.totals().budgeted
 
     def steer(self, text: str, custom_type: str = "steer",
               on_delivered: Delivered | None = None) -> None:
@@ -302,7 +312,7 @@ class Agent:
         if self.executor is None:
             self.start()
         # per-run state, reset in this one place
-        self.state = st = RunState(tokens_at_start=self.tokens_used)
+        self.state = st = RunState(spent_at_start=self.ledger.totals())
         self.answers.start_run(native_tools=self.llm.native_tools,
                                max_turns=self.config.max_turns, has_data=bool(self._attached),
                                inputs=self.input_names() | imported_names(
@@ -319,7 +329,7 @@ class Agent:
         for prompt_hook in self.prompt_hooks:
             yield from prompt_hook(self) or []
         while True:
-            limit = limit_hit(self.config, st, self.tokens_used, self.budget)
+            limit = limit_hit(self.config, st, self.run_totals(), self.budget)
             if limit:
                 yield from self._end(f"limit:{limit[0]}", st.turns, detail=limit[1])
                 return
@@ -364,16 +374,18 @@ class Agent:
         unmet = [u for check in self.end_conditions if (u := check(self, reason)) is not None]
         ended = decide(reason, detail, verdict.verified if verdict else None,
                        verdict.why if verdict else None, unmet)
+        tokens = self.run_totals().to_dict()  # what the run spent, by role: every surface's
         if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={
                 "answer": final, "reason": reason, **_judged(verdict),
-                "outcome": ended.to_dict()}))
+                "outcome": ended.to_dict(), "tokens": tokens}))
         else:  # how a run without an answer ended (`rlm sessions`); never sent to the model
             self.session.append(CustomEntry(custom_type="run_end", data={
-                "reason": reason, "detail": detail, "outcome": ended.to_dict()},
-                display=False))
+                "reason": reason, "detail": detail, "outcome": ended.to_dict(),
+                "tokens": tokens}, display=False))
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
-                       outcome=ended.to_dict(), **(_judged(verdict) if verdict is not None else {}))
+                       outcome=ended.to_dict(), tokens=tokens,
+                       **(_judged(verdict) if verdict is not None else {}))
 
     def _continuation(self, reason: str, answer: str | None) -> Continue | End | None:
         """The first decision a continuation hook (goals, the autonomous policy) makes

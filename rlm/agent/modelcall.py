@@ -43,7 +43,7 @@ class ModelHost(Protocol):
     memory: Any  # rlm.memory.MemoryHead | None
     role: str  # after the system prompt: a child's role ("" for a root agent)
 
-    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
+    def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
 
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
 
@@ -99,7 +99,8 @@ def sample(host: ModelHost) -> Generator[Event, None, Completion | None]:
 
 
 def _carry_out(host: ModelHost, decision: Abort, usage: Usage) -> Generator[Event, None, None]:
-    host.charge(usage)
+    host.charge(usage, role="stopped")
+    decision.entry.data["usage"] = usage.to_dict()  # what it was charged (the host's estimate)
     host.session.append(decision.entry)
     yield Notice(decision.notice)
     if decision.demoted:
@@ -233,7 +234,7 @@ def resample(host: ModelHost, rejected: Completion, decision: Resample
              ) -> Generator[Event, None, Completion | Stopped | None]:
     """Sample again instead of running a reply: the rejected reply is charged and logged as
     a hidden `resampled` entry (it never reaches the model)."""
-    host.charge(rejected.usage)
+    host.charge(rejected.usage, role="resampled")
     host.session.append(CustomEntry(
         custom_type="resampled", display=False, content=None,
         data={"why": decision.why, "content": rejected.content,

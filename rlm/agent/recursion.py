@@ -106,7 +106,7 @@ class RecursionHost(Protocol):
     children: Any  # rlm.agent.children.Children
     slots: Any  # rlm.agent.slots.TreeSlots
 
-    def charge(self, usage: Usage, *, sub: bool = False) -> None: ...
+    def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
 
 
 def configured_models(cfg: Config) -> list[str]:
@@ -172,7 +172,7 @@ class Recursion:
         llm = self._llm(params.get("model"))
         c = llm.complete([{"role": "user", "content": prompt}], tools=[],
                          temperature=self.agent.config.temperature)
-        self.agent.charge(c.usage, sub=True)
+        self.agent.charge(c.usage, role="subcalls")
         if record:
             self._record("llm_query", [(prompt, c.content)], params.get("model"))
         return c.content

@@ -6,10 +6,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
+from rlm.ledger import Totals, of_replies
 from rlm.outcome import EXIT_NO_ANSWER, RunOutcome
 from rlm.protocols import SessionLog
 
-TOKEN_KEYS = ("prompt", "completion", "total")
+
+def run_totals(events: list[Event]) -> Totals:
+    """What the run spent, by role, as its end recorded it (`RunEnded.tokens`); the
+    replies' usage, as turns, for a run that did not end or an older worker's events."""
+    end = next((e for e in reversed(events) if isinstance(e, RunEnded)), None)
+    recorded = Totals.from_dict(end.tokens) if end is not None else None
+    if recorded is not None:
+        return recorded
+    return of_replies([e.usage for e in events if isinstance(e, ModelReply)])
 
 
 @dataclass
@@ -24,7 +33,8 @@ class RunResult:
     # effective compaction settings (CompactionController.effective().to_dict()), when known
     compaction: dict[str, Any] | None = None
     model: str | None = None
-    tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
+    # what the run spent (rlm.ledger.Totals.to_dict()): prompt, completion, total, by_role
+    tokens: dict[str, Any] = field(default_factory=lambda: Totals().to_dict())
     duration_s: float | None = None
     images: list[str] = field(default_factory=list)  # absolute paths of saved images
     error: str | None = None  # why the run ended, for reason "error"
@@ -54,9 +64,6 @@ class RunResult:
         final = end.final if end else None
         if final is None:
             final = next((e.answer for e in reversed(events) if isinstance(e, FinalAnswer)), None)
-        prompt = sum(int(e.usage.get("input_tokens", 0)) for e in events if isinstance(e, ModelReply))
-        completion = sum(int(e.usage.get("output_tokens", 0))
-                         for e in events if isinstance(e, ModelReply))
         reason = end.reason if end else "unknown"
         return cls(
             session_id=session.id,
@@ -67,7 +74,7 @@ class RunResult:
             cells=[e.code for e in events if isinstance(e, CellFinished)],
             events=events,
             model=model or session.header.model or None,
-            tokens={"prompt": prompt, "completion": completion, "total": prompt + completion},
+            tokens=run_totals(events).to_dict(),
             duration_s=None if duration_s is None else round(duration_s, 3),
             images=_images(session, events),
             error=(end.detail if end and reason == "error" else None),

@@ -14,13 +14,15 @@ from typing import Any
 
 from rlm.agent.recursion import TokenBudget
 from rlm.config import Config
+from rlm.ledger import Totals
 
 
 @dataclass
 class RunState:
     started: float = field(default_factory=time.monotonic)
     turns: int = 0
-    tokens_at_start: int = 0  # limits are per run (chat runs many)
+    # the agent's ledger when the run started: the run's totals are its change (chat runs many)
+    spent_at_start: Totals = field(default_factory=Totals)
     final: tuple[str, str] | None = None  # (answer, kind) from final()/final_var()
     accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
     answer: str | None = None  # that answer's text, while the continuations are asked
@@ -35,15 +37,19 @@ class RunState:
         return self.stop.is_set()
 
 
-def limit_hit(config: Config, state: RunState, tokens_used: int,
+def limit_hit(config: Config, state: RunState, spent: Totals,
               budget: TokenBudget) -> tuple[str, str] | None:
-    """(name, detail) of the run's limit that is reached, or None."""
+    """(name, detail) of the run's limit that is reached, or None. `spent`: the run's
+    totals so far (rlm.ledger); `--max-tokens` counts their budgeted roles, and the
+    detail names the tokens it does not count, so it agrees with the run's shown total."""
     c = config
     if c.max_turns is not None and state.turns >= c.max_turns:
         return ("turns", f"{state.turns} of {c.max_turns} turns used")
-    spent = tokens_used - state.tokens_at_start
-    if c.max_tokens is not None and spent >= c.max_tokens:
-        return ("tokens", f"{spent} of {c.max_tokens} tokens used in this run")
+    if c.max_tokens is not None and spent.budgeted >= c.max_tokens:
+        rest = spent.total - spent.budgeted
+        return ("tokens", f"{spent.budgeted} of {c.max_tokens} tokens used in this run"
+                + (f" (and {rest} by compaction and the checkpoint writer, which no token "
+                   "limit counts)" if rest else ""))
     if c.max_wall_s is not None and time.monotonic() - state.started >= c.max_wall_s:
         return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
     if budget.remaining == 0:  # the run's own share, or an ancestor's budget

@@ -79,7 +79,7 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
                 agent.executor.interrupt()  # the running one stops: the run goes on
 
     def charge(usage: Usage) -> None:
-        agent.charge(usage, sub=True)
+        agent.charge(usage, role="advisor")
 
     start = project or Path.cwd()
     memory = None if agent.config.memory is False else project_root(agent.config)

@@ -26,6 +26,7 @@ from rlm.compaction.tiers import relief_line
 from rlm.config import Config, scaled_output_budget
 from rlm.errors import RlmError
 from rlm.events import Compacted, Event, Notice
+from rlm.ledger import charged
 from rlm.llm.tokens import warm_encoding
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
@@ -89,7 +90,9 @@ def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
     if fractions is None:
         fractions = default_rungs(agent.config.compaction_model or agent.llm.spec)
     # the summaries' model instance: a script's replies are one queue
-    ctl.checkpoint = CheckpointWriter(agent.session, lambda: ctl.llm,
+    # the writer's calls are charged as the checkpoint's, not compaction's
+    ctl.checkpoint = CheckpointWriter(agent.session,
+                                      lambda: charged(ctl.llm, agent.charge, "checkpoint"),
                                       budget_for(agent.context_window()),
                                       fractions if ctl.settings.enabled and ctl.tiers else (),
                                       log=lambda: writer_session(agent.session, ctl.llm))

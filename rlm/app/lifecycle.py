@@ -464,7 +464,7 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
             return answer
     finally:
         if run.agent is not None:
-            parent.add_tokens(run.agent.tokens_used)
+            parent.add_child(run.agent.ledger.totals())  # its whole ledger, split by role
         if iso is not None and control is not None:  # its changes back, or kept
             control.isolated = iso.bring_back(finished)
         if pid is not None:

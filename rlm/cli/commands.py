@@ -24,6 +24,7 @@ from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
 from rlm.config import load_config
 from rlm.errors import RlmError
 from rlm.events import first_run
+from rlm.ledger import spent_line
 from rlm.outcome import RunOutcome
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry, call_code
@@ -206,7 +207,9 @@ def cmd_sessions(args: argparse.Namespace) -> int:
                      "task": s.task or st.get("first_prompt"),
                      "created": s.created, "parent_session": s.parent_session, "cwd": s.cwd,
                      "status": st["status"], "turns": st["turns"], "answer": st.get("answer"),
-                     "verified": st.get("verified"), "reason": st.get("reason")})
+                     "verified": st.get("verified"), "reason": st.get("reason"),
+                     # the session's: every run's recorded totals, summed (rlm.ledger)
+                     "tokens": st.get("tokens")})
     if args.json:
         print_json(rows)
         return 0
@@ -234,11 +237,11 @@ def _entry_text(e: Any) -> str:
         outcome = RunOutcome.from_dict(d.get("outcome"))
         if e.custom_type == "run_end":
             detail = f": {d['detail']}" if d.get("detail") else ""
-            return f"run ended ({d.get('reason')}{detail})"
+            return f"run ended ({d.get('reason')}{detail})" + spent_line(d)
         verdict = (outcome.headline if outcome is not None else
                    "✓ verified" if d.get("verified") is True else
                    f"unverified: {d.get('why')}" if d.get("verified") is False else "")
-        return f"final: {d.get('answer')}" + (f"\n({verdict})" if verdict else "")
+        return f"final: {d.get('answer')}" + (f"\n({verdict})" if verdict else "") + spent_line(d)
     if e.type == "compaction":
         return f"compaction ({e.trigger}, {e.tokens_before} tokens): {e.summary}"
     if e.type == "custom" and e.custom_type == RELIEF_CUSTOM:

@@ -14,6 +14,7 @@ from typing import Any
 
 from rlm import safeio
 from rlm.cli.render import terminal_safe
+from rlm.ledger import Totals
 from rlm.outcome import RunOutcome, decide
 
 
@@ -63,12 +64,13 @@ def session_lines(rows: list[dict[str, Any]], total: int) -> list[str]:
 def session_status(path: Path) -> dict[str, Any]:
     """status (running | idle | new | ended, or how the last run ended: rlm.outcome's
     answered | unverified | unmet | limit | stuck | interrupted | error), turns, the first user message, the last answer's first line, verified and
-    reason, read from the session's lock, its worker status file and its log (only
-    candidate lines parsed)."""
+    reason, and `tokens`: what the session's runs spent, the sum of the totals each run's
+    end recorded (rlm.ledger: by role, children included), read from the session's lock,
+    its worker status file and its log (only candidate lines parsed)."""
     from rlm.longrun.lock import LOCK_NAME, holder
 
     out: dict[str, Any] = {"status": "new", "turns": 0, "first_prompt": None, "answer": None,
-                           "verified": None, "reason": None}
+                           "verified": None, "reason": None, "spent": None}
     try:
         with os.fdopen(safeio.open_file(path.parent, path.name), "rb") as f:
             for raw in f:
@@ -81,6 +83,8 @@ def session_status(path: Path) -> dict[str, Any]:
                 _account(out, d)
     except OSError:
         pass
+    spent = out.pop("spent")  # None: no run recorded its totals (an older log)
+    out["tokens"] = spent.to_dict() if spent is not None else None
     if out["status"] == "new" and out["turns"]:
         out["status"] = "ended"  # a log from before runs recorded how they ended
     who = holder(path.parent / LOCK_NAME)
@@ -116,6 +120,9 @@ def _account(out: dict[str, Any], d: dict[str, Any]) -> None:
         out["status"] = outcome.status
         out["verified"] = outcome.verified
         out["reason"] = None if outcome.status == "answered" else outcome.why
+        recorded = Totals.from_dict(data.get("tokens"))
+        if recorded is not None:
+            out["spent"] = recorded.plus(out["spent"] or Totals())
 
 
 def _older_outcome(d: dict[str, Any], data: dict[str, Any]) -> RunOutcome:

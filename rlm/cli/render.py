@@ -21,6 +21,7 @@ from rich.text import Text
 from rlm import events as ev
 from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
+from rlm.ledger import Totals, of_replies
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -331,14 +332,16 @@ class Renderer:
             said = outcome.answered or outcome.status == "unmet"
             self.console.print(Text(terminal_safe(outcome.headline if said else "not answered"),
                                     style="yellow"))
-        self._footer(e.turns)
+        self._footer(e.turns, Totals.from_dict(e.tokens))
 
-    def _footer(self, turns: int) -> None:
-        """Turns, tokens, time, cost where known, and where the run's images are."""
+    def _footer(self, turns: int, spent: Totals | None) -> None:
+        """Turns, every token the run spent (by role, as its end recorded them; the
+        replies' usage for an older worker's run), time, the cost of them all where the
+        model's price is known, and where the run's images are."""
         r, self._run = self._run, _RunTotals(lambda: self.clock())
-        parts = [f"{turns} turn(s)", f"{r.input_tokens:,} prompt + {r.output_tokens:,} generated tokens",
-                 f"{r.elapsed():.1f}s"]
-        cost = _cost(self._model, r.input_tokens, r.output_tokens)
+        spent = spent or of_replies(r.usages)
+        parts = [f"{turns} turn(s)", spent.line(), f"{r.elapsed():.1f}s"]
+        cost = _cost(self._model, spent.prompt, spent.completion)
         if cost is not None:
             parts.append(f"${cost:.4f}")
         self.console.print(Text(" · ".join(parts), style="dim"))
@@ -423,8 +426,7 @@ class _RunTotals:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
         self.started: float | None = None
-        self.input_tokens = 0
-        self.output_tokens = 0
+        self.usages: list[dict[str, int] | None] = []  # the replies'
         self.images: list[str] = []
 
     def begin(self) -> None:
@@ -432,8 +434,7 @@ class _RunTotals:
             self.started = self.clock()
 
     def add(self, usage: dict[str, int] | None) -> None:
-        self.input_tokens += int((usage or {}).get("input_tokens", 0) or 0)
-        self.output_tokens += int((usage or {}).get("output_tokens", 0) or 0)
+        self.usages.append(usage)
 
     def elapsed(self) -> float:
         return max(0.0, self.clock() - self.started) if self.started is not None else 0.0
@@ -528,7 +529,8 @@ class _ProseFilter:
 
 
 def _cost(model: str, input_tokens: int, output_tokens: int) -> float | None:
-    """The run's cost from litellm's bundled price table; None for local and scripted
+    """The run's cost from litellm's bundled price table, every token at the run model's
+    price (a child or sub-call on another model is priced as this one); None for local and scripted
     models (they cost nothing to call) and for models litellm has no price for."""
     if not model or model == "local" or model.startswith(("local:", "script:")):
         return None

@@ -53,6 +53,7 @@ from rlm.agent.context_files import loader_code, variable_name
 from rlm.agent.nudge import WHY as _NUDGE_TEXTS
 from rlm.agent.recursion import SUBCALL_ENTRY
 from rlm.errors import RlmError
+from rlm.ledger import spent_line
 from rlm.outcome import RunOutcome
 from rlm.paths import PRIVATE_FILE, fsync_dir
 from rlm.secrets import known_secrets, redact_text, secret_values  # noqa: F401 - re-exported
@@ -486,10 +487,10 @@ class _Builder:
             answer = data.get("answer", entry.data if not data else "")
             outcome = RunOutcome.from_dict(data.get("outcome"))
             said = f"\n\n*{_text(outcome.headline)}*" if outcome is not None else ""
-            self._md(f"**Final answer:** {_text(answer)}{said}", entry)
+            self._md(f"**Final answer:** {_text(answer)}{said}{_spent(data)}", entry)
         elif entry.custom_type == "run_end" and (
                 ended := RunOutcome.from_dict(data.get("outcome"))) is not None:
-            self._md(f"*Run ended: {_text(ended.headline)}*", entry)
+            self._md(f"*Run ended: {_text(ended.headline)}*{_spent(data)}", entry)
         elif entry.custom_type == "context_vars" and data.get("files"):
             self._inputs(entry, loaded_inputs(data))
         elif entry.custom_type == SUBCALL_ENTRY:
@@ -678,3 +679,9 @@ def redact(node: Any, secrets: list[str] | None = None) -> Any:
 
 def _binary_mime(key: str) -> bool:
     return "/" in key and key.startswith(("image/", "audio/", "video/")) and key != "image/svg+xml"
+
+
+def _spent(data: dict[str, Any]) -> str:
+    """What the run spent, by role, as its end entry recorded it (rlm.ledger)."""
+    line = spent_line(data).strip()
+    return f"\n\n*{_text(line)}*" if line else ""
