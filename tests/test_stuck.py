@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent.policy.goal_evidence import check_files, done_means, named_files
+from rlm.agent.policy.novelty import Outputs, read
 from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, bound_names, thresholds_for
 from tests import rlmcli
 
@@ -120,6 +121,17 @@ def test_a_poll_whose_output_moves_on_is_progress_a_counter_is_not():
                     f"iteration {n} at 12:00:0{n}"))
     assert c.signal is not None and "only a counter, timestamp or id changed" in c.signal
     assert c.notes == [6] and c.halt(7, 0) is not None
+
+
+def test_volatile_tokens_are_placeholders_measures_are_marked():
+    a = read("run 3fa85f64-5717-4562-b3fc-2c963f66afa6 at 2024-01-02T10:11:12Z took 1.5s, "
+             "<Job at 0x7f00ab12> |████      | 40/100 [00:05<00:07, 10.0it/s] 40%")
+    b = read("run 9c0e1d2a-0000-4000-8000-0123456789ab at 2024-01-03T08:00:00Z took 312 ms, "
+             "<Job at 0x7f00ffff> |██████    | 60/100 [00:07<00:05, 12.5it/s] 60%")
+    assert a.shape == b.shape and a.values == (40, 100, 40) and b.values == (60, 100, 60)
+    assert a.measures == {0, 2}
+    o = Outputs()
+    assert o.see(a.shape) is None and o.see(a.shape) == "same"
 
 
 def test_a_new_error_is_news_the_same_error_at_another_line_is_not():
