@@ -17,7 +17,7 @@ from rlm.agent.policy import (
     Rule,
     Run,
 )
-from rlm.agent.policy.rules import RAN_AGAIN, REPEATED
+from rlm.agent.policy.rules import REPEATED, ran_again
 from rlm.agent.policy.verify import Shown, claims, verify
 from rlm.kernel.types import CellResult
 from rlm.session.entries import MessageEntry
@@ -79,6 +79,26 @@ def test_a_successful_cell_resampled_only_after_two_runs_and_never_for_tool_call
     assert isinstance(native.reply(_fence("print(1)"), False), Run)
 
 
+def test_a_repeated_cell_whose_output_changed_is_polling_it_runs_without_a_note():
+    """Issue 58: the third run of a cell whose output moved on (10% -> 20%) is not
+    resampled, gets no "its output is the same" note and is not sampled hotter; once its
+    output stops changing (or changes only in a counter) it is a repeat again."""
+    p = _policy()
+    reply = _fence("print(job.poll())")
+    for i, out in enumerate(["running 10%", "running 20%", "running 30%"]):
+        assert isinstance(p.reply(reply, False), Run)
+        v = p.cell("print(job.poll())", _ok(out), f"e{i}")
+        assert v.note == "" and not v.looping
+        assert p.temperature(0.0) == 0.0
+    stalled = p.cell("print(job.poll())", _ok("running 30%"), "e9")
+    assert "printed the same output again" in stalled.note and stalled.looping
+    assert isinstance(p.reply(reply, False), Resample)
+    q = _policy()
+    for i in range(4):
+        v = q.cell("n += 1; print(n)", _ok(f"iteration {i}"), f"e{i}")
+    assert "only a counter, timestamp or id changed" in v.note and v.looping
+
+
 # -------------------------------------------------------------------------------- cells
 def test_cell_notes_and_the_looping_temperature():
     p = _policy()
@@ -90,9 +110,11 @@ def test_cell_notes_and_the_looping_temperature():
     assert p.temperature(0.0) == LOOP_BREAK_TEMPERATURE and p.temperature(0.9) == 0.9
     assert p.cell("g()", _ok("1"), "e3").note == ""
     assert p.temperature(0.0) == 0.0  # a new cell ends the loop
-    assert p.cell("g()", _ok("1"), "e4") .note == RAN_AGAIN
+    same = ran_again("the same cell printed the same output again")
+    assert "printed the same output again: nothing new" in same
+    assert p.cell("g()", _ok("1"), "e4") .note == same
     third = p.cell("g()", _ok("1"), "e5")
-    assert third.note == RAN_AGAIN and third.looping
+    assert third.note == same and third.looping
     native = _policy(native=True)
     native.cell("f()", _err(), "e1")
     assert native.cell("f()", _err(), "e2").looping and native.temperature(0.0) == 0.0

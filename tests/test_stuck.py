@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent.policy.goal_evidence import check_files, done_means, named_files
+from rlm.agent.policy.novelty import Outputs, read
 from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, bound_names, thresholds_for
 from tests import rlmcli
 
@@ -49,7 +50,7 @@ def goal_states(es: list[dict]) -> list[dict]:
 
 # ------------------------------------------------------------------- pure: the watch
 def watch() -> StuckWatch:
-    return StuckWatch(SMALL, enabled=True)
+    return StuckWatch(SMALL)
 
 
 def turn(w: StuckWatch, n: int, *cells: tuple[str, str]) -> object:
@@ -61,54 +62,97 @@ def turn(w: StuckWatch, n: int, *cells: tuple[str, str]) -> object:
     return halt
 
 
-def test_the_same_cell_three_times_is_stuck_then_halts_after_the_grace():
+def test_the_same_cell_three_times_is_stuck_then_halts_after_one_recovery_turn():
     w = watch()
     assert turn(w, 1, ("x = 1\nprint(x)", "1")) is None
     assert turn(w, 2, ("x = 1\nprint(x)", "1")) is None
     assert turn(w, 3, ("x = 1\nprint(x)", "1")) is None
     assert turn(w, 4, ("x = 1\nprint(x)", "1")) is None  # the third repeat
     assert w.signal is None  # judged when the turn closes
-    assert turn(w, 5, ("x = 1\nprint(x)", "1")) is None  # the note turn
-    assert w.signal == "the same cell or output 3 times"
+    assert turn(w, 5, ("x = 1\nprint(x)", "1")) is None  # the note turn: the recovery turn
+    assert w.signal == ("3 cells brought nothing new (the last: the same cell printed the "
+                        "same output again)")
     assert w.escalated_turn == 5 and w.detected == {"turn": 5, "tokens": 500,
                                                      "signal": w.signal}
-    assert turn(w, 6, ("x = 1\nprint(x)", "1")) is None
-    halt = w.halt(7, tokens=700)
+    halt = w.halt(6, tokens=600)
     assert halt is not None and halt.reason == "stuck"
-    assert halt.report["turns_after_detection"] == 2
-    assert halt.report["tokens_after_detection"] == 200
-    assert any("one note at turn 5" in t for t in halt.report["tried"])
+    assert halt.report["turns_after_detection"] == 1
+    assert halt.report["tokens_after_detection"] == 100
+    assert any("a note naming the repeat at turn 5" in t for t in halt.report["tried"])
 
 
-def test_progress_after_the_note_clears_the_stuck_state():
+def test_progress_after_the_note_clears_the_stuck_state_and_a_new_detection_gets_a_note():
     w = watch()
     for n in range(1, 5):
         turn(w, n)  # turns without a cell: idle; the third is closed when the fourth starts
-    assert w.signal == "no new name or output for 3 turns" and w.escalated_turn == 4
-    turn(w, 5)
-    turn(w, 6, ("y = 2\nprint(y * 21)", "42"))  # a new name and a new output
-    assert w.halt(7, 700) is None and w.signal is None and w.after == 0
+    assert w.signal == "3 turns brought nothing new (the last: no cell ran)"
+    assert w.escalated_turn == 4
+    turn(w, 5, ("y = 2\nprint(y * 21)", "42"))  # the recovery turn: a new name and output
+    assert w.halt(6, 600) is None and w.signal is None and w.after == 0
+    for n in range(6, 10):
+        turn(w, n)
+    assert w.escalated_turn == 9 and w.notes == [4, 9]  # stuck again: a note of its own
+    assert w.halt(10, 1000) is not None
 
 
 def test_identical_outputs_count_as_repeats_and_a_new_name_is_progress():
     w = watch()
     turn(w, 1, ("print(df.shape)", "(3, 2)"))
     turn(w, 2, ("print(len(df), 2)", "(3, 2)"))  # another cell, the same output
-    assert w.repeats == 1
+    assert w.repeats == 1 and w.repeat == "another cell printed an output seen before"
     turn(w, 3, ("total = df.sum()", ""))
     assert w.idle == 1  # turn 2 was idle
     w.halt(4, 400)  # closes turn 3: a new name is progress
-    assert w.idle == 0 and "total" in w.names
+    assert w.idle == 0 and "total" in w.names and w.repeats == 0
 
 
-def test_thresholds_are_tighter_for_small_models_and_off_unless_enabled():
+def test_a_poll_whose_output_moves_on_is_progress_a_counter_is_not():
+    """Issue 58: the same cell whose output goes 10% -> 90% -> done never makes the run
+    stuck; cells that differ only in a counter (and their code in a literal) do."""
+    w = watch()
+    outs = [f"job 7f3a9c21e0b4: running {p}% (elapsed 0:00:{p // 10:02d})" for p in
+            range(10, 100, 10)] + ["job 7f3a9c21e0b4: done, 512 rows"]
+    for n, out in enumerate(outs, 1):
+        assert turn(w, n, ("print(job.status())", out)) is None
+    assert w.halt(len(outs) + 1, 0) is None and w.signal is None and w.notes == []
+    c = watch()
+    for n in range(1, 7):  # new, a first change, then three counter steps: the note
+        turn(c, n, (f"i = {n}\nprint(f'iteration {{i}} at 12:00:0{n}')",
+                    f"iteration {n} at 12:00:0{n}"))
+    assert c.signal is not None and "only a counter, timestamp or id changed" in c.signal
+    assert c.notes == [6] and c.halt(7, 0) is not None
+
+
+def test_volatile_tokens_are_placeholders_measures_are_marked():
+    a = read("run 3fa85f64-5717-4562-b3fc-2c963f66afa6 at 2024-01-02T10:11:12Z took 1.5s, "
+             "<Job at 0x7f00ab12> |████      | 40/100 [00:05<00:07, 10.0it/s] 40%")
+    b = read("run 9c0e1d2a-0000-4000-8000-0123456789ab at 2024-01-03T08:00:00Z took 312 ms, "
+             "<Job at 0x7f00ffff> |██████    | 60/100 [00:07<00:05, 12.5it/s] 60%")
+    assert a.shape == b.shape and a.values == (40, 100, 40) and b.values == (60, 100, 60)
+    assert a.measures == {0, 2}
+    o = Outputs()
+    assert o.see(a.shape) is None and o.see(a.shape) == "same"
+
+
+def test_a_new_error_is_news_the_same_error_at_another_line_is_not():
+    w = watch()
+    w.open_turn()
+    assert w.cell("f()", "NameError: name 'f' is not defined", False) is None
+    assert w.cell("g()", "Cell In[7], line 3\nKeyError: 'region'", False) is None
+    assert w.cell("g() ", "Cell In[8], line 3\nKeyError: 'region'", False) == (
+        "the same cell failed with the same error again")
+    assert w.cell("h()", "Cell In[9], line 9\nKeyError: 'region'", False) == (
+        "another cell failed with an error seen before")
+
+
+def test_thresholds_are_tighter_for_small_models_and_every_run_is_watched():
     assert thresholds_for(native_tools=False) == SMALL
     assert thresholds_for(native_tools=True) == LARGE
     assert SMALL.repeats < LARGE.repeats and SMALL.idle < LARGE.idle
-    w = StuckWatch(SMALL)  # not enabled: a plain run is never called stuck
-    for n in range(1, 9):
-        assert turn(w, n, ("print(1)", "1")) is None
-    assert w.signal is None
+    assert SMALL.grace == LARGE.grace == 1  # one recovery turn after the note
+    w = StuckWatch(LARGE)
+    halts = [turn(w, n, ("print(1)", "1")) for n in range(1, 9)]
+    assert halts.index(next(h for h in halts if h is not None)) == 1 + LARGE.repeats + 1
 
 
 def test_bound_names_reads_assignments_imports_and_defs():
@@ -353,3 +397,61 @@ def test_a_gate_that_keeps_failing_with_nothing_changed_ends_the_run_stalled(tmp
     assert out.returncode == 3
     told = [t for t in user_texts(entries(res["session_path"])) if "<quality_gate>" in t]
     assert len(told) == 2  # two continuations with the gate's output, then the stall
+
+
+# ------------------------------------------- issue 58: progress is new information, every run
+POLL = ("import pathlib\np = pathlib.Path('progress')\n"
+        "n = int(p.read_text()) + 10 if p.exists() else 10\np.write_text(str(n))\n"
+        "print(f'export running: {n}% at {__import__(\"time\").strftime(\"%H:%M:%S\")}' "
+        "if n < 100 else f'export finished: {n * 41} rows written')")
+
+
+def tool_texts(es: list[dict]) -> list[str]:
+    return [str(e["message"].get("content")) for e in es
+            if e["type"] == "message" and e["message"]["role"] == "tool"]
+
+
+@pytest.mark.parametrize("goal", [True, False], ids=["goal", "plain"])
+def test_a_local_model_polling_one_cell_until_done_is_not_stuck(tmp_path, goal):
+    """The same cell ten times, its output going 10% -> 90% -> finished: every run is
+    new information. It is never resampled (the third identical cell used to be), never
+    told its output is the same, never noted stuck; the goal completes on the claim."""
+    s = fenced(tmp_path / "poll.json", [block(POLL)] * 10
+               + ["FINAL(export finished: 4100 rows written)"] * 2)
+    args = ["--goal", "the export finishes", "--autonomous"] if goal else []
+    out = rlm("run", "Wait for the export to finish.", "--model", s, *args,
+              "--max-turns", "20", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "final" and out.returncode == 0, (res, out.stderr[-2000:])
+    assert "stuck" not in res and res["turns"] == 11
+    es = entries(res["session_path"])
+    assert not [e for e in es if e.get("custom_type") == "resampled"]
+    assert not any(t.startswith("<stuck>") for t in user_texts(es))
+    polls = tool_texts(es)
+    assert len(polls) == 10 and "export finished" in polls[-1]
+    assert not any("nothing new" in t or "output is the same" in t for t in polls)
+    if goal:
+        assert goal_states(es)[-1]["status"] == "complete"
+
+
+def test_a_plain_run_whose_cells_change_only_a_counter_ends_stuck_after_one_recovery_turn(
+        tmp_path):
+    """No --goal, no --autonomous: a tool-calling model whose code and output differ only
+    in a counter (and a timestamp) is noted once, naming the repeat, gets one recovery
+    turn, and the run ends `stuck` (exit 3), not at --max-turns."""
+    counter = "import time\ni = {n}\nprint(f'iteration {{i}} at {{time.strftime(\"%H:%M:%S\")}}')"
+    s = rlmcli.script(tmp_path / "count.json",
+                      [rlmcli.call(counter.format(n=n)) for n in range(1, 31)])
+    out = rlm("run", "Count.", "--model", s, "--max-turns", "30", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "stuck", (res, out.stderr[-2000:])
+    assert out.returncode == 3 and res["status"] == "stuck" and "not_answered" in res
+    # a new output, a first change, then LARGE.repeats counter steps: the note, one turn
+    assert res["turns"] == 2 + LARGE.repeats + LARGE.grace
+    assert res["stuck"]["turns_after_detection"] == LARGE.grace
+    es = entries(res["session_path"])
+    notes = [t for t in user_texts(es) if t.startswith("<stuck>")]
+    assert len(notes) == 1, notes
+    assert "only a counter, timestamp or id changed" in notes[0]
+    assert "the same output" not in notes[0] and "iteration 7" in notes[0]
+    assert "If your next turn brings nothing new either, the run ends." in notes[0]

@@ -207,7 +207,7 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
     install(agent, goals=goals, scheduler=scheduler, policy=policy or gated, clock=clock,
             judge=judge)
     agent.policy = policy  # the autonomous policy only
-    watch_stuck(agent, goals, autonomous=policy is not None)
+    agent.answers.goal = goal_objective(goals)
     for feature, methods in (("goals", [f"goal.{v}" for v in ("get", "complete", "block")]),
                              ("schedules", list(SCHEDULE_METHODS))):
         g = gap(entry, feature)
@@ -223,20 +223,15 @@ def shake_now(agent: Agent) -> list[Entry]:
     return list(agent.compaction.shake("manual").records)
 
 
-def watch_stuck(agent: Agent, goals: GoalManager | None, *, autonomous: bool) -> None:
-    """A run that continues on its own (--autonomous, or an active goal) is watched for
-    being stuck (rlm.agent.policy.stuck); a stuck note names the goal in force."""
+def goal_objective(goals: GoalManager | None) -> Callable[[], str | None]:
+    """The goal in force, for the note a stuck run gets (rlm.agent.policy.stuck: every run
+    is watched; this only names the goal)."""
 
     def objective() -> str | None:
         goal = goals.get() if goals is not None else None
         return goal.objective if goal is not None and goal.status == "active" else None
 
-    def at_run_start(a: Agent) -> None:
-        if autonomous or objective() is not None:
-            a.answers.watch_stuck()
-
-    agent.answers.goal = objective
-    agent.run_start_hooks.append(at_run_start)
+    return objective
 
 
 def rebuild_now(agent: Agent) -> CompactionEntry | None:

@@ -96,10 +96,6 @@ class AnswerPolicy:
         self.stuck = StuckWatch(thresholds_for(native_tools))
         self.missing = None
 
-    def watch_stuck(self) -> None:
-        """This run continues on its own (a goal, --autonomous): detect when it is stuck."""
-        self.stuck.enabled = True
-
     def halt(self, turn: int, tokens: int) -> End | None:
         """Before turn `turn` (`tokens` spent so far): end the run when it is stuck and the
         one escalation note did not help."""
@@ -114,7 +110,10 @@ class AnswerPolicy:
         if self.stuck.escalate(turn):
             missing = self.missing or ("an output that meets the goal" if self.goal() else
                                        "an output that answers the question")
-            return Note(escalation_note(self.goal(), self.stuck.last_output, missing),
+            w = self.stuck
+            assert w.signal is not None
+            return Note(escalation_note(w.signal, w.repeated_code, self.goal(), w.last_output,
+                                        missing),
                         f"stuck ({self.stuck.signal}): told the model once what is missing")
         return _first(r.on_turn(self.facts, turn) for r in self.rules)
 
@@ -168,9 +167,13 @@ class AnswerPolicy:
             f.final_depends = flow.final_depends
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
-        f.looping = failed_again or before >= 2
-        self.stuck.cell(code, result.shaped, result.ok)
-        cell = Cell(code, result.ok, result.status, failed_again, before)
+        repeat = self.stuck.cell(code, result.shaped, result.ok)
+        if repeat is None:  # new information: a poll whose output changed is no loop
+            f.stale.discard(code.strip())
+        else:
+            f.stale.add(code.strip())
+        f.looping = failed_again or (before >= 2 and repeat is not None)
+        cell = Cell(code, result.ok, result.status, failed_again, before, repeat)
         note = "".join(n for r in self.rules if (n := r.on_cell(f, cell)))
         f.last_failed_code = code if result.status == "error" else None
         if result.ok:

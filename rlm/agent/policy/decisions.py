@@ -27,6 +27,7 @@ class Cell:
     status: str
     failed_again: bool  # the same code as the cell that failed just before
     runs_before: int  # how often this code already succeeded in this run
+    repeat: str | None = None  # how it repeated with nothing new (None: new information)
 
 
 class Answer:
@@ -122,6 +123,7 @@ class Facts:
     final_depends: bool = False
     last_failed_code: str | None = None
     succeeded: dict[str, int] = field(default_factory=dict)  # successful cells' code: runs
+    stale: set[str] = field(default_factory=set)  # codes whose newest run brought nothing new
     looping: bool = False  # the newest cell repeated the failing one, or a successful one
     refused: set[str] = field(default_factory=set)  # refusals given (their keys)
     nudges: int = 0

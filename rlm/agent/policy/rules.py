@@ -38,9 +38,15 @@ RESAMPLE_TEMPERATURE = 1.0
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
             "Change the code: check the names, columns and types involved with a small cell "
             "first.]")
-RAN_AGAIN = ("\n[This cell is the same as one you already ran, so its output is the same. "
+RAN_AGAIN = ("\n[This cell is the same as one you already ran, and {what}: nothing new. "
              "If that output answers the question, reply with FINAL(answer); if it does not, "
              "write a different cell that prints what is missing.]")
+
+
+def ran_again(what: str) -> str:
+    """The note on a repeated cell that brought nothing new, saying how it repeated (its
+    output may have changed in a counter: "its output is the same" would be false)."""
+    return RAN_AGAIN.format(what=what.removeprefix("the same cell "))
 
 
 class Rule:
@@ -75,8 +81,10 @@ class LastTurn(Rule):
 
 class RepeatedCell(Rule):
     """A fenced-code reply whose first cell is the cell that just failed, or a cell that
-    already succeeded twice in this run, unchanged, is sampled again (its output would be
-    the same); a repeat that runs anyway gets a note saying so. A first repeat of a
+    already succeeded twice in this run and whose newest run brought nothing new, unchanged,
+    is sampled again; a repeat that runs anyway gets a note saying how it repeated. A cell
+    whose output changed when it ran again (rlm.agent.policy.novelty: not only a counter)
+    is polling, not a loop: it runs, without a note. A first repeat of a
     successful cell runs: after a refusal the local model re-runs its cell to see the
     output again, then answers from it (the e2e region test: resampling that repeat made
     it answer a bare total instead of the region). A small model that sees its own cell
@@ -92,15 +100,15 @@ class RepeatedCell(Rule):
         if code and failed is not None and code == failed.strip():
             return Resample("the reply's first cell repeats the cell that just failed",
                             RESAMPLE_TEMPERATURE)
-        if code and facts.succeeded.get(code, 0) >= 2:
+        if code and facts.succeeded.get(code, 0) >= 2 and code in facts.stale:
             return Resample("the reply's first cell repeats a cell that already ran twice in "
-                            "this run", RESAMPLE_TEMPERATURE)
+                            "this run and brought nothing new", RESAMPLE_TEMPERATURE)
         return None
 
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
         if cell.failed_again:
             return REPEATED  # small models at temperature 0 can loop on one failing cell
-        return RAN_AGAIN if cell.runs_before else None
+        return ran_again(cell.repeat) if cell.runs_before and cell.repeat else None
 
 
 class NoCodeNudge(Rule):
