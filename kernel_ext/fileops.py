@@ -139,6 +139,20 @@ def _cell_ended(*_: Any) -> None:
     _in_cell = False
 
 
+def watch(on: bool) -> None:
+    """Record reads around one cell run outside IPython's events (`%%rlm`'s agent cells in
+    the user's own kernel: rlm.notebook.inprocess); the hook is added on first use."""
+    global _enabled, _hook_added, _ignored_prefixes, _in_cell
+    if on and not _hook_added:
+        _ignored_prefixes = _compute_ignored()
+        sys.addaudithook(_hook)
+        _hook_added = True
+    if on:
+        _enabled = True
+        _cell_read.clear()
+    _in_cell = on
+
+
 def install(ip: Any) -> None:
     global _enabled, _hook_added, _ignored_prefixes
     _ignored_prefixes = _compute_ignored()

@@ -82,6 +82,11 @@ def note_output(text: str) -> None:
             _count += 1
 
 
+def note_data(data: Any) -> None:
+    """Record the text/plain of a displayed or returned value against its line."""
+    _data_text(data)
+
+
 def _data_text(data: Any) -> None:
     if isinstance(data, dict):
         text = data.get("text/plain")
@@ -109,6 +114,29 @@ def record() -> dict[str, Any]:
 
 
 _undo: list[Any] = []
+_outer: list[tuple[Any, bool]] = []
+
+
+def begin(ns: dict[str, Any]) -> None:
+    """A cell starts in a namespace this module was not installed on (`%%rlm` runs the
+    agent's cells in the user's own kernel: rlm.notebook.inprocess); `end` gives its
+    record and puts back what was there."""
+    _outer.append((_ns, _active))
+    _set_ns(ns)
+    _started()
+
+
+def end() -> dict[str, Any]:
+    global _active
+    out = record()
+    ns, _active = _outer.pop() if _outer else (None, False)
+    _set_ns(ns)
+    return out
+
+
+def _set_ns(ns: Any) -> None:
+    global _ns
+    _ns = ns
 
 
 def install(ip: Any) -> None:

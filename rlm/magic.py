@@ -115,11 +115,16 @@ class NotebookAgent:
 
 def _describe_user_data(agent: Agent) -> None:
     """Tell the model what the notebook holds (its data are the user's variables)."""
-    from rlm.agent.context_files import describe_variables
+    from rlm.agent.context_files import format_description
     from rlm.session.entries import CustomEntry
 
-    text = describe_variables(agent, None, origin="the user's notebook namespace")
-    agent.attach_context(CustomEntry(custom_type="context_vars", data={"source": "notebook"},
+    assert agent.executor is not None  # the user's own kernel, started by the magic
+    items = agent.executor.describe(None)
+    text = format_description(items, origin="the user's notebook namespace")
+    # the names are the run's inputs: the task's data an answer may be verified from
+    names = [d["name"] for d in items if not d.get("alias") and isinstance(d.get("name"), str)]
+    agent.attach_context(CustomEntry(custom_type="context_vars",
+                                     data={"source": "notebook", "names": names},
                                      display=False, content=text))
 
 

@@ -325,8 +325,9 @@ def test_a_silent_advisor_is_reported_silent_in_json_and_in_the_log(tmp_path, _i
 
     from test_cli import call, rlm, script
 
-    main = script(tmp_path / "main.json", [call("x = 1\nprint(x)"), call("print(x + 1)"),
-                                           call("final(str(x))")])
+    (tmp_path / "one.txt").write_text("1")  # the task's data: a verified answer reads it
+    main = script(tmp_path / "main.json", [call("x = int(open('one.txt').read())\nprint(x)"),
+                                           call("print(x + 1)"), call("final(str(x))")])
     quiet = script(tmp_path / "advisor.json", ["", "", "", ""])
     out = rlm("run", "a task", "--model", main, "--advisor", quiet, "--json", cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])

@@ -9,13 +9,14 @@ so each case proves that compaction is sized to the model's window on that entry
 One scripted scenario per entry point exercises every feature in a single run:
   turn 0  a cell prints ~1,100 tokens (what the requested summary shrinks: a summary that
           would not make the context smaller is rejected, issue 27)
-  turn 1  a cell prints ~1,100 tokens and asks `compact.run()` -> a "requested" compaction
-          after the turn (summaries come from their own scripted compaction model)
+  turn 1  a cell reads x (41) from the task's data file x.txt, prints ~1,100 tokens and
+          asks `compact.run()` -> a "requested" compaction after the turn (summaries come from their own scripted compaction model)
   turn 2  a cell adds a one-shot job, already due -> fired into this run once; the reply
           reports 5,000 input tokens on the script's 4,000-token window -> a "threshold"
           compaction
   turn 3  a cell kills the kernel                 -> restarted, `x` restored from the snapshot
-  turn 4  print(x + 1) -> 42; final(...)          -> with a goal set, the goal continues:
+  turn 4  print(x + 1) -> 42; final(...)          -> with a goal set, the goal continues
+          (42 is verified: it depends on the data x was read from):
   turn 5  goal.complete(...), turn 6 a reply      -> the run ends
 """
 
@@ -98,11 +99,16 @@ def call(code: str, **extra) -> dict:
 ROWS = "\nprint(' '.join(f'row{i}' for i in range(550)))"
 
 
-def scenario(tmp_path: Path, *, goal: bool, crash: bool = True, refused: bool = False) -> list:
+def scenario(tmp_path: Path, *, goal: bool, crash: bool = True, refused: bool = False,
+             read_x: str | None = None) -> list:
     big = {"usage": {"input_tokens": 5000, "output_tokens": 10}}
+    # x comes from the task's data (a file the cell reads), so the 42 the run answers and
+    # the goal's completion claim rest on data, not on a literal computation
+    data = tmp_path / "x.txt"
+    data.write_text("41")
     replies: list = [
         call(ROWS.strip()),
-        call("x = 41" + ROWS + "\nprint(compact.run('keep x'))"),
+        call((read_x or f"x = int(open({str(data)!r}).read())") + ROWS + "\nprint(compact.run('keep x'))"),
         call((TRY_REFUSED if refused else ADD_JOB.format(dir=str(tmp_path))) + ROWS, **big),
     ]
     if crash:
@@ -287,9 +293,13 @@ def test_notebook_magic(tmp_path):
     from frontend import run
     from jupyter_client.manager import start_new_kernel
 
-    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True, crash=False))
+    # the user's own kernel runs cells without the kernel's line record (no file read is
+    # seen there), so x comes from the other kind of task data: a sub-call's answer
+    s = script(tmp_path, "s.json", scenario(tmp_path, goal=True, crash=False,
+                                            read_x="x = int(llm_query('what is x?'))"))
+    sub = script(tmp_path, "sub.json", ["41"], window=None)
     toml = tmp_path / "rlm.toml"
-    toml.write_text(f"compaction_model = {summaries(tmp_path)!r}\n")
+    toml.write_text(f"compaction_model = {summaries(tmp_path)!r}\nsub_model = {sub!r}\n")
     from rlm import trust
 
     trust.allow_file(toml)  # `rlm goal` below reads it as ./rlm.toml: a script: model path

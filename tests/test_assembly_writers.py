@@ -47,7 +47,9 @@ def snapshot_files(d: Path) -> dict[str, tuple[int, int]]:
 
 
 def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, _isolated_home):
-    s = script(tmp_path / "a.json", [call("x = 41\nprint(x)"), call("final(str(x))")])
+    (tmp_path / "x.txt").write_text("41")  # the task's data: the answer rests on it
+    s = script(tmp_path / "a.json", [call("x = int(open('x.txt').read())\nprint(x)"),
+                                     call("final(str(x))")])
     out = rlm("run", "first", "--model", s, "--json", cwd=tmp_path)
     sid = json.loads(out.stdout.splitlines()[-1])["session_id"]
     d = _isolated_home / "sessions" / sid
@@ -70,7 +72,7 @@ def test_a_second_writer_is_refused_with_the_holders_pid(tmp_path, _isolated_hom
             assert f"pid {chat.pid}" in lines[0] and "`rlm chat`" in lines[0]
             assert f"rlm attach {sid}" in lines[0] and "since" in lines[0]
         # read-only commands keep working while the session runs
-        assert "x = 41" in rlm("log", sid, cwd=tmp_path).stdout
+        assert "x = int(open('x.txt')" in rlm("log", sid, cwd=tmp_path).stdout
         rlm("tree", sid, cwd=tmp_path)
         rlm("state", sid, "--json", cwd=tmp_path)
         # nothing the second writers could touch was touched

@@ -192,11 +192,16 @@ def test_a_hosted_compaction_model_writes_the_checkpoint_by_default(tmp_path, _i
     with serving([{"content": text()}]) as server:
         out = rlmcli.rlm("run", "pad, then wait for the checkpoint", "--model",
                          f"script:{session_model}", "--compaction-model", "openai/gpt-4o-mini",
-                         "--json", cwd=tmp_path, check=True,
+                         "--json", cwd=tmp_path, check=False,
                          env={"OPENAI_API_KEY": "sk-test-checkpoint",
                               "OPENAI_API_BASE": server.base})
     res = json.loads(out.stdout.splitlines()[-1])
     assert res["final"] == "## Task", res
+    # verification is not this test's subject: the answer is the checkpoint's first line,
+    # read through history.checkpoint() (the host's text, not the task's data), so the run
+    # ends answered or unverified; either way it ended with that answer
+    assert res["status"] in ("answered", "unverified"), res
+    assert out.returncode == res["exit_code"] and res["exit_code"] in (0, 5), res
     sdir = Path(res["session_path"]).parent
     assert (sdir / "checkpoint.md").read_text() == text() + "\n"
     request = server.requests[0]
@@ -231,9 +236,11 @@ def test_over_the_threshold_the_run_is_rebuilt_from_its_checkpoint_without_a_mod
     wait_for_second = ("import time\nt = time.time()\n"
                        "while 'y = 42' not in (history.checkpoint() or {}).get('text', '') "
                        "and time.time() - t < 60:\n    time.sleep(0.05)\nprint('ready')")
+    data = tmp_path / "x.txt"  # the task's data: x, and so the answer, rest on it
+    data.write_text("41")
     session_model = tmp_path / "s.json"
     session_model.write_text(json.dumps({"window": 4000, "replies": [
-        call("x = 41\nprint(x)", prose("a", 450)),  # over 0.3 of the window: a checkpoint
+        call(f"x = int(open({str(data)!r}).read())\nprint(x)", prose("a", 450)),  # over 0.3 of the window: a checkpoint
         call("y = x + 1\nprint(y)", prose("b", 450)),  # over 0.6: a second one
         call(wait_for_second),
         call("print(x + y)", prose("c", 450)),  # over the threshold (3,000)
@@ -334,7 +341,9 @@ def test_a_failed_writing_is_said_once_on_the_terminal(tmp_path, _isolated_home)
         "    time.sleep(0.05)\nprint('seen')")
     session_model = tmp_path / "s.json"
     session_model.write_text(json.dumps({"window": 4000, "replies": [
-        call(PADDING), call(wait_for_outcome), call("print(6 * 7)"), call("final('42')")]}))
+        call(PADDING), call(wait_for_outcome),
+        call("print(int(open('six.txt').read()) * 7)"), call("final('42')")]}))
+    (tmp_path / "six.txt").write_text("6")  # the task's data: the answer 42 rests on it
     compaction_model = tmp_path / "c.json"
     compaction_model.write_text(json.dumps(["no sections at all"] * 3))
     out = rlmcli.rlm("run", "pad", "--model", f"script:{session_model}", "--compaction-model",
@@ -360,9 +369,11 @@ def test_over_the_threshold_with_no_checkpoint_one_is_written_now_else_the_summa
     is never taken). When the writer's replies are refused, the summary runs instead."""
     from rlm.config import load_config
 
+    data = tmp_path / "x.txt"  # the task's data: x, and so the answer, rest on it
+    data.write_text("41")
     session_model = tmp_path / "s.json"
     session_model.write_text(json.dumps({"window": 4000, "replies": [
-        call("x = 41\nprint(x)", prose("a", 350)),
+        call(f"x = int(open({str(data)!r}).read())\nprint(x)", prose("a", 350)),
         call("y = x + 1\nprint(y)", prose("b", 350)),
         call("print(x + y)", prose("c", 420)),  # from under the rung to over the threshold
         call("final(str(x + y))"),
@@ -420,9 +431,11 @@ def test_slash_rebuild_writes_the_checkpoint_and_restarts_the_context_from_it(
         tmp_path, _isolated_home):
     """No setting, an in-process model (no rungs): `/rebuild` in chat writes the checkpoint
     on the compaction model, then the context starts at its boundary."""
+    data = tmp_path / "x.txt"  # the task's data: x, and so the answers, rest on it
+    data.write_text("41")
     session_model = tmp_path / "s.json"
     session_model.write_text(json.dumps([
-        call("x = 41\nprint(x)", prose("a", 300)), "x is 41",
+        call(f"x = int(open({str(data)!r}).read())\nprint(x)", prose("a", 300)), "x is 41",
         call("print(x + 1)"), "x + 1 is 42"]))
     compaction_model = tmp_path / "c.json"
     compaction_model.write_text(json.dumps([text("x = 41 and printed")]))

@@ -19,7 +19,9 @@ def _run(tmp_path: Path, replies: list, *extra: str) -> tuple[subprocess.Complet
 
 
 def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
-    _, res = _run(tmp_path, [call("x = 1"), call("final(str(x))")])
+    (tmp_path / "one.txt").write_text("1")  # the task's data: the answer rests on it
+    _, res = _run(tmp_path, [call("x = int(open('one.txt').read())\nprint(x)"),
+                             call("final(str(x))")])
     sid, path = res["session_id"], Path(res["session_path"])
     lines = path.read_text().splitlines(keepends=True)
     bad = len(lines) - 1  # a malformed entry that is not the (torn) last line
@@ -32,7 +34,7 @@ def test_corrupt_log_hint_names_a_fix_that_works(tmp_path):
     subprocess.run(hint.split("): ", 1)[1], shell=True, check=True, cwd=tmp_path)
     assert (path.parent / "session.jsonl.bak").read_text() == "".join(lines)  # nothing lost
     assert rlm("log", sid, cwd=tmp_path).returncode == 0
-    again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("print(1 + 1)\nfinal('2')")]),
+    again = rlm("resume", sid, "again", "--model", script(tmp_path / "r.json", [call("print(int(open('one.txt').read()) + 1)\nfinal('2')")]),
                 "--json", cwd=tmp_path)
     assert json.loads(again.stdout.strip().splitlines()[-1])["final"] == "2"
 

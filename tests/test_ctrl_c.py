@@ -68,8 +68,10 @@ def signal_a_sleeping_cell(tmp_path: Path, home: Path, then: str, sig: int
 
 
 def test_one_ctrl_c_interrupts_the_cell_and_the_run_goes_on(tmp_path, _isolated_home):
+    (tmp_path / "status.txt").write_text("went on")  # the task's data: the answer rests on it
     proc, path, out, err = signal_a_sleeping_cell(
-        tmp_path, _isolated_home, "print('went on')\nfinal('went on')", signal.SIGINT)
+        tmp_path, _isolated_home, "print(open('status.txt').read())\nfinal('went on')",
+        signal.SIGINT)
     assert proc.returncode == 0, err
     assert json.loads(out.strip().splitlines()[-1])["final"] == "went on"
     entries = consistent(path)

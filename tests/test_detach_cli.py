@@ -39,7 +39,10 @@ def test_detached_run_attach_ps_stop(tmp_path, _isolated_home):
 def test_detached_run_with_a_goal_continues_until_it_is_complete(tmp_path, _isolated_home):
     """`--goal` reaches the worker: the goal is set before the first prompt, so the run
     goes on after its first answer until the model completes the goal."""
-    s = script(tmp_path / "g.json", [call("print('answered once')\nfinal('answered once')"),
+    said = tmp_path / "said.txt"  # the task's data: the answer and the goal's claim rest on it
+    said.write_text("answered once")
+    s = script(tmp_path / "g.json", [call(f"print(open({str(said)!r}).read())\n"
+                                          "final('answered once')"),
                                      call("print(goal.complete('answered once')['goal']['status'])"),
                                      "all done"])
     out = rlm("run", "detached task", "--detach", "--goal", "answer twice", "--model", s,
@@ -91,7 +94,10 @@ def test_a_detached_run_works_from_a_directory_holding_an_rlm_folder(tmp_path, _
     user's working directory shadowed the package and the worker died at import. The
     worker is started with `-P` (no cwd on sys.path)."""
     (tmp_path / "rlm").mkdir()
-    s = script(tmp_path / "a.json", [call("print(6 * 7)"), call("final('42')")])
+    six = tmp_path / "six.txt"  # the task's data: the answer 42 rests on it
+    six.write_text("6")
+    s = script(tmp_path / "a.json", [call(f"print(int(open({str(six)!r}).read()) * 7)"),
+                                     call("final('42')")])
     out = rlm("run", "t", "--detach", "--model", s, "--json", cwd=tmp_path, process=True)
     path = Path(json.loads(out.stdout.strip().splitlines()[-1])["session_path"])
     rlm("attach", path.parent.name, cwd=tmp_path)  # returns when the worker's run has ended

@@ -293,7 +293,9 @@ def test_a_reply_without_usage_is_counted(endpoint):
 
 def test_a_run_from_the_cli_never_imports_litellm_and_prices_its_usage(tmp_path, _isolated_home):
     """The user's path: `rlm run --model openai/gpt-4o-mini`, to its answer and its cost."""
-    replies = [tool_reply("x = 6 * 7\nprint(x)"), tool_reply("final(str(x))")]
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
+    replies = [tool_reply("x = int(open('six.txt').read()) * 7\nprint(x)"),
+               tool_reply("final(str(x))")]
     code = ("import sys; from rlm.cli.main import main; rc = main(sys.argv[1:]); "
             "print('LITELLM', 'litellm' in sys.modules, file=sys.stderr); sys.exit(rc)")
     with serving(replies) as server:

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, int]] = [
     ("rlm.config", 0), ("rlm.errors", 0), ("rlm.paths", 0), ("rlm.events", 0),
     ("rlm.secrets", 0), ("rlm.prompts", 0), ("rlm.trust", 0),
     ("rlm.spelling", 0), ("rlm.durability", 0), ("rlm.safeio", 0), ("rlm.outcome", 0),
+    ("rlm.ledger", 2),
 ]
 
 

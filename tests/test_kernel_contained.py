@@ -246,8 +246,13 @@ def test_a_key_held_by_a_wrapper_parent_is_hidden_from_a_sandboxed_cell(tmp_path
             argv, wrap = argv[:at] + wrap + argv[at:], []
         proc = subprocess.run([*wrap, *argv], cwd=base, env=env,
                               capture_output=True, text=True, timeout=240)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        final = json.loads(proc.stdout.strip().splitlines()[-1])["final"]
+        res = json.loads(proc.stdout.strip().splitlines()[-1])
+        # verification is not this test's subject: the count comes from /proc reads, which
+        # are not the task's data, so the run ends answered or unverified (exit 0 or 5);
+        # what matters is the answer it ended with
+        assert res["status"] in ("answered", "unverified"), proc.stderr[-3000:]
+        assert proc.returncode == res["exit_code"], proc.stderr[-3000:]
+        final = res["final"]
         readable = sandbox is False and (user == "nobody" or os.geteuid() != 0)
         assert final == ("found 1" if readable else "found 0"), final
     finally:

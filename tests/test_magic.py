@@ -72,6 +72,11 @@ def test_rlm_magic_works_on_the_users_namespace(kernel, tmp_path):
                  if '"custom_type":"context_vars"' in line]
     assert described and "Input: these kernel variables already hold your input" in described[0]["content"]
     assert "- user_data: list, 3 items" in described[0]["content"]
+    # the user's variables are the task's data: answers computed from them are verified,
+    # as the line record of the agent's cells in the user's own kernel shows (issue 58)
+    finals = [json.loads(line)["data"] for line in log.splitlines()
+              if '"custom_type":"final"' in line]
+    assert [f["verified"] for f in finals] == [True, True], finals
 
     _, state = _texts(run(kernel, "%rlm_state"))
     assert f"Session `{sessions[0].name}`" in state

@@ -131,7 +131,8 @@ def test_an_auth_error_mid_run_is_told_once_and_json_still_answers(tmp_path, _is
 
 def test_retries_say_so(tmp_path):
     model = script(tmp_path / "s.json", [{"error": "rate_limit", "message": "slow down"},
-                                         call("final('ok')")])
+                                         call("print(open('ok.txt').read())\nfinal('ok')")])
+    (tmp_path / "ok.txt").write_text("ok")  # the task's data: the answer rests on it
     proc = rlm("run", "hello", "--model", model, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "rate limited; retrying" in proc.stdout and "(2/5)" in proc.stdout
@@ -142,7 +143,9 @@ def test_json_carries_tokens_duration_model_and_images(tmp_path, _isolated_home)
            "AAAABJRU5ErkJggg==")
     code = (f"import base64\nfrom IPython.display import Image, display\n"
             f"display(Image(data=base64.b64decode({png!r}), format='png'))")
-    model = script(tmp_path / "s.json", [call(code), call("print('drawn')\nfinal('drawn')")])
+    model = script(tmp_path / "s.json", [call(code),
+                                         call("print(open('drawn.txt').read())\nfinal('drawn')")])
+    (tmp_path / "drawn.txt").write_text("drawn")  # the task's data: the answer rests on it
     proc = rlm("run", "draw", "--model", model, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -16,7 +16,11 @@ from test_cli import call, rlm, script  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
-SETUP = "rows = [1, 2, 3]\ngen = (v * 10 for v in rows)\nfirst = next(gen)"
+# rows come from the task's data (rows.txt, written by each test), so the answer next(gen)
+# gives rests on data
+LOAD = "rows = [int(v) for v in open('rows.txt').read().split()]"  # cell 0: restored, not replayed
+SETUP = "gen = (v * 10 for v in rows)\nfirst = next(gen)"  # cell 1: what replay rebuilds
+FIRST = SETUP.splitlines()[0]  # how the replay names the cell
 DESTRUCTIVE = "import os\nos.makedirs('made', exist_ok=True)\nstamp = (i for i in range(2))\nfinal('ok')"
 CHECK = "final(str(next(gen)))"
 PEEK = "final(str('gen' in dir()))"
@@ -28,7 +32,8 @@ def _restored(path: Path) -> dict:
 
 
 def test_resume_announces_the_replay_and_no_replay_turns_it_off(tmp_path):
-    out = rlm("run", "set up", "--model", script(tmp_path / "one.json", [call(SETUP), call(DESTRUCTIVE)]), "--json",
+    (tmp_path / "rows.txt").write_text("1 2 3")
+    out = rlm("run", "set up", "--model", script(tmp_path / "one.json", [call(LOAD), call(SETUP), call(DESTRUCTIVE)]), "--json",
               cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])
     sid, path = res["session_id"], Path(res["session_path"])
@@ -37,7 +42,7 @@ def test_resume_announces_the_replay_and_no_replay_turns_it_off(tmp_path):
               script(tmp_path / "two.json", [call(PEEK)]), "--json", cwd=tmp_path)
     assert json.loads(off.stdout.strip().splitlines()[-1])["final"] == "False"
     assert "rlm: replay is off (--no-replay): not re-running 1 recorded cell(s) that would " \
-           "rebuild gen: [0] rows = [1, 2, 3] …" in off.stderr
+           f"rebuild gen: [1] {FIRST} …" in off.stderr
     rep = _restored(path)
     assert rep["data"]["replay_off"] is True and rep["data"]["rebuilt"] == {}
     assert "Replay was off for this run (--no-replay): no recorded cell was re-run." in rep["content"]
@@ -48,12 +53,12 @@ def test_resume_announces_the_replay_and_no_replay_turns_it_off(tmp_path):
     line = [ln for ln in on.stderr.splitlines() if ln.startswith("rlm: ") and "re-running" in ln]
     assert line == ["rlm: rebuilding gen by re-running 1 recorded cell(s) (only cells known to stay "
                     "in the kernel, under a read-only filesystem; --no-replay turns this off): "
-                    "[0] rows = [1, 2, 3] …"], on.stderr
+                    f"[1] {FIRST} …"], on.stderr
     rep = _restored(path)
-    assert rep["data"]["rebuilt"] == {"gen": [0]}
-    assert "Cells re-run: [0] rows = [1, 2, 3] …." in rep["content"]
+    assert rep["data"]["rebuilt"] == {"gen": [1]}
+    assert f"Cells re-run: [1] {FIRST} …." in rep["content"]
     assert "Not rebuilt by replay (only cells known to stay in the kernel are re-run; a cell that " \
-           "writes files, runs commands or uses the network never is): stamp: cell 1 not replayed: " \
+           "writes files, runs commands or uses the network never is): stamp: cell 2 not replayed: " \
            in rep["content"]
     assert "imports os (not a pure data library)" in rep["data"]["not_replayed"]["stamp"]
 

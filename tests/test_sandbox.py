@@ -114,7 +114,11 @@ def test_by_default_a_run_is_sandboxed_and_says_so_once(tmp_path):
                             f"script:{model}"], cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=240) for _ in range(2)]
     for proc in runs:
-        assert proc.returncode == 0, proc.stderr[-3000:]
+        # verification is not this test's subject: the answer is the probe's own result
+        # (a literal the cell chose, not the task's data), so the run ends with that answer,
+        # answered or unverified (exit 0 or 5), never without it
+        assert proc.returncode in (0, 5), proc.stderr[-3000:]
+        assert "run ended (final)" in proc.stdout + proc.stderr, proc.stderr[-3000:]
         assert "unreachable" in proc.stdout
     said = [" ".join((p.stdout + p.stderr).split()).count("the kernel runs in a sandbox")
             for p in runs]

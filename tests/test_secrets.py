@@ -175,8 +175,11 @@ def test_a_cell_cannot_read_the_key_from_the_host_process(_isolated_home, tmp_pa
     out = subprocess.run([sys.executable, "-m", "rlm", "run", "t", "--model", f"script:{script}",
                           "--json", "--no-sandbox"], env=env, capture_output=True, text=True,
                          timeout=180, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert json.loads(out.stdout.strip().splitlines()[-1])["final"] == "denied"
+    # answered; whether "denied" is verified is not this test's subject (an exception, not
+    # the task's data, says it: exit 5, issue 58)
+    assert out.returncode in (0, 5), out.stderr[-2000:]
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "denied" and res["status"] in ("answered", "unverified")
 
 
 HIDE_SCRIPT = """

@@ -201,7 +201,8 @@ def test_any_later_run_scrubs_what_a_dead_host_left_in_another_session(_isolated
         os.utime(d / SCRUB_MARK, ns=(1_000 * 10**9, 1_000 * 10**9))
         (d / "snapshot" / "k-small.bin").write_bytes(b"\x80\x05" + key.encode() + b".")
     script = tmp_path / "s.json"
-    script.write_text(json.dumps([call("final(6 * 7)")]))
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
+    script.write_text(json.dumps([call("final(int(open('six.txt').read()) * 7)")]))
     with SessionLock.for_session(held, "run"):  # a live host of that session
         proc = subprocess.run([sys.executable, "-m", "rlm", "run", "6*7?", "--model",
                                f"script:{script}", "--json"], cwd=tmp_path, capture_output=True,

@@ -194,8 +194,9 @@ def test_rlm_log_last_n_and_resume_on_an_indexed_long_session(tmp_path):
     assert out.count("--- ") == 2 and f"step {N - 2}" in out and f"out {N - 1}" in out
     assert (path.parent / INDEX_NAME).is_file()  # the viewer left the cache
     script = tmp_path / "s.json"
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
     script.write_text(json.dumps([{"content": "", "tool_calls": [
-        {"name": "python", "arguments": {"code": "final(str(6 * 7))"}}]}]))
+        {"name": "python", "arguments": {"code": "final(str(int(open('six.txt').read()) * 7))"}}]}]))
     res = json.loads(rlm("resume", sid, "and now?", "--model", f"script:{script}",
                          "--json").stdout.splitlines()[-1])
     assert res["final"] == "42"
@@ -250,8 +251,9 @@ def test_a_resume_reads_the_branchs_tail_not_the_whole_branch(tmp_path, monkeypa
     real = index.parse_entry
     monkeypatch.setattr(index, "parse_entry", lambda *a: parsed.append(1) or real(*a))
     script = tmp_path / "s.json"
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
     script.write_text(json.dumps([{"content": "", "tool_calls": [
-        {"name": "python", "arguments": {"code": "final(str(6 * 7))"}}]}]))
+        {"name": "python", "arguments": {"code": "final(str(int(open('six.txt').read()) * 7))"}}]}]))
     out = rlm("resume", sid, "and now?", "--model", f"script:{script}").stdout
     replies = sum(1 for i in range(N) if i % 2 == 0 and (i == 0 or i % 500))
     assert f"turn {replies + 1}" in out and "42" in out  # numbers continue the session's

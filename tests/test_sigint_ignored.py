@@ -22,9 +22,11 @@ def test_ctrl_c_interrupts_a_cell_when_started_with_sigint_ignored(tmp_path, _is
     replies = [
         {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": cell}}]},
         {"content": "", "tool_calls": [{"name": "python",
-                                        "arguments": {"code": "print('went on')\nfinal('went on')"}}]},
+                                        "arguments": {"code": "went = open('went.txt').read()\n"
+                                                                  "print(went)\nfinal(went)"}}]},
     ]
     script = tmp_path / "replies.json"
+    (tmp_path / "went.txt").write_text("went on")  # the task's data (issue 58)
     script.write_text(json.dumps(replies))
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlm", "run", "t", "--model", f"script:{script}", "--json"],

@@ -16,15 +16,17 @@ from test_cli import call, rlm, script  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
-SETUP = ("import pandas as pd\nsales = pd.DataFrame({'units': [3, 5], 'price': [1.5, 2.0]})\n"
-         "alias = sales\nby_name = {'sales': sales}\nrows = [1, 2]\nholder = {'r': rows}\n"
-         "final('ok')")
+# the task's data is sales.csv (an answer is verified only from it: issue 58)
+SETUP = ("import pandas as pd\nsales = pd.read_csv('sales.csv')\n"
+         "alias = sales\nby_name = {'sales': sales}\nrows = sales.units.tolist()\n"
+         "holder = {'r': rows}\nfinal('ok')")
 CHECK = ("rows.append(3)\n"
          "final(f\"{alias is sales} {by_name['sales'] is sales} {holder['r']}\")")
 
 
 def test_state_and_resume_keep_identity_and_describe(tmp_path, monkeypatch):
     monkeypatch.setenv("COLUMNS", "120")  # `rlm state` fits 80 columns by default: room
+    (tmp_path / "sales.csv").write_text("units,price\n3,1.5\n5,2.0\n")
     out = rlm("run", "set up", "--model", script(tmp_path / "one.json", [call(SETUP)]), "--json",
               cwd=tmp_path)
     res = json.loads(out.stdout.strip().splitlines()[-1])
@@ -38,7 +40,7 @@ def test_state_and_resume_keep_identity_and_describe(tmp_path, monkeypatch):
 
     out2 = rlm("resume", sid, "check", "--model", script(tmp_path / "two.json", [call(CHECK)]),
                "--json", cwd=tmp_path)
-    assert json.loads(out2.stdout.strip().splitlines()[-1])["final"] == "True True [1, 2, 3]"
+    assert json.loads(out2.stdout.strip().splitlines()[-1])["final"] == "True True [3, 5, 3]"
     entries = [json.loads(line) for line in path.read_text().splitlines()[1:]]
     restored = [e for e in entries if e.get("custom_type") == "kernel_restored"][-1]
     assert "- sales: DataFrame 2 rows x 2 cols: units int64, price float64" in restored["content"]

@@ -318,7 +318,9 @@ def test_a_rule_file_a_cell_writes_cannot_stall_the_host(tmp_path):
     rlm("run", "write it", "--model", first, "--json", cwd=tmp_path, check=True)
     assert (tmp_path / ".rlm" / "rules" / "slow.md").is_file()
     reply = {"content": "a" * 60 + "!\n", "tool_calls": [
-        {"name": "python", "arguments": {"code": "print(6 * 7)\nfinal('42')"}}]}
+        {"name": "python", "arguments": {"code": "print(int(open('six.txt').read()) * 7)\n"
+                                                 "final('42')"}}]}
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
     proc = rlm("run", "go", "--model", script(tmp_path / "two.json", [reply]), "--json",
                cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]

@@ -69,9 +69,12 @@ print(json.dumps({"rc": rc, "litellm": sorted(m for m in sys.modules if m.split(
 
 def test_a_scripted_run_does_not_import_litellm(tmp_path):
     script = tmp_path / "replies.json"
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
+    six = "six = int(open('six.txt').read())\n"
     script.write_text(json.dumps([
-        {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": "print(6*7)"}}]},
-        {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": "final(6*7)"}}]},
+        {"content": "", "tool_calls": [{"name": "python",
+                                        "arguments": {"code": six + "print(six*7)"}}]},
+        {"content": "", "tool_calls": [{"name": "python", "arguments": {"code": "final(six*7)"}}]},
     ]))
     out = subprocess.run([sys.executable, "-c", RUN, f"script:{script}"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=240)

@@ -45,6 +45,7 @@ def project(tmp_path):
     proj = tmp_path / "proj"
     (proj / ".rlm" / "rules").mkdir(parents=True)
     (proj / ".rlm" / "rules" / "no_read_csv.md").write_text(RULE)
+    (proj / "six.txt").write_text("6")  # the task's data: a verified answer reads it
     return proj
 
 
@@ -55,7 +56,7 @@ def scripts(tmp_path: Path) -> tuple[str, str]:
         fenced("import pandas as pd\ndf = pd.read_csv('x.csv')", (300, 30)),  # stopped
         fenced("print(llm_query('say seven'))\nprint(rlm_query('add', context=[1, 2]))",
                (400, 40)),
-        fenced("print(6 * 7)\ncompact.run()\nfinal('42')", (500, 50)),
+        fenced("print(int(open('six.txt').read()) * 7)\ncompact.run()\nfinal('42')", (500, 50)),
         reply("a summary of the work", (600, 60)),  # compaction's calls (one or two)
         reply("the turn so far", (700, 70)),
     ]})

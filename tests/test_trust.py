@@ -432,9 +432,12 @@ def test_a_cell_writing_rlm_toml_changes_nothing_for_the_next_run_or_the_resume(
     check = [call(net), call("final(ns)")]
     for args in (["run", "where am I"],
                  ["resume", res["session_id"], "and now"]):
+        # answered; /proc is not the task's data, so the answer reads unverified (exit 5):
+        # not this test's subject (issue 58)
         proc = rlm(*args, "--model", script(tmp_path / "two.json", check), "--json",
-                   cwd=tmp_path)
+                   cwd=tmp_path, check=False)
         out = json.loads(proc.stdout)
+        assert out["status"] in ("answered", "unverified"), out
         assert out["final"].startswith("net:[") and out["final"] != host_net, (args, out)
         said = [line for line in proc.stderr.splitlines() if line.startswith("warning: ")]
         assert len(said) == 1, proc.stderr
@@ -495,7 +498,9 @@ def test_a_forged_snapshot_url_is_refused_and_the_kernels_names_survive(tmp_path
     forger said, and lost the kernel's names on later resumes. Now it is refused with one
     line, nothing goes there, `rlm state` does not read it, and the names come back."""
     elsewhere = tmp_path / "forged-snaps"
-    first = script(tmp_path / "one.json", [call("kept = 41"), call("final('ok')")])
+    (tmp_path / "kept.txt").write_text("41")  # the task's data (a verified answer reads it)
+    first = script(tmp_path / "one.json", [call("kept = int(open('kept.txt').read())"),
+                                           call("final('ok')")])
     res = json.loads(rlm("run", "start", "--model", first, "--json", cwd=tmp_path).stdout)
     log = Path(res["session_path"])
     forge(log, overrides={"snapshot_url": f"file://{elsewhere}"})

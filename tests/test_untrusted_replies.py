@@ -27,8 +27,9 @@ def test_a_call_to_a_tool_that_does_not_exist_is_answered_and_the_run_goes_on(tm
     model.write_text(json.dumps([
         {"content": "", "tool_calls": [{"name": "bash", "arguments": {"command": "ls"}}]},
         {"content": "", "tool_calls": [{"name": "python", "arguments": {
-            "code": "print(6 * 7)\nfinal(str(6 * 7))"}}]},
+            "code": "x = int(open('six.txt').read()) * 7\nprint(x)\nfinal(str(x))"}}]},
     ]))
+    (tmp_path / "six.txt").write_text("6")  # the task's data: a verified answer reads it
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     proc = subprocess.run([sys.executable, "-P", "-m", "rlm", "run", "go", "--model",
                            f"script:{model}", "--json"], cwd=tmp_path, env=env,

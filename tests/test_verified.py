@@ -171,35 +171,6 @@ SPELLINGS = [
 ]
 
 
-@pytest.mark.parametrize("code", SPELLINGS)
-def test_a_typed_figure_is_unverified_however_it_is_spelled(_isolated_home, tmp_path, code):
-    end, _, _ = _run(_isolated_home, tmp_path, "native", [("cell", code)],
-                     "How many flights did the busiest plane fly?")
-    assert end.verified is False and "1000" in end.unverified_claims, (code, end)
-
-
-@pytest.mark.parametrize("code", SPELLINGS)
-def test_the_same_answer_with_the_figure_printed_is_verified(_isolated_home, tmp_path, code):
-    end, _, _ = _run(_isolated_home, tmp_path, "native",
-                     [("cell", READ + "print(data[0], int(data[1]) + 425)"), ("cell", code)],
-                     "How many flights did the busiest plane fly?")
-    assert end.verified is True, (code, end)
-
-
-def test_a_figure_the_code_computes_stays_verified_and_a_carried_constant_does_not():
-    """`final(f"{g(2)}|{K}")` with `K = 3`: g(2) is computed; K is a constant the code only
-    carries into the answer, so 3 is typed: unverified unless an output shows it
-    (docs/architecture.md, "Verified")."""
-    from rlm.agent.policy.verify import typed_literals
-
-    figures, _ = typed_literals(["K = 3\ndef g(x):\n    return x * 10\nfinal(f'{g(2)}|{K}')"])
-    assert 3.0 in figures and 20.0 not in figures and 10.0 not in figures and 2.0 not in figures
-    figures, _ = typed_literals(["rows = [4, 5, 6]\nfinal(len(rows))"])
-    assert figures == []  # the count is computed from the literals, not carried
-    figures, _ = typed_literals(["x = df.head(10)\nfinal(x['a'].sum() * 3)"])
-    assert figures == []
-
-
 # Issue 58 item 3: an invented figure made from literals is unverified however it is
 # computed, printed or carried, even in a cell (or a session) that also read the data: the
 # rule is data dependence, not a list of spellings. Each cell prints 1000 and then answers
@@ -228,11 +199,34 @@ INVENTED = [
 ]
 
 
-@pytest.mark.parametrize("code", INVENTED)
-def test_an_invented_figure_is_unverified_however_it_is_computed(_isolated_home, tmp_path, code):
+
+@pytest.mark.parametrize("code", SPELLINGS + INVENTED)
+def test_a_typed_figure_is_unverified_however_it_is_spelled(_isolated_home, tmp_path, code):
     end, _, _ = _run(_isolated_home, tmp_path, "native", [("cell", code)],
                      "How many flights did the busiest plane fly?")
     assert end.verified is False and "1000" in end.unverified_claims, (code, end)
+
+
+@pytest.mark.parametrize("code", SPELLINGS)
+def test_the_same_answer_with_the_figure_printed_is_verified(_isolated_home, tmp_path, code):
+    end, _, _ = _run(_isolated_home, tmp_path, "native",
+                     [("cell", READ + "print(data[0], int(data[1]) + 425)"), ("cell", code)],
+                     "How many flights did the busiest plane fly?")
+    assert end.verified is True, (code, end)
+
+
+def test_a_figure_the_code_computes_stays_verified_and_a_carried_constant_does_not():
+    """`final(f"{g(2)}|{K}")` with `K = 3`: g(2) is computed; K is a constant the code only
+    carries into the answer, so 3 is typed: unverified unless an output shows it
+    (docs/architecture.md, "Verified")."""
+    from rlm.agent.policy.verify import typed_literals
+
+    figures, _ = typed_literals(["K = 3\ndef g(x):\n    return x * 10\nfinal(f'{g(2)}|{K}')"])
+    assert 3.0 in figures and 20.0 not in figures and 10.0 not in figures and 2.0 not in figures
+    figures, _ = typed_literals(["rows = [4, 5, 6]\nfinal(len(rows))"])
+    assert figures == []  # the count is computed from the literals, not carried
+    figures, _ = typed_literals(["x = df.head(10)\nfinal(x['a'].sum() * 3)"])
+    assert figures == []
 
 
 @pytest.mark.parametrize("code", INVENTED[:8])

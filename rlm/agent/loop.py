@@ -60,8 +60,8 @@ from rlm.protocols import (
     StartableExecutor,
     TurnHook,
 )
+from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, MessageEntry
-from rlm.session.history import executed
 
 # the policy's constants, where tests and callers have found them
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
@@ -72,6 +72,9 @@ __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent
 # run is its rlm.agent.children.ChildRun. Set by the composition root (rlm.app), which
 # gives children their own wiring.
 ChildRunner = Callable[["Agent", str, Any, Any], Any]
+# the names holding the task's data that a run's end entry records, for the next process
+# (rlm.agent.policy.dataflow): a resume reads them from the log's tail, not its whole branch
+MAX_DATA_NAMES = 2000
 # the session's kernel, not started yet (the Agent starts it with its bridge handler)
 KernelFactory = Callable[[BridgeHandler, Config], StartableExecutor]
 
@@ -316,7 +319,7 @@ class Agent:
         self.answers.start_run(native_tools=self.llm.native_tools,
                                max_turns=self.config.max_turns, has_data=bool(self._attached),
                                inputs=self.input_names() | imported_names(
-                                   self.session.branch()), history=self._cells_so_far)
+                                   self.session.branch()), held=self._data_so_far)
         for start_hook in self.run_start_hooks:
             start_hook(self)
         notices_now, self.notices = self.notices, []
@@ -375,13 +378,14 @@ class Agent:
         ended = decide(reason, detail, verdict.verified if verdict else None,
                        verdict.why if verdict else None, unmet)
         tokens = self.run_totals().to_dict()  # what the run spent, by role: every surface's
+        held = sorted(self.answers.flow.derived)[:MAX_DATA_NAMES] if self.answers.flow else []
         if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={
-                "answer": final, "reason": reason, **_judged(verdict),
+                "answer": final, "reason": reason, **_judged(verdict), "data": held,
                 "outcome": ended.to_dict(), "tokens": tokens}))
         else:  # how a run without an answer ended (`rlm sessions`); never sent to the model
             self.session.append(CustomEntry(custom_type="run_end", data={
-                "reason": reason, "detail": detail, "outcome": ended.to_dict(),
+                "data": held, "reason": reason, "detail": detail, "outcome": ended.to_dict(),
                 "tokens": tokens}, display=False))
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
                        outcome=ended.to_dict(), tokens=tokens,
@@ -414,10 +418,15 @@ class Agent:
         finally:
             self.turn_active = False
 
-    def _cells_so_far(self) -> list[tuple[str, dict[str, Any] | None]]:
-        """(code, line record) of every cell that ran on the branch (the data flow)."""
-        return [(code, (e.cell or {}).get("provenance")) for code, e in executed(
-            self.session.branch()) if (e.cell or {}).get("status") in ("ok", "error")]
+    def _data_so_far(self) -> set[str]:
+        """The names holding the task's data when the session's last run ended, as its end
+        entry recorded them (read from the log's index, not the whole branch)."""
+        branch = self.session.branch()
+        ends = [e for kind in ("final", "run_end") for e in custom_entries(branch, kind)[-1:]]
+        last = max(ends, key=lambda e: e.timestamp, default=None)
+        names = (last.data or {}).get("data") if last is not None and isinstance(
+            last.data, dict) else None
+        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
     # ------------------------------------------------------------------ helpers
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:

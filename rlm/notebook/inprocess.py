@@ -36,6 +36,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from kernel_ext import fileops, provenance
 from rlm.config import Config
 from rlm.errors import KernelError
 from rlm.kernel.types import CellResult, Output, RestoreReport
@@ -55,6 +56,7 @@ class _Tee:
     def write(self, text: str) -> int:
         if text:
             self._record(self._name, text)
+            provenance.note_output(text)  # which line said it (the verified rule)
         return self._target.write(text)
 
     def __getattr__(self, attr: str) -> Any:
@@ -73,6 +75,7 @@ class _Capture:
 
         tag = f"inproc-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.collector = CellCollector(session_dir, budget, tag, on_output)
+        self.provenance: dict[str, Any] | None = None  # kernel_ext.provenance's record
         self.error = False
         self.lock = threading.Lock()
 
@@ -190,6 +193,7 @@ class InProcessExecutor:
         res.shaped, res.full_output_path, res.chars_total, res.elided_chars = cap.collector.finish()
         res.outputs = cap.collector.outputs
         res.duration_s = round(time.monotonic() - started, 4)
+        res.provenance = cap.provenance
         if status == "timeout":
             res.shaped += f"\n[the cell ran past its {timeout} s timeout and was interrupted]"
         return res
@@ -225,19 +229,25 @@ class InProcessExecutor:
 
         def write_format_data(format_dict: dict[str, Any], md_dict: Any = None) -> None:
             cap.bundle("execute_result", format_dict, md_dict)
+            provenance.note_data(format_dict)
             orig_write(format_dict, md_dict)
 
         def publish(data: dict[str, Any], metadata: Any = None, *a: Any, **kw: Any) -> None:
             if not kw.get("update"):
                 cap.bundle("display_data", data, metadata)
+                provenance.note_data(data)
             orig_publish(data, metadata, *a, **kw)
 
         sys.stdout = _Tee(sys.stdout, "stdout", cap.stream)
         sys.stderr = _Tee(sys.stderr, "stderr", cap.stream)
         shell._showtraceback, hook.write_format_data, pub.publish = showtb, write_format_data, publish
+        fileops.watch(True)  # the files it reads, and which line read them (kernel_ext)
+        provenance.begin(shell.user_ns)
         try:
             return shell.run_cell(code, store_history=False)
         finally:
+            cap.provenance = provenance.end()
+            fileops.watch(False)
             sys.stdout, sys.stderr = saved[0], saved[1]
             _restore_attr(shell, "_showtraceback", saved[2])
             _restore_attr(hook, "write_format_data", saved[3])

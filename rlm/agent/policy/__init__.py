@@ -82,17 +82,15 @@ class AnswerPolicy:
         self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
-                  inputs: Iterable[str] = (),
-                  history: Callable[[], Iterable[tuple[str, dict[str, Any] | None]]] | None = None
+                  inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None
                   ) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
-        the session: the first run replays the session's cells (`history`: code and line
-        record of each) from its input names; every run adds the inputs it was given."""
+        the session: the first run in this process starts from what the session's last run
+        recorded (`held`) and the inputs; every run adds the inputs it was given."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
         if self.flow is None:
-            self.flow = DataFlow.replayed(history() if history is not None else (), inputs)
-        else:
-            self.flow.derived.update(inputs)
+            self.flow = DataFlow(held() if held is not None else set())
+        self.flow.derived.update(inputs)
         self.stuck = StuckWatch(thresholds_for(native_tools))
         self.missing = None
 

@@ -31,7 +31,7 @@ data counts whole, so a literal printed inside a loop over data is counted with 
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,15 +59,6 @@ class DataFlow:
     """The names that hold data, across every cell of the session so far."""
 
     derived: set[str] = field(default_factory=set)
-
-    @classmethod
-    def replayed(cls, cells: Iterable[tuple[str, dict[str, Any] | None]],
-                 inputs: Iterable[str]) -> DataFlow:
-        """The flow after `cells` (code, provenance) ran, from the `inputs` names."""
-        flow = cls(set(inputs))
-        for code, provenance in cells:
-            flow.cell(code, provenance)
-        return flow
 
     def cell(self, code: str, provenance: dict[str, Any] | None) -> CellFlow:
         """Account for a successful cell; what its outputs prove."""
@@ -97,13 +88,13 @@ class DataFlow:
         return CellFlow(bool(data_lines), evidence, final_depends)
 
 
-def imported_names(entries: Iterable[Any]) -> set[str]:
+def imported_names(entries: Sequence[Any]) -> set[str]:
     """The names the cells of an imported notebook (`--notebook`: the user's own work,
     part of the task's data) bound."""
     from rlm.session.branch import custom_entries
 
     names: set[str] = set()
-    for e in custom_entries(list(entries), "notebook_import"):
+    for e in custom_entries(entries, "notebook_import"):  # from the log's index
         for c in (e.data or {}).get("cells") or [] if isinstance(e.data, dict) else []:
             tree = _tree(c.get("code") or "") if isinstance(c, dict) else None
             for stmt in tree.body if tree is not None else []:
