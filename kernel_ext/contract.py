@@ -120,7 +120,9 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     # the in-process executor (%%rlm): the agent runs in the user's kernel
     "kernel_ext.bridge": frozenset({"set_local_handler"}),
     "kernel_ext.snapshot": frozenset({"namespace_json"}),
-    "kernel_ext.fileops": frozenset({"file_ops_json"}),
+    "kernel_ext.fileops": frozenset({"file_ops_json", "watch"}),
+    # which line of an agent cell read a file and said what (the verified rule)
+    "kernel_ext.provenance": frozenset({"begin", "end", "note_output", "note_data"}),
     # %load_ext rlm leaves the notebook's globals alone; %%rlm lends the API for its run
     "kernel_ext.api": frozenset({"withdraw", "scoped"}),
 }
