@@ -101,6 +101,7 @@ class Soak:
         self.fired: list[int] = []  # actions whose host fault has fired (never twice)
         self.armed: dict[str, int] = {}  # host faults armed, waiting for their moment
         self.stats = Counter[str]()
+        self.checked_compactions: set[str] = set()  # ids a host checked (rlm ipython_state)
         self.peak_rss_kib = 0
         self.kernel_pid: int | None = None
         self.failures: Counter[int] = Counter()
@@ -363,6 +364,7 @@ class Soak:
             self.on_started(m)
         if "compaction" in m:
             self.stats["compaction_checks"] += 1
+            self.checked_compactions.add(str(m["compaction"]))
         if "note" in m:
             self.say(m["note"])
         if "killme" in m:
@@ -450,6 +452,11 @@ class Soak:
             "entries_lost": self.stats["entries_lost"], "duplicates": self.stats["duplicates"],
             "names_lost": names_lost,
             "compactions": soak_checks.count_compactions(path) if path and path.exists() else 0,
+            # a compaction whose host was killed before it checked the names listed: only
+            # its `ipython_state` record can be checked (`without_state`: not even that)
+            **dict(zip(("compactions_record_only", "compactions_without_state"),
+                       soak_checks.unchecked_compactions(path, self.checked_compactions)
+                       if path and path.exists() else (0, 0), strict=True)),
             "tiers": soak_checks.tier_figures(path) if path and path.exists() else {},
             "context_tiers": self.config.get("context_tiers", True),
             "checkpoint_rungs": self.config.get("checkpoint_rungs"),
@@ -491,7 +498,7 @@ def table(r: dict[str, Any]) -> str:
     rows.append("")
     for key in ("turns", "actions", "hosts", "hosts_stopped", "compactions", "entries", "entries_lost",
                 "duplicates", "names_lost", "ledger_names", "ticks_delivered", "ticks_coalesced",
-                "ticks_interrupted", "orphan_kernels", "disk_checks", "compaction_checks",
+                "ticks_interrupted", "orphan_kernels", "disk_checks", "compaction_checks", "compactions_record_only",
                 "secret_files", "outside_changes", "settings_changed", "wall_s",
                 "host_peak_rss_mib"):
         rows.append(f"{key:<22}{r[key]}")

@@ -180,6 +180,18 @@ def count_compactions(path: Path) -> int:
     return sum(1 for e in raw_entries(path) if e.get("type") == "compaction")
 
 
+def unchecked_compactions(path: Path, checked: set[str]) -> tuple[int, int]:
+    """(compactions no host checked whose `ipython_state` record is in the log, those
+    without one): a host killed right after appending a compaction never checks it."""
+    entries = raw_entries(path)
+    states = {e.get("parent_id") for e in entries
+              if e.get("type") == "custom" and e.get("custom_type") == "ipython_state"}
+    unchecked = [e.get("id") for e in entries
+                 if e.get("type") == "compaction" and e.get("id") not in checked]
+    with_state = sum(1 for cid in unchecked if cid in states)
+    return with_state, len(unchecked) - with_state
+
+
 def tier_figures(path: Path) -> dict[str, int]:
     """What each tier of context relief did (rlm.compaction.tiers): records, results
     replaced and tokens saved per tier, summaries, rebuilds from the checkpoint (tier 0)

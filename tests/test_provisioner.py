@@ -72,8 +72,11 @@ def test_provisioner_run_and_resume(tmp_path, _isolated_home):
     ]))
     proc = rlm(["run", "which provisioner?", "--model", f"script:{first}",
                 "--kernel", f"provisioner:{NAME}", "--json"], tmp_path, site)
-    assert proc.returncode == 0, proc.stderr
+    # an answer; the environment is not the task's data, so it reads unverified (exit 5,
+    # issue 58): not this test's subject
+    assert proc.returncode in (0, 5), proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] in ("answered", "unverified"), out
     assert out["final"] == "marking-1"
     session_dir = Path(out["session_path"]).parent if out.get("session_path") else None
     assert session_dir is not None
@@ -89,7 +92,7 @@ def test_provisioner_run_and_resume(tmp_path, _isolated_home):
     ]))
     proc = rlm(["resume", out["session_id"], "again", "--model", f"script:{second}", "--json"],
                tmp_path, site)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode in (0, 5), proc.stderr
     again = json.loads(proc.stdout.strip().splitlines()[-1])
     assert again["final"] == "marking-1 marking-1"  # restored value; a new host's first launch
 

@@ -201,8 +201,10 @@ def rlm(*args: str) -> subprocess.CompletedProcess:
 def test_crash_restores_from_the_bucket_and_state_reads_it(s3, tmp_path):
     fs, bucket = s3
     script = tmp_path / "s.json"
+    (Path.cwd() / "x.txt").write_text("41")  # the task's data: a verified answer reads it
     script.write_text(json.dumps([
-        call("x = 41\nrows = list(range(100_000))\nblob = bytes(range(256)) * 8192"),
+        call("x = int(open('x.txt').read())\nrows = list(range(100_000))\n"
+             "blob = bytes(range(256)) * 8192"),
         call("import os\nos._exit(1)"),
         call("final(x + 1 + len(rows) - 100_000 + (blob == bytes(range(256)) * 8192) - 1)"),
     ]))

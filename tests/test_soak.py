@@ -8,6 +8,8 @@ figures are in bench/RESULTS.md.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from bench.soak import Soak, table
@@ -35,7 +37,11 @@ def test_short_soak_has_no_violation(tmp_path):
         assert counts.get("injected", 0) >= 1, f"{kind} was never injected"
         assert counts.get("survived", 0) == counts["injected"], f"{kind}: {counts}"
     assert result["compactions"] >= 3
-    assert result["compaction_checks"] == result["compactions"]
+    # every compaction checked by its host, or (its host killed right after appending it)
+    # at least its ipython_state record in the log: at most one such per killed host
+    assert result["compactions_without_state"] == 0
+    assert result["compaction_checks"] + result["compactions_record_only"] == result["compactions"]
+    assert result["compactions_record_only"] <= result["hosts"] - 1
     assert result["entries_lost"] == 0 and result["duplicates"] == 0 and result["names_lost"] == 0
     assert result["ticks_delivered"] > 0 and result["ticks_interrupted"] >= 1
     # nothing of the provider key under $RLM_HOME; nothing written outside it
@@ -305,3 +311,20 @@ def test_the_boundary_report_checks_have_teeth():
     assert report_problems("other_session", out("OTHER", own) + OTHER_CANARY, "ok", expect, "")
     # a crashed planted_links cell prints nothing: its check is the host files'
     assert report_problems("planted_links", "", "died", {}, "") == []
+
+
+def test_an_unchecked_compaction_counts_only_with_its_state_record(tmp_path):
+    """A compaction its host never checked (killed right after appending it) counts when
+    its ipython_state record is in the log, and is reported when it is not."""
+    from bench import soak_checks
+
+    log = tmp_path / "session.jsonl"
+    rows = [{"type": "session"},
+            {"type": "compaction", "id": "c1"}, {"type": "custom", "custom_type": "ipython_state",
+                                                 "id": "s1", "parent_id": "c1"},
+            {"type": "compaction", "id": "c2"}, {"type": "custom", "custom_type": "ipython_state",
+                                                 "id": "s2", "parent_id": "c2"},
+            {"type": "compaction", "id": "c3"}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert soak_checks.unchecked_compactions(log, {"c1"}) == (1, 1)
+    assert soak_checks.unchecked_compactions(log, {"c1", "c2", "c3"}) == (0, 0)
