@@ -215,10 +215,16 @@ attempt('proc self cwd', lambda: read('/proc/self/cwd/' + {rel!r} + '/session.js
 for pid in sorted(p for p in os.listdir('/proc') if p.isdigit())[:40]:
     attempt('proc root ' + pid, lambda: read('/proc/' + pid + '/root' + other + '/session.jsonl'))
     attempt('proc cwd ' + pid, lambda: read('/proc/' + pid + '/cwd/' + {rel!r} + '/session.jsonl'))
+import stat
 socks = []
 for base in (os.environ.get('XDG_RUNTIME_DIR') or '/nonexistent', '/run', '/var/run', '/tmp'):
     for dirpath, dirs, files in os.walk(base):
-        socks += [os.path.join(dirpath, n) for n in files]
+        for n in files:  # sockets only: the report line stays short enough to be read whole
+            try:
+                if stat.S_ISSOCK(os.lstat(os.path.join(dirpath, n)).st_mode):
+                    socks.append(os.path.join(dirpath, n))
+            except OSError:
+                pass
 own = os.path.realpath(os.environ['RLM_SESSION_DIR'])
 for path in socks[:200]:
     if os.path.realpath(path).startswith(own + '/') or '/rlm-' in path:
