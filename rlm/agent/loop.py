@@ -34,7 +34,7 @@ from rlm.agent.policy import (
     Accept,
     AnswerPolicy,
 )
-from rlm.agent.policy.dataflow import imported_names
+from rlm.agent.policy.dataflow import imported_names, recorded_names
 from rlm.agent.recursion import Recursion, TokenBudget
 from rlm.agent.runner import Work, counting_presses, run_interruptible
 from rlm.agent.runstate import RunState, limit_hit
@@ -60,7 +60,6 @@ from rlm.protocols import (
     StartableExecutor,
     TurnHook,
 )
-from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, MessageEntry
 
 # the policy's constants, where tests and callers have found them
@@ -319,7 +318,8 @@ class Agent:
         self.answers.start_run(native_tools=self.llm.native_tools,
                                max_turns=self.config.max_turns, has_data=bool(self._attached),
                                inputs=self.input_names() | imported_names(
-                                   self.session.branch()), held=self._data_so_far)
+                                   self.session.branch()),
+                               held=lambda: recorded_names(self.session.branch()))
         for start_hook in self.run_start_hooks:
             start_hook(self)
         notices_now, self.notices = self.notices, []
@@ -417,16 +417,6 @@ class Agent:
             return (yield from act(self, completion))
         finally:
             self.turn_active = False
-
-    def _data_so_far(self) -> set[str]:
-        """The names holding the task's data when the session's last run ended, as its end
-        entry recorded them (read from the log's index, not the whole branch)."""
-        branch = self.session.branch()
-        ends = [e for kind in ("final", "run_end") for e in custom_entries(branch, kind)[-1:]]
-        last = max(ends, key=lambda e: e.timestamp, default=None)
-        names = (last.data or {}).get("data") if last is not None and isinstance(
-            last.data, dict) else None
-        return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
 
     # ------------------------------------------------------------------ helpers
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:

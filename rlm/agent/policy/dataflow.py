@@ -31,6 +31,7 @@ data counts whole, so a literal printed inside a loop over data is counted with 
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,12 +103,29 @@ def imported_names(entries: Sequence[Any]) -> set[str]:
     return names
 
 
+def recorded_names(entries: Sequence[Any]) -> set[str]:
+    """The names holding the task's data when the session's last run ended, as its end
+    entry recorded them (from the log's index, not the whole branch)."""
+    from rlm.session.branch import custom_entries
+
+    ends = [e for kind in ("final", "run_end") for e in custom_entries(entries, kind)[-1:]]
+    last = max(ends, key=lambda e: e.timestamp, default=None)
+    names = (last.data or {}).get("data") if last is not None and isinstance(
+        last.data, dict) else None
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+@functools.cache
+def _transformer() -> Any:
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    return TransformerManager()
+
+
 def _tree(code: str) -> ast.Module | None:
     """The cell as the kernel ran it (IPython's transforms keep its lines)."""
     try:
-        from IPython.core.inputtransformer2 import TransformerManager
-
-        code = TransformerManager().transform_cell(code)
+        code = _transformer().transform_cell(code)
     except Exception:  # noqa: BLE001 - a cell IPython cannot transform is parsed as it is
         pass
     try:

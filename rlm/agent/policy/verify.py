@@ -342,7 +342,8 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
             if not evidence[c.text] and not holds(c, typed_figures, typed_words):
                 evidence[c.text] = [final_entry]  # computed in the kernel, not typed
     missing = [c for c in found if not evidence[c.text]]
-    raw = [(_output_figures(s.text), _output_words(s.text)) for s in shown]
+    # what no data-dependent line said, but an output shows: made from literals
+    raw = [(_output_figures(s.text), _output_words(s.text)) for s in shown] if missing else []
     literal = [c for c in missing if any(holds(c, fig, words) for fig, words in raw)]
     why = _why(missing, source=source, shown=shown, cells_run=cells_run,
                last_cell_ok=last_cell_ok, error_like=error_like, literal=literal)
