@@ -26,9 +26,12 @@ def install(ip: Any) -> None:
         from ipykernel.kernelapp import IPKernelApp
     except ImportError:  # not in an ipykernel (e.g. a plain IPython shell)
         return
-    if not IPKernelApp.initialized():
+    # the singleton a kernel's app made; not a sibling's (terminal IPython's own app is
+    # one: `IPKernelApp.instance()` then raised MultipleInstanceError on `%load_ext rlm`)
+    app = getattr(IPKernelApp, "_instance", None)
+    if not isinstance(app, IPKernelApp):
         return
-    for path in socket_paths(IPKernelApp.instance()):
+    for path in socket_paths(app):
         with contextlib.suppress(OSError):
             os.chmod(path, 0o600)
 

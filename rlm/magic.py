@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import Markdown, display
+from IPython.display import display
 
 from rlm.agent.loop import Agent
 from rlm.app import GAPS, RunOptions, SessionRun
@@ -84,7 +84,7 @@ class NotebookAgent:
                 same_every_time = {g.message for g in GAPS.get("notebook", {}).values()}
                 agent.notices = [n for n in agent.notices if n.text not in same_every_time]
         except RlmError as e:
-            display(Markdown(f"**rlm:** {e}"))
+            _show(f"**rlm:** {e}")
             return
         executor = self.executor
         assert executor is not None and self.current is not None
@@ -96,9 +96,9 @@ class NotebookAgent:
             with api.scoped(self.shell):  # final, goal, ... only while the run goes
                 self.current.drive(task.strip(), render)
         except KeyboardInterrupt:
-            display(Markdown("*Interrupted.*"))
+            _show("*Interrupted.*")
         except RlmError as e:
-            display(Markdown(f"**rlm:** {e}"))
+            _show(f"**rlm:** {e}")
         finally:
             executor.on_user_interrupt = None
             executor.set_bridge_handler(None)
@@ -110,7 +110,7 @@ class NotebookAgent:
         names = ex.list_namespace().get("names", [])
         session = self.current.session if self.current else None
         head = f"Session `{session.id}`" if session else "No %%rlm session yet"
-        display(Markdown(head + "\n\n" + state_table(names)))
+        _show(head + "\n\n" + state_table(names))
 
 
 def _describe_user_data(agent: Agent) -> None:
@@ -158,25 +158,32 @@ def _size(n: Any) -> str:
     return "?"
 
 
+def _show(markdown: str) -> None:
+    """Markdown for a notebook, the same text for terminal IPython (which shows no
+    Markdown: a bare `display(Markdown(...))` printed `<IPython.core.display.Markdown
+    object>` there)."""
+    display({"text/markdown": markdown, "text/plain": markdown}, raw=True)
+
+
 def render(ev: Event) -> None:
     """Show one loop event in the magic's output area (the cells' outputs show themselves)."""
     if isinstance(ev, ModelReply):
         prose = _FENCE.sub("", ev.content or "").strip()
         if prose:
-            display(Markdown(f"*{prose}*" if "\n" not in prose else prose))
+            _show(f"*{prose}*" if "\n" not in prose else prose)
     elif isinstance(ev, CellStarted):
-        display(Markdown(f"```python\n{ev.code.rstrip()}\n```"))
+        _show(f"```python\n{ev.code.rstrip()}\n```")
     elif isinstance(ev, CellFinished) and ev.status != "ok":
-        display(Markdown(f"*cell {ev.status} after {ev.duration_s:.2f} s*"))
+        _show(f"*cell {ev.status} after {ev.duration_s:.2f} s*")
     elif isinstance(ev, Notice):
-        display(Markdown(f"> {ev.text}"))
+        _show(f"> {ev.text}")
     elif isinstance(ev, Compacted):
-        display(Markdown(f"*Compacted the conversation ({ev.trigger}, "
-                         f"{ev.tokens_before:,} tokens before); the kernel is untouched.*"))
+        _show(f"*Compacted the conversation ({ev.trigger}, "
+                         f"{ev.tokens_before:,} tokens before); the kernel is untouched.*")
     elif isinstance(ev, FinalAnswer):
-        display(Markdown(f"**Final answer:**\n\n{ev.answer}"))
+        _show(f"**Final answer:**\n\n{ev.answer}")
     elif isinstance(ev, RunEnded):  # the outcome decided once (rlm.outcome)
-        display(Markdown(f"*Run ended after {ev.turns} turn(s): {ev.result.headline}*"))
+        _show(f"*Run ended after {ev.turns} turn(s): {ev.result.headline}*")
 
 
 @magics_class
@@ -197,7 +204,7 @@ class RlmMagics(Magics):
         """Run the agent on the task in the cell body, inside this kernel."""
         args = parse_argstring(self.rlm, line)
         if not cell.strip():
-            display(Markdown("**rlm:** write the task in the cell body, below `%%rlm`."))
+            _show("**rlm:** write the task in the cell body, below `%%rlm`.")
             return
         goal = args.goal.strip("'\"") if args.goal else None
         self.agent.run(cell, model=args.model, max_turns=args.max_turns, goal=goal,

@@ -56,7 +56,7 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
     if not (yield from _decide(host, Answer(answer, kind))):
         host.state.final = None
         return None
-    yield FinalAnswer(answer, kind)
+    host.state.shown = FinalAnswer(answer, kind)  # shown at the end, if it stands
     return ("final", answer)
 
 
@@ -90,5 +90,5 @@ def _answer_without_code(host: CellHost, content: str, unknown_tools: tuple[str,
         answer = Answer(found[1], "text")
     if not (yield from _decide(host, answer)):
         return None
-    yield FinalAnswer(answer.text, "reply" if found is None else "text")
+    host.state.shown = FinalAnswer(answer.text, "reply" if found is None else "text")
     return ("no_code" if found is None else "final", answer.text)

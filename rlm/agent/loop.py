@@ -355,7 +355,7 @@ class Agent:
                 # queue the continuation before compaction runs, so the run never stalls
                 decision = self._continuation(*outcome) or End(outcome[0], st.error_detail)
                 if isinstance(decision, Continue):
-                    st.final = None
+                    st.final = st.shown = None
                     self.session.append(MessageEntry(
                         message={"role": "user", "content": decision.prompt},
                         origin="continuation"))
@@ -387,6 +387,8 @@ class Agent:
             self.session.append(CustomEntry(custom_type="run_end", data={
                 "data": held, "reason": reason, "detail": detail, "outcome": ended.to_dict(),
                 "tokens": tokens}, display=False))
+        if final is not None and ended.answered and self.state.shown is not None:
+            yield self.state.shown  # the answer panel: only for an answer that stands
         yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
                        outcome=ended.to_dict(), tokens=tokens,
                        **(_judged(verdict) if verdict is not None else {}))

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from rlm.agent import notices
 from rlm.agent.codeparse import reply_end
 from rlm.agent.policy import Abort, AnswerPolicy, Resample
+from rlm.agent.policy.stream import what_matched
 from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
 from rlm.agent.prompts import system_prompt
 from rlm.agent.runner import Work
@@ -135,6 +136,8 @@ def call_model(host: ModelHost, temperature: float | None = None
             completion: Completion = yield from host.in_thread(call)
             for note in watch.notes if watch is not None else ():
                 host.session.append(host.answers.rule_note(note, host.session.branch()))
+                yield Notice(f"rule {note.rule.name!r} {what_matched(note)}: its reminder "
+                             "goes to the model with this reply's results")
             return completion
         except RuleMatched as e:
             return Stopped(e.match, Usage(prompt_tokens(messages) or 0, count_text(e.partial)))

@@ -26,6 +26,9 @@ class RunState:
     final: tuple[str, str] | None = None  # (answer, kind) from final()/final_var()
     accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
     answer: str | None = None  # that answer's text, while the continuations are asked
+    # the answer as shown (FinalAnswer), yielded at the run's end only if it stands: a
+    # gate or a goal may still refuse it (an answer panel for a refused answer misled)
+    shown: Any = None
     error_detail: str | None = None
     interrupts: int = 0
     # the advisor's blocker about this turn's reply (its note): cells not started are not run

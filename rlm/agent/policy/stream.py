@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rlm.agent.steer.files import RuleSet
-from rlm.agent.steer.match import Match, ReplyScanner, StreamRule
+from rlm.agent.steer.match import CATCH_ALL, Match, ReplyScanner, StreamRule
 from rlm.session.branch import reply_count, with_replies_before
 from rlm.session.entries import CustomEntry, Entry
 
@@ -43,9 +43,20 @@ class Abort:
     demoted: str | None = None  # told the user once: the rule now only sits in the context
 
 
-def injection_text(rule: StreamRule, found: str) -> str:
-    return (f'<system-reminder rule="{rule.name}">\nYour reply was stopped before it ran: it '
-            f"matched the rule {rule.name!r} ({found[:80]!r}).\n{rule.reminder}\n"
+def what_matched(match: Match) -> str:
+    """`matched 'read_csv(' in the reply's code`, or for a file rule `applies to
+    'report.py', which the reply's code writes (*.py)`."""
+    rule, where = match.rule, "prose" if match.where == "text" else "code"
+    if rule.file_glob is not None and rule.conditions == (CATCH_ALL,):
+        return (f"applies to {match.found[:60]!r}, which the reply's code writes "
+                f"({rule.file_glob})")
+    return f"matched {match.found[:60]!r} in the reply's {where}"
+
+
+def injection_text(match: Match) -> str:
+    rule = match.rule
+    return (f'<system-reminder rule="{rule.name}">\nYour reply was stopped before it ran: the '
+            f"rule {rule.name!r} {what_matched(match)}.\n{rule.reminder}\n"
             "Write the reply again following this rule.\n</system-reminder>")
 
 
@@ -97,8 +108,7 @@ class StreamRules:
         self.turn_hits[rule.name] += 1
         n = sum(1 for name, _ in fired(branch) if name == rule.name) + 1
         entry = self._entry(match, interrupted=True, count=n)
-        notice = (f"rule {rule.name!r} matched {match.found[:60]!r} in the reply's "
-                  f"{'prose' if match.where == 'text' else 'code'}: stopped it and retrying the "
+        notice = (f"rule {rule.name!r} {what_matched(match)}: stopped it and retrying the "
                   "turn with the reminder")
         demoted = None
         if n >= DEMOTE_AFTER:
@@ -113,7 +123,7 @@ class StreamRules:
     def _entry(self, match: Match, *, interrupted: bool, count: int) -> CustomEntry:
         rule = match.rule
         return CustomEntry(custom_type=RULE_INJECTION, display=True,
-                           content=injection_text(rule, match.found) if interrupted else
+                           content=injection_text(match) if interrupted else
                            f'<system-reminder rule="{rule.name}">\n{rule.reminder}\n'
                            "</system-reminder>",
                            data={"rule": rule.name, "where": match.where,

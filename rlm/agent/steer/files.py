@@ -36,10 +36,9 @@ import regex
 import yaml
 
 from rlm import safeio
-from rlm.agent.steer.match import INTERRUPTS, SCOPES, StreamRule, compile_condition
+from rlm.agent.steer.match import CATCH_ALL, INTERRUPTS, SCOPES, StreamRule, compile_condition
 
 RULE_FILE_LIMIT = 64_000
-CATCH_ALL = r"[\s\S]"
 _GLOB = re.compile(r"[\w./*{},\-\[\]]+")
 _FRONT = re.compile(r"\A---[ \t]*\n(.*?)\n---[ \t]*(?:\n|\Z)", re.S)
 
@@ -144,7 +143,7 @@ def parse_rule(text: str, *, name: str, source: str, kind: str = "rlm"
                ) -> tuple[StreamRule | None, Listed | None, Listed | None]:
     """(the stream rule, the always-in-context text, the on-demand listing) of one file;
     raises RuleError naming what to fix."""
-    meta, body = split_front_matter(text)
+    meta, body = split_front_matter(text, lenient=kind in ("cursor", "windsurf", "cline"))
     body = body.strip()
     name = str(meta.get("name") or name)
     if kind in ("cursor", "windsurf", "cline"):
@@ -170,18 +169,43 @@ def parse_rule(text: str, *, name: str, source: str, kind: str = "rlm"
     return rule, always, listed
 
 
-def split_front_matter(text: str) -> tuple[dict[str, Any], str]:
+def split_front_matter(text: str, *, lenient: bool = False) -> tuple[dict[str, Any], str]:
+    """(front matter, body). `lenient`: another tool's file, whose front matter is
+    `key: value` lines rather than YAML (Cursor writes `globs: *.py`, which YAML reads as
+    an alias and refuses): read line by line when YAML refuses it."""
     m = _FRONT.match(text.replace("\r\n", "\n"))
     if m is None:
         return {}, text
     try:
         meta = yaml.safe_load(m.group(1)) or {}
     except yaml.YAMLError as e:
+        if lenient:
+            return _key_value_lines(m.group(1)), text[m.end():]
         raise RuleError(f"its front matter is not valid YAML ({' '.join(str(e).split())[:160]})"
                         ) from e
     if not isinstance(meta, dict):
         raise RuleError("its front matter must be `key: value` lines")
     return meta, text[m.end():]
+
+
+def _key_value_lines(block: str) -> dict[str, Any]:
+    """`key: value` lines as Cursor and Windsurf write them: the value as text (a
+    `[...]` list or true/false read as YAML when it parses so), lines without a key
+    skipped."""
+    meta: dict[str, Any] = {}
+    for line in block.splitlines():
+        key, sep, value = line.partition(":")
+        if not sep or not key.strip() or key[:1].isspace():
+            continue
+        value = value.strip()
+        if value.lower() in ("true", "false") or value.startswith("["):
+            try:
+                meta[key.strip()] = yaml.safe_load(value)
+                continue
+            except yaml.YAMLError:
+                pass
+        meta[key.strip()] = value.strip("\"'") or None
+    return meta
 
 
 def _foreign(meta: dict[str, Any], kind: str) -> dict[str, Any]:
@@ -197,9 +221,11 @@ def _foreign(meta: dict[str, Any], kind: str) -> dict[str, Any]:
                                                and (kind == "windsurf" or not meta)):
         out["always"] = True  # a cursor file with no front matter: legacy .cursorrules
     elif globs and trigger in (None, "glob"):
-        # a file scope (every glob) fires once a session, when a cell first writes such a file
+        # Cursor's "auto attached": the rule comes into the context once a session, when a
+        # cell first writes such a file; it never stops a reply (nothing in the reply broke
+        # it: stopping the first reply that wrote a .py file was not what the file asked)
         out.update(condition=CATCH_ALL, scope=f"code({','.join(map(str, globs))})",
-                   repeat="once")
+                   repeat="once", interrupt="never")
     return out
 
 

@@ -35,6 +35,7 @@ import regex
 from rlm.llm.types import clean_text
 
 SCOPES = ("text", "code")
+CATCH_ALL = r"[\s\S]"  # a file scope's condition when the rule is about the file alone
 RULE_TIMEOUT_S = 0.05  # one search of one condition; past it the rule is off (see above)
 INTERRUPTS = ("never", "prose-only", "code-only", "always")
 FENCE = re.compile(r"^[ \t]*```")
@@ -168,14 +169,17 @@ def match_code(rule: StreamRule, code: str) -> str | None:
     """The first text of `code` that `rule` matches, or None (structure-aware)."""
     glob = rule.file_glob
     if glob is not None:
-        names, globs = written_files(code), [g.strip() for g in glob.split(",") if g.strip()]
-        if not any(fnmatch.fnmatch(n, g) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], g)
-                   for n in names for g in globs):
+        globs = [g.strip() for g in glob.split(",") if g.strip()]
+        written = sorted(n for n in written_files(code) for g in globs
+                         if fnmatch.fnmatch(n, g) or fnmatch.fnmatch(n.rsplit("/", 1)[-1], g))
+        if not written:
             return None
-        seen = mask_code(code, keep_strings=True)
-    else:
-        seen = code if rule.in_strings else mask_code(code)
-    return _search(rule, seen, code)
+        found = _search(rule, mask_code(code, keep_strings=True), code)
+        # what the rule is about is the file: its name is what matched (a catch-all's one
+        # character, shown as "matched 'o'", said nothing)
+        return None if found is None else written[0] if rule.conditions == (CATCH_ALL,) \
+            else found
+    return _search(rule, code if rule.in_strings else mask_code(code), code)
 
 
 def match_text(rule: StreamRule, text: str) -> str | None:
