@@ -9,7 +9,9 @@ reached the model and when. Point litellm at it with `OPENAI_API_BASE=server.bas
 
 A tool call's arguments stream in pieces of 24 characters, as providers send them; a reply
 with `"hold_after": N` stops after N characters of them until `release` is set (a test
-looks at the screen while the model is still writing, then lets it finish). A reply with
+looks at the screen while the model is still writing, then lets it finish); one with
+`"hold_first": true` sends nothing until `release` is set (a provider still reading a
+long prompt). A reply with
 `"status"` is a refusal (that status, `"body"` as its JSON; with 200, a body that is no
 stream); `"raw"` lists the events' data verbatim (garbage); `"usage": False` sends no
 usage. Each request's headers and the connection it came on (the peer's address) are kept:
@@ -120,6 +122,8 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             state.headers.append({k.lower(): v for k, v in self.headers.items()})
             state.connections.append(self.client_address)
             reply = state.reply_for(len(state.requests) - 1)
+            if reply.get("hold_first"):
+                state.release.wait(120)
             if reply.get("status"):  # a refusal (or a plain 200 body): the status, its JSON
                 data = json.dumps(reply.get("body") or {}).encode()
                 self.send_response(reply["status"])

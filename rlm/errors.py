@@ -96,6 +96,10 @@ class ScriptExhausted(ModelError):
     """A `script:` model was asked for more replies than the script holds."""
 
 
+class Cancelled(RlmError):
+    """The user stopped the step that was running (Ctrl-C during a gate or a compaction)."""
+
+
 class LimitReached(RlmError):
     """A run limit (turns, tokens, wall clock) ended the run. Carries the partial result."""
 

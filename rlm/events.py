@@ -113,6 +113,16 @@ class Notice(Event):
 
 
 @dataclass
+class Phase(Event):
+    """A step between turns that may take more than a second, named as it starts (a gate,
+    a compaction's summary); `done` ends it. Ctrl-C during it stops the step and the run
+    (rlm.agent.loop.Agent.in_phase)."""
+
+    text: str
+    done: bool = False
+
+
+@dataclass
 class FinalAnswer(Event):
     answer: str
     source: str  # final | final_var | text | reply

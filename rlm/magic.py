@@ -33,6 +33,7 @@ from rlm.events import (
     FinalAnswer,
     ModelReply,
     Notice,
+    Phase,
     RunEnded,
 )
 from rlm.protocols import SessionLog
@@ -177,6 +178,8 @@ def render(ev: Event) -> None:
         _show(f"*cell {ev.status} after {ev.duration_s:.2f} s*")
     elif isinstance(ev, Notice):
         _show(f"> {ev.text}")
+    elif isinstance(ev, Phase) and not ev.done:
+        _show(f"*{ev.text}...*")
     elif isinstance(ev, Compacted):
         _show(f"*Compacted the conversation ({ev.trigger}, "
                          f"{ev.tokens_before:,} tokens before); the kernel is untouched.*")

@@ -92,25 +92,35 @@ def test_unverified_says_why_on_screen(tmp_path, _isolated_home):
 
 
 SLEEPY = "import time\nprint('{label}', flush=True)\ntime.sleep(120)"
+# a cell that starts past the double-press window after the press before it, and sleeps
+# on through the first interrupt (a stuck cell: the second press on it stops the run)
+STUCK = ("import time\ntime.sleep(2.5)\nprint('{label}', flush=True)\ntry:\n"
+         "    time.sleep(120)\nexcept BaseException:\n"
+         "    print('ignoring', 'the interrupt', flush=True)\n    time.sleep(120)")
 
 
 def test_run_first_ctrl_c_interrupts_the_cell_and_says_so_second_stops_the_run(
         tmp_path, _isolated_home):
+    """Presses count per piece of work: one interrupts each cell (the model goes on), a
+    second on the same cell stops the run (tests/test_terminal_truth.py: per piece)."""
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="first cell running")),
-                                     call(SLEEPY.format(label="second cell running")),
+                                     call(STUCK.format(label="second cell running")),
                                      call("final('never')")])
+    first = "Ctrl-C: interrupting the cell; the model sees the interruption and goes on."
     with Screen(["run", "nap twice", "--model", s], cwd=tmp_path) as scr:
         scr.wait_for("first cell running\n")
         scr.keys("C-c")
         scr.wait_for("second cell running\n")
         scr.keys("C-c")
+        scr.wait_for("ignoring the interrupt\n")
+        scr.keys("C-c")
         status, screen = scr.wait_exit()
     assert status == 3, screen
-    assert screen.count("Ctrl-C: interrupting the cell; the model sees the interruption "
-                        "and goes on.") == 1, screen
+    assert screen.count(first) == 2, screen
     assert "Press Ctrl-C again to stop the run" in screen
     assert "Ctrl-C again: stopping the run" in screen
-    assert screen.count("KeyboardInterrupt:") == 2, screen  # each interrupted cell's once
+    # each interrupt's once: the first cell's, the stuck cell's two (it ignored the first)
+    assert screen.count("KeyboardInterrupt:") == 3, screen
     assert "✗ interrupted" in screen and "run ended (interrupted) after 2 turn(s)" in screen
     assert "Traceback (most recent call last):" not in screen  # ours; the cell's is shown
 
@@ -137,7 +147,7 @@ def test_chat_second_ctrl_c_stops_the_run_and_the_chat_goes_on(tmp_path, _isolat
     """The run's rule in chat too: the second press stops the run (not the chat), and the
     prompt comes back for the next message."""
     s = script(tmp_path / "s.json", [call(SLEEPY.format(label="first nap running")),
-                                     call(SLEEPY.format(label="second nap running")),
+                                     call(STUCK.format(label="second nap running")),
                                      call("final('never')")])
     with Screen(["chat", "--model", s], cwd=tmp_path) as scr:
         scr.wait_for("rlm>")
@@ -145,6 +155,8 @@ def test_chat_second_ctrl_c_stops_the_run_and_the_chat_goes_on(tmp_path, _isolat
         scr.wait_for("first nap running\n")
         scr.keys("C-c")
         scr.wait_for("second nap running\n")
+        scr.keys("C-c")  # the second nap's own first press
+        scr.wait_for("ignoring the interrupt\n")
         scr.keys("C-c")
         scr.wait_for("run ended (interrupted)")
         scr.wait_for("rlm>", after=scr.text().index("run ended (interrupted)"))

@@ -17,7 +17,9 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Generator, Iterator
+from functools import partial
 from typing import Any
 
 from rlm.agent import notices
@@ -42,7 +44,7 @@ from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
 from rlm.config import Config
 from rlm.errors import RlmError
-from rlm.events import Event, Notice, RunEnded, TurnStarted
+from rlm.events import Event, Notice, Phase, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
 from rlm.ledger import BUDGETED, Ledger, Totals, charged
 from rlm.llm.types import LLM, Usage
@@ -144,6 +146,8 @@ class Agent:
         self.state = RunState()
         self.answers = AnswerPolicy()  # the answer policy (rlm.agent.policy): rules plug in there
         self._presses: list[int] | None = None  # Ctrl-C during a run (rlm.agent.runner)
+        self._emit: Callable[[Event], None] | None = None  # the running step's (in_phase)
+        self._step: str | None = None  # what that step announced it does
         self._steered = Steered()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
@@ -285,9 +289,12 @@ class Agent:
         self.state.stop.set()
         self.interrupt()
 
-    def interrupt(self) -> None:
-        """Ctrl-C: once interrupts the running cell, twice ends the turn."""
-        self.state.interrupts += 1
+    def interrupt(self) -> int:
+        """Ctrl-C: once interrupts the running cell (and stops a running gate or summary),
+        twice on the same piece of work ends the run. Returns the presses that count."""
+        st = self.state
+        presses = st.presses.press(time.monotonic())
+        st.cancel.set()
         self.children.cancel_all()  # an interrupted parent's children stop too
         self.recursion.abandon()  # and its batched prompts still queued leave the pool
         if self.executor is not None:
@@ -295,13 +302,25 @@ class Agent:
                 self.executor.interrupt()
             except Exception:  # noqa: BLE001 - a dead kernel is reported by execute
                 pass
-        if self.state.interrupts >= 2:
-            self.state.stop.set()
+        if presses >= 2:
+            st.stop.set()
+        return presses
 
     def _ctrl_c(self, in_cell: bool) -> Event:
         """Ctrl-C pressed: interrupt, and say what happens next (rlm.agent.interrupts)."""
-        self.interrupt()
-        return ctrl_c_notice(self.state.interrupts, in_cell=in_cell)
+        return ctrl_c_notice(self.interrupt(), in_cell=in_cell)
+
+    def _step_ctrl_c(self) -> Event:
+        """Ctrl-C during a step between turns: it stops, and the run with it."""
+        self.stop()
+        return ctrl_c_notice(2, in_cell=False, step=self._step or "the step between turns")
+
+    def announce(self, text: str) -> None:
+        """Name the step that runs now (a gate, a compaction's summary) on screen; outside
+        a step (`in_phase`) a no-op."""
+        if self._emit is not None:
+            self._step = text
+            self._emit(Phase(text))
 
     # --------------------------------------------------------------------- run
     def run(self, prompt: str | None) -> Generator[Event, None, None]:
@@ -352,17 +371,24 @@ class Agent:
                 yield from hook(self) or []
             decision = None
             if outcome is not None:
-                # queue the continuation before compaction runs, so the run never stalls
-                decision = self._continuation(*outcome) or End(outcome[0], st.error_detail)
+                # queue the continuation before compaction runs, so the run never stalls;
+                # a gate runs there: Ctrl-C during it ends the run, not with the answer
+                stopping = st.stopping
+                decision = (yield from self.in_phase(partial(self._continuation, *outcome)))
+                if st.stopping and not stopping and not (
+                        isinstance(decision, End) and decision.reason == "interrupted"):
+                    decision = End("interrupted", "stopped by the user between turns")
+                decision = decision or End(outcome[0], st.error_detail)
                 if isinstance(decision, Continue):
                     st.final = st.shown = None
                     self.session.append(MessageEntry(
                         message={"role": "user", "content": decision.prompt},
                         origin="continuation"))
                     yield Notice("continuing: " + _plain_first_line(decision.prompt))
-            if not st.stopping:  # after a double Ctrl-C the user wants out, not a summary
-                for hook in self.turn_hooks:
-                    yield from hook(self) or []
+            for hook in self.turn_hooks:  # a compaction: Ctrl-C stops it and the run
+                if st.stopping:  # after a double Ctrl-C the user wants out, not a summary
+                    break
+                yield from (yield from self.in_phase(partial(_listed, hook, self)))
             if isinstance(decision, End):
                 assert outcome is not None
                 yield from self._end(decision.reason, st.turns, final=outcome[1],
@@ -421,14 +447,45 @@ class Agent:
             self.turn_active = False
 
     # ------------------------------------------------------------------ helpers
+    def in_phase(self, fn: Callable[[], Any]) -> Generator[Event, None, Any]:
+        """A step between turns (the turn hooks: a compaction; the continuations: a gate)
+        on a worker thread, so Ctrl-C acts while it runs: one press stops the step, which
+        watches `state.cancel` (a gate is killed, a summary's call dropped), and the run.
+        The step is waited for, never abandoned: what it writes stays on one thread. What
+        it names with `announce` is shown as it runs."""
+        self.state.presses.begin()
+        self.state.cancel.clear()
+
+        def work(emit: Callable[[Event], None]) -> Any:
+            self._emit, self._step = emit, None
+            try:
+                return fn()
+            finally:
+                self._emit = None
+
+        result = yield from run_interruptible(
+            work, stop=self.state.stop, on_keyboard_interrupt=self._step_ctrl_c, grace_s=0.0,
+            presses=self._presses, kill=lambda: None)
+        if self._step is not None:
+            self._step = None
+            yield Phase("", done=True)
+        return result
+
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:
         """Run fn on a worker thread (rlm.agent.runner); Ctrl-C stays responsive. After a
         second Ctrl-C a model call is abandoned; a cell that outlives the interrupt grace
         has its kernel killed, which the execute loop reports as a death and restores."""
+        self.state.presses.begin()
+        self.state.cancel.clear()
         return (yield from run_interruptible(
             fn, stop=self.state.stop, on_keyboard_interrupt=lambda: self._ctrl_c(cell),
             grace_s=self.config.interrupt_grace_s, presses=self._presses,
             kill=(lambda: kill_kernel(self.executor)) if cell else None))
+
+
+def _listed(hook: TurnHook, agent: Agent) -> list[Event]:
+    """A turn hook's events, taken on the step's thread (a generator runs there whole)."""
+    return list(hook(agent) or [])
 
 
 def _judged(verdict: Accept) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent.interrupts import PressCount
 from rlm.agent.recursion import TokenBudget
 from rlm.config import Config
 from rlm.ledger import Totals
@@ -30,7 +31,10 @@ class RunState:
     # gate or a goal may still refuse it (an answer panel for a refused answer misled)
     shown: Any = None
     error_detail: str | None = None
-    interrupts: int = 0
+    presses: PressCount = field(default_factory=PressCount)  # Ctrl-C, per piece of work
+    # set by every Ctrl-C, cleared when a piece of work starts: what a running gate or a
+    # compaction's summary watches to stop at once
+    cancel: threading.Event = field(default_factory=threading.Event)
     # the advisor's blocker about this turn's reply (its note): cells not started are not run
     blocker: str | None = None
     stop: threading.Event = field(default_factory=threading.Event)

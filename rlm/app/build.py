@@ -125,6 +125,8 @@ def attach_compaction(agent: Agent) -> CompactionController:
         tiers=agent.config.context_tiers,
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
+    # Ctrl-C stops a summary at once; the summary is named on screen while it is written
+    ctl.cancelled, ctl.announce = (lambda: agent.state.cancel.is_set()), agent.announce
     agent.compaction = ctl
     attach_checkpoint(agent, ctl)
     window_note = getattr(agent.llm, "window_note", None)
@@ -184,18 +186,23 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
     policy = gated = None
     # gates run where cells run: the kernel's sandbox and environment (no provider key)
     place = gate_place(cfg, agent.session.dir, Path.cwd()) if options.gate else None
+
+    def cancelled() -> bool:  # Ctrl-C: a running gate is killed (rlm.longrun.gates)
+        return agent.state.cancel.is_set()
     if options.autonomous and gap(entry, "autonomous") is None:
         cont = options.max_continuations
         policy = AutonomousPolicy(
             max_continuations=None if cont in (None, -1) else cont,
             max_turns=cfg.max_turns, max_tokens=cfg.max_tokens, max_wall_s=cfg.max_wall_s,
             gates=list(options.gate), cwd=Path.cwd(), gate_timeout_s=cfg.gate_timeout_s,
-            skip=(cfg.home,), gate_place=place,
+            skip=(cfg.home,), gate_place=place, gate_cancelled=cancelled,
+            gate_announce=agent.announce,
         )
     elif options.gate:  # every run's answer waits for its gates, not only autonomous ones
         gated = AutonomousPolicy(
             max_continuations=MAX_GATE_FAILURES, gates=list(options.gate), cwd=Path.cwd(),
-            gate_timeout_s=cfg.gate_timeout_s, skip=(cfg.home,), gate_place=place)
+            gate_timeout_s=cfg.gate_timeout_s, skip=(cfg.home,), gate_place=place,
+            gate_cancelled=cancelled, gate_announce=agent.announce)
     goals = None if gap(entry, "goals") else GoalManager(agent.session, clock)
     if goals is not None and options.gate:  # a goal is complete only once its gates pass
         goals.gate = goal_gate(agent, list(options.gate), place)

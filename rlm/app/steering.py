@@ -45,7 +45,9 @@ def goal_gate(agent: Agent, commands: list[str], place: GatePlace | None) -> Goa
         return sum(1 for e in agent.session.branch() if getattr(e, "cell", None) is not None)
 
     return GoalGate(GateCheck(commands, Path.cwd(), agent.config.gate_timeout_s,
-                              skip=(agent.config.home,), place=place), cells)
+                              skip=(agent.config.home,), place=place,
+                              cancelled=lambda: agent.state.cancel.is_set(),
+                              announce=agent.announce), cells)
 
 
 def add_rule(session: SessionLog, complaint: str, config: Config | None = None,

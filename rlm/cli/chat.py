@@ -24,7 +24,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from rlm import app
 from rlm.agent.context_files import load_context_files
@@ -59,29 +59,46 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
         try:
             line = read_line("rlm> ", schedules, lambda: schedules.run_due(render),
                              out=sys.stderr if quiet else sys.stdout).strip()
-        except (EOFError, KeyboardInterrupt):
+        except EOFError:
             render.console.print()
             break
+        except KeyboardInterrupt:  # at the prompt it clears the line; it never leaves chat
+            render.console.print()  # (a quick double press on a run landed here and quit)
+            render.console.print(LEAVE, style="dim", markup=False)
+            continue
         if not line:
             continue
-        if line.startswith("/"):
-            if not _slash(agent, line, render):
-                break
-            continue
-        for loaded in app.attach_named_files(agent, line):
-            render.console.print(loaded, style="dim", markup=False)
-        started = time.monotonic()
-        events = schedules.run(line, render)
-        render.close()
-        if quiet:
-            print_json(RunResult.from_events(session, first_run(events), model=agent.llm.spec,
-                                             duration_s=time.monotonic() - started)
-                       .describe_agent(agent).to_json())
+        try:
+            if line.startswith("/"):
+                if not _slash(agent, line, render):
+                    break
+                continue
+            _one_run(agent, session, line, render, schedules, quiet)
+        except KeyboardInterrupt:  # a press between the run's end and the prompt
+            render.close()
+            render.console.print()
     render.session_line(session)
     note = app.schedules_note(session)
     if note:
         render.console.print(note, style="yellow", markup=False)
     return 0
+
+
+LEAVE = "Ctrl-C: nothing is running (/exit or Ctrl-D leaves chat)"
+
+
+def _one_run(agent: Agent, session: Any, line: str, render: Renderer,
+             schedules: app.ForegroundSchedules, quiet: bool) -> None:
+    """One prompt's run: its named files attached, its events shown, --json's object."""
+    for loaded in app.attach_named_files(agent, line):
+        render.console.print(loaded, style="dim", markup=False)
+    started = time.monotonic()
+    events = schedules.run(line, render)
+    render.close()
+    if quiet:
+        print_json(RunResult.from_events(session, first_run(events), model=agent.llm.spec,
+                                         duration_s=time.monotonic() - started)
+                   .describe_agent(agent).to_json())
 
 
 SLASH_COMMANDS = ("goal", "compact", "rebuild", "shake", "rule", "max-children", "load", "heartbeat", "state",

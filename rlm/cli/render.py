@@ -299,6 +299,19 @@ class Renderer:
         self.console.print(f"[yellow]kernel restarted ({escape(terminal_safe(e.cause))}); restored "
                            f"{len(e.restored)} name(s), lost {len(e.lost)}[/yellow]")
 
+    def _Phase(self, e: ev.Phase) -> None:
+        """A step between turns named as it runs (a gate, a compaction's summary)."""
+        self._end_stream()
+        if e.done:
+            self.close()
+            return
+        text = terminal_safe(e.text)
+        if not self.animate:
+            self._say(text + "...", "dim")
+        self.close()
+        self._status.generated = 0
+        self._start_status(text)
+
     def _Compacted(self, e: ev.Compacted) -> None:
         self.console.print(f"[magenta]compacted ({e.trigger}, {e.tokens_before:,} tokens before)"
                            "[/magenta]")

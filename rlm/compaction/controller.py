@@ -43,6 +43,7 @@ from rlm.compaction.plan import (
 )
 from rlm.compaction.rebuild import from_checkpoint
 from rlm.compaction.tiers import TierSettings
+from rlm.llm.cancellable import CancellableLLM
 from rlm.llm.types import LLM
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
@@ -99,6 +100,10 @@ class CompactionController:
         # tier 0 (rlm.compaction.checkpoint): attached by the composition root
         self.checkpoint: CheckpointWriter | None = None
         self.checkpoint_wait_s = CHECKPOINT_WAIT_S
+        # set by the composition root: Ctrl-C stops a summary at once (the context stays as
+        # it was), and the summary is named on screen while it is written
+        self.cancelled: Callable[[], bool] = lambda: False
+        self.announce: Callable[[str], None] = lambda text: None
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -148,9 +153,12 @@ class CompactionController:
         return self._compact(trigger, kernel, instructions)
 
     def _compact(self, trigger: str, kernel: Any, instructions: str | None = None):
+        llm = self.llm
+        self.announce(f"compacting the context ({self.context_tokens():,} tokens): "
+                      f"{llm.spec} writes a summary")
         return perform_compaction(
             self.session,
-            self.llm,
+            CancellableLLM(llm, self.cancelled),
             self._effective().settings,
             trigger=trigger,
             instructions=instructions,
@@ -175,6 +183,8 @@ class CompactionController:
         rebuilt = self._rebuild(trigger, kernel, eff.threshold)
         if rebuilt is None:
             result = self._compact(trigger, kernel) or result
+        if self.cancelled():  # stopped by the user: no yield to judge
+            return rebuilt or result
         return self._yielded(trigger, before, eff.window, rebuilt or result)
 
     def _rebuild(self, trigger: str, kernel: Any, limit: int | None, *,

@@ -24,7 +24,7 @@ from rlm.compaction.plan import (
     plan_compaction,
 )
 from rlm.compaction.summarize import summarize
-from rlm.errors import RlmError
+from rlm.errors import Cancelled, RlmError
 from rlm.llm.types import LLM
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
@@ -60,6 +60,9 @@ def perform_compaction(
         return None
     try:
         summary = summarize(plan, llm, settings, instructions)
+    except Cancelled:
+        _outcome(session, trigger, "stopped by the user (Ctrl-C); the context is as it was")
+        return None
     except RlmError as e:
         _outcome(session, trigger, f"summarization failed: {e}")
         return None

@@ -20,6 +20,7 @@ One policy object per run: it remembers its continuations and gate results.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,9 @@ class AutonomousPolicy:
     max_stalls: int = 2
     skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
     gate_place: GatePlace | None = None  # where gates run: the kernel's sandbox (run_gate)
+    # Ctrl-C stops a running gate; the phase line names it (GateCheck)
+    gate_cancelled: Callable[[], bool] | None = None
+    gate_announce: Callable[[str], None] | None = None
     # run state
     continuations: int = field(default=0, init=False)
     stalls: int = field(default=0, init=False)
@@ -112,6 +116,9 @@ class AutonomousPolicy:
         # the model would stop: its answer is judged by the gates even in the last turn a
         # limit allows, so a limit never lets an ungated answer pass for a finished run
         failure = self._check_gates(state)
+        if failure is not None and failure.interrupted:
+            return Stop(f"the gate {failure.command!r} was stopped by the user (Ctrl-C)",
+                        limit="interrupted")
         if failure is None:
             n = len(self.gates)
             return Stop(f"all {n} gates passed" if n else "finished (no gates)", ok=True)
@@ -143,7 +150,8 @@ class AutonomousPolicy:
         """The first failing gate (rerun, or remembered when nothing changed), else None."""
         if self._gates is None:
             self._gates = GateCheck(self.gates, self.cwd, self.gate_timeout_s,
-                                    self.gate_output_chars, self.skip, self.gate_place)
+                                    self.gate_output_chars, self.skip, self.gate_place,
+                                    self.gate_cancelled, self.gate_announce)
         failure = self._gates.check(state.cells)
         self.gate_runs, self.last_failure = self._gates.runs, self._gates.last_failure
         return failure
@@ -184,6 +192,8 @@ def run_decision(decision: Continue | Stop, *, finished: bool
     not pass the gates ends on the limit; anything else leaves the run to end as it would."""
     if isinstance(decision, Continue):
         return protocols.Continue(decision.message) if decision.message else None
+    if decision.limit == "interrupted":
+        return protocols.End("interrupted", decision.reason)
     if not decision.ok and finished:
         limit = LOOP_LIMIT.get(decision.limit or "", decision.limit)
         return protocols.End(f"limit:{limit}", decision.reason)

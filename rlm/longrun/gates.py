@@ -29,6 +29,7 @@ SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_module
 MAX_FINGERPRINT_FILES = 20_000
 GATE_TIMEOUT_S = 600.0
 MAX_GATE_FAILURES = 3  # refused completions of one goal before it is blocked
+POLL_S = 0.1  # how soon a running gate sees Ctrl-C
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class GateResult:
     output: str
     duration_s: float
     timed_out: bool = False
+    interrupted: bool = False  # the user stopped it (Ctrl-C): neither passed nor failed
     fingerprint: str = ""
     rerun: bool = True  # False: the previous failure was reused (nothing changed)
 
@@ -63,13 +65,15 @@ def head_tail(text: str, limit: int = 4000) -> str:
 
 
 def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000,
-             place: GatePlace | None = None) -> GateResult:
+             place: GatePlace | None = None,
+             cancelled: Callable[[], bool] | None = None) -> GateResult:
     """Run one gate in a shell; stdout and stderr merged, bounded time and output.
 
     The gate runs where cells run (`place`): a cell wrote the files it reads (a
     `conftest.py`, a `Makefile`), so it gets the kernel's sandbox and environment, never
     the host's keys or config. It runs in its own process group, killed whole on timeout
-    (so a grandchild that holds the pipe cannot hang us).
+    (so a grandchild that holds the pipe cannot hang us) and within POLL_S of
+    `cancelled()` turning true (Ctrl-C: the result is `interrupted`).
     """
     started = time.monotonic()
     argv = [*(place.prefix if place else ()), "/bin/sh", "-c", command]
@@ -78,16 +82,29 @@ def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000,
         stderr=subprocess.STDOUT, start_new_session=True,
         env=place.env if place is not None else None,
     )  # fmt: skip
-    try:
-        raw, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    stop = None  # why it was killed: "timed out" | "stopped"
+    while True:
+        left = timeout_s - (time.monotonic() - started)
+        try:  # communicate again after a timeout loses no output (subprocess docs)
+            raw, _ = proc.communicate(timeout=max(0.0, min(POLL_S, left)))
+            break
+        except subprocess.TimeoutExpired:
+            if cancelled is not None and cancelled():
+                stop = "stopped"
+            elif left <= 0:
+                stop = "timed out"
+            else:
+                continue
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         raw, _ = proc.communicate()
-        out = head_tail(
-            raw.decode(errors="replace") + f"\n[gate timed out after {timeout_s:g} s]", limit
-        )
-        return GateResult(command, False, None, out, time.monotonic() - started, timed_out=True)
+        break
+    if stop is not None:
+        why = (f"gate timed out after {timeout_s:g} s" if stop == "timed out"
+               else "gate stopped by the user (Ctrl-C)")
+        out = head_tail(raw.decode(errors="replace") + f"\n[{why}]", limit)
+        return GateResult(command, False, None, out, time.monotonic() - started,
+                          timed_out=stop == "timed out", interrupted=stop == "stopped")
     out = head_tail(raw.decode(errors="replace"), limit)
     return GateResult(
         command, proc.returncode == 0, proc.returncode, out, time.monotonic() - started
@@ -119,7 +136,8 @@ def workspace_fingerprint(cwd: Path, cells: int | None = None,
 
 
 def gate_message(r: GateResult) -> str:
-    status = "timed out" if r.timed_out else f"exit code {r.exit_code}"
+    status = "timed out" if r.timed_out else "stopped by the user (Ctrl-C)" \
+        if r.interrupted else f"exit code {r.exit_code}"
     if r.rerun:
         head = f"The quality gate `{r.command}` failed ({status}, {r.duration_s:.1f} s)."
     else:
@@ -143,6 +161,10 @@ class GateCheck:
     output_chars: int = 4000
     skip: tuple[Path, ...] = ()  # left out of the change fingerprint (rlm's home)
     place: GatePlace | None = None  # where the gates run (run_gate)
+    # Ctrl-C (the run's current step is cancelled) and the phase line ("gate `make`"): set
+    # by the composition root; a gate stopped by the user is not remembered as a failure
+    cancelled: Callable[[], bool] | None = None
+    announce: Callable[[str], None] | None = None
     runs: int = field(default=0, init=False)
     last_failure: GateResult | None = field(default=None, init=False)
 
@@ -154,8 +176,13 @@ class GateCheck:
             last.rerun = False
             return last
         for command in self.commands:
-            result = run_gate(command, cwd, self.timeout_s, self.output_chars, self.place)
+            if self.announce is not None:
+                self.announce(f"running the gate `{command}`")
+            result = run_gate(command, cwd, self.timeout_s, self.output_chars, self.place,
+                              self.cancelled)
             self.runs += 1
+            if result.interrupted:
+                return result
             if not result.passed:
                 result.fingerprint = workspace_fingerprint(cwd, cells, self.skip)
                 self.last_failure = result
@@ -180,6 +207,9 @@ class GoalGate:
         failure = self.gates.check(self.cells() - self.failures)
         if failure is None:
             return None
+        if failure.interrupted:  # not the goal's failure: no count toward blocking it
+            return (f"the goal is not complete: its gate `{failure.command}` was stopped by "
+                    "the user (Ctrl-C) before it finished")
         self.failures += 1
         return ("the goal is not complete: " + gate_message(failure).replace(
             "the run cannot end", "the goal cannot be completed"))
