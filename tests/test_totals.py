@@ -121,7 +121,8 @@ def test_a_token_limit_says_what_the_shown_total_says(tmp_path, _isolated_home):
     proc = rlm("run", "t", "--model", model, "--max-tokens", "3000", "--json", cwd=tmp_path)
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["reason"] == "limit:tokens"
-    assert out["limit"] == "5100 of 3000 tokens used in this run"
+    assert out["limit"] == ("5100 of 3000 tokens used in this run (2100 over: a model call's "
+                            "tokens are known only when it returns)")
     assert out["tokens"]["total"] == 5100
     assert out["tokens"]["by_role"]["resampled"]["total"] == 4000
 
