@@ -120,6 +120,27 @@ def test_four_children_under_a_token_budget_and_the_tree_never_passes_it(
             s["error"]
 
 
+def test_a_run_past_the_token_budget_says_the_overrun_and_why(tmp_path, _isolated_home):
+    """One call of 1,500 tokens under --token-budget 1000: its tokens were known only when
+    it returned. The run's limit says so, never a bare "1500 of 1000"."""
+    out = run_json(tmp_path, [{**call("print(1)"), "usage": used(1500)}, call("final('x')")],
+                   [call("final('x')")], "--token-budget", "1000")
+    assert out["reason"] == "limit:token_budget"
+    assert out["limit"] == ("1,500 of the tree's --token-budget 1,000 tokens used (500 over: "
+                            "a model call's tokens are known only when it returns)")
+
+
+def test_the_bounds_are_checked_where_the_user_sets_them():
+    from rlm.config import Config
+    from rlm.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="child_context_max_bytes must be at most"):
+        Config(child_context_max_bytes=64 * 1024 * 1024)
+    with pytest.raises(ConfigError, match="budget_reserve must be a number in"):
+        Config(budget_reserve=1.5)
+    assert Config().child_context_max_bytes == 8 * 1024 * 1024
+
+
 def test_a_child_the_tree_cannot_promise_anything_is_refused_in_the_cell(
         tmp_path, _isolated_home):
     """--turn-budget 3: after the parent's first turn only its reserve is left; the spawn is
@@ -173,7 +194,8 @@ def test_a_childs_context_is_the_object_itself(tmp_path, _isolated_home):
         told += [e["content"] for e in log(str(path)) if e.get("custom_type") == "context_vars"]
     assert len(told) == 5
     frames = [t for t in told if "DataFrame" in t]
-    assert len(frames) == 2 and all("50" in t for t in frames), told
+    assert len(frames) == 2 and all("context: pandas.DataFrame, 50 rows x 2 columns" in t
+                                    for t in frames), told
     assert any("ndarray" in t and "30" in t and "4" in t for t in told), told
 
 
