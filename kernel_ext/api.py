@@ -55,8 +55,12 @@ def llm_query_batched(prompts: list[str], model: str | None = None) -> list[str]
 
 
 def rlm_query(task: str, context: Any = None) -> str:
-    """Run a child agent on `task` (with optional `context`); returns its final answer."""
-    return bridge.request("rlm_query", {"task": str(task), "context": _jsonable(context)})
+    """Run a child agent on `task`; `context` (optional) reaches it as the object itself in
+    its variable `context` (kernel_ext.child_context); returns its final answer."""
+    from kernel_ext import child_context
+
+    return bridge.request("rlm_query", {"task": str(task),
+                                        "context": child_context.pack(context)})
 
 
 class _Compact:

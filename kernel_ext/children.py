@@ -117,10 +117,10 @@ def rlm_spawn(task: str, name: str | None = None, context: Any = None, schema: A
     this directory); `isolation="copy"`: a private copy. Its changes are applied here when
     it finishes; a conflicting or unfinished one is kept (`.status()['isolation']` says
     how it went)."""
-    from kernel_ext.api import _jsonable
+    from kernel_ext import child_context
 
     got = bridge.request("child.spawn", {"task": str(task), "name": name,
-                                         "context": _jsonable(context),
+                                         "context": child_context.pack(context),
                                          "schema": schema, "model": model,
                                          "isolation": isolation})
     return ChildHandle(got["id"], got["name"])

@@ -31,6 +31,7 @@ SNAPSHOT_DIR = "RLM_SNAPSHOT_DIR"  # where snapshots go (unset/empty: none are w
 SNAPSHOT_URL = "RLM_SNAPSHOT_URL"  # an fsspec URL for snapshots (wins over SNAPSHOT_DIR)
 SNAPSHOT_VAR_CAP = "RLM_SNAPSHOT_VAR_CAP"  # bytes per snapshotted value
 SNAPSHOT_TOTAL_CAP = "RLM_SNAPSHOT_TOTAL_CAP"  # bytes per snapshot
+CHILD_CONTEXT_CAP = "RLM_CHILD_CONTEXT_CAP"  # bytes of a child's context= (child_context)
 # fault injection (tests, soak runs): the kernel dies after writing N snapshot data
 # files; the host passes it through from its own environment, never sets it
 SNAPSHOT_CRASH_AFTER_FILES = "RLM_SNAPSHOT_CRASH_AFTER_FILES"
@@ -45,6 +46,7 @@ PYTHONPATH = "PYTHONPATH"  # kernel_ext's root, for a kernel_python of another v
 # stop, setsid children too); kernel_ext never reads it
 KERNEL_MARK = "RLM_KERNEL_MARK"
 ENV = frozenset({SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAPSHOT_TOTAL_CAP,
+                 CHILD_CONTEXT_CAP,
                  SNAPSHOT_CRASH_AFTER_FILES, KERNEL_MARK, IPYTHONDIR, MPLCONFIGDIR, MPLBACKEND,
                  MATPLOTLIBRC, PYTHONPATH})
 
@@ -53,6 +55,7 @@ ENV = frozenset({SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAP
 # host's: on a gateway they name directories on the gateway's machine.
 GATEWAY_PREFIX = "KERNEL_"
 GATEWAY_ENV = (SESSION_DIR, SNAPSHOT_DIR, SNAPSHOT_URL, SNAPSHOT_VAR_CAP, SNAPSHOT_TOTAL_CAP,
+               CHILD_CONTEXT_CAP,
                SNAPSHOT_CRASH_AFTER_FILES, MPLBACKEND)
 
 
@@ -97,6 +100,8 @@ SNAPSHOT_NAMESPACE = Call("kernel_ext.snapshot", "namespace_json")  # the listin
 SNAPSHOT_NOW = Call("kernel_ext.snapshot", "snapshot_now")
 FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
 DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
+# a child's `context=`: the blob its host kept, decoded into the variable `context` (path)
+BIND_CONTEXT = Call("kernel_ext.child_context", "bind_json")
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
          DESCRIBE)
@@ -125,6 +130,9 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.provenance": frozenset({"begin", "end", "note_output", "note_data"}),
     # %load_ext rlm leaves the notebook's globals alone; %%rlm lends the API for its run
     "kernel_ext.api": frozenset({"withdraw", "scoped"}),
+    # a child's context=: the host checks the blob a kernel packed, and packs plain JSON data
+    # a cell sent by hand (it never unpickles one)
+    "kernel_ext.child_context": frozenset({"MAGIC", "PACKED", "to_blob", "too_big"}),
 }
 
 # -- names a kernel defines before its first cell --------------------------------------

@@ -51,7 +51,7 @@ def _compute_ignored() -> tuple[str, ...]:
     for p in (sys.prefix, sys.base_prefix, sys.exec_prefix):
         prefixes.add(os.path.join(p, "lib") + os.sep)
     # dirs the host set up for the kernel and its libraries; the session dir holds the
-    # host's own files (log, snapshot, runtime, artifacts, context.json)
+    # host's own files (log, snapshot, runtime, artifacts, context.bin)
     for v in (os.environ.get(contract.SNAPSHOT_DIR), os.environ.get(contract.MPLCONFIGDIR),
               os.environ.get(contract.IPYTHONDIR), os.environ.get(contract.SESSION_DIR)):
         if v:

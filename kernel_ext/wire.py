@@ -21,6 +21,11 @@ WIRE_VERSION = 1
 MAX_METHOD_LEN = 64
 MAX_ID_LEN = 64
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
+# A child's `context=` crosses as the object's snapshot encoding, base64 in the request
+# (kernel_ext.child_context): at most this many bytes before base64, so a request holding
+# it stays under MAX_REQUEST_BYTES. The user's bound (Config.child_context_max_bytes) is
+# at most this.
+MAX_CONTEXT_BYTES = 11 * 1024 * 1024
 
 # Namespace listing while a cell runs (kernel_ext.subshell): a shell message sent to a
 # kernel subshell; reply content {"status": "ok", "listing": <namespace_json text>} or

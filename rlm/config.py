@@ -28,6 +28,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from kernel_ext.wire import MAX_CONTEXT_BYTES
 from rlm import trust
 from rlm.errors import ConfigError
 from rlm.paths import rlm_home
@@ -113,9 +114,15 @@ class Config:
     # children (rlm_spawn, rlm_query) and batched sub-calls running at once in the whole
     # session tree (rlm.agent.slots); 0: unlimited
     max_children: int = 8
-    # with a --token-budget (--turn-budget), each child's own budget is this share of what
-    # remains of its parent's when it starts (rlm.agent.recursion.TokenBudget.for_child)
+    # with a --token-budget (--turn-budget), each child is promised this share of what its
+    # parent can lend when it starts (rlm.agent.budget: never more than is left)
     child_budget_share: float = 0.5
+    # the share of each budget of the tree its owner never lends its children (at least 2
+    # turns): what it keeps to read their results and answer (rlm.agent.budget)
+    budget_reserve: float = 0.1
+    # the largest `context=` an rlm_spawn / rlm_query child is given as the object itself
+    # (pickled by the snapshot codec); past it the spawn is refused with how to pass it
+    child_context_max_bytes: int = 8 * MiB
 
     # resident worker: with no queued prompt, active goal or schedule it exits after this
     # many idle seconds (None: never)
@@ -201,7 +208,7 @@ def default_memory_cap() -> int | None:
 # (field, the flag or key a user sets it with, what is allowed)
 _POSITIVE_INT = ("max_turns", "max_tokens", "output_budget_chars", "batch_concurrency",
                  "max_depth", "token_budget", "turn_budget", "context_window", "snapshot_var_cap",
-                 "snapshot_total_cap")
+                 "snapshot_total_cap", "child_context_max_bytes")
 _NON_NEGATIVE_INT = ("reserve_tokens", "keep_recent_tokens", "max_children")
 _POSITIVE_SECONDS = ("cell_timeout", "interrupt_grace_s", "max_wall_s", "worker_idle_exit_s",
                      "gate_timeout_s")
@@ -286,6 +293,12 @@ def validate(cfg: Config) -> None:
     share = cfg.child_budget_share
     if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
         raise ConfigError(f"child_budget_share must be a number in (0, 1], got {share!r}")
+    kept = cfg.budget_reserve
+    if isinstance(kept, bool) or not isinstance(kept, int | float) or not 0 <= kept < 1:
+        raise ConfigError(f"budget_reserve must be a number in [0, 1), got {kept!r}")
+    if cfg.child_context_max_bytes > MAX_CONTEXT_BYTES:
+        raise ConfigError(f"child_context_max_bytes must be at most {MAX_CONTEXT_BYTES} (what "
+                          f"the kernel's bridge carries), got {cfg.child_context_max_bytes!r}")
     cap = cfg.memory_cap_bytes
     if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int)
                             or 0 < cap < MIN_MEMORY_CAP or cap < 0):
@@ -360,6 +373,7 @@ PROJECT_SAFE = frozenset({
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
     "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
+    "budget_reserve", "child_context_max_bytes",
 })
 # The limits among PROJECT_SAFE: an un-allowed project file may only TIGHTEN each of them
 # against defaults + the user's own config (a larger value is ignored and said). The
@@ -375,13 +389,14 @@ PROJECT_LIMITS: dict[str, float] = {
     "context_window": math.inf, "keep_recent_tokens": math.inf, "max_depth": math.inf,
     "token_budget": math.inf, "turn_budget": math.inf, "batch_concurrency": math.inf,
     "worker_idle_exit_s": math.inf, "max_children": math.inf, "child_budget_share": math.inf,
+    "child_context_max_bytes": math.inf,
 }
 ZERO_IS_UNLIMITED = ("max_children", "memory_cap_bytes", "kernel_max_procs")
 # The rest of PROJECT_SAFE: choices and tuning, taken as the file gives them (a model only
 # among the user's own: `_not_mine`).
 PROJECT_CHOICES = frozenset({
     "model", "sub_model", "compaction_model", "advisor", "temperature", "compaction_enabled",
-    "context_tiers", "checkpoint_rungs", "reserve_tokens", "memory",
+    "context_tiers", "checkpoint_rungs", "reserve_tokens", "memory", "budget_reserve",
 })
 _FILES_READ: list[str] = []
 

@@ -71,8 +71,10 @@ class Totals:
 
     @property
     def budgeted(self) -> int:
-        """What `--max-tokens` and `--token-budget` count."""
-        return sum(self.of(r) for r in BUDGETED)
+        """What `--max-tokens` and `--token-budget` count: the children's share without
+        their own compaction and checkpoint writer either, as the tree's budget counts it."""
+        upkeep = sum(sum(self.children.get(r, (0, 0))) for r in ROLES if r not in BUDGETED)
+        return sum(self.of(r) for r in BUDGETED) - upkeep
 
     def minus(self, before: Totals) -> Totals:
         """What was spent since `before` (the ledger's change over a run)."""

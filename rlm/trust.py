@@ -138,7 +138,8 @@ SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",
 NEVER_RECORDED = ("kernel_env_pass", "kernel_python", "kernel_cwd", "kernel_inputs", "home",
                   "interrupt_grace_s", "output_budget_chars", "snapshot_var_cap",
                   "snapshot_total_cap", "checkpoint_rungs", "batch_concurrency",
-                  "child_budget_share", "worker_idle_exit_s", "output_disk_cap",
+                  "child_budget_share", "budget_reserve", "child_context_max_bytes",
+                  "worker_idle_exit_s", "output_disk_cap",
                   "kernel_max_procs")
 # Run options (not config), each with its rule and the value a refusal leaves. `workdir`
 # becomes the kernel's working directory, which the sandbox binds read-write; `context`,

@@ -402,7 +402,8 @@ def test_a_child_over_its_share_of_the_tree_budget_ends_with_the_typed_error(tmp
         events = run.drive("go")
         root = run.agent.budget
     out = tool_texts(run)[0]
-    # the child's own budget was half of what remained (~1,992 of 3,985): it ran out
+    # the child was promised half of what the parent could lend (3,985 left less its
+    # reserve of 400: 1,792): its first call passed that, and it stopped
     assert "ChildError budget |" in out and "token_budget" in out
     assert "spent 2000" in out  # the parent sees what the child spent
     assert root.spent == 2000 + 2 * 15  # the tree's budget was charged for all of it
@@ -410,9 +411,10 @@ def test_a_child_over_its_share_of_the_tree_budget_ends_with_the_typed_error(tmp
 
 
 def test_turns_are_budgeted_over_the_tree_and_a_child_out_of_turns_ends_typed(tmp_path):
-    """--turn-budget 8: the parent's first turn leaves 7; the child's share is half (3); it
-    would need 5 turns, so it ends with the typed budget error after 3, and the parent sees
-    what it spent. Every turn, the child's included, is charged to the tree."""
+    """--turn-budget 8: the parent's first turn leaves 7, of which it keeps 2 to answer
+    (rlm.agent.budget); the child is promised half of the 5 it can lend (2); it would need
+    5 turns, so it ends with the typed budget error after 2, and the parent sees what it
+    spent. Every turn, the child's included, is charged to the tree."""
     child = script(tmp_path / "child.json", [call(f"print({i})") for i in range(4)]
                    + [call("final('never reached')")])
     parent = script(tmp_path / "parent.json", [
@@ -428,8 +430,9 @@ def test_turns_are_budgeted_over_the_tree_and_a_child_out_of_turns_ends_typed(tm
         root = run.agent.budget
     out = tool_texts(run)[0]
     assert "ChildError budget |" in out and "turn_budget" in out, out
-    assert "turns 3" in out  # the parent sees what the child spent
-    assert root.turns == 2 + 3 and events[-1].final == "ok"
+    assert "turns 2" in out  # the parent sees what the child spent
+    assert "2 of the 2 turns the tree's --turn-budget 8 promised this child used" in out
+    assert root.turns == 2 + 2 and events[-1].final == "ok"
 
 
 def test_host_sigkill_while_three_children_run_then_resume(tmp_path, _isolated_home):
@@ -513,6 +516,7 @@ def test_a_lost_typed_child_resumes_with_its_context_and_one_on_a_working_copy_i
     """What a dead host leaves in the log: a typed child still queued (its context kept
     at its spawn) and one running on a private copy. Opened again, the first runs with its
     context and schema; the second cannot be rebuilt and is reported lost, saying why."""
+    from kernel_ext.child_context import to_blob
     from rlm.agent.children import CHILD_ENTRY, CONTEXT_FILE
     from rlm.session.entries import CustomEntry
     from rlm.session.store import SessionStore
@@ -531,7 +535,7 @@ def test_a_lost_typed_child_resumes_with_its_context_and_one_on_a_working_copy_i
             "queued_at": now, **extra}))
     log.close()
     (folder / "children" / "aaaa00000001").mkdir(parents=True)
-    (folder / "children" / "aaaa00000001" / CONTEXT_FILE).write_text("7")
+    (folder / "children" / "aaaa00000001" / CONTEXT_FILE).write_bytes(to_blob(7, 1 << 20))
     child = script(tmp_path / "child.json", [call("final({'n': context, 'square': 49})")])
     again = script(tmp_path / "again.json", [
         call("from kernel_ext.children import ChildHandle\n"

@@ -24,13 +24,14 @@ Handlers (the kernel's `kernel_ext.children` calls them over the bridge):
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent.budget import BudgetRefused
+from rlm.agent.child_input import context_blob
 from rlm.agent.policy.schema import SchemaError, check_schema
 from rlm.agent.recursion import check_model
 from rlm.agent.slots import Ticket, TreeSlots
@@ -43,12 +44,13 @@ from rlm.session.entries import CustomEntry, new_id
 CHILD_ENTRY = "child"
 ROLE_ENTRY = "child_role"  # in the child's own log: its role (`child_role`), for a resume
 SECTION_ENTRY = "child_section"  # in the child's own log: one yield_section item
-CONTEXT_FILE = "context.json"  # children/<id>/: the context it was given, kept at spawn
+CONTEXT_FILE = "context.bin"  # children/<id>/: the context it was given, kept at spawn
 
 
 class ChildBudgetExceeded(RlmError):
-    """A child that ran out of its share of the tree's budget (or its turns) before an
-    answer: its `error_kind` is "budget"."""
+    """A child that ran out of what the tree's budget promised it (tokens or turns) before
+    an answer: its `error_kind` is "budget" (so is a child the budget could promise nothing,
+    rlm.agent.budget.BudgetRefused)."""
 ENDED = ("done", "failed", "cancelled")
 MAX_NAME = 64
 JOIN_AT_CLOSE_S = 30.0  # a cancelled child stops its kernel within the interrupt grace
@@ -61,7 +63,7 @@ class ChildRun:
     id: str
     name: str
     task: str
-    context: Any = None
+    context: bytes | None = None  # packed (rlm.agent.child_input): the child's kernel decodes it
     model: str | None = None
     schema: Any = None
     state: str = "queued"  # queued | running | done | failed | cancelled
@@ -86,6 +88,8 @@ class ChildRun:
     on_change: Callable[[ChildRun], None] | None = None  # started, a turn ended, ended
     resumed: bool = False  # lost with its host, run again from its own log (Children.load)
     spent_before: tuple[int, int] = (0, 0)  # (tokens, turns) before it was resumed
+    # what the tree's budget promised it when it started (rlm.agent.budget; None: no limit)
+    promised: dict[str, int | None] | None = None
     _inbox: list[tuple[str, str]] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -97,6 +101,9 @@ class ChildRun:
             self.agent = agent
             inbox, self._inbox = self._inbox, []
         agent.children.own = self
+        budget = agent.budget
+        if budget.parent is not None:  # a promise of the tree's budget (not the unlimited root)
+            self.promised = {"tokens": budget.limit, "turns": budget.turn_limit}
         agent.run_start_hooks.append(self._stop_if_cancelled)
         agent.turn_hooks.append(lambda a: self.changed())
         for text, kind in inbox:
@@ -149,6 +156,8 @@ class ChildRun:
             "started_at": self.started_at, "ended_at": self.ended_at,
             "seconds": round(end - (self.started_at or end), 3),
         }
+        if self.promised is not None:
+            out["promised"] = self.promised
         if self.isolated is not None:
             out["isolation"] = self.isolated
         if self.error is not None:
@@ -202,7 +211,9 @@ class Children:
                            result=d.get("result"), error=d.get("error"),
                            tokens=int(d.get("tokens") or 0), turns=int(d.get("turns") or 0),
                            session_id=d.get("session"), queued_at=d.get("queued_at") or 0.0,
-                           started_at=d.get("started_at"), ended_at=d.get("ended_at"))
+                           started_at=d.get("started_at"), ended_at=d.get("ended_at"),
+                           promised=d.get("promised") if isinstance(d.get("promised"), dict)
+                           else None)
             self._names.add(run.name)
             self.runs[cid] = run
             if run.state in ENDED:
@@ -254,6 +265,7 @@ class Children:
                 f"{method} depth limit reached (depth {agent.depth}, max_depth "
                 f"{agent.config.max_depth}); use llm_query for a plain sub-call or raise --max-depth")
         agent.budget.check(method)
+        agent.budget.can_promise(method)  # refused now, with the figures, not started on a sliver
         model = params.get("model")
         if model is not None:
             check_model(model, agent.config)
@@ -266,8 +278,10 @@ class Children:
                            "the working directory) or leave it out")
         self.load()
         self.flush()
+        context = context_blob(params.get("context"), agent.config.child_context_max_bytes,
+                               method)
         run = ChildRun(id=new_id(), name=self._unique_name(params.get("name")), task=task,
-                       context=params.get("context"), model=model, schema=params.get("schema"),
+                       context=context, model=model, schema=params.get("schema"),
                        isolation=params.get("isolation"))
         self._keep_context(run)
         self.runs[run.id] = run
@@ -281,7 +295,7 @@ class Children:
         if run.context is None or folder is None:
             return
         path = private_dir(folder / "children" / run.id) / CONTEXT_FILE
-        write_private_atomic(path, json.dumps(run.context, default=str).encode())
+        write_private_atomic(path, run.context)
 
     def _start(self, run: ChildRun) -> None:
         """Record the child (queued) and run it on its own thread once it has a slot."""
@@ -317,7 +331,7 @@ class Children:
             run.state = "cancelled" if run.cancelled.is_set() else "failed"
             run.error = str(e) or type(e).__name__
             run.error_kind = "cancelled" if run.state == "cancelled" else \
-                "budget" if isinstance(e, ChildBudgetExceeded) else \
+                "budget" if isinstance(e, ChildBudgetExceeded | BudgetRefused) else \
                 "schema" if isinstance(e, SchemaError) else "error"
         finally:
             run.ended_at = time.time()  # before its slot is free: spans never overlap

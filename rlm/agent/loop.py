@@ -24,6 +24,7 @@ from typing import Any
 
 from rlm.agent import notices
 from rlm.agent.acting import Outcome, act, say
+from rlm.agent.budget import TokenBudget
 from rlm.agent.cells import kill_kernel
 from rlm.agent.children import Children
 from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
@@ -37,7 +38,7 @@ from rlm.agent.policy import (
     AnswerPolicy,
 )
 from rlm.agent.policy.dataflow import imported_names, recorded_names
-from rlm.agent.recursion import Recursion, TokenBudget
+from rlm.agent.recursion import Recursion
 from rlm.agent.runner import Work, counting_presses, run_interruptible
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
@@ -110,7 +111,8 @@ class Agent:
         self.executor: Executor | None = executor
         self.kernel_factory = kernel_factory
         self.depth = depth
-        self.budget = budget or TokenBudget(config.token_budget, turn_limit=config.turn_budget)
+        self.budget = budget or TokenBudget(config.token_budget, turn_limit=config.turn_budget,
+                                            reserve_share=config.budget_reserve)
         # the session tree's concurrency bound (children and batched sub-calls)
         self.slots = slots or TreeSlots(config.max_children)
         self.recursion = Recursion(self, self.llm_factory)

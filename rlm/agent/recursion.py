@@ -1,8 +1,8 @@
 """Recursion from the kernel: llm_query, llm_query_batched and rlm_query.
 
 These run on the host, called through the bridge while a cell waits. Every token they
-spend is charged to the run that owns the cell, and to a `TokenBudget` shared by the
-whole rlm_query tree, so a budget bounds the parent and all its children together.
+spend is charged to the run that owns the cell, and to the tree's budget
+(rlm.agent.budget), so a budget bounds the parent and all its children together.
 
 Each answer is recorded in the session as a hidden `subcall` custom entry (content None:
 never sent to the model): method, model, and per prompt (or task) its sha256, its first
@@ -21,12 +21,12 @@ import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from rlm.agent.budget import TokenBudget
 from rlm.agent.slots import Ticket
 from rlm.config import Config
-from rlm.errors import LimitReached, RlmError
+from rlm.errors import RlmError
 from rlm.llm.types import LLM, Usage
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry
@@ -35,64 +35,6 @@ MAX_PROMPT_CHARS = 2_000_000
 MAX_BATCH = 1000
 SUBCALL_ENTRY = "subcall"
 PREVIEW_CHARS = 200
-
-
-@dataclass
-class TokenBudget:
-    """Tokens and turns spent by a run tree (parent + children). Thread-safe.
-
-    A child's budget (`for_child`) is its own share of what remains of its parent's when it
-    starts (Prime's schedule: each child gets `share` of what is left, not one shared
-    counter), of tokens and of turns alike, and every token and turn it spends is charged up
-    the tree too, so the root's `--token-budget` and `--turn-budget` still bound everything."""
-
-    limit: int | None = None
-    spent: int = 0
-    parent: TokenBudget | None = None
-    turn_limit: int | None = None
-    turns: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def charge(self, usage: Usage) -> None:
-        with self._lock:
-            self.spent += usage.total
-        if self.parent is not None:
-            self.parent.charge(usage)
-
-    def charge_turn(self) -> None:
-        with self._lock:
-            self.turns += 1
-        if self.parent is not None:
-            self.parent.charge_turn()
-
-    @property
-    def remaining(self) -> int | None:
-        own = None if self.limit is None else max(0, self.limit - self.spent)
-        return _tighter(own, self.parent.remaining if self.parent is not None else None)
-
-    @property
-    def turns_remaining(self) -> int | None:
-        own = None if self.turn_limit is None else max(0, self.turn_limit - self.turns)
-        return _tighter(own, self.parent.turns_remaining if self.parent is not None else None)
-
-    def check(self, what: str) -> None:
-        if self.remaining == 0:
-            raise LimitReached("token budget", f"{self.spent} of {self.limit} tokens used before {what}")
-
-    def for_child(self, share: float) -> TokenBudget:
-        """The budget of a child starting now: `share` of what remains (this budget
-        itself when the tree has no limit)."""
-        left, turns = self.remaining, self.turns_remaining
-        if left is None and turns is None:
-            return self
-        return TokenBudget(limit=None if left is None else max(1, int(left * share)),
-                           turn_limit=None if turns is None else max(1, int(turns * share)),
-                           parent=self)
-
-
-def _tighter(own: int | None, up: int | None) -> int | None:
-    """What is left under both limits (None: no limit)."""
-    return own if up is None else up if own is None else min(own, up)
 
 
 class RecursionHost(Protocol):

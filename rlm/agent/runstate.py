@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent.budget import TokenBudget
 from rlm.agent.interrupts import PressCount
-from rlm.agent.recursion import TokenBudget
 from rlm.config import Config
 from rlm.ledger import Totals
 
@@ -54,13 +54,12 @@ def limit_hit(config: Config, state: RunState, spent: Totals,
         return ("turns", f"{state.turns} of {c.max_turns} turns used")
     if c.max_tokens is not None and spent.budgeted >= c.max_tokens:
         rest = spent.total - spent.budgeted
+        over = spent.budgeted - c.max_tokens
         return ("tokens", f"{spent.budgeted} of {c.max_tokens} tokens used in this run"
+                + (f" ({over} over: a model call's tokens are known only when it returns)"
+                   if over > 0 else "")
                 + (f" (and {rest} by compaction and the checkpoint writer, which no token "
                    "limit counts)" if rest else ""))
     if c.max_wall_s is not None and time.monotonic() - state.started >= c.max_wall_s:
         return ("wall_clock", f"{c.max_wall_s:.0f} s elapsed")
-    if budget.remaining == 0:  # the run's own share, or an ancestor's budget
-        return ("token_budget", f"{budget.spent} of {budget.limit} tokens used")
-    if budget.turns_remaining == 0:
-        return ("turn_budget", f"{budget.turns} of {budget.turn_limit} turns used")
-    return None
+    return budget.exhausted()  # the run's own promise, or the tree's budget (its reason)

@@ -6,12 +6,12 @@ it names that no input entry holds yet (`attach_named_files`).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from kernel_ext import contract
+from rlm.agent.children import CONTEXT_FILE
 from rlm.agent.context_files import (
     NAMED_FILE_LIMIT,
     describe_variables,
@@ -103,17 +103,15 @@ def _too_big(big: list[str]) -> list[str]:
             f"up front (the model's code can read it; --context loads it anyway)" for b in big]
 
 
-def put_context(agent: Agent, context: Any) -> None:
-    """An rlm_query child's `context` argument, as the kernel variable `context`; from
-    the file its spawn kept (rlm.agent.children.CONTEXT_FILE) when there is one."""
+def put_context(agent: Agent, context: bytes | None) -> None:
+    """An rlm_query child's `context` argument, as the object itself in the kernel variable
+    `context`: the blob its spawn kept (rlm.agent.children.CONTEXT_FILE), decoded by the
+    child's kernel (kernel_ext.child_context.bind_json; the host never unpickles it)."""
     assert agent.session.dir is not None and agent.executor is not None
-    path = agent.session.dir / "context.json"
-    if not path.is_file():
-        write_private_atomic(path, json.dumps(context, default=str).encode())
-    res = agent.executor.execute(
-        f"import json as _j\nwith open({str(path)!r}) as _f:\n    context = _j.load(_f)\ndel _j, _f\n",
-        timeout=120,
-    )
+    path = agent.session.dir / CONTEXT_FILE
+    if not path.is_file() and context is not None:
+        write_private_atomic(path, context)
+    res = agent.executor.execute(contract.BIND_CONTEXT.expression(str(path)), timeout=120)
     if not res.ok:
         raise RlmError(f"could not load the rlm_query context: {res.shaped[:500]}")
     agent.attach_context(CustomEntry(

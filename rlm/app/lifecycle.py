@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import Any
 
 from rlm import trust
+from rlm.agent.budget import TokenBudget
 from rlm.agent.children import (
     CONTEXT_FILE,
     ROLE_ENTRY,
@@ -44,7 +45,6 @@ from rlm.agent.children import (
 )
 from rlm.agent.loop import Agent
 from rlm.agent.policy.schema import SchemaRule, schema_note, typed_result
-from rlm.agent.recursion import TokenBudget
 from rlm.agent.slots import TreeSlots
 from rlm.app.advising import attach_advisor
 from rlm.app.build import (
@@ -240,7 +240,7 @@ class SessionRun:
         return cls("child", task=task, exact=exact, home=cfg.home,
                    session_dir=parent.session.dir / "children" / (child_id or new_id()),
                    parent_session=parent.session.id, llm_factory=parent.llm_factory,
-                   depth=parent.depth + 1, budget=parent.budget.for_child(cfg.child_budget_share),
+                   depth=parent.depth + 1, budget=parent.budget.promise(cfg.child_budget_share),
                    slots=parent.slots)
 
     # ------------------------------------------------------------------- lifecycle
@@ -463,6 +463,8 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
             finished = True
             return answer
     finally:
+        if run.budget is not None:
+            run.budget.release()  # what it did not spend of its promise is free again
         if run.agent is not None:
             parent.add_child(run.agent.ledger.totals())  # its whole ledger, split by role
         if iso is not None and control is not None:  # its changes back, or kept

@@ -179,7 +179,7 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     shows the kernel nothing else): read-write the working directory, the session's
     `snapshot/` and `runtime/`, the matplotlib cache and `extra_rw` (the fallback socket
     dir of a deep session, `ipc_prefix`); read-only the session's `host/` and `artifacts/`
-    (what the host writes for the kernel to read) and `context.json`, the interpreters and every directory
+    (what the host writes for the kernel to read) and `context.bin`, the interpreters and every directory
     they import from (`_python_paths`: a cell must not plant a `.pth` the next `rlm` runs)
     and the user's matplotlibrc; hidden wherever a shown path would show them the user's
     rlm config dir, `$RLM_HOME`, `$RLM_CONFIG`, the session dir itself
@@ -191,9 +191,9 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     if session_dir is not None:
         rw += [private_dir(session_dir / d) for d in ("snapshot", "runtime")]
         private_dir(session_dir / "artifacts")  # shown only if it exists when the kernel starts
-        # a missing one is skipped; context.json: an rlm_query child's `context`, which its
+        # a missing one is skipped; context.bin: an rlm_query child's `context`, which its
         # kernel loads (rlm.app.inputs.put_context)
-        ro += [str(session_dir / d) for d in ("host", "artifacts", "context.json")]
+        ro += [str(session_dir / d) for d in ("host", "artifacts", "context.bin")]
     rw.append(private_dir(config.home / "cache" / "matplotlib"))  # MPLCONFIGDIR (kernel_env)
     rw.append(Path(workdir))
     rc = _user_matplotlibrc(dict(os.environ))
@@ -295,6 +295,7 @@ def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
         contract.SNAPSHOT_DIR: str(session_dir / "snapshot"),
         contract.SNAPSHOT_VAR_CAP: str(config.snapshot_var_cap),
         contract.SNAPSHOT_TOTAL_CAP: str(config.snapshot_total_cap),
+        contract.CHILD_CONTEXT_CAP: str(config.child_context_max_bytes),
     })
     if config.snapshot_url:  # the kernel writes there (kernel_ext.snapshot), not to the dir
         env[contract.SNAPSHOT_URL] = snapshot_location(session_dir, config.snapshot_url)
