@@ -222,6 +222,14 @@ def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkey
     assert "Totals here are always in euros." in advisor_llm.calls[0][0]["content"]
     assert "round totals to cents" in advisor_llm.calls[0][0]["content"]  # project memory
     assert agent.advisor.stats.advice == 1
+    # the user reads the advice as the model gets it (it was invisible: issue 58 item 11)
+    assert "advisor (nit): Say the currency: totals are in euros" in _notices(events)
+
+
+def _notices(events) -> list[str]:
+    from rlm.events import Notice
+
+    return [e.text for e in events if isinstance(e, Notice)]
 
 
 def _also(deliver, then):
@@ -260,6 +268,10 @@ def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home,
     assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "1"
     third = "\n".join(str(m["content"]) for m in main.calls[2])
     assert "KeyboardInterrupt" in third and 'severity="blocker">Do not sleep' in third
+    # whose interrupt it was, for the model and on screen (a bare KeyboardInterrupt before)
+    assert "[This cell was stopped by the advisor (blocker): Do not sleep" in third
+    assert ("the advisor stopped this cell (blocker): Do not sleep: the data is already "
+            "loaded") in _notices(events)
     assert "time.sleep(30)" in advisor_inner.calls[1][-1]["content"]  # it read the cell
 
 
@@ -285,6 +297,8 @@ def test_a_blocker_before_the_cells_start_keeps_them_from_running(_isolated_home
     assert [c.message["content"] for c in cells[:2]] == [
         "not run: the advisor stopped this reply (its advisory follows)"] * 2
     assert events[-1].final == "kept"
+    assert ("2 more cell(s) of this reply not run: the advisor's blocker stopped the reply"
+            in _notices(events))
     second = "\n".join(str(m["content"]) for m in main.calls[1])
     assert 'severity="blocker">Stop: that deletes the input' in second
     from rlm.notebook.export import export_session  # the notebook shows the advice too

@@ -48,6 +48,7 @@ class CellHost(Protocol):
 def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, None]:
     """Run a reply's cells in order until one calls final() (`host.state.final`) or the
     run is stopped; the rest are recorded as not run, with the reason."""
+    blocked = 0  # cells the advisor's blocker kept from running: said once, after
     for i, call in enumerate(calls):
         if host.state.stopping:
             record_skipped(host, call, "not run: the turn was interrupted")
@@ -55,6 +56,10 @@ def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, N
         if host.state.blocker is not None:  # the advisor's blocker (rlm.app.advising)
             record_skipped(host, call, "not run: the advisor stopped this reply (its "
                            "advisory follows)")
+            blocked += 1
+            if i == len(calls) - 1:
+                yield Notice(f"{blocked} more cell(s) of this reply not run: the advisor's "
+                             "blocker stopped the reply", "warning")
             continue
         showed = yield from run_cell(host, call, i)
         if host.state.final is not None:
@@ -114,12 +119,19 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
     content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) + verdict.note
+    # a blocker's interrupt is the advisor's, not a bare KeyboardInterrupt (rlm.app.advising)
+    stopped_by = host.state.blocker if result.status == "interrupted" else None
+    if stopped_by is not None:
+        content += f"\n[This cell was stopped by the advisor (blocker): {stopped_by.strip()}]"
     host.session.append(MessageEntry(
         id=entry_id, cell=result.to_dict(),
         message={"role": "tool", "tool_call_id": call.id, "name": "python", "content": content}),
         durable=False)
     host.session.sync_soon()  # on disk before the next model request (rlm.durability)
     yield CellFinished(code, result.status, content, result.duration_s, result)
+    if stopped_by is not None:
+        yield Notice(f"the advisor stopped this cell (blocker): {stopped_by.strip()[:400]}",
+                     "warning")
     if result.restart is not None:
         yield KernelRestarted(result.died_cause or result.status, list(result.restart.restored),
                               [f["name"] for f in result.restart.failed + result.restart.skipped])

@@ -250,12 +250,12 @@ class Agent:
         return self.ledger.totals().budgeted
 
     def steer(self, text: str, custom_type: str = "steer",
-              on_delivered: Delivered | None = None) -> None:
+              on_delivered: Delivered | None = None, shown: str | None = None) -> None:
         """Inject a message into active work (e.g. a heartbeat). Thread-safe; it reaches
         the model before the next model call, never between a call and its results.
         `on_delivered` runs once the message is in the session (a queued message waits for
-        the next run if this one has ended)."""
-        self._steered.put(text, custom_type, on_delivered)
+        the next run if this one has ended); `shown` is said on screen then."""
+        self._steered.put(text, custom_type, on_delivered, shown)
 
     def attach_context(self, entry: CustomEntry) -> None:
         """Describe input for the next prompt (loaded files, notebook variables). It is
@@ -439,7 +439,8 @@ class Agent:
         yield TurnStarted(turn)
         self.state.blocker = None
         self.turn_active = True
-        self._steered.drain(self.session)
+        for line in self._steered.drain(self.session):
+            yield Notice(line, "warning")
         try:
             completion = yield from sample(self)  # resampled / retried as the policy decides
             if completion is None:

@@ -71,7 +71,9 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
     told_user: list[str] = []  # from the advisor's thread; shown at the next boundary
 
     def deliver(advice: Advice) -> None:
-        agent.steer(advisory_text(advice.note, advice.severity), "advisory")
+        # what the model is told, the user reads as it is delivered
+        agent.steer(advisory_text(advice.note, advice.severity), "advisory",
+                    shown=f"advisor ({advice.severity}): {advice.note.strip()[:400]}")
         if advice.severity == "blocker" and agent.turn_active \
                 and cell_running(agent.session.branch()):
             agent.state.blocker = advice.note  # the reply's cells not started stay so
