@@ -132,6 +132,9 @@ class Agent:
         # asked when a run ends, after the end hooks: a promise the run did not keep (its
         # goal is not complete), which no answer outweighs (rlm.outcome)
         self.end_conditions: list[EndCondition] = []
+        # run when a run has ended, with its RunEnded (outcome decided, entry logged), before
+        # it is yielded: what outlives the run (project memory's `run` line)
+        self.ended_hooks: list[Callable[[Agent, RunEnded], None]] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: OverflowHook | None = None
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
@@ -387,9 +390,12 @@ class Agent:
             self.session.append(CustomEntry(custom_type="run_end", data={
                 "data": held, "reason": reason, "detail": detail, "outcome": ended.to_dict(),
                 "tokens": tokens}, display=False))
-        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
-                       outcome=ended.to_dict(), tokens=tokens,
-                       **(_judged(verdict) if verdict is not None else {}))
+        event = RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
+                         outcome=ended.to_dict(), tokens=tokens,
+                         **(_judged(verdict) if verdict is not None else {}))
+        for after in self.ended_hooks:
+            after(self, event)
+        yield event
 
     def _continuation(self, reason: str, answer: str | None) -> Continue | End | None:
         """The first decision a continuation hook (goals, the autonomous policy) makes
