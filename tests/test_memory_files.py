@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent.policy.memory_reminder import reminder_due
-from rlm.llm.tokens import count_text
+from rlm.llm.tokens import count_message
 from rlm.memory import (
     MemoryActivity,
     MemoryHead,
@@ -104,7 +104,7 @@ def test_an_oversized_state_is_cut_oldest_first_with_a_note(tmp_path):
     assert "[memory cut: the newest " in text and " bytes of state.md shown; the rest is " \
         "in .agent/state.md]" in text
     assert "dates are UTC" in text  # conventions whole
-    assert count_text(text) + 3 <= 8192 * 0.1  # the message: 10% of the window, in tokens
+    assert count_message({"role": "user", "content": text}) <= 8192 * 0.1  # 10%, in tokens
 
 
 def test_block_is_empty_note_for_templates_and_says_stale(tmp_path):

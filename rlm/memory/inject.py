@@ -39,7 +39,6 @@ NOTHING_SHOWN = "[memory cut: nothing fits its share of the model's window; read
 HISTORY_LINES = 20
 BUDGET_FRACTION = 0.10  # of the model's window: the promise (README, docs/architecture.md)
 DEFAULT_WINDOW = 32_768
-PER_MESSAGE = 3  # tokens a chat message costs besides its text (rlm.llm.tokens)
 FIT_TRIES = 8
 
 
@@ -120,18 +119,16 @@ def is_empty(t: MemoryTexts) -> bool:
 
 def memory_block(t: MemoryTexts, budget: int,
                  count: Callable[[str], int] | None = None) -> MemoryBlock:
-    """The injected message's text, within `budget` tokens (counted by `count`, the
-    project's token counter by default) whatever the files hold: laid out in a character
+    """The injected message's text, within `budget` tokens (`count`: the tokens of a
+    user message holding a text; the project's counter by default) whatever the files hold: laid out in a character
     room, counted, and laid out again in a smaller room until it fits; when not even the
     header fits, a one-line note, or "" (no message)."""
     if count is None:
-        from rlm.llm.tokens import count_text
-
-        count = count_text
+        count = _message_tokens
     chars = budget * 4
     for _ in range(FIT_TRIES):
         text, cuts = _layout(t, chars)
-        tokens = count(text) + PER_MESSAGE
+        tokens = count(text)
         if tokens <= budget:
             return MemoryBlock(text, tokens, tuple(cuts))
         chars = min(chars - 1, int(chars * budget / tokens * 0.95))
@@ -140,10 +137,16 @@ def memory_block(t: MemoryTexts, budget: int,
     cuts = [f"{n}: nothing shown" for n in ("state", "conventions", "context")
             if _meaningful(n, getattr(t, n))]
     for text in (f"{HEADER}\n{NOTHING_SHOWN}", NOTHING_SHOWN):
-        tokens = count(text) + PER_MESSAGE
+        tokens = count(text)
         if tokens <= budget:
             return MemoryBlock(text, tokens, tuple(cuts))
     return MemoryBlock("", 0, tuple(cuts))
+
+
+def _message_tokens(text: str) -> int:
+    from rlm.llm.tokens import count_message
+
+    return count_message({"role": "user", "content": text})
 
 
 def _layout(t: MemoryTexts, budget: int) -> tuple[str, list[str]]:
@@ -160,11 +163,12 @@ def _layout(t: MemoryTexts, budget: int) -> tuple[str, list[str]]:
     # conventions and state whole when they fit; the oldest lines cut otherwise
     share_c = room // 2 if len(conventions) + len(state) > room else len(conventions)
     c = cut_oldest(conventions, max(share_c, room - len(state)), FILES["conventions"],
-                   t.sizes.get("conventions"), cuts)
+                   t.sizes.get("conventions") if _unread(t, "conventions") else None, cuts)
     s_room = room - len(c) - 40
     if state and t.stale_turns:
         state = STALE.format(n=t.stale_turns) + "\n" + state
-    s = cut_oldest(state, s_room, FILES["state"], t.sizes.get("state"), cuts)
+    s = cut_oldest(state, s_room, FILES["state"],
+                   t.sizes.get("state") if _unread(t, "state") else None, cuts)
     if c:
         parts.append((FILES["conventions"], c))
     if s:
