@@ -1,7 +1,7 @@
 """Project memory in `.agent/`: short files the agent writes through the kernel's `memory`
 helper and reads back at the head of every context (rlm.memory.files, .inject, .head,
-.capture, .activity, .runs: the line each run's end adds; the host wiring is rlm.app.memory, the reminder rule
-rlm.agent.policy.memory_reminder)."""
+.capture, .activity, .runs: the line each run's end adds; the host wiring is
+rlm.app.memory, the reminder rule rlm.agent.policy.memory_reminder)."""
 
 from __future__ import annotations
 
