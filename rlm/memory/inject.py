@@ -119,10 +119,10 @@ def is_empty(t: MemoryTexts) -> bool:
 
 def memory_block(t: MemoryTexts, budget: int,
                  count: Callable[[str], int] | None = None) -> MemoryBlock:
-    """The injected message's text, within `budget` tokens (`count`: the tokens of a
-    user message holding a text; the project's counter by default) whatever the files hold: laid out in a character
-    room, counted, and laid out again in a smaller room until it fits; when not even the
-    header fits, a one-line note, or "" (no message)."""
+    """The injected message's text, within `budget` tokens whatever the files hold
+    (`count`: the tokens of a user message holding a text; the project's counter by
+    default): laid out in a character room, counted, and laid out again in a smaller room
+    until it fits; when not even the header fits, a one-line note, or "" (no message)."""
     if count is None:
         count = _message_tokens
     chars = budget * 4
@@ -134,8 +134,8 @@ def memory_block(t: MemoryTexts, budget: int,
         chars = min(chars - 1, int(chars * budget / tokens * 0.95))
         if chars <= 0:
             break
-    cuts = [f"{n}: nothing shown" for n in ("state", "conventions", "context")
-            if _meaningful(n, getattr(t, n))]
+    cuts = [f"{FILES[n]}: nothing shown" for n in ("state", "conventions", "context")
+            if _meaningful(n, getattr(t, n)) or _unread(t, n)]
     for text in (f"{HEADER}\n{NOTHING_SHOWN}", NOTHING_SHOWN):
         tokens = count(text)
         if tokens <= budget:
