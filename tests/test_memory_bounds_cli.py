@@ -133,6 +133,13 @@ def test_the_small_models_system_prompt_says_what_memory_is_unless_it_is_off(tmp
     _answered(rlm("run", "what is 6 times 7?", "--model", fenced, cwd=proj))
     system = models[-1].calls[0][0]
     assert system["role"] == "system" and 'A message headed "Project memory"' in system["content"]
+    # once something is recorded the block comes, without the guide the prompt replaces
+    rlm("memory", "init", cwd=proj, check=True)
+    (proj / ".agent" / "conventions.md").write_text("# Conventions\n- dates are UTC\n")
+    _answered(rlm("run", "what is 6 times 7?", "--model", fenced, cwd=proj))
+    block = models[-1].calls[0][1]["content"]
+    assert block.startswith(MEMORY_MARK) and "- dates are UTC" in block
+    assert "memory.update(" not in block
     _answered(rlm("run", "what is 6 times 7?", "--model", fenced, "--no-memory", cwd=proj))
     assert "Project memory" not in models[-1].calls[0][0]["content"]
 

@@ -57,7 +57,8 @@ def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
         return None
     memory = ProjectMemory(project_root(agent.config))
     head = MemoryHead(memory, agent.context_window, agent.session.branch,
-                      quiet_when_empty=not agent.llm.native_tools)
+                      quiet_when_empty=not agent.llm.native_tools,
+                      guide=agent.llm.native_tools)
     agent.memory = head
     if agent.compaction is not None:  # compaction counts the tokens the model is sent
         inner = agent.compaction.projection

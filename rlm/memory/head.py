@@ -50,12 +50,16 @@ class MemoryHead:
 
     def __init__(self, memory: ProjectMemory, window: Callable[[], int | None],
                  branch: Callable[[], Sequence[Any]], *, stale_turns: int = STALE_TURNS,
-                 quiet_when_empty: bool = False):
+                 quiet_when_empty: bool = False, guide: bool = True):
         self.memory, self.window, self.branch = memory, window, branch
         self.stale_turns = stale_turns
         # a small fenced-code model gets no block while nothing is recorded: the guide alone
         # is ~250 tokens of instructions it does not follow (bench/bench_memory.py)
         self.quiet_when_empty = quiet_when_empty
+        # nor the guide once something is: ~200 tokens at every call that bought the 1.5B
+        # model nothing (bench/bench_memory.py, issue 58); its system prompt says what the
+        # block is (prompts/memory_small.md)
+        self.guide = guide
         # the last message and what it was made from: the same dict while nothing changed,
         # so a prompt's token count finds it by identity (rlm.llm.tokens.RunningCount)
         self._last: tuple[MemoryTexts, int, MemoryBlock, dict[str, Any] | None] | None = None
@@ -101,7 +105,7 @@ class MemoryHead:
         budget = self.budget()
         if self._last is not None and self._last[0] == t and self._last[1] == budget:
             return self._last
-        block = memory_block(t, budget)
+        block = memory_block(t, budget, guide=self.guide)
         quiet = self.quiet_when_empty and is_empty(t)
         message = None if quiet or not block.text else {"role": "user", "content": block.text}
         self._last = (t, budget, block, message)

@@ -117,17 +117,18 @@ def is_empty(t: MemoryTexts) -> bool:
                 or any(_unread(t, n) for n in ("state", "conventions", "context")))
 
 
-def memory_block(t: MemoryTexts, budget: int,
-                 count: Callable[[str], int] | None = None) -> MemoryBlock:
+def memory_block(t: MemoryTexts, budget: int, count: Callable[[str], int] | None = None,
+                 *, guide: bool = True) -> MemoryBlock:
     """The injected message's text, within `budget` tokens whatever the files hold
     (`count`: the tokens of a user message holding a text; the project's counter by
     default): laid out in a character room, counted, and laid out again in a smaller room
-    until it fits; when not even the header fits, a one-line note, or "" (no message)."""
+    until it fits; when not even the header fits, a one-line note, or "" (no message).
+    `guide=False`: without the GUIDE (a fenced-code model, told in its system prompt)."""
     if count is None:
         count = _message_tokens
     chars = budget * 4
     for _ in range(FIT_TRIES):
-        text, cuts = _layout(t, chars)
+        text, cuts = _layout(t, chars, guide)
         tokens = count(text)
         if tokens <= budget:
             return MemoryBlock(text, tokens, tuple(cuts))
@@ -149,9 +150,9 @@ def _message_tokens(text: str) -> int:
     return count_message({"role": "user", "content": text})
 
 
-def _layout(t: MemoryTexts, budget: int) -> tuple[str, list[str]]:
+def _layout(t: MemoryTexts, budget: int, guide: bool = True) -> tuple[str, list[str]]:
     """The block in about `budget` characters, and the cuts made to fit."""
-    head = HEADER + "\n" + GUIDE
+    head = HEADER + "\n" + GUIDE if guide else HEADER
     conventions = _meaningful("conventions", t.conventions)
     state = _meaningful("state", t.state)
     context = _meaningful("context", t.context)
