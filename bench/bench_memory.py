@@ -9,6 +9,10 @@ continuation = session 2's answer is the number the convention gives (within 1%)
 with the memory on (the default) and once with `--no-memory`, same tasks, same machine
 run; tokens are what the two sessions spent together (the runs' --json). The tasks were
 written before any run and not changed after (not tuned to the model).
+
+`previous` (issue 58 item 10, written before its first run): session 2 asks what session
+1 found, which the memory's `run` line in history.log carries (rlm.memory.runs); without
+memory the model can only compute it again from the file.
 """
 
 from __future__ import annotations
@@ -66,6 +70,13 @@ def orders(d: Path) -> dict[str, float]:
     return {"max": max(a) / 100, "min": min(a) / 100}
 
 
+def sales_all(d: Path) -> dict[str, float]:
+    sales(d)
+    with open(d / "sales.csv", newline="") as f:
+        east = sum(float(r["amount"]) for r in csv.DictReader(f) if r["region"] == "East")
+    return {"east": east}
+
+
 VARIANTS = {
     "refunds": (sales, "Revenue excludes refunds (rows where refund is True). What is the total "
                        "revenue of region North in sales.csv?", "North",
@@ -76,6 +87,10 @@ VARIANTS = {
     "dollars": (orders, "Always report money in dollars: amount_cents is in cents. What is the "
                         "largest order amount in orders.csv?", "max",
                 "What is the smallest order amount in orders.csv?", "min"),
+    "previous": (sales_all, "Always give totals as plain numbers. What is the total amount of "
+                            "region East in sales.csv, all rows?", "east",
+                 "What total did the previous session find for region East? Reply with that "
+                 "number.", "east"),
 }
 
 

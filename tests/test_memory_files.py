@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rlm.agent.policy.memory_reminder import reminder_due
+from rlm.llm.tokens import count_message
 from rlm.memory import (
     MemoryActivity,
     MemoryHead,
@@ -100,9 +101,10 @@ def test_an_oversized_state_is_cut_oldest_first_with_a_note(tmp_path):
     mem.update("conventions", "- dates are UTC", "merge", stated_by="user")
     text = head_text(mem, window=8192)
     assert "- step 599: done" in text and "- step 0: done" not in text
-    assert "earlier lines of state.md cut to fit the memory budget" in text
+    assert "[memory cut: the newest " in text and " bytes of state.md shown; the rest is " \
+        "in .agent/state.md]" in text
     assert "dates are UTC" in text  # conventions whole
-    assert len(text) <= 8192 * 0.1 * 3 + 200
+    assert count_message({"role": "user", "content": text}) <= 8192 * 0.1  # 10%, in tokens
 
 
 def test_block_is_empty_note_for_templates_and_says_stale(tmp_path):
@@ -110,7 +112,7 @@ def test_block_is_empty_note_for_templates_and_says_stale(tmp_path):
     mem.init()
     assert "(empty: nothing recorded yet)" in head_text(mem)
     t = MemoryTexts(dir="/p/.agent", state="# State\n## In progress\n- x\n", stale_turns=8)
-    assert "[stale: state.md was not updated during the last 8 turns" in memory_block(t, 3000)
+    assert "[stale: state.md was not updated during the last 8 turns" in memory_block(t, 3000).text
 
 
 def test_memory_files_are_data_a_symlink_is_never_followed(tmp_path):

@@ -14,7 +14,7 @@ import pytest
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.llm.types import Completion
-from rlm.memory import MEMORY_MARK
+from rlm.memory import MEMORY_MARK, ProjectMemory
 from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
 from tests.test_compaction_e2e import QueueModel as _QueueModel
@@ -125,7 +125,8 @@ def test_user_convention_captured_and_an_agent_rewrite_is_logged_and_shown(tmp_p
     result = [e for e in session.branch() if isinstance(e, MessageEntry) and e.role == "tool"][0]
     assert "changed convention(s) the user stated" in result.message["content"]  # the model sees it
     history = (tmp_path / ".agent" / "history.log").read_text().splitlines()
-    assert json.loads(history[-1])["action"] == "convention_changed"
+    # the change, then the run's own line (rlm.memory.runs)
+    assert [json.loads(h)["action"] for h in history[-2:]] == ["convention_changed", "run"]
     assert any("changed convention(s) the user stated" in n.text for n in agent.notices)  # the user
     write = [e.data for e in session.branch()
              if isinstance(e, CustomEntry) and e.custom_type == "memory_write"][-1]
@@ -195,11 +196,18 @@ def test_no_memory_and_children_are_read_only(tmp_path):
     assert all(MEMORY_MARK not in str(m.get("content")) for m in llm.calls[0])
     assert not (tmp_path / ".agent").exists()
 
+    child_llm = QueueModel("script:agent", [Completion(content="Child done.")])
     child = build_agent(SessionStore.create(tmp_path, model="script:agent", task="child"),
-                        Config(model="script:agent", home=tmp_path), entry="child", llm=llm)
+                        Config(model="script:agent", home=tmp_path), entry="child",
+                        llm=child_llm)
     with pytest.raises(RlmError, match="read-only in an rlm_query child"):
         child.handle_bridge("memory.update", {"file": "state", "content": "x"})
     assert MEMORY_MARK in child.handle_bridge("memory.show", {})["text"]
+    ProjectMemory(tmp_path).init()
+    with child:  # its end writes no `run` line either: the parent records its runs
+        list(child.run("Always use UTC. Say hi."))
+    assert (tmp_path / ".agent" / "history.log").read_text() == ""
+    assert "Always use UTC" not in (tmp_path / ".agent" / "conventions.md").read_text()
 
 
 @pytest.mark.timeout(120)

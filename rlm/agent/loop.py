@@ -136,6 +136,9 @@ class Agent:
         # asked when a run ends, after the end hooks: a promise the run did not keep (its
         # goal is not complete), which no answer outweighs (rlm.outcome)
         self.end_conditions: list[EndCondition] = []
+        # run when a run has ended, with its RunEnded (outcome decided, entry logged), before
+        # it is yielded: what outlives the run (project memory's `run` line)
+        self.ended_hooks: list[Callable[[Agent, RunEnded], None]] = []
         # on ContextOverflow: returns "retry" (compacted) or the message to show the user
         self.overflow_hook: OverflowHook | None = None
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
@@ -417,9 +420,12 @@ class Agent:
                 "tokens": tokens}, display=False))
         if final is not None and ended.answered and self.state.shown is not None:
             yield self.state.shown  # the answer panel: only for an answer that stands
-        yield RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
-                       outcome=ended.to_dict(), tokens=tokens,
-                       **(_judged(verdict) if verdict is not None else {}))
+        event = RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
+                         outcome=ended.to_dict(), tokens=tokens,
+                         **(_judged(verdict) if verdict is not None else {}))
+        for after in self.ended_hooks:
+            after(self, event)
+        yield event
 
     def _continuation(self, reason: str, answer: str | None) -> Continue | End | None:
         """The first decision a continuation hook (goals, the autonomous policy) makes

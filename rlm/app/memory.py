@@ -11,19 +11,24 @@ the reminder rule. One place, for every entry point:
 
 Every write is recorded in the session log as a `memory_write` entry (display only: the
 model sees the files themselves, at the head of the context), so `rlm log` and export
-show them.
+show them. When a run ends (not a child's), one `run` line goes into history.log: the
+task, how it ended, the answer or why not, the files its cells wrote (rlm.memory.runs);
+only where `.agent/` exists, so a plain run never creates it in a directory. When the
+memory block had to be cut to its share of the window, the user is told once.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rlm.agent.loop import Agent
 from rlm.agent.policy.memory_reminder import MemoryReminder
+from rlm.agent.steer.match import written_files
 from rlm.errors import RlmError
-from rlm.events import Event, Notice
+from rlm.events import Event, Notice, RunEnded
 from rlm.memory import (
     MemoryActivity,
     MemoryHead,
@@ -32,7 +37,9 @@ from rlm.memory import (
     stated_conventions,
     with_memory,
 )
-from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.memory.inject import BUDGET_FRACTION
+from rlm.memory.runs import run_record
+from rlm.session.entries import CustomEntry, MessageEntry, call_code
 
 READ_ONLY = ("child",)
 WRITE_METHODS = ("memory.update", "memory.log", "memory.snapshot")
@@ -50,14 +57,15 @@ def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
         return None
     memory = ProjectMemory(project_root(agent.config))
     head = MemoryHead(memory, agent.context_window, agent.session.branch,
-                      quiet_when_empty=not agent.llm.native_tools)
+                      quiet_when_empty=not agent.llm.native_tools,
+                      guide=agent.llm.native_tools)
     agent.memory = head
     if agent.compaction is not None:  # compaction counts the tokens the model is sent
         inner = agent.compaction.projection
         if inner is not None:
             agent.compaction.projection = lambda branch: with_memory(inner(branch), head)
     agent.handlers["memory.show"] = lambda p: {"text": head.text(), "dir": str(memory.dir)}
-    if entry in READ_ONLY:
+    if entry in READ_ONLY:  # the parent tells its user of a cut, and records its runs
         for method in WRITE_METHODS:
             agent.handlers[method] = _refused
         return head
@@ -74,7 +82,30 @@ def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
     agent.run_start_hooks.append(lambda a: activity.reset())
     agent.prompt_hooks.append(writer.capture)
     agent.turn_hooks.append(writer.after_turn)
+    agent.ended_hooks.append(writer.run_ended)
+    teller = _CutTeller(head)
+    agent.prompt_hooks.append(teller)
+    agent.turn_hooks.append(teller)
     return head
+
+
+class _CutTeller:
+    """Tells the user, once per cut, that the memory block was cut to its share of the
+    window (the model is told in the block itself)."""
+
+    def __init__(self, head: MemoryHead):
+        self.head = head
+        self.told: tuple[str, ...] = ()
+
+    def __call__(self, agent: Agent) -> list[Event]:
+        cuts = self.head.block().cuts
+        if not cuts or cuts == self.told:
+            return []
+        self.told = cuts
+        return [Notice(f"memory: .agent/ is over its share of the model's window "
+                       f"({BUDGET_FRACTION:.0%}, {self.head.budget():,} tokens): "
+                       + "; ".join(cuts) + ". The model sees the newest part and is told "
+                       "where the rest is; condense the file (`rlm memory show`)", "warning")]
 
 
 def _refused(params: dict[str, Any]) -> Any:
@@ -135,6 +166,20 @@ class _Writer:
         return [Notice("memory: recorded in .agent/conventions.md (stated_by: user): "
                        + "; ".join(rules))]
 
+    def run_ended(self, agent: Agent, ended: RunEnded) -> None:
+        """One `run` line in history.log, where `.agent/` exists (a write that fails is
+        left out: the run's own outcome is already logged and shown)."""
+        if not self.memory.exists():
+            return
+        task, codes = _this_run(agent.session.branch())
+        files = sorted({f for code in codes for f in written_files(code)
+                        if _is_file(self.memory.root, f)})
+        action, target, note = run_record(task, ended.outcome or {}, ended.final, files)
+        try:
+            self.memory.log(action, target, note)
+        except (RlmError, OSError):
+            return
+
     def after_turn(self, agent: Agent) -> list[Event]:
         """A continuation queued after this turn (a goal step, autonomous work) ends a
         unit of work."""
@@ -145,3 +190,26 @@ class _Writer:
                 self.activity.complete(agent.state.turns, "a step of the goal was finished")
                 break
         return []
+
+
+def _this_run(branch: Sequence[Any]) -> tuple[str, list[str]]:
+    """The run's task (the user's last prompt) and the code of the cells run since it."""
+    codes: list[str] = []
+    for e in reversed(branch):
+        if not isinstance(e, MessageEntry):
+            continue
+        if e.role == "user" and e.origin is None and isinstance(e.message.get("content"), str):
+            return e.message["content"], codes
+        if e.role == "assistant":
+            codes.extend(c for call in e.message.get("tool_calls") or []
+                         if (c := call_code(call)) is not None)
+    return "", codes
+
+
+def _is_file(root: Path, name: str) -> bool:
+    """A file the cells wrote, below the project's directory."""
+    try:
+        path = (root / name).resolve()
+        return path.is_relative_to(root) and path.is_file()
+    except (OSError, ValueError):
+        return False

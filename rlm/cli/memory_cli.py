@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rlm.cli.render import terminal_safe
 from rlm.errors import RlmError
-from rlm.memory import ProjectMemory, budget_chars
+from rlm.memory import ProjectMemory
 from rlm.memory.head import MemoryHead
 
 ACTIONS = ("show", "log", "init")
@@ -51,9 +51,11 @@ def cmd_memory(args: argparse.Namespace) -> int:
                 print(terminal_safe(_line_text(ln)))
         return 0
     head = MemoryHead(memory, lambda: None, lambda: [])
-    text = head.text()
+    block = head.block()
+    text = block.text
     if args.json:
-        print(json.dumps({"dir": str(memory.dir), "text": text, "budget_chars": budget_chars(None),
+        print(json.dumps({"dir": str(memory.dir), "text": text, "tokens": block.tokens,
+                          "budget_tokens": head.budget(), "cuts": list(block.cuts),
                           "files": {n: memory.read(n) for n in ("state", "conventions", "context")}}))
     else:
         print(terminal_safe(text))

@@ -2,7 +2,9 @@
 
     .agent/state.md         where the work stands (the one authority)
     .agent/conventions.md   decisions and conventions, one line each, with who stated them
-    .agent/history.log      JSON Lines: ts, action, target, note
+    .agent/history.log      JSON Lines: ts, action, target, note (the host adds one
+                            `run` line at the end of each run: rlm.memory.runs); past
+                            HISTORY_MAX bytes it is cut to its newest lines
     .agent/context.json     structured facts (datasets, paths, schemas, row counts)
     .agent/snapshots/NNN-<label>.md   copies of the above at milestones (gitignored)
 
@@ -44,6 +46,7 @@ MODES = ("replace", "append", "merge")
 # tokens and lower success; short factual ones help: arXiv 2602.11988)
 LIMITS = {"state": 4000, "conventions": 4000, "context": 6000}
 HISTORY_READ = 64 * 1024  # bytes of history.log read from its end
+HISTORY_MAX = 256 * 1024  # history.log past this is cut to its newest HISTORY_READ bytes
 NOTE_LIMIT = 300  # characters of one history line's note
 # memory is the project's (often committed): readable by the group, unlike a session's files
 SHARED_DIR, SHARED_FILE = 0o755, 0o644
@@ -123,14 +126,49 @@ class ProjectMemory:
 
     # ------------------------------------------------------------------- reads
     def read(self, name: str) -> str:
-        """A file's text ("" when missing or not a regular file), at most twice its limit
-        (a user may have edited it past the budget: the injection cuts it with a note)."""
-        limit = 2 * LIMITS.get(name, 4000) * 4  # bytes: up to 4 per character
+        """A file's text ("" when missing or not a regular file); see `read_sized`."""
+        return self.read_sized(name)[0]
+
+    def read_sized(self, name: str) -> tuple[str, int]:
+        """A file's text and its size in bytes on disk (0 when missing). At most
+        `read_limit(name)` bytes are read, from the file's END: a file a user or a cell
+        grew past its budget (50 MB) is never read whole, and what is kept is its newest
+        lines (the first, cut in the middle, is dropped). context.json is JSON, whose tail
+        means nothing: past the limit its text is "" and the size says why."""
+        limit = read_limit(name)
+        data, size, start = self._tail(self.path(name), limit)
+        if start > 0 and name == "context":
+            return "", size
+        text = data.decode("utf-8", errors="replace")
+        if start > 0:
+            text = text.split("\n", 1)[1] if "\n" in text else ""
+        return text, size
+
+    def _tail(self, path: Path, nbytes: int) -> tuple[bytes, int, int]:
+        """The last `nbytes` of a regular file below the root, its size, and where they
+        start (b"", 0, 0 when it is missing, not regular, or unreadable)."""
+        if not self.exists():
+            return b"", 0, 0
         try:
-            data = safeio.read_bytes(self.root, self.path(name), limit) if self.exists() else b""
+            fd = safeio.open_file(self.root, path)
         except OSError:
-            data = b""
-        return data.decode("utf-8", errors="replace")
+            return b"", 0, 0
+        try:
+            size = os.fstat(fd).st_size
+            start = max(0, size - nbytes)
+            os.lseek(fd, start, os.SEEK_SET)
+            chunks, left = [], nbytes
+            while left > 0:
+                chunk = os.read(fd, left)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                left -= len(chunk)
+        except OSError:
+            return b"", 0, 0
+        finally:
+            os.close(fd)
+        return b"".join(chunks), size, start
 
     def mtime(self, name: str) -> float | None:
         try:
@@ -142,19 +180,7 @@ class ProjectMemory:
     def history_lines(self, n: int) -> tuple[list[str], int]:
         """The last `n` lines of history.log, and how many lines the file holds (counted
         only in its last HISTORY_READ bytes when it is bigger: then a lower bound)."""
-        if not self.exists():
-            return [], 0
-        try:
-            fd = safeio.open_file(self.root, self.path("history"))
-        except OSError:
-            return [], 0
-        try:
-            size = os.fstat(fd).st_size
-            start = max(0, size - HISTORY_READ)
-            os.lseek(fd, start, os.SEEK_SET)
-            data = os.read(fd, HISTORY_READ)
-        finally:
-            os.close(fd)
+        data, _size, start = self._tail(self.path("history"), HISTORY_READ)
         lines = data.decode("utf-8", errors="replace").splitlines()
         if start > 0 and lines:
             lines = lines[1:]  # the first one is cut in the middle
@@ -258,12 +284,25 @@ class ProjectMemory:
         safeio.write_atomic(self.root, path, text.encode("utf-8"), mode=SHARED_FILE)
 
     def _append_history(self, action: str, target: str, note: str) -> str:
-        line = json.dumps({"ts": now_ts(), "action": action[:60], "target": target[:200],
-                           "note": redact_text(note, known_secrets())}, ensure_ascii=False)
+        secrets = known_secrets()
+        line = json.dumps({"ts": now_ts(), "action": action[:60],
+                           "target": redact_text(target[:200], secrets),
+                           "note": redact_text(note, secrets)}, ensure_ascii=False)
         fd = safeio.open_append(self.root, self.path("history"), SHARED_FILE)
         with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(line + "\n")
+            size = f.tell()
+        if size > HISTORY_MAX:  # bounded: the newest lines kept, whole (under the lock)
+            data, _size, start = self._tail(self.path("history"), HISTORY_READ)
+            kept = data.split(b"\n", 1)[1] if start > 0 and b"\n" in data else data
+            self._write_atomic(self.path("history"), kept.decode("utf-8", errors="replace"))
         return line
+
+
+def read_limit(name: str) -> int:
+    """Bytes of a memory file read, from its end: twice its budget at up to 4 bytes a
+    character (a user may have edited it past the budget: the injection cuts it, saying so)."""
+    return 2 * LIMITS.get(name, 4000) * 4
 
 
 # ---------------------------------------------------------------------- pure helpers
