@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib.resources import files
@@ -232,6 +233,9 @@ def record(log: Any, d: Draft) -> str | None:
     return last
 
 
+WAIT_POLL_S = 0.1  # how soon a wait for the writer sees Ctrl-C
+
+
 class CheckpointWriter:
     """One background writer per session (see the module doc). `log`: opens the writer's
     own session (the composition root's; None keeps no exchange)."""
@@ -337,11 +341,18 @@ class CheckpointWriter:
         self._told = len(self.problems)
         return self.problems[-1]
 
-    def wait(self, timeout: float | None = None) -> bool:
-        """Wait for a running writer; True when none runs (any more)."""
+    def wait(self, timeout: float | None = None,
+             cancelled: Callable[[], bool] | None = None) -> bool:
+        """Wait for a running writer; True when none runs (any more). `cancelled`: looked
+        at every WAIT_POLL_S; once true the wait ends at once (Ctrl-C)."""
         t = self._thread
         if t is not None:
-            t.join(timeout)
+            end = None if timeout is None else time.monotonic() + timeout
+            while t.is_alive() and not (cancelled is not None and cancelled()):
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                t.join(WAIT_POLL_S if left is None else min(WAIT_POLL_S, left))
         return not self.running
 
     def close(self) -> None:

@@ -200,7 +200,8 @@ class CompactionController:
             self.checkpoint, self.session, trigger, limit=limit, projection=self.projection,
             keep_recent=self._effective().keep_recent_tokens,
             wait_s=REBUILD_WAIT_S if manual else self.checkpoint_wait_s,
-            start=manual or self.checkpoint.automatic, fresh=manual)
+            start=manual or self.checkpoint.automatic, fresh=manual,
+            announce=self.announce, cancelled=self.cancelled)
         if entry is not None:
             append_ipython_state(self.session, branch, kernel)
         return entry

@@ -21,7 +21,7 @@ rebuild is manual (`/rebuild`), each wait bounded; else the summary runs.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rlm.compaction.checkpoint import CheckpointWriter, read
@@ -130,7 +130,9 @@ def rebuild(session: Any, trigger: str, *, limit: int | None,
 
 def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, limit: int | None,
                     projection: Projection | None = None, keep_recent: int = 0,
-                    wait_s: float, start: bool, fresh: bool = False) -> CompactionEntry | None:
+                    wait_s: float, start: bool, fresh: bool = False,
+                    announce: Callable[[str], None] | None = None,
+                    cancelled: Callable[[], bool] | None = None) -> CompactionEntry | None:
     """Tier 0 on the main path. A running writer is waited for (its checkpoint covers
     more). With no checkpoint that gives a boundary under `limit` (or `fresh`: a manual
     rebuild, whatever is there), `start` writes one now, covering the log to its leaf, and
@@ -138,9 +140,20 @@ def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, lim
     writer finishes for the next time). A failed writing leaves the previous checkpoint,
     which is tried again."""
     late = f"no rebuild: the checkpoint writer did not finish within {wait_s:g} s"
-    if writer.running and not writer.wait(wait_s):
-        reject(session, trigger, late)
-        return None
+    say = announce or (lambda text: None)
+
+    def waited() -> bool:
+        done = writer.wait(wait_s, cancelled)
+        if not done:
+            stopped = cancelled is not None and cancelled()
+            reject(session, trigger, "no rebuild: stopped by the user (Ctrl-C)" if stopped
+                   else late)
+        return done
+
+    if writer.running:
+        say(f"waiting for the checkpoint writer (at most {wait_s:g} s) to rebuild the context")
+        if not waited():
+            return None
     if not fresh:
         entry = rebuild(session, trigger, limit=limit, projection=projection,
                         keep_recent=keep_recent)
@@ -149,8 +162,8 @@ def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, lim
     written = len(writer.written)
     if not writer.start():
         return None  # closed with its run, or a log in memory
-    if not writer.wait(wait_s):
-        reject(session, trigger, late)
+    say(f"writing a checkpoint of the context (at most {wait_s:g} s) to rebuild it from")
+    if not waited():
         return None
     return rebuild(session, trigger, limit=limit, projection=projection, keep_recent=keep_recent,
                    written_now=len(writer.written) > written)
