@@ -103,6 +103,12 @@ class Screen:
     def keys(self, *keys: str) -> None:
         self._tmux("send-keys", *keys)
 
+    def ctrl_c_at(self, *markers: str) -> None:
+        """Ctrl-C once each marker is on the screen, in order (each after the one before)."""
+        for marker in markers:
+            self.wait_for(marker)
+            self.keys("C-c")
+
     def type(self, line: str) -> None:
         self._tmux("send-keys", "-l", line)
         self._tmux("send-keys", "Enter")
@@ -117,3 +123,18 @@ class Screen:
 def fits(text: str, width: int = WIDTH) -> list[str]:
     """The lines of `text` wider than `width` (none, on a screen that fits)."""
     return [line for line in text.splitlines() if len(line) > width]
+
+
+def boxes(screen: str, title: str) -> list[str]:
+    """The contents of each box titled `title` ("cell", "answer") on the screen, its
+    wrapped rows joined."""
+    found, rows = [], None
+    for line in screen.splitlines():
+        if line.startswith(f"╭─ {title}"):
+            rows = []
+        elif rows is not None and line.startswith("╰"):
+            found.append(" ".join(rows))
+            rows = None
+        elif rows is not None:
+            rows.append(line.strip("│ "))
+    return found

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from terminal_screen import Screen, fits
+from terminal_screen import Screen, boxes, fits
 from test_cli import call, rlm, script
 
 # the task's data, in each test's working directory: since issue 58 an answer is verified
@@ -35,16 +35,7 @@ TOKEN = "label = '" + "x" * 150 + "'"
 
 def cell_text(screen: str) -> list[str]:
     """The contents of each cell box on the screen, its wrapped rows joined."""
-    boxes, rows = [], None
-    for line in screen.splitlines():
-        if line.startswith("╭─ cell"):
-            rows = []
-        elif rows is not None and line.startswith("╰"):
-            boxes.append(" ".join(rows))
-            rows = None
-        elif rows is not None:
-            rows.append(line.strip("│ "))
-    return boxes
+    return boxes(screen, "cell")
 
 
 def squeeze(text: str) -> str:
@@ -108,12 +99,7 @@ def test_run_first_ctrl_c_interrupts_the_cell_and_says_so_second_stops_the_run(
                                      call("final('never')")])
     first = "Ctrl-C: interrupting the cell; the model sees the interruption and goes on."
     with Screen(["run", "nap twice", "--model", s], cwd=tmp_path) as scr:
-        scr.wait_for("first cell running\n")
-        scr.keys("C-c")
-        scr.wait_for("second cell running\n")
-        scr.keys("C-c")
-        scr.wait_for("ignoring the interrupt\n")
-        scr.keys("C-c")
+        scr.ctrl_c_at("first cell running\n", "second cell running\n", "ignoring the interrupt\n")
         status, screen = scr.wait_exit()
     assert status == 3, screen
     assert screen.count(first) == 2, screen

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from rlmcli import call, rlm, script
-from terminal_screen import Screen
+from terminal_screen import Screen, boxes
 
 from rlm.agent.interrupts import DOUBLE_PRESS_S
 from rlm.cli.chat import LEAVE
@@ -48,16 +48,7 @@ def _run(tmp_path: Path, replies: list, *args: str) -> tuple[subprocess.Complete
 
 def _panels(shown: str) -> list[str]:
     """The bodies of the answer panels the terminal drew."""
-    bodies, inside = [], None
-    for line in shown.splitlines():
-        if line.startswith("╭─ answer"):
-            inside = []
-        elif inside is not None and line.startswith("╰"):
-            bodies.append(" ".join(inside))
-            inside = None
-        elif inside is not None:
-            inside.append(line.strip("│ "))
-    return bodies
+    return boxes(shown, "answer")
 
 
 def test_the_answer_panel_shows_only_the_answer_that_stands(tmp_path, _isolated_home):
@@ -186,10 +177,7 @@ def test_presses_count_per_piece_of_work_not_per_run(tmp_path, _isolated_home):
     replies = [call(NAP.format(label="first nap")), call(LATER_NAP.format(label="second nap")),
                call(ANSWER)]
     with _screen_run(tmp_path, replies) as scr:
-        scr.wait_for("first nap\n")
-        scr.keys("C-c")
-        scr.wait_for("second nap\n")
-        scr.keys("C-c")
+        scr.ctrl_c_at("first nap\n", "second nap\n")
         status, screen = scr.wait_exit()
     assert status == 0, screen
     assert squeeze(screen).count(squeeze("Ctrl-C: interrupting the cell")) == 2, screen

@@ -17,7 +17,6 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
@@ -25,11 +24,10 @@ from typing import Any
 from rlm.agent import notices
 from rlm.agent.acting import Outcome, act, say
 from rlm.agent.budget import TokenBudget
-from rlm.agent.cells import kill_kernel
 from rlm.agent.children import Children
 from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
-from rlm.agent.interrupts import ctrl_c_notice
 from rlm.agent.modelcall import sample
+from rlm.agent.pieces import Pieces
 from rlm.agent.policy import (
     LOOP_BREAK_TEMPERATURE,
     RESAMPLE_TEMPERATURE,
@@ -39,13 +37,13 @@ from rlm.agent.policy import (
 )
 from rlm.agent.policy.dataflow import imported_names, recorded_names
 from rlm.agent.recursion import Recursion
-from rlm.agent.runner import Work, counting_presses, run_interruptible
+from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
 from rlm.config import Config
 from rlm.errors import RlmError
-from rlm.events import Event, Notice, Phase, RunEnded, TurnStarted
+from rlm.events import Event, Notice, RunEnded, TurnStarted
 from rlm.kernel.types import RestoreReport
 from rlm.ledger import BUDGETED, Ledger, Totals, charged
 from rlm.llm.types import LLM, Usage
@@ -150,9 +148,7 @@ class Agent:
         self.on_cell_output: Callable[[Any], None] | None = None
         self.state = RunState()
         self.answers = AnswerPolicy()  # the answer policy (rlm.agent.policy): rules plug in there
-        self._presses: list[int] | None = None  # Ctrl-C during a run (rlm.agent.runner)
-        self._emit: Callable[[Event], None] | None = None  # the running step's (in_phase)
-        self._step: str | None = None  # what that step announced it does
+        self.pieces = Pieces(self)  # model calls, cells, steps: Ctrl-C (rlm.agent.pieces)
         self._steered = Steered()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
@@ -295,43 +291,18 @@ class Agent:
         self.interrupt()
 
     def interrupt(self) -> int:
-        """Ctrl-C: once interrupts the running cell (and stops a running gate or summary),
-        twice on the same piece of work ends the run. Returns the presses that count."""
-        st = self.state
-        presses = st.presses.press(time.monotonic())
-        st.cancel.set()
-        self.children.cancel_all()  # an interrupted parent's children stop too
-        self.recursion.abandon()  # and its batched prompts still queued leave the pool
-        if self.executor is not None:
-            try:
-                self.executor.interrupt()
-            except Exception:  # noqa: BLE001 - a dead kernel is reported by execute
-                pass
-        if presses >= 2:
-            st.stop.set()
-        return presses
-
-    def _ctrl_c(self, in_cell: bool) -> Event:
-        """Ctrl-C pressed: interrupt, and say what happens next (rlm.agent.interrupts)."""
-        return ctrl_c_notice(self.interrupt(), in_cell=in_cell)
-
-    def _step_ctrl_c(self) -> Event:
-        """Ctrl-C during a step between turns: it stops, and the run with it."""
-        self.stop()
-        return ctrl_c_notice(2, in_cell=False, step=self._step or "the step between turns")
+        """Ctrl-C (rlm.agent.pieces): the presses that count on the running piece."""
+        return self.pieces.interrupt()
 
     def announce(self, text: str) -> None:
-        """Name the step that runs now (a gate, a compaction's summary) on screen; outside
-        a step (`in_phase`) a no-op."""
-        if self._emit is not None:
-            self._step = text
-            self._emit(Phase(text))
+        """Name the step between turns that runs now (a gate, a summary) on screen."""
+        self.pieces.announce(text)
 
     # --------------------------------------------------------------------- run
     def run(self, prompt: str | None) -> Generator[Event, None, None]:
         """Append `prompt` (if any) as a user message and work until the run ends. Ctrl-C
         is counted for the whole run, and taken by the next model call or cell."""
-        with counting_presses() as self._presses:
+        with self.pieces.counting():
             yield from self._run(prompt)
 
     def _run(self, prompt: str | None) -> Generator[Event, None, None]:
@@ -457,40 +428,15 @@ class Agent:
 
     # ------------------------------------------------------------------ helpers
     def in_phase(self, fn: Callable[[], Any]) -> Generator[Event, None, Any]:
-        """A step between turns (the turn hooks: a compaction; the continuations: a gate)
-        on a worker thread, so Ctrl-C acts while it runs: one press stops the step, which
-        watches `state.cancel` (a gate is killed, a summary's call dropped), and the run.
-        The step is waited for, never abandoned: what it writes stays on one thread. What
-        it names with `announce` is shown as it runs."""
-        self.state.presses.begin()
-        self.state.cancel.clear()
-
-        def work(emit: Callable[[Event], None]) -> Any:
-            self._emit, self._step = emit, None
-            try:
-                return fn()
-            finally:
-                self._emit = None
-
-        result = yield from run_interruptible(
-            work, stop=self.state.stop, on_keyboard_interrupt=self._step_ctrl_c, grace_s=0.0,
-            presses=self._presses, kill=lambda: None)
-        if self._step is not None:
-            self._step = None
-            yield Phase("", done=True)
-        return result
+        """A step between turns (the continuations: a gate; the turn hooks: a compaction)
+        on a worker thread the loop waits for: Ctrl-C stops it and the run (rlm.agent.
+        pieces)."""
+        return (yield from self.pieces.step(fn))
 
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]:
-        """Run fn on a worker thread (rlm.agent.runner); Ctrl-C stays responsive. After a
-        second Ctrl-C a model call is abandoned; a cell that outlives the interrupt grace
-        has its kernel killed, which the execute loop reports as a death and restores."""
-        self.state.presses.begin()
-        self.state.cancel.clear()
-        return (yield from run_interruptible(
-            fn, stop=self.state.stop, on_keyboard_interrupt=lambda: self._ctrl_c(cell),
-            grace_s=self.config.interrupt_grace_s, presses=self._presses,
-            kill=(lambda: kill_kernel(self.executor)) if cell else None))
-
+        """A model call or a cell on a worker thread; Ctrl-C stays responsive (rlm.agent.
+        pieces)."""
+        return (yield from self.pieces.run(fn, cell=cell))
 
 def _listed(hook: TurnHook, agent: Agent) -> list[Event]:
     """A turn hook's events, taken on the step's thread (a generator runs there whole)."""
