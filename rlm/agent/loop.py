@@ -22,7 +22,7 @@ from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
-from rlm.agent import notices
+from rlm.agent import child_report, notices
 from rlm.agent.acting import Outcome, act, say
 from rlm.agent.budget import TokenBudget
 from rlm.agent.cells import kill_kernel
@@ -289,15 +289,15 @@ class Agent:
     def stop(self) -> None:
         """End the run now: interrupt the running cell and stop after it (the stop button)."""
         self.state.stop.set()
-        self.interrupt()
+        self.interrupt(child_report.AT_STOP)
 
-    def interrupt(self) -> int:
+    def interrupt(self, why: str = child_report.AT_CTRL_C) -> int:
         """Ctrl-C: once interrupts the running cell (and stops a running gate or summary),
         twice on the same piece of work ends the run. Returns the presses that count."""
         st = self.state
         presses = st.presses.press(time.monotonic())
         st.cancel.set()
-        self.children.cancel_all()  # an interrupted parent's children stop too
+        self.children.cancel_all(why)  # an interrupted parent's children stop too
         self.recursion.abandon()  # and its batched prompts still queued leave the pool
         if self.executor is not None:
             try:
@@ -310,7 +310,12 @@ class Agent:
 
     def _ctrl_c(self, in_cell: bool) -> Event:
         """Ctrl-C pressed: interrupt, and say what happens next (rlm.agent.interrupts)."""
-        return ctrl_c_notice(self.interrupt(), in_cell=in_cell)
+        said = ctrl_c_notice(self.interrupt(), in_cell=in_cell)
+        cancelled = self.children.take_unshown()
+        if cancelled:  # the user is shown which children it cancelled, with their spend
+            said = Notice("\n".join([said.text, *map(child_report.cancelled_line, cancelled)]),
+                          said.level)
+        return said
 
     def _step_ctrl_c(self) -> Event:
         """Ctrl-C during a step between turns: it stops, and the run with it."""
