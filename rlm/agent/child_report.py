@@ -72,6 +72,13 @@ def cancelled_line(run: Any) -> str:
             f"{spent(v)}; {partial_work(run)}")
 
 
+def refused_line(run: Any) -> str:
+    """A child whose changes to the parent's memory were refused, for the user."""
+    refused = (run.isolated or {}).get("refused") or []
+    return (f"child {run.name}: {len(refused)} change(s) to the project memory refused "
+            f"(a child never changes .agent/): {', '.join(refused[:10])}")
+
+
 def cancelled_record(run: Any) -> dict[str, Any]:
     """One cancelled child, for `--json`."""
     v = run.view(result=False)

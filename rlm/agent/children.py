@@ -692,8 +692,10 @@ class Watchers:
         if not emits:
             return
         v = run.view(result=False)
+        refused = (run.isolated or {}).get("refused")
+        note = report.refused_line(run) if refused and run.state in ENDED else None
         event = ChildProgress(run.name, run.state, int(v["turns"]), int(v["tokens"]),
-                              float(v["seconds"]), run.error)
+                              float(v["seconds"]), run.error, note)
         for emit in emits:
             emit(event)
 
