@@ -23,6 +23,7 @@ from rlm.session.entries import CustomEntry
 
 STATE_ENTRY = "children_state"
 READ_ENTRY = "child_read"
+ENDED = ("done", "failed", "cancelled")
 AT_CLOSE = "its parent's run ended while it was at work"
 AT_CTRL_C = "the user pressed Ctrl-C while it was at work"
 AT_STOP = "its parent's run was stopped while it was at work"
@@ -95,7 +96,7 @@ def state_note(runs: Sequence[Any], head: str) -> CustomEntry:
             what = f"cancelled: {r.cancel_why}; {spent(v)}; {partial_work(r)}"
         elif r.state in ("failed", "cancelled") and r.error:
             what = f"ended, {r.error}"
-        elif r.state in ("done", "failed", "cancelled"):
+        elif r.state in ENDED:
             what = "ended, result not read yet: call .result() on its handle"
         else:
             what = f"{r.state}, {v['turns']} turns so far"
@@ -104,3 +105,50 @@ def state_note(runs: Sequence[Any], head: str) -> CustomEntry:
     return CustomEntry(custom_type=STATE_ENTRY,
                        data={"children": [r.view(result=False) for r in runs]},
                        display=False, content="\n".join(lines))
+
+
+class Notes:
+    """What one agent's registry (rlm.agent.children.Children) tells its model: the live
+    `<children_state>` note and the read marks. Thread-safe: handlers answer from a pool,
+    and the registry's `ended` condition guards the flags."""
+
+    def __init__(self, children: Any) -> None:
+        self.children = children
+
+    def open_runs(self) -> list[Any]:
+        """Every child at work, and every ended one whose outcome the model has not had."""
+        return [r for r in self.children.runs.values() if r.state not in ENDED or not r.read]
+
+    def tell(self, runs: Sequence[Any], head: str) -> None:
+        """The live `<children_state>` note about `runs` (none: no note); it supersedes the
+        previous one."""
+        if runs:
+            self.children.agent.recursion.append(state_note(runs, head))
+
+    def tell_cancelled(self) -> None:
+        """Children cancelled with the parent's run that have ended: the model is told
+        once, in a note that also names the others still open; being told counts as
+        reading their outcome."""
+        with self.children.ended:
+            news = [r for r in self.children.runs.values()
+                    if r.cancel_why and not r.told and r.done.is_set()]
+            for r in news:
+                r.told = True
+        if not news:
+            return
+        others = [r for r in self.open_runs() if r not in news]
+        self.tell(news + others, "Children you spawned were cancelled (what each did, and "
+                  "whether its partial work is kept); the others still open:")
+        self.mark_read(news)
+
+    def mark_read(self, runs: Sequence[Any]) -> None:
+        """The parent was given these children's outcomes: logged (`child_read`), so a
+        session opened again does not list them as unread."""
+        news = []
+        with self.children.ended:
+            for r in runs:
+                if r.done.is_set() and not r.read:
+                    r.read = True
+                    news.append(r.id)
+        if news:
+            self.children.agent.recursion.append(read_entry(news))

@@ -184,6 +184,7 @@ class Children:
         self._unrecorded: list[ChildRun] = []
         self._unshown: list[ChildRun] = []  # cancelled, not shown to the user yet
         self.cancelled: list[ChildRun] = []  # cancelled with the parent's run (cancel_all)
+        self.notes = report.Notes(self)  # <children_state>, read marks (rlm.agent.child_report)
         self._loaded = False
         self._load_lock = threading.Lock()  # handlers answer from a thread pool: load once
         self.cleanups = Cleanups()  # failed clean-ups, retried after compactions and at exit
@@ -242,7 +243,7 @@ class Children:
                          "work")
             run.done.set()
             self._record(run)
-        self._tell(lost, "Your host stopped while these children you spawned were at work; "
+        self.notes.tell(lost, "Your host stopped while these children you spawned were at work; "
                    "each was resumed from its own log, or is reported lost (handles in your "
                    "variables):")
 
@@ -384,7 +385,7 @@ class Children:
             run.cancel()
             raise
         self.flush()
-        self.mark_read([run])
+        self.notes.mark_read([run])
         if run.state != "done":
             raise RlmError(run.error or f"the child ended {run.state}")
         return run.result
@@ -454,46 +455,8 @@ class Children:
         self.retry_cleanup()
         self.load()
         self.flush()
-        self._tell(self._open_runs(), "Children you spawned (rlm_spawn); their handles are "
-                   "in your variables:")
-
-    def _open_runs(self) -> list[ChildRun]:
-        """Every child at work, and every ended one whose outcome the model has not had."""
-        return [r for r in self.runs.values() if r.state not in ENDED or not r.read]
-
-    def _tell(self, runs: list[ChildRun], head: str) -> None:
-        """The live `<children_state>` note for the model about `runs` (none: no note);
-        it supersedes the previous one (rlm.agent.child_report)."""
-        if runs:
-            self.agent.recursion.append(report.state_note(runs, head))
-
-    def _tell_cancelled(self) -> None:
-        """Children cancelled with the parent's run that have ended: the model is told
-        once, in a `<children_state>` note that also names the others still open; being
-        told counts as reading their outcome."""
-        with self.ended:
-            news = [r for r in self.runs.values()
-                    if r.cancel_why and not r.told and r.done.is_set()]
-            for r in news:
-                r.told = True
-        if not news:
-            return
-        others = [r for r in self._open_runs() if r not in news]
-        self._tell(news + others, "Children you spawned were cancelled (what each did, and "
-                   "whether its partial work is kept); the others still open:")
-        self.mark_read(news)
-
-    def mark_read(self, runs: list[ChildRun]) -> None:
-        """The parent was given these children's outcomes: logged (`child_read`), so a
-        session opened again does not list them as unread."""
-        news = []
-        with self.ended:
-            for r in runs:
-                if r.done.is_set() and not r.read:
-                    r.read = True
-                    news.append(r.id)
-        if news:
-            self.agent.recursion.append(report.read_entry(news))
+        self.notes.tell(self.notes.open_runs(), "Children you spawned (rlm_spawn); their "
+                        "handles are in your variables:")
 
     # ------------------------------------------------------------------- log
     def running(self) -> list[ChildRun]:
@@ -511,7 +474,7 @@ class Children:
             ended, self._unrecorded = self._unrecorded, []
         for run in ended:
             self._record(run)
-        self._tell_cancelled()
+        self.notes.tell_cancelled()
 
     def _flush_hook(self, agent: Any) -> None:
         self.flush()
@@ -560,7 +523,7 @@ class ChildHandles:
             with self.children.lend():
                 run.done.wait(timeout)
         self.children.flush()
-        self.children.mark_read([run])
+        self.children.notes.mark_read([run])
         return {**run.view(), "done": run.done.is_set()}
 
     def wait(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -593,7 +556,7 @@ class ChildHandles:
                 self.children.ended.wait_for(lambda: all(r.done.is_set() for r in runs),
                                      JOIN_AT_CLOSE_S)
         self.children.flush()
-        self.children.mark_read(runs)
+        self.children.notes.mark_read(runs)
         return {"partial": partial, "children": [r.view() for r in runs]}
 
     def cancel(self, params: dict[str, Any]) -> bool:
