@@ -198,3 +198,23 @@ def test_a_worktree_past_the_bound_is_refused_naming_the_fix(
     assert "come to 5 files, 0 MB, more than a child's copy takes (3 files" in text
     assert "commit them or add what the child does not need to .gitignore" in text
     assert len(git(repo, "worktree", "list").splitlines()) == 1
+
+
+def test_the_memory_guard_asks_the_filesystem_and_errs_safe_when_memory_is_missing(tmp_path):
+    """With `.agent/` present the guard compares directories by identity (a link into it
+    is memory; `.agents/` is not); with none yet, a path that would create it is refused
+    by name, case- and normalisation-insensitively (no directory to stat)."""
+    from rlm.app.owned import Owned
+
+    root = tmp_path / "w"
+    (root / "docs").mkdir(parents=True)
+    missing = Owned(root, root / ".agent")
+    assert [r for r in (".agent/state.md", ".Agent/x", ".AGENT", "docs/.agent/x", ".agents/x",
+                        "agent/x") if missing.refuses(r)] == [".agent/state.md", ".Agent/x",
+                                                               ".AGENT"]
+    (root / ".agent").mkdir()
+    (root / "docs" / "m").symlink_to("../.agent")
+    present = Owned(root, root / ".agent")
+    assert [r for r in (".agent/a/b.md", "docs/m/state.md", ".agent", ".agents/x",
+                        "docs/x.md") if present.refuses(r)] == [".agent/a/b.md",
+                                                                 "docs/m/state.md", ".agent"]
