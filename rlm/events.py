@@ -189,6 +189,7 @@ class ChildProgress(Event):
     tokens: int = 0
     seconds: float = 0.0
     error: str | None = None
+    note: str | None = None  # at its end: changes of its working copy that were refused
 
 
 def first_run(events: list[Event]) -> list[Event]:

@@ -572,6 +572,9 @@ def alive(pid: int) -> bool:
 
 def test_worktree_isolation_applies_two_childrens_edits_and_keeps_a_conflicting_patch(
         tmp_path):
+    """Two children's edits apply; a third starts from the parent's working state (their
+    edits in it) and edits a.txt while the parent edits it too: its patch no longer
+    applies and is kept, the parent's version stays."""
     import subprocess
 
     repo = tmp_path / "repo"
@@ -582,20 +585,26 @@ def test_worktree_isolation_applies_two_childrens_edits_and_keeps_a_conflicting_
     subprocess.run(git + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "-A"], check=True)
     subprocess.run(git + ["commit", "-qm", "base"], check=True)
-    child = script(tmp_path / "child.json", [
-        call("import os\nopen(context[0], 'w').write(context[1])\n"
-             "final(os.getcwd())"),
+    started, go = tmp_path / "started", tmp_path / "go"
+    child = script(tmp_path / "child.json", [  # the third waits while the parent edits a
+        call(f"import os, time\nif len(context) > 2:\n    open({str(started)!r}, 'w').close()\n"
+             f"    while not os.path.exists({str(go)!r}):\n        time.sleep(0.05)\n"
+             "open(context[0], 'w').write(context[1])\nfinal(os.getcwd())"),
     ])
     parent = script(tmp_path / "parent.json", [
-        call("a = rlm_spawn('edit a', context=['a.txt', 'A was here\\n'], isolation='worktree')\n"
+        call("import os, time\n"
+             "a = rlm_spawn('edit a', context=['a.txt', 'A was here\\n'], isolation='worktree')\n"
              "b = rlm_spawn('edit b', context=['b.txt', 'B was here\\n'], isolation='worktree')\n"
              "print(rlm_gather([a, b]))\n"
-             "c = rlm_spawn('edit a too', context=['a.txt', 'C disagrees\\n'], "
-             "isolation='worktree')\nc.result(120)\n"
+             "c = rlm_spawn('edit a too', context=['a.txt', 'C disagrees\\n', 1], "
+             f"isolation='worktree')\nwhile not os.path.exists({str(started)!r}):\n"
+             "    time.sleep(0.05)\nopen('a.txt', 'w').write('A was here\\nthe parent too\\n')\n"
+             f"open({str(go)!r}, 'w').close()\nc.result(120)\n"
              "for h in (a, b, c):\n    print(h.name, h.status()['isolation'])"),
         call("final('ok')"),
     ])
-    options = app.RunOptions(overrides={"model": parent, "sub_model": child},
+    # unsandboxed: the parent and the third child meet on marker files outside the repo
+    options = app.RunOptions(overrides={"model": parent, "sub_model": child, "sandbox": False},
                              workdir=str(repo))
     run = app.SessionRun.new("run", "go", options)
     with run:
@@ -606,7 +615,7 @@ def test_worktree_isolation_applies_two_childrens_edits_and_keeps_a_conflicting_
     lines = {ln.split()[0]: ln for ln in out.splitlines()[1:] if ln.startswith("child-")}
     assert "'outcome': 'applied'" in lines["child-1"] and "'outcome': 'applied'" in lines["child-2"]
     assert "'outcome': 'failed'" in lines["child-3"] and "is kept" in lines["child-3"]
-    assert (repo / "a.txt").read_text() == "A was here\n"
+    assert (repo / "a.txt").read_text() == "A was here\nthe parent too\n"  # the parent's
     assert (repo / "b.txt").read_text() == "B was here\n"
     kept = next(run.session.dir.glob("children/*/changes.patch"), None)
     assert kept is not None

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent import child_report as report
 from rlm.agent.budget import BudgetRefused
 from rlm.agent.child_input import context_blob
 from rlm.agent.policy.schema import SchemaError, check_schema
@@ -82,7 +83,9 @@ class ChildRun:
     done: threading.Event = field(default_factory=threading.Event)
     slots: TreeSlots | None = None
     sections: dict[str, list[Any]] = field(default_factory=dict)  # yield_section's items
-    read: bool = False  # the parent's kernel has been given its result
+    read: bool = False  # the parent's kernel has been given its result (logged: child_read)
+    cancel_why: str | None = None  # cancelled with the parent's run (rlm.agent.child_report)
+    told: bool = False  # the model was told of that cancellation
     isolation: str | None = None  # "worktree" | "copy" (rlm.app.isolation)
     isolated: dict[str, Any] | None = None  # its outcome: applied / failed / skipped
     on_change: Callable[[ChildRun], None] | None = None  # started, a turn ended, ended
@@ -179,6 +182,9 @@ class Children:
         self.ended = threading.Condition()  # notified as each child ends; guards _unrecorded
         self._threads: list[threading.Thread] = []
         self._unrecorded: list[ChildRun] = []
+        self._unshown: list[ChildRun] = []  # cancelled, not shown to the user yet
+        self.cancelled: list[ChildRun] = []  # cancelled with the parent's run (cancel_all)
+        self.notes = report.Notes(self)  # <children_state>, read marks (rlm.agent.child_report)
         self._loaded = False
         self._load_lock = threading.Lock()  # handlers answer from a thread pool: load once
         self.cleanups = Cleanups()  # failed clean-ups, retried after compactions and at exit
@@ -201,7 +207,9 @@ class Children:
 
     def _load(self) -> None:
         lost: list[ChildRun] = []
-        for d in registry(self.agent.session.branch()):
+        branch = self.agent.session.branch()
+        read = report.read_ids(branch)
+        for d in registry(branch):
             cid = d["id"]
             if cid in self.runs:
                 continue
@@ -213,7 +221,8 @@ class Children:
                            session_id=d.get("session"), queued_at=d.get("queued_at") or 0.0,
                            started_at=d.get("started_at"), ended_at=d.get("ended_at"),
                            promised=d.get("promised") if isinstance(d.get("promised"), dict)
-                           else None)
+                           else None, read=cid in read,
+                           cancel_why=d.get("cancelled_because"), told=cid in read)
             self._names.add(run.name)
             self.runs[cid] = run
             if run.state in ENDED:
@@ -234,7 +243,7 @@ class Children:
                          "work")
             run.done.set()
             self._record(run)
-        self._tell(lost, "Your host stopped while these children you spawned were at work; "
+        self.notes.tell(lost, "Your host stopped while these children you spawned were at work; "
                    "each was resumed from its own log, or is reported lost (handles in your "
                    "variables):")
 
@@ -376,7 +385,7 @@ class Children:
             run.cancel()
             raise
         self.flush()
-        run.read = True
+        self.notes.mark_read([run])
         if run.state != "done":
             raise RlmError(run.error or f"the child ended {run.state}")
         return run.result
@@ -398,13 +407,31 @@ class Children:
                 self.agent.slots.acquire(own.ticket)
 
     # -------------------------------------------------------------- teardown
-    def cancel_all(self) -> int:
+    def cancel_all(self, why: str = report.AT_CLOSE) -> list[ChildRun]:
         """Cancel every child still queued or running (the parent was interrupted or is
-        closing); how many were."""
-        return sum(run.cancel() for run in list(self.runs.values()))
+        closing, `why`); the ones that were. The user is shown each (`take_unshown`, and
+        `cancelled` at close), the model is told at the next safe point (`flush`)."""
+        out = []
+        for run in list(self.runs.values()):
+            if run.cancel():
+                run.cancel_why = run.cancel_why or why
+                out.append(run)
+        with self.ended:
+            self._unshown += out
+            self.cancelled += [r for r in out if r not in self.cancelled]
+        return out
+
+    def take_unshown(self) -> list[ChildRun]:
+        """The children cancelled since the user was last shown them."""
+        with self.ended:
+            out, self._unshown = self._unshown, []
+        return out
 
     def close(self) -> None:
-        self.cancel_all()
+        """Cancel what still works, wait for it (within JOIN_AT_CLOSE_S) and log the note
+        the model reads at the next run; `cancelled` then holds every child cancelled with
+        the parent's run, as it ended (for the user: rlm.cli)."""
+        self.cancel_all(report.AT_CLOSE)
         deadline = time.monotonic() + JOIN_AT_CLOSE_S
         for t in self._threads:
             t.join(max(0.0, deadline - time.monotonic()))
@@ -428,31 +455,16 @@ class Children:
         self.retry_cleanup()
         self.load()
         self.flush()
-        self._tell([r for r in self.runs.values() if r.state not in ENDED or not r.read],
-                   "Children you spawned (rlm_spawn); their handles are in your variables:")
-
-    def _tell(self, runs: list[ChildRun], head: str) -> None:
-        """A `<children_state>` note for the model about `runs` (none: no note)."""
-        if not runs:
-            return
-        lines = ["<children_state>", head]
-        for r in runs:
-            what = (f"ended, {r.error}" if r.state == "failed" and r.error else
-                    "ended, result not read yet: call .result() on its handle"
-                    if r.state in ENDED else f"{r.state}, {r.view()['turns']} turns so far")
-            lines.append(f"- {r.name} ({r.state}; {what}): {r.task[:160]}")
-        lines.append("</children_state>")
-        self.agent.recursion.append(CustomEntry(
-            custom_type="children_state", data={"children": [r.view(result=False)
-                                                             for r in runs]},
-            display=False, content="\n".join(lines)))
+        self.notes.tell(self.notes.open_runs(), "Children you spawned (rlm_spawn); their "
+                        "handles are in your variables:")
 
     # ------------------------------------------------------------------- log
     def running(self) -> list[ChildRun]:
         return [r for r in self.runs.values() if r.state not in ENDED]
 
     def _record(self, run: ChildRun) -> None:
-        data = {**run.view(), "schema": run.schema, "isolation_mode": run.isolation}
+        data = {**run.view(), "schema": run.schema, "isolation_mode": run.isolation,
+                "cancelled_because": run.cancel_why}
         self.agent.recursion.append(CustomEntry(custom_type=CHILD_ENTRY, data=data,
                                                 display=False, content=None))
 
@@ -462,6 +474,7 @@ class Children:
             ended, self._unrecorded = self._unrecorded, []
         for run in ended:
             self._record(run)
+        self.notes.tell_cancelled()
 
     def _flush_hook(self, agent: Any) -> None:
         self.flush()
@@ -510,7 +523,7 @@ class ChildHandles:
             with self.children.lend():
                 run.done.wait(timeout)
         self.children.flush()
-        run.read = run.read or run.done.is_set()
+        self.children.notes.mark_read([run])
         return {**run.view(), "done": run.done.is_set()}
 
     def wait(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -543,8 +556,7 @@ class ChildHandles:
                 self.children.ended.wait_for(lambda: all(r.done.is_set() for r in runs),
                                      JOIN_AT_CLOSE_S)
         self.children.flush()
-        for r in runs:
-            r.read = r.read or r.done.is_set()
+        self.children.notes.mark_read(runs)
         return {"partial": partial, "children": [r.view() for r in runs]}
 
     def cancel(self, params: dict[str, Any]) -> bool:
@@ -643,8 +655,10 @@ class Watchers:
         if not emits:
             return
         v = run.view(result=False)
+        refused = (run.isolated or {}).get("refused")
+        note = report.refused_line(run) if refused and run.state in ENDED else None
         event = ChildProgress(run.name, run.state, int(v["turns"]), int(v["tokens"]),
-                              float(v["seconds"]), run.error)
+                              float(v["seconds"]), run.error, note)
         for emit in emits:
             emit(event)
 

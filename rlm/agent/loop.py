@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
-from rlm.agent import notices
+from rlm.agent import child_report, notices
 from rlm.agent.acting import Outcome, act, say
 from rlm.agent.budget import TokenBudget
 from rlm.agent.children import Children
@@ -288,11 +288,12 @@ class Agent:
     def stop(self) -> None:
         """End the run now: interrupt the running cell and stop after it (the stop button)."""
         self.state.stop.set()
-        self.interrupt()
+        self.interrupt(child_report.AT_STOP)
 
-    def interrupt(self) -> int:
-        """Ctrl-C (rlm.agent.pieces): the presses that count on the running piece."""
-        return self.pieces.interrupt()
+    def interrupt(self, why: str = child_report.AT_CTRL_C) -> int:
+        """Ctrl-C (rlm.agent.pieces): the presses that count on the running piece; `why`
+        its children are cancelled (rlm.agent.child_report)."""
+        return self.pieces.interrupt(why)
 
     def announce(self, text: str) -> None:
         """Name the step between turns that runs now (a gate, a summary) on screen."""

@@ -15,10 +15,11 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
+from rlm.agent import child_report
 from rlm.agent.cells import kill_kernel
 from rlm.agent.interrupts import ctrl_c_notice
 from rlm.agent.runner import Work, counting_presses, run_interruptible
-from rlm.events import Event, Phase
+from rlm.events import Event, Notice, Phase
 
 
 class Pieces:
@@ -34,14 +35,15 @@ class Pieces:
         with counting_presses() as self.presses:
             yield
 
-    def interrupt(self) -> int:
+    def interrupt(self, why: str = child_report.AT_CTRL_C) -> int:
         """Ctrl-C: once interrupts the running cell (and stops a running gate or summary),
-        twice on the same piece of work ends the run. Returns the presses that count."""
+        twice on the same piece of work ends the run. Returns the presses that count;
+        `why` the children are cancelled (rlm.agent.child_report)."""
         a = self.agent
         st = a.state
         presses = st.presses.press(time.monotonic())
         st.cancel.set()
-        a.children.cancel_all()  # an interrupted parent's children stop too
+        a.children.cancel_all(why)  # an interrupted parent's children stop too
         a.recursion.abandon()  # and its batched prompts still queued leave the pool
         if a.executor is not None:
             try:
@@ -64,7 +66,7 @@ class Pieces:
         self._begin()
         return (yield from run_interruptible(
             fn, stop=a.state.stop, grace_s=a.config.interrupt_grace_s, presses=self.presses,
-            on_keyboard_interrupt=lambda: ctrl_c_notice(self.interrupt(), in_cell=cell),
+            on_keyboard_interrupt=lambda: self._ctrl_c(cell),
             kill=(lambda: kill_kernel(a.executor)) if cell else None))
 
     def step(self, fn: Callable[[], Any]) -> Generator[Event, None, Any]:
@@ -91,7 +93,21 @@ class Pieces:
         st.presses.begin()
         st.cancel.clear()
 
+    def _ctrl_c(self, in_cell: bool) -> Event:
+        """Ctrl-C on a cell or a model call: interrupt, and say what happens next and which
+        children it cancelled, with their spend."""
+        said = ctrl_c_notice(self.interrupt(), in_cell=in_cell)
+        return _with_cancelled(said, self.agent.children.take_unshown())
+
     def _step_ctrl_c(self) -> Event:
         """Ctrl-C during a step between turns: it stops, and the run with it."""
         self.agent.stop()
-        return ctrl_c_notice(2, in_cell=False, step=self._step or "the step between turns")
+        said = ctrl_c_notice(2, in_cell=False, step=self._step or "the step between turns")
+        return _with_cancelled(said, self.agent.children.take_unshown())
+
+
+def _with_cancelled(said: Notice, cancelled: list[Any]) -> Notice:
+    if not cancelled:
+        return said
+    return Notice("\n".join([said.text, *map(child_report.cancelled_line, cancelled)]),
+                  said.level)

@@ -2,12 +2,18 @@
 its changes come back when it finishes.
 
 - `isolation="worktree"` in a git repository: `git worktree add --detach` of the repository
-  that holds the parent's working directory, at HEAD, under the child's session directory;
-  the child's kernel starts in the same relative directory of it. Its changes (`git add
-  -A` + `git diff --cached --binary HEAD`) are written to `children/<id>/changes.patch` and
-  applied to the parent's tree with `git apply`: "applied", "failed" (the patch is kept for
-  the user, with git's reason) or "skipped" (no change); then the worktree is removed. The
-  parent's uncommitted changes are not in the child's worktree (it starts at HEAD).
+  that holds the parent's working directory, at HEAD, under the child's session directory,
+  then the parent's working state laid over it: every tracked file changed or deleted since
+  HEAD (staged or not) and every untracked file `.gitignore` does not exclude (data files
+  the run wrote, changes applied earlier in the run). Ignored files are left out, as git
+  leaves them out (virtualenvs, caches, build output): pass such data with `context=`, or
+  spawn with isolation='copy'. At most COPY_MAX_FILES files and COPY_MAX_BYTES are laid
+  over, else the spawn is refused naming the fix. That state is the child's baseline (`git
+  write-tree`); the child's kernel starts in the same relative directory. Its changes
+  against the baseline (`git add -A` + `git diff --cached --binary BASE`) are written to
+  `children/<id>/changes.patch` and applied to the parent's working tree with `git apply`:
+  "applied", "failed" (the patch is kept for the user, with git's reason) or "skipped" (no
+  change); then the worktree is removed.
 - `isolation="copy"`, and "worktree" outside a git repository: a private copy of the
   parent's working directory (regular files; at most COPY_MAX_FILES files and
   COPY_MAX_BYTES, else the spawn is refused naming the fix) under `children/<id>/copy`. A
@@ -16,7 +22,9 @@ its changes come back when it finishes.
   ("failed", with the files named); no change: "skipped".
 
 Only a child that finished brings its changes back; a failed or cancelled child's are kept
-(the patch, or the copy) and reported so, never applied half-done.
+(the patch, or the copy) and reported so, never applied half-done. Nothing a child changed
+in the parent's project memory (`.agent/`, by any path that reaches it: rlm.app.owned)
+is applied: those changes are named in the outcome's `refused` and `detail`.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm import safeio
+from rlm.app.owned import Owned, refused_note
 from rlm.errors import RlmError
 from rlm.paths import write_private_atomic
 
@@ -55,43 +64,60 @@ class Worktree:
     tree: Path  # the child's worktree
     cwd: Path  # the child's kernel's working directory (inside `tree`)
     patch: Path  # where its changes are written
+    owned: Owned  # the parent's memory, from the repository root (never applied)
+    base: str = "HEAD"  # the tree it started from: HEAD with the parent's working state
 
     def bring_back(self, finished: bool) -> dict[str, Any]:
         """Apply the child's changes to the parent's tree; the outcome, for the parent."""
         try:
             _git(self.tree, "add", "-A")
-            files = _git(self.tree, "diff", "--cached", "--name-only", "HEAD").stdout.split()
-            if not files:
-                return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
-            write_private_atomic(self.patch, _git(self.tree, "diff", "--cached", "--binary",
-                                                  "HEAD").stdout.encode())
-            if not finished:
-                return {"outcome": "failed", "files": files, "patch": str(self.patch),
-                        "detail": f"{UNFINISHED}; the patch is kept: `git apply {self.patch}`"}
-            applied = _git(self.repo, "apply", "--whitespace=nowarn", str(self.patch),
-                           check=False)
-            if applied.returncode == 0:
-                return {"outcome": "applied", "files": files, "patch": str(self.patch)}
-            return {"outcome": "failed", "files": files, "patch": str(self.patch),
-                    "detail": (f"the patch does not apply to the parent's tree "
-                               f"({applied.stderr.strip()[:300]}); it is kept: apply it by hand "
-                               f"with `git apply --3way {self.patch}`")}
+            changed = [f for f in _git(self.tree, "diff", "--cached", "--name-only", "-z",
+                                       "--no-renames", self.base).stdout.split("\0") if f]
+            files, refused = self.owned.split(changed)
+            return _with_refused(self._apply(files, finished), refused, self.owned.owned)
         finally:
             _git(self.repo, "worktree", "remove", "--force", str(self.tree), check=False)
+
+    def _apply(self, files: list[str], finished: bool) -> dict[str, Any]:
+        if not files:
+            return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
+        write_private_atomic(self.patch, _git(
+            self.tree, "diff", "--cached", "--binary", "--no-renames", self.base, "--",
+            *(f":(literal){f}" for f in files)).stdout.encode())  # at most COPY_MAX_FILES
+        if not finished:
+            return {"outcome": "failed", "files": files, "patch": str(self.patch),
+                    "detail": f"{UNFINISHED}; the patch is kept: `git apply {self.patch}`"}
+        applied = _git(self.repo, "apply", "--whitespace=nowarn", str(self.patch),
+                       check=False)
+        if applied.returncode == 0:
+            return {"outcome": "applied", "files": files, "patch": str(self.patch)}
+        return {"outcome": "failed", "files": files, "patch": str(self.patch),
+                "detail": (f"the patch does not apply to the parent's tree "
+                           f"({applied.stderr.strip()[:300]}); it is kept: apply it by hand "
+                           f"with `git apply --3way {self.patch}`")}
 
 
 @dataclass
 class PrivateCopy:
     src: Path  # the parent's working directory
     cwd: Path  # the copy: the child's kernel's working directory
+    owned: Owned  # the parent's memory (never applied)
     digests: dict[str, str] = field(default_factory=dict)  # relative path -> sha256 at copy
 
     def bring_back(self, finished: bool) -> dict[str, Any]:
         now = _files(self.cwd)
-        changed = sorted(r for r in set(now) | set(self.digests)
-                         if self.digests.get(r) != (_digest(self.cwd, r) if r in now else None))
-        if not changed:
+        changed, refused = self.owned.split(sorted(
+            r for r in set(now) | set(self.digests)
+            if self.digests.get(r) != (_digest(self.cwd, r) if r in now else None)))
+        out = _with_refused(self._apply(now, changed, finished), refused, self.owned.owned)
+        if out["outcome"] in ("applied", "skipped") and not refused:
             shutil.rmtree(self.cwd, ignore_errors=True)
+        elif "copy" not in out:
+            out["copy"] = str(self.cwd)  # what was refused stays there for the user
+        return out
+
+    def _apply(self, now: list[str], changed: list[str], finished: bool) -> dict[str, Any]:
+        if not changed:
             return {"outcome": "skipped", "files": [], "detail": "the child changed no file"}
         if not finished:
             return {"outcome": "failed", "files": changed, "copy": str(self.cwd),
@@ -114,29 +140,87 @@ class PrivateCopy:
                     "detail": (f"{len(kept)} file(s) changed in the parent's directory too "
                                f"while the child worked: {', '.join(kept[:10])}; the child's "
                                f"versions are kept in {self.cwd}; the others were applied")}
-        shutil.rmtree(self.cwd, ignore_errors=True)
         return {"outcome": "applied", "files": changed}
 
 
 Isolated = Worktree | PrivateCopy
 
 
-def isolate(parent_cwd: Path, child_dir: Path, how: str = "worktree") -> Isolated:
-    """The child's own copy: a git worktree (`worktree` in a repository), else a private
-    copy of the working directory."""
+def _with_refused(out: dict[str, Any], refused: list[str], owned: Path) -> dict[str, Any]:
+    """The outcome, with the memory changes that were refused named in it."""
+    if refused:
+        note = refused_note(refused, owned)
+        out["refused"] = refused
+        out["detail"] = f"{out['detail']}; {note}" if out.get("detail") else note
+    return out
+
+
+def isolate(parent_cwd: Path, child_dir: Path, how: str = "worktree",
+            memory: Path | None = None) -> Isolated:
+    """The child's own copy: a git worktree (`worktree` in a repository) with the parent's
+    working state, else a private copy of the working directory. `memory`: the parent's
+    project memory directory, which the child's changes never reach (default: the
+    working directory's `.agent`)."""
+    memory = memory if memory is not None else Path(parent_cwd) / ".agent"
     if how == "worktree":
         top = _git(parent_cwd, "rev-parse", "--show-toplevel", check=False)
         if top.returncode == 0:
             repo = Path(top.stdout.strip())
-            tree = child_dir / "worktree"
-            tree.parent.mkdir(parents=True, exist_ok=True)
-            _git(repo, "worktree", "add", "--detach", str(tree), "HEAD")
-            rel = Path(parent_cwd).resolve().relative_to(repo.resolve())
-            return Worktree(repo=repo, tree=tree, cwd=tree / rel, patch=child_dir / "changes.patch")
-    return private_copy(Path(parent_cwd), child_dir / "copy")
+            return worktree(repo, Path(parent_cwd), child_dir, Owned(repo, memory))
+    return private_copy(Path(parent_cwd), child_dir / "copy", Owned(Path(parent_cwd), memory))
 
 
-def private_copy(src: Path, dest: Path) -> PrivateCopy:
+def worktree(repo: Path, parent_cwd: Path, child_dir: Path, owned: Owned) -> Worktree:
+    """A worktree at HEAD with the parent's working state laid over it (module doc)."""
+    skip = child_dir.parent.parent  # the parent's session, when it lies in the repository
+    changed, untracked = _working_state(repo, skip)
+    _check_size(repo, changed + untracked, "the parent's uncommitted changes and untracked "
+                "files", "commit them or add what the child does not need to .gitignore, "
+                "or spawn with isolation='copy' or without isolation")
+    tree = child_dir / "worktree"
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    _git(repo, "worktree", "add", "--detach", str(tree), "HEAD")
+    try:
+        for rel in changed + untracked:
+            if _digest(repo, rel) is not None:  # a regular file (links are not followed)
+                _copy(repo, tree, rel)
+            elif not os.path.lexists(repo / rel):  # deleted since HEAD
+                safeio.unlink(tree, rel)
+        _git(tree, "add", "-A")
+        base = _git(tree, "write-tree").stdout.strip()
+    except BaseException:
+        _git(repo, "worktree", "remove", "--force", str(tree), check=False)
+        raise
+    rel_cwd = parent_cwd.resolve().relative_to(repo.resolve())
+    return Worktree(repo=repo, tree=tree, cwd=tree / rel_cwd,
+                    patch=child_dir / "changes.patch", owned=owned, base=base)
+
+
+def _working_state(repo: Path, skip: Path) -> tuple[list[str], list[str]]:
+    """(tracked files changed or deleted since HEAD, untracked files not ignored), relative
+    to `repo`, nothing under `skip`."""
+    def listed(*args: str) -> list[str]:
+        return [f for f in _git(repo, *args).stdout.split("\0") if f]
+
+    try:
+        under = skip.resolve().relative_to(repo.resolve()).as_posix() + "/"
+    except ValueError:
+        under = None
+    changed = listed("diff", "--name-only", "-z", "--no-renames", "HEAD")
+    untracked = listed("ls-files", "-z", "--others", "--exclude-standard")
+    keep = [f for f in changed + untracked if under is None or not f.startswith(under)]
+    return [f for f in changed if f in keep], [f for f in untracked if f in keep]
+
+
+def _check_size(root: Path, files: list[str], what: str, fix: str) -> None:
+    sizes = [os.lstat(root / r).st_size for r in files if os.path.isfile(root / r)]
+    if len(sizes) > COPY_MAX_FILES or sum(sizes) > COPY_MAX_BYTES:
+        raise RlmError(f"isolation: {what} in {root} come to {len(sizes)} files, "
+                       f"{sum(sizes) / 1e6:.0f} MB, more than a child's copy takes "
+                       f"({COPY_MAX_FILES} files, {COPY_MAX_BYTES // 2**20} MB): {fix}")
+
+
+def private_copy(src: Path, dest: Path, owned: Owned | None = None) -> PrivateCopy:
     files = _files(src, skip=dest)
     size = sum((src / r).stat().st_size for r in files)
     if len(files) > COPY_MAX_FILES or size > COPY_MAX_BYTES:
@@ -145,7 +229,7 @@ def private_copy(src: Path, dest: Path) -> PrivateCopy:
                        f"({COPY_MAX_FILES} files, {COPY_MAX_BYTES // 2**20} MB): make it a git "
                        "repository (isolation='worktree' then shares its objects), or spawn "
                        "from a smaller directory, or without isolation")
-    out = PrivateCopy(src=src, cwd=dest)
+    out = PrivateCopy(src=src, cwd=dest, owned=owned or Owned(src, src / ".agent"))
     safeio.make_dirs(dest.parent, dest.name)
     for rel in files:
         _copy(src, dest, rel)

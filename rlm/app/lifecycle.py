@@ -59,7 +59,7 @@ from rlm.app.driving import drive
 from rlm.app.features import ENTRY_POINTS, FEATURES, gap
 from rlm.app.inputs import prepare_inputs, put_context
 from rlm.app.isolation import isolate
-from rlm.app.memory import attach_memory
+from rlm.app.memory import attach_memory, project_root
 from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
 from rlm.app.phases import kernel_phase
 from rlm.app.steering import attach_rules
@@ -76,6 +76,7 @@ from rlm.llm.seam import warm_for
 from rlm.llm.types import LLM
 from rlm.longrun.clock import Clock
 from rlm.longrun.lock import LOCK_NAME, SessionLock, holder
+from rlm.memory.files import DIRNAME
 from rlm.paths import private_dir
 from rlm.protocols import Executor, SessionLog
 from rlm.secrets import scrub_left_behind
@@ -438,7 +439,8 @@ def run_child(parent: Agent, task: str, context: Any, control: ChildRun | None =
     if control is not None and control.isolation is not None:
         assert parent.session.dir is not None
         iso = isolate(Path(parent.config.kernel_cwd or os.getcwd()),
-                      parent.session.dir / "children" / control.id, control.isolation)
+                      parent.session.dir / "children" / control.id, control.isolation,
+                      memory=project_root(parent.config) / DIRNAME)  # never changed by it
     run = SessionRun.child(parent, task, control.model if control else None,
                            control.id if control else None, iso.cwd if iso else None)
     schema = control.schema if control is not None else None

@@ -17,6 +17,7 @@ from typing import Any
 from rich.markup import escape
 
 from rlm import app
+from rlm.agent.child_report import cancelled_line, cancelled_record
 from rlm.agent.result import RunResult
 from rlm.cli.common import open_readonly, options_from_args, reading_config
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
@@ -71,15 +72,21 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
     render.close()
     result = RunResult.from_events(session, first_run(events), model=agent.llm.spec,
                                    duration_s=time.monotonic() - started).describe_agent(agent)
+    cancelled = agent.children.cancelled  # with the run: cancelled as the agent closed
     if quiet:
         out = result.to_json()
         if note:
             out["schedules"] = note
+        if cancelled:
+            out["cancelled_children"] = [cancelled_record(r) for r in cancelled]
         print_json(out)
     else:
         render.session_line(session)
         if note:
             render.console.print(note, style="yellow", markup=False)
+        for r in cancelled:
+            render.console.print(terminal_safe(cancelled_line(r)), style="yellow",
+                                 markup=False)
     return result.exit_code
 
 
@@ -153,7 +160,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
            else app.SessionRun.new("chat", None, options))
     run.on_phase = Renderer(quiet=bool(args.json)).phase
     with run:
-        return chat_loop(run, args)
+        code = chat_loop(run, args)
+    if run.agent is not None:  # children still at work when chat ended were cancelled
+        for r in run.agent.children.cancelled:
+            print(f"rlm: {terminal_safe(cancelled_line(r))}", file=sys.stderr)
+    return code
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

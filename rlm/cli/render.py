@@ -294,6 +294,8 @@ class Renderer:
         self._kids.lines.pop(e.name, None)
         why = f": {terminal_safe(e.error)[:200]}" if e.error else ""
         self.console.print(Text(line + why, style="green" if e.state == "done" else "red"))
+        if e.note:
+            self.console.print(Text(terminal_safe(e.note), style="yellow"))
 
     def _KernelRestarted(self, e: ev.KernelRestarted) -> None:
         self.console.print(f"[yellow]kernel restarted ({escape(terminal_safe(e.cause))}); restored "

@@ -55,7 +55,7 @@ SUMMARY_PREFIX = (
     "The conversation history before this point was compacted into the following summary:"
 )
 # custom entries of which only the newest one is projected
-SUPERSEDED_CUSTOM = frozenset({"ipython_state"})
+SUPERSEDED_CUSTOM = frozenset({"ipython_state", "children_state"})
 # a tier's record (rlm.compaction.tiers): cell results it replaced by one-line notices
 RELIEF_CUSTOM = "context_relief"
 # custom entries a compaction never drops: projected after the summary (which skips them)
