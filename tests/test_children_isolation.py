@@ -43,8 +43,15 @@ def printed(session_path: str) -> str:
 
 
 def memory(root: Path) -> dict[str, str]:
-    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    """The memory files as the child could change them: the parent's own end-of-run line
+    (rlm.memory: history.log) and its lock/ignore files are the parent's writes, left out."""
+    files = {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*"))
+             if p.is_file() and p.name not in (".lock", ".gitignore")}
+    if "history.log" in files:
+        files["history.log"] = "".join(
+            line for line in files["history.log"].splitlines(keepends=True)
+            if '"action": "run"' not in line)
+    return files
 
 
 SPAWN = ("import json\nh = rlm_spawn('tidy the notes', isolation={how!r})\nh.result(120)\n"

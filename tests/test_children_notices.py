@@ -126,7 +126,7 @@ def test_ctrl_c_says_which_children_it_cancelled(tmp_path, _isolated_home):
         deadline = time.monotonic() + 120
         while not (tmp_path / "started-scanner").exists() and time.monotonic() < deadline:
             threading.Event().wait(0.05)
-        said = run.agent._ctrl_c(True)  # what a Ctrl-C press during the cell shows
+        said = run.agent.pieces._ctrl_c(True)  # what a Ctrl-C press during the cell shows
         t.join(180)
         path = run.session.path
     assert "child scanner cancelled (the user pressed Ctrl-C while it was at work): " \
