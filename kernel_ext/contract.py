@@ -201,7 +201,6 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext": frozenset(),  # loaded by name (`%load_ext kernel_ext`), never imported
     "kernel_ext.contract": ALL,
     "kernel_ext.wire": ALL,
-    "kernel_ext.lineage": frozenset({"cell_record"}),  # the names a cell binds (tiers)
     "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
                                       "summary", "describe_json"}),
     "kernel_ext.snapshot_store": frozenset({"StoreError", "open_store", "is_url", "public_url"}),
