@@ -120,10 +120,12 @@ def test_the_prune_and_the_data_flow_read_the_same_names(ran, tmp_path):
         kept = kept_names(res.binds, cell)
         assert kept == set(res.binds or ()) - ({"i"} if cell.startswith("for i") else
                                                 {"j"} if cell.startswith("for j") else set())
-    flow = DataFlow({"total", "gone"})  # names holding data before the table's cells
+    # names holding data before the table's cells
+    flow = DataFlow({"total", "ex1", "gx", "counter"})
     for cell, res in ran:
         flow.cell(cell, res.provenance, res.binds)
-    # exec/globals() bound ex1 and gx where no statement says: they hold no data
+    # exec, globals() and g()'s `global` rebound them to literals where no statement of
+    # the cell says: they hold no data now
     assert not flow.derived & {"ex1", "gx", "counter"}
     assert "total" in flow.derived  # `total += 1` keeps what total held
 
