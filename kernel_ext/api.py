@@ -15,7 +15,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from kernel_ext import bridge
+from kernel_ext import bridge, contract
 from kernel_ext.children import rlm_gather, rlm_max_children, rlm_spawn, rlm_wait, yield_section
 
 
@@ -30,7 +30,7 @@ def _jsonable(value: Any) -> Any:
 
 def final(value: Any) -> None:
     """Give the final answer (sent as text: str(value))."""
-    bridge.request("final", {"value": value if isinstance(value, str) else str(value)})
+    bridge.request(contract.FINAL, {"value": value if isinstance(value, str) else str(value)})
 
 
 def final_var(name: str) -> None:
@@ -39,18 +39,18 @@ def final_var(name: str) -> None:
     ns = ip.user_ns if ip is not None else {}
     if name not in ns:
         raise NameError(f"final_var: no variable named {name!r}")
-    bridge.request("final", {"value": str(ns[name]), "name": name})
+    bridge.request(contract.FINAL, {"value": str(ns[name]), "name": name})
 
 
 def llm_query(prompt: str, model: str | None = None) -> str:
     """One sub-model completion; returns its text."""
-    return bridge.request("llm_query", {"prompt": str(prompt), "model": model})
+    return bridge.request(contract.LLM_QUERY, {"prompt": str(prompt), "model": model})
 
 
 def llm_query_batched(prompts: list[str], model: str | None = None) -> list[str]:
     """Many independent completions (run concurrently on the host), in order."""
     return bridge.request(
-        "llm_query_batched", {"prompts": [str(p) for p in prompts], "model": model}
+        contract.LLM_QUERY_BATCHED, {"prompts": [str(p) for p in prompts], "model": model}
     )
 
 
@@ -59,21 +59,21 @@ def rlm_query(task: str, context: Any = None) -> str:
     its variable `context` (kernel_ext.child_context); returns its final answer."""
     from kernel_ext import child_context
 
-    return bridge.request("rlm_query", {"task": str(task),
+    return bridge.request(contract.RLM_QUERY, {"task": str(task),
                                         "context": child_context.pack(context)})
 
 
 class _Compact:
     def run(self, instructions: str | None = None) -> Any:
         """Compact the conversation now (kernel state is untouched)."""
-        return bridge.request("compact.run", {"instructions": instructions})
+        return bridge.request(contract.COMPACT_RUN, {"instructions": instructions})
 
     def status(self) -> Any:
-        return bridge.request("compact.status", {})
+        return bridge.request(contract.COMPACT_STATUS, {})
 
     def shake(self) -> Any:
         """Old cell outputs become placeholders at the end of this turn (no model call)."""
-        return bridge.request("compact.shake", {})
+        return bridge.request(contract.COMPACT_SHAKE, {})
 
     def __repr__(self) -> str:
         return "<compact: .run(instructions=None), .status(), .shake()>"
@@ -85,21 +85,21 @@ class _History:
 
     def cell(self, n: int) -> Any:
         """Cell N's code, status and full output (also when pruned, shaken or summarised)."""
-        return bridge.request("history.cell", {"n": int(n)})
+        return bridge.request(contract.HISTORY_CELL, {"n": int(n)})
 
     def search(self, pattern: str, limit: int = 20) -> Any:
         """Messages and outputs matching a regex (or plain text), with a snippet each."""
-        return bridge.request("history.search", {"pattern": str(pattern), "limit": int(limit)})
+        return bridge.request(contract.HISTORY_SEARCH, {"pattern": str(pattern), "limit": int(limit)})
 
     def messages(self, since: int = 0, role: str | None = None, limit: int = 20) -> Any:
         """Messages from position `since`, optionally of one role (user/assistant/tool)."""
-        return bridge.request("history.messages",
+        return bridge.request(contract.HISTORY_MESSAGES,
                               {"since": int(since), "role": role, "limit": int(limit)})
 
     def checkpoint(self) -> Any:
         """The session's checkpoint (written in the background as the context fills): its
         text and the last entry it covers; None before the first one."""
-        return bridge.request("history.checkpoint", {})
+        return bridge.request(contract.HISTORY_CHECKPOINT, {})
 
     def __repr__(self) -> str:
         return ("<history: .cell(N), .search(pattern), .messages(since=0, role=None), "
@@ -131,15 +131,15 @@ def _goal_reply(reply: Any) -> Any:
 
 class _Goal:
     def get(self) -> Any:
-        return _goal_reply(bridge.request("goal.get", {}))
+        return _goal_reply(bridge.request(contract.GOAL_GET, {}))
 
     def complete(self, summary: str | None = None) -> Any:
         """Claim the goal is met (`summary`: what shows it); the host checks the claim."""
-        return _goal_reply(bridge.request("goal.complete",
+        return _goal_reply(bridge.request(contract.GOAL_COMPLETE,
                                           {} if summary is None else {"summary": summary}))
 
     def block(self, reason: str) -> Any:
-        return _goal_reply(bridge.request("goal.block", {"reason": str(reason)}))
+        return _goal_reply(bridge.request(contract.GOAL_BLOCK, {"reason": str(reason)}))
 
     def __repr__(self) -> str:
         return "<goal: .get(), .complete(summary=None), .block(reason)>"
@@ -148,21 +148,21 @@ class _Goal:
 class _Heartbeat:
     def create(self, prompt: str, interval: Any, label: str | None = None) -> Any:
         return bridge.request(
-            "heartbeat.create",
+            contract.HEARTBEAT_CREATE,
             {"prompt": str(prompt), "interval": _jsonable(interval), "label": label},
         )
 
     def list(self) -> Any:
-        return bridge.request("heartbeat.list", {})
+        return bridge.request(contract.HEARTBEAT_LIST, {})
 
     def pause(self, id: str) -> Any:
-        return bridge.request("heartbeat.pause", {"id": str(id)})
+        return bridge.request(contract.HEARTBEAT_PAUSE, {"id": str(id)})
 
     def resume(self, id: str) -> Any:
-        return bridge.request("heartbeat.resume", {"id": str(id)})
+        return bridge.request(contract.HEARTBEAT_RESUME, {"id": str(id)})
 
     def delete(self, id: str) -> Any:
-        return bridge.request("heartbeat.delete", {"id": str(id)})
+        return bridge.request(contract.HEARTBEAT_DELETE, {"id": str(id)})
 
     def __repr__(self) -> str:
         return "<heartbeat: .create(prompt, interval, label=None), .list(), .pause(id), .resume(id), .delete(id)>"
@@ -170,13 +170,13 @@ class _Heartbeat:
 
 class _Cron:
     def add(self, when: str, prompt: str) -> Any:
-        return bridge.request("cron.add", {"when": str(when), "prompt": str(prompt)})
+        return bridge.request(contract.CRON_ADD, {"when": str(when), "prompt": str(prompt)})
 
     def list(self) -> Any:
-        return bridge.request("cron.list", {})
+        return bridge.request(contract.CRON_LIST, {})
 
     def cancel(self, id: str) -> Any:
-        return bridge.request("cron.cancel", {"id": str(id)})
+        return bridge.request(contract.CRON_CANCEL, {"id": str(id)})
 
     def __repr__(self) -> str:
         return "<cron: .add(when, prompt), .list(), .cancel(id)>"
@@ -200,7 +200,7 @@ class _Memory:
         write over the file's budget is refused with the reason: condense and replace."""
         if mode is None:
             mode = "merge"
-        reply = bridge.request("memory.update", {"file": str(file),
+        reply = bridge.request(contract.MEMORY_UPDATE, {"file": str(file),
                                                  "content": _jsonable(content), "mode": str(mode)})
         if isinstance(reply, dict) and reply.get("warning"):
             print(f"memory: {reply['warning']}")
@@ -208,17 +208,17 @@ class _Memory:
 
     def log(self, action: str, target: str = "", note: str = "") -> Any:
         """One line in .agent/history.log, e.g. log('fixed', 'clean.py', 'dates as UTC')."""
-        return bridge.request("memory.log", {"action": str(action), "target": str(target),
+        return bridge.request(contract.MEMORY_LOG, {"action": str(action), "target": str(target),
                                              "note": str(note)})
 
     def snapshot(self, label: str) -> Any:
         """Copy state, conventions and context to .agent/snapshots/NNN-<label>.md (a
         milestone)."""
-        return bridge.request("memory.snapshot", {"label": str(label)})
+        return bridge.request(contract.MEMORY_SNAPSHOT, {"label": str(label)})
 
     def show(self) -> str:
         """The memory block as the model is shown it."""
-        return str(bridge.request("memory.show", {}).get("text", ""))
+        return str(bridge.request(contract.MEMORY_SHOW, {}).get("text", ""))
 
     def __repr__(self) -> str:
         return ("<memory: .update(file, content, mode='merge'), .log(action, target, note), "

@@ -9,6 +9,9 @@ blocks interrupts and shutdown while it runs.
 Any thread may call `request`; each waits on its own event, so concurrent callers work.
 A reply that arrives after its caller gave up (timeout, KeyboardInterrupt) is ignored.
 
+Every request is a method kernel_ext.contract declares (`contract.METHODS`), with only its
+declared parameters: kernel_ext sends one as `request(contract.NAME, {...})`.
+
 `set_local_handler(fn)` short-circuits the comm: `fn(method, params)` is called in-process
 (the `%%rlm` magic, where the agent runs inside the user's own kernel).
 """
@@ -22,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from kernel_ext import wire
+from kernel_ext import contract, wire
 
 Handler = Callable[[str, dict[str, Any]], Any]
 
@@ -86,14 +89,18 @@ def set_local_handler(fn: Handler | None) -> None:
     _bridge.local_handler = fn
 
 
-def request(method: str, params: dict[str, Any] | None = None, timeout: float | None = None) -> Any:
+def request(method: contract.Method | str, params: dict[str, Any] | None = None,
+            timeout: float | None = None) -> Any:
     """Send one request to the host and block until it replies.
 
+    `method`: a declared one (a `contract.Method`, or its name from a test's cell); an
+    undeclared method or parameter is a ValueError here, before anything is sent.
     Returns the host's result; raises RuntimeError with the host's message on an error
     reply, TimeoutError when `timeout` seconds pass. KeyboardInterrupt (an interrupt from
     the host) propagates; the late reply is then ignored.
     """
     params = {} if params is None else params
+    method = _declared(method, params)
     local = _bridge.local_handler
     if local is not None:
         try:
@@ -119,6 +126,17 @@ def request(method: str, params: dict[str, Any] | None = None, timeout: float | 
     if not ok:
         raise RuntimeError(error or f"{method} failed on the host")
     return result
+
+
+def _declared(method: contract.Method | str, params: dict[str, Any]) -> str:
+    declared = contract.BY_NAME.get(method if isinstance(method, str) else method.name)
+    if declared is None or (isinstance(method, contract.Method) and method != declared):
+        raise ValueError(f"{method!r} is not a bridge method kernel_ext.contract declares")
+    extra = set(params) - set(declared.params)
+    if extra:
+        raise ValueError(f"{declared.name} takes {', '.join(declared.params) or 'no parameters'}"
+                         f", not {', '.join(sorted(extra))}")
+    return declared.name
 
 
 def _wait(pending: _Pending, timeout: float | None, method: str) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from kernel_ext import bridge
+from kernel_ext import bridge, contract
 
 
 class ChildError(RuntimeError):
@@ -56,12 +56,12 @@ class ChildHandle:
 
     def status(self) -> dict[str, Any]:
         """state (queued/running/done/failed/cancelled), tokens, turns, seconds, error."""
-        return bridge.request("child.status", {"id": self.id})
+        return bridge.request(contract.CHILD_STATUS, {"id": self.id})
 
     def result(self, timeout: float | None = None) -> Any:
         """The child's answer, waiting for it (TimeoutError after `timeout` seconds; a
         RuntimeError when it failed or was cancelled)."""
-        view = bridge.request("child.result", {"id": self.id, "timeout": timeout})  # ChildError
+        view = bridge.request(contract.CHILD_RESULT, {"id": self.id, "timeout": timeout})  # ChildError
         # (.kind: budget | schema | cancelled | error) when it did not end with an answer
         if not view.get("done"):
             raise TimeoutError(f"child {self.name!r} is still {view.get('state')} after "
@@ -70,15 +70,15 @@ class ChildHandle:
 
     def cancel(self) -> bool:
         """Stop the child; False when it had already ended."""
-        return bool(bridge.request("child.cancel", {"id": self.id}))
+        return bool(bridge.request(contract.CHILD_CANCEL, {"id": self.id}))
 
     def steer(self, text: str) -> None:
         """A message for the child, injected before its next model call."""
-        bridge.request("child.steer", {"id": self.id, "text": str(text)})
+        bridge.request(contract.CHILD_STEER, {"id": self.id, "text": str(text)})
 
     def send(self, text: str) -> None:
         """A follow-up from the parent, queued for the child's next turn."""
-        bridge.request("child.send", {"id": self.id, "text": str(text)})
+        bridge.request(contract.CHILD_SEND, {"id": self.id, "text": str(text)})
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, ChildHandle) and other.id == self.id
@@ -119,7 +119,7 @@ def rlm_spawn(task: str, name: str | None = None, context: Any = None, schema: A
     how it went)."""
     from kernel_ext import child_context
 
-    got = bridge.request("child.spawn", {"task": str(task), "name": name,
+    got = bridge.request(contract.CHILD_SPAWN, {"task": str(task), "name": name,
                                          "context": child_context.pack(context),
                                          "schema": schema, "model": model,
                                          "isolation": isolation})
@@ -131,7 +131,7 @@ def yield_section(label: str, item: Any) -> int:
     (before final()); returns how many items `label` holds."""
     from kernel_ext.api import _jsonable
 
-    return bridge.request("child.section", {"label": str(label), "item": _jsonable(item)})
+    return bridge.request(contract.CHILD_SECTION, {"label": str(label), "item": _jsonable(item)})
 
 
 def rlm_gather(handles: Any, timeout: float | None = None,
@@ -143,10 +143,10 @@ def rlm_gather(handles: Any, timeout: float | None = None,
     ids = _ids(handles)
     interrupted = False
     try:
-        got = bridge.request("child.gather", {"ids": ids, "timeout": timeout})
+        got = bridge.request(contract.CHILD_GATHER, {"ids": ids, "timeout": timeout})
     except KeyboardInterrupt:
         interrupted = True
-        got = bridge.request("child.gather", {"ids": ids, "wait": False})
+        got = bridge.request(contract.CHILD_GATHER, {"ids": ids, "wait": False})
     out = Gathered()
     out.partial = bool(got.get("partial"))
     out.states = [v.get("state") for v in got["children"]]
@@ -170,7 +170,7 @@ def rlm_max_children(n: int | None = None) -> dict[str, int]:
     """How many children (and batched prompts) may run at once in the session tree, and
     how many do: {'limit', 'in_use', 'waiting', 'peak'} (limit 0: unlimited). With `n`, the
     limit becomes `n` first (1 up to what the user allowed with --max-children)."""
-    return bridge.request("child.limit", {"n": n})
+    return bridge.request(contract.CHILD_LIMIT, {"n": n})
 
 
 def rlm_wait(handles: Any, any: bool = True, timeout: float | None = None
@@ -178,6 +178,6 @@ def rlm_wait(handles: Any, any: bool = True, timeout: float | None = None
     """(done, pending) once any child has ended (any=False: all of them), or at the
     timeout."""
     hs = [handles] if isinstance(handles, ChildHandle) else list(handles)
-    got = bridge.request("child.wait", {"ids": _ids(hs), "any": any, "timeout": timeout})
+    got = bridge.request(contract.CHILD_WAIT, {"ids": _ids(hs), "any": any, "timeout": timeout})
     done = set(got["done"])
     return [h for h in hs if h.id in done], [h for h in hs if h.id not in done]

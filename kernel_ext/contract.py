@@ -15,9 +15,16 @@ reaches kernel_ext only through what this module declares, by name:
                 calls (`%%rlm`, where the agent runs inside the user's kernel)
   EXTENSION, LAUNCHER  how the host loads the extension and starts the kernel process
   ALIASES       the conventional names a kernel defines before its first cell
+  METHODS       the bridge: kernel -> host requests (`Method`: name, parameters, the feature
+                it belongs to, whether it writes host state). kernel_ext sends one only as
+                `bridge.request(contract.NAME, {...})`; `wire.METHODS` is their names; the
+                host builds no agent with a declared method left without a handler
+                (rlm.app.lifecycle.check_handlers: a feature an entry point lacks answers
+                with its gap's message, rlm.app.features.GAPS)
 
 tests/test_contract.py reads both packages with `ast` and fails on a kernel_ext call, an
-import, or an environment variable one side names that is not declared here.
+import, an environment variable or a bridge method one side names that is not declared
+here, and on a declared bridge method nobody sends or the host does not answer.
 """
 
 from __future__ import annotations
@@ -106,6 +113,84 @@ BIND_CONTEXT = Call("kernel_ext.child_context", "bind_json")
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
          DESCRIBE)
 
+# -- the bridge: kernel -> host requests ---------------------------------------------
+@dataclass(frozen=True)
+class Method:
+    """A request kernel_ext sends the host (kernel_ext.bridge.request) and the host answers
+    (its handler table, rlm.agent.loop.Agent.handlers).
+
+    `params`: the names it may carry (the host refuses others: kernel_ext.wire); `feature`:
+    what it belongs to, spelled as in rlm.app.features.FEATURES where the feature is one
+    of those (an entry point that lacks it answers with the gap's message); `writes`: it
+    changes state the host keeps past the reply (the log, goals, schedules, memory,
+    children), so a read-only agent refuses it; `caller`: who sends it."""
+
+    name: str
+    params: tuple[str, ...]
+    feature: str
+    writes: bool = False
+    caller: str = "kernel_ext"  # or TESTS: a diagnostic no kernel_ext code sends
+
+
+TESTS = "tests"  # the bridge's round trip, from the tests' own cells
+PING = Method("ping", ("n",), "core", caller=TESTS)  # answered with its params
+FINAL = Method("final", ("value", "name"), "core", writes=True)
+LLM_QUERY = Method("llm_query", ("prompt", "model"), "queries")
+LLM_QUERY_BATCHED = Method("llm_query_batched", ("prompts", "model"), "queries")
+RLM_QUERY = Method("rlm_query", ("task", "context"), "queries", writes=True)
+CHILD_SPAWN = Method("child.spawn", ("task", "name", "context", "schema", "model", "isolation"),
+                     "children", writes=True)
+CHILD_STATUS = Method("child.status", ("id",), "children")
+CHILD_RESULT = Method("child.result", ("id", "timeout"), "children")
+CHILD_WAIT = Method("child.wait", ("ids", "any", "timeout"), "children")
+# wait=False (an interrupted rlm_gather) cancels the unfinished
+CHILD_GATHER = Method("child.gather", ("ids", "timeout", "wait"), "children", writes=True)
+CHILD_CANCEL = Method("child.cancel", ("id",), "children", writes=True)
+CHILD_STEER = Method("child.steer", ("id", "text"), "children", writes=True)
+CHILD_SEND = Method("child.send", ("id", "text"), "children", writes=True)
+CHILD_SECTION = Method("child.section", ("label", "item"), "children", writes=True)
+CHILD_LIMIT = Method("child.limit", ("n",), "children", writes=True)
+COMPACT_RUN = Method("compact.run", ("instructions",), "compaction", writes=True)
+COMPACT_STATUS = Method("compact.status", (), "compaction")
+COMPACT_SHAKE = Method("compact.shake", (), "compaction", writes=True)
+HISTORY_CELL = Method("history.cell", ("n",), "history")
+HISTORY_SEARCH = Method("history.search", ("pattern", "limit"), "history")
+HISTORY_MESSAGES = Method("history.messages", ("since", "role", "limit"), "history")
+HISTORY_CHECKPOINT = Method("history.checkpoint", (), "history")
+GOAL_GET = Method("goal.get", (), "goals")
+GOAL_COMPLETE = Method("goal.complete", ("summary",), "goals", writes=True)
+GOAL_BLOCK = Method("goal.block", ("reason",), "goals", writes=True)
+# `delivery` (and cron's `label`): accepted by the scheduler (rlm.longrun.schedule), not
+# sent by kernel_ext's heartbeat/cron objects
+HEARTBEAT_CREATE = Method("heartbeat.create", ("prompt", "interval", "label", "delivery"),
+                          "schedules", writes=True)
+HEARTBEAT_LIST = Method("heartbeat.list", (), "schedules")
+HEARTBEAT_PAUSE = Method("heartbeat.pause", ("id",), "schedules", writes=True)
+HEARTBEAT_RESUME = Method("heartbeat.resume", ("id",), "schedules", writes=True)
+HEARTBEAT_DELETE = Method("heartbeat.delete", ("id",), "schedules", writes=True)
+CRON_ADD = Method("cron.add", ("when", "prompt", "label", "delivery"), "schedules", writes=True)
+CRON_LIST = Method("cron.list", (), "schedules")
+CRON_CANCEL = Method("cron.cancel", ("id",), "schedules", writes=True)
+MEMORY_UPDATE = Method("memory.update", ("file", "content", "mode"), "memory", writes=True)
+MEMORY_LOG = Method("memory.log", ("action", "target", "note"), "memory", writes=True)
+MEMORY_SNAPSHOT = Method("memory.snapshot", ("label",), "memory", writes=True)
+MEMORY_SHOW = Method("memory.show", (), "memory")
+
+METHODS = (PING, FINAL, LLM_QUERY, LLM_QUERY_BATCHED, RLM_QUERY, CHILD_SPAWN, CHILD_STATUS,
+           CHILD_RESULT, CHILD_WAIT, CHILD_GATHER, CHILD_CANCEL, CHILD_STEER, CHILD_SEND,
+           CHILD_SECTION, CHILD_LIMIT, COMPACT_RUN, COMPACT_STATUS, COMPACT_SHAKE, HISTORY_CELL,
+           HISTORY_SEARCH, HISTORY_MESSAGES, HISTORY_CHECKPOINT, GOAL_GET, GOAL_COMPLETE,
+           GOAL_BLOCK, HEARTBEAT_CREATE, HEARTBEAT_LIST, HEARTBEAT_PAUSE, HEARTBEAT_RESUME,
+           HEARTBEAT_DELETE, CRON_ADD, CRON_LIST, CRON_CANCEL, MEMORY_UPDATE, MEMORY_LOG,
+           MEMORY_SNAPSHOT, MEMORY_SHOW)
+BY_NAME: dict[str, Method] = {m.name: m for m in METHODS}
+
+
+def methods_of(feature: str) -> tuple[Method, ...]:
+    """The bridge methods of `feature`, in declaration order."""
+    return tuple(m for m in METHODS if m.feature == feature)
+
+
 # -- how the host starts the kernel ---------------------------------------------------
 EXTENSION = "kernel_ext"  # `%load_ext kernel_ext`, `--IPKernelApp.extensions=kernel_ext`
 LAUNCHER = "kernel_ext.launch"  # `python -m kernel_ext.launch -f CONNECTION_FILE ...`
@@ -116,7 +201,6 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext": frozenset(),  # loaded by name (`%load_ext kernel_ext`), never imported
     "kernel_ext.contract": ALL,
     "kernel_ext.wire": ALL,
-    "kernel_ext.lineage": frozenset({"cell_record"}),  # the names a cell binds (tiers)
     "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
                                       "summary", "describe_json"}),
     "kernel_ext.snapshot_store": frozenset({"StoreError", "open_store", "is_url", "public_url"}),

@@ -16,6 +16,8 @@ import json
 import re
 from typing import Any
 
+from kernel_ext import contract
+
 BRIDGE_TARGET = "rlm.bridge"
 WIRE_VERSION = 1
 MAX_METHOD_LEN = 64
@@ -48,49 +50,9 @@ MANIFEST_NAME = "manifest.json"
 APPEND_ONLY_FILES = re.compile(r"(?:cells\.jsonl|g\d+-log\.bin)\Z")
 MANIFEST_VERSION = 2  # 2: co-variable groups (kernel_ext.snapshot_store)
 
-# Methods the host understands. Params are validated by each handler.
-METHODS = frozenset(
-    {
-        "ping",
-        "final",
-        "llm_query",
-        "llm_query_batched",
-        "rlm_query",
-        "child.spawn",
-        "child.status",
-        "child.result",
-        "child.wait",
-        "child.gather",
-        "child.cancel",
-        "child.steer",
-        "child.send",
-        "child.section",
-        "child.limit",
-        "compact.run",
-        "compact.status",
-        "compact.shake",
-        "history.cell",
-        "history.search",
-        "history.messages",
-        "history.checkpoint",
-        "goal.get",
-        "goal.complete",
-        "goal.block",
-        "heartbeat.create",
-        "heartbeat.list",
-        "heartbeat.pause",
-        "heartbeat.resume",
-        "heartbeat.delete",
-        "cron.add",
-        "cron.list",
-        "cron.cancel",
-        "file_ops",
-        "memory.update",
-        "memory.log",
-        "memory.snapshot",
-        "memory.show",
-    }
-)
+# Methods the host understands: the contract's (kernel_ext.contract.METHODS). Params are
+# checked against the method's declared names here, their values by each handler.
+METHODS = frozenset(contract.BY_NAME)
 
 
 class WireError(ValueError):
@@ -121,6 +83,9 @@ def parse_request(data: Any) -> tuple[str, str, dict[str, Any]]:
         raise WireError(f"unknown method {method[:MAX_METHOD_LEN]!r}")
     if not isinstance(params, dict):
         raise WireError("params is not an object")
+    extra = [k for k in params if k not in contract.BY_NAME[method].params]
+    if extra:
+        raise WireError(f"{method} takes no parameter {str(extra[0])[:MAX_METHOD_LEN]!r}")
     if _encoded_size(params) > MAX_REQUEST_BYTES:
         raise WireError(f"params larger than {MAX_REQUEST_BYTES} bytes")
     return req_id, method, params

@@ -12,7 +12,6 @@ from rlm.compaction.tiers import (
     RELIEF_CUSTOM,
     Replacement,
     TierSettings,
-    cell_binds,
     plan_prune,
     plan_shake,
 )
@@ -23,13 +22,19 @@ from rlm.session.store import SessionStore
 NUMBERS = " ".join(str(i * 7919) for i in range(300))  # ~600 tokens of output
 
 
-def add_cell(s, k: int, code: str, output: str, status: str = "ok") -> MessageEntry:
+def add_cell(s, k: int, code: str, output: str, status: str = "ok",
+             binds: list[str] | None = None) -> MessageEntry:
+    """A cell and its result; `binds`: the names the kernel said it bound (the real
+    kernel's word on such cells: tests/test_cell_binds.py; None: not recorded)."""
+    cell = {"status": status, "execution_count": k, "shaped": output}
+    if binds is not None:
+        cell["binds"] = binds
     s.append(MessageEntry(message={"role": "assistant", "content": "", "tool_calls": [
         {"id": f"c{k}", "type": "function",
          "function": {"name": "python", "arguments": json.dumps({"code": code})}}]}))
     return s.append(MessageEntry(
         message={"role": "tool", "tool_call_id": f"c{k}", "name": "python", "content": output},
-        cell={"status": status, "execution_count": k, "shaped": output}))  # type: ignore[return-value]
+        cell=cell))  # type: ignore[return-value]
 
 
 def transcript(s, *, pinned: bool = False):
@@ -38,16 +43,18 @@ def transcript(s, *, pinned: bool = False):
     ids = {}
     for k in range(1, 9):
         if k == 3:
-            code = "df = list(range(300))\nm = max(df)\nprint(' '.join(map(str, df)))"
+            code, binds = "df = list(range(300))\nm = max(df)\nprint(' '.join(map(str, df)))", \
+                ["df", "m"]
             if pinned:
                 code += "  # rlm: keep"
         elif k == 5:
-            code = "for i in range(3):\n    print(i)"
+            code, binds = "for i in range(3):\n    print(i)", ["i"]
         elif k == 7:
-            code = "df = [x * 2 for x in range(300)]\nm = 0"
+            code, binds = "df = [x * 2 for x in range(300)]\nm = 0", ["df", "m"]
         else:
-            code = f"v{k} = {k}\nprint({k})"
-        ids[k] = add_cell(s, k, code, NUMBERS if k in (2, 3, 4) else f"out {k}").id
+            code, binds = f"v{k} = {k}\nprint({k})", [f"v{k}"]
+        ids[k] = add_cell(s, k, code, NUMBERS if k in (2, 3, 4) else f"out {k}",
+                          binds=binds).id
     return ids
 
 
@@ -58,10 +65,16 @@ def native(branch):
 COLD = TierSettings(warm_suffix_tokens=10**9)  # every candidate is in the cheap tail
 
 
-def test_cell_binds_follow_the_lineage_without_loop_variables():
-    assert cell_binds("df = f()\nfor i in df:\n    print(i)") == {"df"}
-    assert cell_binds("import pandas as pd\ndef g(): pass") == {"pd", "g"}
-    assert cell_binds("for i in range(3):\n    i = i + 1") == {"i"}  # assigned too
+def test_a_cell_whose_binds_are_not_known_is_never_superseded(tmp_path):
+    """A log from before the kernel's record (or a kernel without kernel_ext): nothing
+    says what the cell bound, so nothing supersedes it."""
+    s = SessionStore.create(tmp_path / "s", model="m", task="t")
+    add_cell(s, 1, "df = list(range(300))\nprint(df)", NUMBERS)
+    add_cell(s, 2, "df = [0]\nprint(df)", "[0]", binds=["df"])
+    assert plan_prune(s.branch(), COLD) == []
+    add_cell(s, 3, "df = list(range(300))\nprint(df)", NUMBERS, binds=["df"])
+    add_cell(s, 4, "df = [0]\nprint(df)", "[0]", binds=["df"])
+    assert [r.reason for r in plan_prune(s.branch(), COLD)] == ["superseded"]
 
 
 def test_names_all_rebound_later_supersede_the_result_and_the_projection_shows_it(tmp_path):
@@ -106,8 +119,8 @@ def test_prune_stays_in_the_warm_tail_and_keeps_the_prefix_unless_the_cache_is_c
     s = SessionStore.in_memory()
     ids = transcript(s)
     for k in range(9, 14):  # ~3,000 tokens after cell 3's result
-        add_cell(s, k, f"w{k} = {k}\nprint(w{k})", NUMBERS)
-    add_cell(s, 14, "w13 = 0", "")  # supersedes cell 13 (its result is in the tail)
+        add_cell(s, k, f"w{k} = {k}\nprint(w{k})", NUMBERS, binds=[f"w{k}"])
+    add_cell(s, 14, "w13 = 0", "", binds=["w13"])  # supersedes cell 13 (its result is in the tail)
     warm = TierSettings(warm_suffix_tokens=1000)
     plan = plan_prune(s.branch(), warm, now=datetime.now(UTC))
     assert ids[3] not in {r.entry_id for r in plan}  # deep in the cached prefix: kept

@@ -238,3 +238,127 @@ def test_the_env_the_host_gives_the_kernel_is_the_declared_env(tmp_path, monkeyp
     gateway = Config(home=tmp_path / "home", kernel="gateway:http://h:1")
     sent = {k.removeprefix(contract.GATEWAY_PREFIX) for k in remote_env(tmp_path / "s", gateway)}
     assert sent <= set(contract.GATEWAY_ENV)
+
+
+# -- the bridge: every declared method sent by kernel_ext and answered by the host -------
+def kernel_bridge_calls(source: str, where: str) -> tuple[set[str], list[str]]:
+    """The declared methods kernel code sends (`bridge.request(contract.NAME, ...)`), and
+    the requests that name a method any other way (a string, an undeclared constant)."""
+    sent, bad = set(), []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "request" and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "bridge"):
+            continue
+        first = node.args[0] if node.args else None
+        method = None
+        if isinstance(first, ast.Attribute) and isinstance(first.value, ast.Name) \
+                and first.value.id == "contract":
+            method = getattr(contract, first.attr, None)
+        if not isinstance(method, contract.Method) or method not in contract.METHODS:
+            bad.append(f"{where}:{node.lineno}: bridge.request("
+                       f"{ast.unparse(first) if first else ''}): send a method declared in "
+                       "kernel_ext.contract.METHODS, as contract.NAME")
+        else:
+            sent.add(method.name)
+    return sent, bad
+
+
+def test_every_declared_bridge_method_is_sent_by_kernel_ext_and_nothing_else_is():
+    sent, bad = set(), []
+    for path in _files("kernel_ext"):
+        names, wrong = kernel_bridge_calls(path.read_text(), str(path.relative_to(ROOT)))
+        sent |= names
+        bad += wrong
+    assert bad == [], "\n".join(bad)
+    by_kernel = {m.name for m in contract.METHODS if m.caller == "kernel_ext"}
+    assert by_kernel - sent == set(), "declared, but kernel_ext never sends them"
+    assert sent == by_kernel, "sent by kernel_ext, but declared as a test's diagnostic"
+    assert {m.name for m in contract.METHODS if m.caller != "kernel_ext"} == {"ping"}
+    from kernel_ext import wire
+
+    assert wire.METHODS == set(contract.BY_NAME) and len(contract.BY_NAME) == len(contract.METHODS)
+    # the snippet check: a string and an undeclared constant are both caught
+    _, wrong = kernel_bridge_calls(
+        "bridge.request(contract.FINAL, {})\nbridge.request('final', {})\n"
+        "bridge.request(contract.FILE_OPS, {})\n", "k.py")
+    assert [w.split(":")[1] for w in wrong] == ["2", "3"], wrong
+
+
+def test_bridge_features_use_the_feature_tables_spelling_and_the_scheduler_agrees():
+    from rlm.app.features import FEATURES
+    from rlm.longrun.schedule import KERNEL_METHODS
+
+    own = {m.feature for m in contract.METHODS} - set(FEATURES)
+    assert own == {"core", "queries", "children", "history", "memory"}  # never gapped
+    assert {f for f in FEATURES if contract.methods_of(f)} == {"compaction", "goals",
+                                                                "schedules"}
+    declared = {m.name: set(m.params) for m in contract.methods_of("schedules")}
+    assert {k: req | opt for k, (req, opt) in KERNEL_METHODS.items()} == declared
+
+
+def test_kernel_ext_refuses_an_undeclared_method_or_parameter_before_sending():
+    from kernel_ext import bridge, wire
+
+    sent = []
+    bridge.set_local_handler(lambda m, p: sent.append((m, p)) or "ok")
+    try:
+        assert bridge.request(contract.GOAL_BLOCK, {"reason": "r"}) == "ok"
+        assert bridge.request("ping", {"n": 1}) == "ok"  # a test's cell names it
+        with pytest.raises(ValueError, match="not a bridge method"):
+            bridge.request("file_ops", {})
+        with pytest.raises(ValueError, match="goal.block takes reason, not why"):
+            bridge.request(contract.GOAL_BLOCK, {"why": "r"})
+    finally:
+        bridge.set_local_handler(None)
+    assert sent == [("goal.block", {"reason": "r"}), ("ping", {"n": 1})]
+    request = wire.make_request("r1", "goal.block", {"reason": "r", "token_budget": 9})
+    with pytest.raises(wire.WireError, match="no parameter 'token_budget'"):
+        wire.parse_request(request)
+
+
+def _built(home: Path, entry: str, **config: object):
+    from rlm.app import build_agent
+    from rlm.llm.seam import ScriptedLLM
+    from rlm.session.store import SessionStore
+
+    session = SessionStore.create(home, model="script:t", task="t")
+    return build_agent(session, Config(home=home, model="script:t", **config),  # type: ignore[arg-type]
+                       entry=entry, llm=ScriptedLLM([]))
+
+
+def test_every_entry_point_answers_every_declared_method(_isolated_home):
+    """Built through the root, each entry point's agent has a handler for each declared
+    method; a feature the entry point lacks answers with its gap's message, as do memory
+    turned off and a child's memory writes."""
+    from rlm.app.features import ENTRY_POINTS, GAPS
+    from rlm.errors import RlmError
+
+    for entry in ENTRY_POINTS:
+        agent = _built(_isolated_home, entry)
+        assert set(agent.handlers) == set(contract.BY_NAME), entry
+    child = _built(_isolated_home, "child")
+    with pytest.raises(RlmError, match="goals belong to the top-level session"):
+        child.handle_bridge("goal.get", {})
+    with pytest.raises(RlmError, match="cannot create them"):
+        child.handle_bridge("cron.add", {"when": "in 1h", "prompt": "p"})
+    with pytest.raises(RlmError, match="read-only in an rlm_query child"):
+        child.handle_bridge("memory.log", {"action": "a"})
+    compact = _built(_isolated_home, "compact")
+    with pytest.raises(RlmError, match=GAPS["compact"]["goals"].message):
+        compact.handle_bridge("goal.complete", {})
+    off = _built(_isolated_home, "run", memory=False)
+    with pytest.raises(RlmError, match="project memory is off"):
+        off.handle_bridge("memory.show", {})
+
+
+def test_an_agent_with_a_declared_method_unanswered_refuses_to_start(_isolated_home,
+                                                                      monkeypatch):
+    from rlm.app import build
+    from rlm.errors import RlmError
+
+    monkeypatch.setattr(build, "install_history", lambda handlers, session: None)
+    with pytest.raises(RlmError, match=r"cannot start 'run': no handler for the bridge "
+                                       r"method\(s\) history\.cell, history\.search, "
+                                       r"history\.messages"):
+        _built(_isolated_home, "run")

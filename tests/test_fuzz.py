@@ -208,7 +208,7 @@ def test_parse_request_rejects_odd_and_oversized_fields():
         {**ok, "id": "x" * (wire.MAX_ID_LEN + 1)},
         {**ok, "method": deep},
         {**ok, "method": list(range(10**6))},
-        {**ok, "params": {"blob": "x" * (wire.MAX_REQUEST_BYTES + 1)}},
+        {**ok, "params": {"n": "x" * (wire.MAX_REQUEST_BYTES + 1)}},
         {**ok, "params": []},
     ]
     for data in odd:

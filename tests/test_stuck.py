@@ -17,7 +17,8 @@ import pytest
 
 from rlm.agent.policy.goal_evidence import check_files, done_means, named_files
 from rlm.agent.policy.novelty import Outputs, read
-from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, bound_names, thresholds_for
+from rlm.agent.policy.stuck import LARGE, SMALL, StuckWatch, thresholds_for
+from rlm.kernel.binds import kept_names, loop_variables
 from tests import rlmcli
 
 pytestmark = pytest.mark.timeout(240)
@@ -53,12 +54,14 @@ def watch() -> StuckWatch:
     return StuckWatch(SMALL)
 
 
-def turn(w: StuckWatch, n: int, *cells: tuple[str, str]) -> object:
+def turn(w: StuckWatch, n: int, *cells: tuple) -> object:
+    """A turn whose cells are (code, output) or (code, output, the names the kernel said
+    the cell bound)."""
     halt = w.halt(n, tokens=100 * n)
     w.open_turn()
     w.escalate(n)
-    for code, out in cells:
-        w.cell(code, out, True)
+    for code, out, *binds in cells:
+        w.cell(code, out, True, binds[0] if binds else None)
     return halt
 
 
@@ -87,7 +90,7 @@ def test_progress_after_the_note_clears_the_stuck_state_and_a_new_detection_gets
         turn(w, n)  # turns without a cell: idle; the third is closed when the fourth starts
     assert w.signal == "3 turns brought nothing new (the last: no cell ran)"
     assert w.escalated_turn == 4
-    turn(w, 5, ("y = 2\nprint(y * 21)", "42"))  # the recovery turn: a new name and output
+    turn(w, 5, ("y = 2\nprint(y * 21)", "42", ["y"]))  # the recovery turn: a new name and output
     assert w.halt(6, 600) is None and w.signal is None and w.after == 0
     for n in range(6, 10):
         turn(w, n)
@@ -100,7 +103,7 @@ def test_identical_outputs_count_as_repeats_and_a_new_name_is_progress():
     turn(w, 1, ("print(df.shape)", "(3, 2)"))
     turn(w, 2, ("print(len(df), 2)", "(3, 2)"))  # another cell, the same output
     assert w.repeats == 1 and w.repeat == "another cell printed an output seen before"
-    turn(w, 3, ("total = df.sum()", ""))
+    turn(w, 3, ("total = df.sum()", "", ["total"]))
     assert w.idle == 1  # turn 2 was idle
     w.halt(4, 400)  # closes turn 3: a new name is progress
     assert w.idle == 0 and "total" in w.names and w.repeats == 0
@@ -155,10 +158,13 @@ def test_thresholds_are_tighter_for_small_models_and_every_run_is_watched():
     assert halts.index(next(h for h in halts if h is not None)) == 1 + LARGE.repeats + 1
 
 
-def test_bound_names_reads_assignments_imports_and_defs():
+def test_the_names_a_cell_keeps_are_the_kernels_without_its_loop_variables():
     code = "import pandas as pd\nfrom os import path\na, b = 1, 2\nfor i in x: pass\ndef f(): pass"
-    assert bound_names(code) >= {"pd", "path", "a", "b", "i", "f"}
-    assert bound_names("this is not python(") == set()
+    binds = {"pd", "path", "a", "b", "i", "f"}  # what the kernel says (tests/test_cell_binds.py)
+    assert kept_names(binds, code) == binds - {"i"}
+    assert loop_variables("for i in x:\n    i = i + 1") == set()  # assigned too: kept
+    assert loop_variables("for k, (a, b) in x: pass\nb = 1") == {"k", "a"}
+    assert kept_names(None, code) == set() and loop_variables("this is not python(") == set()
 
 
 def test_named_files_and_what_done_means(tmp_path):

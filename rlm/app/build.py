@@ -9,10 +9,11 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from kernel_ext.contract import methods_of
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.agent.prompts import system_prompt
-from rlm.app.features import gap, refuse
+from rlm.app.features import Gap, gap, refuse
 from rlm.app.options import RunOptions
 from rlm.app.steering import gate_place, goal_gate
 from rlm.compaction.branch import summarize_branch
@@ -32,7 +33,6 @@ from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
 from rlm.longrun.clock import Clock
 from rlm.longrun.gates import MAX_GATE_FAILURES
-from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS
 from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExecutor
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 from rlm.session.history import install_handlers as install_history
@@ -215,12 +215,10 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
             judge=judge)
     agent.policy = policy  # the autonomous policy only
     agent.answers.goal = goal_objective(goals)
-    for feature, methods in (("goals", [f"goal.{v}" for v in ("get", "complete", "block")]),
-                             ("schedules", list(SCHEDULE_METHODS))):
-        g = gap(entry, feature)
-        if g is not None and g.refused:
-            for m in methods:
-                agent.handlers[m] = refuse(g)
+    if scheduler is None and not (sched_gap is not None and sched_gap.refused):
+        for m in methods_of("schedules"):  # a log in memory (tests) keeps no jobs
+            agent.handlers[m.name] = refuse(Gap("heartbeats and cron jobs need a session "
+                                                "on disk"))
 
 
 def shake_now(agent: Agent) -> list[Entry]:

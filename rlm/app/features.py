@@ -3,6 +3,9 @@
 A feature an entry point lacks is refused (`Gap.refused`: its kernel calls fail with the
 message, and the user gets it as a Notice at the start of the run) or offered in part
 (the user is told the limit). `feature_table()` prints the table for docs and tests.
+`answer_every_method` gives the refused ones their bridge handlers (by the feature each
+kernel_ext.contract method belongs to) and refuses to build an agent that would leave a
+declared method unanswered.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernel_ext import contract
 from rlm.errors import RlmError
 
 ENTRY_POINTS = ("run", "chat", "resume", "worker", "notebook", "run_task", "child", "compact")
@@ -79,3 +83,25 @@ def refuse(g: Gap | None) -> Callable[[dict[str, Any]], Any]:
         raise RlmError(message)
 
     return refused
+
+
+Handler = Callable[[dict[str, Any]], Any]
+
+
+def answer_every_method(handlers: dict[str, Handler], entry: str) -> None:
+    """Each bridge method kernel_ext.contract declares answered for `entry`: a method of a
+    feature `entry` lacks (a refused gap) fails with the gap's message; any other declared
+    method without a handler, or a handler for an undeclared one, is a wiring error, raised
+    here (at build time) naming it, before any kernel starts."""
+    for method in contract.METHODS:
+        g = GAPS.get(entry, {}).get(method.feature)
+        if g is not None and g.refused:
+            handlers[method.name] = refuse(g)
+    missing = [m.name for m in contract.METHODS if m.name not in handlers]
+    if missing:
+        raise RlmError(f"cannot start {entry!r}: no handler for the bridge method(s) "
+                       f"{', '.join(missing)} (declared in kernel_ext.contract.METHODS)")
+    undeclared = sorted(set(handlers) - set(contract.BY_NAME))
+    if undeclared:
+        raise RlmError(f"cannot start {entry!r}: a handler for {', '.join(undeclared)}, "
+                       "which kernel_ext.contract.METHODS does not declare")

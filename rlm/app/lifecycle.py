@@ -56,7 +56,7 @@ from rlm.app.build import (
     size_output_to_window,
 )
 from rlm.app.driving import drive
-from rlm.app.features import ENTRY_POINTS, FEATURES, gap
+from rlm.app.features import ENTRY_POINTS, FEATURES, answer_every_method, gap
 from rlm.app.inputs import prepare_inputs, put_context
 from rlm.app.isolation import isolate
 from rlm.app.memory import attach_memory, project_root
@@ -150,6 +150,7 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     attach_rules(agent)  # stream rules from rule files (rlm.app.steering)
     attach_advisor(agent)  # --advisor: a second model that watches (rlm.app.advising)
     attach_memory(agent, entry)  # project memory in .agent/ (rlm.app.memory)
+    answer_every_method(agent.handlers, entry)  # gaps refused; none left unanswered
     if entry in ("child", "compact"):  # a child's user is its parent's model; `rlm
         return  # compact` runs no turn: nobody to tell
     for feature in FEATURES:

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from kernel_ext.contract import methods_of
 from rlm.agent.loop import Agent
 from rlm.agent.policy.memory_reminder import MemoryReminder
 from rlm.agent.steer.match import written_files
@@ -42,9 +43,10 @@ from rlm.memory.runs import run_record
 from rlm.session.entries import CustomEntry, MessageEntry, call_code
 
 READ_ONLY = ("child",)
-WRITE_METHODS = ("memory.update", "memory.log", "memory.snapshot")
+WRITE_METHODS = tuple(m.name for m in methods_of("memory") if m.writes)
 CHILD_REFUSAL = ("project memory is read-only in an rlm_query child: return what should be "
                  "recorded in your answer, and the parent records it")
+OFF_REFUSAL = "project memory is off for this session (--no-memory)"
 
 
 def project_root(config: Any) -> Path:
@@ -54,6 +56,8 @@ def project_root(config: Any) -> Path:
 
 def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
     if not getattr(agent.config, "memory", True):
+        for m in methods_of("memory"):
+            agent.handlers[m.name] = _refusing(OFF_REFUSAL)
         return None
     memory = ProjectMemory(project_root(agent.config))
     head = MemoryHead(memory, agent.context_window, agent.session.branch,
@@ -67,7 +71,7 @@ def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
     agent.handlers["memory.show"] = lambda p: {"text": head.text(), "dir": str(memory.dir)}
     if entry in READ_ONLY:  # the parent tells its user of a cut, and records its runs
         for method in WRITE_METHODS:
-            agent.handlers[method] = _refused
+            agent.handlers[method] = _refusing(CHILD_REFUSAL)
         return head
     activity = MemoryActivity()
     writer = _Writer(agent, memory, activity)
@@ -108,8 +112,11 @@ class _CutTeller:
                        "where the rest is; condense the file (`rlm memory show`)", "warning")]
 
 
-def _refused(params: dict[str, Any]) -> Any:
-    raise RlmError(CHILD_REFUSAL)
+def _refusing(message: str) -> Any:
+    def refused(params: dict[str, Any]) -> Any:
+        raise RlmError(message)
+
+    return refused
 
 
 class _Writer:

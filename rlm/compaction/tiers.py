@@ -8,9 +8,9 @@ projection (rlm.session.context) applies every such record on the branch, so a r
 session projects the same messages and an export shows what was replaced.
 
 Tier 1, prune:
-- superseded: a successful cell result whose every bound name (the lineage's own AST
-  analysis, kernel_ext.lineage.cell_record, without loop variables) was rebound by a later
-  successful cell becomes `[superseded by cell N]`; so does one that read files (what the
+- superseded: a successful cell result whose every bound name (the kernel's record of what
+  the cell bound, `CellResult.binds`, without loop variables: rlm.kernel.binds) was rebound
+  by a later successful cell becomes `[superseded by cell N]`; so does one that read files (what the
   audit hook saw, kernel_ext.fileops, recorded per cell as `files_read`) all read again by
   later successful cells, when it bound nothing still live;
 - uneventful: an error result whose final error line is repeated by a later result (the
@@ -38,13 +38,13 @@ Entries before the latest summary's first kept entry are not sent: they are skip
 
 from __future__ import annotations
 
-import ast
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from rlm.kernel.binds import kept_names
 from rlm.session.context import RELIEF_CUSTOM, relief_replacements
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry, MessageEntry, call_code
 
@@ -162,38 +162,6 @@ def _entry_tokens_of_text(e: MessageEntry, text: str) -> int:
     return entry_tokens(MessageEntry(message={**e.message, "content": text}))
 
 
-def loop_targets(tree: ast.AST) -> set[str]:
-    """Names bound only as loop or comprehension targets (`for i in ...`)."""
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            out.update(n.id for n in ast.walk(node.target) if isinstance(n, ast.Name))
-    return out
-
-
-def cell_binds(code: str) -> frozenset[str]:
-    """The names a cell binds, as the lineage records them, loop variables excepted."""
-    from kernel_ext.lineage import cell_record
-
-    rec = cell_record(code)
-    binds = set(rec.get("binds", []))
-    try:
-        binds -= loop_targets(ast.parse(code)) - _assigned(code)
-    except (SyntaxError, ValueError):
-        return frozenset()
-    return frozenset(binds)
-
-
-def _assigned(code: str) -> set[str]:
-    out: set[str] = set()
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for t in targets:
-                out.update(n.id for n in ast.walk(t) if isinstance(n, ast.Name))
-    return out
-
-
 def _codes_by_call(branch: Sequence[Entry]) -> dict[str, str]:
     out: dict[str, str] = {}
     for e in branch:
@@ -215,9 +183,18 @@ def cell_results(branch: Sequence[Entry], replaced: dict[str, str] | None = None
             cell = e.cell or {}
             code = codes.get(str(e.message.get("tool_call_id", "")), "")
             out.append(_Result(i, e, cell.get("execution_count"), code,
-                               cell.get("status", "ok") == "ok", tokens, suffix))
+                               cell.get("status", "ok") == "ok", tokens, suffix,
+                               _binds(cell)))
     out.reverse()
     return out
+
+
+def _binds(cell: dict[str, Any]) -> frozenset[str]:
+    """The names the cell bound, as its result recorded them (CellResult.binds: the
+    kernel's word; a log from before them, or a kernel without kernel_ext: none)."""
+    names = cell.get("binds")
+    return frozenset(n for n in names if isinstance(n, str)) if isinstance(names, list) \
+        else frozenset()
 
 
 def _newest_first(branch: Sequence[Entry],
@@ -307,7 +284,7 @@ def plan_prune(branch: Sequence[Entry], settings: TierSettings, *,
     is cold: idle since `now`, or `everywhere` for a manual `/shake`)."""
     results = cell_results(branch)
     for r in results:
-        r.binds = cell_binds(r.code) if r.ok and r.code else frozenset()
+        r.binds = kept_names(r.binds, r.code) if r.ok and r.code else frozenset()
     out: list[Replacement] = []
     rebound: dict[str, int | None] = {}  # name -> the newest later successful cell binding it
     reread: dict[str, int | None] = {}  # file -> the newest later successful cell reading it

@@ -218,6 +218,7 @@ class Kernel:
         res.execution_count = content.get("execution_count", col.execution_count)
         res.files_read = _files_read(out.reply)
         res.provenance = _provenance(out.reply)
+        res.binds = cell_binds(out.reply)
         res.duration_s = time.monotonic() - t0
         if res.status in ("died", "timeout"):
             res.shaped = _with_note(res.shaped, _status_note(res))
@@ -522,6 +523,23 @@ def _provenance(reply: dict[str, Any] | None) -> dict[str, Any] | None:
         budget -= len(kept)
         out[key] = kept
     return {"read": sorted(set(read)), "said": out, "partial": sorted(set(partial))}
+
+
+MAX_BINDS = 1000  # kernel_ext.provenance.MAX_BINDS: a kernel sends no more
+MAX_NAME_CHARS = 256
+
+
+def cell_binds(reply: dict[str, Any] | None) -> list[str] | None:
+    """The names the cell bound, from its line record (kernel_ext.provenance): at most
+    MAX_BINDS identifiers of at most MAX_NAME_CHARS; None when there is no such list or it
+    is not one of names (the kernel's word, checked as what it is)."""
+    raw = ((reply or {}).get("metadata") or {}).get(CELL_PROVENANCE)
+    names = raw.get("binds") if isinstance(raw, dict) else None
+    if not isinstance(names, list) or len(names) > MAX_BINDS or not all(
+            isinstance(n, str) and len(n) <= MAX_NAME_CHARS and n.isidentifier()
+            for n in names):
+        return None
+    return sorted(set(names))
 
 
 def _files_read(reply: dict[str, Any] | None) -> list[str] | None:

@@ -78,6 +78,11 @@ class CellResult:
     # which lines read a file and what each line said (kernel_ext.provenance; ok and failed cells):
     # {"read": [line], "said": {"line": [token]}, "partial": [line]}; None: not known
     provenance: dict[str, Any] | None = None
+    # the user names the cell bound: new, rebound to another object or deleted, as the
+    # kernel saw its namespace change (kernel_ext.provenance; ok and failed cells: what ran
+    # before the error); None: not known (no kernel_ext, a malformed record, a namespace
+    # too large to compare). Every host reader of "the names a cell binds" reads this.
+    binds: list[str] | None = None
 
     @property
     def ok(self) -> bool:

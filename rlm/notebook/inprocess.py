@@ -76,6 +76,7 @@ class _Capture:
         tag = f"inproc-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self.collector = CellCollector(session_dir, budget, tag, on_output)
         self.provenance: dict[str, Any] | None = None  # kernel_ext.provenance's record
+        self.binds: list[str] | None = None  # the names the cell bound (the same record's)
         self.error = False
         self.lock = threading.Lock()
 
@@ -194,6 +195,7 @@ class InProcessExecutor:
         res.outputs = cap.collector.outputs
         res.duration_s = round(time.monotonic() - started, 4)
         res.provenance = cap.provenance
+        res.binds = cap.binds
         if status == "timeout":
             res.shaped += f"\n[the cell ran past its {timeout} s timeout and was interrupted]"
         return res
@@ -242,11 +244,15 @@ class InProcessExecutor:
         sys.stderr = _Tee(sys.stderr, "stderr", cap.stream)
         shell._showtraceback, hook.write_format_data, pub.publish = showtb, write_format_data, publish
         fileops.watch(True)  # the files it reads, and which line read them (kernel_ext)
-        provenance.begin(shell.user_ns)
+        provenance.begin(shell.user_ns, shell.user_ns_hidden, code)
+        result = None
         try:
-            return shell.run_cell(code, store_history=False)
+            result = shell.run_cell(code, store_history=False)
+            return result
         finally:
-            cap.provenance = provenance.end()
+            record = provenance.end(result)
+            cap.binds = record.pop("binds", None)
+            cap.provenance = record
             fileops.watch(False)
             sys.stdout, sys.stderr = saved[0], saved[1]
             _restore_attr(shell, "_showtraceback", saved[2])

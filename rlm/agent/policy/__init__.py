@@ -159,13 +159,15 @@ class AnswerPolicy:
         if self.flow is None:
             self.flow = DataFlow()
         # a failed cell bound what ran before its error: the flow takes it too
-        flow = self.flow.cell(code, getattr(result, "provenance", None))
+        flow = self.flow.cell(code, getattr(result, "provenance", None),
+                              getattr(result, "binds", None))
         if result.ok:
             f.shown.append(Shown(entry_id, result.shaped, code, flow.depends, flow.evidence))
             f.final_depends = flow.final_depends
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
-        repeat = self.stuck.cell(code, result.shaped, result.ok)
+        repeat = self.stuck.cell(code, result.shaped, result.ok,
+                                 getattr(result, "binds", None))
         if repeat is None:  # new information: a poll whose output changed is no loop
             f.stale.discard(code.strip())
         else:

@@ -21,6 +21,13 @@ dependent lines said. Without that record (a kernel without kernel_ext's provena
 older gateway, a log written before it) the cell counts whole when any of its statements
 depends on data; lines whose output was too long to read whole (`partial`) count whole too.
 
+Which names a cell bound is the kernel's word (`CellResult.binds`, kernel_ext.provenance),
+as for every host reader; the cell's tree only places them on its statements (which one
+read what). A name the kernel saw bound where no statement says (`exec`, `globals()[...]`,
+a function's `global`) holds no data; one a statement names but the kernel did not see
+rebound (past a failed cell's error) is changed at most. An imported
+notebook's cells (`imported_names`) ran elsewhere: their tree's names are all there is.
+
 Limits: names are read from the cell's tree, so data reached only through `globals()[...]`
 or `eval` is not seen (an output is then not counted: the strict side); a mutation through
 a method is seen for the usual mutators only, so `d.update(...)` with data makes `d` hold
@@ -32,7 +39,7 @@ from __future__ import annotations
 
 import ast
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,17 +68,30 @@ class DataFlow:
 
     derived: set[str] = field(default_factory=set)
 
-    def cell(self, code: str, provenance: dict[str, Any] | None) -> CellFlow:
-        """Account for a successful cell; what its outputs prove."""
+    def cell(self, code: str, provenance: dict[str, Any] | None,
+             bound: Iterable[str] | None = None) -> CellFlow:
+        """Account for a cell (a failed one: what ran before its error); what its outputs
+        prove. `bound`: the names the cell bound (CellResult.binds, the kernel's word;
+        None: not known, the tree's names stand). The tree says only which statement
+        bound a name: a name the kernel did not see rebound (a failed cell's statements
+        after its error, `lst += data` there) is changed at most, and one it saw bound
+        where no statement says (an `exec`, `globals()[...]`, a function's `global`) holds
+        no data (the strict side)."""
         tree = _tree(code)
         if tree is None:
             return CellFlow(False)
+        seen = None if bound is None else set(bound)
         read_lines = set((provenance or {}).get("read") or [])
         data_lines: set[int] = set()
         final_depends = False
+        placed: set[str] = set()
         for stmt in tree.body:
             lines = set(range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1))
             reads, binds, changes, calls = _names(stmt)
+            if seen is not None:  # what it names but did not rebind is changed at most
+                changes |= binds - seen
+                binds &= seen
+                placed |= binds
             depends = bool(reads & self.derived or lines & read_lines or calls & SOURCES)
             if depends:
                 data_lines |= lines
@@ -79,6 +99,8 @@ class DataFlow:
             else:
                 self.derived -= binds
             final_depends = _final_depends(stmt, depends, self.derived) or final_depends
+        if seen is not None:
+            self.derived -= seen - placed
         evidence = None
         if provenance is not None and isinstance(provenance.get("said"), dict):
             said: dict[str, list[str]] = provenance["said"]

@@ -39,11 +39,12 @@ is what says more turns after the note did not help.
 
 from __future__ import annotations
 
-import ast
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.agent.policy.novelty import Outputs
+from rlm.kernel.binds import kept_names
 from rlm.protocols import End
 
 
@@ -60,24 +61,6 @@ LARGE = Thresholds(repeats=5, idle=5, grace=1)  # tool-calling models
 
 def thresholds_for(native_tools: bool) -> Thresholds:
     return LARGE if native_tools else SMALL
-
-
-def bound_names(code: str) -> set[str]:
-    """Names a cell binds at top level or anywhere (assignments, imports, defs, loops);
-    code that does not parse binds nothing we can tell."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return set()
-    out: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            out.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            out.add(node.name)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)):
-            out.update((a.asname or a.name).split(".")[0] for a in node.names)
-    return out
 
 
 def _first_line(code: str) -> str:
@@ -113,11 +96,15 @@ class StuckWatch:
     total_repeats: int = 0
 
     # ------------------------------------------------------------------ observations
-    def cell(self, code: str, output: str, ok: bool) -> str | None:
-        """A cell ran: None when it brought new information, else how it repeated."""
+    def cell(self, code: str, output: str, ok: bool,
+             binds: Iterable[str] | None = None) -> str | None:
+        """A cell ran: None when it brought new information, else how it repeated.
+        `binds`: the names it bound (CellResult.binds, the kernel's word); one the run has
+        not bound before is progress, but not a loop's variable (`for j` after `for i`
+        is the same loop renamed: rlm.kernel.binds.kept_names)."""
         key = code.strip()
         again = key in self.codes
-        new_names = bound_names(code) - self.names if ok else set()
+        new_names = kept_names(binds, code) - self.names if ok else set()
         kind = self.outputs.see(output, values_count=ok) if output.strip() else "none"
         self.codes.add(key)
         self.names |= new_names
