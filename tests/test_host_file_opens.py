@@ -54,7 +54,7 @@ ALLOWED: dict[str, str] = {
     "rlm.kernel.runtime:ipc_prefix tempfile.mkdtemp": "a new 0700 directory of a random name",
     "rlm.kernel.runtime:KernelRuntime.__init__ os.chmod":
         "the connection file in host/ (never kernel-writable), follow_symlinks=False",
-    "rlm.app.isolation:isolate .mkdir": "the child's session directory (host-only)",
+    "rlm.app.isolation:worktree .mkdir": "the child's session directory (host-only)",
     "rlm.kernel.sandbox_exec:_write open": "/proc/self of the launcher, before the kernel exists",
     "rlm.kernel.sandbox_exec:_parent open": "/proc/<pid>/stat, read-only",
     **dict.fromkeys([f"rlm.kernel.sandbox_exec:{place}" for place in (
