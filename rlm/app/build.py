@@ -10,9 +10,9 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernel_ext.contract import methods_of
+from rlm.agent.assembly import projection
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
-from rlm.agent.prompts import system_prompt
 from rlm.app.features import Gap, gap, refuse
 from rlm.app.options import RunOptions
 from rlm.app.steering import gate_place, goal_gate
@@ -118,10 +118,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
         agent.context_window,
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
-        projection=lambda branch: agent.session.projection_of(
-            branch, system_prompt=system_prompt(agent.config, role=agent.role,
-                                                native_tools=agent.llm.native_tools),
-            native_tools=agent.llm.native_tools),
+        projection=projection(agent),  # what the model call sends (rlm.agent.assembly)
         tiers=agent.config.context_tiers,
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start

@@ -1,0 +1,88 @@
+"""What compaction counts is what the model is sent (issue 59, item 2: one context
+assembler, rlm.agent.assembly). Through the composition root with scripted models and
+real kernels: an always-on rule file, a memory file and a child's `<children_state>`
+note present, the tokens the compaction controller counts just before a model call equal
+the tokens of the messages that call sent (counted with rlm.llm.tokens).
+
+Before the assembler, compaction projected without the rules note: with one always-rule
+file it counted 688 tokens where the model was sent 1,580, so the threshold and the
+checkpoint rungs fired late."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm import app
+from rlm.llm import get_llm
+from rlm.llm.tokens import count_messages
+from tests.rlmcli import call, script
+
+pytestmark = pytest.mark.timeout(300)
+
+RULE = ("---\nalways: true\n---\n" + "\n".join(
+    f"- Step {i}: check the units of every column before summing it, report the totals "
+    "in UTC-dated tables, and name the source file of every figure." for i in range(24)))
+MEMORY = "## In progress\n" + "\n".join(f"- table t{i} checked, totals agree" for i in range(30))
+
+
+class Models:
+    """The run's model factory, keeping each model it builds per spec."""
+
+    def __init__(self) -> None:
+        self.built: dict[str, list] = {}
+
+    def __call__(self, spec: str):
+        llm = get_llm(spec)
+        self.built.setdefault(spec, []).append(llm)
+        return llm
+
+
+def counted_before_each_prompt(run: app.SessionRun, prompt: str) -> int:
+    """Drive `prompt`; what the compaction controller counted just before its first call."""
+    agent = run.agent
+    assert agent is not None and agent.compaction is not None
+    seen: list[int] = []
+    agent.prompt_hooks.append(lambda a: seen.append(a.compaction.context_tokens()) or [])
+    run.drive(prompt)
+    [tokens] = seen
+    return tokens
+
+
+def test_compaction_counts_the_tokens_the_model_call_sends(tmp_path: Path):
+    (tmp_path / ".rlm" / "rules").mkdir(parents=True)
+    (tmp_path / ".rlm" / "rules" / "x.md").write_text(RULE)
+    (tmp_path / ".agent").mkdir()
+    (tmp_path / ".agent" / "state.md").write_text(MEMORY)
+    child = script(tmp_path / "child.json", [
+        call("import time\nopen('started', 'w').close()\nwhile True:\n    time.sleep(0.05)"),
+        call("final('never')")])
+    first = script(tmp_path / "p1.json", [
+        call("import os, time\nh = rlm_spawn('count the big table', name='slowpoke')\n"
+             "while not os.path.exists('started'):\n    time.sleep(0.05)\n"
+             "final('left it at work')")])
+    models = Models()
+    run = app.SessionRun.new("run", "go", app.RunOptions(
+        overrides={"model": first, "sub_model": child}), llm_factory=models)
+    with run:
+        counted1 = counted_before_each_prompt(run, "go")
+        sid = run.session.id
+    [parent] = models.built[first]
+    sent1 = parent.calls[0]
+    assert any("Step 23: check the units" in str(m["content"]) for m in sent1)  # the rule
+    assert any("table t29 checked" in str(m["content"]) for m in sent1)  # the memory
+    assert counted1 == count_messages(sent1)
+
+    # the next run's model reads the child's note (its child was cancelled at the close)
+    second = script(tmp_path / "p2.json", [call("final('ok')")])
+    again = app.SessionRun.open("resume", sid, app.RunOptions(
+        overrides={"model": second}), llm_factory=models)
+    with again:
+        counted2 = counted_before_each_prompt(again, "and now?")
+    [parent2] = models.built[second]
+    sent2 = parent2.calls[0]
+    assert sum("<children_state>" in str(m["content"]) for m in sent2) == 1
+    assert any("Step 23: check the units" in str(m["content"]) for m in sent2)
+    assert any("table t29 checked" in str(m["content"]) for m in sent2)
+    assert counted2 == count_messages(sent2)
