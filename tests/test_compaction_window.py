@@ -243,7 +243,7 @@ def test_a_failing_namespace_listing_gives_no_notice_and_the_compaction_stands(k
 
 
 def _state(names: list[str]) -> CustomEntry:
-    from rlm.compaction.core import format_ipython_state
+    from rlm.compaction.notes import format_ipython_state
 
     listed = [{"name": n, "type": "int"} for n in names]
     return CustomEntry(custom_type="ipython_state", data={"names": listed}, display=False,

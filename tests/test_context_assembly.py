@@ -86,3 +86,56 @@ def test_compaction_counts_the_tokens_the_model_call_sends(tmp_path: Path):
     assert any("Step 23: check the units" in str(m["content"]) for m in sent2)
     assert any("table t29 checked" in str(m["content"]) for m in sent2)
     assert counted2 == count_messages(sent2)
+
+
+def test_each_relief_note_is_told_again_after_every_compaction_and_shown_once(tmp_path: Path):
+    """Relief notes come from providers (rlm.compaction.notes) written at one place after
+    every relief: `/compact` in a chat (app.compact_now), twice, with a child at work.
+    Before, `/compact` wrote `<ipython_state>` only: the model never heard of its child
+    again. Now each compaction tells both, and the model sees each note once."""
+    child = script(tmp_path / "child.json", [
+        call("import time\nopen('started', 'w').close()\nwhile True:\n    time.sleep(0.05)"),
+        call("final('never')")])
+    parent = script(tmp_path / "parent.json", [
+        call("import os, time\nh = rlm_spawn('count the big table', name='slowpoke')\n"
+             "while not os.path.exists('started'):\n    time.sleep(0.05)\n"
+             "rows = list(range(50))\nprint(rows)"),
+        call("final('left it at work')"),
+        call("total = sum(rows)\nprint(total)"),
+        call("final(str(total))"),
+        call("final('still at work')"),
+    ])
+    summaries = script(tmp_path / "summary.json", [f"## Goal\nsummary {i}" for i in range(8)])
+    models = Models()
+    run = app.SessionRun.new("chat", None, app.RunOptions(overrides={
+        "model": parent, "sub_model": child, "compaction_model": summaries,
+        "keep_recent_tokens": 64}), llm_factory=models)
+    with run:
+        run.drive("go")
+        assert app.compact_now(run.agent) is not None
+        run.drive("sum the rows")
+        assert app.compact_now(run.agent) is not None
+        run.drive("and the child?")
+        log = list(run.session.branch())
+    [model] = models.built[parent]
+    last = "\n".join(str(m["content"]) for m in model.calls[-1][1:])  # after the system prompt
+    assert last.count("<children_state>") == 1 and "slowpoke" in last.split(
+        "<children_state>")[1]
+    assert last.count("<ipython_state>") == 1 and "- total:" in last
+    kinds = [getattr(e, "custom_type", None) for e in log]
+    assert kinds.count("ipython_state") == 2 and kinds.count("children_state") == 2
+
+
+def test_a_note_provider_that_disagrees_with_the_projection_is_refused():
+    """A provider says whether its note supersedes the previous one; the projection (a pure
+    function of the log) must agree, or its older notes would stay, or vanish, unseen."""
+    from rlm.compaction.notes import COMPACTION, ReliefNotes
+
+    class Goal:
+        kind, supersedes, after = "thread_goal_state", True, COMPACTION
+
+        def write(self, session, before, kernel):
+            raise AssertionError("never written")
+
+    with pytest.raises(ValueError, match="SUPERSEDED_CUSTOM"):
+        ReliefNotes().add(Goal())

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from kernel_ext.contract import methods_of
 from rlm.agent.assembly import projection
+from rlm.agent.child_report import ChildrenState
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.app.features import Gap, gap, refuse
@@ -135,10 +136,12 @@ def attach_compaction(agent: Agent) -> CompactionController:
     agent.handlers["compact.shake"] = lambda p: ctl.request_shake()
     install_history(agent.handlers, agent.session)  # what compaction took out stays here
 
+    # after a summary or a relief: <children_state>, clean-ups retried (<ipython_state>
+    # is the controller's own)
+    ctl.notes.add(ChildrenState(agent.children))
+
     def compacted(entry: Entry | None) -> list[Event]:
         events: list[Event] = []
-        if entry is not None:  # a summary or a relief: <children_state>, clean-ups retried
-            agent.children.after_compaction()
         if isinstance(entry, CompactionEntry) and is_rebuild(entry):
             events.append(Notice(rebuilt_line(entry)))
         elif isinstance(entry, CompactionEntry):
@@ -161,7 +164,6 @@ def attach_compaction(agent: Agent) -> CompactionController:
 
     def on_overflow(a: Agent, entry: MessageEntry) -> Compact | End:
         if ctl.on_overflow(entry.id, entry.model, a.executor) == "retry":
-            a.children.after_compaction()
             return Compact()
         return End("error", ctl.overflow_message)
 
