@@ -27,6 +27,18 @@ RULE = ("---\nalways: true\n---\n" + "\n".join(
 MEMORY = "## In progress\n" + "\n".join(f"- table t{i} checked, totals agree" for i in range(30))
 
 
+# a parent cell's start: a child spawned, and at work once its first cell runs
+SPAWN = ("import os, time\nh = rlm_spawn('count the big table', name='slowpoke')\n"
+         "while not os.path.exists('started'):\n    time.sleep(0.05)\n")
+
+
+def slow_child(tmp_path: Path) -> str:
+    """A child model whose first cell says it started, then works on until cancelled."""
+    return script(tmp_path / "child.json", [
+        call("import time\nopen('started', 'w').close()\nwhile True:\n    time.sleep(0.05)"),
+        call("final('never')")])
+
+
 class Models:
     """The run's model factory, keeping each model it builds per spec."""
 
@@ -55,13 +67,9 @@ def test_compaction_counts_the_tokens_the_model_call_sends(tmp_path: Path):
     (tmp_path / ".rlm" / "rules" / "x.md").write_text(RULE)
     (tmp_path / ".agent").mkdir()
     (tmp_path / ".agent" / "state.md").write_text(MEMORY)
-    child = script(tmp_path / "child.json", [
-        call("import time\nopen('started', 'w').close()\nwhile True:\n    time.sleep(0.05)"),
-        call("final('never')")])
+    child = slow_child(tmp_path)
     first = script(tmp_path / "p1.json", [
-        call("import os, time\nh = rlm_spawn('count the big table', name='slowpoke')\n"
-             "while not os.path.exists('started'):\n    time.sleep(0.05)\n"
-             "final('left it at work')")])
+        call(SPAWN + "final('left it at work')")])
     models = Models()
     run = app.SessionRun.new("run", "go", app.RunOptions(
         overrides={"model": first, "sub_model": child}), llm_factory=models)
@@ -93,13 +101,9 @@ def test_each_relief_note_is_told_again_after_every_compaction_and_shown_once(tm
     every relief: `/compact` in a chat (app.compact_now), twice, with a child at work.
     Before, `/compact` wrote `<ipython_state>` only: the model never heard of its child
     again. Now each compaction tells both, and the model sees each note once."""
-    child = script(tmp_path / "child.json", [
-        call("import time\nopen('started', 'w').close()\nwhile True:\n    time.sleep(0.05)"),
-        call("final('never')")])
+    child = slow_child(tmp_path)
     parent = script(tmp_path / "parent.json", [
-        call("import os, time\nh = rlm_spawn('count the big table', name='slowpoke')\n"
-             "while not os.path.exists('started'):\n    time.sleep(0.05)\n"
-             "rows = list(range(50))\nprint(rows)"),
+        call(SPAWN + "rows = list(range(50))\nprint(rows)"),
         call("final('left it at work')"),
         call("total = sum(rows)\nprint(total)"),
         call("final(str(total))"),
