@@ -148,6 +148,26 @@ def test_its_own_context_past_half_its_window_reseeds_it():
     assert len(llm.calls[1]) == 2 and "x" * 300 in llm.calls[1][1]["content"]
 
 
+def test_its_context_is_measured_in_tokens_not_characters():
+    """Its share of the window is counted (rlm.llm.tokens), not guessed at 4 characters a
+    token: dense text (CJK, ~2 tokens a character) past half the window reseeds it though
+    its characters are far below 4 per token of that half."""
+    from rlm.llm.tokens import count_messages
+
+    adv, llm, got = _advisor([{"content": ""}] * 3, primary_tokens=lambda: 10**9)
+    llm.window = 2000  # tokens: half of it is 1,000
+    dense = "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(700))
+    branch = [user(dense)]
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    first = llm.calls[0]
+    assert count_messages(first) > 1000 and sum(len(m["content"]) for m in first) < 4000
+    branch.append(reply("next"))
+    adv.update(branch)
+    assert adv.wait_idle(60)
+    assert len(llm.calls[1]) == 2 and dense in llm.calls[1][1]["content"]  # a new seed
+
+
 def test_the_cost_cap_thins_updates():
     adv, llm, got = _advisor([{"content": "", "usage": {"input_tokens": 500,
                                                          "output_tokens": 10}}] * 4,

@@ -454,3 +454,24 @@ def test_slash_rebuild_writes_the_checkpoint_and_restarts_the_context_from_it(
 
     sent = json.dumps(build_messages(s.branch(), system_prompt="", native_tools=True))
     assert "a299" not in sent and "x = 41 and printed" in sent and "and add one" in sent
+
+
+def test_the_writers_prompt_fits_its_window_for_text_denser_than_prose(tmp_path):
+    """The conversation is cut to the writer's window by count (rlm.llm.tokens.tail_within),
+    not by a characters-per-token guess: before, 3 characters a token let dense text (CJK,
+    here) send a prompt past the writer model's window."""
+    import random
+
+    from rlm.llm.tokens import count_messages
+
+    rng = random.Random(7)
+    dense = ["".join(chr(rng.randint(0x4E00, 0x9FFF)) for _ in range(6000)) for _ in range(6)]
+    s = session_with(tmp_path, *dense)
+    llm = ScriptedLLM([text()], window=8000)
+    budget = ck.budget_for(8000)
+    d = ck.draft(s, llm, s.branch()[-1].id, budget)
+    assert d.text == text()
+    sent = count_messages(llm.calls[0])
+    assert sent + budget + budget // 4 <= 8000  # the prompt and the reply it may write
+    assert "characters elided" in llm.calls[0][1]["content"]  # the newest part is kept
+    assert dense[-1][-200:] in llm.calls[0][1]["content"]

@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rlm.compaction.core import format_ipython_state, perform_compaction
+from rlm.compaction.core import perform_compaction
+from rlm.compaction.notes import format_ipython_state
 from rlm.compaction.plan import CompactionSettings
 from rlm.compaction.summarize import SPLIT_HEADING, load_prompt
 from rlm.errors import KernelBusy, KernelDied

@@ -22,7 +22,7 @@ from rlm.config import Config
 from rlm.errors import ConfigError, ContextOverflow, RateLimited
 from rlm.llm import ScriptedLLM
 from rlm.llm.seam import DEFAULT_SCRIPT_WINDOW, normalize_error
-from rlm.llm.tokens import count_message
+from rlm.llm.tokens import count_messages
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
@@ -243,7 +243,7 @@ def test_a_failing_namespace_listing_gives_no_notice_and_the_compaction_stands(k
 
 
 def _state(names: list[str]) -> CustomEntry:
-    from rlm.compaction.core import format_ipython_state
+    from rlm.compaction.notes import format_ipython_state
 
     listed = [{"name": n, "type": "int"} for n in names]
     return CustomEntry(custom_type="ipython_state", data={"names": listed}, display=False,
@@ -286,16 +286,16 @@ def test_token_count_matches_what_is_projected():
     s = _two_compactions()
     branch = s.branch()
     projected = build_messages(branch, system_prompt="", native_tools=True)[1:]
-    assert context_tokens(branch) == sum(count_message(m) for m in projected)
+    assert context_tokens(branch) == count_messages(projected)
 
     def fenced(b):
         return build_messages(list(b), system_prompt="You are rlm.", native_tools=False)
 
     msgs = fenced(branch)
-    assert context_tokens(branch, fenced) == sum(count_message(m) for m in msgs)
+    assert context_tokens(branch, fenced) == count_messages(msgs)
     ctl = CompactionController(s, ScriptedLLM([]), CompactionSettings(), lambda: 100_000,
                                projection=fenced)
-    assert ctl.status()["tokens"] == sum(count_message(m) for m in msgs)
+    assert ctl.status()["tokens"] == count_messages(msgs)
 
 
 # ------------------------------------------------------------------ restore timeout

@@ -61,7 +61,7 @@ def test_rlm_state_from_snapshot_has_summaries(shell, tmp_path):
 
 def test_host_notices_print_the_kernel_summaries_within_budget():
     from rlm.agent.notices import restore_lines
-    from rlm.compaction.core import format_ipython_state
+    from rlm.compaction.notes import format_ipython_state
     from rlm.kernel.types import RestoreReport
 
     frame = "DataFrame 1,000,000 rows x 3 cols: id int64, amount float64, region category"

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rlm.compaction.core import ipython_state_entry
+from rlm.compaction.notes import ipython_state_entry
 from rlm.config import Config
 from rlm.kernel import Kernel
 from rlm.kernel.state import session_state

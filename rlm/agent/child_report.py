@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from rlm.compaction.notes import RELIEF
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
@@ -152,3 +153,17 @@ class Notes:
                     news.append(r.id)
         if news:
             self.children.agent.recursion.append(read_entry(news))
+
+
+class ChildrenState:
+    """The `<children_state>` relief note (rlm.compaction.notes): after any relief, the
+    children still at work or ended unread are told again (the note they were told in may
+    have been taken out); the newest note supersedes the previous one."""
+
+    kind, supersedes, after = STATE_ENTRY, True, RELIEF
+
+    def __init__(self, children: Any) -> None:
+        self.children = children
+
+    def write(self, session: Any, before: Sequence[Any], kernel: Any) -> None:
+        self.children.after_compaction()

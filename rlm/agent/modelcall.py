@@ -15,11 +15,11 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from rlm.agent import notices
+from rlm.agent.assembly import assemble
 from rlm.agent.codeparse import reply_end
 from rlm.agent.policy import Abort, AnswerPolicy, Resample
 from rlm.agent.policy.stream import what_matched
 from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
-from rlm.agent.prompts import system_prompt
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
 from rlm.agent.steer.match import CallArguments, Match, ReplyScanner
@@ -29,7 +29,6 @@ from rlm.events import Event, ModelCallStarted, Notice
 from rlm.llm.seam import retry_notices
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage, copy_message
-from rlm.memory import with_memory
 from rlm.protocols import Compact, End, OverflowHook, SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
 
@@ -113,17 +112,13 @@ def call_model(host: ModelHost, temperature: float | None = None
     """One model call (a retry after a compaction on overflow); `temperature` overrides
     the policy's (`AnswerPolicy.temperature`). None when the call failed (said once, by
     RunEnded, or by a notice); `Stopped` when a stream rule matched."""
-    native = host.llm.native_tools
     for attempt in range(2):
         branch = host.session.branch()  # an O(1) view; read only where rules need it
         watch = host.answers.watch(branch)
-        system = system_prompt(host.config, native_tools=native, role=host.role) \
-            + host.answers.system_note(branch)
-        # incremental projection kept by the store: O(new entries) per turn, the same
-        # dicts each turn (counted by identity); copied per message for a provider that may
-        # change them, so the store's cache never sees provider-side mutation
-        shared = with_memory(host.session.messages(system_prompt=system, native_tools=native),
-                             host.memory)  # read fresh: edits between turns show
+        # what compaction counts (rlm.agent.assembly): the same dicts each turn (counted
+        # by identity); copied per message for a provider that may change them, so the
+        # store's cache never sees provider-side mutation
+        shared = assemble(host).messages
         size = prompt_tokens(shared)
         messages = shared if getattr(host.llm, "shares_messages", False) \
             else [copy_message(m) for m in shared]

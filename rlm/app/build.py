@@ -10,9 +10,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from kernel_ext.contract import methods_of
+from rlm.agent.assembly import projection
+from rlm.agent.child_report import ChildrenState
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
-from rlm.agent.prompts import system_prompt
 from rlm.app.features import Gap, gap, refuse
 from rlm.app.options import RunOptions
 from rlm.app.steering import gate_place, goal_gate
@@ -118,10 +119,7 @@ def attach_compaction(agent: Agent) -> CompactionController:
         agent.context_window,
         current_model_fn=lambda: agent.llm.spec,
         turn_active_fn=lambda: agent.turn_active,
-        projection=lambda branch: agent.session.projection_of(
-            branch, system_prompt=system_prompt(agent.config, role=agent.role,
-                                                native_tools=agent.llm.native_tools),
-            native_tools=agent.llm.native_tools),
+        projection=projection(agent),  # what the model call sends (rlm.agent.assembly)
         tiers=agent.config.context_tiers,
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
@@ -138,10 +136,12 @@ def attach_compaction(agent: Agent) -> CompactionController:
     agent.handlers["compact.shake"] = lambda p: ctl.request_shake()
     install_history(agent.handlers, agent.session)  # what compaction took out stays here
 
+    # after a summary or a relief: <children_state>, clean-ups retried (<ipython_state>
+    # is the controller's own)
+    ctl.notes.add(ChildrenState(agent.children))
+
     def compacted(entry: Entry | None) -> list[Event]:
         events: list[Event] = []
-        if entry is not None:  # a summary or a relief: <children_state>, clean-ups retried
-            agent.children.after_compaction()
         if isinstance(entry, CompactionEntry) and is_rebuild(entry):
             events.append(Notice(rebuilt_line(entry)))
         elif isinstance(entry, CompactionEntry):
@@ -164,7 +164,6 @@ def attach_compaction(agent: Agent) -> CompactionController:
 
     def on_overflow(a: Agent, entry: MessageEntry) -> Compact | End:
         if ctl.on_overflow(entry.id, entry.model, a.executor) == "retry":
-            a.children.after_compaction()
             return Compact()
         return End("error", ctl.overflow_message)
 

@@ -36,7 +36,6 @@ from rlm.memory import (
     ProjectMemory,
     WriteResult,
     stated_conventions,
-    with_memory,
 )
 from rlm.memory.inject import BUDGET_FRACTION
 from rlm.memory.runs import run_record
@@ -63,11 +62,7 @@ def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
     head = MemoryHead(memory, agent.context_window, agent.session.branch,
                       quiet_when_empty=not agent.llm.native_tools,
                       guide=agent.llm.native_tools)
-    agent.memory = head
-    if agent.compaction is not None:  # compaction counts the tokens the model is sent
-        inner = agent.compaction.projection
-        if inner is not None:
-            agent.compaction.projection = lambda branch: with_memory(inner(branch), head)
+    agent.memory = head  # at the head of what the model is sent (rlm.agent.assembly)
     agent.handlers["memory.show"] = lambda p: {"text": head.text(), "dir": str(memory.dir)}
     if entry in READ_ONLY:  # the parent tells its user of a cut, and records its runs
         for method in WRITE_METHODS:

@@ -36,7 +36,7 @@ from typing import Any
 from rlm import safeio
 from rlm.compaction.plan import latest_compaction_index, serialize_entries
 from rlm.errors import RlmError
-from rlm.llm.tokens import count_text
+from rlm.llm.tokens import count_text, tail_within, window_or_default
 from rlm.llm.types import LLM
 from rlm.paths import write_private_atomic
 from rlm.secrets import known_secrets, redact_text
@@ -58,7 +58,6 @@ SECTIONS = (
 ATTEMPTS = 3
 DEFAULT_RUNGS = (0.4, 0.6, 0.75)  # of the window, for a model that runs beside the session's
 BELOW_COMPACTION = 0.9  # a rung at or past the compaction threshold moves to 90% of it
-CHARS_PER_TOKEN = 3  # to cut the conversation to the writer's window before counting
 
 
 def default_rungs(spec: str) -> tuple[float, ...]:
@@ -81,7 +80,7 @@ def rungs_for(fractions: Sequence[float], window: int | None, threshold: int | N
 
 def budget_for(window: int | None) -> int:
     """The checkpoint's size in tokens: an eighth of the window, between 600 and 4,000."""
-    return max(600, min(4000, (window or 32_000) // 8))
+    return max(600, min(4000, window_or_default(window) // 8))
 
 
 def path_of(session_dir: Path | str) -> Path:
@@ -147,11 +146,14 @@ def _request(previous: str | None, conversation: str, budget: int) -> str:
 
 
 def _conversation(entries: Sequence[Entry], window: int | None, budget: int) -> str:
+    """The conversation as the writer reads it: its newest part that fits the writer's
+    window beside the previous checkpoint, the new one and the instructions (counted)."""
     text = serialize_entries(entries)
-    room = max(2000, ((window or 32_000) - 2 * budget - 1500) * CHARS_PER_TOKEN)
-    if len(text) > room:
-        text = f"[... the first {len(text) - room} characters elided ...]\n" + text[-room:]
-    return text
+    room = max(500, window_or_default(window) - 2 * budget - 1500)  # tokens
+    tail = tail_within(text, room)
+    if len(tail) < len(text):
+        tail = f"[... the first {len(text) - len(tail)} characters elided ...]\n" + tail
+    return tail
 
 
 @dataclass

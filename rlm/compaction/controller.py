@@ -27,8 +27,9 @@ from collections.abc import Callable
 from typing import Any
 
 from rlm.compaction.checkpoint import CheckpointWriter, rungs_for
-from rlm.compaction.core import append_ipython_state, perform_compaction
+from rlm.compaction.core import perform_compaction
 from rlm.compaction.ladder import LowYieldGuard, Relief, reject, relieve
+from rlm.compaction.notes import default_notes
 from rlm.compaction.plan import (
     CompactionSettings,
     EffectiveSettings,
@@ -93,6 +94,8 @@ class CompactionController:
         self._has_pending = False
         self._lock = threading.Lock()  # request() comes from the bridge thread
         self.tiers = tiers
+        # written after a relief (rlm.compaction.notes); the composition root adds providers
+        self.notes = default_notes()
         self.low_yield = LowYieldGuard()
         self.notice: str | None = None  # the low-yield stop, for the UI once
         self.last_relief: Relief | None = None
@@ -164,6 +167,7 @@ class CompactionController:
             instructions=instructions,
             kernel=kernel,
             projection=self.projection,
+            notes=self.notes,
         )
 
     def _ladder(self, trigger: str, kernel: Any) -> Entry | None:
@@ -179,13 +183,15 @@ class CompactionController:
             if relief.records:
                 result = relief.records[-1]
             if not should_compact(relief.tokens_after, eff.window, eff.settings):
-                return self._yielded(trigger, before, eff.window, result)
+                return self._yielded(trigger, before, eff.window, self._noted(result))
         rebuilt = self._rebuild(trigger, kernel, eff.threshold)
-        if rebuilt is None:
-            result = self._compact(trigger, kernel) or result
+        compacted = None if rebuilt is not None else self._compact(trigger, kernel)
+        if rebuilt is None and compacted is None:
+            self._noted(result)  # the tier's relief (a compaction wrote its own notes)
+        result = rebuilt or compacted or result
         if self.cancelled():  # stopped by the user: no yield to judge
-            return rebuilt or result
-        return self._yielded(trigger, before, eff.window, rebuilt or result)
+            return result
+        return self._yielded(trigger, before, eff.window, result)
 
     def _rebuild(self, trigger: str, kernel: Any, limit: int | None, *,
                  manual: bool = False) -> CompactionEntry | None:
@@ -202,9 +208,7 @@ class CompactionController:
             wait_s=REBUILD_WAIT_S if manual else self.checkpoint_wait_s,
             start=manual or self.checkpoint.automatic, fresh=manual,
             announce=self.announce, cancelled=self.cancelled)
-        if entry is not None:
-            append_ipython_state(self.session, branch, kernel)
-        return entry
+        return self.notes.after(self.session, entry, branch, kernel)
 
     def rebuild(self, kernel: Any = None) -> CompactionEntry | None:
         """`/rebuild`: the context rebuilt from the checkpoint now, written first unless a
@@ -221,9 +225,19 @@ class CompactionController:
         return result
 
     def shake(self, trigger: str = "manual") -> Relief:
-        """`/shake`: prune and shake everything clearable now (a small recent tail stays)."""
+        """`/shake`: prune and shake everything clearable now (a small recent tail stays),
+        then the relief's notes."""
+        relief = self._shake(trigger)
+        self._noted(relief.records[-1] if relief.records else None)
+        return relief
+
+    def _shake(self, trigger: str) -> Relief:
         return relieve(self.session, self.tier_settings(), trigger, limit=None,
                        projection=self.projection, manual=True)
+
+    def _noted(self, relief: Entry | None) -> Entry | None:
+        """A tier's relief record (None: none) and the notes that follow any relief."""
+        return self.notes.after(self.session, relief, self.session.branch(), None)
 
     def request_shake(self) -> dict[str, Any]:
         """`compact.shake()` from the kernel: scheduled for the end of the turn."""
@@ -281,12 +295,12 @@ class CompactionController:
     def _after_turn(self, kernel: Any) -> Entry | None:
         with self._lock:
             shake, self._shake_pending = self._shake_pending, False
-        shaken = self.shake("requested").records if shake else []
+        shaken = self._shake("requested").records if shake else []
         had, instructions = self._take_pending()
         if had:
             return self._compact("requested", kernel, instructions)
         if shaken:
-            return shaken[-1]
+            return self._noted(shaken[-1])
         if not self.settings.enabled or self.low_yield.stopped:
             return None
         branch = self.session.branch()

@@ -310,9 +310,11 @@ def default_projection(branch: Sequence[Entry]) -> list[dict[str, Any]]:
 
 
 def _count(messages: list[dict[str, Any]]) -> int:
-    from rlm.llm.tokens import count_sum
+    """What a prompt of `messages` costs, as the model call counts it (the reply priming
+    included: rlm.llm.tokens.count_messages)."""
+    from rlm.llm.tokens import count_messages
 
-    return count_sum(messages)
+    return count_messages(messages)
 
 
 def context_tokens(branch: Sequence[Entry], project: Projection | None = None) -> int:

@@ -252,3 +252,38 @@ def count_tokens(messages: list[dict[str, Any]] | str, encoding: str = DEFAULT_E
     if isinstance(messages, str):
         return count_text(messages, encoding)
     return count_messages(messages, encoding)
+
+
+# ----------------------------------------------------------- tokens -> characters
+# The one place a token budget becomes characters (issue 59): a room to lay text out in
+# or to cut it to, before it is counted. Prose runs about 4 characters a token in
+# o200k_base; number tables and base64 run fewer, so a room is a first guess and the
+# callers that must fit count the result (`tail_within`, rlm.memory.inject).
+CHARS_PER_TOKEN = 4
+DEFAULT_WINDOW = 32_768  # tokens, for a model that does not say its window
+
+
+def chars_for(tokens: int) -> int:
+    """Characters to lay out about `tokens` tokens of prose in (a first guess: count it)."""
+    return max(0, int(tokens)) * CHARS_PER_TOKEN
+
+
+def window_or_default(window: int | None) -> int:
+    """The model's window, or DEFAULT_WINDOW for a model that does not say it."""
+    return window or DEFAULT_WINDOW
+
+
+def tail_within(text: str, tokens: int, encoding: str = DEFAULT_ENCODING) -> str:
+    """The longest tail of `text` found that counts at most `tokens` tokens: cut to
+    `chars_for(tokens)` characters, counted, and cut again smaller until it fits (text
+    denser than prose is cut more). Never counts more than that room of characters."""
+    if tokens <= 0:
+        return ""
+    room = min(len(text), chars_for(tokens))
+    while room > 0:
+        tail = text[len(text) - room:]
+        n = count_text(tail, encoding)
+        if n <= tokens:
+            return tail
+        room = min(room - 1, int(room * tokens / n * 0.95))
+    return ""

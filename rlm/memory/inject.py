@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rlm.llm.tokens import chars_for, window_or_default
 from rlm.memory.files import FILES, TEMPLATES
 
 # no absolute path: the same memory reads the same wherever the project sits, so a model
@@ -38,13 +39,12 @@ STALE = ("[stale: state.md was not updated during the last {n} turns; update it 
 NOTHING_SHOWN = "[memory cut: nothing fits its share of the model's window; read .agent/]"
 HISTORY_LINES = 20
 BUDGET_FRACTION = 0.10  # of the model's window: the promise (README, docs/architecture.md)
-DEFAULT_WINDOW = 32_768
 FIT_TRIES = 8
 
 
 def budget_tokens(window: int | None, fraction: float = BUDGET_FRACTION) -> int:
     """Tokens the memory message may take in a call to a model of `window` tokens."""
-    return int((window or DEFAULT_WINDOW) * fraction)
+    return int(window_or_default(window) * fraction)
 
 
 @dataclass(frozen=True)
@@ -126,7 +126,7 @@ def memory_block(t: MemoryTexts, budget: int, count: Callable[[str], int] | None
     `guide=False`: without the GUIDE (a fenced-code model, told in its system prompt)."""
     if count is None:
         count = _message_tokens
-    chars = budget * 4
+    chars = chars_for(budget)  # a first room; counted and cut below until it fits
     for _ in range(FIT_TRIES):
         text, cuts = _layout(t, chars, guide)
         tokens = count(text)

@@ -36,6 +36,7 @@ from rlm.agent.advisor.guard import (
     render_delta,
     text_advice,
 )
+from rlm.llm.tokens import count_messages, window_or_default
 from rlm.llm.types import LLM, Usage
 from rlm.session.context import projected_entries
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
@@ -44,8 +45,6 @@ COST_FRACTION = 0.25  # of the primary's tokens; past it, updates are thinned
 THIN_EVERY = 3
 MAX_FAILURES = 3
 CONTEXT_SHARE = 0.5  # of the advisor model's window; past it, the next update re-seeds
-DEFAULT_WINDOW = 32_000  # tokens, for a model that does not say its window
-CHARS_PER_TOKEN = 4
 STATS_ENTRY = "advisor_stats"  # the custom entry that records its report in the session log
 SYSTEM = (
     "You watch an AI agent that solves tasks by writing Python cells in a persistent kernel. "
@@ -136,8 +135,8 @@ class Advisor:
         self._compaction: str | None = None
         self._pending = ""  # thinned deltas not sent yet
         self._skipped = 0
-        self._context_chars = 0  # the size of `context`, kept by its own thread
-        self._max_chars: int | None = None  # set after its first call (a local model is loaded)
+        self._context_tokens = 0  # what `context` costs (counted), kept by its own thread
+        self._max_tokens: int | None = None  # set after its first call (a local model is loaded)
         self._queue: queue.SimpleQueue[_Feed | None] = queue.SimpleQueue()
         self._idle = threading.Event()
         self._idle.set()
@@ -154,7 +153,7 @@ class Advisor:
         latest = next((e.id for e in reversed(branch) if isinstance(e, CompactionEntry)), None)
         ids = [e.id for e in branch]
         reseed = (latest != self._compaction or ids[:len(self._fed)] != self._fed
-                  or not self._fed or self._context_chars > (self._max_chars or 1 << 62))
+                  or not self._fed or self._context_tokens > (self._max_tokens or 1 << 62))
         if reseed:
             self._compaction, self._sent = latest, set()
             self.guard.given |= given_before(branch)  # "once per session" outlives a resume
@@ -239,10 +238,10 @@ class Advisor:
         for c in calls:
             self.context.append({"role": "tool", "tool_call_id": c.id, "content": RECORDED})
         self.stats.suppressed = self.guard.suppressed
-        self._context_chars = sum(len(str(m.get("content") or "")) for m in self.context)
-        if self._max_chars is None:
+        self._context_tokens = count_messages(self.context)  # grows at its end: O(new)
+        if self._max_tokens is None:
             window = self.llm.context_window() if hasattr(self.llm, "context_window") else None
-            self._max_chars = int(CONTEXT_SHARE * (window or DEFAULT_WINDOW) * CHARS_PER_TOKEN)
+            self._max_tokens = int(CONTEXT_SHARE * window_or_default(window))
         if used:
             self.stats.advice += 1
             self.stats.turns_silent = 0
