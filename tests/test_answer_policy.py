@@ -236,7 +236,40 @@ def test_claims_are_figures_and_names_else_content_words():
     assert [c.text for c in claims("bath, with the highest sales in 2025",
                                      ["In 2025, which category had the most sales?"])] == \
         ["bath"]
-    assert claims("Based on the output, the answer is yes", ["?"]) == []
+    # no figure, name or content word: the answer's own words are what it claims
+    assert [c.text for c in claims("Based on the output, the answer is yes", ["?"])] == ["yes"]
+    assert [c.text for c in claims("Badge not found", ["What badge did Amara get?"])] == \
+        ["not", "found"]
+    assert [c.text for c in claims("badge", ["What badge did Amara get?"])] == ["badge"]
+    assert claims("", ["?"]) == [] and claims("the", ["?"]) == []
+
+
+def test_claimless_answer_verified_only_by_data():
+    """An answer with no figure, name or content word ("Badge not found", "ok", "Yes") is
+    verified only when an output of code that read the data shows its words: from the
+    needle seeds 7 and 8, whose "Badge not found" came from a log typed into the cell."""
+    typed = 'audit = "2025-01-01 INFO ok"\nprint("Badge not found")'
+    v = verify("Badge not found", source="final", codes=[typed], prompts=["What badge?"],
+               shown=[Shown("e1", "Badge not found\n", typed, depends=False)],
+               cells_run=1, last_cell_ok=True, final_entry="e1", final_depends=False)
+    assert not v.verified and "reads none of the task's data" in (v.why or "")
+    assert v.unverified_claims == ["not", "found"]
+    read = "hits = [l for l in log if 'Amara' in l]\nprint('not found' if not hits else hits)"
+    v = verify("Badge not found", source="text", codes=[read], prompts=["What badge?"],
+               shown=[Shown("e1", "not found\n", read)], cells_run=1, last_cell_ok=True)
+    assert v.verified  # the question's word "badge" is not the answer's claim
+    v = verify("Badge not found", source="text", codes=[read], prompts=["What badge?"],
+               shown=[Shown("e1", "['K-2182 granted']\n", read)], cells_run=1, last_cell_ok=True)
+    assert not v.verified and v.unverified_claims == ["not", "found"]
+    assert verify("Yes", source="text", codes=["print(df.x.any())"], prompts=["Any x?"],
+                  shown=[Shown("e1", "True\n", "print(df.x.any())")], cells_run=1,
+                  last_cell_ok=True).verified
+    assert not verify("ok", source="final", codes=["print(len(df))"], prompts=["How many?"],
+                      shown=[Shown("e1", "3\n", "print(len(df))")], cells_run=1,
+                      last_cell_ok=True, final_entry=None).verified
+    empty = verify("", source="text", codes=["print(len(df))"], prompts=["How many?"],
+                   shown=[Shown("e1", "3\n", "print(len(df))")], cells_run=1, last_cell_ok=True)
+    assert not empty.verified and "empty" in (empty.why or "")
 
 
 def test_every_claim_must_be_shown():
@@ -310,3 +343,17 @@ def test_a_whole_table_as_the_answer_is_checked_whole_and_recorded_bounded():
     assert v.verified and len(v.evidence) == 100
     wrong = _v(table + "\nrow9999 1.25", [table])
     assert not wrong.verified and wrong.unverified_claims == ["row9999", "1.25"]
+
+
+def test_done_is_the_hosts_to_check_only_where_a_goal_is():
+    """"Done" claims nothing an output shows: with a goal in force (or completed) the host
+    checks its files and gates, so the answer is not refused for it; without one, it is an
+    answer that says nothing checked."""
+    shown = [Shown("e1", "3\n", "print(len(df))")]
+    kw = dict(source="text", codes=["print(len(df))"], prompts=["Write report.md"],
+              shown=shown, cells_run=1, last_cell_ok=True)
+    assert verify("report.md is written and correct", host_checks=True, **kw).verified
+    assert verify("Done.", host_checks=True, **kw).verified
+    plain = verify("Done.", **kw)
+    assert not plain.verified and plain.unverified_claims == ["done"]
+    assert not verify("done, not found", host_checks=True, **kw).verified  # a finding stays one

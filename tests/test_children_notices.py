@@ -18,7 +18,7 @@ import pytest
 
 from rlm.session.context import build_messages
 from rlm.session.store import SessionStore
-from tests.rlmcli import call, rlm, script
+from tests.rlmcli import ANSWERED, call, rlm, script
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -94,7 +94,7 @@ def test_a_child_at_work_when_the_run_ends_is_shown_to_the_user_and_told_to_the_
     assert "slowpoke" not in second_note  # the model was told of it: read
     third = script(tmp_path / "p3.json", [call("final('ok')")])
     out = rlm("resume", sid, "and now?", "--model", third, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.returncode in ANSWERED, out.stderr[-2000:]
     shown = seen(path)
     assert shown.count("<children_state>") == 1 and "- second (cancelled" in shown
     assert notes(path) == [first_note, second_note]  # told once each, kept in the log

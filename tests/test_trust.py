@@ -19,7 +19,7 @@ from rlm import app, trust
 from rlm.config import config_warnings, files_read, load_config
 from rlm.errors import ConfigError
 from tests import rlmcli
-from tests.rlmcli import call, script
+from tests.rlmcli import ANSWERED, call, script
 
 rlm = partial(rlmcli.rlm, check=True)  # `rlm ARGS` through main() in this process
 
@@ -556,7 +556,7 @@ def test_a_broken_project_file_never_locks_the_user_out(tmp_path, kind):
                  ["resume", sid, "go on", "--model", again, "--json"],
                  ["sessions", "--json"], ["log", sid], ["state", sid, "--json"]):
         proc = rlmcli.rlm(*args, cwd=tmp_path)
-        assert proc.returncode == 0, (kind, args, proc.stderr[-2000:])
+        assert proc.returncode in ANSWERED, (kind, args, proc.stderr[-2000:])
         said = [line for line in proc.stderr.splitlines() if "rlm.toml" in line
                 and "warning: " in line]
         assert len(said) == 1 and "ignored" in said[0], (kind, args, proc.stderr)

@@ -256,3 +256,64 @@ def test_a_figure_computed_from_the_data_is_verified(_isolated_home, tmp_path, c
     end, _, _ = _run(_isolated_home, tmp_path, "native", steps,
                      "How many flights did the busiest plane fly?")
     assert end.verified is True, (code, end)
+
+
+# Issue 58 item 3, the claimless answers: "Badge not found", typed from a log the model
+# copied into its cell, was verified (no figure or name, so no claim to check: needle seeds
+# 7 and 8). An answer is never verified for saying nothing checkable: its own words are its
+# claims, and only what code that read the data printed shows them.
+CLAIMLESS = [
+    ("cell", "log = 'nothing here'\nprint('Badge not found' if 'badge' in log else 'not found')"),
+    ("cell", "hits = []\nprint('None' if not hits else hits)"),
+    ("cell", "print('no')"),
+    ("cell", "ok = True\nprint('ok')"),
+]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("answer,cell", [("not found", CLAIMLESS[0]), ("None", CLAIMLESS[1]),
+                                         ("No.", CLAIMLESS[2]), ("ok", CLAIMLESS[3]),
+                                         ("", ("cell", READ + "print(data[0])"))])
+def test_a_claimless_answer_from_no_data_is_unverified(_isolated_home, tmp_path, kind, answer,
+                                                        cell):
+    steps = [cell, ("answer", answer)] if kind == "native" or answer else [cell]
+    end, result, _ = _run(_isolated_home, tmp_path, kind, steps,
+                          "Which badge did plane N725MQ get?", max_turns=2)
+    if end.final is None:  # a fenced model's empty FINAL() is no answer at all
+        return
+    assert end.verified is False, (answer, end)
+    assert result.status == "unverified" and result.exit_code == 5
+
+
+@pytest.mark.parametrize("answer,code", [
+    ("not found", READ + "print('not found' if 'K-2182' not in data else 'there')"),
+    ("Yes", READ + "print('EV' in data)"),
+    ("No", READ + "print('AA' in data)"),
+])
+def test_a_claimless_answer_the_data_shows_is_verified(_isolated_home, tmp_path, answer, code):
+    end, _, _ = _run(_isolated_home, tmp_path, "native", [("cell", code), ("answer", answer)],
+                     "Does the log hold badge K-2182 / carrier EV / carrier AA?")
+    assert end.verified is True, (answer, end)
+
+
+def test_rlm_run_a_typed_not_found_exits_5(tmp_path, _isolated_home):
+    """The needle case through the entry point: the log typed into the cell, "Badge not
+    found" answered; `--json` said verified, exit 0."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.json"
+    (tmp_path / "audit.log").write_text("2025-01-01 Amara Costa got the badge K-2182\n")
+    path.write_text(json.dumps(_script("native", [
+        ("cell", "audit = '2025-01-01 INFO the batch job finished'\n"
+                 "print('Badge not found' if 'Amara' not in audit else 'found')"),
+        ("answer", "Badge not found")])))
+    proc = subprocess.run([sys.executable, "-m", "rlm", "run",
+                           "In the audit log, what badge did Amara Costa get?",
+                           "--model", f"script:{path}", "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=240,
+                          env={**os.environ, "RLM_HOME": str(_isolated_home)})
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 5, proc.stderr[-2000:]
+    assert res["verified"] is False and res["unverified_claims"] == ["not", "found"]

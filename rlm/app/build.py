@@ -214,6 +214,7 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
             judge=judge)
     agent.policy = policy  # the autonomous policy only
     agent.answers.goal = goal_objective(goals)
+    agent.answers.host_checks = goal_checked(goals)
     if scheduler is None and not (sched_gap is not None and sched_gap.refused):
         for m in methods_of("schedules"):  # a log in memory (tests) keeps no jobs
             agent.handlers[m.name] = refuse(Gap("heartbeats and cron jobs need a session "
@@ -236,6 +237,17 @@ def goal_objective(goals: GoalManager | None) -> Callable[[], str | None]:
         return goal.objective if goal is not None and goal.status == "active" else None
 
     return objective
+
+
+def goal_checked(goals: GoalManager | None) -> Callable[[], bool]:
+    """Whether the session's goal is in force or complete: the host checks its files and
+    gates itself, so "done" is not the answer's claim to prove (rlm.agent.policy.verify)."""
+
+    def checked() -> bool:
+        goal = goals.get() if goals is not None else None
+        return goal is not None and goal.status in ("active", "complete")
+
+    return checked
 
 
 def rebuild_now(agent: Agent) -> CompactionEntry | None:

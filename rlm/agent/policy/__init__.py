@@ -78,6 +78,9 @@ class AnswerPolicy:
         # what a stuck note names: the goal in force, and what the host last found missing
         # (set by the goal's judge, rlm.agent.policy.goal_evidence)
         self.goal: Callable[[], str | None] = lambda: None
+        # whether the host checks the work itself (a goal in force or completed: its files
+        # and gates), so a claimless "done" is the host's to judge (rlm.agent.policy.verify)
+        self.host_checks: Callable[[], bool] = lambda: False
         self.missing: str | None = None
         self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
 
@@ -204,7 +207,7 @@ class AnswerPolicy:
         v = verify(text, source=answer.source, shown=f.shown, codes=f.codes, prompts=asked,
                    cells_run=f.cells, last_cell_ok=f.last_cell_ok, error_like=error_text(text),
                    final_entry=f.last_entry if answer.from_kernel else None,
-                   final_depends=f.final_depends)
+                   final_depends=f.final_depends, host_checks=self.host_checks())
         return Accept(v.verified, v.why, v.evidence, v.unverified_claims)
 
 

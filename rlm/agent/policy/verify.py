@@ -6,6 +6,11 @@ answer asserts neither, its content words are its claims ("bath", "date and cate
 Words and figures of any user prompt of the session are the question's, not claims, and
 so are function words ("the", "based", "overall").
 
+An answer with neither says what its own words say ("Badge not found", "ok", "Yes"):
+those are its claims, so it is verified only when an output of code that read the data
+shows them (`True` shows "yes"); an empty answer is never verified. "Done" is the one
+exception, where a goal is in force: the host checks a goal's files and gates itself.
+
 A claim is supported by a successful cell of this run whose output holds it (a figure at
 the answer's precision; a word as a whole token, case-insensitively), or, for
 `final(value)` / `final_var(name)`, by the value the kernel computed, unless the claim is
@@ -34,7 +39,7 @@ _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)$", re.I)
 _PERCENT = re.compile(r"\bper ?cent\b", re.I)
 
 # function words and the vocabulary of answers about data: never a claim on their own
-STOPWORDS = frozenset("""
+BASE_STOPWORDS = frozenset("""
 a an the and or but nor so yet for of in on at to by with from into onto over under than
 then that this these those there their they them it its is are was were be been being am
 has have had do does did not no yes true false none null nan ok i we you he she his her
@@ -47,15 +52,14 @@ according highest lowest largest smallest biggest greatest top bottom best worst
 max min maximum minimum amount amounts same other another both either neither such like
 while after before during since because between among within without via per cent percent
 record records row rows column columns table file files list item items entry entries
-category categories region regions city cities month months year years day days
-customer customers order orders vendor vendors station project badge code codes
-""".split()) | frozenset(
-    # the words of a completion claim about work the host checks itself (a goal's files
-    # and gates): "salaries.md is correct" asserts nothing an output could hold, and the
-    # local model was refused it three times after the host had shown it the right file
-    """correct correctly right done complete completed finished written wrote write saved
-    created exists exist matches match successfully updated holds contains check checked
-    checks pass passes passed goal line lines""".split())
+""".split())
+# the words of a completion claim about work the host checks itself (a goal's files and
+# gates): "salaries.md is correct" asserts nothing an output could hold, and the local
+# model was refused it three times after the host had shown it the right file
+COMPLETION = frozenset("""correct correctly right done complete completed finished written
+wrote write saved created exists exist matches match successfully updated holds contains
+check checked checks pass passes passed goal line lines""".split())
+STOPWORDS = BASE_STOPWORDS | COMPLETION
 
 
 @dataclass(frozen=True)
@@ -117,9 +121,48 @@ def _bare(word: str) -> str:
     return re.sub(r"'s$", "", word)
 
 
-def claims(answer: str, prompts: list[str]) -> list[Claim]:
+# the words of an answer no output is needed to show: function words and words about the
+# answering itself ("based on the output, the answer is yes" says "yes")
+ARTICLES = frozenset("""a an the and or of to in on at by for with from is are was were be
+been has have it its this that there based output outputs answer answers result results
+final computed
+calculated according shows shown printed see here thus therefore hence given data""".split())
+# how a kernel prints what an answer words: "yes" is shown by `True`
+_SHOWN_AS = {"yes": ("true",), "no": ("false",), "true": ("yes",), "false": ("no",)}
+
+
+def phrase(answer: str, asked: set[str], host_checks: bool = False) -> list[Claim]:
+    """A claimless answer's own words and figures, the answer vocabulary's included
+    ("not found", "ok", "Yes"): what it says, which only an output of code that read the
+    data can show. Words of the question (`asked`) are left out while others remain; so
+    are the words of a completion claim ("done", "written") where the host checks the
+    work itself (`host_checks`: a goal is in force, its files and gates checked)."""
+    said = _phrase(answer)
+    said = [c for c in said if c.key() not in asked] or said
+    return [c for c in said if c.key() not in COMPLETION] if host_checks else said
+
+
+def _phrase(answer: str) -> list[Claim]:
+    out: list[Claim] = []
+    seen: set[str] = set()
+    for m in _TOKEN.finditer(answer):
+        if m.group("num") and (f := _figure(m.group("num"), False)) is not None:
+            text = m.group(0).replace(" ", "")
+            if text not in seen:
+                seen.add(text)
+                out.append(Claim(text, "figure", f[0], f[1], bool(m.group("pct"))))
+        elif m.group("word"):
+            low = _bare(m.group("word")).lower()
+            if low not in ARTICLES and low not in seen:
+                seen.add(low)
+                out.append(Claim(low, "word"))
+    return out
+
+
+def claims(answer: str, prompts: list[str], host_checks: bool = False) -> list[Claim]:
     """Every figure and named entity `answer` asserts that the prompts do not hold; its
-    content words when it asserts none."""
+    content words when it asserts none; its phrase (`phrase`) when it has no content word
+    either: an answer is never verified for saying nothing checkable."""
     asked_words, asked_figures = question_vocabulary(prompts)
     percent_words = bool(_PERCENT.search(answer))
     strong: list[Claim] = []
@@ -144,7 +187,7 @@ def claims(answer: str, prompts: list[str]) -> list[Claim]:
             strong.append(Claim(word, "name"))
         else:
             words.append(Claim(word, "word"))
-    return strong or words
+    return strong or words or phrase(answer, asked_words, host_checks)
 
 
 def _output_figures(text: str) -> list[float]:
@@ -167,7 +210,7 @@ def holds(claim: Claim, figures: list[float], words: set[str]) -> bool:
     """`claim` is among an output's figures (at the answer's precision; a percent also as
     a fraction) or words."""
     if claim.kind != "figure" or claim.value is None:
-        return claim.key() in words
+        return any(w in words for w in (claim.key(), *_SHOWN_AS.get(claim.key(), ())))
     tol = 0.5 * 10 ** -claim.decimals + 1e-9
     return any(abs(v - claim.value) <= tol or (claim.percent and abs(v * 100 - claim.value) <= tol)
                for v in figures)
@@ -321,17 +364,21 @@ def _is_text(node: ast.expr) -> bool:
 
 def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
            cells_run: int, last_cell_ok: bool | None, error_like: str | None = None,
-           final_entry: str | None = None, final_depends: bool = True) -> Verdict:
+           final_entry: str | None = None, final_depends: bool = True,
+           host_checks: bool = False) -> Verdict:
     """Whether `answer` is verified by this run, with the evidence for each claim or the
     claims nothing supports. `source` is final | final_var (a value from the kernel,
     computed by the cell `final_entry`; `final_depends`: by a statement that depends on the
     task's data), or text | reply (written by the model); `codes` are the cells this run
     executed; `prompts` every user prompt of the session. A claim is supported only by
-    what code that depends on the task's data printed (rlm.agent.policy.dataflow)."""
+    what code that depends on the task's data printed (rlm.agent.policy.dataflow).
+    `host_checks`: a goal is in force, so "done" is the host's to check (`phrase`)."""
     echo = _echoed(answer, prompts)
     if echo:
         return Verdict(False, echo, {}, [])
-    found = claims(answer, prompts)
+    if not _phrase(answer):
+        return Verdict(False, NOTHING_SAID, {}, [])
+    found = claims(answer, prompts, host_checks)
     read = [_supported(s) for s in shown]
     evidence: dict[str, list[str]] = {}
     for c in found:
@@ -353,6 +400,7 @@ def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], pr
                    ([c.text for c in missing] or [c.text for c in found])[:MAX_RECORDED])
 
 
+NOTHING_SAID = "the answer says nothing an output could show (it is empty or only filler)"
 ECHO_WORDS = 6  # an answer this long found whole in a prompt is an echo, not a finding
 ECHOED = "the answer repeats words it was given (a prompt or the host's note), not an output"
 
