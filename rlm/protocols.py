@@ -1,5 +1,5 @@
-"""The typed seams between layers: what the agent loop needs from an executor, a session log
-and its hooks. Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
+"""The typed seams between layers: what the agent loop needs from an executor and a session
+log, and the hook types of its policy chain (rlm.chain). Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
 `rlm.notebook.inprocess.InProcessExecutor` implement `Executor` without inheriting from it;
 `rlm.session.store.SessionStore` implements `SessionLog`. A conformance test checks both.
 The run decision (S1: `Continue | End | Compact`) is here too: goals, the autonomous

@@ -30,6 +30,7 @@ from rlm.memory import MEMORY_MARK
 from rlm.session.entries import CustomEntry
 from rlm.session.store import SessionStore
 from tests.rlmcli import call, script
+from tests.test_context_assembly import Models
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -77,18 +78,6 @@ class Toy:
 
     def after_turn(self, agent) -> list[Notice]:
         return [Notice(f"toy: turn {agent.state.turns} done")]
-
-
-class Models:
-    """The run's model factory, keeping each model it builds per spec."""
-
-    def __init__(self) -> None:
-        self.built: dict[str, list] = {}
-
-    def __call__(self, spec: str):
-        llm = get_llm(spec)
-        self.built.setdefault(spec, []).append(llm)
-        return llm
 
 
 def test_a_toy_feature_added_by_one_line_acts_at_each_seam_and_is_closed_with_the_run(
