@@ -1,5 +1,5 @@
-"""The typed seams between layers: what the agent loop needs from an executor, a session log
-and its hooks. Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
+"""The typed seams between layers: what the agent loop needs from an executor and a session
+log, and the hook types of its policy chain (rlm.chain). Structural (`typing.Protocol`): `rlm.kernel.Kernel` and
 `rlm.notebook.inprocess.InProcessExecutor` implement `Executor` without inheriting from it;
 `rlm.session.store.SessionStore` implements `SessionLog`. A conformance test checks both.
 The run decision (S1: `Continue | End | Compact`) is here too: goals, the autonomous
@@ -133,24 +133,3 @@ EndHook = Callable[[Any, str, "str | None"], None]
 # when a run ends, after the end hooks: (agent, reason) -> a promise it left unmet, or None
 # (rlm.outcome.Unmet)
 EndCondition = Callable[[Any, str], Any]
-
-
-class LoopHost(Protocol):
-    """What the layers below the agent (compaction, longrun) plug into: bridge handlers and
-    the hook lists, plus the counters a policy reads."""
-
-    handlers: dict[str, Handler]
-    run_start_hooks: list[Callable[[Any], None]]
-    account_hooks: list[TurnHook]
-    turn_hooks: list[TurnHook]
-    continuations: list[Continuation]
-    end_hooks: list[EndHook]
-    end_conditions: list[EndCondition]
-    turns: int
-    state: Any  # rlm.agent.runstate.RunState: the current run's
-
-    @property
-    def tokens_used(self) -> int: ...  # what --max-tokens counts (rlm.ledger)
-
-    @property
-    def session(self) -> SessionLog: ...

@@ -232,7 +232,7 @@ def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkey
     agent, session = _agent(_isolated_home, inner, advisor_llm)
     agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
     # a barrier after the turn's hooks: the next turn starts once the advisor has spoken
-    agent.turn_hooks.append(lambda a: None if advised.wait(120) else None)
+    agent.chain.turn.append(lambda a: None if advised.wait(120) else None)
     with agent:
         events = list(agent.run("What is the total?"))
     assert events[-1].final == "42 EUR"
@@ -309,7 +309,7 @@ def test_a_blocker_before_the_cells_start_keeps_them_from_running(_isolated_home
     advised = threading.Event()
     agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
     # a barrier after the advisor's hook: the cells start once it has spoken
-    agent.reply_hooks.append(lambda a: None if advised.wait(120) else None)
+    agent.chain.reply.append(lambda a: None if advised.wait(120) else None)
     with agent:
         events = list(agent.run("go"))
     assert not marker.exists()
@@ -335,7 +335,7 @@ def test_a_failing_advisor_is_told_at_the_next_boundary_and_reads_failing(_isola
     main = ScriptedLLM([fenced(f"print({i})") for i in range(4)] + [fenced("final('done')")])
     agent, session = _agent(_isolated_home, main, ScriptedLLM([]))  # every call raises
     # the advisor's thread has handled the reply before the turn's own hooks run
-    agent.turn_hooks.insert(0, lambda a: None if a.advisor.wait_idle(60) else None)
+    agent.chain.turn.insert(0, lambda a: None if a.advisor.wait_idle(60) else None)
     with agent:
         events = list(agent.run("go"))
     told = [i for i, e in enumerate(events) if isinstance(e, Notice)

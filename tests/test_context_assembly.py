@@ -56,7 +56,7 @@ def counted_before_each_prompt(run: app.SessionRun, prompt: str) -> int:
     agent = run.agent
     assert agent is not None and agent.compaction is not None
     seen: list[int] = []
-    agent.prompt_hooks.append(lambda a: seen.append(a.compaction.context_tokens()) or [])
+    agent.chain.prompt.append(lambda a: seen.append(a.compaction.context_tokens()) or [])
     run.drive(prompt)
     [tokens] = seen
     return tokens

@@ -139,11 +139,10 @@ def test_branching_needs_no_special_case(session, goals):
 def test_attach_goals_to_an_agent(session, goals):
     from types import SimpleNamespace
 
+    from rlm.chain import Chain
     from rlm.longrun.goals import attach_goals
 
-    agent = SimpleNamespace(handlers={}, account_hooks=[], turn_hooks=[], end_hooks=[],
-                            run_start_hooks=[], end_conditions=[],
-                            continuations=[lambda a, r: "other"])
+    agent = SimpleNamespace(handlers={}, chain=Chain(would_end=[lambda a, r: "other"]))
     attach_goals(agent, goals)
     goals.set("analyse", token_budget=500)
     session.append(MessageEntry(message={"role": "user", "content": "go"}))
@@ -153,11 +152,11 @@ def test_attach_goals_to_an_agent(session, goals):
             usage={"input_tokens": 200, "output_tokens": 50},
         )
     )
-    for hook in agent.account_hooks:  # accounting runs before continuations
+    for hook in agent.chain.account:  # accounting runs before continuations
         hook(agent)
         hook(agent)  # the same message is charged once
     assert goals.get().tokens_used == 250
-    assert "<goal_context>" in agent.continuations[0](agent, "final").prompt
+    assert "<goal_context>" in agent.chain.would_end[0](agent, "final").prompt
     agent.handlers["goal.complete"]({})
-    assert agent.continuations[0](agent, "final") is None
+    assert agent.chain.would_end[0](agent, "final") is None
     assert agent.handlers["goal.get"]({})["goal"]["status"] == "complete"

@@ -19,7 +19,7 @@ LAYERS: list[tuple[str, int]] = [
     ("rlm.app", 6),
     ("rlm.agent", 5), ("rlm.notebook", 5),
     ("rlm.compaction", 4), ("rlm.longrun", 4), ("rlm.memory", 4),
-    ("rlm.protocols", 3), ("rlm.session", 3),
+    ("rlm.protocols", 3), ("rlm.chain", 3), ("rlm.session", 3),
     ("rlm.llm", 2),
     ("rlm.kernel", 1),
     ("rlm.config", 0), ("rlm.errors", 0), ("rlm.paths", 0), ("rlm.events", 0),

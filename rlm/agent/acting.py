@@ -7,12 +7,13 @@ Used by the loop (rlm.agent.loop) through `ActHost`, the part of the Agent a rep
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from typing import Any, Protocol
 
 from rlm.agent.cells import CellHost, read_var, run_cells
 from rlm.agent.codeparse import code_tool_calls, text_final
 from rlm.agent.policy import Accept, Answer, Note
+from rlm.chain import Chain
 from rlm.events import Event, FinalAnswer, ModelReply, Notice
 from rlm.llm.types import Completion, Usage
 from rlm.session.entries import MessageEntry
@@ -22,7 +23,7 @@ Outcome = tuple[str, str | None] | None
 
 
 class ActHost(CellHost, Protocol):
-    reply_hooks: list[Callable[[Any], None]]
+    chain: Chain  # its reply stage runs before a reply's cells (the advisor reads them)
 
     def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
 
@@ -47,8 +48,7 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
     if not calls:
         unknown = tuple(c.name for c in completion.tool_calls if c.name != "python")
         return (yield from _answer_without_code(host, completion.content, unknown))
-    for hook in host.reply_hooks:
-        hook(host)
+    host.chain.call(host.chain.reply, host)
     yield from run_cells(host, calls)
     if host.state.final is None:
         return None

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 from rlm.agent.policy import AnswerPolicy
 from rlm.agent.prompts import system_prompt
+from rlm.chain import Chain
 from rlm.config import Config
 from rlm.llm.tokens import count_messages
 from rlm.llm.types import LLM
-from rlm.memory import with_memory
 from rlm.protocols import SessionLog
 from rlm.session.entries import Entry
 
@@ -37,7 +37,7 @@ class ContextHost(Protocol):
     config: Config
     llm: LLM
     answers: AnswerPolicy
-    memory: Any  # rlm.memory.MemoryHead | None
+    chain: Chain  # its context providers: messages after the system prompt (the memory)
     role: str  # after the system prompt: a child's role ("" for a root agent)
 
 
@@ -65,7 +65,8 @@ def assemble(host: ContextHost, branch: Sequence[Entry] | None = None) -> Contex
         messages = host.session.messages(system_prompt=system, native_tools=native)
     else:
         messages = host.session.projection_of(branch, system_prompt=system, native_tools=native)
-    return Context(with_memory(messages, host.memory))
+    heads = host.chain.messages_after_system() if messages else []
+    return Context([messages[0], *heads, *messages[1:]] if heads else messages)
 
 
 def projection(host: ContextHost) -> Callable[[Sequence[Entry]], list[dict[str, Any]]]:

@@ -107,8 +107,8 @@ class ChildRun:
         budget = agent.budget
         if budget.parent is not None:  # a promise of the tree's budget (not the unlimited root)
             self.promised = {"tokens": budget.limit, "turns": budget.turn_limit}
-        agent.run_start_hooks.append(self._stop_if_cancelled)
-        agent.turn_hooks.append(lambda a: self.changed())
+        agent.chain.start.append(self._stop_if_cancelled)
+        agent.chain.turn.append(lambda a: self.changed())
         for text, kind in inbox:
             agent.steer(text, kind)
 
@@ -191,7 +191,6 @@ class Children:
         self.watchers = Watchers()  # the running parent cell's emit (ChildProgress)
         # the root's sweep of a child a dead host left (its kernels, gateway kernel, worktree)
         self.sweep_lost: Callable[[str], None] | None = None
-        agent.account_hooks.append(self._flush_hook)
 
     def load(self) -> None:
         """The children this session's log records (a session opened again), once:
@@ -476,7 +475,8 @@ class Children:
             self._record(run)
         self.notes.tell_cancelled()
 
-    def _flush_hook(self, agent: Any) -> None:
+    def flush_hook(self, agent: Any) -> None:
+        """The account stage's policy: the log written at the turn's safe point."""
         self.flush()
 
 

@@ -41,6 +41,7 @@ from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
+from rlm.chain import Background, Chain
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded, TurnStarted
@@ -50,13 +51,10 @@ from rlm.llm.types import LLM, Usage
 from rlm.outcome import decide
 from rlm.protocols import (
     BridgeHandler,
-    Continuation,
     Continue,
     End,
-    EndCondition,
     Executor,
     Handler,
-    OverflowHook,
     SessionLog,
     StartableExecutor,
     TurnHook,
@@ -65,9 +63,8 @@ from rlm.session.entries import CustomEntry, MessageEntry
 
 # the policy's constants, where tests and callers have found them
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
-# Continuation (asked when the run would end: a run decision, Continue or End, or None) and
-# TurnHook (after every turn: compaction, goal accounting; may return events) are
-# rlm.protocols types.
+# the stages features plug into (before the run, the prompt, a reply, a turn, the end, an
+# overflow) are one typed chain: rlm.chain.Chain, `agent.chain`.
 # rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer, where
 # run is its rlm.agent.children.ChildRun. Set by the composition root (rlm.app), which
 # gives children their own wiring.
@@ -99,6 +96,7 @@ class Agent:
         depth: int = 0,
         budget: TokenBudget | None = None,
         slots: TreeSlots | None = None,
+        background: Background | None = None,
     ):
         """The composition root (rlm.app.build_agent) builds the model, the factory for
         sub-call and compaction models, and the kernel factory: the agent runs turns."""
@@ -117,30 +115,11 @@ class Agent:
         self.ledger = Ledger()  # every token spent on the user's behalf, by role
         self.turns = 0
         self.turn_active = False
-        self.continuations: list[Continuation] = []
-        # run when a run starts, after the run state is reset (compaction's overflow guard)
-        self.run_start_hooks: list[Callable[[Agent], None]] = []
-        # run once per run, after the input and the prompt are in the session and before
-        # the first model call (compaction of a context already over its threshold)
-        self.prompt_hooks: list[TurnHook] = []
-        # run after every turn, before the continuation is chosen (goal accounting)
-        self.account_hooks: list[TurnHook] = []
-        # run when a reply with cells is logged, before they run (the advisor reads them)
-        self.reply_hooks: list[Callable[[Agent], None]] = []
-        # run after every turn, after a continuation is queued (compaction)
-        self.turn_hooks: list[TurnHook] = []
-        # run when a run ends, with its reason and detail (a stuck run blocks its goal)
-        self.end_hooks: list[Callable[[Agent, str, str | None], None]] = []
-        # asked when a run ends, after the end hooks: a promise the run did not keep (its
-        # goal is not complete), which no answer outweighs (rlm.outcome)
-        self.end_conditions: list[EndCondition] = []
-        # run when a run has ended, with its RunEnded (outcome decided, entry logged), before
-        # it is yielded: what outlives the run (project memory's `run` line)
-        self.ended_hooks: list[Callable[[Agent, RunEnded], None]] = []
-        # on ContextOverflow: returns "retry" (compacted) or the message to show the user
-        self.overflow_hook: OverflowHook | None = None
+        # the features' policies, by stage of the run (rlm.chain), and what runs beside the
+        # loop: closed with the agent unless its owner (rlm.app.SessionRun) closes it first
+        self.chain = Chain()
+        self.background = background or Background()
         self.compaction: Any = None  # rlm.compaction.controller.CompactionController
-        self.memory: Any = None  # rlm.memory.MemoryHead: the project memory after the system prompt
         self.child_runner: ChildRunner | None = None
         self.entry = "run"  # which entry point assembled this agent (rlm.app.ENTRY_POINTS)
         self.role = ""  # after the system prompt: a child's (rlm.agent.children.child_role)
@@ -162,7 +141,6 @@ class Agent:
             "rlm_query": self.recursion.rlm_query,
         }
         self.children = Children(self)  # rlm_spawn's registry (rlm.agent.children)
-        self.handlers.update(self.children.handlers())
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> RestoreReport | None:
@@ -187,9 +165,7 @@ class Agent:
         return report
 
     def close(self) -> None:
-        if self.advisor is not None:
-            self.advisor.close()
-        self.children.close()  # none is left running (or orphaned) past its parent
+        self.background.close()  # children, the advisor: none outlives its agent
         ex, self.executor = self.executor, None
         if ex is not None:
             ex.stop()
@@ -316,8 +292,7 @@ class Agent:
                                inputs=self.input_names() | imported_names(
                                    self.session.branch()),
                                held=lambda: recorded_names(self.session.branch()))
-        for start_hook in self.run_start_hooks:
-            start_hook(self)
+        self.chain.call(self.chain.start, self)
         notices_now, self.notices = self.notices, []
         yield from notices_now
         for entry in self._attached:  # the input first, the question last
@@ -325,8 +300,7 @@ class Agent:
         self._attached.clear()
         if prompt:
             self.session.append(MessageEntry(message={"role": "user", "content": prompt}))
-        for prompt_hook in self.prompt_hooks:
-            yield from prompt_hook(self) or []
+        yield from self.chain.events(self.chain.prompt, self)
         while True:
             limit = limit_hit(self.config, st, self.run_totals(), self.budget)
             if limit:
@@ -344,8 +318,7 @@ class Agent:
             self.budget.charge_turn()
             yield from say(self, self.answers.turn_note(st.turns))
             outcome = yield from self._turn(st.turns)
-            for hook in self.account_hooks:
-                yield from hook(self) or []
+            yield from self.chain.events(self.chain.account, self)
             decision = None
             if outcome is not None:
                 # queue the continuation before compaction runs, so the run never stalls;
@@ -362,7 +335,7 @@ class Agent:
                         message={"role": "user", "content": decision.prompt},
                         origin="continuation"))
                     yield Notice("continuing: " + _plain_first_line(decision.prompt))
-            for hook in self.turn_hooks:  # a compaction: Ctrl-C stops it and the run
+            for hook in self.chain.turn:  # a compaction: Ctrl-C stops it and the run
                 if st.stopping:  # after a double Ctrl-C the user wants out, not a summary
                     break
                 yield from (yield from self.in_phase(partial(_listed, hook, self)))
@@ -374,10 +347,8 @@ class Agent:
 
     def _end(self, reason: str, turns: int, *, final: str | None = None,
              detail: str | None = None, stuck: dict[str, Any] | None = None) -> Iterator[Event]:
-        for hook in self.end_hooks:  # first: a stuck run blocks its goal before it is judged
-            hook(self, reason, detail)
+        unmet = self.chain.ending(self, reason, detail)  # a stuck run blocks its goal first
         verdict = self.state.accepted if final is not None else None
-        unmet = [u for check in self.end_conditions if (u := check(self, reason)) is not None]
         ended = decide(reason, detail, verdict.verified if verdict else None,
                        verdict.why if verdict else None, unmet)
         tokens = self.run_totals().to_dict()  # what the run spent, by role: every surface's
@@ -395,7 +366,7 @@ class Agent:
         event = RunEnded(reason=reason, turns=turns, final=final, detail=detail, stuck=stuck,
                          outcome=ended.to_dict(), tokens=tokens,
                          **(_judged(verdict) if verdict is not None else {}))
-        for after in self.ended_hooks:
+        for after in self.chain.ended:
             after(self, event)
         yield event
 
@@ -405,11 +376,7 @@ class Agent:
         if self.state.stopping or reason.startswith(("error", "interrupted")):
             return None
         self.state.answer = answer  # a goal's judge reads it (a completion claim)
-        for hook in self.continuations:
-            decision = hook(self, reason)
-            if decision is not None:
-                return decision
-        return None
+        return self.chain.decide(self, reason)
 
     # -------------------------------------------------------------------- turn
     def _turn(self, turn: int) -> Generator[Event, None, Outcome]:

@@ -23,13 +23,14 @@ from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
 from rlm.agent.steer.match import CallArguments, Match, ReplyScanner
+from rlm.chain import Chain
 from rlm.config import Config
 from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import Event, ModelCallStarted, Notice
 from rlm.llm.seam import retry_notices
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage, copy_message
-from rlm.protocols import Compact, End, OverflowHook, SessionLog
+from rlm.protocols import Compact, End, SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
 
 
@@ -39,8 +40,7 @@ class ModelHost(Protocol):
     llm: LLM
     state: RunState
     answers: AnswerPolicy
-    overflow_hook: OverflowHook | None
-    memory: Any  # rlm.memory.MemoryHead | None
+    chain: Chain  # its overflow stage decides about a context overflow; context: the memory
     role: str  # after the system prompt: a child's role ("" for a root agent)
 
     def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
@@ -147,7 +147,7 @@ def call_model(host: ModelHost, temperature: float | None = None
                 message={"role": "assistant", "content": ""}, error=f"context overflow: {e}",
                 model=host.llm.spec)
             host.session.append(entry)
-            decision = host.overflow_hook(host, entry) if host.overflow_hook else End("error")
+            decision = host.chain.on_overflow(host, entry)
             if isinstance(decision, Compact) and attempt == 0:
                 yield Notice("context overflow: compacted, retrying once", "warning")
                 continue

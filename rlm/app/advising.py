@@ -35,6 +35,7 @@ from rlm.agent.advisor import STATS_ENTRY, Advice, Advisor, advisory_text, repor
 from rlm.agent.advisor.guard import cell_running, replied_with_cells
 from rlm.agent.loop import Agent
 from rlm.app.memory import project_root
+from rlm.app.seam import Plain, Wiring
 from rlm.events import Notice
 from rlm.llm.types import Usage
 from rlm.memory.files import DIRNAME, FILES
@@ -63,11 +64,12 @@ def knowledge(start: Path, memory: Path | None = None) -> str:
     return "\n\n".join(parts)
 
 
-def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
-    """Start the advisor `agent.config.advisor` names (None: no advisor)."""
+def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) -> None:
+    """Start the advisor `agent.config.advisor` names (none: no advisor); its thread is the
+    run's background work (closed with it)."""
     spec = agent.config.advisor
     if not spec or agent.entry in ("child", "compact"):
-        return None
+        return
     told_user: list[str] = []  # from the advisor's thread; shown at the next boundary
 
     def deliver(advice: Advice) -> None:
@@ -85,8 +87,9 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
 
     start = project or Path.cwd()
     memory = None if agent.config.memory is False else project_root(agent.config)
-    advisor = Advisor(agent.llm_factory(spec), deliver, knowledge=lambda: knowledge(start, memory),
-                      charge=charge, tell=told_user.append)
+    advisor = wiring.task(Advisor(agent.llm_factory(spec), deliver,
+                                  knowledge=lambda: knowledge(start, memory), charge=charge,
+                                  tell=told_user.append))
     advisor.primary_tokens = lambda: agent.tokens_used - advisor.stats.input_tokens \
         - advisor.stats.output_tokens
     told: dict[str, Any] = {"silent": 0, "report": None}
@@ -120,8 +123,10 @@ def attach_advisor(agent: Agent, project: Path | None = None) -> Advisor | None:
     def at_end(a: Agent, reason: str, detail: str | None) -> None:
         a.notices.extend(take_told())  # said after the last boundary: shown when the next run starts
 
-    agent.reply_hooks.append(before_cells)
-    agent.turn_hooks.append(after_turn)
-    agent.end_hooks.append(at_end)
-    agent.advisor = advisor
-    return advisor
+    wiring.chain.reply.append(before_cells)
+    wiring.chain.turn.append(after_turn)
+    wiring.chain.end.append(at_end)
+    agent.advisor = advisor  # its stats, for the run's result (rlm.agent.result)
+
+
+ADVISOR = Plain("advisor", attach_advisor)

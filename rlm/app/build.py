@@ -11,11 +11,10 @@ from pathlib import Path
 
 from kernel_ext.contract import methods_of
 from rlm.agent.assembly import projection
-from rlm.agent.child_report import ChildrenState
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.app.features import Gap, gap, refuse
-from rlm.app.options import RunOptions
+from rlm.app.seam import Plain, Wiring
 from rlm.app.steering import gate_place, goal_gate
 from rlm.compaction.branch import summarize_branch
 from rlm.compaction.checkpoint import WRITER_DIR, CheckpointWriter, budget_for, default_rungs
@@ -32,7 +31,6 @@ from rlm.ledger import charged
 from rlm.llm.tokens import warm_encoding
 from rlm.llm.types import LLM
 from rlm.longrun import AutonomousPolicy, GoalManager, Scheduler, install
-from rlm.longrun.clock import Clock
 from rlm.longrun.gates import MAX_GATE_FAILURES
 from rlm.protocols import BridgeHandler, Compact, End, SessionLog, StartableExecutor
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
@@ -77,26 +75,27 @@ def size_output_to_window(agent: Agent) -> None:
                                         output_budget_chars=budget)
 
 
-def attach_checkpoint(agent: Agent, ctl: CompactionController) -> None:
+def attach_checkpoint(agent: Agent, wiring: Wiring) -> None:
     """Tier 0: a checkpoint written on the compaction model, in the background at the
     configured rungs or the model's default ones (rlm.compaction.checkpoint), and on the
     main path by `/rebuild`. With no rungs (`local`, `script:`, compaction off, or
     `--no-context-tiers`: summaries only) it writes only when asked. Not for a child (its
     run is short, its parent's checkpoint covers its answer) or a log in memory. `SessionRun` closes it with the run.
     `history.checkpoint()` is every agent's."""
-    agent.handlers["history.checkpoint"] = lambda p: checkpoint_reply(agent.session)
-    if agent.entry == "child" or agent.session.dir is None:
+    wiring.handle("history.checkpoint", lambda p: checkpoint_reply(agent.session))
+    ctl = agent.compaction
+    if agent.entry == "child" or agent.session.dir is None or ctl is None:
         return
     fractions = agent.config.checkpoint_rungs
     if fractions is None:
         fractions = default_rungs(agent.config.compaction_model or agent.llm.spec)
     # the summaries' model instance: a script's replies are one queue
     # the writer's calls are charged as the checkpoint's, not compaction's
-    ctl.checkpoint = CheckpointWriter(agent.session,
-                                      lambda: charged(ctl.llm, agent.charge, "checkpoint"),
-                                      budget_for(agent.context_window()),
-                                      fractions if ctl.settings.enabled and ctl.tiers else (),
-                                      log=lambda: writer_session(agent.session, ctl.llm))
+    ctl.checkpoint = wiring.task(CheckpointWriter(
+        agent.session, lambda: charged(ctl.llm, agent.charge, "checkpoint"),
+        budget_for(agent.context_window()),
+        fractions if ctl.settings.enabled and ctl.tiers else (),
+        log=lambda: writer_session(agent.session, ctl.llm)))
 
 
 def writer_session(parent: SessionLog, llm: LLM) -> SessionStore:
@@ -110,8 +109,9 @@ def writer_session(parent: SessionLog, llm: LLM) -> SessionStore:
                                task="the checkpoint writer", parent_session=parent.id)
 
 
-def attach_compaction(agent: Agent) -> CompactionController:
-    """Three triggers, one core: compact.run/status handlers, after-turn and overflow."""
+def attach_compaction(agent: Agent, wiring: Wiring) -> None:
+    """Three triggers, one core: compact.run/status handlers, after-turn and overflow; the
+    relief notes every feature registered (rlm.app.seam.Wiring.relief_note)."""
     ctl = CompactionController(
         agent.session,
         agent.compaction_llm,
@@ -125,20 +125,16 @@ def attach_compaction(agent: Agent) -> CompactionController:
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
     # Ctrl-C stops a summary at once; the summary is named on screen while it is written
     ctl.cancelled, ctl.announce = (lambda: agent.state.cancel.is_set()), agent.announce
+    ctl.notes = wiring.notes  # <ipython_state>, and what the other features add
     agent.compaction = ctl
-    attach_checkpoint(agent, ctl)
     window_note = getattr(agent.llm, "window_note", None)
     note = window_note() if eff.enabled and eff.window is None and window_note else None
     if note and agent.entry != "child":
         agent.notices.append(Notice(note, "warning"))
-    agent.handlers["compact.run"] = lambda p: ctl.request(p.get("instructions"))
-    agent.handlers["compact.status"] = lambda p: ctl.status()
-    agent.handlers["compact.shake"] = lambda p: ctl.request_shake()
-    install_history(agent.handlers, agent.session)  # what compaction took out stays here
-
-    # after a summary or a relief: <children_state>, clean-ups retried (<ipython_state>
-    # is the controller's own)
-    ctl.notes.add(ChildrenState(agent.children))
+    wiring.handle("compact.run", lambda p: ctl.request(p.get("instructions")))
+    wiring.handle("compact.status", lambda p: ctl.status())
+    wiring.handle("compact.shake", lambda p: ctl.request_shake())
+    install_history(wiring.handlers, agent.session)  # what compaction took out stays here
 
     def compacted(entry: Entry | None) -> list[Event]:
         events: list[Event] = []
@@ -170,18 +166,16 @@ def attach_compaction(agent: Agent) -> CompactionController:
     def at_run_start(a: Agent) -> None:
         ctl.start_run()  # resets the overflow guard; refuses settings that cannot fit
 
-    agent.run_start_hooks.append(at_run_start)
-    agent.prompt_hooks.append(before_prompt)
-    agent.turn_hooks.append(after_turn)
-    agent.overflow_hook = on_overflow
-    return ctl
+    wiring.chain.start.append(at_run_start)
+    wiring.chain.prompt.append(before_prompt)
+    wiring.chain.turn.append(after_turn)
+    wiring.chain.overflow.append(on_overflow)
 
 
-def attach_longrun(agent: Agent, entry: str, options: RunOptions,
-                   clock: Clock | None = None) -> None:
-    """Goals, the scheduler's kernel handlers and the autonomous policy (`clock`: a test's
-    or the soak's FakeClock; default the system clock)."""
-    cfg = agent.config
+def attach_longrun(agent: Agent, wiring: Wiring) -> None:
+    """Goals, the scheduler's kernel handlers and the autonomous policy (`wiring.clock`: a
+    test's or the soak's FakeClock; default the system clock)."""
+    cfg, entry, options, clock = agent.config, wiring.entry, wiring.options, wiring.clock
     policy = gated = None
     # gates run where cells run: the kernel's sandbox and environment (no provider key)
     place = gate_place(cfg, agent.session.dir, Path.cwd()) if options.gate else None
@@ -211,14 +205,14 @@ def attach_longrun(agent: Agent, entry: str, options: RunOptions,
         scheduler = Scheduler(agent.session.dir / "scheduled-jobs.json", clock)
     judge = None if goals is None else GoalJudge(goals, Path.cwd(), policy or gated)
     install(agent, goals=goals, scheduler=scheduler, policy=policy or gated, clock=clock,
-            judge=judge)
+            judge=judge, handlers=wiring.handlers)
     agent.policy = policy  # the autonomous policy only
     agent.answers.goal = goal_objective(goals)
     agent.answers.host_checks = goal_checked(goals)
     if scheduler is None and not (sched_gap is not None and sched_gap.refused):
         for m in methods_of("schedules"):  # a log in memory (tests) keeps no jobs
-            agent.handlers[m.name] = refuse(Gap("heartbeats and cron jobs need a session "
-                                                "on disk"))
+            wiring.handle(m.name, refuse(Gap("heartbeats and cron jobs need a session on "
+                                             "disk")))
 
 
 def shake_now(agent: Agent) -> list[Entry]:
@@ -292,3 +286,9 @@ def move_to_branch(agent: Agent, leaf: str) -> Entry | None:
     if entry is None:
         session.set_leaf(leaf)
     return entry
+
+
+# the features this module attaches (rlm.app.lifecycle.FEATURES lists them in order)
+COMPACTION = Plain("compaction", attach_compaction, answers=("compaction", "history"))
+CHECKPOINT = Plain("checkpoint", attach_checkpoint, answers=("history",), after=("compaction",))
+LONGRUN = Plain("longrun", attach_longrun, answers=("goals", "schedules"))

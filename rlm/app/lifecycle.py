@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +34,7 @@ from typing import Any
 
 from rlm import trust
 from rlm.agent.budget import TokenBudget
+from rlm.agent.child_report import ChildrenState
 from rlm.agent.children import (
     CONTEXT_FILE,
     ROLE_ENTRY,
@@ -46,10 +47,11 @@ from rlm.agent.children import (
 from rlm.agent.loop import Agent
 from rlm.agent.policy.schema import SchemaRule, schema_note, typed_result
 from rlm.agent.slots import TreeSlots
-from rlm.app.advising import attach_advisor
+from rlm.app.advising import ADVISOR
 from rlm.app.build import (
-    attach_compaction,
-    attach_longrun,
+    CHECKPOINT,
+    COMPACTION,
+    LONGRUN,
     kernel_factory,
     model_factory,
     move_to_branch,
@@ -59,10 +61,12 @@ from rlm.app.driving import drive
 from rlm.app.features import ENTRY_POINTS, FEATURES, answer_every_method, gap
 from rlm.app.inputs import prepare_inputs, put_context
 from rlm.app.isolation import isolate
-from rlm.app.memory import attach_memory, project_root
+from rlm.app.memory import MEMORY, project_root
 from rlm.app.options import RunOptions, record_options, recorded_options, set_goal_given
 from rlm.app.phases import kernel_phase
-from rlm.app.steering import attach_rules
+from rlm.app.seam import Feature, Plain, Wiring, attach_features
+from rlm.app.steering import RULES
+from rlm.chain import Background
 from rlm.compaction.plan import effective_settings
 from rlm.config import Config, load_config
 from rlm.errors import ConfigError, RlmError
@@ -114,10 +118,14 @@ def build_agent(
     leaf: str | None = None,
     clock: Clock | None = None,
     slots: TreeSlots | None = None,
+    background: Background | None = None,
+    features: Sequence[Feature] = (),
 ) -> Agent:
     """A ready agent for `entry` (one of ENTRY_POINTS): the model built here (or `llm`),
     the kernel factory, everything attached, the gaps told. `clock` drives goals and
-    schedules (tests and the soak pass a FakeClock)."""
+    schedules (tests and the soak pass a FakeClock); `background`: the owner of the
+    features' background work (a SessionRun's; default the agent's own); `features`: more
+    features, attached after the root's (ROOT_FEATURES)."""
     if entry not in ENTRY_POINTS:
         raise ValueError(f"unknown entry point {entry!r}")
     options = options or RunOptions()
@@ -125,8 +133,8 @@ def build_agent(
     agent = Agent(session, config, llm=llm or llm_factory(config.model or ""),
                   llm_factory=llm_factory, executor=executor,
                   kernel_factory=kernel_factory(session), depth=depth, budget=budget,
-                  slots=slots)
-    attach_all(agent, entry, options, clock)
+                  slots=slots, background=background)
+    attach_all(agent, entry, options, clock, features)
     agent.notices.extend(Notice(line, "warning") for line in options.refused)
     if leaf and leaf != session.leaf_id:
         move_to_branch(agent, leaf)
@@ -135,21 +143,43 @@ def build_agent(
     return agent
 
 
-def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = None,
-               clock: Clock | None = None) -> None:
-    """Wire an Agent for `entry`: child runner, compaction, goals, schedules, policy, and
-    a Notice for each gap."""
+def attach_children(agent: Agent, wiring: Wiring) -> None:
+    """rlm_spawn and its handles (rlm.agent.children): the root's child runner and sweep,
+    the handlers, the log written at each turn's safe point, `<children_state>` after a
+    relief, and the registry closed with the run (none outlives its parent)."""
     agent.child_runner = run_child
     agent.children.sweep_lost = lambda cid: sweep_lost_child(agent, cid)
+    for method, handler in agent.children.handlers().items():
+        wiring.handle(method, handler)
+    wiring.chain.account.append(agent.children.flush_hook)
+    wiring.relief_note(ChildrenState(agent.children))
+    wiring.task(agent.children)
+
+
+# every feature, in the order it attaches (each declares what must come before it); a new
+# feature is one module and one line here. Children first: their log is written before a
+# goal accounts the turn.
+ROOT_FEATURES: tuple[Feature, ...] = (
+    Plain("children", attach_children, answers=("children",)),
+    COMPACTION,  # with compaction disabled, only compact.run() compacts
+    CHECKPOINT,  # tier 0: the checkpoint writer (rlm.compaction.checkpoint)
+    LONGRUN,  # goals, schedules, the autonomous policy (rlm.longrun)
+    RULES,  # stream rules from rule files (rlm.app.steering)
+    ADVISOR,  # --advisor: a second model that watches (rlm.app.advising)
+    MEMORY,  # project memory in .agent/ (rlm.app.memory)
+)
+
+
+def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = None,
+               clock: Clock | None = None, features: Sequence[Feature] = ()) -> None:
+    """Wire an Agent for `entry`: the root's features (then `features`), and a Notice for
+    each gap."""
     agent.entry = entry
     if entry == "child":  # a resumed child's role, as its log records it
         agent.role = role_of(agent.session.branch())
     size_output_to_window(agent)
-    attach_compaction(agent)  # with compaction disabled, only compact.run() compacts
-    attach_longrun(agent, entry, options or RunOptions(), clock)
-    attach_rules(agent)  # stream rules from rule files (rlm.app.steering)
-    attach_advisor(agent)  # --advisor: a second model that watches (rlm.app.advising)
-    attach_memory(agent, entry)  # project memory in .agent/ (rlm.app.memory)
+    attach_features((*ROOT_FEATURES, *features),
+                    Wiring(agent, entry, options or RunOptions(), clock))
     answer_every_method(agent.handlers, entry)  # gaps refused; none left unanswered
     if entry in ("child", "compact"):  # a child's user is its parent's model; `rlm
         return  # compact` runs no turn: nobody to tell
@@ -206,6 +236,9 @@ class SessionRun:
     # told of each slow phase before it starts ("restoring the kernel: snapshot 48 MB")
     on_phase: Callable[[str], None] | None = None
     slots: TreeSlots | None = None  # the session tree's (a child shares its parent's)
+    features: tuple[Feature, ...] = ()  # attached after the root's (build_agent)
+    # every background task its agents' features start: closed when the run is left (S5)
+    background: Background = field(default_factory=Background)
     # set while entered
     session: SessionStore | None = None
     config: Config | None = None
@@ -340,11 +373,10 @@ class SessionRun:
         self.agent = build_agent(self.session, cfg, entry=self.entry, options=self.options,
                                  executor=executor, leaf=self.leaf,
                                  llm_factory=self.llm_factory, depth=self.depth,
-                                 budget=self.budget, slots=self.slots)
+                                 budget=self.budget, slots=self.slots,
+                                 background=self.background, features=self.features)
         stack.callback(self._close_agent)
-        ctl = self.agent.compaction
-        if ctl is not None and ctl.checkpoint is not None:
-            stack.callback(ctl.checkpoint.close)  # background work ends with the run (S5)
+        stack.callback(self.background.close)  # first: background work ends with the run
         if self.start:
             if self.entry != "child":  # a host SIGKILLed mid-cell left its kernel's files
                 scrub_left_behind(cfg.home / "sessions", skip=self.session.dir,
@@ -392,7 +424,8 @@ class SessionRun:
             executor.config = self._config()  # type: ignore[union-attr]
         self.agent = build_agent(self.session, self._config(), entry=self.entry,
                                  options=options, executor=executor,
-                                 llm_factory=self.llm_factory)
+                                 llm_factory=self.llm_factory, background=self.background,
+                                 features=self.features)
         self.agent.start()
         return self.agent
 

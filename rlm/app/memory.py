@@ -28,6 +28,7 @@ from kernel_ext.contract import methods_of
 from rlm.agent.loop import Agent
 from rlm.agent.policy.memory_reminder import MemoryReminder
 from rlm.agent.steer.match import written_files
+from rlm.app.seam import Plain, Wiring
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded
 from rlm.memory import (
@@ -53,39 +54,46 @@ def project_root(config: Any) -> Path:
     return Path(config.kernel_cwd or os.getcwd()).resolve()
 
 
-def attach_memory(agent: Agent, entry: str) -> MemoryHead | None:
+def attach_memory(agent: Agent, wiring: Wiring) -> None:
+    """The memory head, the `memory.*` handlers, capture, the reminder and the run line."""
+    entry = wiring.entry
     if not getattr(agent.config, "memory", True):
         for m in methods_of("memory"):
-            agent.handlers[m.name] = _refusing(OFF_REFUSAL)
-        return None
+            wiring.handle(m.name, _refusing(OFF_REFUSAL))
+        return
     memory = ProjectMemory(project_root(agent.config))
     head = MemoryHead(memory, agent.context_window, agent.session.branch,
                       quiet_when_empty=not agent.llm.native_tools,
                       guide=agent.llm.native_tools)
-    agent.memory = head  # at the head of what the model is sent (rlm.agent.assembly)
-    agent.handlers["memory.show"] = lambda p: {"text": head.text(), "dir": str(memory.dir)}
+    wiring.chain.context.append(head.message)  # after the system prompt (rlm.agent.assembly)
+    wiring.handle("memory.show", lambda p: {"text": head.text(), "dir": str(memory.dir)})
     if entry in READ_ONLY:  # the parent tells its user of a cut, and records its runs
         for method in WRITE_METHODS:
-            agent.handlers[method] = _refusing(CHILD_REFUSAL)
-        return head
+            wiring.handle(method, _refusing(CHILD_REFUSAL))
+        return
     activity = MemoryActivity()
     writer = _Writer(agent, memory, activity)
-    agent.handlers["memory.update"] = writer.update
-    agent.handlers["memory.log"] = writer.log
-    agent.handlers["memory.snapshot"] = writer.snapshot
+    wiring.handle("memory.update", writer.update)
+    wiring.handle("memory.log", writer.log)
+    wiring.handle("memory.snapshot", writer.snapshot)
     if agent.llm.native_tools:
         # not for a fenced-code model (the local family): told to record a line, the 1.5B
         # model answered `FINAL`-style with the memory call itself, again and again, and a
         # run whose report was already right ended stuck (bench.longrun, `staff`)
         agent.answers.rules.append(MemoryReminder(activity))
-    agent.run_start_hooks.append(lambda a: activity.reset())
-    agent.prompt_hooks.append(writer.capture)
-    agent.turn_hooks.append(writer.after_turn)
-    agent.ended_hooks.append(writer.run_ended)
+    wiring.chain.start.append(lambda a: activity.reset())
+    wiring.chain.prompt.append(writer.capture)
+    wiring.chain.turn.append(writer.after_turn)
+    wiring.chain.ended.append(writer.run_ended)
     teller = _CutTeller(head)
-    agent.prompt_hooks.append(teller)
-    agent.turn_hooks.append(teller)
-    return head
+    wiring.chain.prompt.append(teller)
+    wiring.chain.turn.append(teller)
+
+
+# after compaction: the convention a prompt states is captured (and its memory_write
+# logged) after compaction's check of that prompt, as before the seam (declared, so the
+# root refuses a list that would swap them: rlm.app.seam.check_order)
+MEMORY = Plain("memory", attach_memory, answers=("memory",), after=("compaction",))
 
 
 class _CutTeller:

@@ -10,6 +10,7 @@ from rlm.agent.loop import Agent
 from rlm.agent.policy.stream import StreamRules
 from rlm.agent.steer.author import Authored, author_rule
 from rlm.agent.steer.files import load_rules
+from rlm.app.seam import Plain
 from rlm.config import Config, load_config
 from rlm.events import Notice
 from rlm.kernel.runtime import gate_sandbox
@@ -27,6 +28,9 @@ def attach_rules(agent: Agent, project: Path | None = None) -> None:
     agent.answers.stream = StreamRules(rules)
     if agent.entry not in ("child", "compact"):
         agent.notices.extend(Notice(p, "warning") for p in rules.problems)
+
+
+RULES = Plain("rules", lambda agent, wiring: attach_rules(agent))
 
 
 def gate_place(config: Config, session_dir: Path | None, cwd: Path) -> GatePlace:

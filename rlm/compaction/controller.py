@@ -94,7 +94,7 @@ class CompactionController:
         self._has_pending = False
         self._lock = threading.Lock()  # request() comes from the bridge thread
         self.tiers = tiers
-        # written after a relief (rlm.compaction.notes); the composition root adds providers
+        # written after a relief (rlm.compaction.notes): the root hands its own (rlm.app.seam)
         self.notes = default_notes()
         self.low_yield = LowYieldGuard()
         self.notice: str | None = None  # the low-yield stop, for the UI once

@@ -1,8 +1,8 @@
 """Long-running work outside the message list: goals, autonomous policy, heartbeats, cron,
 and the resident worker.
 
-`install(agent, ...)` wires them into an agent (`rlm.protocols.LoopHost`: `handlers`, the
-hook lists and `continuations`; rlm.agent.Agent implements it):
+`install(agent, ...)` wires them into an agent (`rlm.protocols.LoopHost`: `handlers` and
+the policy chain, rlm.chain; rlm.agent.Agent implements it):
 - goals: bridge handlers goal.get/complete/block, per-turn token/time accounting, and the
   goal continuation (first, so a goal beats autonomous mode);
 - scheduler: bridge handlers heartbeat.* and cron.* (as the agent, never the user's jobs);
@@ -11,9 +11,10 @@ hook lists and `continuations`; rlm.agent.Agent implements it):
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
+from rlm.chain import LoopHost
 from rlm.longrun.autonomous import AutonomousPolicy, Continue, RunState, Stop, attach_policy
 from rlm.longrun.clock import Clock, FakeClock, SystemClock
 from rlm.longrun.goals import (
@@ -26,7 +27,7 @@ from rlm.longrun.goals import (
 )
 from rlm.longrun.schedule import KERNEL_METHODS as SCHEDULE_METHODS  # noqa: I001
 from rlm.longrun.schedule import ScheduleError, Scheduler, Tick, parse_when
-from rlm.protocols import LoopHost
+from rlm.protocols import Handler
 
 __all__ = [
     "AutonomousPolicy", "Clock", "Continue", "FakeClock", "GoalError", "GoalManager",
@@ -43,12 +44,15 @@ def install(
     policy: AutonomousPolicy | None = None,
     clock: Clock | None = None,
     judge: CompletionJudge | None = None,
+    handlers: MutableMapping[str, Handler] | None = None,
 ) -> None:
+    """`handlers`: where the bridge handlers go (default the agent's own table)."""
+    table = agent.handlers if handlers is None else handlers
     if goals is not None:
-        attach_goals(agent, goals, judge)
+        attach_goals(agent, goals, judge, table)
     if scheduler is not None:
         for method in SCHEDULE_METHODS:
-            agent.handlers[method] = _schedule_handler(scheduler, method)
+            table[method] = _schedule_handler(scheduler, method)
     if policy is not None:
         attach_policy(agent, policy, clock)
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm import protocols
+from rlm.chain import LoopHost
 from rlm.longrun.gates import (
     SKIP_DIRS,
     GateCheck,
@@ -36,7 +37,6 @@ from rlm.longrun.gates import (
     run_gate,
     workspace_fingerprint,
 )
-from rlm.protocols import LoopHost
 
 __all__ = ["SKIP_DIRS", "AutonomousPolicy", "Continue", "GateResult", "RunState", "Stop",
            "attach_policy", "gate_message", "head_tail", "run_gate", "workspace_fingerprint"]
@@ -182,8 +182,8 @@ def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) 
         )  # fmt: skip
         return run_decision(policy.decide(state), finished=state.finished)
 
-    agent.run_start_hooks.append(at_start)
-    agent.continuations.append(hook)
+    agent.chain.start.append(at_start)
+    agent.chain.would_end.append(hook)
 
 
 def run_decision(decision: Continue | Stop, *, finished: bool

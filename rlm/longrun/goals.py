@@ -17,15 +17,16 @@ Who may do what:
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from html import escape
 from typing import Any, Protocol
 
+from rlm.chain import LoopHost
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
 from rlm.outcome import Unmet
-from rlm.protocols import Continue, LoopHost
+from rlm.protocols import Continue, Handler
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
@@ -359,8 +360,8 @@ def render_goal_context(goal: GoalState, hint: str = FINISH_HINT) -> str:
 # -- wiring into the agent loop (rlm.protocols.LoopHost) ------------------------------------
 
 
-def attach_goals(agent: LoopHost, goals: GoalManager,
-                 judge: CompletionJudge | None = None) -> None:
+def attach_goals(agent: LoopHost, goals: GoalManager, judge: CompletionJudge | None = None,
+                 handlers: MutableMapping[str, Handler] | None = None) -> None:
     """Bridge handlers goal.get/complete/block, per-turn accounting, goal continuation.
 
     With a `judge`, a completion claim (`goal.complete(summary)`, or the answer a run would
@@ -375,10 +376,11 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
     """
     if not getattr(getattr(agent, "llm", None), "native_tools", True):
         goals.finish_hint = FENCED_FINISH_HINT
+    table = agent.handlers if handlers is None else handlers
     for verb in ("get", "complete", "block"):
-        agent.handlers[f"goal.{verb}"] = _goal_handler(goals, f"goal.{verb}")
+        table[f"goal.{verb}"] = _goal_handler(goals, f"goal.{verb}")
     if judge is not None:
-        agent.handlers["goal.complete"] = _judged_complete(agent, goals, judge)
+        table["goal.complete"] = _judged_complete(agent, goals, judge)
     seen: dict[str, str | None] = {"id": None}
 
     def account_turn(_agent: Any) -> None:
@@ -398,8 +400,8 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
         return None
 
     # accounting runs before the continuation is chosen: the turn that exhausts the budget
-    # gets no goal continuation (rlm.agent.Agent.account_hooks)
-    agent.account_hooks.append(account_turn)
+    # gets no goal continuation (rlm.chain.Chain.account)
+    agent.chain.account.append(account_turn)
 
     def continuation(agent: Any, reason: str) -> Continue | None:
         """An active goal keeps the run going (`Continue` with its context); None when
@@ -438,10 +440,10 @@ def attach_goals(agent: LoopHost, goals: GoalManager,
                                                and goal.status != "active" else "")
         return Unmet("goal", why[:400])
 
-    agent.continuations.insert(0, continuation)
-    agent.end_hooks.append(on_end)
-    agent.run_start_hooks.append(at_start)
-    agent.end_conditions.append(unmet)
+    agent.chain.would_end.insert(0, continuation)
+    agent.chain.end.append(on_end)
+    agent.chain.start.append(at_start)
+    agent.chain.unmet.append(unmet)
 
 
 def _go_on(prompt: str | None) -> Continue | None:

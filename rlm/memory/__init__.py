@@ -8,9 +8,9 @@ from __future__ import annotations
 from rlm.memory.activity import MemoryActivity
 from rlm.memory.capture import is_standing_rule, stated_conventions
 from rlm.memory.files import DIRNAME, MemoryRefused, ProjectMemory, WriteResult
-from rlm.memory.head import MEMORY_MARK, MemoryHead, with_memory
+from rlm.memory.head import MEMORY_MARK, MemoryHead
 from rlm.memory.inject import MemoryBlock, MemoryTexts, budget_tokens, memory_block
 
 __all__ = ["DIRNAME", "MEMORY_MARK", "MemoryActivity", "MemoryBlock", "MemoryHead",
            "MemoryRefused", "MemoryTexts", "ProjectMemory", "WriteResult", "budget_tokens",
-           "is_standing_rule", "memory_block", "stated_conventions", "with_memory"]
+           "is_standing_rule", "memory_block", "stated_conventions"]

@@ -110,12 +110,3 @@ class MemoryHead:
         message = None if quiet or not block.text else {"role": "user", "content": block.text}
         self._last = (t, budget, block, message)
         return self._last
-
-
-def with_memory(messages: list[dict[str, Any]], head: MemoryHead | None) -> list[dict[str, Any]]:
-    """`messages` (system first) with the memory message right after the system prompt:
-    before the compaction summary and everything compaction can touch. A new list."""
-    message = head.message() if head is not None and messages else None
-    if message is None:
-        return messages
-    return [messages[0], message, *messages[1:]]

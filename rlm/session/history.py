@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -140,7 +140,7 @@ def _message_text(e: MessageEntry) -> str:
     return text
 
 
-def install_handlers(handlers: dict[str, Any], session: Any) -> None:
+def install_handlers(handlers: MutableMapping[str, Any], session: Any) -> None:
     """The bridge methods `history.*` the kernel's `history` object calls."""
     h = History(session)
     handlers["history.cell"] = lambda p: h.cell(int(p.get("n", 0)))

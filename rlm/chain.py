@@ -1,0 +1,134 @@
+"""The loop's one policy chain, and the background work a run owns (issue 59, the feature
+seam).
+
+Features plug into the agent loop (rlm.agent.loop) at named stages of a run; each stage is
+a typed list the loop calls in registration order, and each policy returns what the loop
+carries out (events to yield, a run decision, an unmet promise):
+
+  start      before the run, after its state is reset           (agent) -> None
+  prompt     before the first model call of a run               (agent) -> events
+  context    while a prompt is assembled: a message placed right after the system prompt
+             (project memory's head)                            () -> message | None
+  reply      a reply with cells is logged, before its cells run (agent) -> None
+  account    after a turn, before the continuation is chosen    (agent) -> events
+  would_end  the run would end: the first decision wins         (agent, reason) -> decision
+  turn       after a turn, after a continuation is queued       (agent) -> events
+  end        the run ends, with its reason and detail           (agent, reason, detail)
+  unmet      the run ends, after `end`: a promise it did not keep (agent, reason) -> Unmet
+  ended      the run has ended, with its RunEnded, before it is yielded
+  overflow   a context overflow: the first policy decides (Compact: retry once; End)
+
+`Background` owns what runs beside the loop (a checkpoint writer, the advisor's thread,
+children): whoever owns the run (rlm.app.SessionRun, else the Agent) closes it once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rlm.protocols import (
+    Compact,
+    Continuation,
+    Continue,
+    End,
+    EndCondition,
+    EndHook,
+    Handler,
+    OverflowHook,
+    SessionLog,
+    TurnHook,
+)
+
+StartHook = Callable[[Any], None]  # (agent): before the run; before a reply's cells run
+ContextProvider = Callable[[], "dict[str, Any] | None"]  # a message after the system prompt
+EndedHook = Callable[[Any, Any], None]  # (agent, rlm.events.RunEnded)
+
+
+@dataclass
+class Chain:
+    """One agent's policies, by stage (see the module doc), each in registration order."""
+
+    start: list[StartHook] = field(default_factory=list)
+    prompt: list[TurnHook] = field(default_factory=list)
+    context: list[ContextProvider] = field(default_factory=list)
+    reply: list[StartHook] = field(default_factory=list)
+    account: list[TurnHook] = field(default_factory=list)
+    would_end: list[Continuation] = field(default_factory=list)
+    turn: list[TurnHook] = field(default_factory=list)
+    end: list[EndHook] = field(default_factory=list)
+    unmet: list[EndCondition] = field(default_factory=list)
+    ended: list[EndedHook] = field(default_factory=list)
+    overflow: list[OverflowHook] = field(default_factory=list)
+
+    def call(self, stage: list[StartHook], agent: Any) -> None:
+        """Each policy of a stage that returns nothing (start, reply)."""
+        for policy in stage:
+            policy(agent)
+
+    def events(self, stage: list[TurnHook], agent: Any) -> Iterator[Any]:
+        """The events of each policy of a stage, in order (prompt, account)."""
+        for policy in stage:
+            yield from policy(agent) or []
+
+    def decide(self, agent: Any, reason: str) -> Continue | End | None:
+        """The first decision about a run that would end as `reason`; None: none has one."""
+        for policy in self.would_end:
+            decision = policy(agent, reason)
+            if decision is not None:
+                return decision
+        return None
+
+    def ending(self, agent: Any, reason: str, detail: str | None) -> list[Any]:
+        """The run ends: the end policies are told, then the promises left unmet."""
+        for policy in self.end:  # first: a stuck run blocks its goal before it is judged
+            policy(agent, reason, detail)
+        return [u for check in self.unmet if (u := check(agent, reason)) is not None]
+
+    def on_overflow(self, agent: Any, entry: Any) -> Compact | End:
+        """A context overflow: the first overflow policy decides; with none, the run ends."""
+        return self.overflow[0](agent, entry) if self.overflow else End("error")
+
+    def messages_after_system(self) -> list[dict[str, Any]]:
+        """The context providers' messages, in order (the ones with nothing left out)."""
+        return [m for provider in self.context if (m := provider()) is not None]
+
+
+class Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class Background:
+    """What runs beside the loop, closed once, the last registered first (an ExitStack): a
+    close that raises does not keep the others running."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self.tasks: list[Closeable] = []
+
+    def add(self, task: Closeable) -> Closeable:
+        self.tasks.append(task)
+        self._stack.callback(task.close)
+        return task
+
+    def close(self) -> None:
+        self.tasks.clear()
+        self._stack.close()
+
+
+class LoopHost(Protocol):
+    """What the layers below the agent (compaction, longrun) plug into: bridge handlers and
+    the policy chain (rlm.chain.Chain: its stages), plus the counters a policy reads."""
+
+    handlers: dict[str, Handler]
+    chain: Chain
+    turns: int
+    state: Any  # rlm.agent.runstate.RunState: the current run's
+
+    @property
+    def tokens_used(self) -> int: ...  # what --max-tokens counts (rlm.ledger)
+
+    @property
+    def session(self) -> SessionLog: ...
