@@ -357,3 +357,15 @@ def test_done_is_the_hosts_to_check_only_where_a_goal_is():
     plain = verify("Done.", **kw)
     assert not plain.verified and plain.unverified_claims == ["done"]
     assert not verify("done, not found", host_checks=True, **kw).verified  # a finding stays one
+
+
+def test_a_choice_among_the_questions_words_needs_an_output():
+    """"Which is larger, A or B?" answered "B": every word is the question's, so it was a
+    claimless answer, verified with no output at all. Its word is its claim now."""
+    kw = dict(source="text", prompts=["Which carrier is later, GLS or DPD?"], cells_run=1,
+              last_cell_ok=True)
+    typed = "print('DPD')"
+    assert not verify("DPD", codes=[typed], shown=[Shown("e1", "DPD\n", typed, depends=False)],
+                      **kw).verified
+    read = "late = df.groupby('carrier').late.mean().idxmax()\nprint(late)"
+    assert verify("DPD", codes=[read], shown=[Shown("e1", "DPD\n", read)], **kw).verified

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rlm import safeio
-from tests.rlmcli import call, rlm, script
+from tests.rlmcli import ANSWERED, call, rlm, script
 
 RLM = Path(__file__).resolve().parents[1] / "rlm"
 OS_FUNCS = {"open", "replace", "rename", "remove", "unlink", "mkdir", "makedirs", "chmod",
@@ -263,7 +263,7 @@ except OSError as e:
 display(Image(data=png, format="png"))
 """
     code_, out, err = _run(tmp_path, code)
-    assert code_ == 0, err[-2000:]
+    assert code_ in ANSWERED, err[-2000:]
     assert victim.read_bytes() == b"keep me"
 
 
@@ -285,7 +285,7 @@ for name in ("host/kernel.log", "session.jsonl", "../../config.toml"):
     project = tmp_path / "project"  # beside $RLM_HOME, as a user's project is
     project.mkdir()
     rc, out, err = _run(project, code)
-    assert rc == 0, err[-2000:]
+    assert rc in ANSWERED, err[-2000:]
     from rlm.paths import rlm_home
 
     session = next(rlm_home().rglob("session.jsonl")).parent
@@ -320,7 +320,7 @@ except Exception as e:
 """
     model = script(project / "replies.json", [call(code), {"content": "FINAL(done)"}])
     proc = rlm("run", "go", "--model", model, cwd=project)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.returncode in ANSWERED, proc.stderr[-2000:]
     assert list(outside.iterdir()) == []
     assert (project / ".agent" / "state.md").read_text().strip().endswith("where we are")
 
@@ -352,7 +352,7 @@ def test_the_snapshot_journal_is_read_without_following_a_link(tmp_path):
     from kernel_ext.snapshot_log import Log
 
     code_, _, err = _run(tmp_path, "x = 41\nprint(x)")
-    assert code_ == 0, err[-2000:]
+    assert code_ in ANSWERED, err[-2000:]
     from rlm.paths import rlm_home
 
     snap = next(rlm_home().rglob("session.jsonl")).parent / "snapshot"

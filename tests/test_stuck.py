@@ -305,7 +305,9 @@ def test_a_finish_that_echoes_the_hosts_done_means_line_does_not_complete(tmp_pa
     echo = ("FINAL(late_rate.csv exists and holds exactly what the goal asks; the check "
             "`head -1 late_rate.csv | grep -q '^carrier,late_share'` passes; your answer "
             "states only what your outputs printed.")
-    right = ("rates = pd.DataFrame({'carrier': ['GLS', 'DPD'], 'late_share': [0.29, 0.19]})\n"
+    # the right file is computed from the task's data (an invented one would be refused)
+    (tmp_path / "shares.csv").write_text("carrier,late_share\nGLS,0.29\nDPD,0.19\n")
+    right = ("rates = pd.read_csv('shares.csv')\n"
              "rates.to_csv('late_rate.csv', index=False)\nprint(rates)")
     s = fenced(tmp_path / "echo.json", [block(wrong), "FINAL(0.40)", echo, block(right),
                                         "FINAL(GLS 0.29 and DPD 0.19)",
