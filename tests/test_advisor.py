@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 from rlm.agent.advisor import RECORDED, Advice, Advisor, EmissionGuard
-from rlm.agent.advisor.guard import cell_running, render_delta
+from rlm.agent.advisor.guard import judged_reply, render_delta, running_reply
 from rlm.app import build_agent
 from rlm.config import Config
 from rlm.events import CellFinished, RunEnded
@@ -54,8 +54,13 @@ def test_the_feed_collapses_repeated_text_and_knows_a_running_cell():
     again = render_delta([reply("", "print(1)")], sent)
     assert again == "[agent cell] [same as before]"
     tool = MessageEntry(message={"role": "tool", "tool_call_id": "c1", "content": "1"})
-    assert cell_running([user("go"), reply("", "x")]) and not cell_running(
-        [user("go"), reply("", "x"), tool])
+    first, answer = reply("", "x"), reply("the answer")
+    assert running_reply([user("go"), first]) == first.id
+    assert running_reply([user("go"), first, tool]) is None
+    assert running_reply([user("go"), first, tool, answer]) is None
+    # what an update judges: the newest reply, with cells or not
+    assert judged_reply([user("go"), first, tool]) == first.id
+    assert judged_reply([user("go"), first, tool, answer]) == answer.id
 
 
 def _advisor(replies: list, **kw) -> tuple[Advisor, ScriptedLLM, list[Advice]]:
@@ -79,7 +84,8 @@ def test_suppressed_and_admitted_calls_are_both_answered_recorded():
     branch += [user("and by region?")]
     adv.update(branch)
     assert adv.wait_idle(60)
-    assert got == [Advice("Read the parquet file instead", "concern")]
+    # it carries the reply its update judged (the newest on that branch)
+    assert got == [Advice("Read the parquet file instead", "concern", branch[2].id)]
     second, third = llm.calls[1], llm.calls[2]
     assert [m["content"] for m in second if m["role"] == "tool"] == [RECORDED]
     assert [m["content"] for m in third if m["role"] == "tool"] == [RECORDED] * 3
@@ -108,7 +114,7 @@ def test_a_fenced_model_advises_in_text_lines_through_the_same_guard():
         branch += more
         adv.update(branch)
         assert adv.wait_idle(60)
-    assert got == [Advice("Read the parquet file instead", "concern")]
+    assert got == [Advice("Read the parquet file instead", "concern", branch[2].id)]
     assert "ADVISE(severity): note" in llm.calls[0][0]["content"]
     assert len(llm.requests) == 3 and all(not r.get("tools") for r in llm.requests)
     assert adv.stats.advice == 1 and adv.stats.suppressed == 2 and adv.stats.calls == 3
@@ -295,6 +301,50 @@ def test_a_blocker_interrupts_a_running_cell_and_the_run_goes_on(_isolated_home,
     assert "time.sleep(30)" in advisor_inner.calls[1][-1]["content"]  # it read the cell
 
 
+def test_a_late_blocker_about_an_earlier_reply_is_advice_and_stops_no_later_cell(
+        _isolated_home, tmp_path, monkeypatch):
+    """A blocker the advisor judged on reply 1, arriving while reply 2's cell runs, reaches
+    the model and the user as advice; reply 2's cell runs to its end (it was interrupted,
+    and told the advisor stopped it, when a blocker was not tied to its reply)."""
+    monkeypatch.chdir(tmp_path)
+    running, delivered = tmp_path / "running", tmp_path / "delivered"
+    started = threading.Event()
+    advisor_inner = ScriptedLLM([
+        advise(("Do not trust x: it was never checked", "blocker")),  # on reply 1, late
+        {"content": ""}, {"content": ""}, {"content": ""},
+    ])
+    advisor_llm = Waiting(advisor_inner, 0, started)  # answers once reply 2's cell runs
+    main = ScriptedLLM([
+        fenced("x = 1\nprint(x)"),
+        # reply 2's cell runs until the advice was delivered, and a moment more (an
+        # interrupt sent with the delivery lands in it)
+        fenced(f"import os, time\nopen({str(running)!r}, 'w').write('1')\n"
+               f"for _ in range(2400):\n    if os.path.exists({str(delivered)!r}): break\n"
+               "    time.sleep(0.05)\ntime.sleep(1)\nprint('went on')"),
+        fenced("final(str(x))"),
+    ])
+    agent, session = _agent(_isolated_home, main, advisor_llm)
+    agent.advisor.deliver = _also(agent.advisor.deliver, lambda: delivered.write_text("1"))
+    watcher = threading.Thread(target=lambda: _wait_for(running, started), daemon=True)
+    watcher.start()
+    with agent:
+        events = list(agent.run("x?"))
+    assert [e.status for e in events if isinstance(e, CellFinished)] == ["ok", "ok", "ok"]
+    cells = [e for e in session.branch() if isinstance(e, MessageEntry) and e.role == "tool"]
+    assert "went on" in cells[1].message["content"]
+    assert "stopped by the advisor" not in cells[1].message["content"]
+    assert not any("the advisor stopped" in n for n in _notices(events))
+    end = events[-1]
+    assert isinstance(end, RunEnded) and end.reason == "final" and end.final == "1"
+    # not lost: the model reads it before its next call, the user as it is delivered
+    third = "\n".join(str(m["content"]) for m in main.calls[2])
+    assert 'severity="blocker">Do not trust x: it was never checked' in third
+    assert "advisor (blocker): Do not trust x: it was never checked" in _notices(events)
+    # it judged reply 1 (its update held reply 1's cell, not reply 2's)
+    assert "print(x)" in advisor_inner.calls[0][-1]["content"]
+    assert "went on" not in advisor_inner.calls[0][-1]["content"]
+
+
 def test_a_blocker_before_the_cells_start_keeps_them_from_running(_isolated_home, tmp_path,
                                                                   monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -408,4 +458,4 @@ def test_advice_given_before_a_resume_is_not_given_again():
     assert adv.wait_idle(60)
     adv.update([*branch, user("and now?")])
     assert adv.wait_idle(60)
-    assert got == [Advice("Check the totals", "nit")] and adv.stats.suppressed == 1
+    assert got == [Advice("Check the totals", "nit", branch[-1].id)] and adv.stats.suppressed == 1

@@ -677,6 +677,35 @@ def test_outside_git_children_work_on_private_copies_and_only_finished_changes_c
     assert sorted(kept.values()) == ["B was here\n", "C half done\n"]
 
 
+def test_max_children_in_chat_is_the_ceiling_a_cell_sees(tmp_path, capsys):
+    """Chat's `/max-children N` is the user's ceiling: a cell is refused past it (it was
+    checked against the startup flag, so a cell raised the tree back over it)."""
+    from rlm.cli.chat import _slash
+
+    parent = script(tmp_path / "parent.json", [
+        call("try:\n    rlm_max_children(5)\nexcept Exception as e:\n    print('refused:', e)\n"
+             "print('limit', rlm_max_children(2)['limit'])"),
+        call("final('first')"),
+        call("print('limit', rlm_max_children(4)['limit'])"),
+        call("final('second')"),
+    ])
+    run = app.SessionRun.new("chat", None, app.RunOptions(overrides={
+        "model": parent, "max_children": 8}))
+    shown = io.StringIO()
+    render = Renderer(console=Console(file=shown, width=100))
+    with run:
+        assert run.agent is not None
+        assert _slash(run.agent, "/max-children 2", render)
+        run.drive("first")
+        assert _slash(run.agent, "/max-children 4", render)
+        run.drive("second")
+    first, second = [t for t in tool_texts(run) if "limit" in t or "refused" in t]
+    assert "refused: rlm_max_children(5): the user allowed at most 2 children at once" in first
+    assert "limit 2" in first
+    assert "refused" not in second and "limit 4" in second
+    assert "children at once: 2" in shown.getvalue() and "children at once: 4" in shown.getvalue()
+
+
 def test_a_cell_resizes_the_tree_at_run_time_within_what_the_user_allowed(tmp_path):
     child = script(tmp_path / "child.json", [
         call("import time\ntime.sleep(0.3)\nfinal(context)"),
@@ -694,7 +723,7 @@ def test_a_cell_resizes_the_tree_at_run_time_within_what_the_user_allowed(tmp_pa
     out = tool_texts(run)[0]
     assert "{'limit': 1, 'in_use': 0, 'waiting': 0, 'peak': 0}" in out
     assert "['0', '1', '2'] {'limit': 1, 'in_use': 0, 'waiting': 0, 'peak': 1}" in out  # one at a time
-    assert "refused:" in out and "at most 3 children at once (--max-children)" in out
+    assert "refused:" in out and "at most 3 children at once (--max-children" in out
     assert out.rstrip().endswith("3")
     spans = [(d["started_at"], d["ended_at"]) for d in ended(session.dir).values()]
     assert max_overlap(spans) == 1

@@ -83,7 +83,7 @@ def test_resize_grants_more_room_at_once_and_never_exceeds_a_smaller_limit():
     got: list = []
     threads = [waiter(slots, tk, got) for tk in waiting]
     until(lambda: slots.waiting == 3)
-    slots.resize(3)  # two more at once
+    slots.allow(3)  # the user's: two more at once
     until(lambda: len(got) == 2)
     assert slots.in_use == 3 and slots.waiting == 1
     slots.resize(1)  # held slots are not taken back; nothing new until below 1
@@ -93,10 +93,32 @@ def test_resize_grants_more_room_at_once_and_never_exceeds_a_smaller_limit():
         slots.withdraw(tk)
     until(lambda: len(got) == 3)
     assert slots.in_use == 1
-    slots.resize(0)  # unlimited
+    slots.allow(0)  # unlimited
     assert all(slots.acquire(Ticket(), timeout=0) for _ in range(10))
     for t in threads:
         t.join(5)
+
+
+def test_the_users_ceiling_bounds_every_resize_and_zero_is_unlimited():
+    import pytest
+
+    from rlm.errors import RlmError
+
+    slots = TreeSlots(8)  # --max-children 8
+    slots.allow(2)  # /max-children 2: the ceiling and the limit
+    assert (slots.ceiling, slots.limit) == (2, 2)
+    with pytest.raises(RlmError, match="at most 2 children at once"):
+        slots.resize(5)
+    with pytest.raises(RlmError, match="at most 2 children at once"):
+        slots.resize(0)  # unlimited is past any ceiling
+    assert slots.limit == 2
+    slots.resize(1)  # lowered, then restored up to the ceiling
+    slots.resize(2)
+    assert (slots.ceiling, slots.limit) == (2, 2)
+    slots.allow(0)  # /max-children 0: unlimited, as --max-children 0
+    slots.resize(50)
+    slots.resize(0)
+    assert (slots.ceiling, slots.limit) == (0, 0)
 
 
 def test_llm_query_batched_takes_its_slots_from_the_session_tree(tmp_path):

@@ -40,7 +40,7 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
         message["tool_calls"] = [c.to_message() for c in calls]
     # a reply with cells is made durable with their results: one fsync a step, begun when
     # a result is appended, done before the next model request (rlm.durability)
-    host.session.append(MessageEntry(
+    logged = host.session.append(MessageEntry(
         message=message, usage=completion.usage.to_dict(), model=completion.model or None),
         durable=not calls)
     yield ModelReply(completion.content, [str(c.arguments.get("code", "")) for c in calls],
@@ -49,7 +49,7 @@ def act(host: ActHost, completion: Completion) -> Generator[Event, None, Outcome
         unknown = tuple(c.name for c in completion.tool_calls if c.name != "python")
         return (yield from _answer_without_code(host, completion.content, unknown))
     host.chain.call(host.chain.reply, host)
-    yield from run_cells(host, calls)
+    yield from run_cells(host, calls, logged.id)
     if host.state.final is None:
         return None
     answer, kind = host.state.final

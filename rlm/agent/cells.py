@@ -45,15 +45,16 @@ class CellHost(Protocol):
     def in_thread(self, fn: Work, *, cell: bool = False) -> Generator[Event, None, Any]: ...
 
 
-def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, None]:
-    """Run a reply's cells in order until one calls final() (`host.state.final`) or the
-    run is stopped; the rest are recorded as not run, with the reason."""
+def run_cells(host: CellHost, calls: list[ToolCall], reply: str) -> Generator[Event, None, None]:
+    """Run the cells of the reply logged as `reply` (its entry id) in order until one calls
+    final() (`host.state.final`) or the run is stopped; the rest are recorded as not run,
+    with the reason."""
     blocked = 0  # cells the advisor's blocker kept from running: said once, after
     for i, call in enumerate(calls):
         if host.state.stopping:
             record_skipped(host, call, "not run: the turn was interrupted")
             continue
-        if host.state.blocker is not None:  # the advisor's blocker (rlm.app.advising)
+        if reply in host.state.blockers:  # a blocker about this reply (rlm.app.advising)
             record_skipped(host, call, "not run: the advisor stopped this reply (its "
                            "advisory follows)")
             blocked += 1
@@ -61,7 +62,7 @@ def run_cells(host: CellHost, calls: list[ToolCall]) -> Generator[Event, None, N
                 yield Notice(f"{blocked} more cell(s) of this reply not run: the advisor's "
                              "blocker stopped the reply", "warning")
             continue
-        showed = yield from run_cell(host, call, i)
+        showed = yield from run_cell(host, call, i, reply)
         if host.state.final is not None:
             for rest in calls[i + 1:]:
                 record_skipped(host, rest, "not run: final() was called")
@@ -83,9 +84,11 @@ def executor_of(host: CellHost) -> Executor:
     return host.executor
 
 
-def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, None, bool]:
-    """Run `call`'s code (or record why not) and log its result. Returns whether the model
-    saw something new: the cell failed or printed."""
+def run_cell(host: CellHost, call: ToolCall, index: int,
+             reply: str) -> Generator[Event, None, bool]:
+    """Run `call`'s code, a cell of the reply logged as `reply`, (or record why not) and
+    log its result. Returns whether the model saw something new: the cell failed or
+    printed."""
     code = call.arguments.get("code")
     if not isinstance(code, str):
         # a garbled tool call is the model's mistake: tell it, run nothing
@@ -120,7 +123,7 @@ def run_cell(host: CellHost, call: ToolCall, index: int) -> Generator[Event, Non
     verdict = host.answers.cell(code, result, entry_id)
     content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) + verdict.note
     # a blocker's interrupt is the advisor's, not a bare KeyboardInterrupt (rlm.app.advising)
-    stopped_by = host.state.blocker if result.status == "interrupted" else None
+    stopped_by = host.state.blockers.get(reply) if result.status == "interrupted" else None
     if stopped_by is not None:
         content += f"\n[This cell was stopped by the advisor (blocker): {stopped_by.strip()}]"
     host.session.append(MessageEntry(

@@ -580,17 +580,16 @@ class ChildHandles:
 
     def limit(self, params: dict[str, Any]) -> dict[str, Any]:
         """rlm_max_children(n=None): the tree's slots (limit, in use, waiting, peak); with
-        `n`, resized first, never past what the user allowed (`--max-children`): a cell may
-        lower it or restore it, not raise it (`/max-children N` in chat is the user's)."""
-        n, allowed = params.get("n"), self.children.agent.config.max_children
-        slots = self.children.agent.slots
+        `n`, resized first, never past the user's ceiling (`slots.ceiling`: --max-children,
+        then chat's `/max-children N`): a cell may lower it or restore it, not raise it."""
+        n, slots = params.get("n"), self.children.agent.slots
         if n is not None:
             if isinstance(n, bool) or not isinstance(n, int) or n < 1:
                 raise RlmError(f"rlm_max_children(n): n must be a whole number >= 1, got {n!r}")
-            if allowed and n > allowed:
-                raise RlmError(f"rlm_max_children({n}): the user allowed at most {allowed} "
-                               "children at once (--max-children); ask them to raise it")
-            slots.resize(n)
+            try:
+                slots.resize(n)
+            except RlmError as e:
+                raise RlmError(f"rlm_max_children({n}): {e}") from None
         return {"limit": slots.limit, "in_use": slots.in_use, "waiting": slots.waiting,
                 "peak": slots.peak}
 

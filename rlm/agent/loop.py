@@ -382,7 +382,6 @@ class Agent:
     def _turn(self, turn: int) -> Generator[Event, None, Outcome]:
         """One model call and its cells. Returns (reason, answer) when the run may end."""
         yield TurnStarted(turn)
-        self.state.blocker = None
         self.turn_active = True
         for line in self._steered.drain(self.session):
             yield Notice(line, "warning")

@@ -35,8 +35,9 @@ class RunState:
     # set by every Ctrl-C, cleared when a piece of work starts: what a running gate or a
     # compaction's summary watches to stop at once
     cancel: threading.Event = field(default_factory=threading.Event)
-    # the advisor's blocker about this turn's reply (its note): cells not started are not run
-    blocker: str | None = None
+    # the advisor's blockers (their notes), by the id of the reply each judged: that
+    # reply's cells not started are not run; another reply's cells never see it
+    blockers: dict[str, str] = field(default_factory=dict)
     stop: threading.Event = field(default_factory=threading.Event)
 
     @property

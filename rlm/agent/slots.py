@@ -8,6 +8,11 @@ up (a cancelled child, an interrupted parent) never shrinks the pool (the oh-my-
 defect). `resize(n)` changes the limit at run time; slots already held are not taken
 back, new grants wait until fewer than `n` are in use. `limit` 0 (or None) is unlimited.
 
+Two numbers, one place: `ceiling` is the user's allowance (`--max-children` at start,
+`/max-children N` in chat: `allow(n)`, which sets the limit too); `limit` is the current
+bound, which a cell (`rlm_max_children(n)`) may lower and restore, never raise past the
+ceiling (`resize` refuses it, naming the ceiling). A ceiling of 0 is unlimited.
+
 A holder that blocks on work that needs slots (a child waiting for its own children, a
 child's `llm_query_batched`) lends its slot for the wait (`withdraw`, then `acquire`
 again with a new ticket): everything holding a slot is then running, so the tree cannot deadlock.
@@ -17,6 +22,8 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+
+from rlm.errors import RlmError
 
 
 class Ticket:
@@ -32,7 +39,8 @@ class Ticket:
 
 class TreeSlots:
     def __init__(self, limit: int | None = None) -> None:
-        self.limit = limit or 0
+        self.ceiling = limit or 0  # the user's allowance; 0: unlimited
+        self.limit = self.ceiling
         self.in_use = 0
         self.peak = 0  # most slots held at once (tests, `rlm ps`)
         self._queue: deque[Ticket] = deque()
@@ -88,9 +96,22 @@ class TreeSlots:
             ticket._event.set()
 
     def resize(self, limit: int | None) -> None:
-        """A new limit (0/None: unlimited); more room is granted to waiters at once."""
+        """A new limit within the user's ceiling (0/None: unlimited, only under no ceiling);
+        more room is granted to waiters at once. Past the ceiling: RlmError, naming it."""
+        limit = limit or 0
         with self._lock:
-            self.limit = limit or 0
+            if self.ceiling and not 0 < limit <= self.ceiling:
+                raise RlmError(f"the user allowed at most {self.ceiling} children at once "
+                               "(--max-children, or /max-children in chat); ask them to "
+                               "raise it")
+            self.limit = limit
+            self._grant_waiters()
+
+    def allow(self, ceiling: int | None) -> None:
+        """The user's new allowance (0/None: unlimited), which is also the limit from now
+        on; more room is granted to waiters at once."""
+        with self._lock:
+            self.ceiling = self.limit = ceiling or 0
             self._grant_waiters()
 
     @property

@@ -12,8 +12,11 @@ before the agent's next model call (in this loop the next turn boundary and "bef
 next model call" are the same point, so a `nit` and a `concern` land there alike). A
 `blocker` about a reply whose cells have not all run also stops them: the running cell is
 interrupted (rlm.kernel.interrupting holds the interrupt until the kernel has started it)
-and the reply's cells not started yet are not run (`RunState.blocker`); the run goes on,
-and the model reads the interrupted cell and the advice. After the user's own stop, advice
+and the reply's cells not started yet are not run (`RunState.blockers`, by reply id); the
+run goes on, and the model reads the interrupted cell and the advice. Advice carries the
+id of the reply it judged (the newest on the branch the advisor read): a blocker that
+comes after that reply's cells have all run (the advisor was slow) is delivered as advice
+and stops nothing, never the cells of a later reply. After the user's own stop, advice
 waits in the queue and is written as a visible note when the next run starts; it never
 restarts a run.
 
@@ -32,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.agent.advisor import STATS_ENTRY, Advice, Advisor, advisory_text, report_line
-from rlm.agent.advisor.guard import cell_running, replied_with_cells
+from rlm.agent.advisor.guard import replied_with_cells, running_reply
 from rlm.agent.loop import Agent
 from rlm.app.memory import project_root
 from rlm.app.seam import Plain, Wiring
@@ -76,9 +79,11 @@ def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) ->
         # what the model is told, the user reads as it is delivered
         agent.steer(advisory_text(advice.note, advice.severity), "advisory",
                     shown=f"advisor ({advice.severity}): {advice.note.strip()[:400]}")
-        if advice.severity == "blocker" and agent.turn_active \
-                and cell_running(agent.session.branch()):
-            agent.state.blocker = advice.note  # the reply's cells not started stay so
+        # a blocker stops only the cells of the reply it judged, while they run: one
+        # about an earlier reply (it came late) is advice and nothing more
+        if advice.severity == "blocker" and advice.reply is not None and agent.turn_active \
+                and running_reply(agent.session.branch()) == advice.reply:
+            agent.state.blockers[advice.reply] = advice.note  # its cells not started stay so
             if agent.executor is not None:
                 agent.executor.interrupt()  # the running one stops: the run goes on
 

@@ -187,7 +187,7 @@ def _slash(agent: Agent, line: str, render: Renderer) -> bool:
             if len(rest) != 1 or not rest[0].isdigit():
                 raise RlmError("/max-children N: how many children may run at once in this "
                                "session tree (0: unlimited)")
-            agent.slots.resize(int(rest[0]))
+            agent.slots.allow(int(rest[0]))  # the ceiling a cell's rlm_max_children sees
             render.console.print(f"children at once: {int(rest[0]) or 'unlimited'}",
                                  markup=False)
         elif cmd == "rule":

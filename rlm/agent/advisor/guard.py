@@ -133,8 +133,9 @@ def render_delta(entries: Iterable[Entry], sent: set[str]) -> str:
     return "\n\n".join(lines)
 
 
-def cell_running(branch: Sequence[Entry]) -> bool:
-    """The newest reply's cells have not all returned (a cell is running)."""
+def running_reply(branch: Sequence[Entry]) -> str | None:
+    """The id of the newest reply when its cells have not all returned (one of them runs or
+    is about to); None: no reply's cells are running."""
     results = 0
     for e in reversed(branch):
         if not isinstance(e, MessageEntry):
@@ -142,10 +143,19 @@ def cell_running(branch: Sequence[Entry]) -> bool:
         if e.role == "tool":
             results += 1
         elif e.role == "assistant":
-            return len(e.message.get("tool_calls") or []) > results
+            return e.id if len(e.message.get("tool_calls") or []) > results else None
         else:
-            return False
-    return False
+            return None
+    return None
+
+
+def judged_reply(branch: Sequence[Entry]) -> str | None:
+    """The id of the newest model reply on `branch`: the one an update ending there judges
+    (its advice carries it: a blocker stops only that reply's cells)."""
+    for e in reversed(branch):
+        if isinstance(e, MessageEntry) and e.role == "assistant" and e.error is None:
+            return e.id
+    return None
 
 
 def replied_with_cells(branch: list[Entry]) -> bool:

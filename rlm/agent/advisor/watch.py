@@ -9,7 +9,8 @@ context is its own, append-only: system prompt, the seed, then update / its repl
 agent's own context shows (the summary, pinned rule reminders, the kept recent turns), and
 so does its context passing CONTEXT_SHARE of its model's window. The main loop never waits
 on it: `update` only queues, and what the advisor says reaches the agent through `deliver`
-(the composition root steers it into the run).
+(the composition root steers it into the run), each `Advice` with the id of the reply it
+judged: the newest reply on the branch of the update it answered.
 
 Cost and health are its own: calls, tokens and advice are counted (`stats`); its tokens are
 charged to the run's budget through `charge`. Past `cost_fraction` of the primary's tokens
@@ -33,6 +34,7 @@ from rlm.agent.advisor.guard import (
     RECORDED,
     EmissionGuard,
     given_before,
+    judged_reply,
     render_delta,
     text_advice,
 )
@@ -108,12 +110,16 @@ def latest_report(branch: Sequence[Entry]) -> dict[str, Any] | None:
 class Advice:
     note: str
     severity: str
+    # the session entry id of the reply it judged (the newest on the branch it read): a
+    # blocker stops only that reply's cells (rlm.app.advising)
+    reply: str | None = None
 
 
 @dataclass
 class _Feed:
     seed: bool  # re-seed the context before this text
     text: str
+    reply: str | None  # the newest reply on the branch this text ends with
 
 
 @dataclass
@@ -174,7 +180,7 @@ class Advisor:
         if not self._thread.is_alive():  # closed with its agent, which was started again
             self._thread = self._start()
         self._idle.clear()
-        self._queue.put(_Feed(reseed, text))
+        self._queue.put(_Feed(reseed, text, judged_reply(branch)))
 
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Tests and the run's end: wait until every queued update was handled."""
@@ -234,7 +240,7 @@ class Advisor:
         for note, severity in advice:
             if self.guard.admit(note, severity, slot_used=used):
                 used = True
-                self.deliver(Advice(str(note).strip(), str(severity)))
+                self.deliver(Advice(str(note).strip(), str(severity), item.reply))
         for c in calls:
             self.context.append({"role": "tool", "tool_call_id": c.id, "content": RECORDED})
         self.stats.suppressed = self.guard.suppressed
