@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from rlm.protocols import (
     Compact,
@@ -94,6 +94,27 @@ class Chain:
     def messages_after_system(self) -> list[dict[str, Any]]:
         """The context providers' messages, in order (the ones with nothing left out)."""
         return [m for provider in self.context if (m := provider()) is not None]
+
+
+T = TypeVar("T")
+
+
+class Parts:
+    """What the features expose for the entry points to reach, by type (compaction's
+    controller for `/compact`, the advisor for the run's report): the Agent holds no
+    feature's object by name. `get(Kind)` is the one registered, or None."""
+
+    def __init__(self) -> None:
+        self._by_type: dict[type, object] = {}
+
+    def add(self, part: object) -> None:
+        self._by_type[type(part)] = part
+
+    def get(self, kind: type[T]) -> T | None:
+        part = self._by_type.get(kind)
+        if part is None:  # a subclass registered for its base
+            part = next((p for t, p in self._by_type.items() if issubclass(t, kind)), None)
+        return part if isinstance(part, kind) else None
 
 
 class Closeable(Protocol):

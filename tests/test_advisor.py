@@ -17,6 +17,13 @@ from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
 
 
+def _advisor_of(agent) -> Advisor:
+    """The run's advisor, as the advisor feature exposes it (rlm.app.seam: Wiring.expose)."""
+    advisor = agent.parts.get(Advisor)
+    assert advisor is not None
+    return advisor
+
+
 def advise(*pairs: tuple[str, str]) -> dict:
     return {"content": "", "tool_calls": [
         {"name": "advise", "arguments": {"note": n, "severity": s}} for n, s in pairs]}
@@ -236,7 +243,7 @@ def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkey
     inner = ScriptedLLM([fenced("total = 40 + 2\nprint(total)"), fenced("final(f'{total} EUR')")])
     advised = threading.Event()
     agent, session = _agent(_isolated_home, inner, advisor_llm)
-    agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
+    _advisor_of(agent).deliver = _also(_advisor_of(agent).deliver, advised.set)
     # a barrier after the turn's hooks: the next turn starts once the advisor has spoken
     agent.chain.turn.append(lambda a: None if advised.wait(120) else None)
     with agent:
@@ -247,7 +254,7 @@ def test_a_nit_lands_before_the_next_model_call(_isolated_home, tmp_path, monkey
         in second
     assert "Totals here are always in euros." in advisor_llm.calls[0][0]["content"]
     assert "round totals to cents" in advisor_llm.calls[0][0]["content"]  # project memory
-    assert agent.advisor.stats.advice == 1
+    assert _advisor_of(agent).stats.advice == 1
     # the user reads the advice as the model gets it (it was invisible: issue 58 item 11)
     assert "advisor (nit): Say the currency: totals are in euros" in _notices(events)
 
@@ -324,7 +331,7 @@ def test_a_late_blocker_about_an_earlier_reply_is_advice_and_stops_no_later_cell
         fenced("final(str(x))"),
     ])
     agent, session = _agent(_isolated_home, main, advisor_llm)
-    agent.advisor.deliver = _also(agent.advisor.deliver, lambda: delivered.write_text("1"))
+    _advisor_of(agent).deliver = _also(_advisor_of(agent).deliver, lambda: delivered.write_text("1"))
     watcher = threading.Thread(target=lambda: _wait_for(running, started), daemon=True)
     watcher.start()
     with agent:
@@ -357,7 +364,7 @@ def test_a_blocker_before_the_cells_start_keeps_them_from_running(_isolated_home
     ])
     agent, session = _agent(_isolated_home, main, advisor_llm)
     advised = threading.Event()
-    agent.advisor.deliver = _also(agent.advisor.deliver, advised.set)
+    _advisor_of(agent).deliver = _also(_advisor_of(agent).deliver, advised.set)
     # a barrier after the advisor's hook: the cells start once it has spoken
     agent.chain.reply.append(lambda a: None if advised.wait(120) else None)
     with agent:
@@ -385,13 +392,13 @@ def test_a_failing_advisor_is_told_at_the_next_boundary_and_reads_failing(_isola
     main = ScriptedLLM([fenced(f"print({i})") for i in range(4)] + [fenced("final('done')")])
     agent, session = _agent(_isolated_home, main, ScriptedLLM([]))  # every call raises
     # the advisor's thread has handled the reply before the turn's own hooks run
-    agent.chain.turn.insert(0, lambda a: None if a.advisor.wait_idle(60) else None)
+    agent.chain.turn.insert(0, lambda a: None if _advisor_of(a).wait_idle(60) else None)
     with agent:
         events = list(agent.run("go"))
     told = [i for i, e in enumerate(events) if isinstance(e, Notice)
             and "the advisor failed 3 times in a row" in e.text]
     assert len(told) == 1 and told[0] < len(events) - 1, events  # during the run
-    assert agent.advisor.stats.report()["health"].startswith("failing")
+    assert _advisor_of(agent).stats.report()["health"].startswith("failing")
     assert events[-1].final == "done"
 
 
@@ -433,7 +440,7 @@ def test_advice_after_a_run_ended_waits_for_the_next_run_and_starts_none(_isolat
     agent, session = _agent(_isolated_home, main, ScriptedLLM([{"content": ""}]))
     with agent:
         assert list(agent.run("first"))[-1].final == "one"
-        agent.advisor.deliver(Advice("Say which unit the answer is in", "concern"))
+        _advisor_of(agent).deliver(Advice("Say which unit the answer is in", "concern"))
         assert not agent.pending_steered()
         agent.steer("heartbeat: check the inbox", "heartbeat")
         assert agent.pending_steered()  # a tick still gets its run

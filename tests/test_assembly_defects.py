@@ -13,6 +13,7 @@ import pytest
 from rlm.agent import Agent
 from rlm.app import build_agent
 from rlm.cli.main import main
+from rlm.compaction.controller import CompactionController
 from rlm.config import Config
 from rlm.events import Compacted, RunEnded
 from rlm.kernel.types import CellResult, RestoreReport
@@ -141,7 +142,7 @@ class InterruptingLLM:
     def complete(self, messages, **kw):
         assert self.agent is not None
         # a compact.run() is pending for the end of this turn (the turn is active now)
-        assert self.agent.compaction.request("compact at the end")["scheduled"] is True
+        assert self.agent.parts.get(CompactionController).request("compact at the end")["scheduled"] is True
         self.agent.interrupt()
         self.agent.interrupt()
         return Completion(content="late reply", usage=Usage(10, 5))
@@ -338,7 +339,7 @@ def test_the_overflow_guard_is_reset_when_a_run_starts(_isolated_home):
     agent, session, llm = agent_with(_isolated_home, [
         {"error": "overflow", "message": "prompt is too long"},
     ])
-    agent.compaction.overflow_state = "reported"  # how the previous run ended
+    agent.parts.get(CompactionController).overflow_state = "reported"  # how the previous run ended
     with agent:
         events = list(agent.run("one more"))
     notices = [e.text for e in events if type(e).__name__ == "Notice"]

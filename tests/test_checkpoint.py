@@ -17,6 +17,7 @@ from rlm import app
 from rlm.app.build import writer_session
 from rlm.compaction import checkpoint as ck
 from rlm.compaction.checkpoint import SECTIONS, CheckpointWriter, rungs_for, validate
+from rlm.compaction.controller import CompactionController
 from rlm.llm import ScriptedLLM
 from rlm.session.entries import CustomEntry, MessageEntry
 from rlm.session.store import SessionStore
@@ -163,16 +164,16 @@ def test_checkpoints_as_the_context_fills_for_a_hosted_model_with_tiers_only(tmp
     model.write_text(json.dumps(["hi"]))
     options = app.RunOptions(overrides={"model": f"script:{model}"})
     with app.SessionRun.new("run", "t", options, start=False) as run:
-        assert run.agent is not None and run.agent.compaction is not None
-        writer = run.agent.compaction.checkpoint
+        assert run.agent is not None and run.agent.parts.get(CompactionController) is not None
+        writer = run.agent.parts.get(CompactionController).checkpoint
         assert writer is not None and not writer.automatic  # it writes on `/rebuild` only
     hosted = {"model": f"script:{model}", "compaction_model": "openai/gpt-4o-mini"}
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test-checkpoint")  # never called: not started
     for tiers, automatic in ((True, True), (False, False)):  # summaries only: no writer
         options = app.RunOptions(overrides={**hosted, "context_tiers": tiers})
         with app.SessionRun.new("run", "t", options, start=False) as run:
-            assert run.agent is not None and run.agent.compaction is not None
-            assert run.agent.compaction.checkpoint.automatic is automatic
+            assert run.agent is not None and run.agent.parts.get(CompactionController) is not None
+            assert run.agent.parts.get(CompactionController).checkpoint.automatic is automatic
 
 
 PADDING = "print(' '.join(f'value{i}' for i in range(250)))"

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from rlm import app
+from rlm.compaction.controller import CompactionController
 from rlm.llm import get_llm
 from rlm.llm.tokens import count_messages
 from tests.rlmcli import call, script
@@ -54,9 +55,9 @@ class Models:
 def counted_before_each_prompt(run: app.SessionRun, prompt: str) -> int:
     """Drive `prompt`; what the compaction controller counted just before its first call."""
     agent = run.agent
-    assert agent is not None and agent.compaction is not None
+    assert agent is not None and agent.parts.get(CompactionController) is not None
     seen: list[int] = []
-    agent.chain.prompt.append(lambda a: seen.append(a.compaction.context_tokens()) or [])
+    agent.chain.prompt.append(lambda a: seen.append(a.parts.get(CompactionController).context_tokens()) or [])
     run.drive(prompt)
     [tokens] = seen
     return tokens

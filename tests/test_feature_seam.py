@@ -152,3 +152,21 @@ def test_a_feature_listed_before_one_it_needs_is_refused():
     swapped.insert(0, by_name["memory"])
     with pytest.raises(RlmError, match="'memory' must attach after compaction"):
         check_order(swapped)
+
+
+def test_the_agent_holds_no_features_object_by_name():
+    """Issue 59: features attached by mutating the Agent (`agent.compaction`,
+    `agent.advisor`, `agent.policy`, `agent.child_runner`). The entry points reach what a
+    feature exposes by its type; an Agent's attributes are the loop's own."""
+    import ast
+    import inspect
+
+    from rlm.agent import loop
+
+    init = next(n for n in ast.walk(ast.parse(inspect.getsource(loop.Agent)))
+                if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    attrs = {t.attr for n in ast.walk(init) if isinstance(n, (ast.Assign, ast.AnnAssign))
+             for t in (n.targets if isinstance(n, ast.Assign) else [n.target])
+             if isinstance(t, ast.Attribute)}
+    assert not attrs & {"compaction", "advisor", "policy", "child_runner", "memory",
+                        "run_start_hooks", "turn_hooks", "end_hooks", "overflow_hook"}

@@ -1,7 +1,7 @@
 """Children beside the parent: `rlm_spawn` and its handles, host side.
 
 A child is a full session under the parent's `children/`, built by the composition root
-(`Agent.child_runner`, rlm.app.lifecycle.run_child) and run on its own host thread, so a
+(`Children.runner`, rlm.app.lifecycle.run_child) and run on its own host thread, so a
 cell gets a handle at once and keeps working. `rlm_query` is the blocking form of the same
 path (spawn, then wait). Every child takes a slot of the session tree's `TreeSlots`
 (`--max-children`) before it starts; one that is cancelled while queued leaves the queue.
@@ -176,6 +176,10 @@ class Children:
     def __init__(self, agent: Any) -> None:
         """`agent`: the rlm.agent.loop.Agent whose kernel calls the handlers."""
         self.agent = agent
+        # rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer,
+        # where run is its ChildRun; set by the composition root (rlm.app), which gives
+        # children their own wiring. None: this agent cannot run children.
+        self.runner: Callable[[Any, str, Any, Any], Any] | None = None
         self.runs: dict[str, ChildRun] = {}
         self.own: ChildRun | None = None  # this agent's own entry, when it is a child
         self._names: set[str] = set()
@@ -248,7 +252,7 @@ class Children:
 
     def _not_resumable(self, run: ChildRun) -> str | None:
         """Why a lost child cannot be resumed here (None: it can)."""
-        if self.agent.child_runner is None or self.agent.session.dir is None:
+        if self.runner is None or self.agent.session.dir is None:
             return "this session cannot run children"
         if run.isolation is not None and run.started_at is not None:
             return "it ran on a working copy, which went with its host"
@@ -366,7 +370,7 @@ class Children:
         self.watchers.tell(run)
 
     def _run_child(self, run: ChildRun) -> Any:
-        runner = self.agent.child_runner
+        runner = self.runner
         if runner is None:
             raise RlmError("children are not available here: this agent was built without a "
                            "child runner (build agents with rlm.app.build_agent)")

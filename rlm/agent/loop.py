@@ -41,7 +41,7 @@ from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
-from rlm.chain import Background, Chain
+from rlm.chain import Background, Chain, Parts
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded, TurnStarted
@@ -65,10 +65,6 @@ from rlm.session.entries import CustomEntry, MessageEntry
 __all__ = ["LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Agent"]
 # the stages features plug into (before the run, the prompt, a reply, a turn, the end, an
 # overflow) are one typed chain: rlm.chain.Chain, `agent.chain`.
-# rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer, where
-# run is its rlm.agent.children.ChildRun. Set by the composition root (rlm.app), which
-# gives children their own wiring.
-ChildRunner = Callable[["Agent", str, Any, Any], Any]
 # the names holding the task's data that a run's end entry records, for the next process
 # (rlm.agent.policy.dataflow): a resume reads them from the log's tail, not its whole branch
 MAX_DATA_NAMES = 2000
@@ -119,8 +115,7 @@ class Agent:
         # loop: closed with the agent unless its owner (rlm.app.SessionRun) closes it first
         self.chain = Chain()
         self.background = background or Background()
-        self.compaction: Any = None  # rlm.compaction.controller.CompactionController
-        self.child_runner: ChildRunner | None = None
+        self.parts = Parts()  # what features expose by type (compaction's controller, ...)
         self.entry = "run"  # which entry point assembled this agent (rlm.app.ENTRY_POINTS)
         self.role = ""  # after the system prompt: a child's (rlm.agent.children.child_role)
         self.notices: list[Notice] = []  # shown once, at the start of the next run
@@ -131,8 +126,6 @@ class Agent:
         self._steered = Steered()
         self._attached: list[CustomEntry] = []
         self._inputs: set[str] | None = None  # names of attached input variables (lazy)
-        self.policy: Any = None  # rlm.longrun.AutonomousPolicy when --autonomous
-        self.advisor: Any = None  # rlm.agent.advisor.Advisor when --advisor (rlm.app.advising)
         self.handlers: dict[str, Handler] = {
             "ping": lambda p: {"pong": True, **p},
             "final": self._on_final,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.agent.advisor import Advisor
+from rlm.compaction.controller import CompactionController
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
 from rlm.ledger import Totals, of_replies
 from rlm.outcome import EXIT_NO_ANSWER, RunOutcome
@@ -90,10 +92,10 @@ class RunResult:
     def describe_agent(self, agent: Any) -> RunResult:
         """What the run's agent used: the effective compaction settings (window, threshold,
         reserve, keep-recent) and the advisor's report (calls, tokens, advice, health)."""
-        if getattr(agent, "compaction", None) is not None:
-            self.compaction = agent.compaction.effective().to_dict()
-        if getattr(agent, "advisor", None) is not None:
-            self.advisor = agent.advisor.stats.report()
+        if (ctl := agent.parts.get(CompactionController)) is not None:
+            self.compaction = ctl.effective().to_dict()
+        if (advisor := agent.parts.get(Advisor)) is not None:
+            self.advisor = advisor.stats.report()
         return self
 
     def to_json(self) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from typing import Any
 from rlm.agent.advisor import STATS_ENTRY, Advice, Advisor, advisory_text, report_line
 from rlm.agent.advisor.guard import replied_with_cells, running_reply
 from rlm.agent.loop import Agent
+from rlm.app.features import gap
 from rlm.app.memory import project_root
 from rlm.app.seam import Plain, Wiring
 from rlm.events import Notice
@@ -71,7 +72,7 @@ def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) ->
     """Start the advisor `agent.config.advisor` names (none: no advisor); its thread is the
     run's background work (closed with it)."""
     spec = agent.config.advisor
-    if not spec or agent.entry in ("child", "compact"):
+    if not spec or gap(wiring.entry, "advisor") is not None:
         return
     told_user: list[str] = []  # from the advisor's thread; shown at the next boundary
 
@@ -131,7 +132,7 @@ def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) ->
     wiring.chain.reply.append(before_cells)
     wiring.chain.turn.append(after_turn)
     wiring.chain.end.append(at_end)
-    agent.advisor = advisor  # its stats, for the run's result (rlm.agent.result)
+    wiring.expose(advisor)  # its stats, for the run's result (rlm.agent.result)
 
 
 ADVISOR = Plain("advisor", attach_advisor)

@@ -13,7 +13,7 @@ from kernel_ext.contract import methods_of
 from rlm.agent.assembly import projection
 from rlm.agent.loop import Agent
 from rlm.agent.policy.goal_evidence import GoalJudge
-from rlm.app.features import Gap, gap, refuse
+from rlm.app.features import Gap, gap, refuse, tells_user
 from rlm.app.seam import Plain, Wiring
 from rlm.app.steering import gate_place, goal_gate
 from rlm.compaction.branch import summarize_branch
@@ -83,8 +83,8 @@ def attach_checkpoint(agent: Agent, wiring: Wiring) -> None:
     run is short, its parent's checkpoint covers its answer) or a log in memory. `SessionRun` closes it with the run.
     `history.checkpoint()` is every agent's."""
     wiring.handle("history.checkpoint", lambda p: checkpoint_reply(agent.session))
-    ctl = agent.compaction
-    if agent.entry == "child" or agent.session.dir is None or ctl is None:
+    ctl = agent.parts.get(CompactionController)  # attached before it (rlm.app.seam: after=)
+    if gap(wiring.entry, "checkpoint") is not None or agent.session.dir is None or ctl is None:
         return
     fractions = agent.config.checkpoint_rungs
     if fractions is None:
@@ -126,10 +126,10 @@ def attach_compaction(agent: Agent, wiring: Wiring) -> None:
     # Ctrl-C stops a summary at once; the summary is named on screen while it is written
     ctl.cancelled, ctl.announce = (lambda: agent.state.cancel.is_set()), agent.announce
     ctl.notes = wiring.notes  # <ipython_state>, and what the other features add
-    agent.compaction = ctl
+    wiring.expose(ctl)  # `/compact`, `/rebuild`, the run's report reach it by type
     window_note = getattr(agent.llm, "window_note", None)
     note = window_note() if eff.enabled and eff.window is None and window_note else None
-    if note and agent.entry != "child":
+    if note and tells_user(wiring.entry):
         agent.notices.append(Notice(note, "warning"))
     wiring.handle("compact.run", lambda p: ctl.request(p.get("instructions")))
     wiring.handle("compact.status", lambda p: ctl.status())
@@ -206,7 +206,6 @@ def attach_longrun(agent: Agent, wiring: Wiring) -> None:
     judge = None if goals is None else GoalJudge(goals, Path.cwd(), policy or gated)
     install(agent, goals=goals, scheduler=scheduler, policy=policy or gated, clock=clock,
             judge=judge, handlers=wiring.handlers)
-    agent.policy = policy  # the autonomous policy only
     agent.answers.goal = goal_objective(goals)
     agent.answers.host_checks = goal_checked(goals)
     if scheduler is None and not (sched_gap is not None and sched_gap.refused):
@@ -217,9 +216,8 @@ def attach_longrun(agent: Agent, wiring: Wiring) -> None:
 
 def shake_now(agent: Agent) -> list[Entry]:
     """`/shake` between turns of a chat: prune and shake all that is clearable now."""
-    if agent.compaction is None:
-        return []
-    return list(agent.compaction.shake("manual").records)
+    ctl = agent.parts.get(CompactionController)
+    return [] if ctl is None else list(ctl.shake("manual").records)
 
 
 def goal_objective(goals: GoalManager | None) -> Callable[[], str | None]:
@@ -247,16 +245,16 @@ def goal_checked(goals: GoalManager | None) -> Callable[[], bool]:
 def rebuild_now(agent: Agent) -> CompactionEntry | None:
     """`/rebuild` between turns of a chat: a checkpoint written now (bounded), then the
     context rebuilt from it; None when there is nothing to rebuild."""
-    if agent.compaction is None:
-        return None
-    return agent.compaction.rebuild(agent.executor)
+    ctl = agent.parts.get(CompactionController)
+    return None if ctl is None else ctl.rebuild(agent.executor)
 
 
 def compact_now(agent: Agent, instructions: str | None = None) -> CompactionEntry | None:
     """`/compact` between turns of a chat: the live kernel is listed, never touched; the
     settings are the ones scaled to the model's window."""
-    if agent.compaction is not None:
-        return agent.compaction.compact("manual", agent.executor, instructions)
+    ctl = agent.parts.get(CompactionController)
+    if ctl is not None:
+        return ctl.compact("manual", agent.executor, instructions)
     return perform_compaction(
         agent.session,
         agent.compaction_llm(),
@@ -288,7 +286,7 @@ def move_to_branch(agent: Agent, leaf: str) -> Entry | None:
     return entry
 
 
-# the features this module attaches (rlm.app.lifecycle.FEATURES lists them in order)
+# the features this module attaches (rlm.app.lifecycle.ROOT_FEATURES lists them in order)
 COMPACTION = Plain("compaction", attach_compaction, answers=("compaction", "history"))
 CHECKPOINT = Plain("checkpoint", attach_checkpoint, answers=("history",), after=("compaction",))
 LONGRUN = Plain("longrun", attach_longrun, answers=("goals", "schedules"))

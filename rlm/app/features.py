@@ -18,7 +18,7 @@ from kernel_ext import contract
 from rlm.errors import RlmError
 
 ENTRY_POINTS = ("run", "chat", "resume", "worker", "notebook", "run_task", "child", "compact")
-FEATURES = ("compaction", "goals", "schedules", "autonomous", "snapshot")
+FEATURES = ("compaction", "goals", "schedules", "autonomous", "snapshot", "advisor", "checkpoint")
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,31 @@ GAPS: dict[str, dict[str, Gap]] = {
                      "or change them; report back to the parent instead"),
         "schedules": Gap("heartbeats and cron jobs belong to the top-level session: an "
                          "rlm_query child cannot create them"),
+        "advisor": Gap("the advisor watches the top-level run: a child's cells are its "
+                       "parent's to judge", refused=False),
+        "checkpoint": Gap("a child's run is short: its parent's checkpoint covers its answer "
+                          "(history.checkpoint() reads the parent's)", refused=False),
     },
     # `rlm compact SESSION`: the session's own model and window, summarising only
     "compact": {
         feature: Gap(f"rlm compact only summarises the log: no turn runs, so no {what}")
         for feature, what in (("goals", "goal continues"), ("schedules", "job fires"),
                               ("autonomous", "continuation"),
-                              ("snapshot", "kernel starts (the next run restores it)"))
+                              ("snapshot", "kernel starts (the next run restores it)"),
+                              ("advisor", "run to watch"))
     },
 }
+
+
+# the entry points with nobody to tell at start: a child's user is its parent's model (it
+# reads the child's answer), and `rlm compact` runs no turn
+SILENT_ENTRIES = ("child", "compact")
+
+
+def tells_user(entry: str) -> bool:
+    """Whether notices at the start of a run (gaps, rule-file problems, a window guessed)
+    reach anyone at `entry`."""
+    return entry not in SILENT_ENTRIES
 
 
 def gap(entry: str, feature: str) -> Gap | None:

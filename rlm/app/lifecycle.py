@@ -58,7 +58,7 @@ from rlm.app.build import (
     size_output_to_window,
 )
 from rlm.app.driving import drive
-from rlm.app.features import ENTRY_POINTS, FEATURES, answer_every_method, gap
+from rlm.app.features import ENTRY_POINTS, FEATURES, answer_every_method, gap, tells_user
 from rlm.app.inputs import prepare_inputs, put_context
 from rlm.app.isolation import isolate
 from rlm.app.memory import MEMORY, project_root
@@ -147,7 +147,7 @@ def attach_children(agent: Agent, wiring: Wiring) -> None:
     """rlm_spawn and its handles (rlm.agent.children): the root's child runner and sweep,
     the handlers, the log written at each turn's safe point, `<children_state>` after a
     relief, and the registry closed with the run (none outlives its parent)."""
-    agent.child_runner = run_child
+    agent.children.runner = run_child
     agent.children.sweep_lost = lambda cid: sweep_lost_child(agent, cid)
     for method, handler in agent.children.handlers().items():
         wiring.handle(method, handler)
@@ -181,8 +181,8 @@ def attach_all(agent: Agent, entry: str = "run", options: RunOptions | None = No
     attach_features((*ROOT_FEATURES, *features),
                     Wiring(agent, entry, options or RunOptions(), clock))
     answer_every_method(agent.handlers, entry)  # gaps refused; none left unanswered
-    if entry in ("child", "compact"):  # a child's user is its parent's model; `rlm
-        return  # compact` runs no turn: nobody to tell
+    if not tells_user(entry):
+        return
     for feature in FEATURES:
         g = gap(entry, feature)
         if g is not None:

@@ -1,5 +1,5 @@
 """The feature seam: every feature is one object the composition root loops over
-(rlm.app.lifecycle.FEATURES), and plugs in only through the `Wiring` it is handed.
+(rlm.app.lifecycle.ROOT_FEATURES), and plugs in only through the `Wiring` it is handed.
 
 A `Feature` has a `name`, the contract features whose bridge methods it answers
 (`answers`: kernel_ext.contract.Method.feature), the features that must attach before it
@@ -12,7 +12,9 @@ A `Feature` has a `name`, the contract features whose bridge methods it answers
 - context providers (`wiring.chain.context`) and relief-note providers (`wiring.relief_note`,
   rlm.compaction.notes: written after every relief);
 - background tasks (`wiring.task`: anything with `close()`), owned by the run
-  (rlm.app.SessionRun closes them; an agent built without one closes them itself).
+  (rlm.app.SessionRun closes them; an agent built without one closes them itself);
+- the objects the entry points reach (`wiring.expose`: `agent.parts.get(Kind)`), so the
+  Agent holds no feature's object by name.
 
 A new feature is one module with one such object, and one line in the root's list.
 """
@@ -127,6 +129,11 @@ class Wiring:
         """A note written after every relief (after the ones registered before it)."""
         self.notes.add(provider)
 
+    def expose(self, part: object) -> None:
+        """An object of the feature's that the entry points reach by its type
+        (`agent.parts.get(Kind)`: `/compact` the controller, the run's report the advisor)."""
+        self.agent.parts.add(part)
+
     def task(self, task: T) -> T:
         """Background work, closed when the run ends (rlm.chain.Background)."""
         background: Background = self.agent.background
@@ -142,7 +149,7 @@ def check_order(features: Sequence[Feature]) -> None:
         missing = [name for name in f.after if name not in seen]
         if missing:
             raise RlmError(f"the feature {f.name!r} must attach after {', '.join(missing)}: "
-                           "put it later in the root's list (rlm.app.lifecycle.FEATURES)")
+                           "put it later in the root's list (rlm.app.lifecycle.ROOT_FEATURES)")
         if f.name in seen:
             raise RlmError(f"the feature {f.name!r} is listed twice")
         seen.add(f.name)

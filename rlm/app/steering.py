@@ -10,6 +10,7 @@ from rlm.agent.loop import Agent
 from rlm.agent.policy.stream import StreamRules
 from rlm.agent.steer.author import Authored, author_rule
 from rlm.agent.steer.files import load_rules
+from rlm.app.features import tells_user
 from rlm.app.seam import Plain
 from rlm.config import Config, load_config
 from rlm.events import Notice
@@ -26,7 +27,7 @@ def attach_rules(agent: Agent, project: Path | None = None) -> None:
     the agent's policy; a file with a problem is told once and skipped."""
     rules = load_rules(project or Path.cwd(), agent.config.home)
     agent.answers.stream = StreamRules(rules)
-    if agent.entry not in ("child", "compact"):
+    if tells_user(agent.entry):
         agent.notices.extend(Notice(p, "warning") for p in rules.problems)
 
 

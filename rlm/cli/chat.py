@@ -33,6 +33,7 @@ from rlm.agent.result import RunResult
 from rlm.app.steering import rule_from_chat
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer, input_summaries, print_json
+from rlm.compaction.controller import CompactionController
 from rlm.compaction.rebuild import rebuilt_line
 from rlm.compaction.tiers import relief_line
 from rlm.errors import RlmError
@@ -141,7 +142,8 @@ def _line(raw: str) -> str:
 
 def _rebuild(agent: Agent) -> str:
     entry = app.rebuild_now(agent)
-    writer = agent.compaction.checkpoint if agent.compaction is not None else None
+    ctl = agent.parts.get(CompactionController)
+    writer = ctl.checkpoint if ctl is not None else None
     problem = writer.take_problem() if writer is not None else None
     why = f" (the checkpoint was not written: {problem})" if problem else ""
     if entry is None:
