@@ -54,6 +54,11 @@ class Pieces:
             st.stop.set()
         return presses
 
+    def cancelled(self) -> bool:
+        """Ctrl-C was pressed for the piece that runs now (a step stops its gate or its
+        summary when it reads True)."""
+        return self.agent.state.cancel.is_set()
+
     def announce(self, text: str) -> None:
         """Name the step that runs now on screen; outside a step a no-op."""
         if self._emit is not None:

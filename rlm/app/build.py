@@ -124,7 +124,7 @@ def attach_compaction(agent: Agent, wiring: Wiring) -> None:
     )
     eff = ctl.effective()  # settings that cannot fit the model's window are refused at start
     # Ctrl-C stops a summary at once; the summary is named on screen while it is written
-    ctl.cancelled, ctl.announce = (lambda: agent.state.cancel.is_set()), agent.announce
+    ctl.cancelled, ctl.announce = agent.pieces.cancelled, agent.announce
     ctl.notes = wiring.notes  # <ipython_state>, and what the other features add
     wiring.expose(ctl)  # `/compact`, `/rebuild`, the run's report reach it by type
     window_note = getattr(agent.llm, "window_note", None)
@@ -179,9 +179,7 @@ def attach_longrun(agent: Agent, wiring: Wiring) -> None:
     policy = gated = None
     # gates run where cells run: the kernel's sandbox and environment (no provider key)
     place = gate_place(cfg, agent.session.dir, Path.cwd()) if options.gate else None
-
-    def cancelled() -> bool:  # Ctrl-C: a running gate is killed (rlm.longrun.gates)
-        return agent.state.cancel.is_set()
+    cancelled = agent.pieces.cancelled  # Ctrl-C: a running gate is killed (rlm.longrun.gates)
     if options.autonomous and gap(entry, "autonomous") is None:
         cont = options.max_continuations
         policy = AutonomousPolicy(

@@ -51,7 +51,7 @@ def goal_gate(agent: Agent, commands: list[str], place: GatePlace | None) -> Goa
 
     return GoalGate(GateCheck(commands, Path.cwd(), agent.config.gate_timeout_s,
                               skip=(agent.config.home,), place=place,
-                              cancelled=lambda: agent.state.cancel.is_set(),
+                              cancelled=agent.pieces.cancelled,
                               announce=agent.announce), cells)
 
 
