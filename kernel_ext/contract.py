@@ -123,13 +123,15 @@ class Method:
     what it belongs to, spelled as in rlm.app.features.FEATURES where the feature is one
     of those (an entry point that lacks it answers with the gap's message); `writes`: it
     changes state the host keeps past the reply (the log, goals, schedules, memory,
-    children), so a read-only agent refuses it; `caller`: who sends it."""
+    children), so a read-only agent refuses it; `caller`: who sends it; `required`: the
+    params its handler needs (the scheduler refuses a call without them)."""
 
     name: str
     params: tuple[str, ...]
     feature: str
     writes: bool = False
     caller: str = "kernel_ext"  # or TESTS: a diagnostic no kernel_ext code sends
+    required: tuple[str, ...] = ()
 
 
 TESTS = "tests"  # the bridge's round trip, from the tests' own cells
@@ -163,14 +165,17 @@ GOAL_BLOCK = Method("goal.block", ("reason",), "goals", writes=True)
 # `delivery` (and cron's `label`): accepted by the scheduler (rlm.longrun.schedule), not
 # sent by kernel_ext's heartbeat/cron objects
 HEARTBEAT_CREATE = Method("heartbeat.create", ("prompt", "interval", "label", "delivery"),
-                          "schedules", writes=True)
+                          "schedules", writes=True, required=("prompt", "interval"))
 HEARTBEAT_LIST = Method("heartbeat.list", (), "schedules")
-HEARTBEAT_PAUSE = Method("heartbeat.pause", ("id",), "schedules", writes=True)
-HEARTBEAT_RESUME = Method("heartbeat.resume", ("id",), "schedules", writes=True)
-HEARTBEAT_DELETE = Method("heartbeat.delete", ("id",), "schedules", writes=True)
-CRON_ADD = Method("cron.add", ("when", "prompt", "label", "delivery"), "schedules", writes=True)
+HEARTBEAT_PAUSE = Method("heartbeat.pause", ("id",), "schedules", writes=True, required=("id",))
+HEARTBEAT_RESUME = Method("heartbeat.resume", ("id",), "schedules", writes=True,
+                          required=("id",))
+HEARTBEAT_DELETE = Method("heartbeat.delete", ("id",), "schedules", writes=True,
+                          required=("id",))
+CRON_ADD = Method("cron.add", ("when", "prompt", "label", "delivery"), "schedules", writes=True,
+                  required=("when", "prompt"))
 CRON_LIST = Method("cron.list", (), "schedules")
-CRON_CANCEL = Method("cron.cancel", ("id",), "schedules", writes=True)
+CRON_CANCEL = Method("cron.cancel", ("id",), "schedules", writes=True, required=("id",))
 MEMORY_UPDATE = Method("memory.update", ("file", "content", "mode"), "memory", writes=True)
 MEMORY_LOG = Method("memory.log", ("action", "target", "note"), "memory", writes=True)
 MEMORY_SNAPSHOT = Method("memory.snapshot", ("label",), "memory", writes=True)

@@ -212,6 +212,11 @@ def test_kernel_handlers_cannot_touch_user_heartbeat(sched, clock):
         sched.handle("heartbeat.create", {"prompt": "p", "interval": "every 2s"})
     with pytest.raises(ScheduleError, match="unexpected owner"):
         sched.handle("heartbeat.create", {"prompt": "p", "interval": 60, "owner": "user"})
+    # what a method requires is declared in kernel_ext.contract (Method.required)
+    with pytest.raises(ScheduleError, match="missing interval"):
+        sched.handle("heartbeat.create", {"prompt": "p"})
+    with pytest.raises(ScheduleError, match="missing prompt, when"):
+        sched.handle("cron.add", {})
     sched.handle("heartbeat.delete", {"id": made["id"]})
     assert [j.id for j in sched.list()] == [user.id]
 

@@ -34,6 +34,7 @@ from typing import Any
 
 from croniter import CroniterBadDateError, croniter
 
+from kernel_ext import contract
 from rlm import safeio
 from rlm.errors import RlmError, SessionGone
 from rlm.longrun.clock import Clock, SystemClock, iso
@@ -605,16 +606,10 @@ def _tick(job: Job, now: float) -> Tick:
 
 # -- kernel bridge -------------------------------------------------------------------------
 
-KERNEL_METHODS: dict[str, tuple[set[str], set[str]]] = {  # method: (required, optional)
-    "heartbeat.create": ({"prompt", "interval"}, {"label", "delivery"}),
-    "heartbeat.list": (set(), set()),
-    "heartbeat.pause": ({"id"}, set()),
-    "heartbeat.resume": ({"id"}, set()),
-    "heartbeat.delete": ({"id"}, set()),
-    "cron.add": ({"when", "prompt"}, {"label", "delivery"}),
-    "cron.list": (set(), set()),
-    "cron.cancel": ({"id"}, set()),
-}
+# method: (required, optional), as kernel_ext.contract declares the schedules' methods
+KERNEL_METHODS: dict[str, tuple[set[str], set[str]]] = {
+    m.name: (set(m.required), set(m.params) - set(m.required))
+    for m in contract.methods_of("schedules")}
 
 
 def _handle(sched: Scheduler, method: str, params: dict[str, Any]) -> Any:
