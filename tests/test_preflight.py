@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import AuthError, ConfigError, RateLimited
+from rlm.errors import AuthError, ConfigError, RateLimited, RlmError
 from rlm.llm.preflight import preflight
 from rlm.llm.seam import ScriptedLLM, normalize_error, retry_notices
 from tests import rlmcli
@@ -231,3 +231,30 @@ def test_local_finds_the_joined_model_in_the_shared_cache_not_in_rlm_home(tmp_pa
     (cache / modelfile.MODEL_FILENAME).write_bytes(b"GGUF")
     preflight("local", config)
     assert not home.exists()
+
+
+def test_one_table_names_the_provider_for_building_checking_and_windows(tmp_path, monkeypatch):
+    """The spec's provider was decided in eight places (get_llm, preflight, the declared
+    window, checkpoint rungs, the cost line, ...), each spelling `script:` / `local`. One
+    table decides now, and each of those reads it."""
+    from rlm.compaction.checkpoint import DEFAULT_RUNGS, default_rungs
+    from rlm.llm import get_llm
+    from rlm.llm.preflight import declared_window
+    from rlm.llm.providers import PROVIDERS, provider
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    path = tmp_path / "s.json"
+    path.write_text('{"window": 4321, "replies": ["FINAL(1)"]}')
+    assert [provider(s).name for s in (f"script:{path}", "local", "local:/m.gguf",
+                                       "openai/gpt-4o-mini", "ollama/llama3")] == \
+        ["script", "local", "local", "litellm", "litellm"]
+    assert PROVIDERS[-1].matches("anything at all")  # litellm takes what no other claims
+    assert type(get_llm(f"script:{path}")).__name__ == "ScriptedLLM"
+    assert declared_window(f"script:{path}") == 4321
+    assert declared_window("openai/gpt-4o-mini") is None
+    assert default_rungs(f"script:{path}") == () and default_rungs("local") == ()
+    assert default_rungs("openai/gpt-4o-mini") == DEFAULT_RUNGS
+    with pytest.raises(RlmError, match="OPENAI_API_KEY"):
+        preflight("openai/gpt-4o-mini")
+    with pytest.raises(RlmError):
+        preflight(f"script:{tmp_path / 'missing.json'}")

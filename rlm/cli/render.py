@@ -22,6 +22,7 @@ from rlm import events as ev
 from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
 from rlm.ledger import Totals, of_replies
+from rlm.llm.providers import in_process
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -547,7 +548,7 @@ def _cost(model: str, input_tokens: int, output_tokens: int) -> float | None:
     """The run's cost from litellm's bundled price table, every token at the run model's
     price (a child or sub-call on another model is priced as this one); None for local and scripted
     models (they cost nothing to call) and for models litellm has no price for."""
-    if not model or model == "local" or model.startswith(("local:", "script:")):
+    if not model or in_process(model):
         return None
     try:
         from rlm.llm.seam import usage_cost

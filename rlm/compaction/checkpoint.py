@@ -36,6 +36,7 @@ from typing import Any
 from rlm import safeio
 from rlm.compaction.plan import latest_compaction_index, serialize_entries
 from rlm.errors import RlmError
+from rlm.llm.providers import in_process
 from rlm.llm.tokens import count_text, tail_within, window_or_default
 from rlm.llm.types import LLM
 from rlm.paths import write_private_atomic
@@ -66,8 +67,7 @@ def default_rungs(spec: str) -> tuple[float, ...]:
     one llama.cpp instance and its KV cache with the session's turns, so a writer would
     hold them up, and a script's replies must stay in their order (set
     `checkpoint_rungs`)."""
-    in_process = spec == "local" or spec.startswith(("local:", "script:"))
-    return () if in_process else DEFAULT_RUNGS
+    return () if in_process(spec) else DEFAULT_RUNGS
 
 
 def rungs_for(fractions: Sequence[float], window: int | None, threshold: int | None) -> list[int]:

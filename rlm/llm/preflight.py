@@ -69,24 +69,21 @@ def preflight(spec: str | None, config: Config | None = None) -> None:
     if not spec:
         raise ConfigError("No model configured: pass --model or set RLM_MODEL; "
                           "`rlm run --model local` works offline")
-    if spec.startswith("script:"):
-        from rlm.llm.script import load_script
+    from rlm.llm.providers import provider
 
-        load_script(spec.removeprefix("script:"))  # ConfigError: missing or unparsable
-    elif spec == "local" or spec.startswith("local:"):
-        _check_local(spec.partition(":")[2] or None, config)
-    else:
-        _check_key(spec)
+    provider(spec).check(spec, config)
 
 
-def _check_key(spec: str) -> None:
+def check_key(spec: str) -> None:
+    """A hosted model's provider key is in the environment (any of `key_envs`)."""
     names = key_envs(spec)
     if names and not any(os.environ.get(n) for n in names):
         alt = f" (or {', '.join(names[1:])})" if len(names) > 1 else ""
         raise AuthError(f"{names[0]}{alt} is not set: export it, or use --model local")
 
 
-def _check_local(path: str | None, config: Config | None) -> None:
+def check_local(path: str | None, config: Config | None) -> None:
+    """The offline model can load: llama_cpp importable, its file or parts present."""
     from rlm.llm import modelfile
     from rlm.paths import model_cache
 
@@ -123,13 +120,7 @@ def declared_window(spec: str | None, config: Config | None = None) -> int | Non
     once the model is built."""
     if config is not None and config.context_window:
         return int(config.context_window)
+    from rlm.llm.providers import provider
+
     spec = (spec or "").strip()
-    if spec.startswith("script:"):
-        from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, read_script
-
-        return read_script(spec.removeprefix("script:")).window or DEFAULT_SCRIPT_WINDOW
-    if spec == "local" or spec.startswith("local:"):
-        from rlm.llm.modelfile import local_n_ctx
-
-        return local_n_ctx(config)
-    return None
+    return provider(spec).window(spec, config) if spec else None

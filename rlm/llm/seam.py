@@ -58,6 +58,7 @@ from rlm.errors import (
 )
 from rlm.llm import direct, inproc, modelmap, offline
 from rlm.llm.preflight import key_envs, provider_of
+from rlm.llm.providers import provider
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
 from rlm.llm.types import (
@@ -787,13 +788,7 @@ def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
             "No model configured: pass --model or set RLM_MODEL; "
             "`rlm run --model local` works offline"
         )
-    if spec.startswith("script:"):
-        return ScriptedLLM.from_file(spec.removeprefix("script:"), config, **kw)
-    if spec == "local" or spec.startswith("local:"):
-        return LocalModel(spec.partition(":")[2] or None, config, **kw)
-    if direct.applies(spec):
-        return OpenAIModel(spec, config, **kw)
-    return LiteLLMModel(spec, config, **kw)
+    return provider(spec).build(spec, config, **kw)  # rlm.llm.providers: the one table
 
 
 __all__ = ["LiteLLMModel", "LocalModel", "OpenAIModel", "ScriptedLLM", "SeamLLM", "get_llm",
