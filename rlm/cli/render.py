@@ -22,6 +22,7 @@ from rlm import events as ev
 from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
 from rlm.ledger import Totals, of_replies
+from rlm.protocols import SessionLog
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -98,11 +99,12 @@ class Renderer:
                                      title_align="left", border_style=border))
 
     # ------------------------------------------------------------ header / status
-    def header(self, model: str, session: Any, inputs: list[str] | None = None,
+    def header(self, model: str, session: SessionLog, inputs: list[str] | None = None,
                task: str | None = None) -> None:
         """The first lines of a run: model, session id, the task, the inputs loaded."""
         self._model = model
-        self._base = Path(session.dir) if getattr(session, "dir", None) else None
+        where = getattr(session, "dir", None)
+        self._base = Path(where) if where else None
         self.console.print(Text(terminal_safe(f"rlm · model {model} · session {session.id}")),
                            style="bold")
         if task and task.strip():  # wrapped, never cut: what the run was asked
@@ -157,7 +159,7 @@ class Renderer:
         if handler is not None:
             handler(event)
 
-    def session_line(self, session: Any) -> None:
+    def session_line(self, session: SessionLog) -> None:
         """Where the session lives, printed when a run or a chat ends."""
         self.console.print(terminal_safe(f"session {session.id}: {session.path}"), style="dim",
                            markup=False)
@@ -170,7 +172,7 @@ class Renderer:
                 self.console.print(Text(line, style="dim"))
             self._streaming = False
 
-    def continue_turns(self, session: Any) -> None:
+    def continue_turns(self, session: SessionLog) -> None:
         """Turn numbers continue the session's (a resume, a chat's next prompt)."""
         from rlm.session.branch import reply_count
 
