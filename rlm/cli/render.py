@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
@@ -23,6 +23,9 @@ from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
 from rlm.ledger import Totals, of_replies
 from rlm.protocols import SessionLog
+
+if TYPE_CHECKING:
+    from rlm.agent.loop import Agent
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -369,7 +372,7 @@ class Renderer:
 _SIZE = re.compile(r"^([\d,]+) rows x (\d+) columns$")
 
 
-def input_summaries(agent: Any) -> list[str]:
+def input_summaries(agent: Agent) -> list[str]:
     """`orders: DataFrame 3,000×7` for each input variable the run was given."""
     names = sorted(agent.input_names())
     if not names or agent.executor is None:
