@@ -33,10 +33,10 @@ HOSTILE = "\x1b]52;c;c29hay1jbGlwYm9hcmQ=\x07 \x1b]0;soak-title\x07 \x1b[2J\x1b[
 ENOSPC_SNAPSHOT = """\
 def _soak_full():
     import errno, os
-    from kernel_ext import snapshot_store as ss
-    real, real_pwrite = ss._open_new, os.pwrite
+    from kernel_ext import store_protocol as ss
+    real, real_pwrite = ss.open_new, os.pwrite
     def undo():
-        ss._open_new, os.pwrite = real, real_pwrite
+        ss.open_new, os.pwrite = real, real_pwrite
     class Full:
         def __init__(self, f):
             self.f = f
@@ -51,7 +51,7 @@ def _soak_full():
         undo()
         real_pwrite(fd, bytes(data)[:max(1, len(data) // 2)], offset)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-    ss._open_new = lambda path: Full(real(path))
+    ss.open_new = lambda path: Full(real(path))
     os.pwrite = pwrite
 _soak_full(); del _soak_full
 """

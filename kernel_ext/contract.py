@@ -208,7 +208,8 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.wire": ALL,
     "kernel_ext.describe": frozenset({"listing_line", "listing_lines", "order_names",
                                       "summary", "describe_json"}),
-    "kernel_ext.snapshot_store": frozenset({"StoreError", "open_store", "is_url", "public_url"}),
+    "kernel_ext.store_protocol": frozenset({"StoreError", "is_url", "public_url"}),
+    "kernel_ext.stores": frozenset({"open_store"}),
     "kernel_ext.object_store": frozenset({"ObjectStore"}),
     "kernel_ext.snapshot_log": frozenset({"replay"}),  # `rlm state` with no kernel
     # the in-process executor (%%rlm): the agent runs in the user's kernel

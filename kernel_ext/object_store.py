@@ -1,5 +1,6 @@
-"""A snapshot location in an object store, through fsspec (kernel_ext.snapshot_store has
-the local layout, and `open_store`, which picks one of the two).
+"""A snapshot location in an object store, through fsspec: a `SnapshotStore`
+(kernel_ext.store_protocol; kernel_ext.snapshot_store has the local layout, and
+kernel_ext.stores.open_store picks one of the two).
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import os
 import re
 from typing import Any
 
-from kernel_ext.snapshot_store import (
+from kernel_ext.store_protocol import (
     FILE_RE,
     EntryReader,
     GenerationWriter,

@@ -20,7 +20,8 @@ RLM_SNAPSHOT_TOTAL_CAP (bytes, default 1 GiB). Fault injection: RLM_SNAPSHOT_CRA
 
 Which names are re-pickled after a cell: see kernel_ext.namespace (the touched-name rule).
 How values are encoded: kernel_ext.snapshot_codec; into a generation's files:
-kernel_ext.snapshot_pack. The files: kernel_ext.snapshot_store. Restore:
+kernel_ext.snapshot_pack. The files: kernel_ext.store_protocol (what every store is), kernel_ext.snapshot_store
+(a local dir), kernel_ext.object_store (a URL). Restore:
 kernel_ext.snapshot_restore.
 
 A failed restore never lets an automatic snapshot shrink the last good one: manifest
@@ -39,7 +40,7 @@ import time
 from typing import Any
 
 from kernel_ext import cell_syntax, contract, lineage, snapshot_log
-from kernel_ext import snapshot_store as store
+from kernel_ext import store_protocol as store
 from kernel_ext.describe import order_names, summary
 from kernel_ext.namespace import (
     estimate_size,
@@ -52,6 +53,7 @@ from kernel_ext.reach_index import ReachIndex
 from kernel_ext.snapshot_codec import error_reason
 from kernel_ext.snapshot_pack import Packer
 from kernel_ext.snapshot_restore import restore_values
+from kernel_ext.stores import open_store
 from kernel_ext.user_names import UserNames
 from kernel_ext.wire import MANIFEST_NAME
 
@@ -68,8 +70,8 @@ def _positive_int(raw: str | None, default: int) -> int:
 
 class Snapshotter:
     def __init__(self, ip: Any, path: str | None, var_cap: int, total_cap: int) -> None:
-        self.ip, self.path = ip, path  # a local dir or a URL (kernel_ext.snapshot_store)
-        self.store = store.open_store(path) if path else None
+        self.ip, self.path = ip, path  # a local dir or a URL (kernel_ext.stores)
+        self.store: store.SnapshotStore | None = open_store(path) if path else None
         self.var_cap, self.total_cap = var_cap, total_cap
         self.entries: dict[str, dict[str, Any]] = {}
         self.groups: dict[str, dict[str, Any]] = {}

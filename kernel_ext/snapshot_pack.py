@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from kernel_ext import snapshot_store as store
+from kernel_ext import store_protocol as store
 from kernel_ext.describe import summary
 from kernel_ext.namespace import shared_array_roots
 from kernel_ext.snapshot_codec import encode, encode_group, over_cap_reason

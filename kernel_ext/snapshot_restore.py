@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from kernel_ext import snapshot_store as store
+from kernel_ext import store_protocol as store
 from kernel_ext.describe import summary
 from kernel_ext.snapshot_codec import decode, error_reason, relink
 

@@ -68,12 +68,12 @@ class Chain:
         for policy in stage:
             policy(agent)
 
-    def events(self, stage: list[TurnHook], agent: Any) -> Iterator[Any]:
+    def events(self, stage: list[TurnHook], agent: LoopHost) -> Iterator[Any]:
         """The events of each policy of a stage, in order (prompt, account)."""
         for policy in stage:
             yield from policy(agent) or []
 
-    def decide(self, agent: Any, reason: str) -> Continue | End | None:
+    def decide(self, agent: LoopHost, reason: str) -> Continue | End | None:
         """The first decision about a run that would end as `reason`; None: none has one."""
         for policy in self.would_end:
             decision = policy(agent, reason)
@@ -81,7 +81,7 @@ class Chain:
                 return decision
         return None
 
-    def ending(self, agent: Any, reason: str, detail: str | None) -> list[Any]:
+    def ending(self, agent: LoopHost, reason: str, detail: str | None) -> list[Any]:
         """The run ends: the end policies are told, then the promises left unmet."""
         for policy in self.end:  # first: a stuck run blocks its goal before it is judged
             policy(agent, reason, detail)

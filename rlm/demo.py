@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm import safeio
+from rlm.protocols import SessionLog
 
 DEMO_FILE = "sales.csv"
 DEMO_DIR = "demo"  # under the session directory; the kernel works there
@@ -134,9 +135,12 @@ def make_demo_data(session_dir: Path | str, seed: int = DEFAULT_SEED,
     return make_sales_dataset(folder / DEMO_FILE, seed=seed, rows=rows)
 
 
-def notebook_path(session: Any, output: str | None) -> Path:
+def notebook_path(session: SessionLog, output: str | None) -> Path:
     """Where `rlm demo` writes its notebook: `-o PATH`, else the session directory."""
-    return Path(output) if output else Path(session.dir) / f"{session.header.id}.ipynb"
+    if output:
+        return Path(output)
+    assert session.dir is not None, "a demo session is on disk"
+    return Path(session.dir) / f"{session.header.id}.ipynb"
 
 
 def answer_is_right(text: str | None, truth: DemoAnswer) -> bool:

@@ -45,7 +45,7 @@ import os
 import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import platformdirs
 
@@ -317,7 +317,15 @@ def header_model_refusal(header_model: str | None, *, session_id: str,
             f"the log): this host recorded {record['header_model']!r} for the session")
 
 
-def merged(session: Any, given: Any, recorded: Any, user_config: Any) -> Any:
+class NamedSession(Protocol):
+    """What `merged` needs of a session (rlm.protocols.SessionLog, a layer above): its id;
+    its `dir` and `header.model` are read when present."""
+
+    @property
+    def id(self) -> str: ...
+
+
+def merged(session: NamedSession, given: Any, recorded: Any, user_config: Any) -> Any:
     """`given.over(recorded)` after `screen`: the options a run uses. `given`/`recorded`
     are `rlm.app.RunOptions` (duck-typed: this module sits below the root); the
     refusals go to `.refused` (one line each; the root shows them as Notices)."""

@@ -5,7 +5,7 @@ nothing of them on the host's disk under the child's session.
 
 Real kernels (the parent's and the child's), scripted models from script files, the agent
 built by the composition root (`SessionRun`); the store is a `file://` URL on this
-machine (kernel_ext.snapshot_store gives it the local layout: `<url>/<session id>/
+machine (kernel_ext.stores gives it the local layout: `<url>/<session id>/
 manifest.json`), so what each kernel wrote is read back from disk.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_ext import snapshot_store
+from kernel_ext import stores
 from rlm import app
 from rlm.kernel.state import session_state
 from tests.rlmcli import call, rlm, script
@@ -31,7 +31,7 @@ def session_run(parent: str, child: str, **overrides) -> app.SessionRun:
 
 def snapshot_names(where: Path) -> set[str]:
     """The variables the snapshot at `where` (a session's folder in the store) holds."""
-    manifest, err = snapshot_store.open_store(str(where)).read_manifest()
+    manifest, err = stores.open_store(str(where)).read_manifest()
     assert err is None and manifest is not None, (where, err)
     return set(manifest["entries"])
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from kernel_ext import snapshot, snapshot_store
+from kernel_ext import snapshot, snapshot_store, store_protocol
 from tests.snapshot_shell import manifest, new_kernel, run  # `shell` comes from conftest
 
 
@@ -34,8 +34,8 @@ class _FullFile:
 
 
 def _fill_at_write(monkeypatch) -> None:
-    real = snapshot_store._open_new
-    monkeypatch.setattr(snapshot_store, "_open_new", lambda path: _FullFile(real(path)))
+    real = store_protocol.open_new
+    monkeypatch.setattr(store_protocol, "open_new", lambda path: _FullFile(real(path)))
 
 
 def _fill_at_fsync(monkeypatch) -> None:

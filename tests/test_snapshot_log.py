@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from kernel_ext import snapshot, snapshot_log, snapshot_store
+from kernel_ext import snapshot, snapshot_log, snapshot_store, store_protocol
 from rlm.kernel.state import snapshot_names
 from tests.snapshot_shell import manifest, new_kernel, read_manifest, run  # `shell`: conftest
 
@@ -82,7 +82,7 @@ def test_the_whole_manifest_is_written_again_and_old_logs_go(shell, monkeypatch)
     assert _base(shell)["generation"] > first, "the journal was folded into manifest.json"
     m = manifest(shell)
     files = {g["file"] for g in m["groups"].values()}
-    on_disk = {n for n in os.listdir(_dir(shell)) if snapshot_store.FILE_RE.match(n)}
+    on_disk = {n for n in os.listdir(_dir(shell)) if store_protocol.FILE_RE.match(n)}
     active = snapshot_log.log_name(_base(shell)["generation"])
     assert on_disk <= files | {active}, "a log nothing refers to any more was deleted"
     assert len(_logs(shell)) <= 2
@@ -128,8 +128,8 @@ def test_each_record_holds_exactly_what_changed_and_freed_files_go(shell, monkey
     """A record is found from the names a cell wrote, not by comparing every entry: after
     every kind of change the journal replays to what the kernel saved, and a data file
     whose last group went is deleted."""
-    monkeypatch.setattr(snapshot_store, "SMALL_LIMIT", 4096)  # a file of its own above this
-    monkeypatch.setattr(snapshot_store, "MAX_SMALL_FILES", 2)  # old small files regrouped
+    monkeypatch.setattr(store_protocol, "SMALL_LIMIT", 4096)  # a file of its own above this
+    monkeypatch.setattr(store_protocol, "MAX_SMALL_FILES", 2)  # old small files regrouped
     monkeypatch.setattr(snapshot_log, "INLINE_LIMIT", 2048)  # then a small file, not the log
     cells = [
         "a = [1]\nb = {'k': a}",  # a group of two
@@ -152,7 +152,7 @@ def test_each_record_holds_exactly_what_changed_and_freed_files_go(shell, monkey
         entries, groups = _saved(shell)
         assert (m["entries"], m["groups"]) == (entries, groups), code
         files = {g["file"] for g in groups.values() if "file" in g}
-        on_disk = {n for n in os.listdir(_dir(shell)) if snapshot_store.FILE_RE.match(n)}
+        on_disk = {n for n in os.listdir(_dir(shell)) if store_protocol.FILE_RE.match(n)}
         active = snapshot._get(shell).store.log.name
         assert on_disk <= files | {active}, f"{code}: a file nothing names stayed"
         assert files <= on_disk, code

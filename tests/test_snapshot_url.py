@@ -19,7 +19,7 @@ import pytest
 
 from bench.bench_snapshot_s3 import moto_server
 from kernel_ext import object_store, snapshot
-from kernel_ext import snapshot_store as store
+from kernel_ext import stores as store
 from rlm.config import Config, snapshot_url_problem
 from rlm.errors import ConfigError
 from rlm.kernel import Kernel

@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rlm.compaction.notes import RELIEF
+from rlm.protocols import Executor, SessionLog
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
@@ -165,5 +166,5 @@ class ChildrenState:
     def __init__(self, children: Any) -> None:
         self.children = children
 
-    def write(self, session: Any, before: Sequence[Any], kernel: Any) -> None:
+    def write(self, session: SessionLog, before: Sequence[Any], kernel: Executor | None) -> None:
         self.children.after_compaction()

@@ -94,7 +94,7 @@ class AgentRunner:
         self.run.close()
 
 
-def agent_runner(session_id: str, config: Any = None) -> AgentRunner:
+def agent_runner(session_id: str, config: Config | None = None) -> AgentRunner:
     return AgentRunner(session_id, config)
 
 

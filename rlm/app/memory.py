@@ -29,6 +29,7 @@ from rlm.agent.loop import Agent
 from rlm.agent.policy.memory_reminder import MemoryReminder
 from rlm.agent.steer.match import written_files
 from rlm.app.seam import Plain, Wiring
+from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded
 from rlm.memory import (
@@ -49,7 +50,7 @@ CHILD_REFUSAL = ("project memory is read-only in an rlm_query child: return what
 OFF_REFUSAL = "project memory is off for this session (--no-memory)"
 
 
-def project_root(config: Any) -> Path:
+def project_root(config: Config) -> Path:
     """The directory whose `.agent/` the session uses: where its kernel works."""
     return Path(config.kernel_cwd or os.getcwd()).resolve()
 

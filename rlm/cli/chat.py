@@ -24,7 +24,7 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import TextIO
 
 from rlm import app
 from rlm.agent.context_files import load_context_files
@@ -38,6 +38,7 @@ from rlm.compaction.rebuild import rebuilt_line
 from rlm.compaction.tiers import relief_line
 from rlm.errors import RlmError
 from rlm.events import first_run
+from rlm.protocols import SessionLog
 
 
 def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
@@ -88,7 +89,7 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
 LEAVE = "Ctrl-C: nothing is running (/exit or Ctrl-D leaves chat)"
 
 
-def _one_run(agent: Agent, session: Any, line: str, render: Renderer,
+def _one_run(agent: Agent, session: SessionLog, line: str, render: Renderer,
              schedules: app.ForegroundSchedules, quiet: bool) -> None:
     """One prompt's run: its named files attached, its events shown, --json's object."""
     for loaded in app.attach_named_files(agent, line):

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 
@@ -30,6 +30,9 @@ from rlm.outcome import RunOutcome
 from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry, call_code
 from rlm.session.store import SessionStore
+
+if TYPE_CHECKING:
+    from rlm.agent.loop import Agent
 
 # ------------------------------------------------------------------ running
 Prompt = str | None | Callable[[SessionLog], str | None]
@@ -96,7 +99,7 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
 
 
 @contextlib.contextmanager
-def terminate_ends_the_run(agent: Any) -> Iterator[None]:
+def terminate_ends_the_run(agent: Agent) -> Iterator[None]:
     """SIGTERM (`timeout`, a CI runner, a pod being stopped) ends the run as the stop
     button does: the running cell is interrupted, the run ends `interrupted`, the kernel is
     stopped with its snapshot and a --json run still prints its object (before, the default

@@ -13,7 +13,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm import app
 from rlm.cli.common import open_readonly, reading_config
@@ -24,6 +24,9 @@ from rlm.events import Event
 from rlm.longrun import GoalManager, Scheduler
 from rlm.protocols import SessionLog
 from rlm.session.store import resolve_session_dir
+
+if TYPE_CHECKING:
+    from rlm.agent.loop import Agent
 
 SCHEDULE_ACTIONS = ("add", "list", "cancel")
 GOAL_ACTIONS = ("set", "status", "pause", "resume", "clear", "budget")
@@ -100,7 +103,7 @@ def cmd_goal(args: argparse.Namespace) -> int:
     return 0
 
 
-def goal_command(agent: Any, words: list[str]) -> str:
+def goal_command(agent: Agent, words: list[str]) -> str:
     """`/goal ...` in chat (this process holds the session)."""
     goals = GoalManager(agent.session)
     if words and words[0] == "set":  # `/goal set X` sets "X"

@@ -7,7 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, ConsoleOptions, Group, RenderResult
 from rich.live import Live
@@ -23,6 +23,10 @@ from rlm.cli.plain import PlainLines, plain_console
 from rlm.config import config_warnings, files_read
 from rlm.ledger import Totals, of_replies
 from rlm.llm.providers import in_process
+from rlm.protocols import SessionLog
+
+if TYPE_CHECKING:
+    from rlm.agent.loop import Agent
 
 MAX_SHOWN_OUTPUT = 4000
 
@@ -99,11 +103,12 @@ class Renderer:
                                      title_align="left", border_style=border))
 
     # ------------------------------------------------------------ header / status
-    def header(self, model: str, session: Any, inputs: list[str] | None = None,
+    def header(self, model: str, session: SessionLog, inputs: list[str] | None = None,
                task: str | None = None) -> None:
         """The first lines of a run: model, session id, the task, the inputs loaded."""
         self._model = model
-        self._base = Path(session.dir) if getattr(session, "dir", None) else None
+        where = getattr(session, "dir", None)
+        self._base = Path(where) if where else None
         self.console.print(Text(terminal_safe(f"rlm · model {model} · session {session.id}")),
                            style="bold")
         if task and task.strip():  # wrapped, never cut: what the run was asked
@@ -158,7 +163,7 @@ class Renderer:
         if handler is not None:
             handler(event)
 
-    def session_line(self, session: Any) -> None:
+    def session_line(self, session: SessionLog) -> None:
         """Where the session lives, printed when a run or a chat ends."""
         self.console.print(terminal_safe(f"session {session.id}: {session.path}"), style="dim",
                            markup=False)
@@ -171,7 +176,7 @@ class Renderer:
                 self.console.print(Text(line, style="dim"))
             self._streaming = False
 
-    def continue_turns(self, session: Any) -> None:
+    def continue_turns(self, session: SessionLog) -> None:
         """Turn numbers continue the session's (a resume, a chat's next prompt)."""
         from rlm.session.branch import reply_count
 
@@ -368,7 +373,7 @@ class Renderer:
 _SIZE = re.compile(r"^([\d,]+) rows x (\d+) columns$")
 
 
-def input_summaries(agent: Any) -> list[str]:
+def input_summaries(agent: Agent) -> list[str]:
     """`orders: DataFrame 3,000×7` for each input variable the run was given."""
     names = sorted(agent.input_names())
     if not names or agent.executor is None:

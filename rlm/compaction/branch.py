@@ -5,22 +5,23 @@ a token budget, and appended at the new position as a `branch_summary` entry.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 from rlm.compaction.plan import entry_tokens, serialize_entries
 from rlm.compaction.summarize import call_summarizer, load_prompt
 from rlm.llm.types import LLM
+from rlm.protocols import SessionLog
 from rlm.session.entries import BranchSummaryEntry, CompactionEntry, Entry
 
 
-def abandoned_entries(old_path: list[Entry], new_path: list[Entry]) -> list[Entry]:
+def abandoned_entries(old_path: Sequence[Entry], new_path: Sequence[Entry]) -> list[Entry]:
     """Entries of `old_path` after the deepest ancestor it shares with `new_path`."""
     common = 0
     for a, b in zip(old_path, new_path, strict=False):
         if a.id != b.id:
             break
         common += 1
-    return old_path[common:]
+    return list(old_path[common:])
 
 
 def select_within_budget(entries: list[Entry], budget_tokens: int) -> list[Entry]:
@@ -44,7 +45,7 @@ def branch_prompt(conversation: str) -> str:
 
 
 def summarize_branch(
-    session: Any,
+    session: SessionLog,
     old_leaf: str,
     new_leaf: str,
     llm: LLM,

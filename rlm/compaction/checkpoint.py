@@ -40,6 +40,7 @@ from rlm.llm.providers import in_process
 from rlm.llm.tokens import count_text, tail_within, window_or_default
 from rlm.llm.types import LLM
 from rlm.paths import write_private_atomic
+from rlm.protocols import SessionLog
 from rlm.secrets import known_secrets, redact_text
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, Entry, MessageEntry
@@ -93,7 +94,7 @@ def latest(branch: Sequence[Entry]) -> CustomEntry | None:
     return found[-1] if found else None
 
 
-def read(session: Any) -> tuple[str, dict[str, Any]] | None:
+def read(session: SessionLog) -> tuple[str, dict[str, Any]] | None:
     """(text, the watermark entry's data) of the session's checkpoint, or None. The text
     is the file's only when it is the one the watermark confirmed (its sha256)."""
     entry = latest(session.branch())
@@ -109,7 +110,7 @@ def read(session: Any) -> tuple[str, dict[str, Any]] | None:
     return data.decode("utf-8", errors="replace"), dict(entry.data)
 
 
-def reply(session: Any) -> dict[str, Any] | None:
+def reply(session: SessionLog) -> dict[str, Any] | None:
     """What the kernel's `history.checkpoint()` gets: the confirmed text, the last entry
     it covers, its size; None before the first one."""
     found = read(session)
@@ -168,7 +169,7 @@ class Draft:
     exchange: list[dict[str, Any]] = field(default_factory=list)  # the writer's messages
 
 
-def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
+def draft(session: SessionLog, llm: LLM, upto: str, budget: int) -> Draft:
     """Ask `llm` to update the checkpoint with the entries after the last watermark up to
     `upto` (an entry id on the branch); a reply that fails `validate` is asked again."""
     branch = session.branch()
@@ -203,7 +204,7 @@ def draft(session: Any, llm: LLM, upto: str, budget: int) -> Draft:
                  f"{ATTEMPTS} replies were refused, the last because {problem}", exchange=messages)
 
 
-def confirm(session: Any, d: Draft, writer_log: str | None = None) -> CustomEntry:
+def confirm(session: SessionLog, d: Draft, writer_log: str | None = None) -> CustomEntry:
     """Write the file whole, then append the watermark: never the other way round.
     `writer_log`: where the writer's prompt and replies are kept (`record`)."""
     assert d.text is not None
@@ -214,6 +215,7 @@ def confirm(session: Any, d: Draft, writer_log: str | None = None) -> CustomEntr
         "watermark": d.upto, "sha256": hashlib.sha256(data).hexdigest(),
         "tokens": count_text(d.text), "entries": d.entries, "attempts": d.attempts,
         **({"writer_log": writer_log} if writer_log else {})})
+    assert session.dir is not None  # the writer runs only for a session on disk
     write_private_atomic(path_of(session.dir), data)
     session.append(entry)
     return entry
@@ -242,7 +244,7 @@ class CheckpointWriter:
     """One background writer per session (see the module doc). `log`: opens the writer's
     own session (the composition root's; None keeps no exchange)."""
 
-    def __init__(self, session: Any, llm: Callable[[], LLM], budget: int,
+    def __init__(self, session: SessionLog, llm: Callable[[], LLM], budget: int,
                  fractions: Sequence[float] = (), log: Callable[[], Any] | None = None):
         self.session = session
         self._llm = llm

@@ -46,6 +46,7 @@ from rlm.compaction.rebuild import from_checkpoint
 from rlm.compaction.tiers import TierSettings
 from rlm.llm.cancellable import CancellableLLM
 from rlm.llm.types import LLM
+from rlm.protocols import Executor, SessionLog
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
 SHAKE_NOTE = (
@@ -66,7 +67,7 @@ class CompactionController:
 
     def __init__(
         self,
-        session: Any,
+        session: SessionLog,
         llm: LLM | Callable[[], LLM],
         settings: CompactionSettings,
         window_fn: Callable[[], int | None],
@@ -150,12 +151,12 @@ class CompactionController:
         return context_tokens(self.session.branch(), self.projection)
 
     def compact(
-        self, trigger: str = "manual", kernel: Any = None, instructions: str | None = None
+        self, trigger: str = "manual", kernel: Executor | None = None, instructions: str | None = None
     ) -> CompactionEntry | None:
         """Compact now with the effective settings (e.g. `/compact`, `rlm compact`)."""
         return self._compact(trigger, kernel, instructions)
 
-    def _compact(self, trigger: str, kernel: Any, instructions: str | None = None):
+    def _compact(self, trigger: str, kernel: Executor | None, instructions: str | None = None):
         llm = self.llm
         self.announce(f"compacting the context ({self.context_tokens():,} tokens): "
                       f"{llm.spec} writes a summary")
@@ -170,7 +171,7 @@ class CompactionController:
             notes=self.notes,
         )
 
-    def _ladder(self, trigger: str, kernel: Any) -> Entry | None:
+    def _ladder(self, trigger: str, kernel: Executor | None) -> Entry | None:
         """Prune, then shake, then a summary only if still over the threshold; the
         low-yield guard counts the whole step."""
         eff = self._effective()
@@ -193,7 +194,7 @@ class CompactionController:
             return result
         return self._yielded(trigger, before, eff.window, result)
 
-    def _rebuild(self, trigger: str, kernel: Any, limit: int | None, *,
+    def _rebuild(self, trigger: str, kernel: Executor | None, limit: int | None, *,
                  manual: bool = False) -> CompactionEntry | None:
         """Tier 0's use: a boundary from the checkpoint, with no model call on the main path
         when one is ready. A writer running now is waited for; with none ready, an
@@ -210,7 +211,7 @@ class CompactionController:
             announce=self.announce, cancelled=self.cancelled)
         return self.notes.after(self.session, entry, branch, kernel)
 
-    def rebuild(self, kernel: Any = None) -> CompactionEntry | None:
+    def rebuild(self, kernel: Executor | None = None) -> CompactionEntry | None:
         """`/rebuild`: the context rebuilt from the checkpoint now, written first unless a
         confirmed one covers the log; None when there is no writer (a child, a log in
         memory, compaction off) or it could not shrink the context."""
@@ -277,7 +278,7 @@ class CompactionController:
                               scheduled=self._has_pending)
 
     # ----------------------------------------------------------------- triggers
-    def after_turn(self, kernel: Any = None) -> Entry | None:
+    def after_turn(self, kernel: Executor | None = None) -> Entry | None:
         """Run a pending request (a shake, then a summary), else relieve the context when it
         is over the threshold (the ladder), unless the low-yield guard stopped that; then
         start the checkpoint writer when the context, as relieved, crossed one of its rungs."""
@@ -292,7 +293,7 @@ class CompactionController:
                 self.notice = f"the checkpoint was not written: {problem}"
         return entry
 
-    def _after_turn(self, kernel: Any) -> Entry | None:
+    def _after_turn(self, kernel: Executor | None) -> Entry | None:
         with self._lock:
             shake, self._shake_pending = self._shake_pending, False
         shaken = self._shake("requested").records if shake else []
@@ -313,7 +314,7 @@ class CompactionController:
             return None
         return self._ladder("threshold", kernel)
 
-    def before_prompt(self, kernel: Any = None) -> Entry | None:
+    def before_prompt(self, kernel: Executor | None = None) -> Entry | None:
         """Before a run's first model call: compact when the context is already over the
         threshold (a resumed long session, a large notebook import or context file), so
         the first call is not spent on a prompt that barely fits, or overflows."""
@@ -328,7 +329,7 @@ class CompactionController:
         self.overflow_state = "idle"
         self.overflow_message = None
 
-    def on_overflow(self, error_entry_id: str, model: str | None, kernel: Any = None) -> str:
+    def on_overflow(self, error_entry_id: str, model: str | None, kernel: Executor | None = None) -> str:
         """"retry" (compacted, or the error does not count) or "report" (tell the user)."""
         if not self._overflow_counts(error_entry_id, model):
             return "retry"

@@ -23,17 +23,18 @@ from rlm.compaction.plan import (
 from rlm.compaction.summarize import summarize
 from rlm.errors import Cancelled, RlmError
 from rlm.llm.types import LLM
+from rlm.protocols import Executor, SessionLog
 from rlm.session.entries import CompactionEntry, CustomEntry
 
 
 def perform_compaction(
-    session: Any,
+    session: SessionLog,
     llm: LLM,
     settings: CompactionSettings,
     *,
     trigger: str,
     instructions: str | None = None,
-    kernel: Any = None,
+    kernel: Executor | None = None,
     projection: Projection | None = None,
     notes: ReliefNotes | None = None,
 ) -> CompactionEntry | None:
@@ -85,7 +86,7 @@ def _compaction_entry(
     )
 
 
-def _outcome(session: Any, trigger: str, reason: str) -> None:
+def _outcome(session: SessionLog, trigger: str, reason: str) -> None:
     session.append(
         CustomEntry(
             custom_type="compaction_outcome",
@@ -96,7 +97,7 @@ def _outcome(session: Any, trigger: str, reason: str) -> None:
     )
 
 
-def _file_ops(kernel: Any) -> dict[str, Any] | None:
+def _file_ops(kernel: Executor | None) -> dict[str, Any] | None:
     if kernel is None or not hasattr(kernel, "file_ops"):
         return None
     try:

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from rlm.compaction.plan import Projection, context_tokens
 from rlm.compaction.tiers import Replacement, TierSettings, plan_prune, plan_shake, relief_entry
+from rlm.protocols import SessionLog
 from rlm.session.entries import CustomEntry
 
 LOW_YIELD_FRACTION = 0.10  # freeing less means another compaction soon
@@ -38,7 +38,7 @@ class Relief:
         return self.tokens_before - self.tokens_after
 
 
-def apply_tier(session: Any, tier: str, trigger: str, replacements: list[Replacement],
+def apply_tier(session: SessionLog, tier: str, trigger: str, replacements: list[Replacement],
                projection: Projection | None) -> CustomEntry | None:
     """Append one tier's record if it shrinks the context; else log the rejection."""
     if not replacements:
@@ -56,7 +56,7 @@ def apply_tier(session: Any, tier: str, trigger: str, replacements: list[Replace
     return entry
 
 
-def relieve(session: Any, settings: TierSettings, trigger: str, *, limit: int | None,
+def relieve(session: SessionLog, settings: TierSettings, trigger: str, *, limit: int | None,
             projection: Projection | None = None, manual: bool = False,
             now: datetime | None = None) -> Relief:
     """Prune, then shake while the context is over `limit` (None: run both tiers)."""
@@ -83,7 +83,7 @@ def relieve(session: Any, settings: TierSettings, trigger: str, *, limit: int | 
     return Relief(records, before, context_tokens(session.branch(), projection))
 
 
-def reject(session: Any, trigger: str, reason: str) -> None:
+def reject(session: SessionLog, trigger: str, reason: str) -> None:
     session.append(CustomEntry(
         custom_type="compaction_outcome",
         data={"trigger": trigger, "compacted": False, "reason": reason},

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol, TypeVar
 
 from kernel_ext.describe import listing_lines
+from rlm.protocols import Executor, SessionLog
 from rlm.session.branch import custom_entries
 from rlm.session.context import SUPERSEDED_CUSTOM
 from rlm.session.entries import CompactionEntry, CustomEntry, Entry
@@ -37,7 +38,7 @@ class ReliefNote(Protocol):
     supersedes: bool  # its newest note is the only one projected
     after: str  # COMPACTION or RELIEF
 
-    def write(self, session: Any, before: Sequence[Entry], kernel: Any) -> None:
+    def write(self, session: SessionLog, before: Sequence[Entry], kernel: Executor | None) -> None:
         """Append its note (or none); `before`: the branch before the relief."""
 
 
@@ -56,8 +57,8 @@ class ReliefNotes:
                              "disagrees: declare it there")
         self.providers.append(provider)
 
-    def after(self, session: Any, entry: E | None, before: Sequence[Entry],
-              kernel: Any) -> E | None:
+    def after(self, session: SessionLog, entry: E | None, before: Sequence[Entry],
+              kernel: Executor | None) -> E | None:
         """The notes that follow the relief `entry` (None: no relief, no note); `entry`."""
         if entry is not None:
             compaction = isinstance(entry, CompactionEntry)
@@ -72,7 +73,7 @@ class IPythonState:
 
     kind, supersedes, after = "ipython_state", True, COMPACTION
 
-    def write(self, session: Any, before: Sequence[Entry], kernel: Any) -> None:
+    def write(self, session: SessionLog, before: Sequence[Entry], kernel: Executor | None) -> None:
         if kernel is not None:
             state = ipython_state_entry(kernel, _previous_names(before))
             if state is not None:
@@ -95,8 +96,10 @@ def _previous_names(branch: Sequence[Entry]) -> set[str] | None:
 # ---------------------------------------------------------------- <ipython_state> text
 
 
-def ipython_state_entry(kernel: Any, previous_names: set[str] | None) -> CustomEntry | None:
+def ipython_state_entry(kernel: Executor | None, previous_names: set[str] | None) -> CustomEntry | None:
     """The hidden notice from a live listing; None when the kernel cannot answer."""
+    if kernel is None:
+        return None
     try:
         listing = kernel.list_namespace(timeout=LISTING_TIMEOUT_S)
         raw = listing.get("names", []) if isinstance(listing, dict) else None

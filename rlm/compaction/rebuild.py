@@ -22,7 +22,6 @@ rebuild is manual (`/rebuild`), each wait bounded; else the summary runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from rlm.compaction.checkpoint import CheckpointWriter, read
 from rlm.compaction.ladder import reject
@@ -34,6 +33,7 @@ from rlm.compaction.plan import (
     first_kept_index,
     latest_compaction_index,
 )
+from rlm.protocols import SessionLog
 from rlm.session.entries import CompactionEntry, Entry, MessageEntry
 
 RECENT_USER = 3  # the user's latest messages, verbatim
@@ -84,7 +84,7 @@ def _cut_at_or_before(branch: Sequence[Entry], index: int) -> int:
     return -1
 
 
-def rebuild(session: Any, trigger: str, *, limit: int | None,
+def rebuild(session: SessionLog, trigger: str, *, limit: int | None,
             projection: Projection | None = None, keep_recent: int = 0,
             written_now: bool = False) -> CompactionEntry | None:
     """Append the boundary when it leaves `keep_recent` tokens of room under `limit` (room
@@ -128,7 +128,7 @@ def rebuild(session: Any, trigger: str, *, limit: int | None,
     return None
 
 
-def from_checkpoint(writer: CheckpointWriter, session: Any, trigger: str, *, limit: int | None,
+def from_checkpoint(writer: CheckpointWriter, session: SessionLog, trigger: str, *, limit: int | None,
                     projection: Projection | None = None, keep_recent: int = 0,
                     wait_s: float, start: bool, fresh: bool = False,
                     announce: Callable[[str], None] | None = None,

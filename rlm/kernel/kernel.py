@@ -26,7 +26,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kernel_ext import contract, snapshot_store
+from kernel_ext import contract, store_protocol
 from kernel_ext.wire import CELL_PROVENANCE, CELL_READS
 from rlm import __version__
 from rlm.config import Config
@@ -192,7 +192,7 @@ class Kernel:
             return
         try:
             scrub_snapshot_url(self.session_dir, self.config.snapshot_url)
-        except (snapshot_store.StoreError, OSError) as e:
+        except (store_protocol.StoreError, OSError) as e:
             result.shaped = _with_note(result.shaped, f"[the snapshot store could not be "
                                        f"checked for secrets: {e}]")
 

@@ -9,7 +9,7 @@ with a short timeout; when it is busy the snapshot answers, with the reason and 
 
 Where the snapshot is: `snapshot_location` (`<session_dir>/snapshot`, or
 `<snapshot_url>/<session id>` when the session runs with `--snapshot-url`); a URL's
-manifest is read through kernel_ext.snapshot_store, with this process's credentials.
+manifest is read through kernel_ext.stores, with this process's credentials.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernel_ext import contract, object_store, snapshot_log, snapshot_store
+from kernel_ext import contract, object_store, snapshot_log, store_protocol, stores
 from kernel_ext.describe import order_names
 from kernel_ext.wire import MANIFEST_NAME
 from rlm import safeio
@@ -89,28 +89,28 @@ _checked_urls: set[str] = set()
 def check_snapshot_url(url: str) -> None:
     """ConfigError (one line: what to install or set) unless the URL's fsspec backend is
     installed, credentials are found and the bucket exists. Once per URL per process."""
-    if url in _checked_urls or not snapshot_store.is_url(url):
+    if url in _checked_urls or not store_protocol.is_url(url):
         return
-    store = snapshot_store.open_store(url)
+    store = stores.open_store(url)
     try:
         if isinstance(store, object_store.ObjectStore):
             store.check()
         elif not Path(store.path).is_dir():
-            raise snapshot_store.StoreError(
+            raise store_protocol.StoreError(
                 f"snapshot URL {url}: {store.path} is not a directory: create it first")
-    except snapshot_store.StoreError as exc:
+    except store_protocol.StoreError as exc:
         raise ConfigError(str(exc)) from None
     _checked_urls.add(url)
 
 
 def _url_manifest(location: str) -> dict[str, Any] | None:
-    store = snapshot_store.open_store(location)
+    store = stores.open_store(location)
     try:
         manifest, err = store.read_manifest()
-    except snapshot_store.StoreError as exc:
+    except store_protocol.StoreError as exc:
         raise SessionError(f"cannot read the snapshot: {exc}") from None
     if err:
-        raise SessionError(f"{snapshot_store.public_url(location)}: unreadable snapshot manifest "
+        raise SessionError(f"{store_protocol.public_url(location)}: unreadable snapshot manifest "
                            f"({err}); `rlm resume` the session to see what restores")
     return manifest
 
@@ -127,7 +127,7 @@ def scrub_snapshot_url(session_dir: Path, snapshot_url: str | None) -> list[str]
     secrets = known_secrets()
     if not snapshot_url or not secrets:
         return []
-    store = snapshot_store.open_store(snapshot_location(session_dir, snapshot_url))
+    store = stores.open_store(snapshot_location(session_dir, snapshot_url))
     mark = session_dir / SCRUBBED_OBJECTS
     if not isinstance(store, object_store.ObjectStore):
         since = mark.stat().st_mtime_ns - SCRUB_SLACK_NS if mark.exists() else 0
@@ -315,7 +315,7 @@ def snapshot_fallback(session_dir: Path, why: str,
     try:
         if snapshot_url:
             manifest = _url_manifest(snapshot_location(session_dir, snapshot_url)) or {}
-            why += f" (snapshot in {snapshot_store.public_url(snapshot_location(session_dir, snapshot_url))})"
+            why += f" (snapshot in {store_protocol.public_url(snapshot_location(session_dir, snapshot_url))})"
         else:
             manifest = _local_manifest(session_dir)
         created = manifest.get("created")

@@ -383,7 +383,7 @@ def attach_goals(agent: LoopHost, goals: GoalManager, judge: CompletionJudge | N
         table["goal.complete"] = _judged_complete(agent, goals, judge)
     seen: dict[str, str | None] = {"id": None}
 
-    def account_turn(_agent: Any) -> None:
+    def account_turn(_agent: LoopHost) -> None:
         branch = goals.session.branch()
         for i in range(len(branch) - 1, -1, -1):
             e = branch[i]
@@ -403,7 +403,7 @@ def attach_goals(agent: LoopHost, goals: GoalManager, judge: CompletionJudge | N
     # gets no goal continuation (rlm.chain.Chain.account)
     agent.chain.account.append(account_turn)
 
-    def continuation(agent: Any, reason: str) -> Continue | None:
+    def continuation(agent: LoopHost, reason: str) -> Continue | None:
         """An active goal keeps the run going (`Continue` with its context); None when
         there is none, or the host judged it complete."""
         goal = goals.get()
@@ -418,17 +418,17 @@ def attach_goals(agent: LoopHost, goals: GoalManager, judge: CompletionJudge | N
         context = goals.continuation_message()
         return None if context is None else Continue(f"{verdict.message}\n{context}")
 
-    def on_end(_agent: Any, reason: str, detail: str | None) -> None:
+    def on_end(_agent: LoopHost, reason: str, detail: str | None) -> None:
         if reason == "stuck":
             goals.block_by_host("stuck: " + (detail or "no progress"))
 
     pursued: dict[str, str | None] = {"goal": None}  # the goal this run works toward
 
-    def at_start(_agent: Any) -> None:
+    def at_start(_agent: LoopHost) -> None:
         goal = goals.get()
         pursued["goal"] = goal.goal_id if goal is not None and goal.status == "active" else None
 
-    def unmet(_agent: Any, reason: str) -> Unmet | None:
+    def unmet(_agent: LoopHost, reason: str) -> Unmet | None:
         """A run that worked toward a goal answers only when the goal is complete: one
         left blocked, out of budget, paused or still open is what the run ends with."""
         goal = goals.get()
@@ -454,7 +454,7 @@ def _goal_handler(goals: GoalManager, method: str) -> Callable[[dict[str, Any]],
     return lambda p: goals.handle(method, p)
 
 
-def _judged_complete(agent: Any, goals: GoalManager,
+def _judged_complete(agent: LoopHost, goals: GoalManager,
                      judge: CompletionJudge) -> Callable[[dict[str, Any]], Any]:
     """goal.complete(summary) from the kernel: the claim is judged first; a claim that does
     not hold raises, and its message (what is missing) is what the cell shows."""

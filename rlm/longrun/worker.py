@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rlm import safeio
+from rlm.config import Config
 from rlm.errors import RlmError, SessionGone
 from rlm.events import Event
 from rlm.longrun.clock import Clock, SystemClock, iso
@@ -105,7 +106,7 @@ class Worker:
     def __init__(
         self,
         session_id: str,
-        config: Any = None,
+        config: Config | None = None,
         clock: Clock | None = None,
         *,
         runner: Runner | Callable[[str], Iterable[Event]] | None = None,

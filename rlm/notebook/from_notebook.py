@@ -19,6 +19,7 @@ import nbformat
 from rlm.config import DEFAULT_OUTPUT_BUDGET_CHARS
 from rlm.errors import RlmError
 from rlm.kernel.types import CellResult
+from rlm.protocols import Executor, SessionLog
 from rlm.session.entries import CustomEntry
 
 _SKIP_PREFIXES = ("%%rlm", "%load_ext rlm")  # the magic belongs to the notebook's own kernel
@@ -28,7 +29,7 @@ class NotebookCellFailed(RlmError):
     """A cell of an imported notebook failed and `strict` was asked for."""
 
 
-def import_notebook(path: str | Path, executor: Any, session: Any, *,
+def import_notebook(path: str | Path, executor: Executor, session: SessionLog, *,
                     strict: bool = False, timeout: float | None = None) -> list[CellResult]:
     """Run the notebook's code cells into `executor`; record them in `session`.
 
@@ -86,13 +87,13 @@ def describe_import(path: Path, cells: list[dict[str, Any]], names: list[dict[st
     return head + shaped + tail
 
 
-def _namespace(executor: Any) -> list[dict[str, Any]]:
+def _namespace(executor: Executor) -> list[dict[str, Any]]:
     try:
         return list(executor.list_namespace(timeout=5.0).get("names", []))
     except Exception:  # noqa: BLE001 - the listing is a courtesy; the import itself worked
         return []
 
 
-def _budget(executor: Any) -> int:
+def _budget(executor: Executor) -> int:
     config = getattr(executor, "config", None)
     return config.output_budget() if config is not None else DEFAULT_OUTPUT_BUDGET_CHARS

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm import safeio
+from rlm.protocols import SessionLog
 from rlm.secrets import known_secrets
 from rlm.session.entries import Entry, MessageEntry, call_code
 
@@ -64,7 +65,7 @@ def executed(branch: Iterable[Entry]) -> list[tuple[str, MessageEntry]]:
 class History:
     """Answers `history.cell/search/messages` for one session (`session.branch()`)."""
 
-    def __init__(self, session: Any):
+    def __init__(self, session: SessionLog):
         self.session = session
 
     def _messages(self) -> list[MessageEntry]:
@@ -140,7 +141,7 @@ def _message_text(e: MessageEntry) -> str:
     return text
 
 
-def install_handlers(handlers: MutableMapping[str, Any], session: Any) -> None:
+def install_handlers(handlers: MutableMapping[str, Any], session: SessionLog) -> None:
     """The bridge methods `history.*` the kernel's `history` object calls."""
     h = History(session)
     handlers["history.cell"] = lambda p: h.cell(int(p.get("n", 0)))
