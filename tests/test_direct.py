@@ -15,7 +15,8 @@ import pytest
 from bench.fake_openai import serving, tool_reply
 from rlm.errors import AuthError, ContextOverflow, ModelError, RateLimited
 from rlm.llm import direct
-from rlm.llm.seam import LiteLLMModel, OpenAIModel, get_llm
+from rlm.llm.providers import get_llm
+from rlm.llm.seam import LiteLLMModel, OpenAIModel
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-test-" + "a1b2c3d4" * 5

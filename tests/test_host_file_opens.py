@@ -92,7 +92,7 @@ ALLOWED: dict[str, str] = {
     "rlm.llm.modelfile:join_parts os.replace": _MODEL,
     "rlm.llm.modelfile:join_parts .unlink": _MODEL,
     "rlm.llm.modelfile:check_user_model open": _USER + " (--model local:PATH)",
-    "rlm.llm.preflight:_check_local open": _USER + " (--model local:PATH)",
+    "rlm.llm.preflight:check_local open": _USER + " (--model local:PATH)",
     "rlm.llm.script:read_script .read_text": _USER + " (--model script:PATH)",
     "rlm.demo:file_answer open": _USER + " (tests and bench: the truth for a CSV)",
     "rlm.notebook.export:export_session .mkdir": _USER + " (rlm export -o DIR)",

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import AuthError, ConfigError, RateLimited, RlmError
-from rlm.llm.preflight import preflight
+from rlm.llm.providers import preflight
 from rlm.llm.seam import ScriptedLLM, normalize_error, retry_notices
 from tests import rlmcli
 from tests.rlmcli import call, script
@@ -239,8 +239,7 @@ def test_one_table_names_the_provider_for_building_checking_and_windows(tmp_path
     table decides now, and each of those reads it."""
     from rlm.compaction.checkpoint import DEFAULT_RUNGS, default_rungs
     from rlm.llm import get_llm
-    from rlm.llm.preflight import declared_window
-    from rlm.llm.providers import PROVIDERS, provider
+    from rlm.llm.providers import PROVIDERS, declared_window, provider
 
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     path = tmp_path / "s.json"

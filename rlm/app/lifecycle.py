@@ -75,7 +75,7 @@ from rlm.kernel import reaper
 from rlm.kernel.gateway import delete_recorded
 from rlm.kernel.kinds import kernel_notes
 from rlm.kernel.types import RestoreReport
-from rlm.llm.preflight import declared_window, preflight
+from rlm.llm.providers import declared_window, preflight
 from rlm.llm.seam import warm_for
 from rlm.llm.types import LLM
 from rlm.longrun.clock import Clock

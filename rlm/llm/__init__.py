@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 def get_llm(spec: str, config: Config | None = None) -> LLM:
     """Build the model for `spec` (litellm string, `script:PATH`, `local[:PATH.gguf]`)."""
-    from rlm.llm.seam import get_llm as _get_llm
+    from rlm.llm.providers import get_llm as _get_llm
 
     return _get_llm(spec, config)
 

@@ -1,7 +1,8 @@
 """Check the model before anything else: a start that cannot reach its model fails in
 well under a second, with one line naming the fix, before a session exists.
 
-`preflight(spec, config)` is offline and cheap: it never imports litellm (seconds) or
+`preflight(spec, config)` (rlm.llm.providers: each provider's check, the ones here) is
+offline and cheap: it never imports litellm (seconds) or
 llama_cpp (most of a second), never touches the network and never hashes the 1.1 GB
 model file.
 
@@ -63,17 +64,6 @@ def key_envs(spec: str) -> tuple[str, ...]:
     return KEY_ENVS.get(provider, ()) if provider else ()
 
 
-def preflight(spec: str | None, config: Config | None = None) -> None:
-    """Raise a one-line RlmError naming the fix when `spec` cannot run here."""
-    spec = (spec or "").strip()
-    if not spec:
-        raise ConfigError("No model configured: pass --model or set RLM_MODEL; "
-                          "`rlm run --model local` works offline")
-    from rlm.llm.providers import provider
-
-    provider(spec).check(spec, config)
-
-
 def check_key(spec: str) -> None:
     """A hosted model's provider key is in the environment (any of `key_envs`)."""
     names = key_envs(spec)
@@ -110,17 +100,4 @@ def check_local(path: str | None, config: Config | None) -> None:
         raise ConfigError(f"{e}; {LOCAL_HINT}") from None
 
 
-__all__ = ["KEY_ENVS", "key_envs", "preflight", "provider_of"]
-
-
-def declared_window(spec: str | None, config: Config | None = None) -> int | None:
-    """The window `spec` will report, where that is known offline and cheaply (no litellm,
-    no model load): `--context-window`, a script's declared window (or the scripted
-    default), the local model's n_ctx. None for hosted models: their window is checked
-    once the model is built."""
-    if config is not None and config.context_window:
-        return int(config.context_window)
-    from rlm.llm.providers import provider
-
-    spec = (spec or "").strip()
-    return provider(spec).window(spec, config) if spec else None
+__all__ = ["KEY_ENVS", "check_key", "check_local", "key_envs", "provider_of"]

@@ -3,8 +3,8 @@
 A provider is how rlm reaches a kind of model: the scripted replay (`script:PATH`), the
 embedded offline model (`local`, `local:PATH.gguf`), an OpenAI model called directly
 (rlm.llm.direct, when its rules apply), or any model litellm routes. Each says how to
-build the model (rlm.llm.get_llm), how to check it offline before a session exists
-(rlm.llm.preflight), which window it reports without being built, and whether it computes
+build the model (`get_llm`), how to check it offline before a session exists
+(`preflight`, with the checks of rlm.llm.preflight), which window it reports without being built, and whether it computes
 in this process (no price to charge; no background checkpoint writer sharing it).
 
 **Where a new provider goes:** a model class implementing `rlm.llm.types.LLM` (subclass
@@ -18,6 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+from rlm.errors import ConfigError
+from rlm.llm.preflight import check_key, check_local
 
 if TYPE_CHECKING:
     from rlm.config import Config
@@ -73,14 +76,10 @@ def _check_script(spec: str, config: Config | None) -> None:
 
 
 def _check_local(spec: str, config: Config | None) -> None:
-    from rlm.llm.preflight import check_local
-
     check_local(spec.partition(":")[2] or None, config)
 
 
 def _check_hosted(spec: str, config: Config | None) -> None:
-    from rlm.llm.preflight import check_key
-
     check_key(spec)
 
 
@@ -123,3 +122,35 @@ def provider(spec: str) -> Provider:
 def in_process(spec: str | None) -> bool:
     """Whether `spec`'s model computes in this process (`local`, `script:`)."""
     return bool(spec) and provider(spec or "").in_process
+
+
+NO_MODEL = ("No model configured: pass --model or set RLM_MODEL; "
+            "`rlm run --model local` works offline")
+
+
+def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
+    """Build the model for `spec`; ConfigError when the spec is empty."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ConfigError(NO_MODEL)
+    return provider(spec).build(spec, config, **kw)
+
+
+def preflight(spec: str | None, config: Config | None = None) -> None:
+    """Raise a one-line RlmError naming the fix when `spec` cannot run here (offline and
+    cheap: no litellm, no llama_cpp import, no network, no hashing: rlm.llm.preflight)."""
+    spec = (spec or "").strip()
+    if not spec:
+        raise ConfigError(NO_MODEL)
+    provider(spec).check(spec, config)
+
+
+def declared_window(spec: str | None, config: Config | None = None) -> int | None:
+    """The window `spec` will report, where that is known offline and cheaply (no litellm,
+    no model load): `--context-window`, a script's declared window (or the scripted
+    default), the local model's n_ctx. None for hosted models: their window is checked
+    once the model is built."""
+    if config is not None and config.context_window:
+        return int(config.context_window)
+    spec = (spec or "").strip()
+    return provider(spec).window(spec, config) if spec else None

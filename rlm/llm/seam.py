@@ -58,7 +58,6 @@ from rlm.errors import (
 )
 from rlm.llm import direct, inproc, modelmap, offline
 from rlm.llm.preflight import key_envs, provider_of
-from rlm.llm.providers import provider
 from rlm.llm.script import DEFAULT_SCRIPT_WINDOW, Reply, ReplyQueue, parse_script, read_script
 from rlm.llm.tokens import count_messages, count_text
 from rlm.llm.types import (
@@ -780,18 +779,7 @@ class LocalModel(InProcessLLM):
         return int(self._handler.model.n_ctx)
 
 
-def get_llm(spec: str, config: Config | None = None, **kw: Any) -> SeamLLM:
-    """Build the model for `spec`; ConfigError when the spec is empty or unknown."""
-    spec = (spec or "").strip()
-    if not spec:
-        raise ConfigError(
-            "No model configured: pass --model or set RLM_MODEL; "
-            "`rlm run --model local` works offline"
-        )
-    return provider(spec).build(spec, config, **kw)  # rlm.llm.providers: the one table
-
-
-__all__ = ["LiteLLMModel", "LocalModel", "OpenAIModel", "ScriptedLLM", "SeamLLM", "get_llm",
+__all__ = ["LiteLLMModel", "LocalModel", "OpenAIModel", "ScriptedLLM", "SeamLLM",
            "normalize_error"]
 
 
