@@ -26,6 +26,7 @@ import base64
 import json
 import os
 import queue
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -173,6 +174,31 @@ def _new_host_file(session_dir: Path, rel: Path) -> int:
 
 def _mb(n: int) -> str:
     return f"{n / 2**20:,.0f} MB" if n >= 2**20 else f"{n:,} bytes"
+
+
+class CellTags:
+    """The name each cell's spooled output and artifacts go under: `cell-00001`, then the
+    next, in the session's `artifacts/` — the same for the same run, so two runs of one
+    task send the model the same bytes (a time and a random id made them differ from the
+    first spooled output on: issue 60). Numbered on from the highest in the folder when a
+    session is resumed (read once, then counted: one kernel per session)."""
+
+    _NUMBERED = re.compile(r"cell-(\d{1,6})(?=[.-])")
+
+    def __init__(self, artifacts: Path):
+        self._artifacts = artifacts
+        self._last: int | None = None
+
+    def next(self) -> str:
+        if self._last is None:
+            try:
+                names = [e.name for e in os.scandir(self._artifacts)]
+            except OSError:
+                names = []
+            self._last = max((int(m.group(1)) for n in names
+                              if (m := self._NUMBERED.match(n))), default=0)
+        self._last += 1
+        return f"cell-{self._last:05d}"
 
 
 class DiskBudget:

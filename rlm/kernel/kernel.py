@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
@@ -32,7 +31,7 @@ from rlm import __version__
 from rlm.config import Config
 from rlm.errors import KernelBusy, KernelDied, KernelError
 from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
-from rlm.kernel.execution import CellCollector, WaitOutcome, wait_for
+from rlm.kernel.execution import CellCollector, CellTags, WaitOutcome, wait_for
 from rlm.kernel.interrupting import CellInterrupt
 from rlm.kernel.kinds import Runtime, make_runtime
 from rlm.kernel.runtime import died_cause, network_note
@@ -75,6 +74,7 @@ class Kernel:
         self._rt: Runtime | None = None
         self._shell_lock = threading.RLock()
         self._int = CellInterrupt()  # the running cell's interrupt (rlm.kernel.interrupting)
+        self._tags = CellTags(self.session_dir / "artifacts")  # each cell's spool/artifact name
         self._lister = RuntimeLister()  # names while a cell runs (a subshell)
         self.last_restart_cause: str | None = None
         self._restart_pending: str | None = None  # a restart after a cell failed; retried once
@@ -164,8 +164,8 @@ class Kernel:
         with self._shell_lock:
             rt = self._runtime()
             t0 = time.monotonic()
-            tag = f"cell-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
-            col = CellCollector(self.session_dir, self.config.output_budget(), tag, on_output,
+            col = CellCollector(self.session_dir, self.config.output_budget(), self._tags.next(),
+                                on_output,
                                 disk_cap=self.config.output_disk_cap)
             self._int.begin()
 
