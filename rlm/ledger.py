@@ -15,7 +15,10 @@ role (`Agent.charge(usage, role=...)`):
 
 A run's totals are the ledger's change over the run (`Totals.minus`): recorded in its
 `final` / `run_end` entry and on `RunEnded.tokens`, and every surface (`--json`, the
-footer, `rlm sessions`) reads them. `--max-tokens` and `--token-budget` count what they
+footer, `rlm sessions`) reads them. What is spent outside any run (a chat's `/compact` or
+`/rebuild`, `rlm compact`, the advisor or the checkpoint writer finishing after a run
+ended) is logged as a hidden `spent` entry when the next run starts or the agent closes
+(`SPENT_ENTRY`), so a session's totals — every run's plus these — are every token. `--max-tokens` and `--token-budget` count what they
 counted before: every role but compaction and the checkpoint writer (`BUDGETED`).
 `Totals` is pure and round-trips `to_dict` / `from_dict`.
 """
@@ -29,6 +32,7 @@ from typing import Any
 
 from rlm.llm.types import LLM, Completion, Usage
 
+SPENT_ENTRY = "spent"  # a custom entry: tokens spent outside any run, by role
 ROLES = ("turns", "resampled", "stopped", "subcalls", "children", "advisor", "compaction",
          "checkpoint")
 # what the token limits count (as before the ledger): not the context's upkeep
@@ -159,6 +163,7 @@ class Ledger:
         self._lock = threading.Lock()
         self._roles: dict[str, Pair] = {}
         self._children: dict[str, Pair] = {}
+        self._logged = Totals()  # what the log holds already: runs' totals, `spent` entries
 
     def charge(self, role: str, usage: Usage) -> None:
         if role not in ROLES:
@@ -176,6 +181,15 @@ class Ledger:
     def totals(self) -> Totals:
         with self._lock:
             return Totals(dict(self._roles), dict(self._children))
+
+    @property
+    def logged_upto(self) -> Totals:
+        """What the log holds already (spent since: outside any run, rlm.agent.result)."""
+        return self._logged
+
+    def logged(self, upto: Totals) -> None:
+        """The log now holds every token up to `upto` (a run's end, a `spent` entry)."""
+        self._logged = upto
 
 
 class ChargedLLM:

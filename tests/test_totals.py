@@ -151,3 +151,26 @@ def test_a_childs_ledger_is_added_split_and_totals_round_trip():
         own.charge("elsewhere", Usage(1, 1))
     assert Totals.from_dict({"by_role": {"turns": {"prompt": -3, "completion": "x"}}}) == Totals()
     assert Totals.from_dict({"total": 3}) is None
+
+
+def test_what_is_spent_outside_any_run_is_in_the_sessions_total(tmp_path, project,
+                                                                 _isolated_home):
+    """`rlm compact SESSION` (and a chat's /compact) spends tokens in no run: the session's
+    total in `rlm sessions` left them out. They are logged as their own `spent` entry
+    now, by role, never sent to the model."""
+    big = "print(' '.join(f'row{i}' for i in range(300)))"
+    cells = [big, big, "print(int(open('six.txt').read()) * 7)\nfinal('42')"]
+    model = script(tmp_path / "run.json", {"window": 4_000, "replies": [
+        {"content": "", "usage": {"input_tokens": 100, "output_tokens": 10},
+         "tool_calls": [{"name": "python", "arguments": {"code": code}}]} for code in cells]})
+    out = json.loads(rlm("run", "go", "--model", model, "--json", cwd=project,
+                         check=True).stdout.strip().splitlines()[-1])
+    assert out["tokens"]["total"] == 330 and not customs(log(out["session_path"]), "spent")
+    summary = script(tmp_path / "sum.json", [reply("what was done so far", (600, 60))])
+    rlm("compact", out["session_id"], "--model", summary, cwd=project, check=True)
+    (spent,) = customs(log(out["session_path"]), "spent")
+    assert spent["tokens"]["by_role"]["compaction"]["total"] == 660
+    listed = json.loads(rlm("sessions", "--json", cwd=project, check=True).stdout)
+    (row,) = [r for r in listed if r["id"] == out["session_id"]]
+    assert row["tokens"]["total"] == 330 + 660
+    assert row["tokens"]["by_role"]["compaction"]["total"] == 660

@@ -37,6 +37,7 @@ from rlm.agent.policy import (
 )
 from rlm.agent.policy.dataflow import imported_names, recorded_names
 from rlm.agent.recursion import Recursion
+from rlm.agent.result import log_unrun_spending
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
@@ -159,6 +160,7 @@ class Agent:
 
     def close(self) -> None:
         self.background.close()  # children, the advisor: none outlives its agent
+        log_unrun_spending(self.ledger, self.session)  # `rlm compact`, a last /compact
         ex, self.executor = self.executor, None
         if ex is not None:
             ex.stop()
@@ -279,6 +281,7 @@ class Agent:
         if self.executor is None:
             self.start()
         # per-run state, reset in this one place
+        log_unrun_spending(self.ledger, self.session)  # a chat's /compact since the last run
         self.state = st = RunState(spent_at_start=self.ledger.totals())
         self.answers.start_run(native_tools=self.llm.native_tools,
                                max_turns=self.config.max_turns, has_data=bool(self._attached),
@@ -344,7 +347,9 @@ class Agent:
         verdict = self.state.accepted if final is not None else None
         ended = decide(reason, detail, verdict.verified if verdict else None,
                        verdict.why if verdict else None, unmet)
-        tokens = self.run_totals().to_dict()  # what the run spent, by role: every surface's
+        spent = self.ledger.totals()
+        self.ledger.logged(spent)  # what follows is the next run's or a `spent` entry's
+        tokens = spent.minus(self.state.spent_at_start).to_dict()  # every surface's
         held = sorted(self.answers.flow.derived)[:MAX_DATA_NAMES] if self.answers.flow else []
         if verdict is not None:  # the answer and how it was judged, in the log
             self.session.append(CustomEntry(custom_type="final", data={

@@ -8,9 +8,10 @@ from typing import Any
 from rlm.agent.advisor import Advisor
 from rlm.compaction.controller import CompactionController
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
-from rlm.ledger import Totals, of_replies
+from rlm.ledger import SPENT_ENTRY, Ledger, Totals, of_replies
 from rlm.outcome import EXIT_NO_ANSWER, RunOutcome
 from rlm.protocols import SessionLog
+from rlm.session.entries import CustomEntry
 
 
 def run_totals(events: list[Event]) -> Totals:
@@ -139,3 +140,16 @@ def _images(session: SessionLog, events: list[Event]) -> list[str]:
                 if mime.startswith("image/"):
                     out.append(str((session.dir / rel).resolve()))
     return out
+
+
+def log_unrun_spending(ledger: Ledger, session: SessionLog) -> None:
+    """What was spent outside any run since the log last recorded a total (a chat's
+    /compact, `rlm compact`, the advisor or the checkpoint writer finishing after a run)
+    as one hidden `spent` entry (never sent to the model): `rlm sessions` adds it to the
+    runs' totals, so the session's total is every token (rlm.ledger)."""
+    now = ledger.totals()
+    gap = now.minus(ledger.logged_upto)
+    if gap.total > 0:
+        session.append(CustomEntry(custom_type=SPENT_ENTRY, data={"tokens": gap.to_dict()},
+                                   display=False))
+    ledger.logged(now)

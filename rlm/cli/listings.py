@@ -14,7 +14,7 @@ from typing import Any
 
 from rlm import safeio
 from rlm.cli.render import terminal_safe
-from rlm.ledger import Totals
+from rlm.ledger import SPENT_ENTRY, Totals
 from rlm.outcome import RunOutcome, decide
 
 
@@ -64,8 +64,9 @@ def session_lines(rows: list[dict[str, Any]], total: int) -> list[str]:
 def session_status(path: Path) -> dict[str, Any]:
     """status (running | idle | new | ended, or how the last run ended: rlm.outcome's
     answered | unverified | unmet | limit | stuck | interrupted | error), turns, the first user message, the last answer's first line, verified and
-    reason, and `tokens`: what the session's runs spent, the sum of the totals each run's
-    end recorded (rlm.ledger: by role, children included), read from the session's lock,
+    reason, and `tokens`: what the session spent, the sum of the totals each run's end
+    recorded and of what was spent outside runs (`spent` entries; rlm.ledger: by role,
+    children included), read from the session's lock,
     its worker status file and its log (only candidate lines parsed)."""
     from rlm.longrun.lock import LOCK_NAME, holder
 
@@ -74,7 +75,8 @@ def session_status(path: Path) -> dict[str, Any]:
     try:
         with os.fdopen(safeio.open_file(path.parent, path.name), "rb") as f:
             for raw in f:
-                if not any(k in raw for k in (b'"assistant"', b'"final"', b'"run_end"', b'"user"')):
+                if not any(k in raw for k in (b'"assistant"', b'"final"', b'"run_end"', b'"user"',
+                                              b'"spent"')):
                     continue
                 try:
                     d = json.loads(raw)
@@ -110,6 +112,11 @@ def _account(out: dict[str, Any], d: dict[str, Any]) -> None:
         elif role == "user" and out["first_prompt"] is None:
             content = (d.get("message") or {}).get("content")
             out["first_prompt"] = content if isinstance(content, str) else None
+    elif kind == "custom" and d.get("custom_type") == SPENT_ENTRY:  # outside any run
+        raw_spent = d.get("data")
+        spent = Totals.from_dict(raw_spent.get("tokens") if isinstance(raw_spent, dict) else None)
+        if spent is not None:
+            out["spent"] = spent.plus(out["spent"] or Totals())
     elif kind == "custom" and d.get("custom_type") in ("final", "run_end"):
         raw = d.get("data")
         data: dict[str, Any] = raw if isinstance(raw, dict) else {}
