@@ -362,3 +362,41 @@ def test_amx_cpus_load_without_extra_buffer_types(tmp_path):
     with local._model_params(extra_buffers=False):
         assert not lib.llama_model_default_params().use_extra_bufts  # what Llama() reads
     assert lib.llama_model_default_params().use_extra_bufts  # restored
+
+
+def test_a_call_stopped_by_ctrl_c_frees_the_model_at_its_next_token(cfg):
+    """Issue 58 item 11: Ctrl-C drops a compaction's summary call at once, but on `local`
+    the abandoned call went on generating on its thread and held the one model lock, so
+    the next turn's call waited for the whole summary. Its stream stops at the next piece
+    now: the thread ends and the lock is free, with hundreds of tokens left unwritten."""
+    import threading
+
+    from rlm.errors import Cancelled
+    from rlm.llm import get_llm, local
+    from rlm.llm.cancellable import CancellableLLM
+
+    llm = get_llm("local", cfg)
+    pressed, first = threading.Event(), threading.Event()
+    failed: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            CancellableLLM(llm, pressed.is_set).complete(
+                [{"role": "user", "content": "Count from 1 to 3000, one number per line."}],
+                temperature=0, max_tokens=3000, on_text=lambda d: first.set())
+        except BaseException as e:  # noqa: BLE001 - the test reads it
+            failed.append(e)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert first.wait(300), "the model wrote nothing"
+    pressed.set()  # Ctrl-C
+    caller.join(60)
+    assert failed and isinstance(failed[0], Cancelled)
+    abandoned = [t for t in threading.enumerate() if t.name == "rlm-cancellable-call"]
+    for t in abandoned:  # 3,000 tokens would take minutes on these cores
+        t.join(60)
+    assert not any(t.is_alive() for t in abandoned)
+    model = local.make_handler(None, cfg).model
+    assert model.lock.acquire(timeout=60)  # free for the next turn's call
+    model.lock.release()
