@@ -41,6 +41,7 @@ from rlm.protocols import (
     SessionLog,
     TurnHook,
 )
+from rlm.session.entries import MessageEntry
 
 StartHook = Callable[[Any], None]  # (agent): before the run; before a reply's cells run
 ContextProvider = Callable[[], "dict[str, Any] | None"]  # a message after the system prompt
@@ -63,8 +64,9 @@ class Chain:
     ended: list[EndedHook] = field(default_factory=list)
     overflow: list[OverflowHook] = field(default_factory=list)
 
-    def call(self, stage: list[StartHook], agent: Any) -> None:
-        """Each policy of a stage that returns nothing (start, reply)."""
+    def call(self, stage: list[StartHook], agent: object) -> None:
+        """Each policy of a stage that returns nothing (start, reply), given `agent` (the
+        agent they were registered on: they read it; the chain does not)."""
         for policy in stage:
             policy(agent)
 
@@ -87,8 +89,9 @@ class Chain:
             policy(agent, reason, detail)
         return [u for check in self.unmet if (u := check(agent, reason)) is not None]
 
-    def on_overflow(self, agent: Any, entry: Any) -> Compact | End:
-        """A context overflow: the first overflow policy decides; with none, the run ends."""
+    def on_overflow(self, agent: object, entry: MessageEntry) -> Compact | End:
+        """A context overflow (`entry`: the error logged): the first overflow policy
+        decides, given `agent` as `call` gives it; with none, the run ends."""
         return self.overflow[0](agent, entry) if self.overflow else End("error")
 
     def messages_after_system(self) -> list[dict[str, Any]]:
@@ -139,6 +142,13 @@ class Background:
         self._stack.close()
 
 
+class RunView(Protocol):
+    """What a policy below the agent reads of the current run (rlm.agent.runstate.RunState,
+    a layer above): the answer it would end with, while the continuations are asked."""
+
+    answer: str | None
+
+
 class LoopHost(Protocol):
     """What the layers below the agent (compaction, longrun) plug into: bridge handlers and
     the policy chain (rlm.chain.Chain: its stages), plus the counters a policy reads."""
@@ -146,7 +156,9 @@ class LoopHost(Protocol):
     handlers: dict[str, Handler]
     chain: Chain
     turns: int
-    state: Any  # rlm.agent.runstate.RunState: the current run's
+
+    @property
+    def state(self) -> RunView: ...  # the current run's
 
     @property
     def tokens_used(self) -> int: ...  # what --max-tokens counts (rlm.ledger)

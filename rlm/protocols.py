@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from rlm.errors import RlmError
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.session.entries import Entry, SessionHeader
 
@@ -48,6 +49,13 @@ class Executor(Protocol):
     def set_bridge_handler(self, fn: BridgeHandler | None) -> None: ...
 
     def stop(self) -> None: ...
+
+
+def started(executor: Executor | None) -> Executor:
+    """An agent's executor, once the agent has started (None before: a programmer error)."""
+    if executor is None:
+        raise RlmError("the agent is not started: use it as a context manager or call start()")
+    return executor
 
 
 @runtime_checkable

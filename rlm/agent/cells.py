@@ -12,22 +12,30 @@ from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
 from rlm.agent import notices
+from rlm.agent.children import Watchers
 from rlm.agent.codeparse import overwritten_inputs
 from rlm.agent.context_files import input_previews_of
 from rlm.agent.policy import AnswerPolicy
 from rlm.agent.progress import OutputStream
+from rlm.agent.recursion import Recursion
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
 from rlm.config import Config
-from rlm.errors import RlmError
 from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
 from rlm.kernel.types import CellResult
 from rlm.llm.types import ToolCall
-from rlm.protocols import Executor, SessionLog
+from rlm.protocols import Executor, SessionLog, started
 from rlm.session.entries import MessageEntry, new_id
 
 NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
                   "you wrote it (that output is above). Write your next cell from that output.")
+
+
+class ChildWatch(Protocol):
+    """The part of the children registry (rlm.agent.children.Children) a running cell
+    uses: who is shown the children's progress."""
+
+    watchers: Watchers
 
 
 class CellHost(Protocol):
@@ -37,8 +45,10 @@ class CellHost(Protocol):
     answers: AnswerPolicy
     state: RunState
     on_cell_output: Callable[[Any], None] | None
-    children: Any  # rlm.agent.children.Children: its progress is shown while a cell runs
-    recursion: Any  # rlm.agent.recursion.Recursion: an interrupted cell's batches are dropped
+    recursion: Recursion  # an interrupted cell's batched prompts are dropped
+
+    @property
+    def children(self) -> ChildWatch: ...  # their progress is shown while a cell runs
 
     def input_names(self) -> set[str]: ...
 
@@ -79,9 +89,7 @@ def run_cells(host: CellHost, calls: list[ToolCall], reply: str) -> Generator[Ev
 
 
 def executor_of(host: CellHost) -> Executor:
-    if host.executor is None:
-        raise RlmError("the agent is not started: use it as a context manager or call start()")
-    return host.executor
+    return started(host.executor)
 
 
 def run_cell(host: CellHost, call: ToolCall, index: int,

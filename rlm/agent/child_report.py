@@ -15,9 +15,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
+from rlm.agent.recursion import Recursion
 from rlm.compaction.notes import RELIEF
 from rlm.protocols import Executor, SessionLog
 from rlm.session.branch import custom_entries
@@ -29,6 +31,46 @@ ENDED = ("done", "failed", "cancelled")
 AT_CLOSE = "its parent's run ended while it was at work"
 AT_CTRL_C = "the user pressed Ctrl-C while it was at work"
 AT_STOP = "its parent's run was stopped while it was at work"
+
+
+class ChildView(Protocol):
+    """What is told of one child (rlm.agent.children.ChildRun, whose module imports this
+    one): who it is, how it ended, its working copy, and its read marks."""
+
+    id: str
+    name: str
+    task: str
+    state: str
+    error: str | None
+    cancel_why: str | None
+    isolation: str | None
+    isolated: dict[str, Any] | None
+    read: bool
+    told: bool
+    done: threading.Event
+
+    def view(self, *, result: bool = True) -> dict[str, Any]: ...
+
+
+class NoteOwner(Protocol):
+    """The agent whose model is told (rlm.agent.loop.Agent): its notes go to its log
+    through its handlers' append lock."""
+
+    recursion: Recursion
+
+
+class Registry(Protocol):
+    """What the notes read of one agent's registry (rlm.agent.children.Children)."""
+
+    ended: threading.Condition  # guards the flags (read, told)
+
+    @property
+    def runs(self) -> Mapping[str, ChildView]: ...
+
+    @property
+    def agent(self) -> NoteOwner: ...
+
+    def after_compaction(self) -> None: ...
 
 
 def read_ids(branch: Sequence[Any]) -> set[str]:
@@ -49,7 +91,7 @@ def spent(view: dict[str, Any]) -> str:
     return f"{int(view.get('turns') or 0)} turns, {int(view.get('tokens') or 0):,} tokens"
 
 
-def partial_work(run: Any) -> str:
+def partial_work(run: ChildView) -> str:
     """Whether a cancelled child's partial work is kept, and where."""
     where = f"children/{run.id}"
     iso = run.isolated or {}
@@ -68,28 +110,28 @@ def partial_work(run: Any) -> str:
             "back")
 
 
-def cancelled_line(run: Any) -> str:
+def cancelled_line(run: ChildView) -> str:
     """One cancelled child, for the user."""
     v = run.view(result=False)
     return (f"child {run.name} cancelled ({run.cancel_why}): {run.task[:120]!r}; "
             f"{spent(v)}; {partial_work(run)}")
 
 
-def refused_line(run: Any) -> str:
+def refused_line(run: ChildView) -> str:
     """A child whose changes to the parent's memory were refused, for the user."""
     refused = (run.isolated or {}).get("refused") or []
     return (f"child {run.name}: {len(refused)} change(s) to the project memory refused "
             f"(a child never changes .agent/): {', '.join(refused[:10])}")
 
 
-def cancelled_record(run: Any) -> dict[str, Any]:
+def cancelled_record(run: ChildView) -> dict[str, Any]:
     """One cancelled child, for `--json`."""
     v = run.view(result=False)
     return {"name": run.name, "id": run.id, "task": run.task, "why": run.cancel_why,
             "turns": v["turns"], "tokens": v["tokens"], "partial_work": partial_work(run)}
 
 
-def state_note(runs: Sequence[Any], head: str) -> CustomEntry:
+def state_note(runs: Sequence[ChildView], head: str) -> CustomEntry:
     """The `<children_state>` note about `runs`."""
     lines = ["<children_state>", head]
     for r in runs:
@@ -114,14 +156,14 @@ class Notes:
     `<children_state>` note and the read marks. Thread-safe: handlers answer from a pool,
     and the registry's `ended` condition guards the flags."""
 
-    def __init__(self, children: Any) -> None:
+    def __init__(self, children: Registry) -> None:
         self.children = children
 
-    def open_runs(self) -> list[Any]:
+    def open_runs(self) -> list[ChildView]:
         """Every child at work, and every ended one whose outcome the model has not had."""
         return [r for r in self.children.runs.values() if r.state not in ENDED or not r.read]
 
-    def tell(self, runs: Sequence[Any], head: str) -> None:
+    def tell(self, runs: Sequence[ChildView], head: str) -> None:
         """The live `<children_state>` note about `runs` (none: no note); it supersedes the
         previous one."""
         if runs:
@@ -143,7 +185,7 @@ class Notes:
                   "whether its partial work is kept); the others still open:")
         self.mark_read(news)
 
-    def mark_read(self, runs: Sequence[Any]) -> None:
+    def mark_read(self, runs: Sequence[ChildView]) -> None:
         """The parent was given these children's outcomes: logged (`child_read`), so a
         session opened again does not list them as unread."""
         news = []
@@ -163,7 +205,7 @@ class ChildrenState:
 
     kind, supersedes, after = STATE_ENTRY, True, RELIEF
 
-    def __init__(self, children: Any) -> None:
+    def __init__(self, children: Registry) -> None:
         self.children = children
 
     def write(self, session: SessionLog, before: Sequence[Any], kernel: Executor | None) -> None:

@@ -28,17 +28,22 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rlm.agent import child_report as report
-from rlm.agent.budget import BudgetRefused
+from rlm.agent.budget import BudgetRefused, TokenBudget
 from rlm.agent.child_input import context_blob
 from rlm.agent.policy.schema import SchemaError, check_schema
-from rlm.agent.recursion import check_model
+from rlm.agent.recursion import Recursion, check_model
+from rlm.agent.runstate import RunState
 from rlm.agent.slots import Ticket, TreeSlots
+from rlm.chain import Chain, LoopHost
+from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import ChildProgress, Event
+from rlm.ledger import Ledger
 from rlm.paths import private_dir, write_private_atomic
+from rlm.protocols import SessionLog
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry, new_id
 
@@ -46,6 +51,36 @@ CHILD_ENTRY = "child"
 ROLE_ENTRY = "child_role"  # in the child's own log: its role (`child_role`), for a resume
 SECTION_ENTRY = "child_section"  # in the child's own log: one yield_section item
 CONTEXT_FILE = "context.bin"  # children/<id>/: the context it was given, kept at spawn
+
+
+class ParentHost(Protocol):
+    """What the registry needs of the agent whose kernel calls its handlers
+    (rlm.agent.loop.Agent): its log, limits, the tree's budget and slots, and the lock its
+    handlers append entries under."""
+
+    session: SessionLog
+    config: Config
+    depth: int
+    budget: TokenBudget
+    slots: TreeSlots
+    recursion: Recursion
+
+
+class ChildAgent(Protocol):
+    """What a ChildRun reaches of its child's agent (rlm.agent.loop.Agent) while it
+    exists: cancel and steer it, read its spend, and plug into its chain."""
+
+    children: Children
+    budget: TokenBudget
+    chain: Chain
+    ledger: Ledger
+    turns: int
+    session: SessionLog
+    state: RunState
+
+    def steer(self, text: str, custom_type: str = "steer") -> None: ...
+
+    def stop(self) -> None: ...
 
 
 class ChildBudgetExceeded(RlmError):
@@ -77,7 +112,7 @@ class ChildRun:
     queued_at: float = field(default_factory=time.time)
     started_at: float | None = None
     ended_at: float | None = None
-    agent: Any = None  # the child's Agent while it exists
+    agent: ChildAgent | None = None  # the child's Agent while it exists
     ticket: Ticket = field(default_factory=Ticket)
     cancelled: threading.Event = field(default_factory=threading.Event)
     done: threading.Event = field(default_factory=threading.Event)
@@ -97,7 +132,7 @@ class ChildRun:
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ----------------------------------------------- called by the child runner
-    def attach(self, agent: Any) -> None:
+    def attach(self, agent: ChildAgent) -> None:
         """The child's agent exists: cancel and steer reach it from now on, and it lends
         this child's slot while it waits for its own children."""
         with self._lock:
@@ -116,7 +151,7 @@ class ChildRun:
         if self.on_change is not None:
             self.on_change(self)
 
-    def _stop_if_cancelled(self, agent: Any) -> None:
+    def _stop_if_cancelled(self, agent: ChildAgent) -> None:
         if self.cancelled.is_set():
             agent.state.stop.set()
 
@@ -173,7 +208,7 @@ class ChildRun:
 class Children:
     """The registry of one agent's children and the handlers its kernel calls."""
 
-    def __init__(self, agent: Any) -> None:
+    def __init__(self, agent: ParentHost) -> None:
         """`agent`: the rlm.agent.loop.Agent whose kernel calls the handlers."""
         self.agent = agent
         # rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer,
@@ -479,7 +514,7 @@ class Children:
             self._record(run)
         self.notes.tell_cancelled()
 
-    def flush_hook(self, agent: Any) -> None:
+    def flush_hook(self, agent: LoopHost) -> None:
         """The account stage's policy: the log written at the turn's safe point."""
         self.flush()
 

@@ -13,10 +13,13 @@ import re
 import unicodedata
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kernel_ext.contract import ALIASES
+from rlm.config import Config
 from rlm.errors import ConfigError
+from rlm.kernel.types import CellResult
+from rlm.protocols import Executor, started
 from rlm.session.branch import custom_entries
 from rlm.session.entries import CustomEntry
 
@@ -147,7 +150,17 @@ def misspelled_files(task: str, base: Path) -> list[tuple[str, list[Path]]]:
     return out
 
 
-def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | None = None
+class InputHost(Protocol):
+    """What loading and describing input needs of an agent (rlm.agent.loop.Agent): its
+    kernel (started), its cell timeout, and where a description of the input goes."""
+
+    config: Config
+    executor: Executor | None
+
+    def attach_context(self, entry: CustomEntry) -> None: ...
+
+
+def load_context_files(agent: InputHost, paths: list[Any], *, optional: list[str] | None = None
                        ) -> list[str]:
     """Load each file into a kernel variable; append a context_vars entry describing them.
     A file in `optional` (named in a prompt, not given with --context) that does not load
@@ -170,7 +183,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
         if name != re.sub(r"\W", "_", path.stem).strip("_").lower():
             renamed.append(f"{path.name} -> {name}")
         code = loader_code(path, name)
-        res = agent.executor.execute(code, timeout=max(agent.config.cell_timeout, 60))
+        res = started(agent.executor).execute(code, timeout=max(agent.config.cell_timeout, 60))
         if not res.ok:
             why = _error_line(res)
             if str(raw) in lenient:
@@ -180,7 +193,7 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
             raise ConfigError(f"--context {raw}: could not load it ({res.shaped.strip()[-300:]})")
         names.append(name)
         loaded.append(str(raw))
-    items = agent.executor.describe([*names, *ALIASES])  # the aliases: what is defined
+    items = started(agent.executor).describe([*names, *ALIASES])  # the aliases: what is defined
     content = format_description(items, origin="loaded from the files you were given")
     if renamed:
         content += (f"\nRenamed (a file's name would have shadowed a builtin, the kernel API, "
@@ -196,16 +209,16 @@ def load_context_files(agent: Any, paths: list[Any], *, optional: list[str] | No
     return names
 
 
-def _bound_names(agent: Any) -> set[str]:
+def _bound_names(agent: InputHost) -> set[str]:
     """The names the kernel holds now (empty when it cannot say in time)."""
     try:
-        listing = agent.executor.list_namespace(timeout=10.0)
+        listing = started(agent.executor).list_namespace(timeout=10.0)
     except Exception:  # busy, dead, or an executor without listings: load with fresh names
         return set()
     return {str(n.get("name")) for n in (listing or {}).get("names", []) if isinstance(n, dict)}
 
 
-def _error_line(res: Any) -> str:
+def _error_line(res: CellResult) -> str:
     """Why a loader cell failed, in one line: its exception (`ParserError: Error
     tokenizing data...`), else its status (a timeout, a kernel that died)."""
     for out in res.outputs:
@@ -214,11 +227,11 @@ def _error_line(res: Any) -> str:
     return f"the load ended with status {res.status}"
 
 
-def describe_variables(agent: Any, names: list[str] | None, *, origin: str) -> str:
+def describe_variables(agent: InputHost, names: list[str] | None, *, origin: str) -> str:
     """Text telling the model which kernel variables hold its input (names=None: all the
     user's data values). Computed by the executor without running a visible cell."""
     asked = None if names is None else [*names, *ALIASES]
-    return format_description(agent.executor.describe(asked), origin=origin)
+    return format_description(started(agent.executor).describe(asked), origin=origin)
 
 
 def format_description(items: list[dict[str, Any]], *, origin: str) -> str:

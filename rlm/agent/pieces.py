@@ -12,19 +12,48 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Generator, Iterator
-from typing import Any
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, Protocol
 
 from rlm.agent import child_report
 from rlm.agent.cells import kill_kernel
+from rlm.agent.child_report import ChildView
 from rlm.agent.interrupts import ctrl_c_notice
+from rlm.agent.recursion import Recursion
 from rlm.agent.runner import Work, counting_presses, run_interruptible
+from rlm.agent.runstate import RunState
+from rlm.config import Config
 from rlm.events import Event, Notice, Phase
+from rlm.protocols import Executor
+
+
+class Cancelling(Protocol):
+    """What Ctrl-C does to the agent's children (rlm.agent.children.Children): cancels
+    them, and says which were."""
+
+    def cancel_all(self, why: str = ...) -> Sequence[ChildView]: ...
+
+    def take_unshown(self) -> Sequence[ChildView]: ...
+
+
+class PiecesHost(Protocol):
+    """What the pieces of a run act on (rlm.agent.loop.Agent): its run's state, its
+    kernel, its children and batched prompts, and its interrupt grace."""
+
+    state: RunState
+    config: Config
+    executor: Executor | None
+    recursion: Recursion
+
+    @property
+    def children(self) -> Cancelling: ...
+
+    def stop(self) -> None: ...
 
 
 class Pieces:
-    def __init__(self, agent: Any) -> None:
-        self.agent = agent  # rlm.agent.loop.Agent: its state, executor, children, config
+    def __init__(self, agent: PiecesHost) -> None:
+        self.agent = agent
         self.presses: list[int] | None = None  # counted for the whole run (counting)
         self._emit: Callable[[Event], None] | None = None  # the running step's
         self._step: str | None = None  # what that step announced it does
@@ -111,7 +140,7 @@ class Pieces:
         return _with_cancelled(said, self.agent.children.take_unshown())
 
 
-def _with_cancelled(said: Notice, cancelled: list[Any]) -> Notice:
+def _with_cancelled(said: Notice, cancelled: Sequence[ChildView]) -> Notice:
     if not cancelled:
         return said
     return Notice("\n".join([said.text, *map(child_report.cancelled_line, cancelled)]),

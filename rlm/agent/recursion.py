@@ -21,10 +21,11 @@ import hashlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from rlm.agent.budget import TokenBudget
-from rlm.agent.slots import Ticket
+from rlm.agent.slots import Ticket, TreeSlots
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.llm.types import LLM, Usage
@@ -37,6 +38,16 @@ SUBCALL_ENTRY = "subcall"
 PREVIEW_CHARS = 200
 
 
+class ChildQueries(Protocol):
+    """What the handlers ask of the agent's children registry (rlm.agent.children.Children,
+    which imports this module): rlm_query's spawn-and-wait, and lending a child's slot
+    while its batch waits."""
+
+    def lend(self) -> AbstractContextManager[None]: ...
+
+    def query(self, task: object, context: object) -> Any: ...
+
+
 class RecursionHost(Protocol):
     """What the handlers need of their agent (rlm.agent.loop.Agent)."""
 
@@ -44,9 +55,10 @@ class RecursionHost(Protocol):
     depth: int
     budget: TokenBudget
     session: SessionLog
+    slots: TreeSlots
 
-    children: Any  # rlm.agent.children.Children
-    slots: Any  # rlm.agent.slots.TreeSlots
+    @property
+    def children(self) -> ChildQueries: ...
 
     def charge(self, usage: Usage, *, role: str = "turns") -> None: ...
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rlm.agent.advisor import Advisor
+from rlm.chain import Parts
 from rlm.compaction.controller import CompactionController
 from rlm.events import CellFinished, Event, FinalAnswer, ModelReply, RunEnded
 from rlm.ledger import SPENT_ENTRY, Ledger, Totals, of_replies
@@ -22,6 +23,13 @@ def run_totals(events: list[Event]) -> Totals:
     if recorded is not None:
         return recorded
     return of_replies([e.usage for e in events if isinstance(e, ModelReply)])
+
+
+class Described(Protocol):
+    """What a run's result reads of its agent (rlm.agent.loop.Agent): the parts its
+    features expose (compaction's controller, the advisor)."""
+
+    parts: Parts
 
 
 @dataclass
@@ -90,7 +98,7 @@ class RunResult:
             outcome=end.result if end else None,
         )
 
-    def describe_agent(self, agent: Any) -> RunResult:
+    def describe_agent(self, agent: Described) -> RunResult:
         """What the run's agent used: the effective compaction settings (window, threshold,
         reserve, keep-recent) and the advisor's report (calls, tokens, advice, health)."""
         if (ctl := agent.parts.get(CompactionController)) is not None:

@@ -10,11 +10,12 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlm.agent.budget import TokenBudget
 from rlm.agent.interrupts import PressCount
+from rlm.agent.policy.decisions import Accept
 from rlm.config import Config
+from rlm.events import FinalAnswer
 from rlm.ledger import Totals
 
 
@@ -25,11 +26,11 @@ class RunState:
     # the agent's ledger when the run started: the run's totals are its change (chat runs many)
     spent_at_start: Totals = field(default_factory=Totals)
     final: tuple[str, str] | None = None  # (answer, kind) from final()/final_var()
-    accepted: Any = None  # rlm.agent.policy.Accept: the answer that ends the run, judged
+    accepted: Accept | None = None  # the answer that ends the run, judged
     answer: str | None = None  # that answer's text, while the continuations are asked
     # the answer as shown (FinalAnswer), yielded at the run's end only if it stands: a
     # gate or a goal may still refuse it (an answer panel for a refused answer misled)
-    shown: Any = None
+    shown: FinalAnswer | None = None
     error_detail: str | None = None
     presses: PressCount = field(default_factory=PressCount)  # Ctrl-C, per piece of work
     # set by every Ctrl-C, cleared when a piece of work starts: what a running gate or a

@@ -224,7 +224,7 @@ def confirm(session: SessionLog, d: Draft, writer_log: str | None = None) -> Cus
 WRITER_DIR = "children/checkpoint"  # the writer's own session, under the parent's
 
 
-def record(log: Any, d: Draft) -> str | None:
+def record(log: SessionLog, d: Draft) -> str | None:
     """Append the writing's exchange (the request, each reply, each refusal) to the
     writer's own session `log`; its last entry's id, or None when there was none."""
     last = None
@@ -245,11 +245,11 @@ class CheckpointWriter:
     own session (the composition root's; None keeps no exchange)."""
 
     def __init__(self, session: SessionLog, llm: Callable[[], LLM], budget: int,
-                 fractions: Sequence[float] = (), log: Callable[[], Any] | None = None):
+                 fractions: Sequence[float] = (), log: Callable[[], SessionLog] | None = None):
         self.session = session
         self._llm = llm
         self._log_factory = log
-        self._log: Any = None
+        self._log: SessionLog | None = None
         self.budget = budget
         self.fractions = tuple(fractions)  # of the window: `rungs_for` makes them tokens
         self._lock = threading.Lock()

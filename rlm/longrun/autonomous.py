@@ -27,6 +27,7 @@ from typing import Any
 
 from rlm import protocols
 from rlm.chain import LoopHost
+from rlm.longrun.clock import Clock
 from rlm.longrun.gates import (
     SKIP_DIRS,
     GateCheck,
@@ -157,7 +158,8 @@ class AutonomousPolicy:
         return failure
 
 
-def attach_policy(agent: LoopHost, policy: AutonomousPolicy, clock: Any = None) -> None:
+def attach_policy(agent: LoopHost, policy: AutonomousPolicy,
+                  clock: Clock | None = None) -> None:
     """Ask `policy` whenever a run of `agent` (rlm.agent.Agent) would end normally, and
     hand the loop its run decision (rlm.protocols): a failing gate's message to go on
     (`Continue`); an answer that did not pass the gates ends on the limit (`End`, e.g.

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from rlm.chain import LoopHost
 from rlm.errors import RlmError
 from rlm.longrun.clock import Clock, SystemClock, iso
+from rlm.longrun.gates import GoalGate
 from rlm.outcome import Unmet
 from rlm.protocols import Continue, Handler
 from rlm.session.branch import custom_entries
@@ -149,7 +150,7 @@ class GoalManager:
         self.session = session
         self.clock = clock or SystemClock()
         self.finish_hint = FINISH_HINT  # the last line of <goal_context> (attach_goals)
-        self.gate: Any = None  # rlm.longrun.gates.GoalGate: --gate checks before complete()
+        self.gate: GoalGate | None = None  # --gate checks before complete()
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -293,11 +294,12 @@ class GoalManager:
     def _check_gates(self, goal: GoalState) -> None:
         """Every gate must pass before a goal is complete (rlm.longrun.gates): a failing
         one's output is the error the model reads; too many failures block the goal."""
-        refusal = self.gate.refusal() if self.gate is not None else None
-        if refusal is None:
+        gate = self.gate
+        refusal = gate.refusal() if gate is not None else None
+        if gate is None or refusal is None:
             return
-        if self.gate.exhausted:
-            goal.status, goal.last_reason = "blocked", self.gate.blocked_reason()
+        if gate.exhausted:
+            goal.status, goal.last_reason = "blocked", gate.blocked_reason()
             self._save(goal, "block")
             refusal += f"\nThe goal is now blocked: {goal.last_reason}."
         raise GoalError(refusal)

@@ -30,16 +30,19 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rlm import safeio
 from rlm.agent.nudge import is_non_answer
-from rlm.agent.policy import asked_prompts
+from rlm.agent.policy import AnswerPolicy, asked_prompts
 from rlm.agent.policy.decisions import Answer
 from rlm.agent.policy.verify import ECHOED
 from rlm.agent.prompts import load_prompt
-from rlm.longrun.autonomous import gate_message, head_tail
+from rlm.agent.runstate import RunState
+from rlm.llm.types import LLM
+from rlm.longrun.autonomous import AutonomousPolicy, gate_message, head_tail
 from rlm.longrun.goals import ClaimVerdict, GoalManager
+from rlm.protocols import SessionLog
 
 # a file name a goal may name: a path ending in a data or document extension
 _FILE = re.compile(
@@ -110,16 +113,27 @@ def check_files(files: list[str], cwd: Path, shown: dict[str, str]) -> FileCheck
     return None
 
 
+class JudgedHost(Protocol):
+    """What judging a claim reads of the agent (rlm.agent.loop.Agent): whether its model
+    calls tools, its answer policy (facts, the verified rule; told what is missing), the
+    run's accepted answer and the log's prompts."""
+
+    llm: LLM
+    answers: AnswerPolicy
+    state: RunState
+    session: SessionLog
+
+
 @dataclass
 class GoalJudge:
     """The `CompletionJudge` the composition root gives a session's goals."""
 
     goals: GoalManager
     cwd: Path
-    policy: Any = None  # rlm.longrun.AutonomousPolicy (its gates), or None
+    policy: AutonomousPolicy | None = None  # its gates, or None
     shown: dict[str, str] = field(default_factory=dict)  # named file -> digest shown
 
-    def __call__(self, agent: Any, reason: str, claim: str | None) -> ClaimVerdict | None:
+    def __call__(self, agent: JudgedHost, reason: str, claim: str | None) -> ClaimVerdict | None:
         small = not agent.llm.native_tools
         if reason not in ("goal.complete", "final", "no_code"):
             return None
@@ -141,7 +155,7 @@ class GoalJudge:
             message = f"{message}\n{done_means(files, gates)}"
         return ClaimVerdict(False, message=message)
 
-    def _missing(self, agent: Any, reason: str, claim: str | None,
+    def _missing(self, agent: JudgedHost, reason: str, claim: str | None,
                  files: list[str]) -> tuple[str, str] | None:
         """(what the model reads, one line for a stuck note), or None: the claim holds."""
         kernel = reason == "goal.complete"
@@ -178,19 +192,19 @@ class GoalJudge:
                     "finish again.", "an output that shows what the answer claims")
         return None
 
-    def _gate(self, agent: Any) -> tuple[str, str] | None:
+    def _gate(self, agent: JudgedHost) -> tuple[str, str] | None:
         """The first failing gate: the autonomous policy's, else the goal's own."""
         if self.policy is not None and self.policy.gates:
             failure = self.policy.check_gates(agent.answers.facts.cells)
             if failure is not None:
                 return gate_message(failure), f"the check `{failure.command}` passing"
-        elif getattr(self.goals, "gate", None) is not None:  # --gate without --autonomous
-            refusal = self.goals.gate.refusal()
+        elif (gate := getattr(self.goals, "gate", None)) is not None:  # --gate, not --autonomous
+            refusal = gate.refusal()
             if refusal is not None:
                 return refusal, "every --gate passing"
         return None
 
-    def _claims(self, agent: Any, reason: str, claim: str | None) -> dict[str, Any]:
+    def _claims(self, agent: JudgedHost, reason: str, claim: str | None) -> dict[str, Any]:
         """The verified rule on the claim: the run's accepted answer, or the summary."""
         if reason != "goal.complete":
             accepted = getattr(agent.state, "accepted", None)
