@@ -29,23 +29,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from rlm.protocols import (
-    Compact,
-    Continuation,
-    Continue,
-    End,
-    EndCondition,
-    EndHook,
-    Handler,
-    OverflowHook,
-    SessionLog,
-    TurnHook,
-)
+from rlm.events import Event, RunEnded
+from rlm.outcome import Unmet
+from rlm.protocols import Compact, Continue, End, Handler, SessionLog
 from rlm.session.entries import MessageEntry
 
-StartHook = Callable[[Any], None]  # (agent): before the run; before a reply's cells run
+# each stage's policies, given the agent they were registered on (what a policy below the
+# agent may read of it: `LoopHost`; a feature's own closure holds the rest)
+StartHook = Callable[["LoopHost"], None]  # before the run; before a reply's cells run
+TurnHook = Callable[["LoopHost"], "list[Event] | None"]  # events for the caller to yield
+# asked in turn when a run would end (agent, reason): a decision, or None for no opinion
+Continuation = Callable[["LoopHost", str], "Continue | End | None"]
+EndHook = Callable[["LoopHost", str, "str | None"], None]  # (agent, reason, detail)
+EndCondition = Callable[["LoopHost", str], "Unmet | None"]  # a promise left unmet
+EndedHook = Callable[["LoopHost", RunEnded], None]  # the run has ended
+OverflowHook = Callable[["LoopHost", MessageEntry], "Compact | End"]  # retry once, or end
 ContextProvider = Callable[[], "dict[str, Any] | None"]  # a message after the system prompt
-EndedHook = Callable[[Any, Any], None]  # (agent, rlm.events.RunEnded)
 
 
 @dataclass
@@ -64,13 +63,13 @@ class Chain:
     ended: list[EndedHook] = field(default_factory=list)
     overflow: list[OverflowHook] = field(default_factory=list)
 
-    def call(self, stage: list[StartHook], agent: object) -> None:
+    def call(self, stage: list[StartHook], agent: LoopHost) -> None:
         """Each policy of a stage that returns nothing (start, reply), given `agent` (the
         agent they were registered on: they read it; the chain does not)."""
         for policy in stage:
             policy(agent)
 
-    def events(self, stage: list[TurnHook], agent: LoopHost) -> Iterator[Any]:
+    def events(self, stage: list[TurnHook], agent: LoopHost) -> Iterator[Event]:
         """The events of each policy of a stage, in order (prompt, account)."""
         for policy in stage:
             yield from policy(agent) or []
@@ -83,13 +82,13 @@ class Chain:
                 return decision
         return None
 
-    def ending(self, agent: LoopHost, reason: str, detail: str | None) -> list[Any]:
+    def ending(self, agent: LoopHost, reason: str, detail: str | None) -> list[Unmet]:
         """The run ends: the end policies are told, then the promises left unmet."""
         for policy in self.end:  # first: a stuck run blocks its goal before it is judged
             policy(agent, reason, detail)
         return [u for check in self.unmet if (u := check(agent, reason)) is not None]
 
-    def on_overflow(self, agent: object, entry: MessageEntry) -> Compact | End:
+    def on_overflow(self, agent: LoopHost, entry: MessageEntry) -> Compact | End:
         """A context overflow (`entry`: the error logged): the first overflow policy
         decides, given `agent` as `call` gives it; with none, the run ends."""
         return self.overflow[0](agent, entry) if self.overflow else End("error")

@@ -129,15 +129,4 @@ class Compact:
 
 
 RunDecision = Continue | End | Compact
-# asked in turn when a run would end (agent, reason): a decision, or None for no opinion
-# (the next hook is asked; when none has one, the run ends with its own reason)
-Continuation = Callable[[Any, str], "Continue | End | None"]
-# on a context overflow (agent, the error entry): Compact (retry once) or End (report)
-OverflowHook = Callable[[Any, Any], "Compact | End"]
-# after every turn; may return events (rlm.events.Event) for the caller to yield
-TurnHook = Callable[[Any], "list[Any] | None"]
-# when a run ends: (agent, reason, detail)
-EndHook = Callable[[Any, str, "str | None"], None]
-# when a run ends, after the end hooks: (agent, reason) -> a promise it left unmet, or None
-# (rlm.outcome.Unmet)
-EndCondition = Callable[[Any, str], Any]
+# the stages' policy types are the chain's (rlm.chain: given a LoopHost)

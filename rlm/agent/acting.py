@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from rlm.agent.cells import CellHost, read_var, run_cells
 from rlm.agent.codeparse import code_tool_calls, text_final
 from rlm.agent.policy import Accept, Answer, Note
-from rlm.chain import Chain
+from rlm.chain import Chain, LoopHost
 from rlm.events import Event, FinalAnswer, ModelReply, Notice
 from rlm.llm.types import Completion, Usage
 from rlm.session.entries import MessageEntry
@@ -22,7 +22,7 @@ from rlm.session.entries import MessageEntry
 Outcome = tuple[str, str | None] | None
 
 
-class ActHost(CellHost, Protocol):
+class ActHost(CellHost, LoopHost, Protocol):
     chain: Chain  # its reply stage runs before a reply's cells (the advisor reads them)
 
     def charge(self, usage: Usage, *, role: str = "turns") -> None: ...

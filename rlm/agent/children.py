@@ -142,7 +142,7 @@ class ChildRun:
         budget = agent.budget
         if budget.parent is not None:  # a promise of the tree's budget (not the unlimited root)
             self.promised = {"tokens": budget.limit, "turns": budget.turn_limit}
-        agent.chain.start.append(self._stop_if_cancelled)
+        agent.chain.start.append(lambda a: self._stop_if_cancelled(agent))
         agent.chain.turn.append(lambda a: self.changed())
         for text, kind in inbox:
             agent.steer(text, kind)
@@ -211,10 +211,10 @@ class Children:
     def __init__(self, agent: ParentHost) -> None:
         """`agent`: the rlm.agent.loop.Agent whose kernel calls the handlers."""
         self.agent = agent
-        # rlm_spawn / rlm_query: (parent, task, context, run) -> the child's final answer,
+        # rlm_spawn / rlm_query: (parent Agent, task, context, run) -> the child's final answer,
         # where run is its ChildRun; set by the composition root (rlm.app), which gives
         # children their own wiring. None: this agent cannot run children.
-        self.runner: Callable[[Any, str, Any, Any], Any] | None = None
+        self.runner: Callable[[Any, str, Any, ChildRun], Any] | None = None
         self.runs: dict[str, ChildRun] = {}
         self.own: ChildRun | None = None  # this agent's own entry, when it is a child
         self._names: set[str] = set()

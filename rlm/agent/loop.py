@@ -42,7 +42,7 @@ from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState, limit_hit
 from rlm.agent.slots import TreeSlots
 from rlm.agent.steering import Delivered, Steered
-from rlm.chain import Background, Chain, Parts
+from rlm.chain import Background, Chain, Parts, TurnHook
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded, TurnStarted
@@ -58,7 +58,6 @@ from rlm.protocols import (
     Handler,
     SessionLog,
     StartableExecutor,
-    TurnHook,
 )
 from rlm.session.entries import CustomEntry, MessageEntry
 

@@ -23,7 +23,7 @@ from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
 from rlm.agent.runner import Work
 from rlm.agent.runstate import RunState
 from rlm.agent.steer.match import CallArguments, Match, ReplyScanner
-from rlm.chain import Chain
+from rlm.chain import Chain, LoopHost
 from rlm.config import Config
 from rlm.errors import AuthError, ContextOverflow, RateLimited, RlmError, ScriptExhausted
 from rlm.events import Event, ModelCallStarted, Notice
@@ -34,7 +34,7 @@ from rlm.protocols import Compact, End, SessionLog
 from rlm.session.entries import CustomEntry, MessageEntry
 
 
-class ModelHost(Protocol):
+class ModelHost(LoopHost, Protocol):
     session: SessionLog
     config: Config
     llm: LLM

@@ -40,7 +40,8 @@ from rlm.agent.loop import Agent
 from rlm.app.features import gap
 from rlm.app.memory import project_root
 from rlm.app.seam import Plain, Wiring
-from rlm.events import Notice
+from rlm.chain import LoopHost
+from rlm.events import Event, Notice
 from rlm.llm.types import Usage
 from rlm.memory.files import DIRNAME, FILES
 from rlm.session.entries import CustomEntry
@@ -106,14 +107,14 @@ def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) ->
         del told_user[:len(said)]
         return [Notice(f"advisor: {text}", "warning") for text in said]
 
-    def before_cells(a: Agent) -> None:
+    def before_cells(a: LoopHost) -> None:
         advisor.update(list(a.session.branch()))
 
-    def after_turn(a: Agent) -> list[Notice]:
+    def after_turn(a: LoopHost) -> list[Event]:
         branch = list(a.session.branch())
         if not replied_with_cells(branch):  # an answer: its reply was not fed yet
             advisor.update(branch)
-        shown = take_told()
+        shown: list[Event] = [*take_told()]
         s = advisor.stats
         report = s.report()
         if report != told["report"]:  # for `rlm ps` and a resume: the log says how it is
@@ -126,8 +127,8 @@ def attach_advisor(agent: Agent, wiring: Wiring, project: Path | None = None) ->
             told["silent"] = 0
         return shown
 
-    def at_end(a: Agent, reason: str, detail: str | None) -> None:
-        a.notices.extend(take_told())  # said after the last boundary: shown when the next run starts
+    def at_end(a: LoopHost, reason: str, detail: str | None) -> None:
+        agent.notices.extend(take_told())  # said after the last boundary: shown when the next run starts
 
     wiring.chain.reply.append(before_cells)
     wiring.chain.turn.append(after_turn)

@@ -16,6 +16,7 @@ from rlm.agent.policy.goal_evidence import GoalJudge
 from rlm.app.features import Gap, gap, refuse, tells_user
 from rlm.app.seam import Plain, Wiring
 from rlm.app.steering import gate_place, goal_gate
+from rlm.chain import LoopHost
 from rlm.compaction.branch import summarize_branch
 from rlm.compaction.checkpoint import WRITER_DIR, CheckpointWriter, budget_for, default_rungs
 from rlm.compaction.checkpoint import reply as checkpoint_reply
@@ -148,22 +149,22 @@ def attach_compaction(agent: Agent, wiring: Wiring) -> None:
             events.append(Notice(notice, "warning"))
         return events
 
-    def before_prompt(a: Agent) -> list[Event]:
-        return compacted(ctl.before_prompt(a.executor))
+    def before_prompt(a: LoopHost) -> list[Event]:
+        return compacted(ctl.before_prompt(agent.executor))
 
-    def after_turn(a: Agent) -> list[Event]:
+    def after_turn(a: LoopHost) -> list[Event]:
         last = next((e for e in reversed(a.session.branch())
                      if isinstance(e, MessageEntry) and e.role == "assistant"), None)
         if last is not None and last.error is None:
             ctl.note_assistant_ok()
-        return compacted(ctl.after_turn(a.executor))
+        return compacted(ctl.after_turn(agent.executor))
 
-    def on_overflow(a: Agent, entry: MessageEntry) -> Compact | End:
-        if ctl.on_overflow(entry.id, entry.model, a.executor) == "retry":
+    def on_overflow(a: LoopHost, entry: MessageEntry) -> Compact | End:
+        if ctl.on_overflow(entry.id, entry.model, agent.executor) == "retry":
             return Compact()
         return End("error", ctl.overflow_message)
 
-    def at_run_start(a: Agent) -> None:
+    def at_run_start(a: LoopHost) -> None:
         ctl.start_run()  # resets the overflow guard; refuses settings that cannot fit
 
     wiring.chain.start.append(at_run_start)

@@ -29,6 +29,7 @@ from rlm.agent.loop import Agent
 from rlm.agent.policy.memory_reminder import MemoryReminder
 from rlm.agent.steer.match import written_files
 from rlm.app.seam import Plain, Wiring
+from rlm.chain import LoopHost
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.events import Event, Notice, RunEnded
@@ -105,7 +106,7 @@ class _CutTeller:
         self.head = head
         self.told: tuple[str, ...] = ()
 
-    def __call__(self, agent: Agent) -> list[Event]:
+    def __call__(self, agent: LoopHost) -> list[Event]:
         cuts = self.head.block().cuts
         if not cuts or cuts == self.told:
             return []
@@ -156,7 +157,7 @@ class _Writer:
     def snapshot(self, p: dict[str, Any]) -> dict[str, Any]:
         return self._record("memory.snapshot", self.memory.snapshot(str(p.get("label") or "")))
 
-    def capture(self, agent: Agent) -> list[Event]:
+    def capture(self, agent: LoopHost) -> list[Event]:
         """The run's prompt, when the user wrote it: each rule it states goes into
         conventions.md with `stated_by: user`."""
         branch = agent.session.branch()
@@ -177,7 +178,7 @@ class _Writer:
         return [Notice("memory: recorded in .agent/conventions.md (stated_by: user): "
                        + "; ".join(rules))]
 
-    def run_ended(self, agent: Agent, ended: RunEnded) -> None:
+    def run_ended(self, agent: LoopHost, ended: RunEnded) -> None:
         """One `run` line in history.log, where `.agent/` exists (a write that fails is
         left out: the run's own outcome is already logged and shown)."""
         if not self.memory.exists():
@@ -191,14 +192,14 @@ class _Writer:
         except (RlmError, OSError):
             return
 
-    def after_turn(self, agent: Agent) -> list[Event]:
+    def after_turn(self, agent: LoopHost) -> list[Event]:
         """A continuation queued after this turn (a goal step, autonomous work) ends a
         unit of work."""
         for e in reversed(agent.session.branch()):
             if isinstance(e, MessageEntry) and e.role == "assistant":
                 break
             if isinstance(e, MessageEntry) and e.origin == "continuation":
-                self.activity.complete(agent.state.turns, "a step of the goal was finished")
+                self.activity.complete(self.agent.state.turns, "a step of the goal was finished")
                 break
         return []
 
