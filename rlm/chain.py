@@ -113,10 +113,7 @@ class Parts:
         self._by_type[type(part)] = part
 
     def get(self, kind: type[T]) -> T | None:
-        part = self._by_type.get(kind)
-        if part is None:  # a subclass registered for its base
-            part = next((p for t, p in self._by_type.items() if issubclass(t, kind)), None)
-        return part if isinstance(part, kind) else None
+        return next((p for p in self._by_type.values() if isinstance(p, kind)), None)
 
 
 class Closeable(Protocol):

@@ -18,8 +18,9 @@ A run's totals are the ledger's change over the run (`Totals.minus`): recorded i
 footer, `rlm sessions`) reads them. What is spent outside any run (a chat's `/compact` or
 `/rebuild`, `rlm compact`, the advisor or the checkpoint writer finishing after a run
 ended) is logged as a hidden `spent` entry when the next run starts or the agent closes
-(`SPENT_ENTRY`), so a session's totals — every run's plus these — are every token. `--max-tokens` and `--token-budget` count what they
-counted before: every role but compaction and the checkpoint writer (`BUDGETED`).
+(`SPENT_ENTRY`), so a session's totals — every run's plus these — are every token.
+`--max-tokens` and `--token-budget` count what they counted before: every role but
+compaction and the checkpoint writer (`BUDGETED`).
 `Totals` is pure and round-trips `to_dict` / `from_dict`.
 """
 

@@ -39,7 +39,7 @@ _ORDINAL = re.compile(r"\d+(?:st|nd|rd|th)$", re.I)
 _PERCENT = re.compile(r"\bper ?cent\b", re.I)
 
 # function words and the vocabulary of answers about data: never a claim on their own
-BASE_STOPWORDS = frozenset("""
+_FUNCTION_WORDS = frozenset("""
 a an the and or but nor so yet for of in on at to by with from into onto over under than
 then that this these those there their they them it its is are was were be been being am
 has have had do does did not no yes true false none null nan ok i we you he she his her
@@ -59,7 +59,7 @@ record records row rows column columns table file files list item items entry en
 COMPLETION = frozenset("""correct correctly right done complete completed finished written
 wrote write saved created exists exist matches match successfully updated holds contains
 check checked checks pass passes passed goal line lines""".split())
-STOPWORDS = BASE_STOPWORDS | COMPLETION
+STOPWORDS = _FUNCTION_WORDS | COMPLETION
 
 
 @dataclass(frozen=True)
@@ -123,10 +123,10 @@ def _bare(word: str) -> str:
 
 # the words of an answer no output is needed to show: function words and words about the
 # answering itself ("based on the output, the answer is yes" says "yes")
-ARTICLES = frozenset("""a an the and or of to in on at by for with from is are was were be
+FILLER = frozenset("""a an the and or of to in on at by for with from is are was were be
 been has have it its this that there based output outputs answer answers result results
-final computed
-calculated according shows shown printed see here thus therefore hence given data""".split())
+final computed calculated according shows shown printed see here thus therefore hence
+given data""".split())
 # how a kernel prints what an answer words: "yes" is shown by `True`
 _SHOWN_AS = {"yes": ("true",), "no": ("false",), "true": ("yes",), "false": ("no",)}
 
@@ -153,7 +153,7 @@ def _phrase(answer: str) -> list[Claim]:
                 out.append(Claim(text, "figure", f[0], f[1], bool(m.group("pct"))))
         elif m.group("word"):
             low = _bare(m.group("word")).lower()
-            if low not in ARTICLES and low not in seen:
+            if low not in FILLER and low not in seen:
                 seen.add(low)
                 out.append(Claim(low, "word"))
     return out
