@@ -84,3 +84,28 @@ def test_near_misses_and_far_apart_facts_are_really_there():
     first = log.index("initial budget approved")
     raised = log.index("the budget was raised")
     assert raised - first > SIZE * 0.8  # the two facts are far apart
+
+
+# ---------------------------------------------------------------- the everyday suite
+def test_everyday_questions_name_their_files_and_scorers_read_answers_as_written():
+    from bench.tasks.everyday import QUESTIONS, numbers, score
+
+    assert len(QUESTIONS) >= 30 and len({q.id for q in QUESTIONS}) == len(QUESTIONS)
+    for q in QUESTIONS:  # a user names the file: `rlm run "... in penguins.csv"`
+        assert all(f in q.question for f in q.files), q.id
+    by = {q.id: q for q in QUESTIONS}
+    assert numbers("929.5 million, 1,234 and -3.5") == [929.5e6, 1234.0, -3.5]
+    assert score(by["gap-africa-pop"], 929539692, "About 929.5 million people")
+    assert not score(by["gap-africa-pop"], 929539692, "6187585961")
+    assert score(by["penguins-count"], 344, "344 penguins") and not score(by["penguins-count"], 344, "343")
+    assert score(by["penguins-chinstrap-flipper"], 195.8, "195.82 mm")
+    assert not score(by["penguins-chinstrap-flipper"], 195.8, "195.9")
+    assert score(by["flights-worst-airline"], "Frontier Airlines Inc.", "Frontier Airlines (F9)")
+    assert not score(by["flights-worst-airline"], "Frontier Airlines Inc.", "Frontier")
+    assert score(by["seattle-wettest-month-2014"], 3, "March 2014") and score(
+        by["seattle-wettest-month-2014"], 3, "month 3")
+    assert not score(by["seattle-wettest-month-2014"], 3, "December")
+    assert score(by["seattle-coldest-day"], "2013/12/07", "It was December 7, 2013.")
+    assert score(by["seattle-coldest-day"], "2013/12/07", "2013-12-07")
+    assert not score(by["seattle-coldest-day"], "2013/12/07", "2012-01-03")
+    assert not score(by["penguins-count"], 344, None)
