@@ -29,6 +29,7 @@ from rlm.agent.nudge import (
     ungrounded_refusal,
 )
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
+from rlm.agent.policy.partial import partial_note
 from rlm.session.entries import Entry
 
 # a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
@@ -197,7 +198,18 @@ class Ungrounded(Rule):
                    "to compute it first", key=NUDGE_UNGROUNDED)
 
 
+class PartialResult(Rule):
+    """A successful cell whose output shows its result only in part (pandas' `...` rows)
+    or shows none (`nan`, no rows): a note says so, every time (rlm.agent.policy.partial).
+    A repeated cell already has its note (RepeatedCell)."""
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if not cell.ok or (cell.runs_before and cell.repeat):
+            return None
+        return partial_note(cell.output)
+
+
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded()]
+            Ungrounded(), PartialResult()]
