@@ -1,6 +1,6 @@
 """What each column of a table holds, before the first cell: its distinct values when there
 are few, how many and three examples when there are many, the range of numbers and dates,
-and how many values are missing.
+and whether values are missing.
 
 A small model drops a filter, writes `'adelie'` for `'Adelie'` or counts the wrong thing
 when it does not know which values exist; one line per column tells it. Two renderings of
@@ -10,8 +10,8 @@ state`, the notes after an error), and `parse_levels` reads the latter back.
 
 Bounded cost: each class of column (few-valued text, many-valued text, numbers) is read in
 full up to its budget of values per table (`FEW_CELLS`, ...); beyond that each column is
-read on a fixed sample of rows (the same rows on every run), and the text says so and
-gives shares instead of counts. Bounded size: at most
+read on a fixed sample of rows (the same rows on every run), and the text
+says so. Bounded size: at most
 `MAX_COLUMNS` columns are described and `BLOCK_CHARS` characters in all; the rest are
 counted. Never raises: a column that cannot be described (unhashable cells, a failing
 `__eq__`) says what its values are instead.
@@ -99,13 +99,11 @@ def _number(x: Any) -> str:
     return text if "e" not in text else repr(f)
 
 
-def _levels(counts: Any, total: int, exact: bool, limit: int) -> list[str]:
-    """`'Adelie' (152)` (exact) or `'Adelie' ~44%` (sampled), most frequent first."""
-    out = []
-    for value, c in counts.iloc[:limit].items():
-        share = f"~{100 * c / total:.0f}%" if total else "?"
-        out.append(f"{_literal(value)} ({int(c):,})" if exact else f"{_literal(value)} {share}")
-    return out
+def _levels(counts: Any, limit: int) -> list[str]:
+    """The values as literals, most frequent first, without their counts: the 1.5B model
+    copied a figure of the description into its code as a value (`dep_time == 8255` from
+    "8,255 missing"; bench/everyday.py), so the description states values, not figures."""
+    return [_literal(value) for value in counts.index[:limit]]
 
 
 def _join(head: str, parts: list[str], more: int) -> str:
@@ -154,7 +152,6 @@ def _dates_as_text(values: Any) -> str | None:
 def _text_fact(col: Any, exact: bool) -> str:
     """Levels, or distinct count and examples, of a text/category/bool column (`col`
     already sampled when not `exact`; nulls dropped by the caller)."""
-    total = len(col)
     try:
         counts = col.value_counts(dropna=True, sort=True)
     except TypeError:  # unhashable cells: lists, dicts, sets
@@ -164,13 +161,13 @@ def _text_fact(col: Any, exact: bool) -> str:
     n = len(counts)
     if n <= MAX_LEVELS:
         where = "" if exact else " in the sample"
-        return _join(f"{n} value{'s' * (n != 1)}{where}: ", _levels(counts, total, exact, n), 0)
+        return _join(f"{n} value{'s' * (n != 1)}{where}: ", _levels(counts, n), 0)
     dates = _dates_as_text(col) if str(col.dtype) != "category" else None
     many = f"{n:,} distinct" if exact else f"{n:,}+ distinct in the sample"
     if dates:
         return f"{dates}, {many}"
     if counts.iloc[0] > 1:
-        return _join(f"{many}, most frequent: ", _levels(counts, total, exact, EXAMPLES), 0)
+        return _join(f"{many}, most frequent: ", _levels(counts, EXAMPLES), 0)
     return _join(f"{many}, e.g. ", [_literal(v) for v in col.iloc[:EXAMPLES].tolist()], 0)
 
 
@@ -194,7 +191,7 @@ def _few_integers(col: Any, exact: bool) -> str:
     if len(counts) > MAX_LEVELS:
         return ""
     where = "" if exact else " in the sample"
-    return _join(f"; {len(counts)} values{where}: ", _levels(counts, len(col), exact, len(counts)), 0)
+    return _join(f"; {len(counts)} values{where}: ", _levels(counts, len(counts)), 0)
 
 
 def _column_fact(col: Any, kind: str, exact: bool) -> str:
@@ -202,21 +199,21 @@ def _column_fact(col: Any, kind: str, exact: bool) -> str:
     try:
         missing = int(col.isna().sum())
         if missing == len(col):
-            return "all missing" if exact else "all missing in the sample"
+            return "all missing (NaN)" if exact else "all missing (NaN) in the sample"
         present = col.dropna() if missing else col
         if kind in ("number", "datetime", "timedelta"):
             fact = _range_fact(present, kind, exact) + _few_integers(present, exact)
         else:
             fact = _text_fact(present, exact)
         if missing:
-            fact += f"; {missing:,} missing" if exact else f"; ~{100 * missing / len(col):.0f}% missing"
+            fact += "; some values missing (NaN)"
         return fact
     except Exception as exc:  # noqa: BLE001 - arbitrary cells: mixed types, failing __eq__
         return f"(not described: {type(exc).__name__})"
 
 
 def column_lines(frame: Any) -> list[str]:
-    """One line per column (`  species (str): 3 values: 'Adelie' (152), ...`), at most
+    """One line per column (`  species (str): 3 values: 'Adelie', 'Gentoo', ...`), at most
     MAX_COLUMNS lines and BLOCK_CHARS characters; a line first when some columns were
     read on a sample; a last line naming (then counting) the columns left out."""
     try:

@@ -31,7 +31,7 @@ LONG_TEXT_PREVIEW = 160  # measured: with 400 the 1.5B model retypes the preview
 
 def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
     """A DataFrame (or Series) also gets `columns`: one line per column with its dtype,
-    its values when few, the range of numbers and dates and the missing count
+    its values when few, the range of numbers and dates and whether values are missing
     (kernel_ext.columns); its `preview` is then its first rows.
 
     A long text also gets a `hint`: how to search it. Measured on the 1.5B offline model

@@ -1,6 +1,6 @@
 """What each column of a table holds (kernel_ext.columns), as the model reads it before its
 first cell (`describe_value`) and in the one-line summary (`<ipython_state>`): levels of
-few-valued columns, counts and examples of many-valued ones, ranges, missing counts; at a
+few-valued columns, counts and examples of many-valued ones, ranges, missing values; at a
 bounded size on wide tables and a bounded cost on long ones; never raising."""
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ def _penguins():
 def test_a_table_lists_levels_ranges_and_missing():
     lines = columns.column_lines(_penguins())
     assert lines == [
-        "  species (str): 3 values: 'Adelie' (152), 'Gentoo' (124), 'Chinstrap' (68)",
-        "  island (str): 3 values: 'Biscoe' (168), 'Dream' (124), 'Torgersen' (52)",
-        "  bill_length_mm (float64): 32.1 .. 59.38; 2 missing",
-        "  sex (str): 2 values: 'male' (167), 'female' (166); 11 missing",
-        "  year (int64): 2007 .. 2009; 3 values: 2009 (172), 2007 (86), 2008 (86)",
+        "  species (str): 3 values: 'Adelie', 'Gentoo', 'Chinstrap'",
+        "  island (str): 3 values: 'Biscoe', 'Dream', 'Torgersen'",
+        "  bill_length_mm (float64): 32.1 .. 59.38; some values missing (NaN)",
+        "  sex (str): 2 values: 'male', 'female'; some values missing (NaN)",
+        "  year (int64): 2007 .. 2009; 3 values: 2009, 2007, 2008",
         "  name (str): 344 distinct, e.g. 'bird 0', 'bird 1', 'bird 2'",
         "  seen (str): dates as text, '2007-11-09' .. '2008-10-17', 344 distinct",
         "  when (datetime64[us]): 2007-11-09 .. 2008-10-17",
@@ -55,7 +55,7 @@ def test_a_wide_table_stays_within_its_cap_and_counts_the_rest():
     shown = sum(1 for x in lines if x.startswith("  col_"))
     assert lines[-1].startswith(f"  ... and {300 - shown} more columns: col_{shown} (")
     # a long value is cut outside its quotes: never a complete-looking wrong literal
-    assert "'level xxxx" in lines[0] and "x'... (5)" in lines[0]
+    assert "'level xxxx" in lines[0] and lines[0].endswith("x'...")
     d = describe_value("wide", wide)
     assert len(d["columns"]) + len(d["preview"]) < 3000
 
@@ -84,14 +84,14 @@ def test_odd_columns_are_described_not_raised():
     odd.insert(0, "dup", "x", allow_duplicates=True)  # two columns of one name
     lines = columns.column_lines(odd)
     by = {x.split(" (")[0].strip(): x for x in lines}
-    assert by["lists"].startswith("  lists (object): 3 values: [1] (2)")  # pandas hashes these
-    assert "{'a': 1} (2)" in by["dicts"]
+    assert by["lists"].startswith("  lists (object): 3 values: [1], ")  # pandas hashes these
+    assert "{'a': 1}" in by["dicts"]
     assert by["objs"] == "  objs (object): (not described: RuntimeError)"
-    assert by["nan"].endswith("all missing") and by["none"].endswith("all missing")
-    assert "'a' (3), 'b' (1)" in by["cat"] and "zzz" not in by["cat"]  # unused level
-    assert "True (3), False (1)" in by["flag"]
+    assert by["nan"].endswith("all missing (NaN)") and by["none"].endswith("all missing (NaN)")
+    assert "'a', 'b'" in by["cat"] and "zzz" not in by["cat"]  # unused level
+    assert "True, False" in by["flag"]
     assert "-inf .. inf" in by["inf"]
-    assert "1 (1), 'a' (1), 2.5 (1); 1 missing" in by["mixed"]
+    assert "; some values missing (NaN)" in by["mixed"]
     assert len(lines) == odd.shape[1]
     for v in (odd, odd.set_index(["flag", "inf"], drop=False)):
         summary(v), describe_value("odd", v)  # no raise
@@ -119,7 +119,7 @@ def test_a_long_table_is_read_on_a_sample_and_says_so():
     lines = columns.column_lines(big)
     assert lines[0].startswith("  (too many rows to read all: facts marked ~ or 'in the sample'")
     kind = next(x for x in lines if x.startswith("  kind0"))
-    assert "2 values in the sample: " in kind and "~50%" in kind and "(" not in kind.split(":", 1)[1]
+    assert "2 values in the sample: " in kind and "(" not in kind.split(":", 1)[1]
     assert "distinct in the sample, e.g." in next(x for x in lines if x.startswith("  id"))
     # numbers are cheap: read in full
     assert next(x for x in lines if x.startswith("  x")).count("in the sample") == 0

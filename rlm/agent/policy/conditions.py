@@ -8,8 +8,8 @@ from the data and shown by an output, so nothing else catches it.
 The conditions are found by what the data holds, not by a list of phrasings:
 - a value of the input that the question names: the input description (the
   `context_vars` entries, kernel_ext.columns) quotes every value of a few-valued column
-  (`continent (str): 5 values: 'Africa' (624), ...`, `year (int64): ...; 12 values: 1952
-  (142), ...`); a question naming one of them (any case) states a condition on its column;
+  (`continent (str): 5 values: 'Africa', ...`, `year (int64): ...; 12 values: 1952, ...`);
+  a question naming one of them (any case) states a condition on its column;
 - a number of three or more digits in the question (a year, a threshold) that tells rows
   apart by what the description says: a listed level of a column with more than one
   value, inside the range of a number column, or a year inside the range of a date column
@@ -25,11 +25,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-# a quoted value in a column line (`'Africa' (624)`, `'Adelie' ~44%`), or an integer level
-# (`2007 (142)`) listed after "N values:"
-_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?= \(|\s*~|,|$)", re.M)
-_INT_LEVELS = re.compile(r"\d+ values(?: in the sample)?: ((?:-?\d+ (?:\([\d,]+\)|~\d+%)(?:, )?)+)")
-_INT_LEVEL = re.compile(r"(-?\d+) (?:\([\d,]+\)|~\d+%)")
+# a quoted value in a column line (`'Africa', 'Asia'`), or the integer levels listed after
+# "N values:" (`12 values: 1952, 1957, ...`)
+_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?=,|;|$)", re.M)
+_INT_LEVELS = re.compile(r"\d+ values(?: in the sample)?: (-?\d+(?:, -?\d+)*)(?![\d.])")
+_INT_LEVEL = re.compile(r"-?\d+")
 _NUMBER = re.compile(r"(?<![\w.])(\d{3,}(?:\.\d+)?)(?![\w.]\w)")
 # a column's range: `1952 .. 2007`, `32.2 .. 59.6`, `2013-01-01 .. 2013-12-31`, `'Jan 1 2000' .. 'Mar 1 2010'`
 _RANGE = re.compile(r"\): (?:dates as text, )?('[^'\n]{1,40}'|\S+) \.\. ('[^'\n]{1,40}'|\S+?)(?=[;,]|\s|$)",
@@ -44,7 +44,7 @@ def values_of(descriptions: Iterable[str]) -> set[str]:
     for text in descriptions:
         out.update(m.group(1).lower() for m in _QUOTED.finditer(text))
         for block in _INT_LEVELS.finditer(text):
-            levels = [m.group(1) for m in _INT_LEVEL.finditer(block.group(1))]
+            levels = _INT_LEVEL.findall(block.group(1))
             if len(levels) > 1:
                 out.update(levels)
     return out
