@@ -21,6 +21,8 @@ import json
 import math
 from typing import Any
 
+from kernel_ext.columns import column_lines, levels_brief, parse_levels
+
 PREVIEW_CHARS = 400
 MAX_NAMES = 60
 SEARCH_HINT_CHARS = 4000  # a text longer than this is searched, not printed
@@ -28,17 +30,25 @@ LONG_TEXT_PREVIEW = 160  # measured: with 400 the 1.5B model retypes the preview
 
 
 def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
-    """A long text also gets a `hint`: how to search it. Measured on the 1.5B offline model
+    """A DataFrame (or Series) also gets `columns`: one line per column with its dtype,
+    its values when few, the range of numbers and dates and whether values are missing
+    (kernel_ext.columns); its `preview` is then its first rows.
+
+    A long text also gets a `hint`: how to search it. Measured on the 1.5B offline model
     (bench/needle.py): with that line next to the task it searches with `find` and prints a
     window; without it, it guesses the needle's wording in a regex that matches nothing."""
-    hint = ""
+    hint = columns = ""
     kind = type(v).__module__ + "." + type(v).__qualname__
     kind = kind.removeprefix("builtins.")
     try:
         if hasattr(v, "shape") and hasattr(v, "head") and hasattr(v, "columns"):
             size = f"{v.shape[0]:,} rows x {v.shape[1]} columns"
-            cols = ", ".join(f"{c} ({t})" for c, t in list(v.dtypes.astype(str).items())[:40])
-            prev = f"columns: {cols}\n" + v.head(3).to_string()[:n]
+            columns = "\n".join(column_lines(v))
+            prev = v.head(3).to_string()[:n]
+        elif hasattr(v, "shape") and hasattr(v, "value_counts") and hasattr(v, "to_frame"):
+            size = f"{v.shape[0]:,} values, dtype {v.dtype}"  # a pandas Series: one column
+            columns = "\n".join(column_lines(v.to_frame()))
+            prev = v.head(3).to_string()[:n]
         elif hasattr(v, "shape") and hasattr(v, "dtype"):
             size = f"shape {tuple(v.shape)}, dtype {v.dtype}"
             prev = repr(v)[:n]
@@ -60,6 +70,8 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
     except Exception as e:  # noqa: BLE001 - a value whose repr fails is still listed
         size, prev = "", f"<preview failed: {type(e).__name__}>"
     out = {"name": name, "type": kind, "size": size, "preview": prev}
+    if columns:
+        out["columns"] = columns
     if hint:
         out["hint"] = hint
     return out
@@ -91,7 +103,12 @@ def alias_item(name: str, module: str) -> dict[str, str]:
     return {"name": name, "type": "module", "size": "", "preview": "", "alias": module}
 
 
-SUMMARY_CHARS = 240  # one name's line, at most
+SUMMARY_CHARS = 240  # one name's line, at most (a DataFrame's: before its levels)
+# A DataFrame's line ends with the values of its few-valued text columns, whole ones only,
+# in up to columns.BRIEF_CHARS more: after a compaction the model still filters with the
+# exact spelling ('Adelie', not 'adelie') without a cell to look. `|` between the values and
+# `, ` between the columns, as the dtypes are listed: one line, no new syntax to learn.
+LEVELS_MARK = "; values: "
 MAX_COLUMNS = 12
 _SAMPLE = 100
 
@@ -129,7 +146,22 @@ def _frame_summary(v: Any) -> str:
     index = type(v.index).__name__
     idx = "" if index == "RangeIndex" else f"; index {index}" + (
         f" {list(v.index.names)}" if getattr(v.index, "nlevels", 1) > 1 else "")
-    return f"DataFrame {rows:,} rows x {ncols} cols: {', '.join(cols)}{more}{idx}"
+    line = f"DataFrame {rows:,} rows x {ncols} cols: {', '.join(cols)}{more}{idx}"[:SUMMARY_CHARS]
+    brief = levels_brief(v)
+    return line + (f"{LEVELS_MARK}{brief}" if brief else "")
+
+
+def _is_frame(v: Any) -> bool:
+    t = type(v)
+    return t.__name__ == "DataFrame" and t.__module__.startswith("pandas")
+
+
+def frame_levels(line: str) -> dict[str, list[str]]:
+    """The values a DataFrame's summary line lists for its few-valued text columns,
+    column -> values as written there (`'Adelie'`); {} when it lists none."""
+    if not line.startswith("DataFrame ") or LEVELS_MARK not in line:
+        return {}
+    return parse_levels(line.rpartition(LEVELS_MARK)[2])
 
 
 def summary(v: Any) -> str:
@@ -139,7 +171,8 @@ def summary(v: Any) -> str:
     error: Exception | None = None
     for _ in range(3):
         try:
-            return _summary(v)[:SUMMARY_CHARS]
+            line = _summary(v)
+            return line if _is_frame(v) else line[:SUMMARY_CHARS]
         except RuntimeError as exc:  # resized while read: read it again
             error = exc
         except Exception as exc:  # noqa: BLE001 - arbitrary user objects

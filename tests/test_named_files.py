@@ -113,3 +113,34 @@ def test_named_files_takes_existing_files_once_and_leaves_big_ones(tmp_path, mon
     # absolute paths are taken as they are
     load, _ = named_files(f"look at {tmp_path / 'sales.csv'}.", Path("/"), [])
     assert load == [str(tmp_path / "sales.csv")]
+
+
+PENGUINS = ("species,island,bill_mm,sex,tag\n"
+            + "".join(f"{s},{i},{b},{x},t{n}\n" for n, (s, i, b, x) in enumerate(
+                [("Adelie", "Dream", 39.1, "male")] * 5 + [("Gentoo", "Biscoe", 47.5, "female")] * 3
+                + [("Chinstrap", "Dream", "", "")] * 2 + [("Adelie", "Torgersen", 36.7, "female")] * 20)))
+
+
+def test_a_named_table_is_described_by_its_values(tmp_path, _isolated_home):
+    """Issue 60: before its first cell the model sees what each column holds, so it filters
+    with 'Adelie' (not 'adelie') and knows which values exist: the levels of few-valued
+    columns (most frequent first, no counts: figures get copied as values), the range of
+    numbers, whether values are missing; a column of
+    distinct values is counted and exemplified, not listed."""
+    (tmp_path / "penguins.csv").write_text(PENGUINS)
+    s = script(tmp_path / "p.json", [call("n = int((penguins.species == 'Adelie').sum())\nprint(n)"),
+                                     call("final(n)")])
+    out = rlm("run", "how many Adelie penguins are in penguins.csv?", "--model", s, "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["final"] == "25"
+    [ctx] = [e for e in _entries(Path(res["session_path"]))
+             if e.get("custom_type") == "context_vars"]
+    text = ctx["content"]
+    assert "- penguins: pandas.DataFrame, 30 rows x 5 columns" in text
+    assert "species (str): 3 values: 'Adelie', 'Gentoo', 'Chinstrap'" in text
+    assert "island (str): 3 values: 'Torgersen', 'Dream', 'Biscoe'" in text
+    assert "bill_mm (float64): 36.7 .. 47.5; some values missing (NaN)" in text
+    assert "sex (str): 2 values: 'female', 'male'; some values missing (NaN)" in text
+    assert "tag (str): 30 distinct, e.g. 't0', 't1', 't2'" in text
+    assert "'t29'" not in text  # not enumerated

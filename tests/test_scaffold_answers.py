@@ -118,7 +118,23 @@ def test_a_key_error_says_where_the_column_is_or_which_columns_exist(_isolated_h
     assert "`'region'` is a column of the DataFrame `orders`" in first
     assert "`orders.groupby('region')`" in first
     assert "`'city'` is not a column of any DataFrame" in second
-    assert "- orders: order_id, region, value" in second
+    # the columns, each few-valued text one with its values
+    assert "- orders: order_id, region ('Lyon'|'Nice'), value" in second
+
+
+def test_a_key_error_on_a_value_says_which_column_holds_it(_isolated_home, tmp_path):
+    """A small model takes a value for a column or a label (`df['Dream']`,
+    `groupby('species').get_group('adelie')`): the note names the column that holds it,
+    spelled as the data spells it, and the filter that selects its rows."""
+    (tmp_path / "orders.csv").write_text("order_id,region,value\n1,Lyon,3.5\n2,Nice,4.0\n")
+    [note] = _read_after_cells(
+        _isolated_home, tmp_path / "orders.csv",
+        [_cell("print(orders.groupby('region').get_group('lyon'))"), "FINAL(none)"],
+        "orders from lyon?")
+    assert "KeyError: 'lyon'" in note
+    assert ("`'lyon'` is not a column: 'Lyon' is a value of the column `region` of the "
+            "DataFrame `orders` (its values: 'Lyon', 'Nice')") in note
+    assert "`orders[orders['region'] == 'Lyon']`" in note
 
 
 def test_a_merge_on_a_column_one_side_lacks_names_that_side(_isolated_home, tmp_path):
@@ -146,7 +162,7 @@ def test_a_groupby_on_a_missing_column_names_the_column_not_pandas_wording(_isol
         "total per region?")
     assert "Column not found: amount" in note  # pandas' own error, kept
     assert "`'amount'` is not a column of any DataFrame" in note
-    assert "- sales: region, revenue" in note
+    assert "- sales: region ('North'|'South'), revenue" in note
 
 
 def test_a_position_read_as_a_label_says_iloc(_isolated_home, tmp_path):

@@ -83,3 +83,24 @@ def test_host_notices_print_the_kernel_summaries_within_budget():
         "Restored from the last snapshot (2 names; names that shared objects still do):",
         f"- sales: {frame}", "- v1: list of 3 int"]
     assert RestoreReport.from_dict(rep.to_dict()) == rep
+
+
+def test_ipython_state_shows_a_frames_values_within_its_cap(shell):
+    """Issue 60: after a compaction the model still filters with the data's own spelling:
+    a DataFrame's line ends with the values of its few-valued text columns, whole ones only,
+    within the summary's levels budget."""
+    from kernel_ext.columns import BRIEF_CHARS
+    from kernel_ext.describe import LEVELS_MARK, SUMMARY_CHARS
+    from rlm.compaction.notes import format_ipython_state
+
+    run(shell, "import pandas as pd\npenguins = pd.DataFrame({'species': ['Adelie'] * 5 + "
+               "['Gentoo'] * 3, 'mass': range(8), 'id': [f'p{i}' for i in range(8)]})\n"
+               "wide = pd.DataFrame({f'c{i}': ['yes', 'no'] * 4 for i in range(80)})")
+    names = json.loads(snapshot.namespace_json(shell))["names"]
+    text = format_ipython_state(names, [])
+    assert ("- penguins: DataFrame 8 rows x 3 cols: species str, mass int64, id str; "
+            "values: species 'Adelie'|'Gentoo', ") in text
+    [wide] = [line for line in text.splitlines() if line.startswith("- wide: ")]
+    levels = wide.split(LEVELS_MARK)[1].rsplit(", ", 1)[0]  # before the size
+    assert levels.startswith("c0 'yes'|'no', c1 'yes'|'no'") and len(levels) <= BRIEF_CHARS
+    assert len(wide) <= len("- wide: ") + SUMMARY_CHARS + len(LEVELS_MARK) + BRIEF_CHARS + 12

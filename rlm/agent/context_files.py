@@ -236,14 +236,21 @@ def describe_variables(agent: InputHost, names: list[str] | None, *, origin: str
 
 def format_description(items: list[dict[str, Any]], *, origin: str) -> str:
     """No XML-like tag around it: the 1.5B model turned `<context_variables>` into
-    `context_variables['context']`. Only the real variable names look like names. Items
+    `context_variables['context']`. Only the real variable names look like names. A table
+    (an item with `columns`, kernel_ext.columns) lists what each column holds before its
+    first rows: a small model filters with the values it was shown ('Adelie', not
+    'adelie') and does not drop a filter it can see the column for. Items
     with an `alias` (kernel_ext.describe.alias_item) are the modules the kernel defined
     before the first cell: one line saying they need no import."""
     values = [d for d in items if not d.get("alias")]
     lines = [f"Input: these kernel variables already hold your input ({origin}); "
              "read them through code, in slices:"]
     for d in values:
-        lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
+        if d.get("columns"):  # a table: what each column holds, then its first rows
+            lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  columns (dtype: values):\n"
+                         f"{d['columns']}\n  first rows:\n{d['preview']}")
+        else:
+            lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
         if d.get("hint"):
             lines.append(f"  {d['hint']}")
     if not values:

@@ -10,7 +10,7 @@ import re
 import sys
 from typing import Any
 
-from kernel_ext.describe import listing_line, listing_lines
+from kernel_ext.describe import LEVELS_MARK, frame_levels, listing_line, listing_lines
 from rlm.kernel.types import CellResult, RestoreReport
 
 MAX_NAMES = 200
@@ -136,7 +136,7 @@ def frame_dtypes(summary: str) -> list[tuple[str, str]] | None:
     head, sep, cols = summary.partition(" cols: ")
     if not head.startswith("DataFrame ") or not sep:
         return None
-    cols = cols.split("; index ")[0]
+    cols = cols.split(LEVELS_MARK)[0].split("; index ")[0]
     return [(c.rsplit(" ", 1)[0], c.rsplit(" ", 1)[1]) for c in cols.split(", ")
             if " " in c and not c.startswith("+")]
 
@@ -211,9 +211,38 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str
                 f"Use the DataFrame itself: `{name}[{key!r}]`, `{name}.groupby({key!r})`.]")
     if not frames:
         return ""
+    levels = _levels_of(rows, inputs)
+    value = _value_note(key, levels)
+    if value:
+        return value
     lines = [f"\n[`{key!r}` is not a column of any DataFrame. Their columns:"]
-    lines += [f"- {name}: {', '.join(cols)}" for name, cols in frames[:8]]
+    for name, cols in frames[:8]:
+        few = levels.get(name, {})
+        lines.append(f"- {name}: " + ", ".join(
+            f"{c} ({'|'.join(few[c])})" if c in few else c for c in cols))
     return "\n".join(lines) + "\nUse one of these names.]"
+
+
+def _levels_of(rows: list[dict[str, Any]], inputs: set[str]) -> dict[str, dict[str, list[str]]]:
+    """table -> column -> the values its listing summary shows (few-valued text columns)."""
+    return {r["name"]: lv for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
+            if (lv := frame_levels(str(r.get("summary") or "")))}
+
+
+def _value_note(key: str, levels: dict[str, dict[str, list[str]]]) -> str:
+    """After `KeyError: 'adelie'` where 'Adelie' (any case, spaces around) is a value of
+    a column: it is a value, not a column or a label; filter the rows with it. The 1.5B
+    model wrote `penguins.groupby('species').get_group('adelie')` and `df['Dream']`."""
+    want = key.strip().casefold()
+    for table, cols in levels.items():
+        for col, values in cols.items():
+            for v in values:
+                if v[:1] in "'\"" and v[1:-1].strip().casefold() == want:
+                    return (f"\n[`{key!r}` is not a column: {v} is a value of the column "
+                            f"`{col}` of the DataFrame `{table}` (its values: "
+                            f"{', '.join(values)}). Select those rows with "
+                            f"`{table}[{table}[{col!r}] == {v}]`.]")
+    return ""
 
 
 _LABEL_ERROR = re.compile(r"^KeyError: (-?\d+)\s*$", re.M)

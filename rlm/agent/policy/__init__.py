@@ -176,7 +176,7 @@ class AnswerPolicy:
         else:
             f.stale.add(code.strip())
         f.looping = failed_again or (before >= 2 and repeat is not None)
-        cell = Cell(code, result.ok, result.status, failed_again, before, repeat)
+        cell = Cell(code, result.ok, result.status, failed_again, before, repeat, result.shaped)
         note = "".join(n for r in self.rules if (n := r.on_cell(f, cell)))
         f.last_failed_code = code if result.status == "error" else None
         if result.ok:

@@ -28,6 +28,7 @@ class Cell:
     failed_again: bool  # the same code as the cell that failed just before
     runs_before: int  # how often this code already succeeded in this run
     repeat: str | None = None  # how it repeated with nothing new (None: new information)
+    output: str = ""  # what the model reads of it (its shaped output)
 
 
 class Answer:

@@ -28,7 +28,10 @@ from rlm.agent.nudge import (
     non_answer_refusal,
     ungrounded_refusal,
 )
+from rlm.agent.policy.conditions import dropped
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
+from rlm.agent.policy.partial import partial_note
+from rlm.session.branch import custom_entries, prompts
 from rlm.session.entries import Entry
 
 # a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
@@ -197,7 +200,52 @@ class Ungrounded(Rule):
                    "to compute it first", key=NUDGE_UNGROUNDED)
 
 
+DROPPED = ("Not accepted yet: the question states {terms}, but none of the cells you ran uses "
+           "{them}, so your answer leaves out {that} condition{s}. Write a cell that applies "
+           "every condition of the question (filter the rows on {them}) and prints the "
+           "result; answer with FINAL(answer) from that output.")
+
+
+class DroppedCondition(Rule):
+    """A fenced-code model's answer when a condition the question states (a value the
+    input description lists, a number of three or more digits: rlm.agent.policy.conditions)
+    is spelled by no successful cell of this run: refused once per run while a turn is
+    left, naming the conditions. Small models drop a filter ("Africa in 2007" summed over
+    every year); the answer is then shown by an output and verified, and wrong."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if (facts.native_tools or DROPPED in facts.refused or not facts.shown
+                or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
+            return None
+        question = [e.message["content"] for e in prompts(branch)
+                    if isinstance(e.message.get("content"), str)][-1:]
+        if not question:
+            return None
+        inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+        missing = dropped(question[0], inputs, [s.code for s in facts.shown])
+        if not missing:
+            return None
+        terms = ", ".join(repr(t) for t in missing[:4])
+        many = len(missing) > 1
+        return Refuse(DROPPED.format(terms=terms, them="them" if many else "it",
+                                     that="those" if many else "that", s="s" if many else ""),
+                      f"the answer's cells never used {terms}, which the question states; "
+                      "asked the model to apply every condition", key=DROPPED)
+
+
+class PartialResult(Rule):
+    """A successful cell whose output shows its result only in part (pandas' `...` rows)
+    or shows none (`nan`, no rows): a note says so, every time (rlm.agent.policy.partial).
+    A repeated cell already has its note (RepeatedCell)."""
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if not cell.ok or (cell.runs_before and cell.repeat):
+            return None
+        return partial_note(cell.output)
+
+
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded()]
+            Ungrounded(), DroppedCondition(), PartialResult()]

@@ -1,0 +1,113 @@
+"""The question's conditions that no cell used: a dropped filter, found by the data.
+
+A small model drops a condition the question states: "the total population of Africa in
+2007" summed Africa over every year (bench/everyday.py: 6,187,585,961 for 929,539,692),
+"the month of 2014 with the most rain" grouped all four years. Its answer is then computed
+from the data and shown by an output, so nothing else catches it.
+
+The conditions are found by what the data holds, not by a list of phrasings:
+- a value of the input that the question names: the input description (the
+  `context_vars` entries, kernel_ext.columns) quotes every value of a few-valued column
+  (`continent (str): 5 values: 'Africa', ...`, `year (int64): ...; 12 values: 1952, ...`);
+  a question naming one of them (any case) states a condition on its column;
+- a number of three or more digits in the question (a year, a threshold) that tells rows
+  apart by what the description says: a listed level of a column with more than one
+  value, inside the range of a number column, or a year inside the range of a date column
+  that spans several years; never the one year a date column spans, nor the one value
+  of a column ("in 2025" over data that is all of 2025 states no condition).
+A condition is used when some successful cell's code of this run spells it (any case, as
+a whole word; for a number, as a number). `dropped(question, descriptions, codes)` returns
+the conditions none spelled, in the question's order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+# a quoted value in a column line (`'Africa', 'Asia'`), or the integer levels listed after
+# "N values:" (`12 values: 1952, 1957, ...`)
+_QUOTED = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?=,|;|$)", re.M)
+_INT_LEVELS = re.compile(r"\d+ values(?: in the sample)?: (-?\d+(?:, -?\d+)*)(?![\d.])")
+_INT_LEVEL = re.compile(r"-?\d+")
+_NUMBER = re.compile(r"(?<![\w.])(\d{3,}(?:\.\d+)?)(?![\w.]\w)")
+# a column's range: `1952 .. 2007`, `32.2 .. 59.6`, `2013-01-01 .. 2013-12-31`, `'Jan 1 2000' .. 'Mar 1 2010'`
+_RANGE = re.compile(r"\): (?:dates as text, )?('[^'\n]{1,40}'|\S+) \.\. ('[^'\n]{1,40}'|\S+?)(?=[;,]|\s|$)",
+                    re.M)
+_YEAR = re.compile(r"(?<!\d)([12]\d{3})(?!\d)")
+_FILE = re.compile(r"\S+\.[A-Za-z][A-Za-z0-9]{0,9}\b")
+
+
+def values_of(descriptions: Iterable[str]) -> set[str]:
+    """The values the input descriptions list, lower-cased."""
+    out: set[str] = set()
+    for text in descriptions:
+        out.update(m.group(1).lower() for m in _QUOTED.finditer(text))
+        for block in _INT_LEVELS.finditer(text):
+            levels = _INT_LEVEL.findall(block.group(1))
+            if len(levels) > 1:
+                out.update(levels)
+    return out
+
+
+def _ranges(descriptions: Iterable[str]) -> list[tuple[float, float]]:
+    """The spans rows differ over: number ranges, and the years of date ranges (a span of
+    one value is kept too: what every row holds, `_tells_rows_apart` rules it out)."""
+    out = []
+    for text in descriptions:
+        for m in _RANGE.finditer(text):
+            lo, hi = m.group(1).strip("'"), m.group(2).strip("'")
+            try:
+                out.append((float(lo), float(hi)))
+                continue
+            except ValueError:
+                pass
+            ylo, yhi = _YEAR.search(lo), _YEAR.search(hi)
+            if ylo and yhi:
+                out.append((float(ylo.group(1)), float(yhi.group(1))))
+    return out
+
+
+def _tells_rows_apart(number: str, values: set[str], ranges: list[tuple[float, float]]) -> bool:
+    n = float(number)
+    if any(lo == hi == n for lo, hi in ranges):
+        return False  # every row holds it
+    return number in values or any(lo <= n <= hi for lo, hi in ranges if lo < hi)
+
+
+def conditions(question: str, descriptions: Iterable[str]) -> list[str]:
+    """The values and numbers `question` states, in its order (file names left out)."""
+    descriptions = list(descriptions)
+    text = _FILE.sub(" ", question)
+    low = text.lower()
+    found: list[tuple[int, str]] = []
+    values, ranges = values_of(descriptions), _ranges(descriptions)
+    for value in values:
+        if len(value) < 2 or not re.search(r"\w", value):
+            continue
+        m = re.search(rf"(?<!\w){re.escape(value)}(?!\w)", low)
+        if m:
+            found.append((m.start(), text[m.start():m.end()]))
+    for m in _NUMBER.finditer(text):
+        if _tells_rows_apart(m.group(1), values, ranges):
+            found.append((m.start(), m.group(1)))
+    seen: set[str] = set()
+    out = []
+    for _, term in sorted(found):
+        if term.lower() not in seen:
+            seen.add(term.lower())
+            out.append(term)
+    return out
+
+
+def used(term: str, codes: Iterable[str]) -> bool:
+    if re.fullmatch(r"\d+(?:\.\d+)?", term):
+        pattern = rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)"
+        return any(re.search(pattern, c) for c in codes)
+    pattern = rf"(?<!\w){re.escape(term.lower())}(?!\w)"
+    return any(re.search(pattern, c.lower()) for c in codes)
+
+
+def dropped(question: str, descriptions: Iterable[str], codes: Iterable[str]) -> list[str]:
+    codes = list(codes)
+    return [t for t in conditions(question, descriptions) if not used(t, codes)]

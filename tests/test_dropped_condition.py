@@ -1,0 +1,114 @@
+"""A condition the question states that no cell used (rlm.agent.policy.conditions, the
+DroppedCondition rule): values the input description lists and numbers of three or more
+digits. Scripted fenced-code model like the local one, a real kernel, the input loaded and
+described by the host; assertions on what reached the model and the answer kept."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rlm.agent.context_files import load_context_files
+from rlm.agent.policy.conditions import conditions, dropped, values_of
+from rlm.agent.policy.rules import DROPPED
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.events import RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.store import SessionStore
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False
+
+
+def _cell(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+@pytest.fixture
+def world(tmp_path):
+    rows = [(c, k, y, p) for c, k in [("Chad", "Africa"), ("Mali", "Africa"), ("Peru", "Americas"),
+                                      ("Laos", "Asia")]
+            for y, p in [(1952, 1000), (2007, 3000)]]
+    path = tmp_path / "world.csv"
+    pd.DataFrame(rows, columns=["country", "continent", "year", "pop"]).to_csv(path, index=False)
+    return path
+
+
+def _run(home, path, question, replies):
+    llm = _Fenced(replies)
+    config = Config(home=home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(home, model="script:small", task="t")
+    agent = build_agent(session, config, llm=llm)
+    with agent:
+        load_context_files(agent, [path])
+        end = [e for e in agent.run(question) if isinstance(e, RunEnded)][-1]
+    return end, [call[-1]["content"] for call in llm.calls[1:]]
+
+
+Q = "What was the total population of Africa in 2007?"
+
+
+def test_an_answer_whose_cells_dropped_a_stated_year_is_refused_once_naming_it(
+        _isolated_home, world):
+    end, seen = _run(_isolated_home, world, Q, [
+        _cell("print(world[world['continent'] == 'Africa']['pop'].sum())"),  # every year
+        "FINAL(8000)",
+        _cell("w = world[(world['continent'] == 'Africa') & (world['year'] == 2007)]\n"
+              "print(w['pop'].sum())"),
+        "FINAL(6000)"])
+    assert "the question states '2007'" in seen[1] and "Africa" not in seen[1].split("states")[1][:12]
+    assert end.final == "6000" and end.verified is True
+
+
+def test_a_value_spelled_in_another_case_in_the_question_is_found(_isolated_home, world):
+    end, seen = _run(_isolated_home, world, "How many rows are there for AFRICA in 1952?", [
+        _cell("print(len(world[world['year'] == 1952]))"),
+        "FINAL(4)",
+        _cell("print(len(world[world['year'] == 1952]))"),
+        "FINAL(4)"])
+    assert "the question states 'AFRICA', but" in seen[1]
+    assert end.final == "4"  # once per run: the same answer is then accepted
+
+
+def test_an_answer_that_used_every_condition_is_accepted_at_once(_isolated_home, world):
+    end, seen = _run(_isolated_home, world, Q, [
+        _cell("w = world.query(\"continent == 'Africa' and year == 2007\")\nprint(w['pop'].sum())"),
+        "FINAL(6000)"])
+    assert end.final == "6000" and not any("Not accepted" in s for s in seen)
+
+
+DESC = ("  continent (str): 3 values: 'Africa', 'Americas', 'Asia'\n"
+        "  year (int64): 1952 .. 2007; 2 values: 1952, 2007\n"
+        "  name (str): 344 distinct, e.g. 'New York', 'bird1', 'O\\'Hare'\n"
+        "  kind (str): 2 values in the sample: 'rain', 'sun'; some values missing (NaN)\n"
+        "  day (str): dates as text, '2012/01/01' .. '2015/12/31', 1,461 distinct\n"
+        "  miles (float64): 17 .. 4983\n"
+        "  booked (datetime64[ns]): 2025-01-01 .. 2025-12-31\n")
+
+
+@pytest.mark.parametrize("question, want", [
+    ("Total population of Africa in 2007?", ["Africa", "2007"]),
+    ("How many days of rain in 2014 at new york?", ["rain", "2014", "new york"]),
+    ("Average seats of planes with 2 engines? Round to 1 decimal.", []),
+    ("How many flights in flights2013.csv went to 1952.csv?", []),
+    ("Which continent had the lowest value in 1952?", ["1952"]),
+    ("Flights longer than 1500.5 miles in Asia", ["1500.5", "Asia"]),
+    ("Is africanus a value?", []),  # a word that holds a value is not the value
+    ("Which kind was most common in 2025?", []),  # every row was booked in 2025
+    ("Which kind was most common in 9999?", []),  # no column's range holds it
+    ("How many rows have id 123456?", []),
+])
+def test_the_conditions_a_question_states(question, want):
+    assert conditions(question, [DESC]) == want
+
+
+def test_a_condition_is_used_when_a_cell_spells_it_as_a_word_or_number():
+    codes = ["df[df.year == 2007]", "df[df.continent.str.lower() == 'africa']"]
+    assert dropped("Africa in 2007", [DESC], codes) == []
+    assert dropped("Africa in 2007", [DESC], ["df[df.year == 20071]", "x = 'africanus'"]) == [
+        "Africa", "2007"]
+    assert dropped("Africa in 2007", [DESC], ["df[df.year == 2007.5]"]) == ["Africa", "2007"]
+    assert values_of([DESC]) >= {"africa", "1952", "2007", "new york", "rain", "sun"}
+    assert DROPPED.startswith("Not accepted yet")

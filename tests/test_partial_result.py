@@ -1,0 +1,97 @@
+"""A result printed in part, or no result at all: the note the model reads next
+(rlm.agent.policy.partial, the PartialResult rule). Scripted fenced-code model like the
+local one, a real kernel, the agent built by the composition root; the assertions are on
+what reached the model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlm.agent.context_files import load_context_files
+from rlm.agent.policy.partial import partial_note
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.llm import ScriptedLLM
+from rlm.session.store import SessionStore
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False
+
+
+def _cell(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _seen_after(home, path, replies: list[str]) -> list[str]:
+    llm = _Fenced(replies)
+    config = Config(home=home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(home, model="script:small", task="t")
+    agent = build_agent(session, config, llm=llm)
+    with agent:
+        load_context_files(agent, [path])
+        list(agent.run("What was the average price of AAPL in 2009?"))
+    return [call[-1]["content"] for call in llm.calls[1:]]
+
+
+@pytest.fixture
+def stocks(tmp_path):
+    days = pd.date_range("2008-01-01", "2010-12-31", freq="D")
+    df = pd.DataFrame({"symbol": ["AAPL"] * len(days),
+                       "date": [f"{d:%b} {d.day} {d.year}" for d in days],
+                       "price": np.linspace(100, 200, len(days)).round(2)})
+    path = tmp_path / "stocks.csv"
+    df.to_csv(path, index=False)
+    return path
+
+
+def test_a_filter_that_selects_nothing_is_named_before_the_model_answers(
+        _isolated_home, stocks):
+    seen = _seen_after(_isolated_home, stocks, [
+        _cell("sel = stocks[(stocks['symbol'] == 'AAPL') & stocks['date'].str.startswith('2009')]"
+              "\nprint(round(sel['price'].mean(), 2))"),
+        _cell("print(stocks['date'].head())"),
+        "FINAL(done)"])
+    assert "nan" in seen[0] and "This result is empty (nan)" in seen[0]
+    assert "how they are written" in seen[0]
+    assert "This result is empty" not in seen[1] and "Only part" not in seen[1]
+
+
+def test_a_long_series_printed_in_part_says_so_and_a_short_one_does_not(_isolated_home, stocks):
+    seen = _seen_after(_isolated_home, stocks, [
+        _cell("print(stocks['price'])"),            # 1,096 rows: pandas elides the middle
+        _cell("print(stocks['price'].head())"),      # 5 rows: all shown
+        _cell("print(stocks.set_index('date')['price'])"),
+        "FINAL(done)"])
+    assert "Only part of this result was printed (1096 rows" in seen[0]
+    assert "Only part" not in seen[1]
+    assert "Only part of this result was printed (1096 rows" in seen[2]
+
+
+@pytest.mark.parametrize("text, note", [
+    (repr(pd.Series(np.arange(365.0), name="t")), "365 rows"),
+    (str(pd.DataFrame({"a": range(100), "b": range(100)})), "100 rows"),
+    (repr(pd.DataFrame({"a": range(1000)})), "1000 rows"),
+    (repr(np.arange(5000)), "a long array"),
+    (str(np.arange(5000)), "a long array"),
+    (repr(pd.DataFrame({"a": []})), "empty (no rows)"),
+    (repr(pd.Series([], dtype=float)), "empty (Series([]"),
+    ("nan", "empty (nan)"),
+    ("Average price: nan", "empty (nan)"),
+    ("total = NaT", "empty (NaT)"),
+    ("[]", "empty ([])"),
+])
+def test_the_shapes_of_a_partial_or_empty_result(text, note):
+    got = partial_note(text)
+    assert got is not None and note in got
+
+
+@pytest.mark.parametrize("text", [
+    "344", "", repr(pd.Series(range(5))), str(pd.DataFrame({"a": range(10)})),
+    "a ... b", "x = 3\nnan count: 5", "see the docs...", "Loading ...\ndone: 12 rows",
+    "values: [1, 2, 3]", "None",
+])
+def test_complete_results_get_no_note(text):
+    assert partial_note(text) is None
