@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from rlm.agent.context_files import load_context_files
-from rlm.agent.policy.conditions import conditions, dropped, values_of
+from rlm.agent.policy.conditions import conditions, dropped, how_to_use, values_of
 from rlm.agent.policy.rules import DROPPED
 from rlm.app import build_agent
 from rlm.config import Config
@@ -59,6 +59,7 @@ def test_an_answer_whose_cells_dropped_a_stated_year_is_refused_once_naming_it(
               "print(w['pop'].sum())"),
         "FINAL(6000)"])
     assert "the question states '2007'" in seen[1] and "Africa" not in seen[1].split("states")[1][:12]
+    assert "The rows it means: world[world['year'] == 2007]." in seen[1]  # from the description
     assert end.final == "6000" and end.verified is True
 
 
@@ -112,3 +113,12 @@ def test_a_condition_is_used_when_a_cell_spells_it_as_a_word_or_number():
     assert dropped("Africa in 2007", [DESC], ["df[df.year == 2007.5]"]) == ["Africa", "2007"]
     assert values_of([DESC]) >= {"africa", "1952", "2007", "new york", "rain", "sun"}
     assert DROPPED.startswith("Not accepted yet")
+
+
+def test_the_rows_a_condition_means_come_from_the_description():
+    tables = ("- world: pandas.DataFrame, 8 rows x 4 columns\n  columns (dtype: values):\n" + DESC)
+    assert how_to_use("AFRICA", [tables]) == "world[world['continent'] == 'Africa']"
+    assert how_to_use("2007", [tables]) == "world[world['year'] == 2007]"
+    assert how_to_use("2014", [tables]) == "2014 is within the range of world['day']"
+    assert how_to_use("9999", [tables]) == "" and how_to_use("Mars", [tables]) == ""
+    assert how_to_use("2007", [DESC]) == ""  # a column line outside any table: no name to give

@@ -23,7 +23,8 @@ the conditions none spelled, in the question's order.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 # a quoted value in a column line (`'Africa', 'Asia'`), or the integer levels listed after
 # "N values:" (`12 values: 1952, 1957, ...`)
@@ -38,41 +39,84 @@ _YEAR = re.compile(r"(?<!\d)([12]\d{3})(?!\d)")
 _FILE = re.compile(r"\S+\.[A-Za-z][A-Za-z0-9]{0,9}\b")
 
 
-def values_of(descriptions: Iterable[str]) -> set[str]:
-    """The values the input descriptions list, lower-cased."""
-    out: set[str] = set()
+_TABLE = re.compile(r"^- ([A-Za-z_]\w*): ")
+_COLUMN = re.compile(r"^  (\S(?:[^\n]*?\S)?) \(([^()\n]*)\): (.*)$")
+
+
+def _column_lines(descriptions: Iterable[str]) -> Iterator[tuple[str, str, str]]:
+    """(table, column, the column's facts) for every column line of the descriptions."""
     for text in descriptions:
-        out.update(m.group(1).lower() for m in _QUOTED.finditer(text))
-        for block in _INT_LEVELS.finditer(text):
+        table = ""
+        for line in text.splitlines():
+            if m := _TABLE.match(line):
+                table = m.group(1)
+            elif m := _COLUMN.match(line):  # table "": a column line outside a table
+                yield table, m.group(1), "): " + m.group(3)
+
+
+def where_values(descriptions: Iterable[str]) -> dict[str, tuple[str, str, str]]:
+    """Each value the input descriptions list, lower-cased -> (table, column, the value
+    as a literal: `'Africa'`, `2007`)."""
+    out: dict[str, tuple[str, str, str]] = {}
+    for table, column, facts in _column_lines(descriptions):
+        for m in _QUOTED.finditer(facts):
+            out.setdefault(m.group(1).lower(), (table, column, f"'{m.group(1)}'"))
+        for block in _INT_LEVELS.finditer(facts):
             levels = _INT_LEVEL.findall(block.group(1))
             if len(levels) > 1:
-                out.update(levels)
+                for v in levels:
+                    out.setdefault(v, (table, column, v))
     return out
 
 
-def _ranges(descriptions: Iterable[str]) -> list[tuple[float, float]]:
-    """The spans rows differ over: number ranges, and the years of date ranges (a span of
-    one value is kept too: what every row holds, `_tells_rows_apart` rules it out)."""
+def values_of(descriptions: Iterable[str]) -> set[str]:
+    """The values the input descriptions list, lower-cased."""
+    return set(where_values(descriptions))
+
+
+def _ranges(descriptions: Iterable[str]) -> list[tuple[float, float, str, str]]:
+    """The spans rows differ over, with their table and column: number ranges, and the
+    years of date ranges (a span of one value is kept too: what every row holds,
+    `_tells_rows_apart` rules it out)."""
     out = []
-    for text in descriptions:
-        for m in _RANGE.finditer(text):
+    for table, column, facts in _column_lines(descriptions):
+        for m in _RANGE.finditer(facts):
             lo, hi = m.group(1).strip("'"), m.group(2).strip("'")
             try:
-                out.append((float(lo), float(hi)))
+                out.append((float(lo), float(hi), table, column))
                 continue
             except ValueError:
                 pass
             ylo, yhi = _YEAR.search(lo), _YEAR.search(hi)
             if ylo and yhi:
-                out.append((float(ylo.group(1)), float(yhi.group(1))))
+                out.append((float(ylo.group(1)), float(yhi.group(1)), table, column))
     return out
 
 
-def _tells_rows_apart(number: str, values: set[str], ranges: list[tuple[float, float]]) -> bool:
+def _tells_rows_apart(number: str, values: set[str] | dict[str, Any],
+                      ranges: list[tuple[float, float, str, str]]) -> bool:
     n = float(number)
-    if any(lo == hi == n for lo, hi in ranges):
+    if any(lo == hi == n for lo, hi, _, _ in ranges):
         return False  # every row holds it
-    return number in values or any(lo <= n <= hi for lo, hi in ranges if lo < hi)
+    return number in values or any(lo <= n <= hi for lo, hi, _, _ in ranges if lo < hi)
+
+
+def how_to_use(term: str, descriptions: Iterable[str]) -> str:
+    """Where the data holds `term`, as code to filter with (`gapminder[gapminder['year'] ==
+    2007]`), or the column whose range holds it; "" when the description does not say."""
+    descriptions = list(descriptions)
+    hit = where_values(descriptions).get(term.lower())
+    if hit:
+        table, column, literal = hit
+        return f"{table}[{table}[{column!r}] == {literal}]" if table else ""
+    try:
+        n = float(term)
+    except ValueError:
+        return ""
+    for lo, hi, table, column in _ranges(descriptions):
+        if lo < hi and lo <= n <= hi and table:
+            return f"{term} is within the range of {table}[{column!r}]"
+    return ""
 
 
 def conditions(question: str, descriptions: Iterable[str]) -> list[str]:
@@ -81,7 +125,7 @@ def conditions(question: str, descriptions: Iterable[str]) -> list[str]:
     text = _FILE.sub(" ", question)
     low = text.lower()
     found: list[tuple[int, str]] = []
-    values, ranges = values_of(descriptions), _ranges(descriptions)
+    values, ranges = where_values(descriptions), _ranges(descriptions)
     for value in values:
         if len(value) < 2 or not re.search(r"\w", value):
             continue

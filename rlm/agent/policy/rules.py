@@ -28,7 +28,7 @@ from rlm.agent.nudge import (
     non_answer_refusal,
     ungrounded_refusal,
 )
-from rlm.agent.policy.conditions import dropped
+from rlm.agent.policy.conditions import dropped, how_to_use
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
 from rlm.agent.policy.partial import partial_note
 from rlm.session.branch import custom_entries, prompts
@@ -201,9 +201,9 @@ class Ungrounded(Rule):
 
 
 DROPPED = ("Not accepted yet: the question states {terms}, but none of the cells you ran uses "
-           "{them}, so your answer leaves out {that} condition{s}. Write a cell that applies "
-           "every condition of the question (filter the rows on {them}) and prints the "
-           "result; answer with FINAL(answer) from that output.")
+           "{them}, so your answer leaves out {that} condition{s}.{how} Write a cell that "
+           "applies every condition of the question and prints the result; answer with "
+           "FINAL(answer) from that output.")
 
 
 class DroppedCondition(Rule):
@@ -228,8 +228,11 @@ class DroppedCondition(Rule):
             return None
         terms = ", ".join(repr(t) for t in missing[:4])
         many = len(missing) > 1
+        hows = [h for t in missing[:4] if (h := how_to_use(t, inputs))]
+        how = (" The rows it means: " + "; ".join(hows) + ".") if hows else ""
         return Refuse(DROPPED.format(terms=terms, them="them" if many else "it",
-                                     that="those" if many else "that", s="s" if many else ""),
+                                     that="those" if many else "that", s="s" if many else "",
+                                     how=how),
                       f"the answer's cells never used {terms}, which the question states; "
                       "asked the model to apply every condition", key=DROPPED)
 
