@@ -308,6 +308,17 @@ class LocalModel:
                 evals.append((self.n_tokens, len(tokens)))
                 super().eval(tokens)
 
+            def _init_sampler(self, *args: Any, **kwargs: Any) -> Any:
+                grammar = kwargs.get("grammar")
+                if isinstance(grammar, reply_grammar.GreedyGrammar):  # greedy, checked
+                    from llama_cpp import _internals  # one token at a time
+
+                    sampler = _internals.LlamaSampler()
+                    sampler.add_custom(grammar.apply)
+                    sampler.add_greedy()
+                    return sampler
+                return super()._init_sampler(*args, **kwargs)
+
         t0 = time.perf_counter()
         try:
             with _model_params(extra_buffers=not cpu_has_amx()):
@@ -416,8 +427,12 @@ class LocalModel:
         counter = _TokenCounter()
         with self.lock:
             llm = self._llm
+            temp = 0.0 if temperature is None else float(temperature)
+            grammar: Any = None
             if cell_or_answer and self._grammar is None:
                 self._grammar = reply_grammar.check(llm)
+            if cell_or_answer:
+                grammar = reply_grammar.GreedyGrammar(llm) if temp == 0 else self._grammar
             self._evals.clear()
             stats = CallStats(prep.n_prompt, 0, False, False)
             if self.reuse:
@@ -427,20 +442,25 @@ class LocalModel:
             stream = llm.create_completion(
                 prep.tokens,
                 max_tokens=prep.max_tokens,
-                temperature=0.0 if temperature is None else float(temperature),
+                temperature=temp,
                 seed=DEFAULT_SEED if seed is None else int(seed),
                 stop=prep.stop,
                 stream=True,
                 stopping_criteria=StoppingCriteriaList([counter]),
-                grammar=self._grammar if cell_or_answer else None,
+                grammar=grammar,
             )
             finish = "stop"
-            for chunk in stream:
-                choice = chunk["choices"][0]
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
-                if choice["text"]:
-                    yield inproc.chunk(choice["text"])
+            try:
+                for chunk in stream:
+                    choice = chunk["choices"][0]
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+                    if choice["text"]:
+                        yield inproc.chunk(choice["text"])
+            finally:
+                if isinstance(grammar, reply_grammar.GreedyGrammar):
+                    stream.close()  # its sampler calls the grammar until it is closed
+                    grammar.close()
             n = prep.n_prompt
             stats.evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
             self.last_call = stats

@@ -14,9 +14,15 @@ grammar sampler), and the reply is exactly one of:
 - `FINAL(answer)`, its parentheses balanced (what codeparse.text_final reads), or
   `FINAL_VAR(name)`.
 
-The grammar is small on purpose: llama.cpp checks every vocabulary token against it at each
-step, and its cost grows with the alternatives open at a position. A reply cut by
-`max_tokens` ends inside the grammar; codeparse still runs an unterminated last fence.
+The grammar is small on purpose: its cost grows with the alternatives open at a position.
+llama-cpp-python's grammar sampler checks every one of the 151k vocabulary tokens at every
+step: +42% per generated token on 2 cores (bench/grammar_local.py). A greedy turn (the
+default, temperature 0) uses `GreedyGrammar` instead, as llama.cpp's own common sampler
+does: the most likely token is checked alone and taken when the grammar allows it; only
+when it does not (the first token of a reply that would be prose, the end of a block) is
+the whole vocabulary checked. The reply is the same; the cost is about free sampling's.
+A reply cut by `max_tokens` ends inside the grammar; codeparse still runs an unterminated
+last fence.
 
 `check(llm)` compiles the grammar against a loaded model's vocabulary (llama.cpp returns no
 sampler for a grammar it cannot parse); `Matcher` steps it token by token (tests).
@@ -62,20 +68,60 @@ def check(llm: Any) -> Any:
     return LlamaGrammar.from_string(GBNF, verbose=False)
 
 
+def _allowed(smpl: Any, token: int) -> bool:
+    """Whether the grammar sampler `smpl` allows `token` next (checked alone)."""
+    import llama_cpp
+
+    data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
+    arr = llama_cpp.llama_token_data_array(data, 1, -1, False)
+    llama_cpp.llama_sampler_apply(smpl, ctypes.byref(arr))
+    return not math.isinf(data[0].logit)
+
+
+class GreedyGrammar:
+    """Greedy sampling under the grammar, one llama.cpp sampler step at a time (`apply`, a
+    custom sampler placed before the greedy one, rlm.llm.local): the most likely token is
+    checked alone; only a token the grammar forbids makes it check them all. The tokens
+    generated since the last step are read from the model's input ids and fed to the
+    grammar first. `close()` frees the grammar; `full` counts the steps that checked all."""
+
+    def __init__(self, llm: Any) -> None:
+        self.llm = llm
+        self.smpl = _sampler(llm)
+        self.fed: int | None = None
+        self.steps = self.full = 0
+
+    def apply(self, cur_p: Any) -> None:
+        import llama_cpp
+        import numpy as np
+
+        if self.smpl is None:  # closed: the reply has ended
+            return
+        n = self.llm.n_tokens
+        for token in self.llm.input_ids[self.fed or n : n]:
+            llama_cpp.llama_sampler_accept(self.smpl, int(token))
+        self.fed = n
+        self.steps += 1
+        arr = cur_p.contents
+        data = np.ctypeslib.as_array(arr.data, shape=(arr.size,))
+        if not _allowed(self.smpl, int(data["id"][int(np.argmax(data["logit"]))])):
+            self.full += 1
+            llama_cpp.llama_sampler_apply(self.smpl, cur_p)
+
+    def close(self) -> None:
+        import llama_cpp
+
+        if self.smpl is not None:
+            llama_cpp.llama_sampler_free(self.smpl)
+            self.smpl = None
+
+
 class Matcher:
     """The grammar stepped over a text's tokens by llama.cpp's own sampler: whether each
     token is allowed where it comes, and whether the text is a whole reply."""
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
-
-    def _allowed(self, smpl: Any, token: int) -> bool:
-        import llama_cpp
-
-        data = (llama_cpp.llama_token_data * 1)(llama_cpp.llama_token_data(token, 0.0, 0.0))
-        arr = llama_cpp.llama_token_data_array(data, 1, -1, False)
-        llama_cpp.llama_sampler_apply(smpl, ctypes.byref(arr))
-        return not math.isinf(data[0].logit)
 
     def status(self, text: str) -> str:
         """"complete" (a whole reply: the end of turn is allowed after it), "partial"
@@ -86,9 +132,9 @@ class Matcher:
         try:
             for token in self.llm.tokenize(text.encode("utf-8"), add_bos=False,
                                            special=False):
-                if not self._allowed(smpl, token):
+                if not _allowed(smpl, token):
                     return "rejected"
                 llama_cpp.llama_sampler_accept(smpl, token)
-            return "complete" if self._allowed(smpl, self.llm.token_eos()) else "partial"
+            return "complete" if _allowed(smpl, self.llm.token_eos()) else "partial"
         finally:
             llama_cpp.llama_sampler_free(smpl)
