@@ -82,12 +82,13 @@ def _cells(session: Path) -> tuple[list[dict[str, Any]], list[str], dict[str, An
     return cells, prompts, final
 
 
-def reply_counts(session: Path) -> dict[str, int]:
+def reply_counts(session: Path) -> dict[str, Any]:
     """The model's replies in a session log: all of them, those that parsed to neither a
-    cell nor a text FINAL (codeparse, as the loop reads them), and the resampled ones."""
+    cell nor a text FINAL (codeparse, as the loop reads them), and the resampled ones;
+    `texts`: each reply as the model wrote it."""
     from rlm.agent.codeparse import fenced_blocks, text_final
 
-    counts = {"replies": 0, "unparsed": 0, "resampled": 0}
+    counts: dict[str, Any] = {"replies": 0, "unparsed": 0, "resampled": 0, "texts": []}
     for line in session.read_text().splitlines()[1:]:
         e = json.loads(line)
         if e.get("type") == "custom" and e.get("custom_type") == "resampled":
@@ -98,6 +99,7 @@ def reply_counts(session: Path) -> dict[str, int]:
             continue
         counts["replies"] += 1
         text = str(m.get("content") or "")
+        counts["texts"].append(text)
         if not m.get("tool_calls") and not fenced_blocks(text) and text_final(text) is None:
             counts["unparsed"] += 1
     return counts

@@ -172,3 +172,29 @@ def test_a_turn_that_would_be_prose_is_a_cell_or_an_answer_under_the_grammar(
     assert len(fenced_blocks(turn)) == 1 or text_final(turn) is not None, turn
     cut = llm.complete(ask, tools=[PYTHON_TOOL], max_tokens=6).content
     assert fenced_blocks(cut) or text_final(cut) is not None, cut
+
+
+@pytest.mark.slow
+def test_the_greedy_grammar_gives_the_reply_llama_cpps_grammar_sampler_gives(
+        local_model, _isolated_home):
+    """GreedyGrammar checks the likeliest token alone (all of them only when it is
+    forbidden); the reply is the one the full grammar sampler gives."""
+    from rlm.llm import local, reply_grammar
+
+    model = local.make_handler(None, Config(home=_isolated_home)).model
+    ask = [{"role": "user", "content": "In one sentence, what is a Python list?"}]
+    prep = model.prepare(ask, 40)
+    llm = model.load()
+
+    def reply(grammar):
+        llm.reset()
+        out = llm.create_completion(prep.tokens, max_tokens=40, temperature=0.0,
+                                    grammar=grammar)
+        return out["choices"][0]["text"]
+
+    fast = reply_grammar.GreedyGrammar(llm)
+    try:
+        assert reply(fast) == reply(reply_grammar.check(llm))
+    finally:
+        fast.close()
+    assert 1 <= fast.full < fast.steps  # prose was forbidden at the start, not everywhere
