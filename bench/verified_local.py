@@ -105,6 +105,27 @@ def reply_counts(session: Path) -> dict[str, Any]:
     return counts
 
 
+def run_session(argv: list[str], work: Path, timeout: float) -> tuple[
+        dict[str, Any], float, list[dict[str, Any]], list[str], dict[str, Any] | None, dict[str, Any]]:
+    """`rlm run ... --json` in `work` with its own RLM_HOME (`work/home`): the JSON result
+    ({} when it timed out), the seconds, and from its session log the cells, the prompts,
+    the final entry and the reply counts."""
+    env = {**os.environ, "RLM_HOME": str(work / "home")}
+    env.pop("RLM_CONFIG", None)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        lines = proc.stdout.strip().splitlines()
+        result = json.loads(lines[-1]) if lines else {}
+    except (subprocess.TimeoutExpired, json.JSONDecodeError):
+        result = {}
+    seconds = time.monotonic() - t0
+    logs = list((work / "home" / "sessions").glob("*/session.jsonl"))
+    cells, prompts, final = _cells(logs[0]) if logs else ([], [], None)
+    return result, seconds, cells, prompts, final, reply_counts(logs[0]) if logs else {}
+
+
 def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float,
             grammar: str | None = None) -> dict[str, Any]:
     task = make(family, seed, size)
@@ -116,24 +137,11 @@ def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float,
                 "--json", "--max-turns", str(max_turns)]
         for name in task.files:
             argv += ["--context", name]
-        env = {**os.environ, "RLM_HOME": str(work / "home")}
-        env.pop("RLM_CONFIG", None)
         if grammar is not None:
             (work / "home").mkdir()
             (work / "home" / "config.toml").write_text(
                 f"local_grammar = {'true' if grammar == 'on' else 'false'}\n")
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
-            lines = proc.stdout.strip().splitlines()
-            result = json.loads(lines[-1]) if lines else {}
-        except (subprocess.TimeoutExpired, json.JSONDecodeError):
-            result = {}
-        seconds = time.monotonic() - t0
-        logs = list((work / "home" / "sessions").glob("*/session.jsonl"))
-        cells, prompts, final = _cells(logs[0]) if logs else ([], [], None)
-        counts = reply_counts(logs[0]) if logs else {}
+        result, seconds, cells, prompts, final, counts = run_session(argv, work, timeout)
     answer = result.get("final")
     outputs = [c["output"] for c in cells if c["status"] == "ok"]
     return {
