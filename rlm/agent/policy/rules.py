@@ -31,6 +31,7 @@ from rlm.agent.nudge import (
 from rlm.agent.policy.conditions import dropped, how_to_use
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
 from rlm.agent.policy.partial import partial_note
+from rlm.agent.policy.precedence import precedence_note
 from rlm.session.branch import custom_entries, prompts
 from rlm.session.entries import Entry
 
@@ -248,7 +249,18 @@ class PartialResult(Rule):
         return partial_note(cell.output)
 
 
+class MaskPrecedence(Rule):
+    """A cell that compares around a bare `&`/`|` (`df.a == 'x' & df.b > 0`), failed or
+    not: a note with the grouping Python gave it (rlm.agent.policy.precedence). A repeated
+    cell already has its note (RepeatedCell)."""
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if cell.failed_again or (cell.runs_before and cell.repeat):
+            return None
+        return precedence_note(cell.code)
+
+
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), PartialResult()]
+            Ungrounded(), DroppedCondition(), PartialResult(), MaskPrecedence()]
