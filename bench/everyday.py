@@ -22,33 +22,17 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from bench.tasks.everyday import QUESTIONS, fetch, load, score, truth
-from bench.verified_local import _cells
+from bench.verified_local import run_session
 
 ROOT = Path(__file__).resolve().parents[1]
 TRANSCRIPTS = ROOT / "bench" / "transcripts" / "everyday-local.jsonl"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "rlm-bench" / "everyday"
-
-
-def _idle_replies(session: Path) -> int:
-    """Assistant replies that ran nothing and were not the answer: no code, no FINAL."""
-    n = 0
-    entries = [json.loads(line) for line in session.read_text().splitlines()[1:]]
-    for i, e in enumerate(entries):
-        m = e.get("message") if e.get("type") == "message" else None
-        if not m or m.get("role") != "assistant" or m.get("tool_calls"):
-            continue
-        later = entries[i + 1:i + 3]
-        if not any(x.get("type") == "custom" and x.get("custom_type") == "final" for x in later):
-            n += 1
-    return n
 
 
 def run_one(q: Any, tables: Path, true: Any, timeout: float, extra: list[str]) -> dict[str, Any]:
@@ -57,29 +41,15 @@ def run_one(q: Any, tables: Path, true: Any, timeout: float, extra: list[str]) -
         for name in q.files:
             shutil.copy(tables / name, work / name)
         argv = [sys.executable, "-m", "rlm", "run", q.question, "--json", *extra]
-        env = {**os.environ, "RLM_HOME": str(work / "home")}
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
-            lines = proc.stdout.strip().splitlines()
-            result = json.loads(lines[-1]) if lines else {}
-        except (subprocess.TimeoutExpired, json.JSONDecodeError):
-            result = {}
-        seconds = time.monotonic() - t0
-        logs = list((work / "home" / "sessions").glob("*/session.jsonl"))
-        cells, prompts, final = _cells(logs[0]) if logs else ([], [], None)
-        idle = _idle_replies(logs[0]) if logs else 0
-        resampled = sum('"custom_type": "resampled"' in line or '"custom_type":"resampled"' in line
-                        for line in logs[0].read_text().splitlines()) if logs else 0
+        result, seconds, cells, prompts, final, counts = run_session(argv, work, timeout)
     answer = result.get("final")
     return {
         "id": q.id, "question": q.question, "truth": true, "answer": answer,
         "right": score(q, true, answer), "reason": result.get("reason"),
         "verified": result.get("verified"), "seconds": round(seconds, 1),
         "n_cells": len(cells), "errors": sum(c["status"] != "ok" for c in cells),
-        "idle_replies": idle, "resampled": resampled, "cells": cells, "prompts": prompts,
-        "final": final,
+        "idle_replies": counts.get("unparsed", 0), "resampled": counts.get("resampled", 0),
+        "replies": counts.get("replies", 0), "cells": cells, "prompts": prompts, "final": final,
     }
 
 
@@ -90,7 +60,7 @@ def table(rows: list[dict[str, Any]], label: str) -> str:
     lines = [f"{label}: {right}/{len(rows)} right, {secs / max(1, len(rows)):.0f} s a question "
              f"({secs / 60:.1f} min), wrong but verified {wrong_ver}, no answer "
              f"{sum(r['answer'] is None for r in rows)}, cells that failed "
-             f"{sum(r['errors'] for r in rows)}, replies that ran nothing "
+             f"{sum(r['errors'] for r in rows)}, replies that parsed to no cell or answer "
              f"{sum(r['idle_replies'] for r in rows)}, resampled {sum(r['resampled'] for r in rows)}"]
     return "\n".join(lines)
 

@@ -19,6 +19,15 @@ Two error rates:
 
     python -m bench.verified_local --seeds 1,2,3,4,5            # run, append, print
     python -m bench.verified_local --rescore                    # today's rule, same sessions
+
+Each row also counts, from the session log, the model's replies (`replies`), those that
+parsed to neither a cell nor a FINAL answer (`unparsed`: taken as a prose answer) and the
+replies the policy resampled (`resampled` entries). `--grammar on|off` sets the local
+reply grammar (config `local_grammar`, written to the run's RLM_HOME); `--out` writes the
+transcripts to another file (A/B runs that are not the suite's record).
+
+    python -m bench.verified_local --families count,needle,dedupe --seeds 11,12 \
+        --grammar off --out /tmp/grammar-off.jsonl
 """
 
 from __future__ import annotations
@@ -73,7 +82,52 @@ def _cells(session: Path) -> tuple[list[dict[str, Any]], list[str], dict[str, An
     return cells, prompts, final
 
 
-def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float) -> dict[str, Any]:
+def reply_counts(session: Path) -> dict[str, Any]:
+    """The model's replies in a session log: all of them, those that parsed to neither a
+    cell nor a text FINAL (codeparse, as the loop reads them), and the resampled ones;
+    `texts`: each reply as the model wrote it."""
+    from rlm.agent.codeparse import fenced_blocks, text_final
+
+    counts: dict[str, Any] = {"replies": 0, "unparsed": 0, "resampled": 0, "texts": []}
+    for line in session.read_text().splitlines()[1:]:
+        e = json.loads(line)
+        if e.get("type") == "custom" and e.get("custom_type") == "resampled":
+            counts["resampled"] += 1
+            continue
+        m = e.get("message") or {}
+        if e.get("type") != "message" or m.get("role") != "assistant" or e.get("error"):
+            continue
+        counts["replies"] += 1
+        text = str(m.get("content") or "")
+        counts["texts"].append(text)
+        if not m.get("tool_calls") and not fenced_blocks(text) and text_final(text) is None:
+            counts["unparsed"] += 1
+    return counts
+
+
+def run_session(argv: list[str], work: Path, timeout: float) -> tuple[
+        dict[str, Any], float, list[dict[str, Any]], list[str], dict[str, Any] | None, dict[str, Any]]:
+    """`rlm run ... --json` in `work` with its own RLM_HOME (`work/home`): the JSON result
+    ({} when it timed out), the seconds, and from its session log the cells, the prompts,
+    the final entry and the reply counts."""
+    env = {**os.environ, "RLM_HOME": str(work / "home")}
+    env.pop("RLM_CONFIG", None)
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=timeout)
+        lines = proc.stdout.strip().splitlines()
+        result = json.loads(lines[-1]) if lines else {}
+    except (subprocess.TimeoutExpired, json.JSONDecodeError):
+        result = {}
+    seconds = time.monotonic() - t0
+    logs = list((work / "home" / "sessions").glob("*/session.jsonl"))
+    cells, prompts, final = _cells(logs[0]) if logs else ([], [], None)
+    return result, seconds, cells, prompts, final, reply_counts(logs[0]) if logs else {}
+
+
+def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float,
+            grammar: str | None = None) -> dict[str, Any]:
     task = make(family, seed, size)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -83,18 +137,11 @@ def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float) -
                 "--json", "--max-turns", str(max_turns)]
         for name in task.files:
             argv += ["--context", name]
-        env = {**os.environ, "RLM_HOME": str(work / "home")}
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.run(argv, cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=timeout)
-            lines = proc.stdout.strip().splitlines()
-            result = json.loads(lines[-1]) if lines else {}
-        except (subprocess.TimeoutExpired, json.JSONDecodeError):
-            result = {}
-        seconds = time.monotonic() - t0
-        logs = list((work / "home" / "sessions").glob("*/session.jsonl"))
-        cells, prompts, final = _cells(logs[0]) if logs else ([], [], None)
+        if grammar is not None:
+            (work / "home").mkdir()
+            (work / "home" / "config.toml").write_text(
+                f"local_grammar = {'true' if grammar == 'on' else 'false'}\n")
+        result, seconds, cells, prompts, final, counts = run_session(argv, work, timeout)
     answer = result.get("final")
     outputs = [c["output"] for c in cells if c["status"] == "ok"]
     return {
@@ -103,7 +150,7 @@ def run_one(family: str, seed: int, size: int, max_turns: int, timeout: float) -
         "verified": result.get("verified"), "unverified_why": result.get("unverified_why"),
         "right": bool(answer is not None and task.score(str(answer))),
         "shown": any(task.score(o) for o in outputs), "seconds": round(seconds, 1),
-        "cells": cells, "prompts": prompts, "final": final,
+        "cells": cells, "prompts": prompts, "final": final, "grammar": grammar, **counts,
     }
 
 
@@ -162,18 +209,32 @@ def main() -> None:
     ap.add_argument("--max-turns", type=int, default=6)
     ap.add_argument("--timeout", type=float, default=240)
     ap.add_argument("--rescore", action="store_true", help="no runs: today's rule on the kept sessions")
+    ap.add_argument("--grammar", choices=("on", "off"),
+                    help="the local reply grammar (config local_grammar); default: the default")
+    ap.add_argument("--out", type=Path, default=TRANSCRIPTS, help="the transcripts file")
     a = ap.parse_args()
+    out: Path = a.out
+    new: list[dict[str, Any]] = []
     if not a.rescore:
-        TRANSCRIPTS.parent.mkdir(parents=True, exist_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
         for seed in (int(s) for s in a.seeds.split(",")):
             for family in a.families.split(","):
-                row = run_one(family, seed, a.size, a.max_turns, a.timeout)
-                with open(TRANSCRIPTS, "a") as f:
+                row = run_one(family, seed, a.size, a.max_turns, a.timeout, a.grammar)
+                new.append(row)
+                with open(out, "a") as f:
                     f.write(json.dumps(row) + "\n")
                 print(f"{family:10s} seed {seed}: right={row['right']} shown={row['shown']} "
-                      f"verified={row['verified']} {row['seconds']} s", flush=True)
-    rows = [json.loads(line) for line in TRANSCRIPTS.read_text().splitlines()]
+                      f"verified={row['verified']} {row['seconds']} s replies={row.get('replies')}"
+                      f" unparsed={row.get('unparsed')} resampled={row.get('resampled')}",
+                      flush=True)
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
     print(rates(rescore(rows) if a.rescore else rows))
+    if new:
+        print(f"this run: {len(new)} tasks, {sum(r['right'] for r in new)} right, "
+              f"{sum(r.get('unparsed', 0) for r in new)} unparsed of "
+              f"{sum(r.get('replies', 0) for r in new)} replies, "
+              f"{sum(r.get('resampled', 0) for r in new)} resampled, "
+              f"{sum(r['seconds'] for r in new) / len(new):.1f} s per task")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,9 @@ class Config:
     sub_model: str | None = None  # llm_query default; None: the session's model
     compaction_model: str | None = None  # None: the session's model
     advisor: str | None = None  # a second model that watches and advises (rlm.app.advising)
+    # the embedded model's turns sampled under a grammar: one fenced cell or FINAL(...)
+    # (rlm.llm.reply_grammar); False: free text, read as today
+    local_grammar: bool = True
     home: Path = field(default_factory=rlm_home)
 
     # run limits (None: unlimited)
@@ -373,7 +376,7 @@ PROJECT_SAFE = frozenset({
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
     "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
-    "budget_reserve", "child_context_max_bytes",
+    "budget_reserve", "child_context_max_bytes", "local_grammar",
 })
 # The limits among PROJECT_SAFE: an un-allowed project file may only TIGHTEN each of them
 # against defaults + the user's own config (a larger value is ignored and said). The
@@ -397,6 +400,7 @@ ZERO_IS_UNLIMITED = ("max_children", "memory_cap_bytes", "kernel_max_procs")
 PROJECT_CHOICES = frozenset({
     "model", "sub_model", "compaction_model", "advisor", "temperature", "compaction_enabled",
     "context_tiers", "checkpoint_rungs", "reserve_tokens", "memory", "budget_reserve",
+    "local_grammar",
 })
 _FILES_READ: list[str] = []
 

@@ -63,6 +63,20 @@ def test_an_answer_whose_cells_dropped_a_stated_year_is_refused_once_naming_it(
     assert end.final == "6000" and end.verified is True
 
 
+def test_after_the_refusal_the_same_cell_again_is_sampled_again(_isolated_home, world):
+    """The 1.5B model re-ran its cell unchanged after the refusal and answered the same: a
+    cell that already ran and still leaves the condition out is resampled, never run."""
+    dropped_cell = _cell("print(world[world['continent'] == 'Africa']['pop'].sum())")
+    end, seen = _run(_isolated_home, world, Q, [
+        dropped_cell, "FINAL(8000)",
+        dropped_cell,  # resampled: not run, not in the context
+        _cell("print(world.query('continent == \"Africa\" and year == 2007')['pop'].sum())"),
+        "FINAL(6000)"])
+    assert end.final == "6000" and end.verified is True
+    outputs = [s for s in seen if s.startswith("Output of cell")]
+    assert len(outputs) == 2 and "8000" in outputs[0] and "6000" in outputs[1]
+
+
 def test_a_value_spelled_in_another_case_in_the_question_is_found(_isolated_home, world):
     end, seen = _run(_isolated_home, world, "How many rows are there for AFRICA in 1952?", [
         _cell("print(len(world[world['year'] == 1952]))"),

@@ -212,8 +212,10 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
 
             more: dict[str, Any] = {"on_call": on_call} if native else {}
             try:
-                done = llm.complete(messages, tools=[PYTHON_TOOL] if native else None,
-                                    on_text=on_text, temperature=temp, **more)
+                # the python tool is offered to every model: a fenced-code model's provider
+                # may read it as the reply's format (the local model's reply grammar)
+                done = llm.complete(messages, tools=[PYTHON_TOOL], on_text=on_text,
+                                    temperature=temp, **more)
             except ReplyEnded as e:  # the stream was closed: its usage never came (estimated)
                 done = Completion(e.text, [], Usage(prompt_tokens(messages) or 0,
                                                     count_text(e.text)), llm.spec)

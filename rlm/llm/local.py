@@ -35,6 +35,9 @@ Runtime rules:
   `ContextOverflow`) before any generation starts.
 - Generation stops where the model starts inventing the next turn (`TURN_STOPS`), on top
   of the template's end-of-turn token and any `stop` the caller passes.
+- A call that offers the python tool (an agent's turn) is sampled under the reply grammar
+  (rlm.llm.reply_grammar: one fenced cell or FINAL), unless config `local_grammar` is off;
+  the grammar acts on sampling only, so the prompt and its KV-cache reuse are unchanged.
 - `verbose=False`; every loaded model is closed at exit, so shutdown prints nothing.
 """
 
@@ -55,7 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from rlm.errors import ModelError
-from rlm.llm import inproc, modelfile, types
+from rlm.llm import inproc, modelfile, reply_grammar, types
 from rlm.llm.local_prefix import Prefix, PrefixStore, common_prefix, identity
 
 PROVIDER = "rlm_local"
@@ -279,6 +282,7 @@ class LocalModel:
         self._evals: list[tuple[int, int]] = []  # llama.cpp eval calls: (start, n tokens)
         self.ident: str | None = None  # what a state saved on disk is valid for (at load)
         self._system_tokens: dict[str, list[int]] = {}  # a system prompt's tokens, alone
+        self._grammar: Any = None  # the reply grammar, compiled on first use
 
     def load(self) -> Any:
         """Load the model if needed (thread-safe); returns the `Llama` object."""
@@ -303,6 +307,17 @@ class LocalModel:
             def eval(self, tokens: Any) -> None:
                 evals.append((self.n_tokens, len(tokens)))
                 super().eval(tokens)
+
+            def _init_sampler(self, *args: Any, **kwargs: Any) -> Any:
+                grammar = kwargs.get("grammar")
+                if isinstance(grammar, reply_grammar.GreedyGrammar):  # greedy, checked
+                    from llama_cpp import _internals  # one token at a time
+
+                    sampler = _internals.LlamaSampler()
+                    sampler.add_custom(grammar.apply)
+                    sampler.add_greedy()
+                    return sampler
+                return super()._init_sampler(*args, **kwargs)
 
         t0 = time.perf_counter()
         try:
@@ -402,15 +417,22 @@ class LocalModel:
 
     def generate(
         self, prep: Prepared, *, temperature: float | None, seed: int | None,
-        prefixes: PrefixStore | None = None,
+        prefixes: PrefixStore | None = None, cell_or_answer: bool = False,
     ) -> Iterator[dict[str, Any]]:
         """Stream inproc chunks; the last one carries finish_reason and exact usage.
-        `prefixes`: where system prompts' states are kept between runs (None: nowhere)."""
+        `prefixes`: where system prompts' states are kept between runs (None: nowhere);
+        `cell_or_answer`: the reply is sampled under rlm.llm.reply_grammar."""
         from llama_cpp import StoppingCriteriaList
 
         counter = _TokenCounter()
         with self.lock:
             llm = self._llm
+            temp = 0.0 if temperature is None else float(temperature)
+            grammar: Any = None
+            if cell_or_answer and self._grammar is None:
+                self._grammar = reply_grammar.check(llm)
+            if cell_or_answer:
+                grammar = reply_grammar.GreedyGrammar(llm) if temp == 0 else self._grammar
             self._evals.clear()
             stats = CallStats(prep.n_prompt, 0, False, False)
             if self.reuse:
@@ -420,19 +442,25 @@ class LocalModel:
             stream = llm.create_completion(
                 prep.tokens,
                 max_tokens=prep.max_tokens,
-                temperature=0.0 if temperature is None else float(temperature),
+                temperature=temp,
                 seed=DEFAULT_SEED if seed is None else int(seed),
                 stop=prep.stop,
                 stream=True,
                 stopping_criteria=StoppingCriteriaList([counter]),
+                grammar=grammar,
             )
             finish = "stop"
-            for chunk in stream:
-                choice = chunk["choices"][0]
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
-                if choice["text"]:
-                    yield inproc.chunk(choice["text"])
+            try:
+                for chunk in stream:
+                    choice = chunk["choices"][0]
+                    if choice.get("finish_reason"):
+                        finish = choice["finish_reason"]
+                    if choice["text"]:
+                        yield inproc.chunk(choice["text"])
+            finally:
+                if isinstance(grammar, reply_grammar.GreedyGrammar):
+                    stream.close()  # its sampler calls the grammar until it is closed
+                    grammar.close()
             n = prep.n_prompt
             stats.evaluated = sum(max(0, min(a + k, n) - a) for a, k in self._evals if a < n)
             self.last_call = stats
@@ -487,11 +515,18 @@ def get_model(key: str) -> LocalModel:
 
 
 class LocalHandler:
-    """Serves one registered local model (by key) to the seam's `LocalModel`."""
+    """Serves one registered local model (by key) to the seam's `LocalModel`.
 
-    def __init__(self, default_key: str, prefixes: PrefixStore | None = None):
+    Which replies are legal is this provider's policy: a call that offers the python tool
+    is an agent's turn, and with `grammar` (config `local_grammar`) its reply is sampled
+    under rlm.llm.reply_grammar (one fenced cell or a FINAL answer). Other calls
+    (summaries, sub-calls, the advisor) offer no tool and stay free text."""
+
+    def __init__(self, default_key: str, prefixes: PrefixStore | None = None,
+                 grammar: bool = True):
         self.default_key = default_key
         self.prefixes = prefixes  # system prompts' states kept between runs
+        self.grammar = grammar
 
     @property
     def model_name(self) -> str:
@@ -507,8 +542,11 @@ class LocalHandler:
         params = kwargs.get("optional_params") or {}
         local = self.model
         prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))
+        turn = any((t.get("function") or {}).get("name") == "python"
+                   for t in params.get("tools") or ())
         return local.generate(prep, temperature=params.get("temperature"),
-                              seed=params.get("seed"), prefixes=self.prefixes)
+                              seed=params.get("seed"), prefixes=self.prefixes,
+                              cell_or_answer=self.grammar and turn)
 
 
 N_CTX_ENV = modelfile.N_CTX_ENV
@@ -534,4 +572,5 @@ def make_handler(model_path: str | None, config: Any) -> LocalHandler:
     with _REGISTRY_LOCK:
         if key not in _MODELS:
             _MODELS[key] = LocalModel(path, n_ctx=n_ctx)
-    return LocalHandler(key, PrefixStore(Path(home) / "cache" / PREFIX_DIR) if home else None)
+    return LocalHandler(key, PrefixStore(Path(home) / "cache" / PREFIX_DIR) if home else None,
+                        grammar=bool(getattr(config, "local_grammar", True)))

@@ -182,6 +182,10 @@ class SeamLLM:
     # complete() only reads the messages it is given, so the host may pass the dicts its
     # projection keeps from turn to turn (litellm's providers may change them: copied)
     shares_messages: bool = False
+    # a fenced-code model is sent the tools a call offers only when its provider reads
+    # them as the reply's format (the local model: rlm.llm.reply_grammar); others never
+    # see tools they cannot call
+    tools_as_format: bool = False
 
     def __init__(
         self,
@@ -234,7 +238,7 @@ class SeamLLM:
             "messages": messages,
             "num_retries": 0,
         }
-        if tools:
+        if tools and (self.native_tools or self.tools_as_format):
             kwargs["tools"] = tools
         if not self.native_tools:  # fenced code: stop where the model invents the next turn
             kwargs["stop"] = list(TURN_STOPS)
@@ -756,9 +760,12 @@ class ScriptedLLM(InProcessLLM):
 
 
 class LocalModel(InProcessLLM):
-    """The embedded offline model (rlm.llm.local), streamed in-process."""
+    """The embedded offline model (rlm.llm.local), streamed in-process. An agent's turn
+    offers it the python tool, which its provider reads as the reply's format (a grammar:
+    one fenced cell or FINAL)."""
 
     native_tools = False
+    tools_as_format = True
 
     def __init__(self, model_path: str | None, config: Config | None = None, **kw: Any) -> None:
         spec = f"local:{model_path}" if model_path else "local"

@@ -28,9 +28,10 @@ from rlm.agent.nudge import (
     non_answer_refusal,
     ungrounded_refusal,
 )
-from rlm.agent.policy.conditions import dropped, how_to_use
+from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
 from rlm.agent.policy.partial import partial_note
+from rlm.agent.policy.precedence import precedence_note
 from rlm.session.branch import custom_entries, prompts
 from rlm.session.entries import Entry
 
@@ -208,14 +209,18 @@ DROPPED = ("Not accepted yet: the question states {terms}, but none of the cells
 
 class DroppedCondition(Rule):
     """A fenced-code model's answer when a condition the question states (a value the
-    input description lists, a number of three or more digits: rlm.agent.policy.conditions)
+    input description lists, a number that tells rows apart: rlm.agent.policy.conditions)
     is spelled by no successful cell of this run: refused once per run while a turn is
-    left, naming the conditions. Small models drop a filter ("Africa in 2007" summed over
-    every year); the answer is then shown by an output and verified, and wrong."""
+    left, naming the conditions and the rows they mean. Small models drop a filter ("Africa
+    in 2007" summed over every year); the answer is then shown by an output and verified,
+    and wrong. After the refusal, a reply whose first cell is a cell that already ran and
+    still spells none of them is sampled again: the 1.5B model re-ran its cell unchanged
+    and gave the same answer. The refusal's key carries the conditions (`facts.refused`
+    is the rules' only memory)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
-        if (facts.native_tools or DROPPED in facts.refused or not facts.shown
+        if (facts.native_tools or _dropped_terms(facts) is not None or not facts.shown
                 or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
             return None
         question = [e.message["content"] for e in prompts(branch)
@@ -223,18 +228,41 @@ class DroppedCondition(Rule):
         if not question:
             return None
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        missing = dropped(question[0], inputs, [s.code for s in facts.shown])
+        missing = dropped(question[0], inputs, [s.code for s in facts.shown])[:4]
         if not missing:
             return None
-        terms = ", ".join(repr(t) for t in missing[:4])
+        terms = ", ".join(repr(t) for t in missing)
         many = len(missing) > 1
-        hows = [h for t in missing[:4] if (h := how_to_use(t, inputs))]
+        hows = [h for t in missing if (h := how_to_use(t, inputs))]
         how = (" The rows it means: " + "; ".join(hows) + ".") if hows else ""
         return Refuse(DROPPED.format(terms=terms, them="them" if many else "it",
                                      that="those" if many else "that", s="s" if many else "",
                                      how=how),
                       f"the answer's cells never used {terms}, which the question states; "
-                      "asked the model to apply every condition", key=DROPPED)
+                      "asked the model to apply every condition",
+                      key=DROPPED_KEY + "\x1f".join(missing))
+
+    def on_reply(self, facts: Facts, reply: Reply) -> Resample | None:
+        terms = _dropped_terms(facts)
+        if not terms or facts.native_tools or reply.tool_calls or facts.resamples >= RESAMPLES:
+            return None
+        calls = code_tool_calls(reply.content)
+        code = str(calls[0].arguments.get("code", "")).strip() if calls else ""
+        if code and code in facts.succeeded and not any(used(t, [code]) for t in terms):
+            return Resample("the reply runs again a cell that leaves out the condition the "
+                            "answer was refused for", RESAMPLE_TEMPERATURE)
+        return None
+
+
+DROPPED_KEY = "dropped condition:"
+
+
+def _dropped_terms(facts: Facts) -> list[str] | None:
+    """The conditions the dropped-condition refusal named (None: not given in this run)."""
+    for key in facts.refused:
+        if key.startswith(DROPPED_KEY):
+            return key.removeprefix(DROPPED_KEY).split("\x1f")
+    return None
 
 
 class PartialResult(Rule):
@@ -248,7 +276,18 @@ class PartialResult(Rule):
         return partial_note(cell.output)
 
 
+class MaskPrecedence(Rule):
+    """A cell that compares around a bare `&`/`|` (`df.a == 'x' & df.b > 0`), failed or
+    not: a note with the grouping Python gave it (rlm.agent.policy.precedence). A repeated
+    cell already has its note (RepeatedCell)."""
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if cell.failed_again or (cell.runs_before and cell.repeat):
+            return None
+        return precedence_note(cell.code)
+
+
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), PartialResult()]
+            Ungrounded(), DroppedCondition(), PartialResult(), MaskPrecedence()]
