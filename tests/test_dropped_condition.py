@@ -8,22 +8,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rlm.agent.context_files import load_context_files
 from rlm.agent.policy.conditions import conditions, dropped, how_to_use, values_of
 from rlm.agent.policy.rules import DROPPED
-from rlm.app import build_agent
-from rlm.config import Config
-from rlm.events import RunEnded
-from rlm.llm import ScriptedLLM
-from rlm.session.store import SessionStore
-
-
-class _Fenced(ScriptedLLM):
-    native_tools = False
-
-
-def _cell(code: str) -> str:
-    return f"```python\n{code}\n```"
+from tests.fenced import cell, run_on_input
 
 
 @pytest.fixture
@@ -36,26 +23,15 @@ def world(tmp_path):
     return path
 
 
-def _run(home, path, question, replies):
-    llm = _Fenced(replies)
-    config = Config(home=home, model="script:small", cell_timeout=60)
-    session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, config, llm=llm)
-    with agent:
-        load_context_files(agent, [path])
-        end = [e for e in agent.run(question) if isinstance(e, RunEnded)][-1]
-    return end, [call[-1]["content"] for call in llm.calls[1:]]
-
-
 Q = "What was the total population of Africa in 2007?"
 
 
 def test_an_answer_whose_cells_dropped_a_stated_year_is_refused_once_naming_it(
         _isolated_home, world):
-    end, seen = _run(_isolated_home, world, Q, [
-        _cell("print(world[world['continent'] == 'Africa']['pop'].sum())"),  # every year
+    end, seen = run_on_input(_isolated_home, world, Q, [
+        cell("print(world[world['continent'] == 'Africa']['pop'].sum())"),  # every year
         "FINAL(8000)",
-        _cell("w = world[(world['continent'] == 'Africa') & (world['year'] == 2007)]\n"
+        cell("w = world[(world['continent'] == 'Africa') & (world['year'] == 2007)]\n"
               "print(w['pop'].sum())"),
         "FINAL(6000)"])
     assert "the question states '2007'" in seen[1] and "Africa" not in seen[1].split("states")[1][:12]
@@ -66,11 +42,11 @@ def test_an_answer_whose_cells_dropped_a_stated_year_is_refused_once_naming_it(
 def test_after_the_refusal_the_same_cell_again_is_sampled_again(_isolated_home, world):
     """The 1.5B model re-ran its cell unchanged after the refusal and answered the same: a
     cell that already ran and still leaves the condition out is resampled, never run."""
-    dropped_cell = _cell("print(world[world['continent'] == 'Africa']['pop'].sum())")
-    end, seen = _run(_isolated_home, world, Q, [
+    dropped_cell = cell("print(world[world['continent'] == 'Africa']['pop'].sum())")
+    end, seen = run_on_input(_isolated_home, world, Q, [
         dropped_cell, "FINAL(8000)",
         dropped_cell,  # resampled: not run, not in the context
-        _cell("print(world.query('continent == \"Africa\" and year == 2007')['pop'].sum())"),
+        cell("print(world.query('continent == \"Africa\" and year == 2007')['pop'].sum())"),
         "FINAL(6000)"])
     assert end.final == "6000" and end.verified is True
     outputs = [s for s in seen if s.startswith("Output of cell")]
@@ -78,18 +54,18 @@ def test_after_the_refusal_the_same_cell_again_is_sampled_again(_isolated_home, 
 
 
 def test_a_value_spelled_in_another_case_in_the_question_is_found(_isolated_home, world):
-    end, seen = _run(_isolated_home, world, "How many rows are there for AFRICA in 1952?", [
-        _cell("print(len(world[world['year'] == 1952]))"),
+    end, seen = run_on_input(_isolated_home, world, "How many rows are there for AFRICA in 1952?", [
+        cell("print(len(world[world['year'] == 1952]))"),
         "FINAL(4)",
-        _cell("print(len(world[world['year'] == 1952]))"),
+        cell("print(len(world[world['year'] == 1952]))"),
         "FINAL(4)"])
     assert "the question states 'AFRICA', but" in seen[1]
     assert end.final == "4"  # once per run: the same answer is then accepted
 
 
 def test_an_answer_that_used_every_condition_is_accepted_at_once(_isolated_home, world):
-    end, seen = _run(_isolated_home, world, Q, [
-        _cell("w = world.query(\"continent == 'Africa' and year == 2007\")\nprint(w['pop'].sum())"),
+    end, seen = run_on_input(_isolated_home, world, Q, [
+        cell("w = world.query(\"continent == 'Africa' and year == 2007\")\nprint(w['pop'].sum())"),
         "FINAL(6000)"])
     assert end.final == "6000" and not any("Not accepted" in s for s in seen)
 

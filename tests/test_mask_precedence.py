@@ -8,38 +8,21 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rlm.agent.context_files import load_context_files
 from rlm.agent.policy.precedence import precedence_note
-from rlm.app import build_agent
-from rlm.config import Config
-from rlm.llm import ScriptedLLM
-from rlm.session.store import SessionStore
+from tests.fenced import cell, run_on_input
 
-
-class _Fenced(ScriptedLLM):
-    native_tools = False
-
-
-def _cell(code: str) -> str:
-    return f"```python\n{code}\n```"
+QUESTION = "How many hourly records at EWR had precipitation greater than 0?"
 
 
 def test_a_filter_grouped_around_and_is_explained_whether_it_fails_or_not(_isolated_home, tmp_path):
     path = tmp_path / "weather.csv"
     pd.DataFrame({"origin": ["EWR", "JFK", "EWR", "LGA"], "precip": [0.0, 0.2, 0.1, 0.0],
                   "hour": [1, 2, 3, 4]}).to_csv(path, index=False)
-    llm = _Fenced([
-        _cell("print(len(weather[weather['origin'] == 'EWR' & weather['precip'] > 0]))"),  # fails
-        _cell("print(len(weather[weather['hour'] > 1 | weather['hour'] < 3]))"),  # runs, wrong rows
-        _cell("print(len(weather[(weather['origin'] == 'EWR') & (weather['precip'] > 0)]))"),
+    _, seen = run_on_input(_isolated_home, path, QUESTION, [
+        cell("print(len(weather[weather['origin'] == 'EWR' & weather['precip'] > 0]))"),  # fails
+        cell("print(len(weather[weather['hour'] > 1 | weather['hour'] < 3]))"),  # runs, wrong rows
+        cell("print(len(weather[(weather['origin'] == 'EWR') & (weather['precip'] > 0)]))"),
         "FINAL(1)"])
-    session = SessionStore.create(_isolated_home, model="script:small", task="t")
-    agent = build_agent(session, Config(home=_isolated_home, model="script:small",
-                                        cell_timeout=60), llm=llm)
-    with agent:
-        load_context_files(agent, [path])
-        list(agent.run("How many hourly records at EWR had precipitation greater than 0?"))
-    seen = [call[-1]["content"] for call in llm.calls[1:]]
     assert "Error" in seen[0] and "means `weather['origin'] == ('EWR' & weather['precip']) > 0`" in seen[0]
     assert "means `weather['hour'] > (1 | weather['hour']) < 3`" in seen[1]
     assert "bind tighter" not in seen[2] and "1" in seen[2]

@@ -9,31 +9,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlm.agent.context_files import load_context_files
 from rlm.agent.policy.partial import partial_note
-from rlm.app import build_agent
-from rlm.config import Config
-from rlm.llm import ScriptedLLM
-from rlm.session.store import SessionStore
-
-
-class _Fenced(ScriptedLLM):
-    native_tools = False
-
-
-def _cell(code: str) -> str:
-    return f"```python\n{code}\n```"
+from tests.fenced import cell, run_on_input
 
 
 def _seen_after(home, path, replies: list[str]) -> list[str]:
-    llm = _Fenced(replies)
-    config = Config(home=home, model="script:small", cell_timeout=60)
-    session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, config, llm=llm)
-    with agent:
-        load_context_files(agent, [path])
-        list(agent.run("What was the average price of AAPL in 2009?"))
-    return [call[-1]["content"] for call in llm.calls[1:]]
+    return run_on_input(home, path, "What was the average price of AAPL in 2009?", replies)[1]
 
 
 @pytest.fixture
@@ -50,9 +31,9 @@ def stocks(tmp_path):
 def test_a_filter_that_selects_nothing_is_named_before_the_model_answers(
         _isolated_home, stocks):
     seen = _seen_after(_isolated_home, stocks, [
-        _cell("sel = stocks[(stocks['symbol'] == 'AAPL') & stocks['date'].str.startswith('2009')]"
+        cell("sel = stocks[(stocks['symbol'] == 'AAPL') & stocks['date'].str.startswith('2009')]"
               "\nprint(round(sel['price'].mean(), 2))"),
-        _cell("print(stocks['date'].head())"),
+        cell("print(stocks['date'].head())"),
         "FINAL(done)"])
     assert "nan" in seen[0] and "This result is empty (nan)" in seen[0]
     assert "how they are written" in seen[0]
@@ -61,9 +42,9 @@ def test_a_filter_that_selects_nothing_is_named_before_the_model_answers(
 
 def test_a_long_series_printed_in_part_says_so_and_a_short_one_does_not(_isolated_home, stocks):
     seen = _seen_after(_isolated_home, stocks, [
-        _cell("print(stocks['price'])"),            # 1,096 rows: pandas elides the middle
-        _cell("print(stocks['price'].head())"),      # 5 rows: all shown
-        _cell("print(stocks.set_index('date')['price'])"),
+        cell("print(stocks['price'])"),            # 1,096 rows: pandas elides the middle
+        cell("print(stocks['price'].head())"),      # 5 rows: all shown
+        cell("print(stocks.set_index('date')['price'])"),
         "FINAL(done)"])
     assert "Only part of this result was printed (1096 rows" in seen[0]
     assert "Only part" not in seen[1]
