@@ -109,9 +109,11 @@ FILE_OPS = Call("kernel_ext.fileops", "file_ops_json")
 DESCRIBE = Call("kernel_ext.describe", "describe_json")  # (names or None)
 # a child's `context=`: the blob its host kept, decoded into the variable `context` (path)
 BIND_CONTEXT = Call("kernel_ext.child_context", "bind_json")
+# candidate cells run in forked copies of the kernel (codes, timeout, cap): their results
+TRIAL = Call("kernel_ext.trial", "trials_json")
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
-         DESCRIBE)
+         DESCRIBE, TRIAL)
 
 # -- the bridge: kernel -> host requests ---------------------------------------------
 @dataclass(frozen=True)

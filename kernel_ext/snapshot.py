@@ -434,6 +434,17 @@ def uninstall(ip: Any) -> None:
         _state = None
 
 
+def disable_here() -> None:
+    """Write no snapshot from this process: a forked trial (kernel_ext.trial) shares the
+    session's store with the real kernel, and what a candidate computed is not the
+    session's state. Unsets the snapshot environment too, so a Snapshotter made later
+    in this process has no path either."""
+    os.environ.pop(contract.SNAPSHOT_DIR, None)
+    os.environ.pop(contract.SNAPSHOT_URL, None)
+    if _state is not None:
+        _state.path, _state.store = None, None
+
+
 def _get(ip: Any) -> Snapshotter:
     global _state
     if ip is None:

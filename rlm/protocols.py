@@ -51,6 +51,17 @@ class Executor(Protocol):
     def stop(self) -> None: ...
 
 
+@runtime_checkable
+class Trials(Protocol):
+    """An executor that can run candidate cells against isolated copies of its namespace
+    (rlm.kernel.Kernel: forked children of the kernel process). Apart from `Executor`:
+    the in-process `%%rlm` executor and remote gateway kernels cannot fork, so they do
+    not implement it; a caller checks `isinstance(executor, Trials)`."""
+
+    def trial(self, codes: list[str], timeout: float = 30.0,
+              cap: int = 4000) -> list[dict[str, Any]]: ...
+
+
 def started(executor: Executor | None) -> Executor:
     """An agent's executor, once the agent has started (None before: a programmer error)."""
     if executor is None:

@@ -58,6 +58,8 @@ NO_REPLY_NOTE = ("[the kernel ended this cell without a reply: an interrupt land
                  "kernel's own code around the cell (ipykernel catches it there); what the "
                  "cell printed is above, and its code may not have run to its end]")
 HANDSHAKE_EXPR = contract.HANDSHAKE.expression()
+TRIAL_PARALLEL = 2  # kernel_ext.trial.PARALLEL: children a kernel runs at once
+TRIAL_SLACK_S = 10.0  # fork, collection and the reply, per round of trials and once more
 
 
 def _tell_stderr(line: str) -> None:
@@ -445,6 +447,19 @@ class Kernel:
         if self._int.running:
             raise KernelBusy("a cell is running; file operations are known when it ends")
         return json.loads(self._expression(contract.FILE_OPS.expression(), timeout))
+
+    def trial(self, codes: list[str], timeout: float = 30.0, cap: int = 4000) -> list[dict[str, Any]]:
+        """Run each code against a forked copy of the namespace (kernel_ext.trial); one
+        result per code, in order: {status, output, final, error, seconds}. Nothing a
+        candidate does to the namespace stays; files it writes do. Holds the shell lock,
+        so no cell runs meanwhile; the deadline covers every trial (two at a time)."""
+        codes = [str(c) for c in codes]
+        if not codes:
+            return []
+        rounds = -(-len(codes) // TRIAL_PARALLEL)
+        deadline = rounds * (timeout + TRIAL_SLACK_S) + TRIAL_SLACK_S
+        expr = contract.TRIAL.expression(codes, float(timeout), int(cap))
+        return list(json.loads(self._expression(expr, deadline)))
 
     def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
         """Force a snapshot now; returns kernel_ext.snapshot's summary."""
