@@ -5,6 +5,8 @@ caps, order, no snapshot, and a kernel that goes on as before."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -183,3 +185,59 @@ def test_real_cells_stream_outputs_after_trials(kernel):
     assert res.shaped == "one\n'two'\nthree\n"
     assert "stream" in seen and "display_data" in seen
     assert os.getpid() != kernel.pid
+
+
+def _wait_for_file(path: Path, limit: float = 30.0) -> str:
+    """The file's text once a candidate wrote it (the candidate's own signal)."""
+    tick = threading.Event()
+    deadline = time.monotonic() + limit
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never written"
+        tick.wait(0.02)
+    return path.read_text()
+
+
+def _ended_in_kernel(kernel: Kernel, pid: int) -> bool:
+    """Whether `pid` (in the kernel's pid namespace: the sandbox may have its own) is gone
+    or a zombie within 10 s, as the kernel sees it."""
+    return _ok(kernel, "import time\n"
+                       "def _state(pid):\n"
+                       "    try:\n"
+                       "        return open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+                       "    except FileNotFoundError:\n"
+                       "        return 'gone'\n"
+                       "_t = time.monotonic()\n"
+                       f"while _state({pid}) not in ('gone', 'Z') and time.monotonic() - _t < 10:\n"
+                       "    time.sleep(0.01)\n"
+                       f"_state({pid}) in ('gone', 'Z')") == "True\n"
+
+
+def test_a_background_process_a_candidate_starts_does_not_outlive_it(kernel, tmp_path):
+    [res] = kernel.trial(["import subprocess, sys\n"
+                          "p = subprocess.Popen(['sleep', '60'])\n"
+                          "print(p.pid)"], timeout=20)
+    assert res["status"] == "ok", res
+    assert res["seconds"] < 15  # the sleeper holds the pipe; the result did not wait on it
+    assert _ended_in_kernel(kernel, int(res["output"]))
+
+
+def test_an_interrupt_during_trials_kills_the_children(kernel, tmp_path):
+    flag = tmp_path / "pid"
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            kernel.trial([f"import os\nopen({str(flag)!r}, 'w').write(str(os.getpid()))\n"
+                          "while True: pass"], timeout=60)
+        except BaseException as e:  # noqa: BLE001 - the test inspects it
+            errors.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    child = int(_wait_for_file(flag))
+    kernel.interrupt()
+    t.join(30)
+    assert not t.is_alive()
+    assert errors and "KeyboardInterrupt" in str(errors[0])
+    assert _ended_in_kernel(kernel, child)
+    assert _ok(kernel, "'still here'") == "'still here'\n"
