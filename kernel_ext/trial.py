@@ -45,6 +45,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
+from IPython.core.displayhook import DisplayHook
 from IPython.core.displaypub import DisplayPublisher
 
 from kernel_ext import bridge, snapshot
@@ -300,12 +301,15 @@ def _child_main(fd: int, code: str, cap: int) -> None:
 
 
 def _run_isolated(code: str, cap: int) -> dict[str, Any]:
-    ip = _isolate()
-    sink = _Capped(cap)
-    recorder = _Recorder()
+    sink = _Capped(cap)  # first of all: ipykernel's streams would write to a dead thread
     sys.stdout, sys.stderr = _Stream(sink, "stdout"), _Stream(sink, "stderr")
+    ip = _isolate()
     ip.display_pub = _Publisher(sink)
-    sys.displayhook = lambda value: None if value is None else sink.write(repr(value) + "\n")
+    # IPython's plain displayhook prints to sys.stdout (ipykernel's sends on IOPub): for
+    # a candidate that runs a cell itself; no "Out[n]:" prompt with cache_size=0
+    ip.displayhook = DisplayHook(shell=ip, cache_size=0)
+    ip.display_trap.hook = sys.displayhook = ip.displayhook
+    recorder = _Recorder()
     bridge.set_local_handler(recorder)
     status, error = "ok", None
     try:

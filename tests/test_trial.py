@@ -171,6 +171,9 @@ def test_a_trial_writes_no_snapshot(kernel, session):
     ])
     assert [r["status"] for r in results] == ["ok", "ok"], results
     assert _snapshot_files(session) == before
+    [nested] = kernel.trial(["get_ipython().run_cell('40 + 2')\nNone"])
+    assert nested["status"] == "ok" and nested["output"].strip() == "42", nested
+    assert _snapshot_files(session) == before
     _ok(kernel, "snap_probe.append(2)")
     assert _snapshot_files(session) != before  # a real cell still snapshots
 
