@@ -17,6 +17,8 @@ Each concept lives in its own module with `install(ip)` / `uninstall(ip)`:
                rlm_query, compact, goal, heartbeat, cron, memory
     aliases    pd, np, plt (contract.ALIASES), bound lazily when installed
 `unload_ipython_extension` undoes every install in reverse order.
+Called by the host, installs nothing:
+    trial      candidate cells run in forked copies of the kernel (contract.TRIAL)
 
 It installs on its own as `rlm-kernel-ext` (kernel_ext/pyproject.toml), versioned with the
 host: the host calls `handshake()` at kernel start and refuses another `__version__`.
