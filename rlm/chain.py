@@ -9,6 +9,8 @@ carries out (events to yield, a run decision, an unmet promise):
   prompt     before the first model call of a run               (agent) -> events
   context    while a prompt is assembled: a message placed right after the system prompt
              (project memory's head)                            () -> message | None
+  choose     the turn's reply, before it is acted on: a policy may put another in its
+             place (candidates voted by what they compute)  (agent, reply) -> steps -> reply
   reply      a reply with cells is logged, before its cells run (agent) -> None
   account    after a turn, before the continuation is chosen    (agent) -> events
   would_end  the run would end: the first decision wins         (agent, reason) -> decision
@@ -25,11 +27,12 @@ children): whoever owns the run (rlm.app.SessionRun, else the Agent) closes it o
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from rlm.events import Event, RunEnded
+from rlm.llm.types import Completion
 from rlm.outcome import Unmet
 from rlm.protocols import Compact, Continue, End, Handler, SessionLog
 from rlm.session.entries import MessageEntry
@@ -45,6 +48,9 @@ EndCondition = Callable[["LoopHost", str], "Unmet | None"]  # a promise left unm
 EndedHook = Callable[["LoopHost", RunEnded], None]  # the run has ended
 OverflowHook = Callable[["LoopHost", MessageEntry], "Compact | End"]  # retry once, or end
 ContextProvider = Callable[[], "dict[str, Any] | None"]  # a message after the system prompt
+# the turn's reply -> the reply acted on; a generator (its events are yielded: model calls
+# and trials run on the loop's worker thread through `agent.in_thread`)
+ChooseHook = Callable[["LoopHost", Completion], "Generator[Event, None, Completion]"]
 
 
 @dataclass
@@ -54,6 +60,7 @@ class Chain:
     start: list[StartHook] = field(default_factory=list)
     prompt: list[TurnHook] = field(default_factory=list)
     context: list[ContextProvider] = field(default_factory=list)
+    choose: list[ChooseHook] = field(default_factory=list)
     reply: list[StartHook] = field(default_factory=list)
     account: list[TurnHook] = field(default_factory=list)
     would_end: list[Continuation] = field(default_factory=list)
@@ -73,6 +80,13 @@ class Chain:
         """The events of each policy of a stage, in order (prompt, account)."""
         for policy in stage:
             yield from policy(agent) or []
+
+    def chosen(self, agent: LoopHost, reply: Completion) -> Generator[Event, None, Completion]:
+        """The reply the turn acts on: each `choose` policy in turn may put another in its
+        place."""
+        for policy in self.choose:
+            reply = yield from policy(agent, reply)
+        return reply
 
     def decide(self, agent: LoopHost, reason: str) -> Continue | End | None:
         """The first decision about a run that would end as `reason`; None: none has one."""

@@ -45,6 +45,9 @@ class Config:
     # the embedded model's turns sampled under a grammar: one fenced cell or FINAL(...)
     # (rlm.llm.reply_grammar); False: free text, read as today
     local_grammar: bool = True
+    # candidate programs voted by what they compute (rlm.app.candidates): replies drawn at
+    # the steps that decide an answer, each tried in a fork of the kernel; 1: the turn's own
+    candidates: int = 1
     home: Path = field(default_factory=rlm_home)
 
     # run limits (None: unlimited)
@@ -376,7 +379,7 @@ PROJECT_SAFE = frozenset({
     "memory_cap_bytes", "snapshot_var_cap", "snapshot_total_cap", "compaction_enabled",
     "context_tiers", "checkpoint_rungs", "context_window", "reserve_tokens", "keep_recent_tokens", "max_depth", "token_budget", "turn_budget",
     "batch_concurrency", "worker_idle_exit_s", "memory", "max_children", "child_budget_share",
-    "budget_reserve", "child_context_max_bytes", "local_grammar",
+    "budget_reserve", "child_context_max_bytes", "local_grammar", "candidates",
 })
 # The limits among PROJECT_SAFE: an un-allowed project file may only TIGHTEN each of them
 # against defaults + the user's own config (a larger value is ignored and said). The
@@ -392,7 +395,7 @@ PROJECT_LIMITS: dict[str, float] = {
     "context_window": math.inf, "keep_recent_tokens": math.inf, "max_depth": math.inf,
     "token_budget": math.inf, "turn_budget": math.inf, "batch_concurrency": math.inf,
     "worker_idle_exit_s": math.inf, "max_children": math.inf, "child_budget_share": math.inf,
-    "child_context_max_bytes": math.inf,
+    "child_context_max_bytes": math.inf, "candidates": math.inf,
 }
 ZERO_IS_UNLIMITED = ("max_children", "memory_cap_bytes", "kernel_max_procs")
 # The rest of PROJECT_SAFE: choices and tuning, taken as the file gives them (a model only

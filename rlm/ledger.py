@@ -5,6 +5,7 @@ role (`Agent.charge(usage, role=...)`):
 
   turns       the replies the loop acted on (rlm.agent.acting)
   resampled   replies sampled again instead of run (rlm.agent.modelcall.resample)
+  candidates  replies drawn beside the turn's and not acted on (rlm.app.candidates)
   stopped     replies a stream rule stopped (the host's estimate: the stream was closed)
   subcalls    llm_query / llm_query_batched from a cell (rlm.agent.recursion)
   children    rlm_spawn / rlm_query children, all their roles (`Ledger.add_child`; the
@@ -34,12 +35,13 @@ from typing import Any
 from rlm.llm.types import LLM, Completion, Usage
 
 SPENT_ENTRY = "spent"  # a custom entry: tokens spent outside any run, by role
-ROLES = ("turns", "resampled", "stopped", "subcalls", "children", "advisor", "compaction",
+ROLES = ("turns", "resampled", "candidates", "stopped", "subcalls", "children", "advisor", "compaction",
          "checkpoint")
 # what the token limits count (as before the ledger): not the context's upkeep
 BUDGETED = tuple(r for r in ROLES if r not in ("compaction", "checkpoint"))
 # how the footer names a role's share ("3,491 in turns + 16,485 by children")
 ROLE_WORDS = {"turns": "in turns", "resampled": "on resampled replies",
+              "candidates": "on candidate replies",
               "stopped": "on replies a stream rule stopped", "subcalls": "by llm_query",
               "children": "by children", "advisor": "by the advisor",
               "compaction": "by compaction", "checkpoint": "by the checkpoint writer"}

@@ -128,7 +128,7 @@ SCREENED: dict[str, Rule] = {
     "keep_recent_tokens": _higher(),
     # sampling and compaction tuning
     "temperature": _harmless, "reserve_tokens": _harmless, "compaction_enabled": _harmless,
-    "context_tiers": _harmless, "local_grammar": _harmless,
+    "context_tiers": _harmless, "local_grammar": _harmless, "candidates": _higher(),
 }
 # The security flags of the command line (kept under their old name for readers).
 SECURITY_FLAGS = ("sandbox", "kernel_network", "kernel", "model", "sub_model",

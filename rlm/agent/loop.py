@@ -386,6 +386,7 @@ class Agent:
             completion = yield from sample(self)  # resampled / retried as the policy decides
             if completion is None:
                 return ("interrupted", None) if self.state.stopping else ("error", None)
+            completion = yield from self.chain.chosen(self, completion)  # candidates voted
             return (yield from act(self, completion))
         finally:
             self.turn_active = False

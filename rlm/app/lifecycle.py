@@ -57,6 +57,7 @@ from rlm.app.build import (
     move_to_branch,
     size_output_to_window,
 )
+from rlm.app.candidates import CANDIDATES
 from rlm.app.driving import drive
 from rlm.app.features import ENTRY_POINTS, FEATURES, answer_every_method, gap, tells_user
 from rlm.app.inputs import prepare_inputs, put_context
@@ -167,6 +168,7 @@ ROOT_FEATURES: tuple[Feature, ...] = (
     RULES,  # stream rules from rule files (rlm.app.steering)
     ADVISOR,  # --advisor: a second model that watches (rlm.app.advising)
     MEMORY,  # project memory in .agent/ (rlm.app.memory)
+    CANDIDATES,  # config candidates > 1: replies voted by what they compute (rlm.app.candidates)
 )
 
 

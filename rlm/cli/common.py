@@ -13,7 +13,7 @@ from rlm.session.store import SessionStore
 CONFIG_FLAGS = (
     "model", "sub_model", "compaction_model", "advisor", "max_turns", "max_tokens", "max_wall_s",
     "cell_timeout", "gate_timeout_s", "memory_cap_bytes", "temperature", "max_depth", "token_budget",
-    "turn_budget", "max_children",
+    "turn_budget", "max_children", "candidates",
     "context_window", "reserve_tokens", "keep_recent_tokens", "compaction_enabled", "context_tiers", "sandbox",
     "kernel_network", "kernel",
     "snapshot_url",

@@ -35,6 +35,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="kernel memory cap, e.g. 4G: an allocation past it is a MemoryError "
                         "in the cell, not an OOM kill (default: 3/4 of RAM; 0: no cap)")
     g.add_argument("--temperature", type=float, help="sampling temperature for the model")
+    g.add_argument("--candidates", type=_whole(1), metavar="K",
+                   help="at the steps that decide an answer, draw K replies, try each one's "
+                        "cells in a fork of the kernel and run the one whose result most "
+                        "agree on (default 1: the model's own reply; config: candidates)")
     g.add_argument("--max-depth", type=_whole(0), help="rlm_query depth limit (default 1)")
     g.add_argument("--sandbox", action=argparse.BooleanOptionalAction, default=None,
                    help="kernel in its own user, mount and network namespaces: no network, "

@@ -227,6 +227,7 @@ class SeamLLM:
         temperature: float | None = None,
         max_tokens: int | None = None,
         on_call: CallStreamCallback | None = None,
+        seed: int | None = None,
     ) -> Completion:
         """One reply. Streamed (`stream`): text goes to `on_text` and native tool calls'
         argument text to `on_call` as it comes; either may raise to stop the stream."""
@@ -246,6 +247,8 @@ class SeamLLM:
             kwargs["temperature"] = temperature
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
+        if seed is not None:  # a provider without seeds draws without one (drop_params)
+            kwargs.update(seed=seed, drop_params=True)
         if self.stream:
             kwargs.update(stream=True, stream_options={"include_usage": True})
         # where a reply enters the host: no lone surrogate gets past (types.clean_text)

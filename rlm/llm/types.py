@@ -118,6 +118,7 @@ class LLM(Protocol):
         temperature: float | None = None,
         max_tokens: int | None = None,
         on_call: CallStreamCallback | None = None,
+        seed: int | None = None,  # a draw of its own (candidates); None: the provider's
     ) -> Completion: ...
 
     def context_window(self) -> int | None: ...

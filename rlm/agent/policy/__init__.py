@@ -136,6 +136,12 @@ class AnswerPolicy:
         self.stuck.resampled()
         return decision
 
+    def would_run(self, content: str, tool_calls: bool) -> bool:
+        """Whether `reply` would run as it is (no rule would resample it), counting nothing:
+        a candidate reply is screened so (rlm.app.candidates)."""
+        return _first(r.on_reply(self.facts, Reply(content, tool_calls)) for r in self.rules) \
+            is None
+
     # ----------------------------------------------------------------- stream rules
     def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         """The scanner the next reply streams through (None: no rule may fire now)."""
