@@ -49,7 +49,7 @@ def run_one(q: Any, tables: Path, true: Any, timeout: float, extra: list[str]) -
         "verified": result.get("verified"), "seconds": round(seconds, 1),
         "n_cells": len(cells), "errors": sum(c["status"] != "ok" for c in cells),
         "idle_replies": counts.get("unparsed", 0), "resampled": counts.get("resampled", 0),
-        "replies": counts.get("replies", 0), "cells": cells, "prompts": prompts, "final": final,
+        "replies": counts.get("replies", 0), "votes": counts.get("votes", []), "cells": cells, "prompts": prompts, "final": final,
     }
 
 

@@ -85,14 +85,20 @@ def _cells(session: Path) -> tuple[list[dict[str, Any]], list[str], dict[str, An
 def reply_counts(session: Path) -> dict[str, Any]:
     """The model's replies in a session log: all of them, those that parsed to neither a
     cell nor a text FINAL (codeparse, as the loop reads them), and the resampled ones;
-    `texts`: each reply as the model wrote it."""
+    `texts`: each reply as the model wrote it; `votes`: each vote among candidates."""
     from rlm.agent.codeparse import fenced_blocks, text_final
 
-    counts: dict[str, Any] = {"replies": 0, "unparsed": 0, "resampled": 0, "texts": []}
+    counts: dict[str, Any] = {"replies": 0, "unparsed": 0, "resampled": 0, "texts": [],
+                              "votes": []}
     for line in session.read_text().splitlines()[1:]:
         e = json.loads(line)
         if e.get("type") == "custom" and e.get("custom_type") == "resampled":
             counts["resampled"] += 1
+            continue
+        if e.get("type") == "custom" and e.get("custom_type") == "candidates":
+            d = e.get("data") or {}  # a vote among candidate programs (rlm.app.candidates)
+            counts["votes"].append({"point": d.get("point"), "winner": d.get("winner"),
+                                    "keys": [c.get("key") for c in d.get("candidates", [])]})
             continue
         m = e.get("message") or {}
         if e.get("type") != "message" or m.get("role") != "assistant" or e.get("error"):
