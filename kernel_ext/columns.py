@@ -332,3 +332,59 @@ _BRIEF_PART = re.compile(r"(?:^|, )(\S(?:[^,|]*?\S)?) ((?:'[^']*'|\"[^\"]*\"|[^,
 def parse_levels(brief: str) -> dict[str, list[str]]:
     """`levels_brief`'s text read back: column -> its values as written (`'Adelie'`)."""
     return {m.group(1): m.group(2).split("|") for m in _BRIEF_PART.finditer(brief)}
+
+
+# -- where a value is: after `KeyError: 'F9'` from `airlines.loc['F9', 'name']` -------------
+FIND_CELLS = 2_000_000  # values of one column read, at most (the first rows)
+FIND_SECONDS = 1.0  # the whole search, at most: a slow column ends it
+FIND_HITS = 3
+
+
+def where_value(key: str, values: dict[str, Any]) -> list[dict[str, str]]:
+    """The text columns of the DataFrames in `values` (name -> value) that hold `key`:
+    exactly, else the same but for case and spaces around. Each hit: table, column and
+    the value as a literal. Bounded: FIND_CELLS values a column, FIND_SECONDS in all."""
+    import time
+
+    import pandas as pd
+
+    want = str(key).strip().casefold()
+    start = time.monotonic()
+    hits: list[dict[str, str]] = []
+    for table, frame in values.items():
+        if not isinstance(frame, pd.DataFrame) or table.startswith("_"):
+            continue
+        for col in frame.columns:
+            if time.monotonic() - start > FIND_SECONDS or len(hits) >= FIND_HITS:
+                return hits
+            found = _found_in(frame[col], key, want) if _kind(frame[col].dtype) in (
+                "text", "category") and isinstance(col, str) else None
+            if found is not None:
+                hits.append({"table": table, "column": col, "value": _literal(found)})
+    return hits
+
+
+def _found_in(col: Any, key: str, want: str) -> Any:
+    """The value of `col` equal to `key` (else equal but for case and spaces), or None."""
+    try:
+        head = col.iloc[:FIND_CELLS]
+        if bool((head == key).any()):
+            return key
+        text = head[head.map(lambda v: isinstance(v, str))]
+        same = text[text.str.strip().str.casefold() == want]
+        return same.iloc[0] if len(same) else None
+    except Exception:  # noqa: BLE001 - a column whose values cannot be compared: not here
+        return None
+
+
+def where_value_json(key: str, ip: Any = None) -> str:
+    """`where_value` over the user's names in the kernel, as JSON (the host's call)."""
+    import json
+
+    from kernel_ext.namespace import user_values
+
+    if ip is None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    return json.dumps(where_value(key, user_values(ip)))

@@ -54,12 +54,20 @@ class Executor(Protocol):
 @runtime_checkable
 class Trials(Protocol):
     """An executor that can run candidate cells against isolated copies of its namespace
-    (rlm.kernel.Kernel: forked children of the kernel process). Apart from `Executor`:
-    the in-process `%%rlm` executor and remote gateway kernels cannot fork, so they do
-    not implement it; a caller checks `isinstance(executor, Trials)`."""
+    (rlm.kernel.Kernel: forked children of the kernel process, a gateway's kernel too, on
+    its own machine). Apart from `Executor`: the in-process `%%rlm` executor runs in the
+    user's own kernel and does not fork it; a caller checks `isinstance(executor, Trials)`."""
 
     def trial(self, codes: list[str], timeout: float = 30.0,
               cap: int = 4000) -> list[dict[str, Any]]: ...
+
+
+@runtime_checkable
+class ValueLookup(Protocol):
+    """An executor that finds which text columns of its DataFrames hold a value
+    (kernel_ext.columns.where_value): the note after `KeyError: 'F9'` reads it."""
+
+    def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]: ...
 
 
 def started(executor: Executor | None) -> Executor:

@@ -145,3 +145,19 @@ def test_the_summary_line_carries_levels_within_its_cap():
     assert all(len(v) == 2 for v in frame_levels(line).values())
     # a frame with no few-valued text column: no mark
     assert LEVELS_MARK not in summary(pd.DataFrame({"x": range(50), "id": [str(i) for i in range(50)]}))
+
+
+def test_where_a_value_is_found_in_text_and_category_columns_only():
+    """kernel_ext.columns.where_value: after `KeyError: 'F9'` the kernel names the text
+    column holding the value, exactly or but for case and spaces; numbers, private names
+    and objects that are not frames are not searched."""
+    from kernel_ext.columns import where_value
+
+    frame = pd.DataFrame({"code": [f"C{i}" for i in range(5000)] + [" f9 "],
+                          "n": range(5001), "kind": pd.Categorical(["x"] * 5000 + ["Jet"])})
+    found = where_value("F9", {"airlines": frame, "_hidden": frame, "s": frame["code"]})
+    assert found == [{"table": "airlines", "column": "code", "value": "' f9 '"}]
+    assert where_value("jet", {"t": frame}) == [{"table": "t", "column": "kind",
+                                                 "value": "'Jet'"}]
+    assert where_value("4999", {"t": frame}) == []  # a number is a label, not this search
+    assert where_value("C17", {"t": frame})[0]["value"] == "'C17'"

@@ -137,6 +137,27 @@ def test_a_key_error_on_a_value_says_which_column_holds_it(_isolated_home, tmp_p
     assert "`orders[orders['region'] == 'Lyon']`" in note
 
 
+def test_a_key_error_on_a_value_of_a_many_valued_column_is_found_in_the_frame(
+        _isolated_home, tmp_path):
+    """The everyday suite's flights question: `airlines.loc['F9', 'name']` on a table of 16
+    carriers (too many for the listing to show their values) failed with `KeyError: 'F9'`
+    and the model sent it again until its turns ran out. The kernel searches its frames'
+    text columns for the value (any case, spaces around) and the note names the column."""
+    codes = [f"{a}{b}" for a in "ABCDEFGH" for b in "XYZ"]  # 24 carriers
+    rows = "\n".join(f"{c},Airline {c}" for c in codes)
+    (tmp_path / "airlines.csv").write_text("carrier,name\n" + rows + "\n")
+    first, second = _read_after_cells(
+        _isolated_home, tmp_path / "airlines.csv",
+        [_cell("print(airlines.loc['CY', 'name'])"), _cell("print(airlines['gx'])"),
+         "FINAL(none)"], "what is the name of carrier CY?")
+    assert "KeyError: 'CY'" in first
+    assert ("`'CY'` is not a column or an index label: 'CY' is a value of the column "
+            "`carrier` of the DataFrame `airlines`") in first
+    assert "`airlines[airlines['carrier'] == 'CY']`" in first
+    assert "`airlines.set_index('carrier').loc['CY']`" in first
+    assert "'GX' is a value of the column `carrier`" in second  # the data's spelling
+
+
 def test_a_merge_on_a_column_one_side_lacks_names_that_side(_isolated_home, tmp_path):
     """issue 33's flights run: `flights.merge(worst, on=['origin', 'month'])` where `worst`
     had no `month`. The note said "use flights['month']" (flights has it), and the model

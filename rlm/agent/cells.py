@@ -24,7 +24,7 @@ from rlm.config import Config
 from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
 from rlm.kernel.types import CellResult
 from rlm.llm.types import ToolCall
-from rlm.protocols import Executor, SessionLog, started
+from rlm.protocols import Executor, SessionLog, ValueLookup, started
 from rlm.session.entries import MessageEntry, new_id
 
 NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
@@ -173,7 +173,9 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     if missing is not None:
         return notices.existing_names(missing, rows, host.input_names())
     if key is not None:
-        return notices.key_note(str(key), rows, host.input_names(), result.shaped)
+        ex = host.executor
+        where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
+        return notices.key_note(str(key), rows, host.input_names(), result.shaped, where)
     return notices.reduction_note(str(op), rows, host.input_names())
 
 

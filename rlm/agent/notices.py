@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from kernel_ext.describe import LEVELS_MARK, frame_levels, listing_line, listing_lines
@@ -190,10 +191,13 @@ def failing_line(shaped: str) -> str:
     return found[-1] if found else ""
 
 
-def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str = "") -> str:
-    """After a KeyError on a name: where that column is, or the columns that exist. Small
-    models read `KeyError: 'region'` from `orders['value'].groupby('region')` as "no such
-    column" and then guess other names."""
+def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str = "",
+             where: Callable[[str], list[dict[str, str]]] | None = None) -> str:
+    """After a KeyError on a name: where that column is, the column a value is in (from
+    the listing's levels, else `where`: the kernel searches its frames), or the columns
+    that exist. Small models read `KeyError: 'region'` from
+    `orders['value'].groupby('region')` as "no such column" and then guess other names;
+    `airlines.loc['F9', 'name']` fails on a carrier code that is a column's value."""
     frames = [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
     having = [name for name, cols in frames if key in cols]
     line = failing_line(shaped)
@@ -212,7 +216,7 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str
     if not frames:
         return ""
     levels = _levels_of(rows, inputs)
-    value = _value_note(key, levels)
+    value = _value_note(key, levels) or _found_note(key, where)
     if value:
         return value
     lines = [f"\n[`{key!r}` is not a column of any DataFrame. Their columns:"]
@@ -243,6 +247,23 @@ def _value_note(key: str, levels: dict[str, dict[str, list[str]]]) -> str:
                             f"{', '.join(values)}). Select those rows with "
                             f"`{table}[{table}[{col!r}] == {v}]`.]")
     return ""
+
+
+def _found_note(key: str, where: Callable[[str], list[dict[str, str]]] | None) -> str:
+    """`_value_note` for a value the listing does not show (a column of many values): where
+    the kernel found it. Nothing when it cannot say (no search, a busy kernel)."""
+    try:
+        hits = where(key) if where is not None else []
+    except Exception:  # noqa: BLE001 - the error alone still helps
+        return ""
+    if not hits:
+        return ""
+    h = hits[0]
+    table, col, v = h["table"], h["column"], h["value"]
+    return (f"\n[`{key!r}` is not a column or an index label: {v} is a value of the column "
+            f"`{col}` of the DataFrame `{table}`. Select those rows with "
+            f"`{table}[{table}[{col!r}] == {v}]` (or index by it first: "
+            f"`{table}.set_index({col!r}).loc[{v}]`).]")
 
 
 _LABEL_ERROR = re.compile(r"^KeyError: (-?\d+)\s*$", re.M)

@@ -414,6 +414,11 @@ class Kernel:
         expr = contract.DESCRIBE.expression(list(names) if names is not None else None)
         return list(json.loads(self._expression(expr, timeout)))
 
+    def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]:
+        """The text columns of the kernel's DataFrames holding the value `key`
+        (kernel_ext.columns.where_value): table, column, value."""
+        return list(json.loads(self._expression(contract.WHERE_VALUE.expression(key), timeout)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         """User names with type and size; KernelDied if dead. While a cell runs the kernel
         answers on a subshell; failing that the names come from the last snapshot, with

@@ -155,6 +155,11 @@ class InProcessExecutor:
 
         return list(json.loads(describe.describe_json(names, ip=self.shell)))
 
+    def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]:
+        from kernel_ext import columns
+
+        return list(json.loads(columns.where_value_json(key, ip=self.shell)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         from kernel_ext import snapshot
 
