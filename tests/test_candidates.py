@@ -88,16 +88,15 @@ def test_a_failed_own_reply_gives_way_to_a_candidate_that_ran(_isolated_home, sa
     broken = "print(sales['unit'].sum())"   # KeyError in the trial: it never runs for real
     fixed = "print(sales['units'].sum())"
     end, ran, votes, *_ = _voted(_isolated_home, sales, [
-        cell(broken), cell(fixed), cell("print(nope)"),
-        "FINAL(100)", "FINAL(100)", "FINAL(100)"])
+        cell(broken), cell(fixed),       # one that ran: no other could beat it (k = 3)
+        "FINAL(100)", "FINAL(100)"])
     assert ran == [fixed]
-    assert [c["ran"] for c in votes[0]["candidates"]] == [False, True, False]
+    assert [c["ran"] for c in votes[0]["candidates"]] == [False, True]
 
 
 def test_text_answers_are_voted_by_their_numbers(_isolated_home, sales):
     end, ran, votes, *_ = _voted(_isolated_home, sales, [
         cell("print(sales['units'].sum())"), cell("print(sales['units'].sum())"),
-        cell("print(sales['units'].sum())"),
         "FINAL(1,000)", "FINAL(100)", "FINAL(100.0 units)"])
     assert end.final == "100"
     assert votes[-1]["winner"] == 1 and [c["key"] for c in votes[-1]["candidates"]] == \
@@ -115,9 +114,9 @@ def test_by_default_nothing_is_drawn(_isolated_home, sales):
 def test_a_cell_in_the_middle_of_a_run_is_not_voted_on(_isolated_home, sales):
     first, middle = "print(sales.shape)", "print(sales['units'].sum())"
     end, ran, votes, llm, *_ = _voted(_isolated_home, sales, [
-        cell(first), cell(first), cell(first),      # first: all agree, own stands
+        cell(first), cell(first),                   # first: two agree, own stands
         cell(middle),                               # after a cell that ran: no draw
-        "FINAL(100)", "FINAL(100)", "FINAL(100)"])
+        "FINAL(100)", "FINAL(100)"])
     assert ran == [first, middle] and [v["point"] for v in votes] == ["first", "final"]
 
 
@@ -161,3 +160,45 @@ def test_every_reply_entry_the_model_reads_is_one_that_ran(_isolated_home, sales
         cell(wrong), cell(right), cell(right), "FINAL(100)", "FINAL(100)", "FINAL(100)"])
     seen = "\n".join(str(m.get("content")) for m in llm.calls[-1])
     assert "+ 1" not in seen and right in seen
+
+
+def test_no_draw_once_no_more_could_change_the_vote():
+    """`settled`: drawing stops when the rest could not change the winner."""
+    ran = lambda k: Outcome(True, k)  # noqa: E731
+    assert policy.settled([ran("")], 5)            # ran without output: it stands
+    assert policy.settled([ran("1")], 1)           # one more alone never outvotes it
+    assert not policy.settled([ran("1")], 2)       # two that agree would
+    assert policy.settled([ran("1"), ran("1")], 1)  # two agree: one more cannot
+    assert not policy.settled([ran("1"), ran("2")], 1)  # one more for "2" would win
+    assert not policy.settled([Outcome(False)], 1)  # a failed own reply: keep looking
+    assert policy.settled([Outcome(False), ran("3")], 1)  # one ran: another cannot beat it
+    assert policy.settled([ran("1")], 0)
+
+
+def test_the_turns_own_reply_that_agrees_with_the_first_draw_ends_the_drawing(
+        _isolated_home, sales):
+    """k = 3, the first draw agrees with the turn's own reply: the third is never drawn
+    (the script's next reply is the next turn's)."""
+    own = "print(sales['units'].sum())"
+    end, ran, votes, llm, *_ = _voted(_isolated_home, sales, [
+        cell(own), cell("print(sales.units.sum())"),
+        "FINAL(100)", "FINAL(100)"])
+    assert ran == [own] and end.final == "100" and len(llm.calls) == 4
+    assert [len(v["candidates"]) for v in votes] == [2, 2]
+
+
+def test_a_cell_without_output_is_run_without_drawing(_isolated_home, sales):
+    own = "total = sales['units'].sum()"
+    end, ran, votes, llm, *_ = _voted(_isolated_home, sales, [
+        cell(own), cell("print(total)"), "FINAL(100)", "FINAL(100)"])
+    assert ran == [own, "print(total)"] and [v["point"] for v in votes] == ["final"]
+
+
+def test_a_draw_that_fails_leaves_the_turns_own_reply_to_run(_isolated_home, sales):
+    """The model fails while candidates are drawn (here: the script has no more replies):
+    the turn's own reply runs, and the user is told the vote was skipped."""
+    own = "print(sales['units'].sum())"
+    end, ran, votes, llm, events, *_ = _voted(_isolated_home, sales, [cell(own)])
+    assert ran == [own] and votes == []
+    assert any(isinstance(e, Notice) and "candidate programs skipped at the first step" in e.text
+               for e in events)

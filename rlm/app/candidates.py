@@ -31,6 +31,7 @@ from rlm.agent.policy.candidates import (
     Outcome,
     outcome,
     point,
+    settled,
     vote,
 )
 from rlm.app.features import tells_user
@@ -75,19 +76,32 @@ CANDIDATES = Plain("candidates", attach)
 
 def choose(agent: Agent, reply: Completion, k: int) -> Generator[Event, None, Completion]:
     """The reply the turn acts on: `reply` itself unless this is a point to vote on and
-    the vote picks another candidate."""
+    the vote picks another candidate. Candidates are drawn one at a time and each is tried
+    as it comes; drawing stops once no more could change the vote (`settled`): the turn's
+    own reply that ran without output, or one enough others agree with, costs one trial."""
     codes = codes_of(reply)
-    answer = None if codes else text_final(reply.content)
-    why = point(agent.answers.facts, codes, answer is not None)
+    why = point(agent.answers.facts, codes, not codes and text_final(reply.content) is not None)
     trials = agent.executor if isinstance(agent.executor, Trials) else None
     if why is None or (codes and trials is None):
         return reply
-    drawn = yield from agent.in_thread(_drawing(agent, k - 1))
-    candidates = [reply, *[c for c in drawn if _screened(agent, c)]]
-    if len(candidates) < 2:
+    candidates, drawn = [reply], []
+    try:
+        outcomes = yield from agent.in_thread(_trying(agent, [reply], trials))
+        for i in range(1, k):
+            if settled(outcomes, k - i) or agent.state.stopping:
+                break
+            got = yield from agent.in_thread(_drawing(agent, i))
+            drawn.append(got)
+            if _screened(agent, got):
+                candidates.append(got)
+                outcomes += yield from agent.in_thread(_trying(agent, [got], trials))
+    except Exception as e:  # noqa: BLE001 - a failed draw or trial: the turn's reply runs
         _charge_losers(agent, drawn, keep=None)
+        yield Notice(f"candidate programs skipped at the {why} step ({type(e).__name__}: "
+                     f"{str(e)[:200]}); the model's own reply runs", "warning")
         return reply
-    outcomes = yield from agent.in_thread(_trying(agent, candidates, trials))
+    if not drawn:
+        return reply
     picked = vote(outcomes)
     winner = candidates[picked.winner]
     _charge_losers(agent, [reply, *drawn], keep=winner)
@@ -98,16 +112,11 @@ def choose(agent: Agent, reply: Completion, k: int) -> Generator[Event, None, Co
     return winner
 
 
-def _drawing(agent: Agent, n: int) -> Callable[[Callable[[Event], None]], list[Completion]]:
-    def work(emit: Callable[[Event], None]) -> list[Completion]:
-        messages = assemble(agent).messages
-        out = []
-        for i in range(1, n + 1):
-            if agent.state.stopping:
-                break
-            out.append(agent.llm.complete(messages, tools=[PYTHON_TOOL],
-                                          temperature=CANDIDATE_TEMPERATURE, seed=SEED_BASE + i))
-        return out
+def _drawing(agent: Agent, i: int) -> Callable[[Callable[[Event], None]], Completion]:
+    """Candidate i: the turn's prompt sampled hot with a seed of its own."""
+    def work(emit: Callable[[Event], None]) -> Completion:
+        return agent.llm.complete(assemble(agent).messages, tools=[PYTHON_TOOL],
+                                  temperature=CANDIDATE_TEMPERATURE, seed=SEED_BASE + i)
     return work
 
 

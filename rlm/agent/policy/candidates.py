@@ -11,6 +11,9 @@ This module decides; rlm.app.candidates draws, runs and carries the decision out
                                          gives the answer); None: run it as it is
   outcome(trial | text)  -> Outcome      what a candidate computed, as a vote reads it
   vote(outcomes)         -> Vote         which candidate runs (0: the turn's own reply)
+  settled(outcomes, n)   -> bool         no n more candidates could change the vote: draw
+                                         no more (the turn's own reply ran without output,
+                                         or enough agree with it already)
 
 What counts as agreeing is data, not wording: two results agree when they show the same
 numbers (each to 4 significant digits, in order), or, with no number, the same words.
@@ -125,3 +128,12 @@ def vote(outcomes: list[Outcome]) -> Vote:
     if ran is not None:
         return Vote(ran, 1, groups, "the turn's own reply failed; another candidate ran")
     return Vote(0, 1, groups, "every candidate failed: the turn's own reply stands")
+
+
+def settled(outcomes: list[Outcome], remaining: int) -> bool:
+    """Whether `remaining` more candidates could not change the vote's winner, whatever
+    they compute: each group (and a new result) is given 1..remaining more members."""
+    now = vote(outcomes).winner
+    keys = {o.key for o in outcomes if o.ran and o.key} | {"\0another result"}
+    return not any(vote([*outcomes, *[Outcome(True, key)] * r]).winner != now
+                   for key in keys for r in range(1, remaining + 1))
