@@ -129,7 +129,8 @@ def run_cell(host: CellHost, call: ToolCall, index: int,
     result: CellResult = yield from _execute(host, code)
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
-    content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) + verdict.note
+    content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) \
+        + _shrunk_input_note(host, result) + verdict.note
     # a blocker's interrupt is the advisor's, not a bare KeyboardInterrupt (rlm.app.advising)
     stopped_by = host.state.blockers.get(reply) if result.status == "interrupted" else None
     if stopped_by is not None:
@@ -177,6 +178,24 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
         where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
         return notices.key_note(str(key), rows, host.input_names(), result.shaped, where)
     return notices.reduction_note(str(op), rows, host.input_names())
+
+
+def _shrunk_input_note(host: CellHost, result: CellResult) -> str:
+    """After a cell that read a file and rebound an input table to fewer rows than it was
+    loaded with (`pd.read_csv('airports.csv', nrows=10)` into `airports`): how many rows it
+    holds now and held then. The 1.5B model re-read a loaded table with nrows=10 and
+    answered "the highest airport" from those ten rows."""
+    rebound = set(result.binds or ()) & host.input_names() if result.ok else set()
+    if not rebound or not result.files_read or host.executor is None:
+        return ""
+    loaded = notices.loaded_rows(host.session.branch())
+    if not rebound & set(loaded):
+        return ""
+    try:
+        rows = host.executor.list_namespace(timeout=5.0).get("names", [])
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: no note
+        return ""
+    return notices.shrunk_note(rebound, loaded, rows)
 
 
 def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:

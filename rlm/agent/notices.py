@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from kernel_ext.describe import LEVELS_MARK, frame_levels, listing_line, listing_lines
 from rlm.kernel.types import CellResult, RestoreReport
+from rlm.session.branch import custom_entries
 
 MAX_NAMES = 200
 
@@ -264,6 +265,33 @@ def _found_note(key: str, where: Callable[[str], list[dict[str, str]]] | None) -
             f"`{col}` of the DataFrame `{table}`. Select those rows with "
             f"`{table}[{table}[{col!r}] == {v}]` (or index by it first: "
             f"`{table}.set_index({col!r}).loc[{v}]`).]")
+
+
+_LOADED_ROWS = re.compile(r"^- ([A-Za-z_]\w*): [^\n]*?, ([\d,]+) rows x \d+ columns", re.M)
+_ROWS = re.compile(r"\b([\d,]+) rows\b")
+
+
+def loaded_rows(branch: Sequence[Any]) -> dict[str, int]:
+    """Input table -> the rows it held when loaded, as its description told the model."""
+    return {m.group(1): int(m.group(2).replace(",", ""))
+            for e in custom_entries(branch, "context_vars") if isinstance(e.content, str)
+            for m in _LOADED_ROWS.finditer(e.content)}
+
+
+def shrunk_note(rebound: set[str], loaded: dict[str, int], rows: list[dict[str, Any]]) -> str:
+    """The inputs of `rebound` that hold fewer rows now (the listing's summary) than when
+    loaded, said with both counts."""
+    now = {str(r.get("name")): int(m.group(1).replace(",", "")) for r in rows
+           if (m := _ROWS.search(str(r.get("summary") or "")))}
+    out = []
+    for name in sorted(rebound):
+        if name in loaded and name in now and now[name] < loaded[name]:
+            out.append(f"\n[`{name}` now holds {now[name]:,} rows; it held {loaded[name]:,} when "
+                       f"your input was loaded, and this cell read the file again only in part "
+                       f"(nrows=, skiprows=, a chunk). An answer about the whole table needs all "
+                       f"{loaded[name]:,} rows: read it again in full, or keep a part under "
+                       f"another name.]")
+    return "".join(out)
 
 
 _LABEL_ERROR = re.compile(r"^KeyError: (-?\d+)\s*$", re.M)
