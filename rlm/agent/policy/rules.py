@@ -30,6 +30,7 @@ from rlm.agent.nudge import (
 )
 from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
+from rlm.agent.policy.labels import label_note
 from rlm.agent.policy.partial import partial_note
 from rlm.agent.policy.precedence import precedence_note
 from rlm.session.branch import custom_entries, prompts
@@ -287,7 +288,18 @@ class MaskPrecedence(Rule):
         return precedence_note(cell.code)
 
 
+class RowLabel(Rule):
+    """A successful cell whose printed result is a row's label or position
+    (`df['temp_min'].idxmin()` -> 706), not a value of the row: a note says what it is and
+    how to read that row (rlm.agent.policy.labels). A repeated cell already has its note."""
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if not cell.ok or (cell.runs_before and cell.repeat):
+            return None
+        return label_note(cell.code, cell.output, facts.codes[:-1]) or None
+
+
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), PartialResult(), MaskPrecedence()]
+            Ungrounded(), DroppedCondition(), PartialResult(), MaskPrecedence(), RowLabel()]
