@@ -48,7 +48,8 @@ BRIEF_LEVELS = 6  # a column with at most this many values gets them in the summ
 BRIEF_CHARS = 160  # the summary's levels, at most
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}(?:[ T]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?$")
-_DATEISH = re.compile(r"\d{1,4}[-/. ]\w{1,9}[-/. ,]+\d{1,4}")
+# `2009/01/07`, `7 Jan 2009`, `01.07.09`; and `Jan 7 2009`, `January 7, 2009`
+_DATEISH = re.compile(r"\d{1,4}[-/. ]\w{1,9}[-/. ,]+\d{1,4}|[A-Za-z]{3,9}\.? \d{1,2},? \d{4}")
 
 
 def _kind(dtype: Any) -> str:
@@ -388,3 +389,55 @@ def where_value_json(key: str, ip: Any = None) -> str:
 
         ip = get_ipython()
     return json.dumps(where_value(key, user_values(ip)))
+
+
+# -- how a filtered column is written: after a filter that selected nothing -----------------
+WRITTEN_EXAMPLES = 3
+
+
+def how_written(table: str, column: str, literal: str, values: dict[str, Any]
+                ) -> dict[str, Any] | None:
+    """How the text column `table[column]` writes its values, against the literal a filter
+    compared it with: a few of its values, how many equal / start with the literal, up to
+    WRITTEN_EXAMPLES values containing it (any case), and whether they are dates as text.
+    None when `table` is no DataFrame with that text column. Bounded: FIND_CELLS values."""
+    import pandas as pd
+
+    frame = values.get(table)
+    if not isinstance(frame, pd.DataFrame) or column not in frame.columns:
+        return None
+    col = frame[column]
+    if isinstance(col, pd.DataFrame) or _kind(col.dtype) not in ("text", "category"):
+        return None
+    try:
+        head = col.iloc[:FIND_CELLS].dropna()
+        text = head[head.map(lambda v: isinstance(v, str))]
+        want = literal.casefold()
+        containing = text[text.str.casefold().str.contains(want, regex=False)]
+        return {
+            "table": table, "column": column, "literal": literal,
+            "examples": [_literal(v) for v in text.drop_duplicates().iloc[:WRITTEN_EXAMPLES]],
+            "equal": int((text == literal).sum()),
+            "starts": int(text.str.startswith(literal).sum()),
+            "containing": [_literal(v) for v in
+                           containing.drop_duplicates().iloc[:WRITTEN_EXAMPLES]],
+            "n_containing": int(len(containing)),
+            "dates": _dates_as_text(text) is not None,
+        }
+    except Exception:  # noqa: BLE001 - values that cannot be compared: nothing to say
+        return None
+
+
+def how_written_json(filters: list[list[str]], ip: Any = None) -> str:
+    """`how_written` for each (table, column, literal) over the kernel's names, as JSON."""
+    import json
+
+    from kernel_ext.namespace import user_values
+
+    if ip is None:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+    values = user_values(ip)
+    found = [how_written(str(t), str(c), str(v), values) for t, c, v in filters[:4]]
+    return json.dumps([f for f in found if f is not None])

@@ -113,9 +113,11 @@ BIND_CONTEXT = Call("kernel_ext.child_context", "bind_json")
 TRIAL = Call("kernel_ext.trial", "trials_json")
 # the text columns holding a value (key): after a KeyError on a value (kernel_ext.columns)
 WHERE_VALUE = Call("kernel_ext.columns", "where_value_json")
+# how filtered text columns are written (table, column, literal): after an empty result
+HOW_WRITTEN = Call("kernel_ext.columns", "how_written_json")
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
-         DESCRIBE, TRIAL, WHERE_VALUE)
+         DESCRIBE, TRIAL, WHERE_VALUE, HOW_WRITTEN)
 
 # -- the bridge: kernel -> host requests ---------------------------------------------
 @dataclass(frozen=True)
@@ -221,7 +223,7 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.bridge": frozenset({"set_local_handler"}),
     "kernel_ext.snapshot": frozenset({"namespace_json"}),
     "kernel_ext.fileops": frozenset({"file_ops_json", "watch"}),
-    "kernel_ext.columns": frozenset({"where_value_json"}),
+    "kernel_ext.columns": frozenset({"where_value_json", "how_written_json"}),
     # which line of an agent cell read a file and said what (the verified rule)
     "kernel_ext.provenance": frozenset({"begin", "end", "note_output", "note_data"}),
     # %load_ext rlm leaves the notebook's globals alone; %%rlm lends the API for its run

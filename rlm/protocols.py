@@ -64,10 +64,14 @@ class Trials(Protocol):
 
 @runtime_checkable
 class ValueLookup(Protocol):
-    """An executor that finds which text columns of its DataFrames hold a value
-    (kernel_ext.columns.where_value): the note after `KeyError: 'F9'` reads it."""
+    """An executor that reads its DataFrames' text columns (kernel_ext.columns): which hold
+    a value (the note after `KeyError: 'F9'`), and how a column a filter compared is
+    written (the note after a filter that selected nothing)."""
 
     def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]: ...
+
+    def how_written(self, filters: list[tuple[str, str, str]], timeout: float = 5.0
+                    ) -> list[dict[str, Any]]: ...
 
 
 def started(executor: Executor | None) -> Executor:

@@ -76,3 +76,42 @@ def test_the_shapes_of_a_partial_or_empty_result(text, note):
 ])
 def test_complete_results_get_no_note(text):
     assert partial_note(text) is None
+
+
+def test_an_empty_filter_shows_how_the_column_is_written(_isolated_home, stocks):
+    """The everyday suite's stocks question: `date.str.startswith('2009')` on dates written
+    'Jan 1 2009' selected nothing; told to look at the values, the model printed them and
+    answered with the printout. The note now shows how the column is written, which values
+    hold the literal, and, for dates written as text, how to compare them as dates."""
+    seen = _seen_after(_isolated_home, stocks, [
+        cell("sel = stocks[(stocks['symbol'] == 'AAPL') & stocks['date'].str.startswith('2009')]"
+             "\nprint(sel['price'].mean())"),
+        cell("print(stocks[stocks.symbol.isin(['aapl'])]['price'].mean())"),
+        cell("print(stocks[stocks['date'] == '2009-01-01']['price'].sum())"),
+        "FINAL(done)"])
+    assert "How `stocks['date']` is written: 'Jan 1 2008', 'Jan 2 2008', 'Jan 3 2008'" in seen[0]
+    assert "No value starts with '2009'; 365 contain it, e.g. 'Jan 1 2009'" in seen[0]
+    assert "`pd.to_datetime(stocks['date']).dt.year == 2009`" in seen[0]
+    assert "symbol" not in seen[0].split("How `")[1]  # its condition selected rows
+    # another spelling, another column: a value that exists only in another case
+    assert "How `stocks['symbol']` is written: 'AAPL'. No value equals 'aapl'; 1,096 " \
+        "contain it" in seen[1]
+    assert "dates written as text" not in seen[1]
+    # a sum of nothing prints 0, not nan: no empty-result note, so no data note either
+    assert "How `stocks" not in seen[2]
+
+
+@pytest.mark.parametrize("code, want", [
+    ("t[t['c'] == 'x']", [("t", "c", "x", "equal")]),
+    ("t[t.c != 'x']", [("t", "c", "x", "equal")]),
+    ("t[t['c'].str.contains('x') & (t['d'] == 'y')]", [("t", "c", "x", "contains"),
+                                                       ("t", "d", "y", "equal")]),
+    ("t[t[t.a > 0]['c'].str.startswith('x')]", [("t", "c", "x", "starts")]),
+    ("t[t['c'].isin(['x', 'y'])]", [("t", "c", "x", "equal"), ("t", "c", "y", "equal")]),
+    ("t[t['n'] == 3]", []),
+    ("t.query(\"c == 'x'\")", []),
+])
+def test_the_conditions_a_filter_compares_text_with(code, want):
+    from rlm.agent.policy.partial import filters_of
+
+    assert sorted(filters_of(code)) == sorted(want)

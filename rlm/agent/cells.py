@@ -16,6 +16,7 @@ from rlm.agent.children import Watchers
 from rlm.agent.codeparse import overwritten_inputs
 from rlm.agent.context_files import input_previews_of
 from rlm.agent.policy import AnswerPolicy
+from rlm.agent.policy.partial import filters_of, is_empty
 from rlm.agent.progress import OutputStream
 from rlm.agent.recursion import Recursion
 from rlm.agent.runner import Work
@@ -130,7 +131,7 @@ def run_cell(host: CellHost, call: ToolCall, index: int,
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
     content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) \
-        + _shrunk_input_note(host, result) + verdict.note
+        + _shrunk_input_note(host, result) + verdict.note + _empty_filter_note(host, result, code)
     # a blocker's interrupt is the advisor's, not a bare KeyboardInterrupt (rlm.app.advising)
     stopped_by = host.state.blockers.get(reply) if result.status == "interrupted" else None
     if stopped_by is not None:
@@ -196,6 +197,25 @@ def _shrunk_input_note(host: CellHost, result: CellResult) -> str:
     except Exception:  # noqa: BLE001 - a busy or dead kernel: no note
         return ""
     return notices.shrunk_note(rebound, loaded, rows)
+
+
+def _empty_filter_note(host: CellHost, result: CellResult, code: str) -> str:
+    """After a cell whose filter selected nothing (an empty result, rlm.agent.policy.
+    partial) on a text column compared with a literal: how that column is written and
+    which values hold the literal. The 1.5B model filtered `date.str.startswith('2009')`
+    on dates written 'Jan 1 2009', was told to look at the values, printed them, and
+    answered with the printout."""
+    ex = host.executor
+    if not result.ok or not isinstance(ex, ValueLookup) or not is_empty(result.shaped):
+        return ""
+    filters = filters_of(code)
+    if not filters:
+        return ""
+    try:
+        found = ex.how_written([(t, c, lit) for t, c, lit, _ in filters])
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: the empty-result note stands
+        return ""
+    return notices.written_note(found, {(t, c, lit): op for t, c, lit, op in filters})
 
 
 def _execute(host: CellHost, code: str) -> Generator[Event, None, CellResult]:

@@ -294,6 +294,37 @@ def shrunk_note(rebound: set[str], loaded: dict[str, int], rows: list[dict[str, 
     return "".join(out)
 
 
+_SELECTED = {"equal": ("equal", "equals"), "starts": ("starts", "starts with"),
+             "contains": ("n_containing", "contains"), "ends": ("", "ends with")}
+
+
+def written_note(found: list[dict[str, Any]], ops: dict[tuple[str, str, str], str]) -> str:
+    """After a filter that selected nothing: how each text column it compared is written,
+    and which values hold its literal (kernel_ext.columns.how_written). `ops`: (table,
+    column, literal) -> how the condition compared ("equal", "starts", ...). Only for a
+    condition no value meets, as far as the counts tell."""
+    out = []
+    for f in found[:2]:
+        t, c, lit = f["table"], f["column"], f["literal"]
+        count, phrase = _SELECTED.get(ops.get((t, c, lit), "equal"), ("equal", "equals"))
+        if count and f.get(count, 0):
+            continue  # that condition selects rows: another one emptied the result
+        line = (f"\n[How `{t}[{c!r}]` is written: {', '.join(f['examples'])}. No value "
+                f"{phrase} {lit!r}")
+        if f["n_containing"]:
+            line += (f"; {f['n_containing']:,} contain it, e.g. {', '.join(f['containing'])}.")
+            if f.get("dates"):
+                year = f"`pd.to_datetime({t}[{c!r}]).dt.year == {lit}`" if re.fullmatch(
+                    r"\d{4}", lit) else f"`pd.to_datetime({t}[{c!r}])`"
+                line += f" They are dates written as text: compare them as dates ({year})."
+            else:
+                line += " Write the condition the way the values are written."
+        else:
+            line += ", and none contains it: check the spelling and the column."
+        out.append(line + "]")
+    return "".join(out)
+
+
 _LABEL_ERROR = re.compile(r"^KeyError: (-?\d+)\s*$", re.M)
 
 

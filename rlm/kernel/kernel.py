@@ -419,6 +419,12 @@ class Kernel:
         (kernel_ext.columns.where_value): table, column, value."""
         return list(json.loads(self._expression(contract.WHERE_VALUE.expression(key), timeout)))
 
+    def how_written(self, filters: list[tuple[str, str, str]], timeout: float = 5.0
+                    ) -> list[dict[str, Any]]:
+        """How the text columns a filter compared are written (kernel_ext.columns)."""
+        expr = contract.HOW_WRITTEN.expression([list(f) for f in filters])
+        return list(json.loads(self._expression(expr, timeout)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         """User names with type and size; KernelDied if dead. While a cell runs the kernel
         answers on a subshell; failing that the names come from the last snapshot, with

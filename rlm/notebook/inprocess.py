@@ -160,6 +160,13 @@ class InProcessExecutor:
 
         return list(json.loads(columns.where_value_json(key, ip=self.shell)))
 
+    def how_written(self, filters: list[tuple[str, str, str]], timeout: float = 5.0
+                    ) -> list[dict[str, Any]]:
+        from kernel_ext import columns
+
+        return list(json.loads(columns.how_written_json([list(f) for f in filters],
+                                                        ip=self.shell)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         from kernel_ext import snapshot
 

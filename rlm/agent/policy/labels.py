@@ -26,7 +26,7 @@ FUNCTIONS = {"idxmin": ("the label", "loc"), "idxmax": ("the label", "loc"),
              "argmin": ("the position", "iloc"), "argmax": ("the position", "iloc")}
 
 
-def _table_of(column: ast.expr) -> str | None:
+def table_of(column: ast.expr) -> str | None:
     """`t` for a column taken straight off a table: `t['c']`, `t.c`, `t[mask]['c']`."""
     if isinstance(column, ast.Subscript) and isinstance(column.slice, ast.Constant) \
             and isinstance(column.slice.value, str):
@@ -69,7 +69,7 @@ def label_note(code: str, output: str, earlier: list[str]) -> str:
                     named[t.id] = node.value
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                 and node.func.attr in FUNCTIONS and id(node) not in inside \
-                and (table := _table_of(node.func.value)) is not None:
+                and (table := table_of(node.func.value)) is not None:
             calls.append((node, node.func.attr, table))
     used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) in inside}
     for node, fn, table in calls:

@@ -17,6 +17,7 @@ Series or list). It returns the note appended to the cell's result (rlm.agent.po
 
 from __future__ import annotations
 
+import ast
 import re
 
 # pandas: a Series' elided rows are a line of `...`; a DataFrame's a line of `..` cells;
@@ -37,6 +38,62 @@ NOTHING = ("\n[This result is empty ({what}): the condition selected no rows, or
            "holds no numbers there. Do not answer from it. Print a few values of the columns "
            "you filtered on (`df['col'].head()`) to see how they are written, then fix the "
            "condition.]")
+
+
+def is_empty(output: str) -> bool:
+    """Whether an output shows an empty result (no rows, nan, an empty Series)."""
+    note = partial_note(output)
+    return note is not None and note.startswith(NOTHING.split("{")[0])
+
+
+# how a filter compares a column with a literal: the op a condition used, by its name here
+_STR_OPS = {"startswith": "starts", "contains": "contains", "endswith": "ends",
+            "match": "starts", "fullmatch": "equal"}
+
+
+def filters_of(code: str) -> list[tuple[str, str, str, str]]:
+    """(table, column, literal, op) for each condition of `code` comparing a table's
+    column with a text literal: `t['c'] == 'x'`, `t.c != 'x'`, `t['c'].str.startswith('x')`,
+    `.str.contains`, `t['c'].isin(['x', ...])`; op: "equal", "starts", "contains", "ends"."""
+    from rlm.agent.policy.labels import table_of
+
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    out: list[tuple[str, str, str, str]] = []
+
+    def column(node: ast.expr) -> tuple[str, str] | None:
+        table = table_of(node)
+        if table is None:
+            return None
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+            return table, str(node.slice.value)
+        return (table, node.attr) if isinstance(node, ast.Attribute) else None
+
+    def text(node: ast.expr) -> str | None:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and len(node.ops) == 1 \
+                and isinstance(node.ops[0], (ast.Eq, ast.NotEq)):
+            for a, b in ((node.left, node.comparators[0]), (node.comparators[0], node.left)):
+                col, lit = column(a), text(b)
+                if col and lit is not None:
+                    out.append((*col, lit, "equal"))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            f = node.func
+            if f.attr in _STR_OPS and isinstance(f.value, ast.Attribute) \
+                    and f.value.attr == "str" and (col := column(f.value.value)) \
+                    and (lit := text(node.args[0])) is not None:
+                out.append((*col, lit, _STR_OPS[f.attr]))
+            elif f.attr == "isin" and (col := column(f.value)) \
+                    and isinstance(node.args[0], (ast.List, ast.Tuple, ast.Set)):
+                out += [(*col, lit, "equal") for e in node.args[0].elts
+                        if (lit := text(e)) is not None]
+    return list(dict.fromkeys(out))
 
 
 def partial_note(output: str) -> str | None:
