@@ -12,6 +12,7 @@ from rlm.agent.policy.decisions import Answer, Facts
 from rlm.agent.policy.operations import asked, computed
 from rlm.agent.policy.rules import QuestionOperation
 from rlm.agent.policy.verify import Shown
+from rlm.session.entries import MessageEntry
 from tests.fenced import cell, run_on_input
 
 COUNTRIES = [("Chad", "Africa", 30), ("Mali", "Africa", 32), ("Peru", "Americas", 50),
@@ -140,10 +141,24 @@ def test_no_refusal_on_the_last_turn(_isolated_home, gapminder):
     assert not _refusals(seen) and end.final == "6"
 
 
+def _asked(*questions: str) -> list[MessageEntry]:
+    return [MessageEntry(message={"role": "user", "content": q}) for q in questions]
+
+
 def test_a_native_tools_model_is_not_refused():
     """Native-tools models compute what they are asked; the rule reads no branch for them."""
     facts = Facts(native_tools=True, shown=[Shown("e1", "6", ROWS)], turn=2, max_turns=30)
     assert QuestionOperation().on_answer(facts, Answer("6", "text"), [HOW_MANY], []) is None
+
+
+def test_a_follow_up_question_is_not_refused():
+    """"The mean bonus you found" was computed by an earlier run, whose cells this run does
+    not see: only a session's first question is checked."""
+    facts = Facts(shown=[Shown("e1", "12", cell("print(4 * 3)"))], turn=2, max_turns=30)
+    follow_up = "Multiply the number of employees by the mean bonus you found."
+    rule, answer = QuestionOperation(), Answer("12", "text")
+    assert rule.on_answer(facts, answer, [], _asked(follow_up)) is not None
+    assert rule.on_answer(facts, answer, [], _asked("What is the mean bonus?", follow_up)) is None
 
 
 DESC = ("- t: pandas.DataFrame, 1,704 rows x 4 columns\n  columns (dtype: values):\n"

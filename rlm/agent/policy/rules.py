@@ -274,7 +274,9 @@ class QuestionOperation(Rule):
     left, naming the operation in the question's word and how to compute it. The 1.5B
     model counted gapminder's rows for "how many countries" (360 for 30) and took
     `value_counts().idxmin()` for "the lowest average life expectancy"; the answer is
-    shown by an output and verified, and wrong."""
+    shown by an output and verified, and wrong. Only on a session's first question: a
+    follow-up ("multiply it by the mean bonus you found") may use an aggregate an earlier
+    run computed, whose cells this run does not see."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
@@ -282,12 +284,12 @@ class QuestionOperation(Rule):
                 or any(k.startswith(OPERATION_KEY) for k in facts.refused)
                 or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
             return None
-        question = [e.message["content"] for e in prompts(branch)
-                    if isinstance(e.message.get("content"), str)][-1:]
-        if not question:
-            return None
+        asks = [e.message["content"] for e in prompts(branch)
+                if isinstance(e.message.get("content"), str)]
+        if len(asks) != 1:
+            return None  # a follow-up: "the mean bonus you found" was computed by a run before
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        ops = missing_operations(question[0], inputs, [s.code for s in facts.shown])
+        ops = missing_operations(asks[0], inputs, [s.code for s in facts.shown])
         if not ops:
             return None
         kinds = ", ".join(op.kind for op in ops[:2])
