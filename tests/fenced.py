@@ -22,13 +22,14 @@ def cell(code: str) -> str:
     return f"```python\n{code}\n```"
 
 
-def run_on_input(home: Path, path: Path, question: str, replies: list[str]
-                 ) -> tuple[RunEnded, list[str]]:
+def run_on_input(home: Path, path: Path, question: str, replies: list[str],
+                 max_turns: int | None = 30) -> tuple[RunEnded, list[str]]:
     """Run `replies` on the input file `path`: the run's end, and the last message of
     each model call after the first (what the model read after each reply)."""
     llm = Fenced(replies)
     session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, Config(home=home, model="script:small", cell_timeout=60), llm=llm)
+    config = Config(home=home, model="script:small", cell_timeout=60, max_turns=max_turns)
+    agent = build_agent(session, config, llm=llm)
     with agent:
         load_context_files(agent, [path])
         end = [e for e in agent.run(question) if isinstance(e, RunEnded)][-1]

@@ -428,8 +428,11 @@ def test_an_answer_naming_what_no_output_shows_is_refused_once(_isolated_home):
 def test_a_figure_the_question_holds_is_not_the_answers_claim(_isolated_home):
     """The task suite's model printed `bath` and answered "bath, with the highest total
     sales value in 2025" to a question about 2025: refused for the unseen figure 2025, it
-    ran the same cell again. A figure the prompt holds is the question's, not a claim."""
-    llm = _Fenced([_cell(D + "print(D['words'][0])"),
+    ran the same cell again. A figure the prompt holds is the question's, not a claim. (Its
+    cell computes the totals: one that printed a word alone was refused by
+    QuestionOperation, rightly, for computing no total.)"""
+    llm = _Fenced([_cell(D + "totals = {w: sum(D['vals']) / (i + 1) for i, w in "
+                             "enumerate(D['words'])}\nprint(max(totals, key=totals.get))"),
                    "FINAL(bath, with the highest total sales value in 2025)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:

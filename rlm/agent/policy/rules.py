@@ -31,6 +31,8 @@ from rlm.agent.nudge import (
 from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
 from rlm.agent.policy.labels import label_note
+from rlm.agent.policy.operations import missing as missing_operations
+from rlm.agent.policy.operations import note as operation_note
 from rlm.agent.policy.partial import partial_note
 from rlm.agent.policy.precedence import precedence_note
 from rlm.session.branch import custom_entries, prompts
@@ -266,6 +268,40 @@ def _dropped_terms(facts: Facts) -> list[str] | None:
     return None
 
 
+class QuestionOperation(Rule):
+    """A fenced-code model's answer when the question names an aggregate (a mean, median,
+    standard deviation, sum, or a count of distinct things: rlm.agent.policy.operations)
+    that no successful cell of this run computes: refused once per run while a turn is
+    left, naming the operation in the question's word and how to compute it. The 1.5B
+    model counted gapminder's rows for "how many countries" (360 for 30) and took
+    `value_counts().idxmin()` for "the lowest average life expectancy"; the answer is
+    shown by an output and verified, and wrong. Only on a session's first question: a
+    follow-up ("multiply it by the mean bonus you found") may use an aggregate an earlier
+    run computed, whose cells this run does not see."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if (facts.native_tools or not facts.shown
+                or any(k.startswith(OPERATION_KEY) for k in facts.refused)
+                or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
+            return None
+        asks = [e.message["content"] for e in prompts(branch)
+                if isinstance(e.message.get("content"), str)]
+        if len(asks) != 1:
+            return None  # a follow-up: "the mean bonus you found" was computed by a run before
+        inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+        ops = missing_operations(asks[0], inputs, [s.code for s in facts.shown])
+        if not ops:
+            return None
+        kinds = ", ".join(op.kind for op in ops[:2])
+        return Refuse(operation_note(ops),
+                      f"the question asks for {kinds}, which none of the answer's cells "
+                      "computes; asked the model to compute it", key=OPERATION_KEY + kinds)
+
+
+OPERATION_KEY = "question operation:"
+
+
 class PartialResult(Rule):
     """A successful cell whose output shows its result only in part (pandas' `...` rows)
     or shows none (`nan`, no rows): a note says so, every time (rlm.agent.policy.partial).
@@ -302,4 +338,5 @@ class RowLabel(Rule):
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), PartialResult(), MaskPrecedence(), RowLabel()]
+            Ungrounded(), DroppedCondition(), QuestionOperation(), PartialResult(),
+            MaskPrecedence(), RowLabel()]
