@@ -202,3 +202,17 @@ def test_a_draw_that_fails_leaves_the_turns_own_reply_to_run(_isolated_home, sal
     assert ran == [own] and votes == []
     assert any(isinstance(e, Notice) and "candidate programs skipped at the first step" in e.text
                for e in events)
+
+
+def test_only_a_kernel_of_its_own_is_forked_for_trials():
+    """`%%rlm` runs in the user's own kernel: it is not forked (cells are not voted on, the
+    run says so at its start); it still finds values for the notes. A session kernel does
+    both."""
+    from rlm.kernel import Kernel
+    from rlm.notebook.inprocess import InProcessExecutor
+    from rlm.protocols import Trials, ValueLookup
+
+    mine = object.__new__(InProcessExecutor)
+    assert not isinstance(mine, Trials) and isinstance(mine, ValueLookup)
+    kernel = object.__new__(Kernel)
+    assert isinstance(kernel, Trials) and isinstance(kernel, ValueLookup)
