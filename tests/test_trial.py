@@ -12,25 +12,20 @@ from pathlib import Path
 import pytest
 
 from kernel_ext import contract
-from rlm.config import Config
 from rlm.kernel import Kernel
 from rlm.protocols import Executor, Trials
 
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("trial-session")
+@pytest.fixture
+def kernel(shared_kernel: Kernel) -> Kernel:
+    return shared_kernel  # tests/kernels.py: the module's kernel, its namespace as started
 
 
-@pytest.fixture(scope="module")
-def kernel(session, tmp_path_factory):
-    k = Kernel(session, Config(output_budget_chars=4000,
-                               kernel_cwd=str(tmp_path_factory.getbasetemp())))
-    k.start()
-    yield k
-    k.stop()
+@pytest.fixture
+def session(kernel: Kernel) -> Path:
+    return kernel.session_dir
 
 
 def _ok(kernel: Kernel, code: str) -> str:
