@@ -24,6 +24,22 @@ def _seen(home, path, codes: list[str]) -> list[str]:
     return run_on_input(home, path, QUESTION, [*map(cell, codes), "FINAL(done)"])[1]
 
 
+def test_an_answer_on_an_input_read_in_part_is_refused_once_until_it_is_read_in_full(
+        _isolated_home, airports):
+    """The everyday suite's airports question: re-read with nrows=10, answered from ten rows
+    and marked verified. The answer is refused once; after a full read it stands."""
+    top = f"airports = pd.read_csv({str(airports)!r}, nrows=10)\nprint(airports['alt'].max())"
+    full = f"airports = pd.read_csv({str(airports)!r})\nprint(airports['alt'].max())"
+    end, seen = run_on_input(_isolated_home, airports, QUESTION, [
+        cell(top), "FINAL(63)", cell(full), "FINAL(343)"])
+    assert seen[1].startswith("Not accepted yet: `airports` holds only part of its rows "
+                              "(10 of 50)")
+    assert end.final == "343" and "now holds" not in seen[2]
+    end, seen = run_on_input(_isolated_home, airports, QUESTION, [
+        cell(top), "FINAL(63)", "FINAL(63)"])
+    assert end.final == "63" and sum(s.startswith("Not accepted") for s in seen) == 1
+
+
 def test_an_input_read_again_in_part_says_how_many_rows_it_lost(_isolated_home, airports):
     seen = _seen(_isolated_home, airports, [
         f"airports = pd.read_csv({str(airports)!r}, nrows=10)\n"

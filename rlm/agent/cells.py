@@ -196,7 +196,9 @@ def _shrunk_input_note(host: CellHost, result: CellResult) -> str:
         rows = host.executor.list_namespace(timeout=5.0).get("names", [])
     except Exception:  # noqa: BLE001 - a busy or dead kernel: no note
         return ""
-    return notices.shrunk_note(rebound, loaded, rows)
+    shrunk = notices.shrunk_inputs(rebound, loaded, rows)
+    host.answers.inputs_read(rebound & set(loaded), shrunk)  # an answer on them is refused once
+    return notices.shrunk_note(shrunk)
 
 
 def _empty_filter_note(host: CellHost, result: CellResult, code: str) -> str:

@@ -278,20 +278,23 @@ def loaded_rows(branch: Sequence[Any]) -> dict[str, int]:
             for m in _LOADED_ROWS.finditer(e.content)}
 
 
-def shrunk_note(rebound: set[str], loaded: dict[str, int], rows: list[dict[str, Any]]) -> str:
+def shrunk_inputs(rebound: set[str], loaded: dict[str, int], rows: list[dict[str, Any]]
+                  ) -> dict[str, tuple[int, int]]:
     """The inputs of `rebound` that hold fewer rows now (the listing's summary) than when
-    loaded, said with both counts."""
+    loaded: name -> (rows now, rows loaded)."""
     now = {str(r.get("name")): int(m.group(1).replace(",", "")) for r in rows
            if (m := _ROWS.search(str(r.get("summary") or "")))}
-    out = []
-    for name in sorted(rebound):
-        if name in loaded and name in now and now[name] < loaded[name]:
-            out.append(f"\n[`{name}` now holds {now[name]:,} rows; it held {loaded[name]:,} when "
-                       f"your input was loaded, and this cell read the file again only in part "
-                       f"(nrows=, skiprows=, a chunk). An answer about the whole table needs all "
-                       f"{loaded[name]:,} rows: read it again in full, or keep a part under "
-                       f"another name.]")
-    return "".join(out)
+    return {n: (now[n], loaded[n]) for n in sorted(rebound)
+            if n in loaded and n in now and now[n] < loaded[n]}
+
+
+def shrunk_note(shrunk: dict[str, tuple[int, int]]) -> str:
+    """Each shrunk input, said with both counts."""
+    return "".join(
+        f"\n[`{name}` now holds {now:,} rows; it held {was:,} when your input was loaded, and "
+        f"this cell read the file again only in part (nrows=, skiprows=, a chunk). An answer "
+        f"about the whole table needs all {was:,} rows: read it again in full, or keep a part "
+        f"under another name.]" for name, (now, was) in shrunk.items())
 
 
 _SELECTED = {"equal": ("equal", "equals"), "starts": ("starts", "starts with"),

@@ -189,6 +189,13 @@ class AnswerPolicy:
             f.succeeded[code.strip()] = before + 1
         return CellVerdict(note, f.looping)
 
+    def inputs_read(self, names: set[str], shrunk: dict[str, tuple[int, int]]) -> None:
+        """A cell read the input tables `names` again from their files: `shrunk`, those it
+        read only in part (rows now, rows loaded); the others hold all their rows again."""
+        for name in names:
+            self.facts.shrunk.pop(name, None)
+        self.facts.shrunk.update(shrunk)
+
     def cell_not_run(self, code: str | None = None) -> None:
         """A cell the loop did not run (garbled arguments, a literal over an input): it
         counts as a failed cell for what follows, so the same cell sent again is resampled

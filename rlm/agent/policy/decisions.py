@@ -129,6 +129,8 @@ class Facts:
     refused: set[str] = field(default_factory=set)  # refusals given (their keys)
     nudges: int = 0
     resamples: int = 0  # in this turn
+    # input tables a cell read again in part into their own names: name -> (rows, loaded)
+    shrunk: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def outputs(self) -> list[str]:

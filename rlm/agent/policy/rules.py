@@ -324,6 +324,32 @@ class MaskPrecedence(Rule):
         return precedence_note(cell.code)
 
 
+SHRUNK = ("Not accepted yet: {names} {holds} only part of {its} rows ({counts}): a cell read "
+          "the file again in part. Read it in full (or use the table you were given), "
+          "compute the answer over all rows, print it, then answer with FINAL(answer).")
+SHRUNK_KEY = "shrunk input"
+
+
+class ShrunkInput(Rule):
+    """An answer while an input table holds only part of its rows because a cell read its
+    file again in part (`airports = pd.read_csv('airports.csv', nrows=10)`; facts.shrunk,
+    kept by rlm.agent.cells): refused once per run while a turn is left. The 1.5B model
+    answered "the highest airport" from ten rows, and it was marked verified."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if not facts.shrunk or SHRUNK_KEY in facts.refused or (
+                facts.max_turns is not None and facts.turn >= facts.max_turns):
+            return None
+        names = ", ".join(f"`{n}`" for n in facts.shrunk)
+        many = len(facts.shrunk) > 1
+        counts = "; ".join(f"{now:,} of {was:,}" for now, was in facts.shrunk.values())
+        return Refuse(SHRUNK.format(names=names, holds="hold" if many else "holds",
+                                    its="their" if many else "its", counts=counts),
+                      f"the answer rests on {names}, read again in part; asked the model to "
+                      "read it in full", key=SHRUNK_KEY)
+
+
 class RowLabel(Rule):
     """A successful cell whose printed result is a row's label or position
     (`df['temp_min'].idxmin()` -> 706), not a value of the row: a note says what it is and
@@ -338,5 +364,5 @@ class RowLabel(Rule):
 def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), QuestionOperation(), PartialResult(),
+            Ungrounded(), DroppedCondition(), QuestionOperation(), ShrunkInput(), PartialResult(),
             MaskPrecedence(), RowLabel()]
