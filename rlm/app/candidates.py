@@ -82,8 +82,8 @@ def choose(agent: Agent, reply: Completion, k: int) -> Generator[Event, None, Co
     codes = codes_of(reply)
     why = point(agent.answers.facts, codes, not codes and text_final(reply.content) is not None)
     trials = agent.executor if isinstance(agent.executor, Trials) else None
-    if why is None or (codes and trials is None):
-        return reply
+    if why is None or ((codes or _var_read(reply)) and trials is None):
+        return reply  # cells, or FINAL_VAR's value, that no trial can read here
     candidates, drawn = [reply], []
     try:
         outcomes = yield from agent.in_thread(_trying(agent, [reply], trials))
