@@ -59,8 +59,13 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
             render.header(agent.llm.spec, session, input_summaries(agent),
                           task=text or "(continue where it stopped)")
             render.continue_turns(session)
-            with terminate_ends_the_run(agent):
-                events = run.drive(text, render)
+            live = _live_view(args, run)
+            with terminate_ends_the_run(agent), contextlib.ExitStack() as done:
+                on_event: Callable[[Any], None] = render
+                if live is not None:
+                    done.callback(live.close)
+                    on_event = _both(render, live)
+                events = run.drive(text, on_event)
             note = app.schedules_note(session)
     except RlmError as e:
         render.close()
@@ -93,6 +98,26 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
     return result.exit_code
 
 
+def _live_view(args: argparse.Namespace, run: app.SessionRun) -> Any:
+    """`--live NB`: the run shown in that notebook as it goes (rlm.notebook.live)."""
+    if not getattr(args, "live", None):
+        return None
+    from rlm.notebook.live import LiveView
+
+    session = run.session
+    assert session is not None and session.dir is not None
+    return LiveView(args.live, session.header, session.dir, session.branch,
+                    say=lambda line: print(f"rlm: {line}", file=sys.stderr))
+
+
+def _both(*consumers: Callable[[Any], None]) -> Callable[[Any], None]:
+    def each(ev: Any) -> None:
+        for consume in consumers:
+            consume(ev)
+
+    return each
+
+
 # `rlm run` exit codes: the run's outcome (rlm.outcome: 0 a verified answer, 3 no answer
 # or an unmet goal, 5 an answer that no successful cell supports); 4 the session is busy
 # (SessionBusy)
@@ -119,6 +144,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     for note in notes:
         print(f"rlm: {note}", file=sys.stderr)
     if args.detach:
+        if args.live:
+            raise RlmError("--live shows a run this process drives; a detached run is not "
+                           "shown live yet: leave out --detach (or --live)")
         session, pid = app.start_detached(args.task, options)
         if args.json:
             print_json({"session_id": session.id, "session_path": str(session.path),
@@ -142,7 +170,7 @@ def _resume_detached(args: argparse.Namespace) -> int:
     """`rlm resume SESSION [TASK] --detach`: the worker runs with the session's recorded
     options, so run flags given here would be silently dropped: refused instead."""
     given = options_from_args(args)
-    if given.overrides or args.from_entry or given.gate or given.goal:
+    if given.overrides or args.from_entry or given.gate or given.goal or args.live:
         raise RlmError("`rlm resume --detach` continues with the session's recorded options; "
                        "leave out the run flags (or resume in the foreground to change them)")
     sid, pid = app.resume_detached(args.session, args.task)

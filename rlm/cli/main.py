@@ -19,6 +19,13 @@ from rlm import __version__
 from rlm.errors import RlmError
 
 
+def _live_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--live", metavar="NOTEBOOK",
+                   help="show the run in this .ipynb as it happens: each cell as it starts, "
+                        "its output as it comes, the answer; your own cells are kept "
+                        "(created if missing; one run per notebook)")
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and limits")
     g.add_argument("--model", help="litellm model string, 'local', 'local:PATH.gguf' or 'script:PATH'")
@@ -230,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="load FILE into a kernel variable (repeatable)")
     r.add_argument("--notebook", help="execute this .ipynb into the kernel first")
     r.add_argument("--detach", action="store_true", help="run in a background worker")
+    _live_option(r)
     _run_options(r)
 
     c = sub.add_parser("chat", help="interactive session")
@@ -248,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="branch from this entry id (see `rlm tree`)")
     rs.add_argument("--detach", action="store_true",
                     help="continue in a background worker (`rlm attach` follows it)")
+    _live_option(rs)
     _run_options(rs)
 
     s = sub.add_parser("sessions", help="list sessions, newest last")

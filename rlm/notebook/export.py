@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -209,23 +210,39 @@ def build_notebook(branch: list[Entry], header: SessionHeader | None,
                    ) -> nbformat.NotebookNode:
     """Pure apart from reading artifacts: the notebook for one branch, validated, redacted.
     `child_links`: child id -> the relative path of its exported notebook."""
-    builder = _Builder(session_dir, Path(header.cwd) if header is not None and header.cwd else None)
+    builder = new_builder(session_dir, header)
     for entry in branch:
         builder.add(entry)
+    return finish_notebook(builder, branch, header, child_links)
+
+
+def new_builder(session_dir: Path, header: SessionHeader | None) -> _Builder:
+    """A builder fed entries one at a time (`add`); `finish_notebook` reads it without
+    changing it, so a live view (rlm.notebook.live) feeds it only the entries that are new."""
+    return _Builder(session_dir, Path(header.cwd) if header is not None and header.cwd else None)
+
+
+def finish_notebook(builder: _Builder, branch: list[Entry], header: SessionHeader | None,
+                    child_links: dict[str, str] | None = None) -> nbformat.NotebookNode:
+    """The notebook of what `builder` was fed (`branch`: the same entries, for the children
+    they spawned): the prelude, the task and the children's links added, redacted,
+    validated. The builder's cells are copied, never changed."""
+    cells = copy.deepcopy(builder.cells)
+    replies = copy.deepcopy(builder.replies)
     children = registry(branch)
     for child in children:  # rlm_spawn's answers by task, in the order spawned (a child
         if isinstance(child.get("task"), str):  # that failed answers None: none shift)
             sha = hashlib.sha256(child["task"].encode()).hexdigest()
-            builder.replies.setdefault("rlm_spawn", {}).setdefault(sha, []).append(
+            replies.setdefault("rlm_spawn", {}).setdefault(sha, []).append(
                 child.get("result") if child.get("state") == "done" else None)
     if children:
-        builder.cells.append(new_markdown_cell(_children_cell(children, child_links or {}),
-                                               id="children"))
+        cells.append(new_markdown_cell(_children_cell(children, child_links or {}),
+                                       id="children"))
     if not builder.saw_task and header is not None and header.task:
-        builder.cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
+        cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
     if builder.uses:
-        builder.cells.insert(0, _prelude_cell(prelude(builder.uses, builder.replies)))
-    nb = new_notebook(cells=builder.cells, metadata=_metadata(header))
+        cells.insert(0, _prelude_cell(prelude(builder.uses, replies)))
+    nb = new_notebook(cells=cells, metadata=_metadata(header))
     redact(nb)
     nbformat.validate(nb)
     return nb

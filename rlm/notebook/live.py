@@ -1,0 +1,444 @@
+"""A run watched live in the user's own notebook (issue 61): `rlm run TASK --live NB.ipynb`.
+
+`LiveView` is an event consumer, like the terminal's renderer: it keeps rlm's cells of the
+run up to date in one notebook while the run goes on.
+
+- **What rlm's cells are** (`LiveCells`): the export's own rules (rlm.notebook.export),
+  fed the session's new entries as they land, so the live notebook is the record
+  `rlm export` writes and re-runs like it. The one thing the log does not hold yet, the
+  cell that is running, is laid over it: marked running (`metadata.rlm_live.status`, the
+  `rlm-running` tag) with what it printed so far.
+- **Where they go** (`plan`): into the notebook's cell list as it is now. rlm's cells carry
+  `metadata.rlm_live = {"session", "id"}`; every other cell is the user's and is never
+  moved, changed or removed. One of rlm's cells the user edited (its source is not what
+  rlm last wrote) or deleted is theirs from then on: not updated, not put back. A new cell
+  of rlm's goes right after rlm's cell before it (the end, for the first).
+- **How they are written** (`NotebookFile`): the whole notebook atomically (a temporary
+  file renamed over it, never through a link), and only over the bytes rlm wrote last: a
+  notebook changed outside rlm mid-run is left as it is and the run says so once (the
+  stale-write guard). A Jupyter server with real-time collaboration is issue 61's next
+  part; until then JupyterLab shows the changes on reload.
+- **One run per notebook** (`LiveLock`): an flock on a hidden file beside the notebook,
+  so runs of any rlm home or user meet it; a second `--live` run on it is refused with
+  one line, before it starts.
+- **Nothing secret**: the export's redaction, applied to every cell written.
+
+A live view never stops the run: a write that fails says why once and the view stops.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import hashlib
+import os
+import stat
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat.corpus.words import generate_corpus_id
+from nbformat.v4 import new_notebook, new_output
+
+from rlm import safeio
+from rlm.errors import RlmError, SessionError
+from rlm.events import (
+    CellFinished,
+    CellOutput,
+    CellStarted,
+    ChildProgress,
+    Event,
+    ModelCallStarted,
+    ModelCode,
+    ModelText,
+    Notice,
+    Phase,
+    TurnStarted,
+)
+from rlm.longrun.lock import SessionBusy, SessionLock
+from rlm.notebook.export import _metadata, finish_notebook, new_builder, redact
+from rlm.paths import PRIVATE_FILE
+from rlm.session.entries import Entry, SessionHeader
+
+LIVE = "rlm_live"  # cell metadata: {"session": id, "id": the export's cell id, "status"?}
+RUNNING_TAG = "rlm-running"
+STREAM_CAP = 100_000  # characters of a running cell's output shown before the rest is elided
+WRITE_EVERY_S = 0.5  # a running cell's printed output is written at most this often
+# events that change nothing a notebook shows (the reply's tokens, progress lines)
+_QUIET = (ModelText, ModelCode, ModelCallStarted, Phase, TurnStarted, ChildProgress, Notice)
+
+
+class LiveError(RlmError):
+    """The notebook cannot be watched live (a second run on it, not a notebook, a link)."""
+
+
+# ---------------------------------------------------------------- rlm's cells
+class LiveCells:
+    """rlm's cells of a session, as `rlm export` would write them, kept current: the
+    branch's new entries are fed to one export builder (a branch that no longer extends
+    what was fed, after a rewind, starts a new one), and the running cell is laid over."""
+
+    def __init__(self, header: SessionHeader, session_dir: Path):
+        self.header, self.session_dir = header, session_dir
+        self._builder = new_builder(session_dir, header)
+        self._fed: list[str] = []  # ids of the entries fed, in order
+        self._branch: list[Entry] = []
+        self.running: str | None = None  # the running cell's code
+        self.printed: list[tuple[str, str]] = []  # (stream name, text) it printed so far
+
+    def feed(self, branch: Sequence[Entry]) -> None:
+        n = len(self._fed)
+        if len(branch) < n or (n and branch[n - 1].id != self._fed[-1]):
+            self._builder = new_builder(self.session_dir, self.header)
+            self._fed, n = [], 0
+        for entry in list(branch)[n:]:
+            self._builder.add(entry)
+            self._fed.append(entry.id)
+        self._branch = list(branch)
+
+    def cells(self) -> list[dict[str, Any]]:
+        """rlm's cells now, each marked with the session and its id; redacted."""
+        nb = finish_notebook(self._builder, self._branch, self.header)
+        out = []
+        for cell in nb.cells:
+            cell.metadata[LIVE] = {"session": self.header.id, "id": cell.id}
+            out.append(cell)
+        if self.running is not None:
+            self._lay_running(out)
+        return out
+
+    def _lay_running(self, cells: list[dict[str, Any]]) -> None:
+        for cell in reversed(cells):  # the newest code cell without its result yet
+            if cell.cell_type != "code" or "rlm" in cell.metadata:
+                continue
+            if cell.source.strip() != redact([self.running or ""])[0].strip():
+                return  # (the cell's source is redacted: so is the code compared)
+            cell.metadata[LIVE]["status"] = "running"
+            cell.metadata["tags"] = [*cell.metadata.get("tags", []), RUNNING_TAG]
+            cell.outputs = redact(_streams(self.printed))
+            return
+
+
+def _streams(printed: list[tuple[str, str]]) -> list[Any]:
+    """What a running cell printed, as notebook outputs (consecutive text of one stream
+    joined), its text past STREAM_CAP elided (the full output comes with the result)."""
+    outs: list[Any] = []
+    shown = 0
+    for name, text in printed:
+        kind = name if name in ("stdout", "stderr") else "stdout"
+        if shown >= STREAM_CAP:
+            break
+        text = text[: STREAM_CAP - shown]
+        shown += len(text)
+        if shown >= STREAM_CAP:
+            text += "\n[... more output: the whole of it appears when the cell ends]\n"
+        if outs and outs[-1].name == kind:
+            outs[-1].text += text
+        else:
+            outs.append(new_output("stream", name=kind, text=text))
+    return outs
+
+
+# ---------------------------------------------------------------- where they go
+@dataclass(frozen=True)
+class Op:
+    """One change to a notebook's cell list: `insert` a cell at `index`, or `update` the
+    cell at `index` to `cell`. Applied in order, each index is valid when its op applies."""
+
+    kind: str  # insert | update | delete
+    index: int
+    cell: dict[str, Any]
+
+
+def source_of(cell: Any) -> str:
+    src = cell.get("source", "")
+    return "".join(src) if isinstance(src, list) else str(src)
+
+
+def fingerprint(cell: Any) -> str:
+    return hashlib.sha256(source_of(cell).encode()).hexdigest()
+
+
+def plan(current: Sequence[Any], ours: Sequence[Any], session_id: str,
+         written: dict[str, str]) -> list[Op]:
+    """The ops that bring rlm's cells in `current` (the notebook's cells as they are) up to
+    `ours`, touching nothing else. `written`: each cell id rlm wrote -> the fingerprint of
+    the source it wrote (a cell whose source differs now was edited by the user; one
+    absent now was deleted by the user: both are left so). A cell of rlm's that `ours` no
+    longer holds (the task line before the task's message landed, a rewound branch's) is
+    removed, unless the user edited it."""
+    cells = list(current)
+    ops: list[Op] = []
+    keep = {cell["metadata"][LIVE]["id"] for cell in ours}
+    for i in reversed(range(len(cells))):
+        key = _live_id(cells[i], session_id)
+        if key is not None and key not in keep and \
+                written.get(key) in (None, fingerprint(cells[i])):
+            ops.append(Op("delete", i, cells[i]))
+            del cells[i]
+    where = {_live_id(c, session_id): i for i, c in enumerate(cells)}
+    where.pop(None, None)
+    after: int | None = None  # the index of rlm's cell before the one placed next
+    for cell in ours:
+        key = cell["metadata"][LIVE]["id"]
+        found = where.get(key)
+        if found is not None:
+            i = after = found
+            if written.get(key) not in (None, fingerprint(cells[i])):
+                continue  # the user edited it: theirs now
+            if _differs(cells[i], cell):
+                cell = _with_id(cell, cells[i].get("id"))  # the cell keeps its id
+                ops.append(Op("update", i, cell))
+                cells[i] = cell
+            continue
+        if key in written:
+            continue  # rlm wrote it and the user deleted it
+        if after is None:  # before rlm's first cell present, else at the end
+            present = sorted(where.values())
+            at = present[0] if present else len(cells)
+        else:
+            at = after + 1
+        if cell.get("id") in {c.get("id") for c in cells}:  # ids are unique in a notebook
+            cell = _with_id(cell, generate_corpus_id())  # (another run's `task`, a user's)
+        ops.append(Op("insert", at, cell))
+        cells.insert(at, cell)
+        where = {k: (j + 1 if j >= at else j) for k, j in where.items()}
+        where[key] = at
+        after = at
+    return ops
+
+
+def _with_id(cell: Any, cell_id: Any) -> Any:
+    if cell_id is None or cell.get("id") == cell_id:
+        return cell
+    cell = copy.copy(cell)
+    cell["id"] = cell_id
+    return cell
+
+
+def _live_id(cell: Any, session_id: str) -> str | None:
+    mark = (cell.get("metadata") or {}).get(LIVE)
+    if isinstance(mark, dict) and mark.get("session") == session_id:
+        return str(mark.get("id"))
+    return None
+
+
+def _differs(a: Any, b: Any) -> bool:
+    return any(a.get(k) != b.get(k) for k in ("cell_type", "source", "outputs", "metadata",
+                                                "execution_count", "attachments"))
+
+
+def apply(cells: list[Any], ops: Sequence[Op]) -> None:
+    for op in ops:
+        if op.kind == "insert":
+            cells.insert(op.index, op.cell)
+        elif op.kind == "delete":
+            del cells[op.index]
+        else:
+            cells[op.index] = op.cell
+
+
+# ---------------------------------------------------------------- how they are written
+class NotebookFile:
+    """The notebook on disk, written whole and atomically, and only over what rlm wrote
+    last (`stale` says why it stopped)."""
+
+    def __init__(self, path: Path, header: SessionHeader):
+        self.path = Path(os.path.abspath(path))
+        self.dir, self.name = self.path.parent, self.path.name
+        self.header = header
+        self.stale: str | None = None
+        self.mode = PRIVATE_FILE
+        if not self.dir.is_dir():
+            raise LiveError(f"the directory {self.dir} does not exist; create it first or "
+                            "choose another --live notebook")
+        try:
+            st = os.lstat(self.path)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+            raise LiveError(f"{self.path} is {what}; give the notebook's own path to --live")
+        if st is None:
+            self._last = self._write(new_notebook(metadata=_metadata(header)))
+        else:
+            self.mode = stat.S_IMODE(st.st_mode)
+            data = self._read()
+            self._parse(data)  # a file that is not a notebook is refused before the run
+            self._last = hashlib.sha256(data).hexdigest()
+
+    def _read(self) -> bytes:
+        try:
+            return safeio.read_bytes(self.dir, self.name)
+        except (OSError, SessionError) as e:
+            raise LiveError(f"cannot read {self.path}: {e}") from None
+
+    def _parse(self, data: bytes) -> Any:
+        try:
+            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+        except Exception as e:  # noqa: BLE001 - any reason it does not parse: one line
+            raise LiveError(f"{self.path} is not a notebook nbformat can read ({e}); fix it "
+                            "or give --live a new file name") from None
+        if nb.nbformat_minor < 5:  # cells without ids (nbformat 4.4): rlm's cells need them
+            nb.nbformat_minor = 5
+            for cell in nb.cells:
+                cell.setdefault("id", generate_corpus_id())
+        return nb
+
+    def _write(self, nb: Any) -> str:
+        data = (nbformat.writes(nb) + "\n").encode()
+        safeio.write_atomic(self.dir, self.name, data, mode=self.mode, durable=False)
+        return hashlib.sha256(data).hexdigest()
+
+    def cells(self) -> list[Any]:
+        return list(self._parse(self._read()).cells)
+
+    def apply(self, ops: Sequence[Op]) -> bool:
+        """Write `ops` over the notebook as it is; False (and `stale` set) when it is no
+        longer what rlm wrote last."""
+        if self.stale is not None:
+            return False
+        data = self._read()
+        if hashlib.sha256(data).hexdigest() != self._last:
+            self.stale = (f"{self.path} changed outside rlm since rlm last wrote it: rlm stopped "
+                          "writing to it and kept that version. The run goes on; its whole "
+                          f"record afterwards: `rlm export {self.header.id} -o OTHER.ipynb`")
+            return False
+        nb = self._parse(data)
+        apply(nb.cells, ops)
+        self._last = self._write(nb)
+        return True
+
+
+# ---------------------------------------------------------------- one run per notebook
+class LiveLock:
+    """An flock on a hidden file beside the notebook (`.NAME.rlm-live`): one run at a time,
+    whatever rlm home or user each run has. It is removed when the run ends; a lock won on
+    a file that was removed meanwhile is given up and taken again on the new one."""
+
+    def __init__(self, notebook: Path):
+        self.notebook = Path(os.path.abspath(notebook))
+        self.lock = SessionLock(self.notebook.with_name(f".{self.notebook.name}.rlm-live"),
+                                kind="live")
+
+    def acquire(self) -> None:
+        for _ in range(100):
+            try:
+                self.lock.acquire()
+            except SessionBusy as e:
+                who = f"process {e.holder.pid}" if e.holder.pid else "another process"
+                raise LiveError(f"{self.notebook} is already live for another run ({who}); "
+                                "one run per notebook: wait for it to end or give --live "
+                                "another notebook") from None
+            except (OSError, SessionError) as e:
+                raise LiveError(f"cannot lock {self.notebook} for a live view: {e}") from None
+            assert self.lock._fd is not None
+            try:
+                if os.stat(self.lock.path, follow_symlinks=False).st_ino == \
+                        os.fstat(self.lock._fd).st_ino:
+                    return
+            except FileNotFoundError:
+                pass
+            self.lock.release()  # won on a file its holder removed as it ended: again
+        raise LiveError(f"cannot lock {self.notebook} for a live view: its lock file keeps "
+                        "changing")
+
+    def release(self) -> None:
+        if self.lock.held:
+            with contextlib.suppress(OSError):
+                os.unlink(self.lock.path)
+        self.lock.release()
+
+
+# ---------------------------------------------------------------- the view
+class LiveView:
+    """`--live NB`: call it with every event of the run (`view(event)`); `close()` at the
+    end. `branch` returns the session's branch as it is now; `say` tells the user a line
+    (the stale-write guard, a write that failed)."""
+
+    def __init__(self, path: str | Path, header: SessionHeader, session_dir: Path,
+                 branch: Callable[[], Sequence[Entry]],
+                 say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.lock = LiveLock(Path(path))
+        self.lock.acquire()
+        try:
+            self.file = NotebookFile(Path(path), header)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.header, self.branch, self.say, self.clock = header, branch, say, clock
+        self.cells = LiveCells(header, session_dir)
+        self.written: dict[str, str] = {}
+        self.stopped: str | None = None
+        self._last_write = float("-inf")
+        self._shown: list[Any] | None = None
+        self._lock = threading.Lock()  # a flush from the timer and one from an event
+        self._timer: threading.Timer | None = None
+        self.flush()  # what the session already holds (a resume), before the first event
+
+    def __call__(self, ev: Event) -> None:
+        if self.stopped is not None or isinstance(ev, _QUIET):
+            return
+        with self._lock:
+            if isinstance(ev, CellOutput):
+                self.cells.printed.append((ev.name, ev.text))
+                wait = WRITE_EVERY_S - (self.clock() - self._last_write)
+                if wait > 0:  # written with what else it prints meanwhile, once `wait` is up
+                    self._later(wait)
+                    return
+            elif isinstance(ev, CellStarted):
+                self.cells.running, self.cells.printed = ev.code, []
+            elif isinstance(ev, CellFinished):
+                self.cells.running, self.cells.printed = None, []
+        self.flush()
+
+    def _later(self, wait: float) -> None:
+        if self._timer is None or not self._timer.is_alive():
+            self._timer = threading.Timer(wait, self.flush, kwargs={"feed": False})
+            self._timer.daemon = True
+            self._timer.start()
+
+    def flush(self, feed: bool = True) -> None:
+        """Bring the notebook up to the session (`feed`: read its new entries; the timer's
+        flush of a running cell's output reads none, only this process's own state)."""
+        with self._lock:
+            if self.stopped is None:
+                self._flush(feed)
+
+    def _flush(self, feed: bool) -> None:
+        try:
+            if feed:
+                self.cells.feed(self.branch())
+            ours = self.cells.cells()
+            if ours == self._shown:
+                return
+            ops = plan(self.file.cells(), ours, self.header.id, self.written)
+            if ops and not self.file.apply(ops):
+                self._stop(self.file.stale or "the notebook changed")
+                return
+            for op in ops:
+                key = op.cell["metadata"][LIVE]["id"]
+                if op.kind == "delete":
+                    self.written.pop(key, None)
+                else:
+                    self.written[key] = fingerprint(op.cell)
+            self._shown = copy.deepcopy(ours)
+            self._last_write = self.clock()
+        except Exception as e:  # noqa: BLE001 - the view never stops the run
+            self._stop(f"the live notebook {self.file.path} stopped updating: {e}")
+
+    def _stop(self, why: str) -> None:
+        self.stopped = why
+        self.say(why)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            self.cells.running = None  # a run that ended mid-cell: no cell left "running"
+        self.flush()
+        self.lock.release()
