@@ -213,3 +213,60 @@ def test_plan_places_a_new_cell_after_the_one_before_it_and_drops_its_stale_ones
                               ("b", "S")]
     assert len({c.id for c in out}) == len(out)  # this run's "a" got an id of its own
     assert plan(out, ours, "S", {}) == []  # applied: nothing left to do
+
+
+# ---------------------------------------------------------------- rlm attach --live
+def _attach(tmp_path: Path, sid: str, nb: str, *flags: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-P", "-m", "rlm", "attach", sid, "--live", nb, *flags],
+        cwd=tmp_path, env=_env(tmp_path / "home"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+
+
+def _detach(tmp_path: Path, replies: list, *flags: str) -> str:
+    out = rlm("run", "compute it", "--detach", "--json", "--model",
+              script(tmp_path / "replies.json", replies), *flags, cwd=tmp_path,
+              env={"RLM_HOME": str(tmp_path / "home")}, process=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])["session_id"]
+
+
+def test_attach_live_shows_a_detached_workers_run_as_it_goes(tmp_path):
+    sid = _detach(tmp_path, REPLIES)
+    nb_path = tmp_path / "worker.ipynb"
+    proc = _attach(tmp_path, sid, "worker.ipynb")
+    running = _until("the worker's running cell", lambda: _running(nb_path), proc)
+    assert running.source == WAIT and running.outputs[0].text == "started\n"
+    code, _, err = _finish(proc, tmp_path)  # attach returns when the worker's run ends
+    assert code == 0, err
+    cells = _cells(nb_path)
+    assert [c.source for c in cells if c.cell_type == "code"] == [WAIT, "x = 6 * 7\nprint(x)"]
+    assert cells[-1].source.startswith("**Final answer:** 42")
+    assert not any(RUNNING_TAG in c.metadata.get("tags", []) for c in cells)
+    assert not (tmp_path / ".worker.ipynb.rlm-live").exists()  # the lock went with it
+    rlm("stop", sid, cwd=tmp_path, env={"RLM_HOME": str(tmp_path / "home")})
+
+
+def test_attach_follow_live_adds_the_runs_a_heartbeat_fires(tmp_path):
+    """An autonomous detached run, then a heartbeat: the run it fires lands in the same
+    notebook, after the first run's cells, while `rlm attach --follow --live` follows."""
+    replies = [call("x = 6 * 7\nprint(x)"), {"content": "FINAL(42)"},
+               call("print('the heartbeat looked again', x)"), {"content": "FINAL(still 42)"}]
+    sid = _detach(tmp_path, replies, "--autonomous")
+    env = {"RLM_HOME": str(tmp_path / "home")}
+    rlm("heartbeat", sid, "every", "10s", "look again", cwd=tmp_path, env=env, check=True)
+    nb_path = tmp_path / "beats.ipynb"
+    proc = _attach(tmp_path, sid, "beats.ipynb", "--follow")
+
+    def beat_done():
+        cells = _cells(nb_path)
+        return cells if any("still 42" in c.source for c in cells) else None
+
+    cells = _until("the heartbeat's run", beat_done, proc)
+    rlm("stop", sid, cwd=tmp_path, env=env)
+    proc.communicate(timeout=DEADLINE_S)
+    code = [c for c in cells if c.cell_type == "code"
+            and "rlm-prelude" not in c.metadata.get("tags", [])]
+    assert [c.source for c in code] == ["x = 6 * 7\nprint(x)",
+                                        "print('the heartbeat looked again', x)"]
+    beat = code[1]
+    assert beat.outputs[0].text == "the heartbeat looked again 42\n"

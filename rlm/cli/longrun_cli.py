@@ -27,6 +27,7 @@ from rlm.session.store import resolve_session_dir
 
 if TYPE_CHECKING:
     from rlm.agent.loop import Agent
+    from rlm.notebook.live import LiveView
 
 SCHEDULE_ACTIONS = ("add", "list", "cancel")
 GOAL_ACTIONS = ("set", "status", "pause", "resume", "clear", "budget")
@@ -71,6 +72,9 @@ def add_parsers(sub: Any, run_options: Callable[[argparse.ArgumentParser], None]
     a.add_argument("--no-follow", dest="no_wait", action="store_true",
                    help="print what has happened so far and exit at once")
     a.add_argument("--json", action="store_true", help="one JSON event record per line")
+    a.add_argument("--live", metavar="NOTEBOOK",
+                   help="show the run in this .ipynb as it happens, as `rlm run --live` does "
+                        "(for as long as this command follows it)")
     st = sub.add_parser("stop", help="stop a session's worker cleanly")
     st.add_argument("session", help=session_help)
     st.add_argument("--json", action="store_true", help="print one JSON object")
@@ -270,13 +274,22 @@ def cmd_attach(args: argparse.Namespace) -> int:
     home = reading_config().home
     sdir = str(resolve_session_dir(args.session, home))  # unknown session: one line, exit 1
     render = Renderer(clock=time.time)  # durations on the records' own timestamps
+    live = None
+    if args.live:
+        from rlm.notebook.live import attached
+
+        live = attached(args.live, Path(sdir),
+                        say=lambda line: print(f"rlm: {line}", file=sys.stderr))
     try:
-        _follow(sdir, home, args, _record_shower(render, as_json=args.json))
+        _follow(sdir, home, args, _record_shower(render, as_json=args.json), live)
     except KeyboardInterrupt:  # detaching never stops the worker
         render.close()
         render.console.print(f"detached; the worker goes on (`rlm attach {args.session}` "
                              f"to watch again, `rlm stop {args.session}` to stop it)",
                              style="dim", markup=False)
+    finally:
+        if live is not None:
+            live.close()
     return 0
 
 
@@ -286,10 +299,18 @@ def _at(ts: float) -> Callable[[], float]:
 
 
 def _follow(sdir: str, home: Any, args: argparse.Namespace,
-            show: Callable[[dict[str, Any]], None]) -> None:
+            show: Callable[[dict[str, Any]], None], live: LiveView | None = None) -> None:
+    """Show the latest run's records, then (unless --no-follow) those that come. `live`
+    (--live NB) is told the run's events too: those before it came only as state (which
+    cell runs), then one write; the rest as they come."""
     from rlm.longrun.worker import tail_events
 
     history = list(tail_events(sdir, home, follow=False))
+    if live is not None:
+        for rec in history:
+            if (ev := Event.from_dict(rec)) is not None:
+                live.take(ev, write=False)
+        live.flush()
     ends = [i for i, r in enumerate(history) if r.get("event") == "RunEnded"]
     # the run is over when only worker records (no loop events) follow its RunEnded
     over = bool(ends) and all(Event.from_dict(r) is None and r.get("event") != "RunStarted"
@@ -303,6 +324,8 @@ def _follow(sdir: str, home: Any, args: argparse.Namespace,
         if i < len(history):
             continue
         show(rec)
+        if live is not None and (ev := Event.from_dict(rec)) is not None:
+            live(ev)
         kind = rec.get("event")
         if kind == "WorkerStopped" or (kind == "RunEnded" and not args.follow):
             break

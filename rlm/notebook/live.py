@@ -57,6 +57,7 @@ from rlm.events import (
     ModelText,
     Notice,
     Phase,
+    RunEnded,
     TurnStarted,
 )
 from rlm.longrun.lock import SessionBusy, SessionLock
@@ -381,20 +382,33 @@ class LiveView:
         self.flush()  # what the session already holds (a resume), before the first event
 
     def __call__(self, ev: Event) -> None:
+        self.take(ev)
+
+    def take(self, ev: Event, write: bool = True) -> None:
+        """One event of the run; `write=False`: only what it says about the running cell is
+        kept (`rlm attach` replays what happened before it came, then flushes once)."""
         if self.stopped is not None or isinstance(ev, _QUIET):
             return
         with self._lock:
+            if not write:
+                self._follow(ev)
+                return
             if isinstance(ev, CellOutput):
-                self.cells.printed.append((ev.name, ev.text))
+                self._follow(ev)
                 wait = WRITE_EVERY_S - (self.clock() - self._last_write)
                 if wait > 0:  # written with what else it prints meanwhile, once `wait` is up
                     self._later(wait)
                     return
-            elif isinstance(ev, CellStarted):
-                self.cells.running, self.cells.printed = ev.code, []
-            elif isinstance(ev, CellFinished):
-                self.cells.running, self.cells.printed = None, []
+            self._follow(ev)
         self.flush()
+
+    def _follow(self, ev: Event) -> None:
+        if isinstance(ev, CellOutput):
+            self.cells.printed.append((ev.name, ev.text))
+        elif isinstance(ev, CellStarted):
+            self.cells.running, self.cells.printed = ev.code, []
+        elif isinstance(ev, CellFinished | RunEnded):
+            self.cells.running, self.cells.printed = None, []
 
     def _later(self, wait: float) -> None:
         if self._timer is None or not self._timer.is_alive():
@@ -442,3 +456,17 @@ class LiveView:
             self.cells.running = None  # a run that ended mid-cell: no cell left "running"
         self.flush()
         self.lock.release()
+
+
+def attached(path: str | Path, session_dir: Path, say: Callable[[str], None]) -> LiveView:
+    """`rlm attach SESSION --live NB`: the view of a run another process drives (a detached
+    worker, an autonomous run with its heartbeats), its entries read from the session's log
+    as they land (each flush opens the log read-only: O(the session) a cell, as `rlm log`)."""
+    from rlm.session.store import SessionStore
+
+    def branch() -> list[Entry]:
+        store = SessionStore.open(session_dir, readonly=True)
+        return list(store.branch())
+
+    header = SessionStore.open(session_dir, readonly=True).header
+    return LiveView(path, header, session_dir, branch, say)
