@@ -270,3 +270,56 @@ def test_attach_follow_live_adds_the_runs_a_heartbeat_fires(tmp_path):
                                         "print('the heartbeat looked again', x)"]
     beat = code[1]
     assert beat.outputs[0].text == "the heartbeat looked again 42\n"
+
+
+# ---------------------------------------------------------------- the view, on its own
+def _view(tmp_path: Path, branch, said: list[str]):
+    from rlm.notebook.live import LiveView
+    from rlm.session.store import SessionStore
+
+    store = SessionStore.in_memory(model="m", task="the task")
+    return store, LiveView(tmp_path / "v.ipynb", store.header, tmp_path,
+                           branch or store.branch, said.append)
+
+
+def test_a_cell_printing_without_end_holds_a_bounded_view(tmp_path):
+    from rlm.events import CellOutput, CellStarted
+    from rlm.notebook.live import STREAM_CAP
+    from rlm.session.entries import MessageEntry
+
+    said: list[str] = []
+    store, view = _view(tmp_path, None, said)
+    store.append(MessageEntry(message={"role": "user", "content": "the task"}))
+    store.append(MessageEntry(message={"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "python", "arguments": json.dumps({"code": "spam()"})}}]}))
+    view(CellStarted("spam()", 0))
+    chunk = "x" * 1_000_000
+    for _ in range(100):  # 100 MB printed
+        view(CellOutput(chunk))
+    assert view.cells._printed_chars <= STREAM_CAP + 1
+    view.flush()
+    running = [c for c in _cells(tmp_path / "v.ipynb") if RUNNING_TAG in c.metadata.get("tags", [])]
+    text = running[0].outputs[0].text
+    assert len(text) < STREAM_CAP + 200 and text.endswith("appears when the cell ends]\n")
+    view.close()
+    assert said == []
+
+
+def test_a_view_that_fails_says_so_once_and_never_stops_the_run(tmp_path):
+    from rlm.events import CellFinished, CellStarted
+
+    calls = {"n": 0}
+
+    def broken():
+        calls["n"] += 1
+        if calls["n"] > 1:
+            raise OSError("the disk is gone")
+        return []
+
+    said: list[str] = []
+    _, view = _view(tmp_path, broken, said)
+    view(CellStarted("1 + 1", 0))  # raises inside: the view stops, the event returns
+    view(CellFinished("1 + 1", "ok", "2", 0.1))
+    view.close()
+    assert len(said) == 1 and "stopped updating: the disk is gone" in said[0]

@@ -223,11 +223,30 @@ def new_builder(session_dir: Path, header: SessionHeader | None) -> _Builder:
 
 
 def finish_notebook(builder: _Builder, branch: list[Entry], header: SessionHeader | None,
-                    child_links: dict[str, str] | None = None) -> nbformat.NotebookNode:
+                    child_links: dict[str, str] | None = None, *,
+                    settled: dict[int, Any] | None = None) -> nbformat.NotebookNode:
     """The notebook of what `builder` was fed (`branch`: the same entries, for the children
     they spawned): the prelude, the task and the children's links added, redacted,
-    validated. The builder's cells are copied, never changed."""
-    cells = copy.deepcopy(builder.cells)
+    validated. The builder's cells are copied, never changed.
+
+    `settled` (a live view, which makes the notebook again at every cell): a cache kept
+    between calls of the redacted copies of the builder's cells that can no longer change
+    (all but those waiting for their result), so each call copies and redacts only what
+    is new; the whole notebook's schema walk is skipped (each cell was checked as it was
+    made)."""
+    secrets = known_secrets()
+    if settled is None:
+        cells = copy.deepcopy(builder.cells)
+    else:
+        waiting = {id(c) for c in builder.pending.values()}
+        cells = []
+        for cell in builder.cells:
+            done = settled.get(id(cell))
+            if done is None:
+                done = redact(copy.deepcopy(cell), secrets)
+                if id(cell) not in waiting:
+                    settled[id(cell)] = done
+            cells.append(done)
     replies = copy.deepcopy(builder.replies)
     children = registry(branch)
     for child in children:  # rlm_spawn's answers by task, in the order spawned (a child
@@ -235,16 +254,25 @@ def finish_notebook(builder: _Builder, branch: list[Entry], header: SessionHeade
             sha = hashlib.sha256(child["task"].encode()).hexdigest()
             replies.setdefault("rlm_spawn", {}).setdefault(sha, []).append(
                 child.get("result") if child.get("state") == "done" else None)
+    made = []
     if children:
-        cells.append(new_markdown_cell(_children_cell(children, child_links or {}),
-                                       id="children"))
+        made.append(new_markdown_cell(_children_cell(children, child_links or {}),
+                                      id="children"))
+        cells.append(made[-1])
     if not builder.saw_task and header is not None and header.task:
-        cells.insert(0, new_markdown_cell(f"**Task:** {header.task}", id="task"))
+        made.append(new_markdown_cell(f"**Task:** {header.task}", id="task"))
+        cells.insert(0, made[-1])
     if builder.uses:
-        cells.insert(0, _prelude_cell(prelude(builder.uses, replies)))
-    nb = new_notebook(cells=cells, metadata=_metadata(header))
-    redact(nb)
-    nbformat.validate(nb)
+        made.append(_prelude_cell(prelude(builder.uses, replies)))
+        cells.insert(0, made[-1])
+    if settled is None:
+        nb = new_notebook(cells=cells, metadata=_metadata(header))
+        redact(nb, secrets)
+        nbformat.validate(nb)
+        return nb
+    redact(made, secrets)
+    nb = new_notebook(metadata=redact(_metadata(header), secrets))
+    nb.cells = cells
     return nb
 
 

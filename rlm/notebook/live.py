@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import hashlib
+import json
 import os
 import stat
 import threading
@@ -87,37 +88,56 @@ class LiveCells:
         self.header, self.session_dir = header, session_dir
         self._builder = new_builder(session_dir, header)
         self._fed: list[str] = []  # ids of the entries fed, in order
-        self._branch: list[Entry] = []
+        self._base: list[Any] = []  # the cells of what was fed (never changed once made)
+        self._settled: dict[int, Any] = {}  # finish_notebook's copies of settled cells
         self.running: str | None = None  # the running cell's code
         self.printed: list[tuple[str, str]] = []  # (stream name, text) it printed so far
+        self._printed_chars = 0
 
     def feed(self, branch: Sequence[Entry]) -> None:
+        """The branch's entries not fed yet; the cells are made again only when some were."""
+        entries = list(branch)
         n = len(self._fed)
-        if len(branch) < n or (n and branch[n - 1].id != self._fed[-1]):
+        if len(entries) < n or (n and entries[n - 1].id != self._fed[-1]):
             self._builder = new_builder(self.session_dir, self.header)
-            self._fed, n = [], 0
-        for entry in list(branch)[n:]:
+            self._fed, self._settled, n = [], {}, 0
+        if n == len(entries) and self._fed:
+            return
+        for entry in entries[n:]:
             self._builder.add(entry)
             self._fed.append(entry.id)
-        self._branch = list(branch)
-
-    def cells(self) -> list[dict[str, Any]]:
-        """rlm's cells now, each marked with the session and its id; redacted."""
-        nb = finish_notebook(self._builder, self._branch, self.header)
-        out = []
+        nb = finish_notebook(self._builder, entries, self.header, settled=self._settled)
         for cell in nb.cells:
             cell.metadata[LIVE] = {"session": self.header.id, "id": cell.id}
-            out.append(cell)
+        self._base = list(nb.cells)
+
+    def start(self, code: str | None) -> None:
+        """A cell started (None: the one running ended)."""
+        self.running, self.printed, self._printed_chars = code, [], 0
+
+    def print(self, name: str, text: str) -> None:
+        """What the running cell printed; past STREAM_CAP characters only the fact is kept
+        (a cell printing 100 MB holds no more than that here; its result has it all)."""
+        if self._printed_chars <= STREAM_CAP:
+            self.printed.append((name, text[: STREAM_CAP + 1 - self._printed_chars]))
+            self._printed_chars += len(self.printed[-1][1])
+
+    def cells(self) -> list[Any]:
+        """rlm's cells now, each marked with the session and its id; redacted. The cells
+        of the log are shared between calls; the running one is a copy made here."""
+        out = list(self._base)
         if self.running is not None:
             self._lay_running(out)
         return out
 
-    def _lay_running(self, cells: list[dict[str, Any]]) -> None:
-        for cell in reversed(cells):  # the newest code cell without its result yet
+    def _lay_running(self, cells: list[Any]) -> None:
+        for i in reversed(range(len(cells))):  # the newest code cell without its result yet
+            cell = cells[i]
             if cell.cell_type != "code" or "rlm" in cell.metadata:
                 continue
             if cell.source.strip() != redact([self.running or ""])[0].strip():
                 return  # (the cell's source is redacted: so is the code compared)
+            cell = cells[i] = copy.deepcopy(cell)
             cell.metadata[LIVE]["status"] = "running"
             cell.metadata["tags"] = [*cell.metadata.get("tags", []), RUNNING_TAG]
             cell.outputs = redact(_streams(self.printed))
@@ -254,6 +274,7 @@ class NotebookFile:
         self.header = header
         self.stale: str | None = None
         self.mode = PRIVATE_FILE
+        self._texts: dict[int, tuple[Any, str]] = {}  # id(cell) -> (cell, its JSON text)
         if not self.dir.is_dir():
             raise LiveError(f"the directory {self.dir} does not exist; create it first or "
                             "choose another --live notebook")
@@ -265,11 +286,12 @@ class NotebookFile:
             what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
             raise LiveError(f"{self.path} is {what}; give the notebook's own path to --live")
         if st is None:
-            self._last = self._write(new_notebook(metadata=_metadata(header)))
+            self._nb = new_notebook(metadata=_metadata(header))
+            self._last = self._write(self._nb)
         else:
             self.mode = stat.S_IMODE(st.st_mode)
             data = self._read()
-            self._parse(data)  # a file that is not a notebook is refused before the run
+            self._nb = self._parse(data)  # not a notebook: refused before the run
             self._last = hashlib.sha256(data).hexdigest()
 
     def _read(self) -> bytes:
@@ -291,12 +313,38 @@ class NotebookFile:
         return nb
 
     def _write(self, nb: Any) -> str:
-        data = (nbformat.writes(nb) + "\n").encode()
+        data = (self._encode(nb) + "\n").encode()
         safeio.write_atomic(self.dir, self.name, data, mode=self.mode, durable=False)
         return hashlib.sha256(data).hexdigest()
 
+    def _encode(self, nb: Any) -> str:
+        """`json.dumps(nb, indent=1, sort_keys=True)`, nbformat's own layout, byte for byte,
+        with each cell's text kept between writes (cells are never changed once made: a
+        new state is a new cell object) — a running cell's output rewrites a notebook of
+        hundreds of cells at every flush. No schema walk over the whole notebook either:
+        rlm's cells were each made by nbformat's constructors, the user's read by it."""
+        texts: dict[int, tuple[Any, str]] = {}
+        parts = []
+        for cell in nb.cells:
+            hit = self._texts.get(id(cell))
+            if hit is None or hit[0] is not cell:
+                text = json.dumps(cell, indent=1, sort_keys=True, ensure_ascii=False)
+                hit = (cell, "  " + text.replace("\n", "\n  "))
+            texts[id(cell)] = hit
+            parts.append(hit[1])
+        self._texts = texts
+        rest = json.dumps({k: v for k, v in nb.items() if k != "cells"}, indent=1,
+                          sort_keys=True, ensure_ascii=False)
+        cells = '{\n "cells": [\n' + ",\n".join(parts) + "\n ]," if parts else '{\n "cells": [],'
+        return cells + rest[1:]
+
     def cells(self) -> list[Any]:
-        return list(self._parse(self._read()).cells)
+        """The notebook's cells: as rlm wrote them last (parsed once), or as they are on
+        disk after a change made outside rlm (which `apply` then refuses to write over)."""
+        data = self._read()
+        if hashlib.sha256(data).hexdigest() == self._last:
+            return list(self._nb.cells)
+        return list(self._parse(data).cells)
 
     def apply(self, ops: Sequence[Op]) -> bool:
         """Write `ops` over the notebook as it is; False (and `stale` set) when it is no
@@ -309,9 +357,12 @@ class NotebookFile:
                           "writing to it and kept that version. The run goes on; its whole "
                           f"record afterwards: `rlm export {self.header.id} -o OTHER.ipynb`")
             return False
-        nb = self._parse(data)
-        apply(nb.cells, ops)
+        cells = list(self._nb.cells)
+        apply(cells, ops)
+        nb = copy.copy(self._nb)
+        nb.cells = cells
         self._last = self._write(nb)
+        self._nb = nb
         return True
 
 
@@ -404,11 +455,11 @@ class LiveView:
 
     def _follow(self, ev: Event) -> None:
         if isinstance(ev, CellOutput):
-            self.cells.printed.append((ev.name, ev.text))
+            self.cells.print(ev.name, ev.text)
         elif isinstance(ev, CellStarted):
-            self.cells.running, self.cells.printed = ev.code, []
+            self.cells.start(ev.code)
         elif isinstance(ev, CellFinished | RunEnded):
-            self.cells.running, self.cells.printed = None, []
+            self.cells.start(None)
 
     def _later(self, wait: float) -> None:
         if self._timer is None or not self._timer.is_alive():
@@ -440,7 +491,7 @@ class LiveView:
                     self.written.pop(key, None)
                 else:
                     self.written[key] = fingerprint(op.cell)
-            self._shown = copy.deepcopy(ours)
+            self._shown = ours  # (its cells are never changed once made)
             self._last_write = self.clock()
         except Exception as e:  # noqa: BLE001 - the view never stops the run
             self._stop(f"the live notebook {self.file.path} stopped updating: {e}")
@@ -453,7 +504,7 @@ class LiveView:
         if self._timer is not None:
             self._timer.cancel()
         with self._lock:
-            self.cells.running = None  # a run that ended mid-cell: no cell left "running"
+            self.cells.start(None)  # a run that ended mid-cell: no cell left "running"
         self.flush()
         self.lock.release()
 
