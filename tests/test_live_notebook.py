@@ -323,3 +323,19 @@ def test_a_view_that_fails_says_so_once_and_never_stops_the_run(tmp_path):
     view(CellFinished("1 + 1", "ok", "2", 0.1))
     view.close()
     assert len(said) == 1 and "stopped updating: the disk is gone" in said[0]
+
+
+def test_chat_live_shows_each_prompts_run(tmp_path):
+    replies = [call("x = 6 * 7\nprint(x)"), {"content": "FINAL(42)"},
+               call("print(x + 1)"), {"content": "FINAL(43)"}]
+    r = rlm("chat", "--live", "chat.ipynb", "--model", script(tmp_path / "c.json", replies),
+            cwd=tmp_path, env={"RLM_HOME": str(tmp_path / "home")},
+            stdin="compute it\nand one more\n/exit\n")
+    assert r.returncode == 0, r.stderr
+    cells = _cells(tmp_path / "chat.ipynb")
+    assert [c.source for c in cells if c.cell_type == "code"] == ["x = 6 * 7\nprint(x)",
+                                                                  "print(x + 1)"]
+    md = [c.source for c in cells if c.cell_type == "markdown"]
+    assert md[0] == "**Task:** compute it" and "**User:** and one more" in md
+    assert md[-1].startswith("**Final answer:** 43")
+    assert not (tmp_path / ".chat.ipynb.rlm-live").exists()

@@ -24,13 +24,14 @@ import shlex
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 from rlm import app
 from rlm.agent.context_files import load_context_files
 from rlm.agent.loop import Agent
 from rlm.agent.result import RunResult
 from rlm.app.steering import rule_from_chat
+from rlm.cli.common import both, live_view
 from rlm.cli.longrun_cli import goal_command, heartbeat_command
 from rlm.cli.render import Renderer, input_summaries, print_json
 from rlm.compaction.controller import CompactionController
@@ -57,9 +58,26 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
     render.console.print("rlm chat · /help for commands · /exit to leave · Ctrl-C once "
                          "interrupts the cell, twice stops the run", style="dim", markup=False)
     schedules = app.ForegroundSchedules(agent)
+    live = live_view(args, run)
+    try:
+        _prompts(agent, session, schedules, render if live is None else both(render, live),
+                 render, quiet)
+    finally:
+        if live is not None:
+            live.close()
+    render.session_line(session)
+    note = app.schedules_note(session)
+    if note:
+        render.console.print(note, style="yellow", markup=False)
+    return 0
+
+
+def _prompts(agent: Agent, session: SessionLog, schedules: app.ForegroundSchedules,
+             show: Callable[[Any], None], render: Renderer, quiet: bool) -> None:
+    """Read and run prompts until /exit or end of input; `show` gets every event."""
     while True:
         try:
-            line = read_line("rlm> ", schedules, lambda: schedules.run_due(render),
+            line = read_line("rlm> ", schedules, lambda: schedules.run_due(show),
                              out=sys.stderr if quiet else sys.stdout).strip()
         except EOFError:
             render.console.print()
@@ -75,27 +93,23 @@ def chat_loop(run: app.SessionRun, args: argparse.Namespace) -> int:
                 if not _slash(agent, line, render):
                     break
                 continue
-            _one_run(agent, session, line, render, schedules, quiet)
+            _one_run(agent, session, line, render, show, schedules, quiet)
         except KeyboardInterrupt:  # a press between the run's end and the prompt
             render.close()
             render.console.print()
-    render.session_line(session)
-    note = app.schedules_note(session)
-    if note:
-        render.console.print(note, style="yellow", markup=False)
-    return 0
 
 
 LEAVE = "Ctrl-C: nothing is running (/exit or Ctrl-D leaves chat)"
 
 
 def _one_run(agent: Agent, session: SessionLog, line: str, render: Renderer,
-             schedules: app.ForegroundSchedules, quiet: bool) -> None:
+             show: Callable[[Any], None], schedules: app.ForegroundSchedules,
+             quiet: bool) -> None:
     """One prompt's run: its named files attached, its events shown, --json's object."""
     for loaded in app.attach_named_files(agent, line):
         render.console.print(loaded, style="dim", markup=False)
     started = time.monotonic()
-    events = schedules.run(line, render)
+    events = schedules.run(line, show)
     render.close()
     if quiet:
         print_json(RunResult.from_events(session, first_run(events), model=agent.llm.spec,

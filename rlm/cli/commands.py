@@ -19,7 +19,7 @@ from rich.markup import escape
 from rlm import app
 from rlm.agent.child_report import cancelled_line, cancelled_record
 from rlm.agent.result import RunResult
-from rlm.cli.common import open_readonly, options_from_args, reading_config
+from rlm.cli.common import both, live_view, open_readonly, options_from_args, reading_config
 from rlm.cli.render import Renderer, input_summaries, print_json, terminal_safe
 from rlm.compaction.tiers import RELIEF_CUSTOM, relief_line
 from rlm.config import load_config
@@ -59,12 +59,12 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
             render.header(agent.llm.spec, session, input_summaries(agent),
                           task=text or "(continue where it stopped)")
             render.continue_turns(session)
-            live = _live_view(args, run)
+            live = live_view(args, run)
             with terminate_ends_the_run(agent), contextlib.ExitStack() as done:
                 on_event: Callable[[Any], None] = render
                 if live is not None:
                     done.callback(live.close)
-                    on_event = _both(render, live)
+                    on_event = both(render, live)
                 events = run.drive(text, on_event)
             note = app.schedules_note(session)
     except RlmError as e:
@@ -96,26 +96,6 @@ def run_cli(run: app.SessionRun, args: argparse.Namespace, prompt: Prompt) -> in
             render.console.print(terminal_safe(cancelled_line(r)), style="yellow",
                                  markup=False)
     return result.exit_code
-
-
-def _live_view(args: argparse.Namespace, run: app.SessionRun) -> Any:
-    """`--live NB`: the run shown in that notebook as it goes (rlm.notebook.live)."""
-    if not getattr(args, "live", None):
-        return None
-    from rlm.notebook.live import LiveView
-
-    session = run.session
-    assert session is not None and session.dir is not None
-    return LiveView(args.live, session.header, session.dir, session.branch,
-                    say=lambda line: print(f"rlm: {line}", file=sys.stderr))
-
-
-def _both(*consumers: Callable[[Any], None]) -> Callable[[Any], None]:
-    def each(ev: Any) -> None:
-        for consume in consumers:
-            consume(ev)
-
-    return each
 
 
 # `rlm run` exit codes: the run's outcome (rlm.outcome: 0 a verified answer, 3 no answer

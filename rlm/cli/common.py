@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any
 
+from rlm import app
 from rlm.app import RunOptions
 from rlm.config import Config
 from rlm.errors import SessionError
@@ -56,3 +59,24 @@ def open_readonly(session_id: str) -> SessionStore:
         raise SessionError(f"no session {session_id!r} ({e}); `rlm sessions` lists them") from e
 
 
+def live_view(args: argparse.Namespace, run: app.SessionRun) -> Any:
+    """`--live NB` (run, resume, chat): the run shown in that notebook as it goes
+    (rlm.notebook.live); None without the flag. Call it inside the entered run."""
+    if not getattr(args, "live", None):
+        return None
+    from rlm.notebook.live import LiveView
+
+    session = run.session
+    assert session is not None and session.dir is not None
+    return LiveView(args.live, session.header, session.dir, session.branch,
+                    say=lambda line: print(f"rlm: {line}", file=sys.stderr))
+
+
+def both(*consumers: Callable[[Any], None]) -> Callable[[Any], None]:
+    """One event consumer that hands each event to every one of `consumers`, in order."""
+
+    def each(ev: Any) -> None:
+        for consume in consumers:
+            consume(ev)
+
+    return each

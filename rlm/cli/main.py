@@ -246,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: a new session)")
     c.add_argument("--context", action="append", default=[], metavar="FILE",
                    help="load FILE into a kernel variable (repeatable; /load FILE in chat)")
+    _live_option(c)
     _run_options(c)
 
     rs = sub.add_parser("resume", help="continue a session (its kernel is restored)",
