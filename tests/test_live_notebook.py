@@ -339,3 +339,25 @@ def test_chat_live_shows_each_prompts_run(tmp_path):
     assert md[0] == "**Task:** compute it" and "**User:** and one more" in md
     assert md[-1].startswith("**Final answer:** 43")
     assert not (tmp_path / ".chat.ipynb.rlm-live").exists()
+
+
+def test_resume_live_continues_the_same_notebook(tmp_path):
+    replies = [call("x = 6 * 7\nprint(x)"), {"content": "FINAL(42)"},
+               call("print(x + 1)"), {"content": "FINAL(43)"}]
+    env = {"RLM_HOME": str(tmp_path / "home")}
+    model = script(tmp_path / "c.json", replies[:2])
+    first = rlm("run", "compute it", "--live", "r.ipynb", "--model", model, "--json",
+                cwd=tmp_path, env=env, check=True)
+    sid = json.loads(first.stdout.strip().splitlines()[-1])["session_id"]
+    before = _cells(tmp_path / "r.ipynb")
+    nb = nbformat.read(tmp_path / "r.ipynb", as_version=4)  # the user adds a cell between runs
+    nb.cells.append(new_markdown_cell("checked: 42 is right", id="between"))
+    nbformat.write(nb, tmp_path / "r.ipynb")
+    rlm("resume", sid, "and one more", "--live", "r.ipynb", "--model",
+        script(tmp_path / "d.json", replies[2:]), cwd=tmp_path, env=env, check=True)
+    after = _cells(tmp_path / "r.ipynb")
+    assert [c.id for c in after[:len(before)]] == [c.id for c in before]  # nothing moved
+    assert after[len(before)].id == "between"
+    assert [c.source for c in after if c.cell_type == "code"] == ["x = 6 * 7\nprint(x)",
+                                                                  "print(x + 1)"]
+    assert after[-1].source.startswith("**Final answer:** 43")

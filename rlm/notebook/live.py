@@ -12,7 +12,8 @@ run up to date in one notebook while the run goes on.
   `metadata.rlm_live = {"session", "id"}`; every other cell is the user's and is never
   moved, changed or removed. One of rlm's cells the user edited (its source is not what
   rlm last wrote) or deleted is theirs from then on: not updated, not put back. A new cell
-  of rlm's goes right after rlm's cell before it (the end, for the first).
+  of rlm's goes after rlm's cell before it and after the user's cells that follow that
+  one (at the end, as a run appends; the prelude before rlm's first cell).
 - **How they are written** (`NotebookFile`): the whole notebook atomically (a temporary
   file renamed over it, never through a link), and only over the bytes rlm wrote last: a
   notebook changed outside rlm mid-run is left as it is and the run says so once (the
@@ -218,11 +219,11 @@ def plan(current: Sequence[Any], ours: Sequence[Any], session_id: str,
             continue
         if key in written:
             continue  # rlm wrote it and the user deleted it
+        present = sorted(where.values())
         if after is None:  # before rlm's first cell present, else at the end
-            present = sorted(where.values())
             at = present[0] if present else len(cells)
-        else:
-            at = after + 1
+        else:  # after rlm's cell before it and the user's cells that follow that one
+            at = next((j for j in present if j > after), len(cells))
         if cell.get("id") in {c.get("id") for c in cells}:  # ids are unique in a notebook
             cell = _with_id(cell, generate_corpus_id())  # (another run's `task`, a user's)
         ops.append(Op("insert", at, cell))
