@@ -414,7 +414,7 @@ class CollabNotebook:
         if self._serving is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(asyncio.shield(self._serving), CLOSE_S / 2)
-        if self._ws is not None:
+        if self._ws is not None and self.lost is None:
             self._ws.close(1000, "rlm's run ended")
             with contextlib.suppress(Exception):  # the server's close frame, briefly
                 await asyncio.wait_for(self._ws.read_message(), 1.0)
@@ -440,8 +440,8 @@ class _Channel:
         message = await self.ws.read_message()
         if message is None:
             code, reason = self.ws.close_code, self.ws.close_reason
-            self.gone(f"the server closed it{f' ({code})' if code else ''}"
-                      f"{f': {reason[:200]}' if reason else ''}")
+            self.gone(f"the server closed it ({code}){f': {reason[:200]}' if reason else ''}"
+                      if code else "it dropped")
             raise StopAsyncIteration
         return message if isinstance(message, bytes) else message.encode()
 
