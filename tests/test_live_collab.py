@@ -497,3 +497,17 @@ def test_a_running_cells_output_grows_in_place():
     cell = doc.cells()[1]
     assert cell["execution_count"] == 1 and "status" not in cell["metadata"][LIVE]
     assert doc.nb.ycells[1]["execution_state"] == "idle"
+
+
+def test_without_the_client_libraries_the_file_and_how_to_get_them(server, monkeypatch):
+    from rlm.notebook.collab import open_sink
+    from rlm.notebook.live import NotebookFile
+    from rlm.session.entries import SessionHeader
+
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", server["env"]["JUPYTER_RUNTIME_DIR"])
+    monkeypatch.delenv("RLM_JUPYTER_URL", raising=False)
+    monkeypatch.setitem(sys.modules, "pycrdt", None)  # `import pycrdt` fails
+    said: list[str] = []
+    sink = open_sink(server["root"] / "nolib.ipynb", SessionHeader(model="m"), said.append)
+    assert isinstance(sink, NotebookFile)
+    assert len(said) == 1 and "pip install -e '.[live]'" in said[0] and "pycrdt" in said[0]
