@@ -13,8 +13,8 @@ rlm never writes it. Otherwise the notebook file is written as in part 1
   itself, as importing jupyter_server costs seconds and is not one of rlm's dependencies),
   the most specific root first; whose root holds the notebook's real path, which answers
   with the token and has the collaboration endpoint. The token goes only into requests'
-  Authorization header: never a URL, a message, a file or the session (a token read from
-  RLM_JUPYTER_URL is also counted a secret, so the session log masks it).
+  Authorization header: never a URL, a message, a file or the session (the token in use
+  is also counted a secret, so the session log masks it should a cell print it).
 - **The protocol** (read from jupyter_server_ydoc's handlers and pycrdt): PUT
   api/collaboration/session/PATH {"format": "json", "type": "notebook"} gives a fileId and
   a sessionId; the room is the websocket api/collaboration/room/json:notebook:FILEID
@@ -232,6 +232,9 @@ class CollabNotebook:
     def __init__(self, path: Path, header: SessionHeader, server: ServerInfo):
         self.path = Path(os.path.abspath(path))
         self.header, self.server = header, server
+        from rlm.secrets import remember
+
+        remember([server.token])  # whichever way it came: the session log masks it
         self.stale: str | None = None
         self.lost: str | None = None  # why the connection ended, once it has
         self._seen: list[tuple[str, str]] = []  # (id, source) of the cells `cells()` read
