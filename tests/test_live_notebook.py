@@ -32,8 +32,11 @@ DEADLINE_S = 120  # how long a mid-run state may take to appear before the test 
 
 
 def _env(home: Path) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env = {k: v for k, v in os.environ.items()
+           if not k.endswith("_API_KEY") and k not in ("RLM_JUPYTER_URL", "JUPYTER_TOKEN")}
     env["RLM_HOME"] = str(home)
+    # no Jupyter server of the user's is found: the file, always (tests/test_live_collab.py)
+    env["JUPYTER_RUNTIME_DIR"] = str(home / "jupyter-runtime")
     return env
 
 

@@ -17,8 +17,11 @@ run up to date in one notebook while the run goes on.
 - **How they are written** (`NotebookFile`): the whole notebook atomically (a temporary
   file renamed over it, never through a link), and only over the bytes rlm wrote last: a
   notebook changed outside rlm mid-run is left as it is and the run says so once (the
-  stale-write guard). A Jupyter server with real-time collaboration is issue 61's next
-  part; until then JupyterLab shows the changes on reload.
+  stale-write guard). JupyterLab shows these changes on reload.
+- **Or through the Jupyter server that serves it** (rlm.notebook.collab, `open_sink`): a
+  server with real-time collaboration (jupyter-collaboration) has rlm join the notebook's
+  room as one more client and edit the shared document, so JupyterLab shows the cells as
+  they come; the server saves the file, rlm does not write it.
 - **One run per notebook** (`LiveLock`): an flock on a hidden file beside the notebook,
   so runs of any rlm home or user meet it; a second `--live` run on it is refused with
   one line, before it starts.
@@ -40,7 +43,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import nbformat
 from nbformat.corpus.words import generate_corpus_id
@@ -265,6 +268,49 @@ def apply(cells: list[Any], ops: Sequence[Op]) -> None:
 
 
 # ---------------------------------------------------------------- how they are written
+class Sink(Protocol):
+    """Where rlm's cells are written: the notebook file (`NotebookFile`) or the shared
+    document a Jupyter server holds for it (rlm.notebook.collab.CollabNotebook)."""
+
+    path: Path
+    stale: str | None  # why it stopped writing, once it has
+
+    def cells(self) -> list[Any]: ...  # the notebook's cells as they are now
+
+    def apply(self, ops: Sequence[Op]) -> bool: ...  # False (and `stale`) when it cannot
+
+    def close(self) -> None: ...
+
+
+def check_path(path: Path) -> os.stat_result | None:
+    """Refuse a --live path that cannot be rlm's notebook (no such directory, a link, not
+    a regular file); its lstat, None when it does not exist yet."""
+    if not path.parent.is_dir():
+        raise LiveError(f"the directory {path.parent} does not exist; create it first or "
+                        "choose another --live notebook")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
+        raise LiveError(f"{path} is {what}; give the notebook's own path to --live")
+    return st
+
+
+def parse_notebook(path: Path, data: bytes) -> Any:
+    try:
+        nb = nbformat.reads(data.decode("utf-8"), as_version=4)
+    except Exception as e:  # noqa: BLE001 - any reason it does not parse: one line
+        raise LiveError(f"{path} is not a notebook nbformat can read ({e}); fix it "
+                        "or give --live a new file name") from None
+    if nb.nbformat_minor < 5:  # cells without ids (nbformat 4.4): rlm's cells need them
+        nb.nbformat_minor = 5
+        for cell in nb.cells:
+            cell.setdefault("id", generate_corpus_id())
+    return nb
+
+
 class NotebookFile:
     """The notebook on disk, written whole and atomically, and only over what rlm wrote
     last (`stale` says why it stopped)."""
@@ -276,16 +322,7 @@ class NotebookFile:
         self.stale: str | None = None
         self.mode = PRIVATE_FILE
         self._texts: dict[int, tuple[Any, str]] = {}  # id(cell) -> (cell, its JSON text)
-        if not self.dir.is_dir():
-            raise LiveError(f"the directory {self.dir} does not exist; create it first or "
-                            "choose another --live notebook")
-        try:
-            st = os.lstat(self.path)
-        except FileNotFoundError:
-            st = None
-        if st is not None and not stat.S_ISREG(st.st_mode):
-            what = "a symbolic link" if stat.S_ISLNK(st.st_mode) else "not a regular file"
-            raise LiveError(f"{self.path} is {what}; give the notebook's own path to --live")
+        st = check_path(self.path)
         if st is None:
             self._nb = new_notebook(metadata=_metadata(header))
             self._last = self._write(self._nb)
@@ -302,16 +339,7 @@ class NotebookFile:
             raise LiveError(f"cannot read {self.path}: {e}") from None
 
     def _parse(self, data: bytes) -> Any:
-        try:
-            nb = nbformat.reads(data.decode("utf-8"), as_version=4)
-        except Exception as e:  # noqa: BLE001 - any reason it does not parse: one line
-            raise LiveError(f"{self.path} is not a notebook nbformat can read ({e}); fix it "
-                            "or give --live a new file name") from None
-        if nb.nbformat_minor < 5:  # cells without ids (nbformat 4.4): rlm's cells need them
-            nb.nbformat_minor = 5
-            for cell in nb.cells:
-                cell.setdefault("id", generate_corpus_id())
-        return nb
+        return parse_notebook(self.path, data)
 
     def _write(self, nb: Any) -> str:
         data = (self._encode(nb) + "\n").encode()
@@ -366,6 +394,9 @@ class NotebookFile:
         self._nb = nb
         return True
 
+    def close(self) -> None:
+        """Nothing to leave: every write is whole and done."""
+
 
 # ---------------------------------------------------------------- one run per notebook
 class LiveLock:
@@ -418,8 +449,10 @@ class LiveView:
                  say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
         self.lock = LiveLock(Path(path))
         self.lock.acquire()
-        try:
-            self.file = NotebookFile(Path(path), header)
+        try:  # the file, or the shared document of a Jupyter server that serves it
+            from rlm.notebook.collab import open_sink
+
+            self.file: Sink = open_sink(Path(path), header, say)
         except BaseException:
             self.lock.release()
             raise
@@ -506,8 +539,13 @@ class LiveView:
             self._timer.cancel()
         with self._lock:
             self.cells.start(None)  # a run that ended mid-cell: no cell left "running"
-        self.flush()
-        self.lock.release()
+        try:
+            self.flush()
+        finally:
+            try:
+                self.file.close()  # (a shared document: its last changes sent, the room left)
+            finally:
+                self.lock.release()
 
 
 def attached(path: str | Path, session_dir: Path, say: Callable[[str], None]) -> LiveView:
