@@ -56,13 +56,35 @@ SECRET_PATTERNS = re.compile(
 )
 
 
+# a URL in the environment that carries a credential in its query (a Jupyter server's
+# `?token=`, `RLM_JUPYTER_URL` of a --live view, an API's `?api_key=`): the variable is a
+# secret's carrier, and the credential a secret, whatever the variable is called
+URL_ENV_SUFFIXES = ("_URL", "_URI")
+_URL_CREDENTIAL = re.compile(r"[?&;](?:token|access_token|api_key|apikey|key|auth|password)"
+                             r"=([^&;#\s]+)", re.IGNORECASE)
+
+
+def url_credentials(value: str) -> list[str]:
+    """The credentials a URL carries in its query (`?token=...`)."""
+    return [m.group(1) for m in _URL_CREDENTIAL.finditer(value)]
+
+
+def secret_url(name: str, value: str) -> bool:
+    """An env var that is a URL carrying a credential in its query (held back from the
+    kernel like a `..._TOKEN`, whatever it is called)."""
+    return name.upper().endswith(URL_ENV_SUFFIXES) and bool(url_credentials(value))
+
+
 def secret_values(environ: dict[str, str] | None = None) -> list[str]:
-    """Values of env vars whose names look secret, longest first."""
+    """Values of env vars whose names look secret, and the credentials URLs in the
+    environment carry, longest first."""
     env = os.environ if environ is None else environ
     # the names first: os.environ decodes each value it is asked for (asked a few times a
     # step, this was ~55 us with every value decoded)
     names = [k for k in env if k.upper().endswith(SECRET_ENV_SUFFIXES)]
     vals = {v for k in names if len(v := env[k]) >= MIN_SECRET_LEN}
+    urls = [k for k in env if k.upper().endswith(URL_ENV_SUFFIXES)]
+    vals |= {c for k in urls for c in url_credentials(env[k]) if len(c) >= MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
 
 

@@ -71,3 +71,33 @@ def test_a_press_between_two_pieces_of_work_is_taken_by_the_next_one():
         signal.signal(signal.SIGINT, saved)
     assert first == ([], "cell done") and said == ["press"]
     assert [e.text for e in second[0]] == ["stopping"] and second[1] == "reply"
+
+
+def test_an_abandoned_model_call_ends_at_its_next_piece():
+    """After a stop the loop abandons a model call at once; the call itself (the embedded
+    model generating on a core of its own) ends at the next piece it streams, instead of
+    generating to its end while the process waits to exit."""
+    from rlm.events import ModelText
+
+    stop, started, ended = threading.Event(), threading.Event(), threading.Event()
+    pieces: list[int] = []
+
+    def generating(emit):
+        try:
+            started.set()
+            for i in range(10**9):  # a reply that would go on for a long time
+                pieces.append(i)
+                emit(ModelText("token "))
+            return "all of it"
+        finally:
+            ended.set()
+
+    gen = run_interruptible(generating, stop=stop, on_keyboard_interrupt=lambda: None,
+                            grace_s=1.0)
+    assert isinstance(next(gen), ModelText) and started.is_set()
+    stop.set()  # the user stops the run
+    events, result = drain(gen)
+    assert result is None  # abandoned: no reply
+    assert ended.wait(30), "the abandoned call kept generating"
+    n = len(pieces)
+    assert ended.is_set() and len(pieces) == n  # nothing more after it ended

@@ -225,6 +225,26 @@ def test_kernel_env_keeps_data_credentials(monkeypatch, tmp_path, name):
     assert kernel_env(tmp_path, Config(home=tmp_path))[name] == "s3cr3t-value"
 
 
+@pytest.mark.parametrize("name,url", [
+    ("RLM_JUPYTER_URL", "http://127.0.0.1:8888/?token=0123456789abcdef"),
+    ("JUPYTERHUB_API_URL", "https://hub.example/hub/api?access_token=0123456789abcdef"),
+    ("WEATHER_SERVICE_URI", "https://api.example/v1?units=si&api_key=0123456789abcdef"),
+])
+def test_a_url_carrying_a_credential_is_a_secret_whatever_its_name(monkeypatch, tmp_path,
+                                                                    name, url):
+    """The class, not the spelling: a Jupyter server's `?token=` reaches no kernel and is
+    masked in what rlm writes, and so is any URL's credential in the environment."""
+    from rlm.kernel.runtime import kernel_env
+    from rlm.secrets import known_secrets, redact_text
+
+    monkeypatch.setenv(name, url)
+    assert name not in kernel_env(tmp_path, Config(home=tmp_path))
+    assert "0123456789abcdef" in known_secrets()
+    assert "0123456789abcdef" not in redact_text(f"printed {url}", known_secrets())
+    monkeypatch.setenv("PLAIN_DATA_URL", "https://data.example/sales.csv?page=2")
+    assert "PLAIN_DATA_URL" in kernel_env(tmp_path, Config(home=tmp_path))  # no credential
+
+
 def test_kernel_env_pass_lets_a_named_token_through(monkeypatch, tmp_path):
     from rlm.kernel.runtime import kernel_env
 

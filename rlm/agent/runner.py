@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
+from rlm.errors import Cancelled
 from rlm.events import Event
 
 Work = Callable[[Callable[[Event], None]], Any]
@@ -64,9 +65,16 @@ def _run(fn: Work, stop: threading.Event, on_keyboard_interrupt: Callable[[], Ev
          presses: list[int]) -> Generator[Event, None, Any]:
     q: queue.Queue[tuple[str, Any]] = queue.Queue()
 
+    def emit(ev: Event) -> None:
+        if kill is None and stop.is_set():  # abandoned (see below): a streaming model call
+            # ends at its next piece instead of generating on to its end (the embedded
+            # model held a core and the process's exit for a minute after the run ended)
+            raise Cancelled("the run was stopped: this call's reply is dropped")
+        q.put(("event", ev))
+
     def work() -> None:
         try:
-            q.put(("done", fn(lambda ev: q.put(("event", ev)))))
+            q.put(("done", fn(emit)))
         except BaseException as e:  # noqa: BLE001 - re-raised in the caller
             q.put(("error", e))
 
@@ -78,6 +86,8 @@ def _run(fn: Work, stop: threading.Event, on_keyboard_interrupt: Callable[[], Ev
             said = on_keyboard_interrupt()  # what happens now, for the screen
             if said is not None:
                 yield said
+        if kill is None and stop.is_set():
+            return None  # abandoned at once, whatever it streamed meanwhile
         try:
             kind, value = q.get(timeout=0.1)
         except queue.Empty:

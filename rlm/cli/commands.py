@@ -125,8 +125,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"rlm: {note}", file=sys.stderr)
     if args.detach:
         if args.live:
-            raise RlmError("--live shows a run this process drives; a detached run is not "
-                           "shown live yet: leave out --detach (or --live)")
+            raise RlmError("--live shows a run this process drives; for a detached one: "
+                           "`rlm run ... --detach`, then `rlm attach SESSION --follow --live "
+                           "NB.ipynb`")
         session, pid = app.start_detached(args.task, options)
         if args.json:
             print_json({"session_id": session.id, "session_path": str(session.path),

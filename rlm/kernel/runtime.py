@@ -38,7 +38,7 @@ from rlm.kernel.listener import IOPubListener
 from rlm.kernel.sandbox_policy import SandboxChoice, choose
 from rlm.kernel.state import check_snapshot_url, snapshot_location
 from rlm.paths import HOST_DIR, private_dir, write_private_atomic
-from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session
+from rlm.secrets import SECRET_ENV_SUFFIXES, scrub_session, secret_url
 
 # Model-provider credentials never enter the kernel: every name rlm.secrets counts as a
 # secret (…_KEY, …_APIKEY, …_TOKEN, …_SECRET: WATSONX_APIKEY, LANGFUSE_SECRET_KEY,
@@ -273,8 +273,7 @@ _HOST_CHANNELS = frozenset({
     "DBUS_SESSION_BUS_ADDRESS", "DBUS_SYSTEM_BUS_ADDRESS", "DOCKER_HOST", "CONTAINER_HOST",
     "XDG_RUNTIME_DIR", "DISPLAY", "WAYLAND_DISPLAY", "XAUTHORITY", "GNOME_KEYRING_CONTROL",
     "TMUX", "TMUX_PANE", "STY", "NVIM", "NVIM_LISTEN_ADDRESS", "KITTY_LISTEN_ON",
-    "PULSE_SERVER", "PIPEWIRE_REMOTE", "SWAYSOCK", "I3SOCK", "HYPRLAND_INSTANCE_SIGNATURE",
-    "RLM_JUPYTER_URL"})  # the Jupyter server of a --live view (rlm.notebook.collab): a token
+    "PULSE_SERVER", "PIPEWIRE_REMOTE", "SWAYSOCK", "I3SOCK", "HYPRLAND_INSTANCE_SIGNATURE"})
 _HOST_CHANNEL = re.compile(r"(_SOCK|_SOCKET|_IPC_HOOK\w*|_IPC_HANDLE)$", re.IGNORECASE)
 
 
@@ -284,7 +283,7 @@ def user_env(config: Config) -> dict[str, str]:
     passed = _DATA_CREDENTIALS | set(config.kernel_env_pass)
     return {k: v for k, v in os.environ.items()
             if k in passed or not (_SECRET_ENV.search(k) or k in _HOST_CHANNELS
-                                   or _HOST_CHANNEL.search(k))}
+                                   or _HOST_CHANNEL.search(k) or secret_url(k, v))}
 
 
 def kernel_env(session_dir: Path, config: Config) -> dict[str, str]:
