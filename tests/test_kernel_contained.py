@@ -75,6 +75,27 @@ def test_a_sandboxed_cell_cannot_write_the_log_the_config_or_the_lock(tmp_path, 
 
 
 @needs_sandbox
+def test_jupyters_runtime_dir_is_hidden_where_the_working_directory_shows_it(
+        tmp_path, _isolated_home, monkeypatch):
+    """Working in the home dir shows ~/.local/share/jupyter/runtime: a cell must neither
+    read a running server's token there nor plant a server `rlm run --live` would join."""
+    work = tmp_path / "home"
+    runtime_dir = work / ".local" / "share" / "jupyter" / "runtime"
+    runtime_dir.mkdir(parents=True)
+    (runtime_dir / "jpserver-1.json").write_text('{"token": "tok-0123456789abcdef"}')
+    monkeypatch.setenv("JUPYTER_RUNTIME_DIR", str(runtime_dir))
+    config = Config(home=_isolated_home, cell_timeout=60, sandbox=True, kernel_cwd=str(work))
+    with Kernel(tmp_path / "s1", config) as k:
+        seen = k.execute("import os\nprint(os.listdir('.local/share/jupyter/runtime'))").shaped
+        planted = k.execute(WRITES.format(
+            targets=[str(runtime_dir / "jpserver-2.json")])).shaped.strip()
+        other = k.execute(WRITES.format(targets=[str(work / "notes.txt")])).shaped.strip()
+    assert "jpserver" not in seen and "tok-" not in seen
+    assert planted != "wrote" and not (runtime_dir / "jpserver-2.json").exists()
+    assert other == "wrote"  # the working directory itself stays writable
+
+
+@needs_sandbox
 def test_a_session_outside_rlm_home_is_read_only_too(tmp_path, _isolated_home):
     session = tmp_path / "elsewhere" / "s1"  # `rlm resume ./elsewhere/s1`
     session.mkdir(parents=True)

@@ -183,7 +183,7 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     they import from (`_python_paths`: a cell must not plant a `.pth` the next `rlm` runs)
     and the user's matplotlibrc; hidden wherever a shown path would show them the user's
     rlm config dir, `$RLM_HOME`, `$RLM_CONFIG`, the session dir itself
-    (rlm.trust.protected_paths) and `$XDG_RUNTIME_DIR`."""
+    (rlm.trust.protected_paths), `$XDG_RUNTIME_DIR` and Jupyter's runtime dir."""
     trust.ensure_dir(trust.config_dir())  # exists, so a cell cannot create it with records
     workdir = os.path.realpath(config.kernel_cwd or os.getcwd())
     rw: list[Path] = list(extra_rw or [])
@@ -212,9 +212,19 @@ def sandbox_binds(config: Config, session_dir: Path | None,
     # (then $RLM_HOME itself stays shown: sandbox_exec)
     hidden += [Path(config.home).resolve() / d for d in ("sessions", "config.toml", "rules")]
     runtime_dir = os.environ.get("XDG_RUNTIME_DIR")
-    for path in [*hidden, *([Path(runtime_dir)] if runtime_dir else [])]:
+    for path in [*hidden, *([Path(runtime_dir)] if runtime_dir else []), _jupyter_runtime()]:
         out += ["--hide", str(path)]
     return out
+
+
+def _jupyter_runtime() -> Path:
+    """The user's Jupyter runtime dir (jpserver-*.json: each running server's URL and
+    token, which `rlm run --live` reads to find the server of a notebook): hidden, so a
+    cell whose working directory shows it (the home dir) can neither read a token there nor
+    plant a server for the host to join."""
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    return Path(jupyter_runtime_dir())
 
 
 _other_python: dict[str, list[str]] = {}  # kernel_python -> its paths, asked once

@@ -4,7 +4,7 @@ When a Jupyter server with jupyter-collaboration serves the `--live` notebook, r
 the notebook's room as one more client and edits the shared document (a YNotebook), so
 JupyterLab shows rlm's cells as they come, without a reload; the server saves the file,
 rlm never writes it. Otherwise the notebook file is written as in part 1
-(rlm.notebook.live.NotebookFile).
+(rlm.notebook.livefile.NotebookFile).
 
 - **Which server** (`server_for`): the one named by `RLM_JUPYTER_URL` (it may hold
   `?token=`, else `JUPYTER_TOKEN`; its root dir `RLM_JUPYTER_ROOT`, default the current
@@ -59,8 +59,9 @@ import httpx
 import nbformat
 from nbformat.v4 import new_notebook
 
+from rlm import safeio
 from rlm.notebook.export import _metadata
-from rlm.notebook.live import (
+from rlm.notebook.livefile import (
     LIVE,
     LiveError,
     NotebookFile,
@@ -150,7 +151,7 @@ def _running(runtime_dir: Path | None) -> Iterator[ServerInfo]:
     with contextlib.suppress(OSError):
         for file in sorted(runtime_dir.glob("jpserver-*.json")):
             try:
-                info = json.loads(file.read_text(encoding="utf-8"))
+                info = json.loads(safeio.read_bytes(runtime_dir, file.name, limit=1 << 20))
                 pid, url, root = int(info["pid"]), str(info["url"]), str(info["root_dir"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
@@ -253,8 +254,7 @@ class CollabNotebook:
             if st is None:  # a new notebook: the server makes it (rlm writes no file)
                 self._create(rel)
             else:  # a file that is not a notebook is refused before the run, as without
-                with open(self.path, "rb") as f:
-                    parse_notebook(self.path, f.read())
+                parse_notebook(self.path, safeio.read_bytes(self.path.parent, self.path.name))
             file_id, session_id = self._session(rel)
             self._call(self._join(file_id, session_id), CONNECT_S)
         except BaseException as e:
