@@ -11,7 +11,7 @@ import signal
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from rlm.agent import notices
+from rlm.agent import notices, repair
 from rlm.agent.children import Watchers
 from rlm.agent.codeparse import overwritten_inputs
 from rlm.agent.context_files import input_previews_of
@@ -25,7 +25,7 @@ from rlm.config import Config
 from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
 from rlm.kernel.types import CellResult
 from rlm.llm.types import ToolCall
-from rlm.protocols import Executor, SessionLog, ValueLookup, started
+from rlm.protocols import Executor, SessionLog, Trials, ValueLookup, started
 from rlm.session.entries import MessageEntry, new_id
 
 NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
@@ -173,12 +173,35 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
         return ""
     if missing is not None:
-        return notices.existing_names(missing, rows, host.input_names())
+        return notices.existing_names(missing, rows, host.input_names()) \
+            + _repair_note(host, result, code, rows, name=missing)
     if key is not None:
         ex = host.executor
         where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
-        return notices.key_note(str(key), rows, host.input_names(), result.shaped, where)
+        return notices.key_note(str(key), rows, host.input_names(), result.shaped, where) \
+            + _repair_note(host, result, code, rows, key=str(key))
     return notices.reduction_note(str(op), rows, host.input_names())
+
+
+def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[str, Any]],
+                 *, key: str | None = None, name: str | None = None) -> str:
+    """The failing cell corrected from the data and run on a forked copy of the namespace
+    (rlm.agent.repair), offered whole: the 1.5B model ignores "group the DataFrame" and
+    copies a cell it is given."""
+    ex = host.executor
+    if not isinstance(ex, Trials) or result.duration_s > repair.MAX_FAILED_S:
+        return ""
+    inputs = host.input_names()
+    frames = notices.frame_columns(rows, inputs)
+    if key is not None:
+        rewrites = repair.key_rewrites(code, key, frames)
+    else:
+        names = [str(r.get("name")) for r in rows if r.get("name")]
+        rewrites = repair.name_rewrites(code, str(name), names, inputs, frames,
+                                        notices.import_line(str(name)))
+    timeout = min(repair.TRIAL_TIMEOUT_S, host.config.cell_timeout)
+    found = repair.first_running(rewrites, ex, timeout) if rewrites else None
+    return repair.note(found) if found is not None else ""
 
 
 def _shrunk_input_note(host: CellHost, result: CellResult) -> str:

@@ -149,6 +149,11 @@ def _tables(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, lis
             if (pairs := frame_dtypes(str(r.get("summary") or ""))) is not None]
 
 
+def frame_columns(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[str]]]:
+    """The DataFrames of a namespace listing with their column names, inputs first."""
+    return [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
+
+
 # a reduction over a table that still has text columns: pandas 3 (`groupby(...).mean()`,
 # `df.mean()`) and pandas 2 (`agg function failed [how->mean,dtype->object]`)
 _TEXT_REDUCTION = re.compile(
@@ -199,7 +204,7 @@ def key_note(key: str, rows: list[dict[str, Any]], inputs: set[str], shaped: str
     that exist. Small models read `KeyError: 'region'` from
     `orders['value'].groupby('region')` as "no such column" and then guess other names;
     `airlines.loc['F9', 'name']` fails on a carrier code that is a column's value."""
-    frames = [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
+    frames = frame_columns(rows, inputs)
     having = [name for name, cols in frames if key in cols]
     line = failing_line(shaped)
     lacking = [(name, cols) for name, cols in frames if key not in cols

@@ -1,0 +1,175 @@
+"""A failing cell corrected from the data (rlm.agent.repair, issue 60).
+
+Scripted fenced-code model (like the local one), real kernels built by the composition
+root; assertions on what reached the model and on what the offered cell computes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlm.agent.context_files import load_context_files
+from rlm.agent.repair import key_rewrites, name_rewrites
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.llm import ScriptedLLM
+from rlm.session.store import SessionStore
+
+OFFER = "A corrected cell ran without an error on a copy of your variables"
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False
+
+
+def _cell(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _offered(note: str) -> str:
+    """The cell a note offers, or ""."""
+    if OFFER not in note:
+        return ""
+    return note.split(OFFER, 1)[1].split("```python\n", 1)[1].rsplit("\n```]", 1)[0]
+
+
+def _run(home: Path, files: list[Path], replies: list[str], question: str = "q?") -> list[str]:
+    """Run the scripted replies on input files: what the model read after each reply."""
+    llm = _Fenced(replies)
+    config = Config(home=home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(home, model="script:small", task="t")
+    agent = build_agent(session, config, llm=llm)
+    with agent:
+        load_context_files(agent, files)
+        list(agent.run(question))
+    return [str(call[-1]["content"]) for call in llm.calls[1:]]
+
+
+def _sales(tmp: Path) -> Path:
+    rows = ["date,category,units,unit_price", "2025-01-02,audio,2,50.0",
+            "2025-02-03,books,10,5.0", "2025-03-04,audio,1,80.0", "2025-04-05,toys,3,12.5"]
+    (tmp / "sales.csv").write_text("\n".join(rows) + "\n")
+    return tmp / "sales.csv"
+
+
+def test_a_series_grouped_by_a_column_of_its_table_is_offered_grouped_by_that_column(
+        _isolated_home, tmp_path):
+    """The task suite's 1.5B model: `revenue = sales.units * sales.unit_price` then
+    `revenue.groupby("category")`, sent five more times after the note "use the DataFrame".
+    The offered cell groups by `sales['category']` and computes the right totals."""
+    cell = ('revenue = sales["units"] * sales["unit_price"]\n'
+            'print(revenue.groupby("category").sum().to_dict())')
+    fixed = cell.replace('groupby("category")', "groupby(sales['category'])")
+    first, second = _run(_isolated_home, [_sales(tmp_path)],
+                         [_cell(cell), _cell(fixed), "FINAL(audio)"])
+    assert "KeyError: 'category'" in first
+    assert _offered(first) == fixed
+    assert "\n" + "{'audio': 180.0, 'books': 50.0, 'toys': 37.5}" in second  # 180 for audio, 50 for books, 37.5 for toys
+
+
+def test_a_column_of_another_table_is_joined_in_on_their_shared_key(_isolated_home, tmp_path):
+    """`orders.groupby('city')` where `city` is in `customers`: the offer joins it in on
+    `customer_id`, many-to-one, and sums the right amounts."""
+    (tmp_path / "orders.csv").write_text(
+        "order_id,customer_id,amount\n1,10,5\n2,11,7\n3,10,4\n4,12,1\n")
+    (tmp_path / "customers.csv").write_text("customer_id,city\n10,Ghent\n11,Split\n12,Split\n")
+    cell = 'print(orders.groupby("city")["amount"].sum().to_dict())'
+    fixed = cell.replace("orders.groupby", "orders.merge(customers[['customer_id', 'city']], "
+                         "on='customer_id', how='left', validate='many_to_one').groupby")
+    first, second = _run(_isolated_home, [tmp_path / "orders.csv", tmp_path / "customers.csv"],
+                         [_cell(cell), _cell(fixed), "FINAL(Ghent)"])
+    assert _offered(first) == fixed
+    assert "\n" + "{'Ghent': 9, 'Split': 8}" in second
+
+
+def test_a_join_that_would_repeat_rows_is_not_offered(_isolated_home, tmp_path):
+    """The same cell where `customers` lists a customer twice: the join would count that
+    customer's orders twice. pandas refuses it in the trial, so nothing is offered; the
+    note on where the column is stands."""
+    (tmp_path / "orders.csv").write_text("order_id,customer_id,amount\n1,10,5\n2,11,7\n")
+    (tmp_path / "customers.csv").write_text("customer_id,city\n10,Ghent\n10,Split\n11,Split\n")
+    [first] = _run(_isolated_home, [tmp_path / "orders.csv", tmp_path / "customers.csv"],
+                   [_cell('print(orders.groupby("city")["amount"].sum())'), "FINAL(x)"])
+    assert "`'city'` is a column of the DataFrame `customers`" in first
+    assert OFFER not in first
+
+
+def test_a_series_whose_labels_are_not_the_tables_gets_no_offer(_isolated_home, tmp_path):
+    """A Series with its own index (not computed from `sales`): grouping it by
+    `sales['category']` would align unrelated rows by label and still run. The trial checks
+    the labels line up; they do not, so nothing is offered."""
+    cell = ("import pandas as pd\nscores = pd.Series([1.0, 2.0, 3.0], index=[3, 2, 1])\n"
+            "print(scores.groupby('category').sum())")
+    [first] = _run(_isolated_home, [_sales(tmp_path)], [_cell(cell), "FINAL(x)"])
+    assert "KeyError: 'category'" in first
+    assert OFFER not in first
+
+
+def test_a_column_spelled_unlike_the_data_is_offered_in_the_datas_spelling(
+        _isolated_home, tmp_path):
+    cell = 'print(sales.groupby("Category")["Unit Price"].max().to_dict())'
+    """Every column name the cell spells unlike the data is corrected at once (case, spaces,
+    underscores); a name only close to a column (difflib) is corrected when it is the one
+    the error names."""
+    fixed = "print(sales.groupby('category')['unit_price'].max().to_dict())"
+    first, second = _run(_isolated_home, [_sales(tmp_path)],
+                         [_cell(cell), _cell(fixed), "FINAL(done)"])
+    assert "KeyError" in first
+    assert _offered(first) == fixed
+    assert "{'audio': 80.0, 'books': 5.0, 'toys': 12.5}" in second
+    [near] = key_rewrites("print(sales['untis'].sum())", "untis", [("sales", ["units"])])
+    assert near.code == "print(sales['units'].sum())"
+
+
+def test_an_invented_table_name_is_offered_as_the_input_table(_isolated_home, tmp_path):
+    first, second = _run(_isolated_home, [_sales(tmp_path)],
+                         [_cell("print(df['units'].sum())"), _cell("print(sales['units'].sum())"),
+                          "FINAL(16)"])
+    assert "NameError: name 'df' is not defined" in first
+    assert _offered(first) == "print(sales['units'].sum())"
+    assert "\n" + "16" in second
+
+
+def test_a_rewrite_that_still_fails_is_not_offered(_isolated_home, tmp_path):
+    """The corrected name makes the cell reach its next error: no offer (an offer is a
+    cell that ran whole)."""
+    cell = 'print(df["units"].sum() + undefined_total)'
+    [first] = _run(_isolated_home, [_sales(tmp_path)], [_cell(cell), "FINAL(x)"])
+    assert "NameError: name 'df' is not defined" in first
+    assert OFFER not in first
+
+
+def test_rewrites_keep_the_cell_byte_for_byte_around_the_change():
+    """Offsets are UTF-8 bytes (ast's): text before the change with non-ASCII characters
+    stays as written; a cell that is not Python (a magic) has no rewrite."""
+    code = "# Größe je Kategorie — «revenue»\nprint(revenue.groupby('category').sum())\n"
+    [r] = key_rewrites(code, "category", [("sales", ["category", "units"])])
+    assert r.code == ("# Größe je Kategorie — «revenue»\n"
+                      "print(revenue.groupby(sales['category']).sum())\n")
+    assert r.guard == "assert revenue.index.equals(sales.index)"
+    assert key_rewrites("%time x.groupby('a')", "a", [("t", ["a"])]) == []
+    assert name_rewrites("df = 1\nprint(df)", "df", ["sales"], {"sales"},
+                         [("sales", ["a"])], None) == []  # assigned in the cell: not missing
+
+
+def test_the_checks_an_offer_rests_on_are_what_keep_it_out(_isolated_home, tmp_path):
+    """The guard switched off: the misaligned grouping and the row-repeating join both run
+    without an error in a trial, so only the label check and `validate=` keep them from
+    being offered."""
+    (tmp_path / "orders.csv").write_text("order_id,customer_id,amount\n1,10,5\n2,11,7\n")
+    (tmp_path / "customers.csv").write_text("customer_id,city\n10,Ghent\n10,Split\n11,Split\n")
+    config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(_isolated_home, model="script:small", task="t")
+    agent = build_agent(session, config, llm=_Fenced(["FINAL(x)"]))
+    with agent:
+        load_context_files(agent, [tmp_path / "orders.csv", tmp_path / "customers.csv"])
+        agent.executor.execute("import pandas as pd\nscores = pd.Series([1.0, 2.0], index=[5, 6])")
+        frames = [("orders", ["order_id", "customer_id", "amount"]),
+                  ("customers", ["customer_id", "city"])]
+        [grouped] = key_rewrites("print(scores.groupby('city').sum())", "city", frames)
+        [joined] = key_rewrites("print(orders.groupby('city')['amount'].sum())", "city", frames)
+        unguarded = joined.code.replace(", validate='many_to_one'", "")
+        runs = agent.executor.trial([grouped.code, f"{grouped.code}\n{grouped.guard}",
+                                     unguarded, joined.code])
+    assert [r["status"] for r in runs] == ["ok", "error", "ok", "error"]
+    assert "MergeError" in str(runs[3].get("error"))
