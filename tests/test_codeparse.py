@@ -68,3 +68,9 @@ def test_overwritten_inputs_finds_literal_rebinding_only():
     assert overwritten_inputs("def f():\n    haystack = 'x'", inputs) == []  # a local
     assert overwritten_inputs("haystack = 'x'", set()) == []
     assert overwritten_inputs("haystack = (", inputs) == []  # the kernel reports the error
+    # a retyped text the token limit cut off does not parse: its start still counts
+    cut = 'haystack = "2025-01-01 02:16:07 INFO config reloaded\\n2025-01-01 20:24:50 INF'
+    assert overwritten_inputs(cut, inputs) == ["haystack"]
+    assert overwritten_inputs("x = 1\nsales: str = \"\"\"a,b\n1,2", inputs) == ["sales"]
+    assert overwritten_inputs("    haystack = 'x'\nprint(", inputs) == []  # indented: a local
+    assert overwritten_inputs("other = 'x\nprint(haystack", inputs) == []

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rlm.agent.context_files import load_context_files
-from rlm.agent.repair import key_rewrites, name_rewrites
+from rlm.agent.rewrites import key_rewrites, name_rewrites
 from rlm.app import build_agent
 from rlm.config import Config
 from rlm.llm import ScriptedLLM
@@ -173,3 +173,74 @@ def test_the_checks_an_offer_rests_on_are_what_keep_it_out(_isolated_home, tmp_p
                                      unguarded, joined.code])
     assert [r["status"] for r in runs] == ["ok", "error", "ok", "error"]
     assert "MergeError" in str(runs[3].get("error"))
+
+
+def test_a_resample_without_a_datetime_index_is_mended_step_by_step(_isolated_home, tmp_path):
+    """The task suite's timeseries questions: `readings[...].resample('M').mean()` on a
+    table whose dates are text fails three ways in turn (pandas 3's 'ME', no DatetimeIndex,
+    a mean over the station names); the model rewrote the cell four times and answered a
+    month no cell printed. Each trial's new error is rewritten again until the cell runs."""
+    rows = ["date,station,temp_c"] + [f"2025-{m:02d}-{d:02d},{s},{t}" for m, d, s, t in [
+        (1, 3, "north", 4.0), (1, 20, "north", 6.0), (2, 2, "north", 9.5), (2, 9, "south", 1.0),
+        (3, 1, "north", 7.0)]]
+    (tmp_path / "readings.csv").write_text("\n".join(rows) + "\n")
+    cell = ("north = readings[readings['station'] == 'north'].resample('M').mean()\n"
+            "print(north['temp_c'].idxmax().month)")
+    first, = _run(_isolated_home, [tmp_path / "readings.csv"], [_cell(cell), "FINAL(2)"])
+    offered = _offered(first)
+    assert offered == ("north = readings[readings['station'] == 'north'].assign(**{'date': "
+                       "lambda d: pd.to_datetime(d['date'])}).resample('ME', on='date')"
+                       ".mean(numeric_only=True)\nprint(north['temp_c'].idxmax().month)")
+    assert "'ME' for 'M', as the error says; resampled on the column 'date', parsed as dates " \
+           "first; `.mean(numeric_only=True)`: text columns left out" in first
+
+
+def test_reductions_gain_numeric_only_and_literals_take_the_replacement_the_error_names():
+    from rlm.agent.rewrites import Scope, for_error
+
+    scope = Scope([("t", [("a", "str"), ("b", "int64")])], ["t"], {"t"})
+    [r] = for_error("x = t.groupby('a').mean()\ny = t.mean(axis=0)\nz = t.sum()",
+                    "TypeError: dtype 'str' does not support operation 'mean'", scope)
+    assert r.code == ("x = t.groupby('a').mean(numeric_only=True)\n"
+                      "y = t.mean(axis=0, numeric_only=True)\nz = t.sum()")
+    [r] = for_error("t.resample('H', on='d').sum()",
+                    "ValueError: Invalid frequency: H. Failed to parse with error message: "
+                    "ValueError(\"'H' is no longer supported for offsets. Please use 'h' "
+                    "instead.\")", scope)
+    assert r.code == "t.resample('h', on='d').sum()"
+    assert for_error("print(1)", "ZeroDivisionError: division by zero", scope) == []
+
+
+def test_a_value_used_as_an_index_label_is_looked_up_by_its_column(_isolated_home, tmp_path):
+    """The everyday suite's flights question: `airlines.loc[worst, 'name']` with `worst`
+    a carrier code ('F9'), a value of the column `carrier`, not an index label; the model
+    sent it five times. The kernel finds the column that holds the value; the offer looks
+    it up by that column."""
+    codes = [f"{a}{b}" for a in "ABCDEFGH" for b in "XYZ"]  # too many for the listing
+    (tmp_path / "airlines.csv").write_text(
+        "carrier,name\n" + "\n".join(f"{c},Airline {c}" for c in codes) + "\n")
+    cell = "worst = 'CY'\nprint(airlines.loc[worst, 'name'])"
+    fixed = "worst = 'CY'\nprint(airlines.set_index('carrier').loc[worst, 'name'])"
+    first, second = _run(_isolated_home, [tmp_path / "airlines.csv"],
+                         [_cell(cell), _cell(fixed), "FINAL(Airline CY)"])
+    assert "KeyError: 'CY'" in first
+    assert _offered(first) == fixed
+    assert "\nAirline CY" in second
+
+
+def test_a_filtered_series_of_the_table_is_grouped_by_the_tables_column(_isolated_home, tmp_path):
+    """The task suite's groupby seed 2: `revenue` computed in the cell from a filtered
+    `sales` (the 2025 rows) has a subset of the table's labels; grouping it by
+    `sales['category']` aligns on those labels, so the offer stands, and it sums 2025 only."""
+    (tmp_path / "sales.csv").write_text(
+        "date,category,units,unit_price\n2024-05-01,books,100,5.0\n2025-01-02,audio,2,50.0\n"
+        "2025-02-03,books,10,5.0\n2025-03-04,audio,1,80.0\n")
+    cell = ("s = sales[sales['date'].str.contains('2025')]\n"
+            "revenue = sales[sales['date'].str.contains('2025')]['units'] * "
+            "sales[sales['date'].str.contains('2025')]['unit_price']\n"
+            "print(revenue.groupby('category').sum().to_dict())")
+    fixed = cell.replace("groupby('category')", "groupby(sales['category'])")
+    first, second = _run(_isolated_home, [tmp_path / "sales.csv"],
+                         [_cell(cell), _cell(fixed), "FINAL(audio)"])
+    assert _offered(first) == fixed
+    assert "{'audio': 180.0, 'books': 50.0}" in second

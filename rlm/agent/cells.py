@@ -156,7 +156,8 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     NameError, the names that exist, inputs first; a KeyError, where that column is or the
     columns that exist; a reduction over text columns, which columns are numbers; an input
     file's name written as an attribute of its variable (`app.log`), that the variable is
-    the file; `KeyError: 0` from `[0]`, that pandas read a label, not a position."""
+    the file; `KeyError: 0` from `[0]`, that pandas read a label, not a position. Then,
+    where the data explains the error, the cell corrected and tried (rlm.agent.repair)."""
     if result.status != "error":
         return ""
     plain = notices.file_attribute_note(result.shaped, code, host.input_names()) \
@@ -166,25 +167,27 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     missing = notices.missing_name(result.shaped)
     key = None if missing is not None else notices.missing_key(result.shaped)
     op = None if missing is not None or key is not None else notices.text_reduction(result.shaped)
-    if missing is None and key is None and op is None:
+    if missing is None and key is None and op is None and not repair.applies(result.shaped):
         return ""
     try:
         rows = host.executor.list_namespace(timeout=5.0).get("names", [])
     except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
         return ""
+    inputs = host.input_names()
     if missing is not None:
-        return notices.existing_names(missing, rows, host.input_names()) \
-            + _repair_note(host, result, code, rows, name=missing)
-    if key is not None:
+        note = notices.existing_names(missing, rows, inputs)
+    elif key is not None:
         ex = host.executor
         where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
-        return notices.key_note(str(key), rows, host.input_names(), result.shaped, where) \
-            + _repair_note(host, result, code, rows, key=str(key))
-    return notices.reduction_note(str(op), rows, host.input_names())
+        note = notices.key_note(str(key), rows, inputs, result.shaped, where)
+    elif op is not None:
+        note = notices.reduction_note(str(op), rows, inputs)
+    else:
+        note = ""
+    return note + _repair_note(host, result, code, rows)
 
 
-def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[str, Any]],
-                 *, key: str | None = None, name: str | None = None) -> str:
+def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[str, Any]]) -> str:
     """The failing cell corrected from the data and run on a forked copy of the namespace
     (rlm.agent.repair), offered whole: the 1.5B model ignores "group the DataFrame" and
     copies a cell it is given."""
@@ -192,15 +195,11 @@ def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[
     if not isinstance(ex, Trials) or result.duration_s > repair.MAX_FAILED_S:
         return ""
     inputs = host.input_names()
-    frames = notices.frame_columns(rows, inputs)
-    if key is not None:
-        rewrites = repair.key_rewrites(code, key, frames)
-    else:
-        names = [str(r.get("name")) for r in rows if r.get("name")]
-        rewrites = repair.name_rewrites(code, str(name), names, inputs, frames,
-                                        notices.import_line(str(name)))
+    where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
+    scope = repair.Scope(notices.frame_pairs(rows, inputs),
+                         [str(r.get("name")) for r in rows if r.get("name")], inputs, where)
     timeout = min(repair.TRIAL_TIMEOUT_S, host.config.cell_timeout)
-    found = repair.first_running(rewrites, ex, timeout) if rewrites else None
+    found = repair.repaired(code, result.shaped, scope, ex, timeout)
     return repair.note(found) if found is not None else ""
 
 

@@ -166,17 +166,25 @@ def _is_literal(node: ast.expr) -> bool:
     return False
 
 
+# a top-level line that starts binding a name to a text literal (`audit = "2025-01-01 ...`)
+_TEXT_START = re.compile(r"""^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=[ \t]*[rRbBuU]{0,2}['"]""", re.M)
+
+
 def overwritten_inputs(code: str, inputs: set[str],
                        previews: Mapping[str, str] | None = None) -> list[str]:
     """Input variable names that a top-level statement of `code` binds to a literal value,
     except a literal whose repr is the whole preview the model was shown (`previews`: a
-    short input retyped in full is the same value; a cut preview never matches)."""
+    short input retyped in full is the same value; a cut preview never matches). A cell
+    that does not parse counts a top-level line binding an input to a text literal: the
+    task suite's 1.5B model retyped an audit log into `audit = "...` until its token limit
+    cut the string, and read the SyntaxError that echoed it back."""
     if not inputs:
         return []
     try:
         tree = ast.parse(code)
-    except SyntaxError:
-        return []
+    except SyntaxError:  # a retyped text cut off by the token limit does not parse
+        return list(dict.fromkeys(m.group(1) for m in _TEXT_START.finditer(code)
+                                  if m.group(1) in inputs))
     hit: list[str] = []
     for stmt in tree.body:
         if isinstance(stmt, ast.Assign):

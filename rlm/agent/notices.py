@@ -149,6 +149,11 @@ def _tables(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, lis
             if (pairs := frame_dtypes(str(r.get("summary") or ""))) is not None]
 
 
+def frame_pairs(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+    """The DataFrames of a namespace listing with their (column, dtype) pairs, inputs first."""
+    return _tables(rows, inputs)
+
+
 def frame_columns(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[str]]]:
     """The DataFrames of a namespace listing with their column names, inputs first."""
     return [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
