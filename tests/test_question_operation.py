@@ -197,3 +197,24 @@ def test_the_operations_a_question_names(question, kinds):
 ])
 def test_an_operation_is_computed_in_the_usual_spellings(kind, code, ok):
     assert computed(kind, [code]) is ok
+
+
+def test_a_mean_a_failed_cell_computed_before_its_error_counts(_isolated_home, gapminder):
+    """The everyday suite's worst-airline question: the first cell computed the means per
+    carrier, then failed on its last line (a lookup); the cell that ran after used those
+    means, and the answer was refused as "none of the cells you ran computes a mean". The
+    lines a failed cell ran before its error are computed; the line that failed is not."""
+    end, seen = run_on_input(_isolated_home, gapminder, LOWEST, [
+        cell("g = gapminder[gapminder['year'] == 1952]\n"
+             "means = g.groupby('continent')['lifeExp'].mean()\n"
+             "print(means.loc[1952])"),
+        cell("print(means.idxmin())"), "FINAL(Africa)"])
+    assert "KeyError: 1952" in seen[0]
+    assert not _refusals(seen) and end.final == "Africa"
+    # the failing line itself computed nothing: a mean only there is still missing
+    end, seen = run_on_input(_isolated_home, gapminder, LOWEST, [
+        cell("g = gapminder[gapminder['year'] == 1952]\n"
+             "print(g.groupby('continent')['lifeExp'].mean().loc[1952])"),
+        cell("print(g['continent'].value_counts().idxmin())"), "FINAL(Oceania)",
+        "FINAL(Oceania)"])
+    assert len(_refusals(seen)) == 1

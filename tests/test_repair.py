@@ -244,3 +244,26 @@ def test_a_filtered_series_of_the_table_is_grouped_by_the_tables_column(_isolate
                          [_cell(cell), _cell(fixed), "FINAL(audio)"])
     assert _offered(first) == fixed
     assert "{'audio': 180.0, 'books': 50.0}" in second
+
+
+def test_a_filter_grouped_around_a_bare_and_is_offered_with_each_comparison_parenthesised():
+    """The task suite's groupby seed 4: `sales['date'] >= '2025-01-01' & sales['date'] <=
+    '2025-12-31'` (a TypeError); the note said where the parentheses go and the model
+    answered from the unfiltered cell. The rewrite is read from the syntax tree: chains of
+    any length, `|` as `&`, and a filter already parenthesised is left alone."""
+    from rlm.agent.rewrites import Scope, for_error
+
+    scope = Scope([], [], set())
+    err = "TypeError: unsupported operand type(s) for &: 'str' and 'StringArray'"
+    cases = {
+        "f = s[s['d'] >= '2025-01-01' & s['d'] <= '2025-12-31']":
+            "f = s[(s['d'] >= '2025-01-01') & (s['d'] <= '2025-12-31')]",
+        "m = df[df.a == 1 & df.b == 2 | df.c > 3]": "m = df[(df.a == 1) & (df.b == 2) | (df.c > 3)]",
+        "m = df[df['x'] == 'Größe' & df['y'] > 0]": "m = df[(df['x'] == 'Größe') & (df['y'] > 0)]",
+    }
+    for code, want in cases.items():
+        assert [r.code for r in for_error(code, err, scope)] == [want]
+    assert for_error("m = df[(df.a == 1) & (df.b == 2)]", err, scope) == []
+    amb = "ValueError: The truth value of a Series is ambiguous. Use a.empty, a.bool()..."
+    assert [r.code for r in for_error("m = df[df.a > 1 | df.b < 0]", amb, scope)] == \
+        ["m = df[(df.a > 1) | (df.b < 0)]"]

@@ -205,3 +205,23 @@ def _literal_repr(node: ast.expr) -> str | None:
         return repr(ast.literal_eval(node))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
+
+
+_CELL_LINE = re.compile(r"^(?:Cell In\[\d+\]|Input In \[\d+\]|File \"<ipython-input-[^>]*>\"), line (\d+)", re.M)
+
+
+def ran_before_error(code: str, shaped: str) -> str:
+    """The top-level statements of a failed cell that ended before the line its
+    traceback points at (the cell's own frame, IPython's `Cell In[n], line k`): the
+    part that ran. "" when the cell does not parse or the traceback names no line."""
+    m = _CELL_LINE.search(shaped or "")
+    if m is None:
+        return ""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return ""
+    line = int(m.group(1))
+    lines = code.splitlines(keepends=True)
+    ran = [s for s in tree.body if (s.end_lineno or s.lineno) < line]
+    return "".join(lines[:ran[-1].end_lineno]) if ran else ""

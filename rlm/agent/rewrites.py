@@ -12,6 +12,8 @@ rewrite names what the data names, and the trial (rlm.agent.repair) decides.
   `numeric_only=True` on the cell's reductions of that name (`reduction_rewrites`);
 - `resample` on a table without a DatetimeIndex: `on=` its datetime column, parsed
   first when the column holds date text (`resample_rewrites`);
+- a comparison Python grouped around a bare `&`/`|` (`d >= '2025' & d <= '2026'`, rule
+  MaskPrecedence's finding): each comparison in parentheses (`mask_rewrites`);
 - an error that names its own replacement (`'M' is no longer supported ... Please use
   'ME' instead`): that replacement for the literal (`replacement_rewrites`).
 """
@@ -35,6 +37,7 @@ _DATE_NAME = re.compile(r"date|time|day|month|year|period|when|stamp", re.I)
 _USE_INSTEAD = re.compile(r"'([^'\n]{1,40})' is (?:no longer supported|deprecated|not supported)"
                           r"[^'\n]*?[Pp]lease use '([^'\n]{1,40})' instead")
 _NOT_DATETIME_INDEX = "Only valid with DatetimeIndex"
+_MASK_ERROR = re.compile(r"unsupported operand type\(s\) for [&|]|truth value of a \w+ is ambiguous")
 
 
 @dataclass(frozen=True)
@@ -72,7 +75,7 @@ def applies(error: str) -> bool:
     """Whether `error` is one a rewrite here may mend (before the namespace is listed)."""
     return (notices.missing_name(error) is not None or notices.missing_key(error) is not None
             or notices.text_reduction(error) is not None or _NOT_DATETIME_INDEX in error
-            or _USE_INSTEAD.search(error) is not None)
+            or _USE_INSTEAD.search(error) is not None or _MASK_ERROR.search(error) is not None)
 
 
 def for_error(code: str, error: str, scope: Scope) -> list[Rewrite]:
@@ -92,16 +95,19 @@ def for_error(code: str, error: str, scope: Scope) -> list[Rewrite]:
         out = resample_rewrites(code, tree, scope)
     elif (m := _USE_INSTEAD.search(error)) is not None:
         out = replacement_rewrites(code, tree, m.group(1), m.group(2))
+    elif _MASK_ERROR.search(error) is not None:
+        out = mask_rewrites(code, tree)
     else:
         out = []
     return out[:MAX_REWRITES]
 
 
-class _Splice:
-    """Replacements of AST nodes' source text (offsets are UTF-8 bytes, as ast gives)."""
+class Splice:
+    """A cell's source by AST node: a node's text and whole-cell replacements of nodes
+    (the parser's columns count UTF-8 bytes; lone surrogates pass through)."""
 
     def __init__(self, code: str) -> None:
-        self.raw = code.encode()
+        self.raw = code.encode("utf-8", "surrogatepass")
         starts, pos = [0], 0
         for line in self.raw.splitlines(keepends=True):
             pos += len(line)
@@ -115,16 +121,16 @@ class _Splice:
 
     def text(self, node: ast.AST) -> str:
         a, b = self.span(node)
-        return self.raw[a:b].decode()
+        return self.raw[a:b].decode("utf-8", "surrogatepass")
 
     def apply(self, edits: dict[tuple[int, int], str]) -> str:
         out, last = [], 0
         for (a, b), new in sorted(edits.items()):
             if a < last:  # overlapping edits (a node inside another): not one rewrite
                 return ""
-            out += [self.raw[last:a], new.encode()]
+            out += [self.raw[last:a], new.encode("utf-8", "surrogatepass")]
             last = b
-        return b"".join(out + [self.raw[last:]]).decode()
+        return b"".join(out + [self.raw[last:]]).decode("utf-8", "surrogatepass")
 
 
 def _strings(node: ast.AST) -> list[ast.Constant]:
@@ -176,7 +182,7 @@ def key_rewrites(code: str, key: str, frames: list[tuple[str, list[str]]]) -> li
         tree = ast.parse(code)
     except SyntaxError:
         return []
-    sp = _Splice(code)
+    sp = Splice(code)
     uses = list(_uses(tree, key))
     having = [name for name, cols in frames if key in cols]
     cols_of = dict(frames)
@@ -191,9 +197,9 @@ def key_rewrites(code: str, key: str, frames: list[tuple[str, list[str]]]) -> li
             elif isinstance(recv, ast.Name) and recv.id not in cols_of:
                 # computed in this cell from the owner alone (a filtered subset): labels
                 # among the owner's; else the very same labels
-                same = "isin({o}.index).all()" if _built_from(tree, recv.id, owner) \
+                check = "isin({o}.index).all()" if _built_from(tree, recv.id, owner) \
                     else "equals({o}.index)"
-                guards.add(f"assert {recv.id}.index.{same.format(o=owner)}")
+                guards.add(f"assert {recv.id}.index.{check.format(o=owner)}")
             else:
                 continue
             edits[sp.span(c)] = f"{owner}[{key!r}]"
@@ -253,7 +259,7 @@ def name_rewrites(code: str, missing: str, names: list[str], inputs: set[str],
     tables = [n for n, _ in frames if n in inputs]
     if missing.lower() in GENERIC_TABLE_NAMES and len(tables) == 1 and tables[0] not in picks:
         picks.append(tables[0])
-    sp = _Splice(code)
+    sp = Splice(code)
     out = []
     for name in picks:
         new = sp.apply({sp.span(n): name for n in nodes})
@@ -264,7 +270,7 @@ def name_rewrites(code: str, missing: str, names: list[str], inputs: set[str],
 
 def reduction_rewrites(code: str, tree: ast.AST, op: str) -> list[Rewrite]:
     """`numeric_only=True` on each `.op()` of the cell that does not say it."""
-    sp = _Splice(code)
+    sp = Splice(code)
     edits = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
@@ -292,7 +298,7 @@ def resample_rewrites(code: str, tree: ast.AST, scope: Scope) -> list[Rewrite]:
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
              and isinstance(n.func, ast.Attribute) and n.func.attr == "resample"
              and not any(k.arg in ("on", "level") for k in n.keywords)]
-    sp = _Splice(code)
+    sp = Splice(code)
     out = []
     for call in calls[:1]:
         assert isinstance(call.func, ast.Attribute)
@@ -318,7 +324,7 @@ def resample_rewrites(code: str, tree: ast.AST, scope: Scope) -> list[Rewrite]:
 
 def replacement_rewrites(code: str, tree: ast.AST, old: str, new: str) -> list[Rewrite]:
     """The literal the error names replaced by the one it says to use."""
-    sp = _Splice(code)
+    sp = Splice(code)
     edits = {sp.span(n): repr(new) for n in ast.walk(tree)
              if isinstance(n, ast.Constant) and n.value == old}
     done = sp.apply(edits) if edits else ""
@@ -329,7 +335,7 @@ def label_rewrites(code: str, tree: ast.AST, key: str, scope: Scope) -> list[Rew
     """`T.loc[x, ...]` where `x` is a value of T's column C, not an index label (the
     everyday suite's `airlines.loc['F9', 'name']`, 'F9' a carrier code): look it up by
     that column, `T.set_index(C).loc[...]`."""
-    sp = _Splice(code)
+    sp = Splice(code)
     out = []
     for table, col in scope.holding(key)[:2]:
         edits = {sp.span(n.value): f"{table}.set_index({col!r}).loc" for n in ast.walk(tree)
@@ -340,3 +346,58 @@ def label_rewrites(code: str, tree: ast.AST, key: str, scope: Scope) -> list[Rew
             out.append(Rewrite(new, f"looked up by the column {col!r} of `{table}`, which "
                                     f"holds {key!r}"))
     return out
+
+
+_OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
+        ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not"}
+
+
+def mask_rewrites(code: str, tree: ast.AST) -> list[Rewrite]:
+    """Each comparison Python grouped around a bare `&`/`|` written as it was meant:
+    `a >= x & b <= y` (Python's `a >= (x & b) <= y`) -> `(a >= x) & (b <= y)`."""
+    sp = Splice(code)
+    edits = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and bare_masks(node, sp):
+            flat: list[str] = []
+            parts: list[ast.expr] = [node.left, *node.comparators]
+            for i, part in enumerate(parts):
+                if i:
+                    flat.append(_OPS.get(type(node.ops[i - 1]), "?"))
+                flat += _flatten(part, sp)
+            groups: list[str] = []
+            cur: list[str] = []
+            for tok in flat:
+                if tok in ("&", "|"):
+                    groups += [f"({' '.join(cur)})", tok]
+                    cur = []
+                else:
+                    cur.append(tok)
+            groups.append(f"({' '.join(cur)})")
+            edits[sp.span(node)] = " ".join(groups)
+    new = sp.apply(edits) if edits else ""
+    return [Rewrite(new, "each comparison in parentheses: `&` and `|` bind tighter")] \
+        if new else []
+
+
+def bare_masks(node: ast.Compare, sp: Splice) -> list[ast.BinOp]:
+    """The operands of comparison `node` that are `&`/`|` operations the writer did not
+    parenthesise (`(a & b) == c` is meant; `a == 'x' & b` is not)."""
+    return [x for x in (node.left, *node.comparators)
+            if isinstance(x, ast.BinOp) and _bare(x, sp)]
+
+
+def _bare(x: ast.expr, sp: Splice) -> bool:
+    """An `&`/`|` operation written without parentheses around it."""
+    if not (isinstance(x, ast.BinOp) and isinstance(x.op, ast.BitAnd | ast.BitOr)):
+        return False
+    a, b = sp.span(x)
+    return not (sp.raw[:a].rstrip().endswith(b"(") and sp.raw[b:].lstrip().startswith(b")"))
+
+
+def _flatten(x: ast.expr, sp: Splice) -> list[str]:
+    """A comparison operand as tokens, a bare `&`/`|` split at its operator."""
+    if isinstance(x, ast.BinOp) and _bare(x, sp):
+        return [*_flatten(x.left, sp), "&" if isinstance(x.op, ast.BitAnd) else "|",
+                *_flatten(x.right, sp)]
+    return [sp.text(x)]

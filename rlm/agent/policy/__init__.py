@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from rlm.agent.codeparse import ran_before_error
 from rlm.agent.nudge import error_text
 from rlm.agent.policy.dataflow import DataFlow
 from rlm.agent.policy.decisions import (
@@ -173,6 +174,8 @@ class AnswerPolicy:
         if result.ok:
             f.shown.append(Shown(entry_id, result.shaped, code, flow.depends, flow.evidence))
             f.final_depends = flow.final_depends
+        elif getattr(result, "binds", None) and (ran := ran_before_error(code, result.shaped)):
+            f.ran_before_errors.append(ran)
         failed_again = result.status == "error" and f.last_failed_code == code
         before = f.succeeded.get(code.strip(), 0) if result.ok else 0
         repeat = self.stuck.cell(code, result.shaped, result.ok,

@@ -131,7 +131,16 @@ class Facts:
     resamples: int = 0  # in this turn
     # input tables a cell read again in part into their own names: name -> (rows, loaded)
     shrunk: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # failed cells' statements that ran before the error and bound names
+    ran_before_errors: list[str] = field(default_factory=list)
 
     @property
     def outputs(self) -> list[str]:
         return [s.text for s in self.shown]
+
+    @property
+    def computed(self) -> list[str]:
+        """The code whose work is in the kernel: successful cells, and what a failed cell
+        ran and bound before its error (`means = df.groupby('k').v.mean()` on line 12 is
+        computed when line 18 fails; a later cell may read `means`)."""
+        return [s.code for s in self.shown] + self.ran_before_errors

@@ -15,35 +15,11 @@ from __future__ import annotations
 
 import ast
 
+from rlm.agent.rewrites import Splice, bare_masks
+
 NOTE = ("\n[In Python `&` and `|` bind tighter than `==`, `<`, `>`: `{code}` means "
         "`{grouped}`. Put each comparison in parentheses: "
         "`(df['a'] == 'x') & (df['b'] > 0)`.]")
-
-
-def _line_starts(code: bytes) -> list[int]:
-    """The byte offset of each line (the parser's columns count UTF-8 bytes)."""
-    starts, n = [0], 0
-    for line in code.splitlines(keepends=True):
-        n += len(line)
-        starts.append(n)
-    return starts
-
-
-def _bare_masks(node: ast.Compare, code: bytes, starts: list[int]) -> list[ast.BinOp]:
-    """The operands of `node` that are `&`/`|` operations the writer did not parenthesise
-    (`(a & b) == c` is meant; `a == 'x' & b` is not)."""
-    out = []
-    for x in (node.left, *node.comparators):
-        if not (isinstance(x, ast.BinOp) and isinstance(x.op, (ast.BitAnd, ast.BitOr))):
-            continue
-        if x.end_lineno is None or x.end_col_offset is None:
-            continue
-        start = starts[x.lineno - 1] + x.col_offset
-        end = starts[x.end_lineno - 1] + x.end_col_offset
-        if code[:start].rstrip().endswith(b"(") and code[end:].lstrip().startswith(b")"):
-            continue  # parenthesised (or a call's only argument): as written
-        out.append(x)
-    return out
 
 
 def _grouped(node: ast.Compare, bare: list[ast.BinOp]) -> str:
@@ -67,10 +43,9 @@ def precedence_note(code: str) -> str | None:
         tree = ast.parse(code)
     except (SyntaxError, ValueError):
         return None
-    raw = code.encode("utf-8", "surrogatepass")
-    starts = _line_starts(raw)
+    sp = Splice(code)
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and (bare := _bare_masks(node, raw, starts)):
+        if isinstance(node, ast.Compare) and (bare := bare_masks(node, sp)):
             text = ast.get_source_segment(code, node) or ast.unparse(node)
             return NOTE.format(code=" ".join(text.split())[:120],
                                grouped=_grouped(node, bare)[:160])

@@ -231,7 +231,7 @@ class DroppedCondition(Rule):
         if not question:
             return None
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        missing = dropped(question[0], inputs, [s.code for s in facts.shown])[:4]
+        missing = dropped(question[0], inputs, facts.computed)[:4]
         if not missing:
             return None
         terms = ", ".join(repr(t) for t in missing)
@@ -290,7 +290,7 @@ class QuestionOperation(Rule):
         if len(asks) != 1:
             return None  # a follow-up: "the mean bonus you found" was computed by a run before
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        ops = missing_operations(asks[0], inputs, [s.code for s in facts.shown])
+        ops = missing_operations(asks[0], inputs, facts.computed)
         if not ops:
             return None
         kinds = ", ".join(op.kind for op in ops[:2])
