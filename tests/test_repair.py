@@ -267,3 +267,20 @@ def test_a_filter_grouped_around_a_bare_and_is_offered_with_each_comparison_pare
     amb = "ValueError: The truth value of a Series is ambiguous. Use a.empty, a.bool()..."
     assert [r.code for r in for_error("m = df[df.a > 1 | df.b < 0]", amb, scope)] == \
         ["m = df[(df.a > 1) | (df.b < 0)]"]
+
+
+def test_names_the_kernel_lists_are_spliced_into_code_only_when_they_are_identifiers():
+    """The kernel is untrusted: a table name planted as `globals()['t; import os']` never
+    becomes code in an offered cell; column names are written as literals."""
+    from rlm.agent.rewrites import Scope, for_error
+
+    def where(_value: str) -> list[dict[str, str]]:
+        return [{"table": "t; import os", "column": "c", "value": "'F9'"}]
+
+    scope = Scope.of([("sales", [("c'); import os; ('", "str")]), ("x;y", [("c", "str")])],
+                     ["sales", "x;y"], {"sales"}, where)
+    assert scope.columns() == [("sales", ["c'); import os; ('"])] and scope.names == ["sales"]
+    assert for_error("print(t.loc['F9'])", "KeyError: 'F9'", scope) == []
+    [r] = for_error("print(x.groupby(\"c'); import os; ('\").sum())",
+                    "KeyError: \"c'); import os; ('\"", scope)
+    assert "sales[\"c'); import os; ('\"]" in r.code  # a string literal, not code

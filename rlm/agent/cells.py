@@ -196,8 +196,8 @@ def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[
         return ""
     inputs = host.input_names()
     where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
-    scope = repair.Scope(notices.frame_pairs(rows, inputs),
-                         [str(r.get("name")) for r in rows if r.get("name")], inputs, where)
+    scope = repair.Scope.of(notices.frame_pairs(rows, inputs),
+                            [str(r.get("name") or "") for r in rows], inputs, where)
     timeout = min(repair.TRIAL_TIMEOUT_S, host.config.cell_timeout)
     found = repair.repaired(code, result.shaped, scope, ex, timeout)
     return repair.note(found) if found is not None else ""

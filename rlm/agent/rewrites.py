@@ -58,6 +58,16 @@ class Scope:
     # the kernel's search of its text columns for a value (ValueLookup.where_value)
     where: Callable[[str], list[dict[str, str]]] | None = None
 
+    @classmethod
+    def of(cls, frames: list[tuple[str, list[tuple[str, str]]]], names: list[str],
+           inputs: set[str], where: Callable[[str], list[dict[str, str]]] | None = None
+           ) -> Scope:
+        """A scope from the kernel's listing. The kernel is untrusted and its names go into
+        code: identifiers only (a planted `globals()['t; import os']` is never spliced into
+        a cell); column names are always written as literals (repr)."""
+        return cls([f for f in frames if f[0].isidentifier()],
+                   [n for n in names if n.isidentifier()], inputs, where)
+
     def holding(self, value: str) -> list[tuple[str, str]]:
         """(table, column) pairs whose text column holds `value` (exactly, else but for
         case and spaces), from the kernel; none when it cannot say."""
@@ -65,7 +75,8 @@ class Scope:
             hits = self.where(value) if self.where is not None else []
         except Exception:  # noqa: BLE001 - a busy kernel: no such rewrite
             return []
-        return [(h["table"], h["column"]) for h in hits if h.get("value") == repr(value)]
+        return [(str(h["table"]), str(h["column"])) for h in hits
+                if h.get("value") == repr(value) and str(h.get("table")).isidentifier()]
 
     def columns(self) -> list[tuple[str, list[str]]]:
         return [(name, [c for c, _ in pairs]) for name, pairs in self.frames]
