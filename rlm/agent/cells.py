@@ -174,30 +174,28 @@ def _error_note(host: CellHost, result: CellResult, code: str) -> str:
     except Exception:  # noqa: BLE001 - a busy or dead kernel: the error alone still helps
         return ""
     inputs = host.input_names()
+    ex = host.executor
+    where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
     if missing is not None:
         note = notices.existing_names(missing, rows, inputs)
     elif key is not None:
-        ex = host.executor
-        where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
         note = notices.key_note(str(key), rows, inputs, result.shaped, where)
     elif op is not None:
         note = notices.reduction_note(str(op), rows, inputs)
     else:
         note = ""
-    return note + _repair_note(host, result, code, rows)
+    return note + _repair_note(host, result, code, repair.Scope.of(
+        notices.frame_pairs(rows, inputs), [str(r.get("name") or "") for r in rows], inputs,
+        where))
 
 
-def _repair_note(host: CellHost, result: CellResult, code: str, rows: list[dict[str, Any]]) -> str:
+def _repair_note(host: CellHost, result: CellResult, code: str, scope: repair.Scope) -> str:
     """The failing cell corrected from the data and run on a forked copy of the namespace
     (rlm.agent.repair), offered whole: the 1.5B model ignores "group the DataFrame" and
     copies a cell it is given."""
     ex = host.executor
     if not isinstance(ex, Trials) or result.duration_s > repair.MAX_FAILED_S:
         return ""
-    inputs = host.input_names()
-    where = (lambda k: ex.where_value(k)) if isinstance(ex, ValueLookup) else None
-    scope = repair.Scope.of(notices.frame_pairs(rows, inputs),
-                            [str(r.get("name") or "") for r in rows], inputs, where)
     timeout = min(repair.TRIAL_TIMEOUT_S, host.config.cell_timeout)
     found = repair.repaired(code, result.shaped, scope, ex, timeout)
     return repair.note(found) if found is not None else ""

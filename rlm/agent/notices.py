@@ -143,20 +143,15 @@ def frame_dtypes(summary: str) -> list[tuple[str, str]] | None:
             if " " in c and not c.startswith("+")]
 
 
-def _tables(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[tuple[str, str]]]]:
+def frame_pairs(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[tuple[str, str]]]]:
     """The DataFrames of a namespace listing with their (column, dtype) pairs, inputs first."""
     return [(r["name"], pairs) for r in sorted(rows, key=lambda r: r.get("name") not in inputs)
             if (pairs := frame_dtypes(str(r.get("summary") or ""))) is not None]
 
 
-def frame_pairs(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[tuple[str, str]]]]:
-    """The DataFrames of a namespace listing with their (column, dtype) pairs, inputs first."""
-    return _tables(rows, inputs)
-
-
 def frame_columns(rows: list[dict[str, Any]], inputs: set[str]) -> list[tuple[str, list[str]]]:
     """The DataFrames of a namespace listing with their column names, inputs first."""
-    return [(name, [c for c, _ in pairs]) for name, pairs in _tables(rows, inputs)]
+    return [(name, [c for c, _ in pairs]) for name, pairs in frame_pairs(rows, inputs)]
 
 
 # a reduction over a table that still has text columns: pandas 3 (`groupby(...).mean()`,
@@ -179,7 +174,7 @@ def reduction_note(op: str, rows: list[dict[str, Any]], inputs: set[str]) -> str
     numbers, inputs first. Small models read "dtype 'str'" as an index problem and convert
     the index again and again (issue 33's sensors run)."""
     tables = []
-    for table, pairs in _tables(rows, inputs):
+    for table, pairs in frame_pairs(rows, inputs):
         text = [n for n, t in pairs if not t.startswith(_NUMERIC) and "datetime" not in t]
         nums = [n for n, t in pairs if t.startswith(_NUMERIC)]
         if text and nums:

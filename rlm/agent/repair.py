@@ -13,7 +13,8 @@ DataFrame" and sent the failing cell five more times; given the corrected cell, 
 that cell and answered.
 
 What an offer rests on is checked in its trial, not assumed: a Series grouped by a
-table's column must have that table's labels (`assert s.index.equals(t.index)`), a join
+table's column must have that table's labels (`assert s.index.equals(t.index)`, or labels
+among the table's when the cell computed it from that table alone), a join
 must not repeat rows (`validate='many_to_one'`). A rewrite that fails its trial is not
 offered; a cell that cannot be parsed as Python (magics) or that ran long before failing
 is not tried again. Side effects outside the process (files a trial writes) are not
