@@ -21,7 +21,7 @@ from collections.abc import Callable, Generator, Iterator
 from functools import partial
 from typing import Any
 
-from rlm.agent import child_report, notices
+from rlm.agent import child_report, notices, repair
 from rlm.agent.acting import Outcome, act, say
 from rlm.agent.budget import TokenBudget
 from rlm.agent.children import Children
@@ -286,7 +286,10 @@ class Agent:
                                max_turns=self.config.max_turns, has_data=bool(self._attached),
                                inputs=self.input_names() | imported_names(
                                    self.session.branch()),
-                               held=lambda: recorded_names(self.session.branch()))
+                               held=lambda: recorded_names(self.session.branch()),
+                               offer=lambda rewrites: repair.tried(
+                                   rewrites, self.executor,
+                                   min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)))
         self.chain.call(self.chain.start, self)
         notices_now, self.notices = self.notices, []
         yield from notices_now

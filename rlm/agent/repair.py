@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from rlm.agent.rewrites import Rewrite, Scope, applies, for_error
 from rlm.protocols import Trials
 
-__all__ = ["Repair", "Scope", "applies", "note", "repaired"]
+__all__ = ["Repair", "Scope", "applies", "note", "repaired", "tried"]
 
 MAX_STEPS = 3  # changes chained on one cell
 MAX_CODE_CHARS = 4000  # a longer cell is not offered again whole
@@ -78,6 +78,21 @@ def repaired(code: str, error: str, scope: Scope, trials: Trials,
         changes.append(rewrite.change)
         guards += [rewrite.guard] if rewrite.guard else []
     return None
+
+
+def tried(rewrites: list[Rewrite], trials: object, timeout: float) -> Repair | None:
+    """The first of `rewrites` that runs whole, its guard included, in one round of trials
+    (a cell recast for the question it answers: rlm.agent.policy.recast), or None: no
+    rewrite ran, the executor cannot fork (`%%rlm`), or the kernel was busy or dead."""
+    todo = [r for r in rewrites if len(r.code) <= MAX_CODE_CHARS]
+    if not todo or not isinstance(trials, Trials):
+        return None
+    try:
+        runs = trials.trial([_trial_code(r, []) for r in todo], timeout=timeout, cap=1000)
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: no offer
+        return None
+    return next((Repair(r.code, [r.change]) for r, run in zip(todo, runs, strict=False)
+                 if run.get("status") == "ok"), None)
 
 
 def _trial_code(rewrite: Rewrite, guards: list[str]) -> str:

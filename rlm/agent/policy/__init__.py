@@ -45,7 +45,25 @@ from rlm.agent.policy.decisions import (
     Resample,
     Run,
 )
-from rlm.agent.policy.rules import RESAMPLE_TEMPERATURE, RESAMPLES, Rule, default_rules
+from rlm.agent.policy.recast import CountedRows, WhichAsFigure
+from rlm.agent.policy.rules import (
+    RESAMPLE_TEMPERATURE,
+    RESAMPLES,
+    DroppedCondition,
+    ErrorText,
+    LastTurn,
+    MaskPrecedence,
+    NoCodeNudge,
+    NotFound,
+    PartialResult,
+    QuestionOperation,
+    RepeatedCell,
+    RowLabel,
+    Rule,
+    ShrunkInput,
+    Ungrounded,
+    UnknownTool,
+)
 from rlm.agent.policy.stream import Abort, StreamRules
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
@@ -61,6 +79,14 @@ __all__ = [
     "AnswerPolicy", "CellVerdict", "Facts", "Note", "Refuse", "Resample", "Rule", "Run",
     "asked_prompts",
 ]
+
+
+def default_rules() -> list[Rule]:
+    """The built-in rules in the order they are consulted (the ones that try the data on a
+    fork of the kernel after those that decide from the run's record)."""
+    return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
+            Ungrounded(), DroppedCondition(), QuestionOperation(), ShrunkInput(),
+            CountedRows(), WhichAsFigure(), PartialResult(), MaskPrecedence(), RowLabel()]
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
@@ -86,12 +112,15 @@ class AnswerPolicy:
         self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
-                  inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None
-                  ) -> None:
+                  inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
+                  offer: Callable[[list[Any]], Any] | None = None) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
         the session: the first run in this process starts from what the session's last run
-        recorded (`held`) and the inputs; every run adds the inputs it was given."""
+        recorded (`held`) and the inputs; every run adds the inputs it was given. `offer`
+        tries rewrites of a cell on a fork of the kernel (Facts.offer)."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
+        if offer is not None:
+            self.facts.offer = offer
         if self.flow is None:
             self.flow = DataFlow(held() if held is not None else set())
         self.flow.derived.update(inputs)

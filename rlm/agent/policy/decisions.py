@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 from rlm.agent.policy.verify import Shown
 
@@ -133,6 +134,10 @@ class Facts:
     shrunk: dict[str, tuple[int, int]] = field(default_factory=dict)
     # failed cells' statements that ran before the error and bound names
     ran_before_errors: list[str] = field(default_factory=list)
+    # runs rewrites of a cell (rlm.agent.rewrites.Rewrite) on a forked copy of the
+    # namespace and returns the first that ran whole (rlm.agent.repair.tried), or None; the
+    # data a rule asks about before it decides (none where the executor cannot fork)
+    offer: Callable[[list[Any]], Any] = field(default=lambda rewrites: None)
 
     @property
     def outputs(self) -> list[str]:

@@ -9,13 +9,17 @@ an `idxmin`/`idxmax`/`argmin`/`argmax` taken straight off a column of a table (`
 output ending in a bare whole number. Not when the run set an index of its own
 (`set_index`, `index_col`: the label is then a real value) or the column was aggregated
 first (`groupby(...)`, `value_counts()`: the label is the group). The note (rule
-RowLabel) says what the number is and how to read the row it labels.
+RowLabel) says what the number is and how to read the row it labels, and offers the cell
+recast to print that row when the recast ran on a fork (`row_recasts`): the model
+answered a date no output showed after the note alone.
 """
 
 from __future__ import annotations
 
 import ast
 import re
+
+from rlm.agent.rewrites import Rewrite, Splice
 
 NOTE = ("\n[{value} is {what} of a row of `{table}`, not a value of its columns: "
         "`.{fn}()` gives where the row is. Read that row with `{table}.{loc}[{value}]` "
@@ -50,15 +54,17 @@ def _in_index(tree: ast.AST) -> set[int]:
     return inside
 
 
-def label_note(code: str, output: str, earlier: list[str]) -> str:
-    """The note for a cell that printed a row label as its result, or ""."""
+def _found(code: str, output: str, earlier: list[str]
+           ) -> tuple[ast.Call, str, str, str] | None:
+    """(the call, its function, its table, the printed label) for a cell that printed a
+    row label as its result."""
     found = _LAST_WHOLE.search(output or "")
     if found is None or any(_OWN_INDEX.search(c) for c in [*earlier, code]):
-        return ""
+        return None
     try:
         tree = ast.parse(code)
     except SyntaxError:
-        return ""
+        return None
     inside = _in_index(tree)
     named: dict[str, ast.Call] = {}  # names the label is bound to
     calls = []
@@ -75,6 +81,29 @@ def label_note(code: str, output: str, earlier: list[str]) -> str:
     for node, fn, table in calls:
         if any(v is node and k in used for k, v in named.items()):
             continue  # the label indexes something in this cell: its output is the row's
-        what, loc = FUNCTIONS[fn]
-        return NOTE.format(value=found.group(1), what=what, table=table, fn=fn, loc=loc)
-    return ""
+        return node, fn, table, found.group(1)
+    return None
+
+
+def label_note(code: str, output: str, earlier: list[str]) -> str:
+    """The note for a cell that printed a row label as its result, or ""."""
+    hit = _found(code, output, earlier)
+    if hit is None:
+        return ""
+    _, fn, table, value = hit
+    what, loc = FUNCTIONS[fn]
+    return NOTE.format(value=value, what=what, table=table, fn=fn, loc=loc)
+
+
+def row_recasts(code: str, output: str, earlier: list[str]) -> list[Rewrite]:
+    """The cell with the label it printed turned into the row it labels
+    (`t.loc[t['c'].idxmin()]`), to try on a fork (rlm.agent.repair.tried)."""
+    hit = _found(code, output, earlier)
+    if hit is None or not hit[2].isidentifier():
+        return []
+    node, fn, table, _ = hit
+    sp = Splice(code)
+    loc = FUNCTIONS[fn][1]
+    recast = sp.apply({sp.span(node): f"{table}.{loc}[{sp.text(node)}]"})
+    return [Rewrite(recast, f"`{table}.{loc}[...]` reads the row `.{fn}()` points at")] \
+        if recast else []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlm.agent import repair
 from rlm.agent.codeparse import code_tool_calls
 from rlm.agent.nudge import (
     NUDGE_ERROR_TEXT,
@@ -30,7 +31,7 @@ from rlm.agent.nudge import (
 )
 from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
-from rlm.agent.policy.labels import label_note
+from rlm.agent.policy.labels import label_note, row_recasts
 from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.operations import note as operation_note
 from rlm.agent.policy.partial import partial_note
@@ -353,16 +354,14 @@ class ShrunkInput(Rule):
 class RowLabel(Rule):
     """A successful cell whose printed result is a row's label or position
     (`df['temp_min'].idxmin()` -> 706), not a value of the row: a note says what it is and
-    how to read that row (rlm.agent.policy.labels). A repeated cell already has its note."""
+    how to read that row (rlm.agent.policy.labels), with the cell recast to print the row
+    when that ran on a fork. A repeated cell already has its note."""
 
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
         if not cell.ok or (cell.runs_before and cell.repeat):
             return None
-        return label_note(cell.code, cell.output, facts.codes[:-1]) or None
-
-
-def default_rules() -> list[Rule]:
-    """The built-in rules in the order they are consulted."""
-    return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), QuestionOperation(), ShrunkInput(), PartialResult(),
-            MaskPrecedence(), RowLabel()]
+        note = label_note(cell.code, cell.output, facts.codes[:-1])
+        if not note:
+            return None
+        found = facts.offer(row_recasts(cell.code, cell.output, facts.codes[:-1]))
+        return note + (repair.note(found) if found is not None else "")

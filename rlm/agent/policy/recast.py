@@ -1,0 +1,279 @@
+"""An answer of the wrong kind for its question, told with the model's own cell recast and
+tried on the data (issue 60).
+
+The 1.5B default model answers another question than the one asked, from a cell that ran:
+"How many countries in Europe?" printed the rows of Europe (360: a row per country and
+year; truth 30); "Which continent had the lowest average life expectancy in 1952?"
+printed the mean over every continent (49.06; truth Africa). Told so in words, it sent
+the same cell again. Given a cell that computes what was asked, it sends it.
+
+Whether the answer is of the wrong kind is the data's to say, not a phrasing list's:
+- `counted`: the question asks how many of a thing that is a text column whose values
+  repeat (`country`), and the answer's figure is a row count a cell of the run printed
+  (`len(t)`, `t.shape[0]`, `t['c'].count()`). Only the rows can tell whether that is the
+  count of countries (in 2007 each country has one row: "how many countries had a life
+  expectancy over 75 in 2007" counts rows rightly): the cell is recast to count distinct
+  values of the column over the same rows, and tried on a fork of the kernel with a guard
+  that the old expression gives the answer's figure and the new one another. Only when
+  it does is the answer refused, with the recast cell.
+- `which`: the question asks which (or what) thing, a text column (`continent`), and the
+  answer is a bare figure. The figure's cell is recast: `.min()`/`.max()` of a grouped
+  result become `.idxmin()`/`.idxmax()`; an aggregate of a column over rows that were not
+  grouped is grouped by the asked column and its `idxmin`/`idxmax` taken, the direction
+  being the question's ("lowest", "most"). A recast cell is offered only when its result,
+  in the trial, is a value of the asked column. The answer is refused once either way:
+  a figure is not a continent.
+The trials (rlm.agent.repair.tried, through `Facts.offer`) run on a forked copy of the
+namespace: nothing a recast cell binds reaches the model's kernel.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+
+from rlm.agent import repair
+from rlm.agent.policy.decisions import Answer, Facts, Refuse
+from rlm.agent.policy.operations import (
+    _DISTINCT_WORDS,
+    _FILE,
+    _OPENER,
+    _SKIP,
+    _STOP,
+    Column,
+    _named,
+    table_columns,
+)
+from rlm.agent.policy.rules import OPERATION_KEY, Rule
+from rlm.agent.policy.verify import Shown
+from rlm.agent.rewrites import Rewrite, Splice
+from rlm.session.branch import custom_entries, prompts
+from rlm.session.entries import Entry
+
+MAX_RECASTS = 4
+_FIGURE = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?![\w])")
+_WHICH = re.compile(r"\b(?:which|what)\s+([a-z][a-z0-9_]*)")
+_LOW = re.compile(r"\b(?:lowest|least|smallest|fewest|minimum|min|shortest|cheapest|coldest|"
+                  r"worst-performing|slowest|earliest|weakest|poorest)\b")
+_HIGH = re.compile(r"\b(?:highest|most|largest|greatest|maximum|max|longest|biggest|top|"
+                   r"hottest|warmest|wettest|busiest|fastest|richest|strongest)\b")
+_AGGREGATES = frozenset({"mean", "median", "sum", "count", "size", "nunique", "std", "var",
+                         "max", "min"})
+
+
+# ---------------------------------------------------------------------- the question
+def counted(question: str, descriptions: Sequence[str]) -> tuple[str, Column] | None:
+    """("countries", the `country` column) for "how many countries ...", when the word
+    names a text column whose values repeat in a table with a plain name."""
+    columns = table_columns(descriptions)
+    low = _FILE.sub(lambda m: " " * len(m.group(0)), question).lower()
+    for m in _OPENER.finditer(low):
+        for w in re.findall(r"[a-z][a-z0-9_]*", low[m.end():])[:5]:
+            if w in _SKIP or w in _DISTINCT_WORDS:
+                continue
+            if w in _STOP:
+                break
+            c = _named(w, columns)
+            if c is not None and c.text and c.repeats and c.table.isidentifier():
+                return w, c
+            break
+    return None
+
+
+def which(question: str, descriptions: Sequence[str]) -> tuple[str, Column] | None:
+    """("continent", the `continent` column) for "which continent ...": a text column of a
+    table with a plain name."""
+    columns = table_columns(descriptions)
+    low = _FILE.sub(lambda m: " " * len(m.group(0)), question).lower()
+    for m in _WHICH.finditer(low):
+        c = _named(m.group(1), columns)
+        if c is not None and c.text and c.table.isidentifier():
+            return m.group(1), c
+    return None
+
+
+def direction(question: str) -> str | None:
+    """"min" or "max", as the question asks for the lowest or the highest; None: neither or
+    both."""
+    low, high = _LOW.search(question.lower()), _HIGH.search(question.lower())
+    return "min" if low and not high else "max" if high and not low else None
+
+
+def figure(answer: str) -> str | None:
+    """The answer's first figure without thousands separators ("1,234 rows" -> "1234")."""
+    m = _FIGURE.search(answer)
+    return m.group(0).replace(",", "") if m else None
+
+
+def bare_figure(answer: str) -> bool:
+    """The answer is a figure and nothing else a name could be read from."""
+    text = answer.strip().strip("`'\".")
+    return bool(text) and _FIGURE.fullmatch(text) is not None
+
+
+def source(shown: list[Shown], value: str) -> Shown | None:
+    """The newest successful cell whose output shows `value` as a figure."""
+    pattern = re.compile(rf"(?<![\w.]){re.escape(value)}(?![\w]|\.\d)")
+    return next((s for s in reversed(shown) if pattern.search(s.text.replace(",", ""))), None)
+
+
+# --------------------------------------------------------------------------- the recasts
+def _column_key(node: ast.expr) -> str | None:
+    """'c' for `x['c']`."""
+    if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) \
+            and isinstance(node.slice.value, str):
+        return node.slice.value
+    return None
+
+
+def _rows_counted(node: ast.AST) -> ast.expr | None:
+    """The rows a row count counts: `len(x)`, `x.shape[0]`, `x['c'].count()`."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "len" and len(node.args) == 1 and not node.keywords:
+        return node.args[0]
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "shape" and isinstance(node.slice, ast.Constant) \
+            and node.slice.value == 0:
+        return node.value.value
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr == "count" and not node.args and not node.keywords \
+            and _column_key(node.func.value) is not None:
+        return node.func.value
+    return None
+
+
+def distinct_recasts(code: str, column: str, value: str) -> list[Rewrite]:
+    """`code` with a row count that gave `value` counting distinct `column` values over
+    the same rows instead; the guard holds when the old count is `value` and the new one
+    is not."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    sp, out = Splice(code), []
+    for node in ast.walk(tree):
+        rows = _rows_counted(node)
+        if rows is None:
+            continue
+        base = rows.value if isinstance(rows, ast.Subscript) and _column_key(rows) else rows
+        old, new = sp.text(node), f"{sp.text(base)}[{column!r}].nunique()"
+        recast = sp.apply({sp.span(node): new})
+        if recast:
+            out.append(Rewrite(recast, f"counts distinct {column!r} values instead of rows",
+                               f"assert ({old}) == {value} and ({new}) != {value}"))
+    return out[:MAX_RECASTS]
+
+
+def which_recasts(code: str, table: str, column: str, way: str | None) -> list[Rewrite]:
+    """`code` with the figure's aggregate turned into the `column` value it belongs to;
+    the guard holds when the new result is a value of `table[column]`."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    sp, out = Splice(code), []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _AGGREGATES and not node.args):
+            continue
+        fn, of = node.func.attr, node.func.value
+        news = []
+        if fn in ("min", "max"):  # a grouped result's min: the group is its label
+            news.append((f"{sp.text(of)}.idx{fn}()", f"`.idx{fn}()` gives the {column} of "
+                                                     f"the {fn}imum, `.{fn}()` its value"))
+        key = _column_key(of)
+        if way and key is not None and "groupby" not in sp.text(of):
+            assert isinstance(of, ast.Subscript)
+            news.append((f"{sp.text(of.value)}.groupby({column!r})[{key!r}].{fn}()"
+                         f".idx{way}()", f"grouped by {column!r}, the {column} of the "
+                                         f"{way}imum {fn}"))
+        for new, change in news:
+            recast = sp.apply({sp.span(node): new})
+            if recast:
+                out.append(Rewrite(recast, change, f"assert str({new}) in "
+                                                   f"set({table}[{column!r}].astype(str))"))
+    return out[:MAX_RECASTS]
+
+
+# ------------------------------------------------------------------------------ the rules
+COUNTED = ("Not accepted yet: the question asks how many {word}, and your answer {value} "
+           "counts rows: in the rows your cell counted, `{column}` repeats ({facts}), so "
+           "they hold fewer {word} than rows.{offer} Then answer with FINAL(answer) from "
+           "its output.")
+COUNTED_KEY = "counted rows"
+WHICH = ("Not accepted yet: the question asks which {word}, and your answer {value} is a "
+         "figure, not a {word} (a value of `{table}['{column}']`). Find the {word} that "
+         "figure belongs to{how}.{offer} Answer with FINAL(answer) naming the {word}.")
+WHICH_KEY = "which, answered with a figure"
+
+
+def _question(branch: Sequence[Entry]) -> tuple[str, list[str]] | None:
+    """The run's one question and the input descriptions; None for a follow-up (an
+    earlier run's cells, which this run does not see, may have computed its figures)."""
+    asks = [e.message["content"] for e in prompts(branch)
+            if isinstance(e.message.get("content"), str)]
+    if len(asks) != 1:
+        return None
+    return asks[0], [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+
+
+def _open(facts: Facts, key: str) -> bool:
+    """A refusal keyed `key` may still be given in this run."""
+    return not (facts.native_tools or not facts.shown or key in facts.refused
+                or (facts.max_turns is not None and facts.turn >= facts.max_turns))
+
+
+def _offer(facts: Facts, rewrites: list[Rewrite]) -> repair.Repair | None:
+    return facts.offer(rewrites) if rewrites else None
+
+
+class CountedRows(Rule):
+    """A count of rows answering "how many <things>" where the things are a repeating
+    text column and the counted rows hold some more than once (module docstring): refused
+    once per run, with the cell recast to count distinct values, which ran on a fork."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if not _open(facts, COUNTED_KEY) or (q := _question(branch)) is None or any(
+                k.startswith(OPERATION_KEY) and "distinct" in k for k in facts.refused):
+            return None  # "how many different countries": told once (QuestionOperation)
+        hit, value = counted(*q), figure(answer.text)
+        cell = source(facts.shown, value) if hit and value else None
+        if hit is None or value is None or cell is None:
+            return None
+        word, column = hit
+        found = _offer(facts, distinct_recasts(cell.code, column.name, value))
+        if found is None:
+            return None
+        k = column.distinct
+        facts_text = (f"{column.table} has {k:,} distinct values over {column.rows:,} rows"
+                      if k is not None and column.rows is not None else "its values repeat")
+        return Refuse(COUNTED.format(word=word, value=value, column=column.name,
+                                     facts=facts_text, offer=repair.note(found)),
+                      f"the answer counts rows where the question asks how many {word}; "
+                      "offered the cell recast to count them", key=COUNTED_KEY)
+
+
+class WhichAsFigure(Rule):
+    """A bare figure answering "which <thing>" where the thing is a text column (module
+    docstring): refused once per run, with the figure's cell recast to the thing it
+    belongs to when a recast ran on a fork and gave a value of that column."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if not _open(facts, WHICH_KEY) or not bare_figure(answer.text) \
+                or (q := _question(branch)) is None or (hit := which(*q)) is None:
+            return None
+        word, column = hit
+        value = figure(answer.text) or answer.text.strip()
+        way = direction(q[0])
+        cell = source(facts.shown, value) or facts.shown[-1]
+        found = _offer(facts, which_recasts(cell.code, column.table, column.name, way))
+        how = (f": group by `{column.name}` and take `.idx{way}()` of the aggregate, not "
+               f"`.{way}()`" if way else f": group by `{column.name}`")
+        return Refuse(WHICH.format(word=word, value=value, table=column.table,
+                                   column=column.name, how=how,
+                                   offer=repair.note(found) if found else ""),
+                      f"the answer is a figure where the question asks which {word}"
+                      + ("; offered the cell recast" if found else ""), key=WHICH_KEY)

@@ -1,0 +1,169 @@
+"""An answer of the wrong kind for its question, refused with the model's own cell recast
+and tried on the data (rlm.agent.policy.recast, the RowLabel offer; issue 60).
+
+Scripted fenced-code model (like the local one), real kernels built by the composition
+root; assertions on what reached the model and what the run ended with.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlm.agent.context_files import load_context_files
+from rlm.agent.policy.recast import direction, distinct_recasts, which_recasts
+from rlm.app import build_agent
+from rlm.config import Config
+from rlm.events import RunEnded
+from rlm.llm import ScriptedLLM
+from rlm.session.store import SessionStore
+
+OFFER = "A corrected cell ran without an error on a copy of your variables"
+
+
+class _Fenced(ScriptedLLM):
+    native_tools = False
+
+
+def _cell(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def _offered(note: str) -> str:
+    if OFFER not in note:
+        return ""
+    return note.split(OFFER, 1)[1].split("```python\n", 1)[1].rsplit("\n```]", 1)[0]
+
+
+def _run(home: Path, files: list[Path], replies: list[str], question: str
+         ) -> tuple[list[str], str | None]:
+    """What the model read after each reply, and the run's final answer."""
+    llm = _Fenced(replies)
+    config = Config(home=home, model="script:small", cell_timeout=60)
+    session = SessionStore.create(home, model="script:small", task="t")
+    agent = build_agent(session, config, llm=llm)
+    with agent:
+        load_context_files(agent, files)
+        ended = [e for e in agent.run(question) if isinstance(e, RunEnded)]
+    final = ended[-1].final if ended else None
+    return [str(call[-1]["content"]) for call in llm.calls[1:]], final
+
+
+def _life(tmp: Path) -> Path:
+    """Six countries on three continents over two years: a row per country and year."""
+    rows = ["country,continent,year,life"]
+    data = {"Ghana": ("Africa", 50, 60), "Mali": ("Africa", 40, 48), "Peru": ("Americas", 60, 70),
+            "Chile": ("Americas", 62, 78), "Laos": ("Asia", 55, 65), "Nepal": ("Asia", 51, 66)}
+    for country, (continent, y1, y2) in data.items():
+        rows += [f"{country},{continent},1990,{y1}", f"{country},{continent},2010,{y2}"]
+    (tmp / "life.csv").write_text("\n".join(rows) + "\n")
+    return tmp / "life.csv"
+
+
+def test_a_row_count_for_how_many_things_is_refused_with_the_distinct_count(
+        _isolated_home, tmp_path):
+    """"How many countries in Africa?" answered with the rows of Africa (4: two countries
+    over two years): refused with the cell recast to count distinct countries over the
+    same rows; the model sends it and answers 2."""
+    cell = 'print(life[life["continent"] == "Africa"].shape[0])'
+    recast = "print(life[life[\"continent\"] == \"Africa\"]['country'].nunique())"
+    seen, final = _run(_isolated_home, [_life(tmp_path)],
+                       [_cell(cell), "FINAL(4)", _cell(recast), "FINAL(2)"],
+                       "How many countries in Africa are in life.csv?")
+    assert "4" in seen[0]
+    assert "your answer 4 counts rows" in seen[1] and "`country` repeats" in seen[1]
+    assert _offered(seen[1]) == recast
+    assert seen[2].strip().endswith("\n2")
+    assert final == "2"
+
+
+def test_a_row_count_over_rows_holding_each_thing_once_is_the_answer(_isolated_home, tmp_path):
+    """In 2010 each country has one row: counting the rows counts the countries. Only the
+    data tells the two apart; the answer stands."""
+    cell = 'print(len(life[(life["year"] == 2010) & (life["life"] > 60)]))'
+    seen, final = _run(_isolated_home, [_life(tmp_path)], [_cell(cell), "FINAL(4)"],
+                       "How many countries had a life expectancy over 60 in 2010 in life.csv?")
+    assert final == "4" and len(seen) == 1
+
+
+def test_a_figure_for_which_thing_is_refused_with_the_cell_grouped_by_the_thing(
+        _isolated_home, tmp_path):
+    """"Which continent had the lowest average life in 1990?" answered with the mean over
+    every continent: refused, and offered the cell grouped by continent with idxmin."""
+    cell = ('mean_life = life[life["year"] == 1990]["life"].mean()\n'
+            'print(mean_life)')
+    recast = ('mean_life = life[life["year"] == 1990].groupby(\'continent\')["life"]'
+              ".mean().idxmin()\nprint(mean_life)")
+    recast = recast.replace('["life"].mean()', "['life'].mean()")
+    seen, final = _run(_isolated_home, [_life(tmp_path)],
+                       [_cell(cell), "FINAL(53.0)", _cell(recast),
+                        "FINAL(Africa)"],
+                       "Which continent had the lowest average life in 1990 in life.csv?")
+    assert "53.0" in seen[0]
+    assert "asks which continent" in seen[1] and "is a figure, not a continent" in seen[1]
+    assert _offered(seen[1]) == recast
+    assert "Africa" in seen[2]
+    assert final == "Africa"
+
+
+def test_the_min_of_a_grouped_result_becomes_its_idxmin(_isolated_home, tmp_path):
+    cell = ('means = life.groupby("continent")["life"].mean()\n'
+            'print(means.max())')
+    seen, _ = _run(_isolated_home, [_life(tmp_path)], [_cell(cell), "FINAL(67.5)", "FINAL(x)"],
+                   "Which continent has the highest average life in life.csv?")
+    assert _offered(seen[1]) == cell.replace("means.max()", "means.idxmax()")
+
+
+def test_a_figure_whose_recast_names_no_value_of_the_column_is_refused_without_an_offer(
+        _isolated_home, tmp_path):
+    """A recast is offered only when its result is a value of the asked column: the
+    `idxmax` of an ungrouped column is a row label, not a continent, and the question
+    names no direction to group by; nothing is offered, and the refusal still says what
+    kind of answer the question asks for."""
+    cell = 'print(life["life"].max())'
+    seen, _ = _run(_isolated_home, [_life(tmp_path)], [_cell(cell), "FINAL(78)", "FINAL(x)"],
+                   "Which continent is that value from in life.csv?")
+    assert "is a figure, not a continent" in seen[1] and OFFER not in seen[1]
+
+
+def test_a_name_for_which_thing_is_not_refused(_isolated_home, tmp_path):
+    cell = 'print(life.groupby("continent")["life"].mean().idxmax())'
+    seen, final = _run(_isolated_home, [_life(tmp_path)], [_cell(cell), "FINAL(Americas)"],
+                       "Which continent has the highest average life in life.csv?")
+    assert final == "Americas" and len(seen) == 1
+
+
+def test_a_printed_row_label_is_offered_as_the_row_it_labels(_isolated_home, tmp_path):
+    """seattle-coldest-day: `idxmin()` printed 706 and the model answered a date no output
+    showed. The note now carries the cell recast to print the row, which holds the date."""
+    (tmp_path / "weather.csv").write_text(
+        "date,temp_min\n2013-12-06,-2.0\n2013-12-07,-7.1\n2013-12-08,-3.5\n")
+    cell = 'min_day = weather["temp_min"].idxmin()\nprint(min_day)'
+    recast = 'min_day = weather.loc[weather["temp_min"].idxmin()]\nprint(min_day)'
+    seen, final = _run(_isolated_home, [tmp_path / "weather.csv"],
+                       [_cell(cell), _cell(recast), "FINAL(2013-12-07)"],
+                       "On what date was the lowest temp_min recorded in weather.csv?")
+    assert "is the label of a row of `weather`" in seen[0]
+    assert _offered(seen[0]) == recast
+    assert "2013-12-07" in seen[1]
+    assert final == "2013-12-07"
+
+
+def test_recasts_keep_the_cell_byte_for_byte_around_the_change():
+    code = "# été\nn = len(t[t.k == 'é'])  # rows\nprint(n)\n"
+    (r,) = distinct_recasts(code, "country", "4")
+    assert r.code == "# été\nn = t[t.k == 'é']['country'].nunique()  # rows\nprint(n)\n"
+    assert r.guard == ("assert (len(t[t.k == 'é'])) == 4 and "
+                       "(t[t.k == 'é']['country'].nunique()) != 4")
+    (r,) = which_recasts("x = t['v'].sum()", "t", "region", "max")
+    assert r.code == "x = t.groupby('region')['v'].sum().idxmax()"
+    assert r.guard == ("assert str(t.groupby('region')['v'].sum().idxmax()) in "
+                       "set(t['region'].astype(str))")
+    assert which_recasts("x = t['v'].sum()", "t", "region", None) == []
+    assert distinct_recasts("print(", "c", "1") == []
+
+
+def test_the_direction_is_the_questions_or_none():
+    assert direction("Which continent had the lowest average life expectancy?") == "min"
+    assert direction("Which carrier flew the most flights?") == "max"
+    assert direction("Which region had the highest and the lowest sales?") is None
+    assert direction("Which country is in Europe?") is None
