@@ -167,3 +167,52 @@ def test_the_direction_is_the_questions_or_none():
     assert direction("Which carrier flew the most flights?") == "max"
     assert direction("Which region had the highest and the lowest sales?") is None
     assert direction("Which country is in Europe?") is None
+
+
+def _readings(tmp: Path) -> Path:
+    """Hourly readings of two stations over three months: the south one is warmest in
+    February, though its mean over all of them says nothing of months."""
+    rows = ["timestamp,station,temp_c"]
+    for month, (south, north) in {1: (5.0, 9.0), 2: (12.0, 3.0), 3: (7.0, 4.0)}.items():
+        for hour in range(4):
+            rows += [f"2025-{month:02d}-0{hour + 1}T0{hour}:00,south,{south}",
+                     f"2025-{month:02d}-0{hour + 1}T0{hour}:30,north,{north}"]
+    (tmp / "readings.csv").write_text("\n".join(rows) + "\n")
+    return tmp / "readings.csv"
+
+
+def test_which_month_never_grouped_by_month_is_refused_with_the_cell_grouped_by_it(
+        _isolated_home, tmp_path):
+    """The task suite's timeseries family: the mean over every reading of the station,
+    then a month no output showed. The refusal offers the aggregate grouped by the month
+    of the one date column, tried on a fork: it names February."""
+    cell = 'print(readings[readings["station"] == "south"]["temp_c"].mean())'
+    seen, final = _run(_isolated_home, [_readings(tmp_path)],
+                       [_cell(cell), "FINAL(8.0)", "placeholder", "FINAL(February)"],
+                       "Which month had the highest average temperature at the south station?")
+    assert "8.0" in seen[0]
+    assert "asks which month, and none of the cells you ran groups the rows by the month of " \
+           "`timestamp`" in seen[1]
+    offered = _offered(seen[1])
+    assert offered.startswith("import pandas as pd\n") and ".dt.month_name()" in offered
+    assert "groupby('month')['temp_c'].mean().idxmax()" in offered
+
+
+def test_the_offered_month_grouping_names_the_right_month(_isolated_home, tmp_path):
+    cell = 'print(readings[readings["station"] == "south"]["temp_c"].mean())'
+    seen, _ = _run(_isolated_home, [_readings(tmp_path)],
+                   [_cell(cell), "FINAL(8.0)", "FINAL(x)"],
+                   "Which month had the highest average temperature at the south station?")
+    offered = _offered(seen[1])
+    seen, final = _run(_isolated_home, [_readings(tmp_path)],
+                       [_cell(offered), "FINAL(February)"],
+                       "Which month had the highest average temperature at the south station?")
+    assert seen[0].rstrip().endswith("February") and final == "February"
+
+
+def test_which_month_after_a_cell_that_grouped_by_month_is_not_refused(_isolated_home, tmp_path):
+    cell = ('r = readings[readings["station"] == "south"].copy()\n'
+            'r["m"] = r["timestamp"].str[:7]\nprint(r.groupby("m")["temp_c"].mean().idxmax())')
+    seen, final = _run(_isolated_home, [_readings(tmp_path)], [_cell(cell), "FINAL(2025-02)"],
+                       "Which month had the highest average temperature at the south station?")
+    assert final == "2025-02" and len(seen) == 1

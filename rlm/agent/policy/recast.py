@@ -23,6 +23,14 @@ Whether the answer is of the wrong kind is the data's to say, not a phrasing lis
   being the question's ("lowest", "most"). A recast cell is offered only when its result,
   in the trial, is a value of the asked column. The answer is refused once either way:
   a figure is not a continent.
+- `period`: the question asks which month (year, weekday, hour, quarter, day), no column
+  has that name, one column holds dates, and no cell of the run took a period of dates
+  (`resample`, `.dt.month`, a slice of date text, the word itself): whatever the answer,
+  it does not come from such a grouping (the task suite's timeseries family: the mean
+  over every reading, then a month no output showed). The newest aggregate of a column
+  is recast grouped by that period of the date column (`pd.to_datetime(...).dt.
+  month_name()`), `idxmin`/`idxmax` by the question's direction; refused once, with the
+  recast when it ran.
 The trials (rlm.agent.repair.tried, through `Facts.offer`) run on a forked copy of the
 namespace: nothing a recast cell binds reaches the model's kernel.
 """
@@ -91,6 +99,34 @@ def which(question: str, descriptions: Sequence[str]) -> tuple[str, Column] | No
         if c is not None and c.text and c.table.isidentifier():
             return m.group(1), c
     return None
+
+
+# a period the rows' dates fall in: the word, the column name the recast groups by, the
+# datetime accessor that gives it
+PERIODS = {"month": "dt.month_name()", "year": "dt.year", "weekday": "dt.day_name()",
+           "hour": "dt.hour", "quarter": "dt.quarter", "day": "dt.date", "date": "dt.date"}
+_PERIOD_SPELLED = re.compile(r"\bresample\b|\bGrouper\b|\bto_period\b|\bdt\.\w+|\bstrftime\b|"
+                             r"\.str\[|\.str\.slice\b|\.str\.(?:split|extract|startswith)\b")
+
+
+def period(question: str, descriptions: Sequence[str]) -> tuple[str, Column] | None:
+    """("month", the date column) for "which month ...": no column has that name, and one
+    column holds dates (a datetime dtype, or dates as text) in a table with a plain name."""
+    columns = table_columns(descriptions)
+    low = _FILE.sub(lambda m: " " * len(m.group(0)), question).lower()
+    dates = [c for c in columns if c.table.isidentifier() and (
+        c.dtype.lower().startswith("datetime") or c.facts.startswith("dates as text"))]
+    for m in _WHICH.finditer(low):
+        word = m.group(1)
+        if word in PERIODS and _named(word, columns) is None and len(dates) == 1:
+            return word, dates[0]
+    return None
+
+
+def grouped_by_period(codes: Sequence[str], word: str) -> bool:
+    """Some code of the run takes a period of dates (`resample`, `.dt.month`, a slice of
+    date text) or names the period (`month`): the question's grouping may be there."""
+    return any(_PERIOD_SPELLED.search(c) or re.search(rf"\b{word}", c, re.I) for c in codes)
 
 
 def direction(question: str) -> str | None:
@@ -196,6 +232,36 @@ def which_recasts(code: str, table: str, column: str, way: str | None) -> list[R
     return out[:MAX_RECASTS]
 
 
+def period_recasts(code: str, dates: Column, word: str, way: str | None) -> list[Rewrite]:
+    """`code` with an aggregate of a column over rows not grouped by a period grouped by
+    the `word` of the `dates` column and its `idxmin`/`idxmax` taken (`way`)."""
+    if way is None:
+        return []
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    sp, out = Splice(code), []
+    pandas = "" if re.search(r"^import pandas as pd\b", code, re.M) else "import pandas as pd\n"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _AGGREGATES and not node.args):
+            continue
+        of = node.func.value
+        key = _column_key(of)
+        if key is None or "groupby" in sp.text(of):
+            continue
+        assert isinstance(of, ast.Subscript)
+        new = (f"{sp.text(of.value)}.assign({word}=lambda d: pd.to_datetime(d[{dates.name!r}])"
+               f".{PERIODS[word]}).groupby({word!r})[{key!r}].{node.func.attr}().idx{way}()")
+        recast = sp.apply({sp.span(node): new})
+        if recast:
+            out.append(Rewrite(pandas + recast, f"grouped by the {word} of {dates.name!r}, the "
+                                                f"{word} of the {way}imum {node.func.attr}",
+                               f"assert pd.notna({new})"))
+    return out[:MAX_RECASTS]
+
+
 # ------------------------------------------------------------------------------ the rules
 COUNTED = ("Not accepted yet: the question asks how many {word}, and your answer {value} "
            "counts rows: in the rows your cell counted, `{column}` repeats ({facts}), so "
@@ -206,6 +272,12 @@ WHICH = ("Not accepted yet: the question asks which {word}, and your answer {val
          "figure, not a {word} (a value of `{table}['{column}']`). Find the {word} that "
          "figure belongs to{how}.{offer} Answer with FINAL(answer) naming the {word}.")
 WHICH_KEY = "which, answered with a figure"
+PERIOD = ("Not accepted yet: the question asks which {word}, and none of the cells you ran "
+          "groups the rows by the {word} of `{dates}`, so your answer {value} does not come "
+          "from such a grouping. Group by the {word} (e.g. `pd.to_datetime(t[{dates!r}])"
+          ".{accessor}`) and take the {word} of the {way}imum.{offer} Answer with "
+          "FINAL(answer) naming the {word}.")
+PERIOD_KEY = "which period, never grouped by"
 
 
 def _question(branch: Sequence[Entry]) -> tuple[str, list[str]] | None:
@@ -256,14 +328,19 @@ class CountedRows(Rule):
 
 
 class WhichAsFigure(Rule):
-    """A bare figure answering "which <thing>" where the thing is a text column (module
-    docstring): refused once per run, with the figure's cell recast to the thing it
-    belongs to when a recast ran on a fork and gave a value of that column."""
+    """A bare figure answering "which <thing>" where the thing is a text column, or any
+    answer to "which month" when no cell grouped by a period of the dates (module
+    docstring): refused once per run, with the cell recast to the thing it belongs to when
+    a recast ran on a fork (and, for a thing, gave a value of its column)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
+        if (q := _question(branch)) is None:
+            return None
+        if (per := period(*q)) is not None:
+            return _period_refusal(facts, answer, q[0], *per)
         if not _open(facts, WHICH_KEY) or not bare_figure(answer.text) \
-                or (q := _question(branch)) is None or (hit := which(*q)) is None:
+                or (hit := which(*q)) is None:
             return None
         word, column = hit
         value = figure(answer.text) or answer.text.strip()
@@ -277,3 +354,22 @@ class WhichAsFigure(Rule):
                                    offer=repair.note(found) if found else ""),
                       f"the answer is a figure where the question asks which {word}"
                       + ("; offered the cell recast" if found else ""), key=WHICH_KEY)
+
+
+def _period_refusal(facts: Facts, answer: Answer, question: str, word: str,
+                    dates: Column) -> Refuse | None:
+    """"Which month ..." answered while no cell grouped the rows by a period of their
+    dates: refused once, with the newest aggregate's cell grouped by that period when the
+    recast ran on a fork."""
+    way = direction(question)
+    if not _open(facts, PERIOD_KEY) or way is None or grouped_by_period(facts.computed, word):
+        return None
+    value = figure(answer.text) if bare_figure(answer.text) else None
+    cell = (source(facts.shown, value) if value else None) or facts.shown[-1]
+    found = _offer(facts, period_recasts(cell.code, dates, word, way))
+    text = answer.text.strip()
+    return Refuse(PERIOD.format(word=word, dates=dates.name, value=repr(text[:60]),
+                                accessor=PERIODS[word], way=way,
+                                offer=repair.note(found) if found else ""),
+                  f"the question asks which {word}; no cell grouped the rows by it"
+                  + ("; offered the cell recast" if found else ""), key=PERIOD_KEY)
