@@ -112,3 +112,19 @@ def test_the_rows_a_condition_means_come_from_the_description():
     assert how_to_use("2014", [tables]) == "2014 is within the range of world['day']"
     assert how_to_use("9999", [tables]) == "" and how_to_use("Mars", [tables]) == ""
     assert how_to_use("2007", [DESC]) == ""  # a column line outside any table: no name to give
+
+
+def test_after_the_refusal_a_new_cell_that_still_leaves_the_condition_out_is_sampled_again(
+        _isolated_home, world):
+    """gap-brazil-rise: refused for '1952' and '2007', the 1.5B model sent its positional
+    cell again without its first line, and answered the same. Any cell that spells none of
+    the refused conditions is sampled again, not only a cell that ran before."""
+    end, seen = run_on_input(_isolated_home, world, Q, [
+        cell("print(world[world['continent'] == 'Africa']['pop'].sum())"), "FINAL(8000)",
+        cell("a = world[world['continent'] == 'Africa']\nprint(a['pop'].sum())"),  # resampled
+        cell("a = world[(world['continent'] == 'Africa') & (world['year'] == 2007)]\n"
+             "print(a['pop'].sum())"),
+        "FINAL(6000)"])
+    assert end.final == "6000" and end.verified is True
+    outputs = [s for s in seen if s.startswith("Output of cell")]
+    assert len(outputs) == 2 and "6000" in outputs[1]

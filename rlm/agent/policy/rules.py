@@ -217,9 +217,10 @@ class DroppedCondition(Rule):
     is spelled by no successful cell of this run: refused once per run while a turn is
     left, naming the conditions and the rows they mean. Small models drop a filter ("Africa
     in 2007" summed over every year); the answer is then shown by an output and verified,
-    and wrong. After the refusal, a reply whose first cell is a cell that already ran and
-    still spells none of them is sampled again: the 1.5B model re-ran its cell unchanged
-    and gave the same answer. The refusal's key carries the conditions (`facts.refused`
+    and wrong. After the refusal, a reply whose first cell still spells none of them is
+    sampled again (up to RESAMPLES times, then it runs): the 1.5B model re-ran its cell
+    unchanged and gave the same answer, or sent it again without its first line (the
+    everyday suite's gap-brazil-rise: `[1] - [0]` for "from 1952 to 2007"). The refusal's key carries the conditions (`facts.refused`
     is the rules' only memory)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
@@ -252,9 +253,9 @@ class DroppedCondition(Rule):
             return None
         calls = code_tool_calls(reply.content)
         code = str(calls[0].arguments.get("code", "")).strip() if calls else ""
-        if code and code in facts.succeeded and not any(used(t, [code]) for t in terms):
-            return Resample("the reply runs again a cell that leaves out the condition the "
-                            "answer was refused for", RESAMPLE_TEMPERATURE)
+        if code and not any(used(t, [code]) for t in terms):
+            return Resample("the reply's cell leaves out the conditions the answer was "
+                            "refused for", RESAMPLE_TEMPERATURE)
         return None
 
 
