@@ -216,3 +216,24 @@ def test_which_month_after_a_cell_that_grouped_by_month_is_not_refused(_isolated
     seen, final = _run(_isolated_home, [_readings(tmp_path)], [_cell(cell), "FINAL(2025-02)"],
                        "Which month had the highest average temperature at the south station?")
     assert final == "2025-02" and len(seen) == 1
+
+
+def test_the_closest_answered_by_the_smallest_is_offered_the_distance(_isolated_home, tmp_path):
+    """The task suite's multistep family: "which region's median is closest to the overall
+    mean" answered with `medians.idxmin()`. Refused, and offered the pick over the distance
+    to the one number the cell names (a table or text name fails the trial's check)."""
+    rows = ["region,value"] + [f"{r},{v}" for r, vs in
+                               {"Lyon": (1, 2, 3), "Cork": (10, 11, 12), "Graz": (20, 21, 22)}.items()
+                               for v in vs]
+    (tmp_path / "orders.csv").write_text("\n".join(rows) + "\n")
+    cell = ("median_values = orders.groupby('region')['value'].median()\n"
+            "mean_value = orders['value'].mean()\n"
+            "closest_region = median_values.idxmin()\nprint(closest_region)")
+    recast = cell.replace("median_values.idxmin()", "(median_values - mean_value).abs().idxmin()")
+    seen, final = _run(_isolated_home, [tmp_path / "orders.csv"],
+                       [_cell(cell), "FINAL(Lyon)", _cell(recast), "FINAL(Cork)"],
+                       "First compute the median value of each region, then the mean value over "
+                       "all orders. Which region's median is closest to that overall mean?")
+    assert "Lyon" in seen[0] and "none of the cells you ran measures a distance" in seen[1]
+    assert _offered(seen[1]) == recast
+    assert seen[2].rstrip().endswith("Cork") and final == "Cork"

@@ -31,6 +31,9 @@ Whether the answer is of the wrong kind is the data's to say, not a phrasing lis
   is recast grouped by that period of the date column (`pd.to_datetime(...).dt.
   month_name()`), `idxmin`/`idxmax` by the question's direction; refused once, with the
   recast when it ran.
+- `closest`: the question asks which is closest (nearest) and no cell of the run measured
+  a distance (`abs`): the newest `idxmin`/`idxmax` is recast over the distance to a number
+  the cell names (`(medians - mean).abs().idxmin()`), the guard checking it is a number.
 The trials (rlm.agent.repair.tried, through `Facts.offer`) run on a forked copy of the
 namespace: nothing a recast cell binds reaches the model's kernel.
 """
@@ -262,6 +265,40 @@ def period_recasts(code: str, dates: Column, word: str, way: str | None) -> list
     return out[:MAX_RECASTS]
 
 
+_CLOSEST = re.compile(r"\b(?:closest|nearest|closer|nearer)\b")
+_DISTANCE = re.compile(r"\babs\b|\bfabs\b|\babsolute\b|\bdistance\b|\bisclose\b")
+_PICKS = {"idxmin", "idxmax", "argmin", "argmax"}
+
+
+def closest_recasts(code: str) -> list[Rewrite]:
+    """`code` with `s.idxmin()` (idxmax, argmin, argmax) taken over the distance to a
+    number the cell names instead: `(s - m).abs().idxmin()`, for each name `m` but `s`'s;
+    the guard holds when `m` is a number."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return []
+    sp, out = Splice(code), []
+    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in _PICKS and not node.args):
+            continue
+        of = node.func.value
+        own = {n.id for n in ast.walk(of) if isinstance(n, ast.Name)}
+        pick = node.func.attr.replace("max", "min")
+        for m in dict.fromkeys(names):
+            if m in own or m in ("pd", "np", "print"):
+                continue
+            new = f"({sp.text(of)} - {m}).abs().{pick}()"
+            recast = sp.apply({sp.span(node): new})
+            if recast:
+                out.append(Rewrite(recast, f"the {pick.removeprefix('idx').removeprefix('arg')}"
+                                           f" of the distance to `{m}`, not of the values",
+                                   f"import numbers\nassert isinstance({m}, numbers.Number)"))
+    return out[:MAX_RECASTS]
+
+
 # ------------------------------------------------------------------------------ the rules
 COUNTED = ("Not accepted yet: the question asks how many {word}, and your answer {value} "
            "counts rows: in the rows your cell counted, `{column}` repeats ({facts}), so "
@@ -373,3 +410,33 @@ def _period_refusal(facts: Facts, answer: Answer, question: str, word: str,
                                 offer=repair.note(found) if found else ""),
                   f"the question asks which {word}; no cell grouped the rows by it"
                   + ("; offered the cell recast" if found else ""), key=PERIOD_KEY)
+
+
+CLOSEST = ("Not accepted yet: the question asks which is closest, and none of the cells you "
+           "ran measures a distance (`(values - target).abs()`), so your answer is the "
+           "smallest or largest value, not the closest one.{offer} Answer with FINAL(answer) "
+           "from its output.")
+CLOSEST_KEY = "closest, never measured"
+
+
+class Closest(Rule):
+    """An answer to "which ... is closest to ..." when no cell of the run measured a
+    distance (`abs`): the 1.5B model took `medians.idxmin()` for "the region whose median
+    is closest to the overall mean" (the task suite's multistep family, 0 of 5). Refused
+    once per run, with the newest pick recast over the distance to a number the cell
+    names, when that ran on a fork."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if not _open(facts, CLOSEST_KEY) or (q := _question(branch)) is None \
+                or not _CLOSEST.search(q[0].lower()) \
+                or any(_DISTANCE.search(c) for c in facts.computed):
+            return None
+        cell = next((s for s in reversed(facts.shown)
+                     if any(f".{p}(" in s.code for p in _PICKS)), None)
+        if cell is None:
+            return None
+        found = _offer(facts, closest_recasts(cell.code))
+        return Refuse(CLOSEST.format(offer=repair.note(found) if found else ""),
+                      "the question asks for the closest; no cell measured a distance"
+                      + ("; offered the cell recast" if found else ""), key=CLOSEST_KEY)
