@@ -9,23 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rlm.agent.context_files import load_context_files
 from rlm.agent.policy.recast import direction, distinct_recasts, which_recasts
-from rlm.app import build_agent
-from rlm.config import Config
-from rlm.events import RunEnded
-from rlm.llm import ScriptedLLM
-from rlm.session.store import SessionStore
+from tests.fenced import cell as _cell
+from tests.fenced import run_on_input
 
 OFFER = "A corrected cell ran without an error on a copy of your variables"
-
-
-class _Fenced(ScriptedLLM):
-    native_tools = False
-
-
-def _cell(code: str) -> str:
-    return f"```python\n{code}\n```"
 
 
 def _offered(note: str) -> str:
@@ -37,15 +25,9 @@ def _offered(note: str) -> str:
 def _run(home: Path, files: list[Path], replies: list[str], question: str
          ) -> tuple[list[str], str | None]:
     """What the model read after each reply, and the run's final answer."""
-    llm = _Fenced(replies)
-    config = Config(home=home, model="script:small", cell_timeout=60)
-    session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, config, llm=llm)
-    with agent:
-        load_context_files(agent, files)
-        ended = [e for e in agent.run(question) if isinstance(e, RunEnded)]
-    final = ended[-1].final if ended else None
-    return [str(call[-1]["content"]) for call in llm.calls[1:]], final
+    (path,) = files
+    end, seen = run_on_input(home, path, question, replies)
+    return [str(s) for s in seen], end.final
 
 
 def _life(tmp: Path) -> Path:

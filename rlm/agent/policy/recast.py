@@ -182,16 +182,28 @@ def _rows_counted(node: ast.AST) -> ast.expr | None:
     return None
 
 
+def _parsed(code: str) -> tuple[Splice, list[ast.AST]] | None:
+    """The cell's splicer and its syntax tree's nodes; None when it is not Python."""
+    try:
+        return Splice(code), list(ast.walk(ast.parse(code)))
+    except SyntaxError:
+        return None
+
+
+def _aggregates(nodes: list[ast.AST]) -> list[ast.Call]:
+    """The argument-less aggregate calls: `x.mean()`, `x.max()`."""
+    return [n for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr in _AGGREGATES and not n.args]
+
+
 def distinct_recasts(code: str, column: str, value: str) -> list[Rewrite]:
     """`code` with a row count that gave `value` counting distinct `column` values over
     the same rows instead; the guard holds when the old count is `value` and the new one
     is not."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    if (parsed := _parsed(code)) is None:
         return []
-    sp, out = Splice(code), []
-    for node in ast.walk(tree):
+    (sp, nodes), out = parsed, []
+    for node in nodes:
         rows = _rows_counted(node)
         if rows is None:
             continue
@@ -207,15 +219,11 @@ def distinct_recasts(code: str, column: str, value: str) -> list[Rewrite]:
 def which_recasts(code: str, table: str, column: str, way: str | None) -> list[Rewrite]:
     """`code` with the figure's aggregate turned into the `column` value it belongs to;
     the guard holds when the new result is a value of `table[column]`."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    if (parsed := _parsed(code)) is None:
         return []
-    sp, out = Splice(code), []
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _AGGREGATES and not node.args):
-            continue
+    (sp, nodes), out = parsed, []
+    for node in _aggregates(nodes):
+        assert isinstance(node.func, ast.Attribute)
         fn, of = node.func.attr, node.func.value
         news = []
         if fn in ("min", "max"):  # a grouped result's min: the group is its label
@@ -238,18 +246,12 @@ def which_recasts(code: str, table: str, column: str, way: str | None) -> list[R
 def period_recasts(code: str, dates: Column, word: str, way: str | None) -> list[Rewrite]:
     """`code` with an aggregate of a column over rows not grouped by a period grouped by
     the `word` of the `dates` column and its `idxmin`/`idxmax` taken (`way`)."""
-    if way is None:
+    if way is None or (parsed := _parsed(code)) is None:
         return []
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
-        return []
-    sp, out = Splice(code), []
+    (sp, nodes), out = parsed, []
     pandas = "" if re.search(r"^import pandas as pd\b", code, re.M) else "import pandas as pd\n"
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in _AGGREGATES and not node.args):
-            continue
+    for node in _aggregates(nodes):
+        assert isinstance(node.func, ast.Attribute)
         of = node.func.value
         key = _column_key(of)
         if key is None or "groupby" in sp.text(of):
@@ -274,13 +276,11 @@ def closest_recasts(code: str) -> list[Rewrite]:
     """`code` with `s.idxmin()` (idxmax, argmin, argmax) taken over the distance to a
     number the cell names instead: `(s - m).abs().idxmin()`, for each name `m` but `s`'s;
     the guard holds when `m` is a number."""
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    if (parsed := _parsed(code)) is None:
         return []
-    sp, out = Splice(code), []
-    names = [n.id for n in ast.walk(tree) if isinstance(n, ast.Name)]
-    for node in ast.walk(tree):
+    (sp, nodes), out = parsed, []
+    names = [n.id for n in nodes if isinstance(n, ast.Name)]
+    for node in nodes:
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in _PICKS and not node.args):
             continue
