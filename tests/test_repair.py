@@ -284,3 +284,38 @@ def test_names_the_kernel_lists_are_spliced_into_code_only_when_they_are_identif
     [r] = for_error("print(x.groupby(\"c'); import os; ('\").sum())",
                     "KeyError: \"c'); import os; ('\"", scope)
     assert "sales[\"c'); import os; ('\"]" in r.code  # a string literal, not code
+
+
+FIRST_LINES = "The first lines of your cell, corrected, ran without an error"
+
+
+def test_a_cell_whose_later_line_still_fails_is_offered_its_corrected_first_lines(
+        _isolated_home, tmp_path):
+    """The task suite's groupby seed 3: the Series grouped by a column name, then
+    `counts['units']` after `reset_index` (no such column): the whole cell cannot be
+    mended, so nothing was offered and the model sent it five times. Its first lines,
+    corrected, run: they are offered with the value they bind printed, and the error the
+    next line met."""
+    (tmp_path / "sales.csv").write_text(
+        "date,category,units,unit_price\n2024-05-01,books,100,5.0\n2025-01-02,audio,2,50.0\n"
+        "2025-02-03,books,10,5.0\n2025-03-04,audio,1,80.0\n")
+    head = ("revenue = sales[sales['date'].str.contains('2025')]['units'] * "
+            "sales[sales['date'].str.contains('2025')]['unit_price']\n"
+            "counts = revenue.groupby('category').sum().reset_index()\n")
+    cell = head + "best = counts['category'].iloc[counts['units'].idxmax()]\nprint(best)"
+    offer = head.replace("groupby('category')", "groupby(sales['category'])") + "print(counts)"
+    first, second = _run(_isolated_home, [tmp_path / "sales.csv"],
+                         [_cell(cell), _cell(offer), "FINAL(audio)"])
+    assert FIRST_LINES in first and "failed with `KeyError: 'units'`" in first
+    assert first.split("```python\n")[-1].rsplit("\n```]", 1)[0] == offer
+    assert "audio" in second and "180.0" in second
+
+
+def test_a_cell_whose_failing_line_cannot_be_mended_gets_no_first_lines_offer(
+        _isolated_home, tmp_path):
+    """The lines that ran before the error run in a trial too, but hold no change: they
+    are not offered."""
+    (tmp_path / "sales.csv").write_text("date,category,units\n2025-01-02,audio,2\n")
+    cell = "x = sales['units'].sum()\ny = no_such_thing_anywhere + 1\nprint(x, y)"
+    (first,) = _run(_isolated_home, [tmp_path / "sales.csv"], [_cell(cell), "FINAL(2)"])
+    assert FIRST_LINES not in first and OFFER not in first

@@ -210,18 +210,24 @@ def _literal_repr(node: ast.expr) -> str | None:
 _CELL_LINE = re.compile(r"^(?:Cell In\[\d+\]|Input In \[\d+\]|File \"<ipython-input-[^>]*>\"), line (\d+)", re.M)
 
 
+def failed_line(shaped: str) -> int | None:
+    """The line of the cell its traceback points at (the cell's own frame, IPython's
+    `Cell In[n], line k`); None when it names none."""
+    m = _CELL_LINE.search(shaped or "")
+    return int(m.group(1)) if m else None
+
+
 def ran_before_error(code: str, shaped: str) -> str:
     """The top-level statements of a failed cell that ended before the line its
-    traceback points at (the cell's own frame, IPython's `Cell In[n], line k`): the
-    part that ran. "" when the cell does not parse or the traceback names no line."""
-    m = _CELL_LINE.search(shaped or "")
-    if m is None:
+    traceback points at (`failed_line`): the part that ran. "" when the cell does not
+    parse or the traceback names no line."""
+    line = failed_line(shaped)
+    if line is None:
         return ""
     try:
         tree = ast.parse(code)
     except SyntaxError:
         return ""
-    line = int(m.group(1))
     lines = code.splitlines(keepends=True)
     ran = [s for s in tree.body if (s.end_lineno or s.lineno) < line]
     return "".join(lines[:ran[-1].end_lineno]) if ran else ""
