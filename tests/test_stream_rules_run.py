@@ -190,3 +190,40 @@ def test_a_goal_with_a_failing_gate_is_not_complete_and_an_unchanged_workspace_i
     # waits for its gates, and a cell ran since they passed)
     assert runs.read_text().count("checked") == 3
     assert events[-1].final == "complete" and events[-1].result.status == "answered"
+
+
+def test_a_cell_starting_to_type_a_literal_over_the_input_is_stopped_as_it_streams(
+        _isolated_home, tmp_path):
+    """The host's own rule, on the default path (no rule file): the task suite's needle
+    item spent 240 s typing the log into `audit = "..."`. The reply is stopped at its first
+    quote, never logged or run, and the turn is retried with the reminder naming the
+    input; the next reply searches the variable."""
+    from rlm.agent.context_files import load_context_files
+
+    log = tmp_path / "audit.log"
+    log.write_text("".join(f"2025-01-01 INFO line {i}\n" for i in range(3000))
+                   + "2025-01-02 INFO badge R-4623 issued to Ilse Tanaka\n")
+    typed = fenced('audit = "2025-01-01 INFO line 0\\n' + "2025-01-01 INFO line 1\\n" * 400 + '"')
+    search = fenced("i = audit.find('Ilse Tanaka')\nprint(audit[max(0, i - 60):i + 20])")
+
+    class Fenced(ScriptedLLM):
+        native_tools = False
+
+    llm = Fenced([typed, search, "FINAL(R-4623)"], stream=True)
+    config = Config(home=_isolated_home, model="script:inline", cell_timeout=60)
+    session = SessionStore.create(_isolated_home, model="script:inline", task="t")
+    agent = build_agent(session, config, llm=llm)
+    with agent:
+        load_context_files(agent, [log])
+        end = [e for e in agent.run("In the audit log, what badge did Ilse Tanaka get?")
+               if isinstance(e, RunEnded)][-1]
+    assert end.final == "R-4623"
+    (hit,) = injections(session)
+    assert hit.data["rule"] == "input-literal" and hit.data["found"].startswith('audit = "')
+    assert "`audit` already holds your input" in str(hit.content)
+    assert "`audit` already holds your input" in str(llm.calls[1][-1]["content"])
+    ran = [e.message["content"] for e in session.branch()
+           if isinstance(e, MessageEntry) and e.message.get("role") == "tool"]
+    assert len(ran) == 1 and "badge R-4623 issued to Ilse Tanaka" in ran[0]
+    assert not any('audit = "' in str(e.message.get("content")) for e in session.branch()
+                   if isinstance(e, MessageEntry))  # the stopped reply is not logged

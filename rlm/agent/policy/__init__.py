@@ -64,7 +64,7 @@ from rlm.agent.policy.rules import (
     Ungrounded,
     UnknownTool,
 )
-from rlm.agent.policy.stream import Abort, StreamRules
+from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
 from rlm.agent.steer.match import Match, ReplyScanner
@@ -123,7 +123,10 @@ class AnswerPolicy:
             self.facts.offer = offer
         if self.flow is None:
             self.flow = DataFlow(held() if held is not None else set())
+        inputs = list(inputs)
         self.flow.derived.update(inputs)
+        rule = input_literal_rule(inputs)
+        self.stream.builtin = (rule,) if rule is not None else ()
         self.stuck = StuckWatch(thresholds_for(native_tools))
         self.missing = None
 
@@ -175,7 +178,7 @@ class AnswerPolicy:
     # ----------------------------------------------------------------- stream rules
     def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         """The scanner the next reply streams through (None: no rule may fire now)."""
-        return self.stream.watch(branch) if self.stream.rules.stream else None
+        return self.stream.watch(branch) if self.stream.stream_rules else None
 
     def rule_hit(self, match: Match, branch: Sequence[Entry]) -> Abort:
         return self.stream.hit(match, branch)
@@ -184,7 +187,8 @@ class AnswerPolicy:
         return self.stream.note(match, branch)
 
     def system_note(self, branch: Sequence[Entry]) -> str:
-        return self.stream.context_note(branch) if self.stream.rules else ""
+        return self.stream.context_note(branch) \
+            if self.stream.rules or self.stream.builtin else ""
 
     # ------------------------------------------------------------------------ cells
     def cell(self, code: str, result: Any, entry_id: str) -> CellVerdict:

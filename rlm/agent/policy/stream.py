@@ -68,9 +68,33 @@ def fired(branch: Sequence[Entry]) -> list[tuple[str, int]]:
             if isinstance(e.data, dict)]
 
 
+INPUT_LITERAL = "input-literal"
+
+
+def input_literal_rule(inputs: Sequence[str]) -> StreamRule | None:
+    """The host's own stream rule: a cell that starts assigning a string literal to a
+    name holding the run's input (`audit = "2025-01-01 ...`) is stopped as it streams.
+    The cell would not run (rlm.agent.cells: a literal over an input), but the 1.5B model
+    spent the task suite's whole 240 s typing a million-character log into one; stopped
+    at its first quote, the turn is retried with the reminder."""
+    names = sorted(n for n in set(inputs) if n.isidentifier())
+    if not names:
+        return None
+    listed = ", ".join(f"`{n}`" for n in names[:6])
+    return StreamRule(
+        name=INPUT_LITERAL,
+        conditions=(rf"(?m)^[ \t]*(?:{'|'.join(names)})[ \t]*=[ \t]*[rRbBuUfF]{{0,2}}[\"']",),
+        reminder=(f"{listed} already hold{'s' * (len(names) == 1)} your input, in full: the "
+                  "preview you saw is only its start. Never assign a literal to it: search it "
+                  "or slice it (`i = name.find('word')`, then `print(name[i - 300:i + 300])`)."),
+        source="rlm (built in)")
+
+
 class StreamRules:
     def __init__(self, rules: RuleSet | None = None):
         self.rules = rules or RuleSet()
+        # the host's own rules for this run (input_literal_rule), beside the files' rules
+        self.builtin: tuple[StreamRule, ...] = ()
         self.turn_hits: Counter[str] = Counter()
         self.slow: set[str] = set()  # rules whose condition ran out of time: off for the run
 
@@ -86,7 +110,7 @@ class StreamRules:
         replies = reply_count(branch)
         last = {name: at for name, at in history}
         out = []
-        for rule in self.rules.stream:
+        for rule in self.stream_rules:
             n = counts[rule.name]
             if rule.name in self.slow:
                 continue
@@ -98,6 +122,10 @@ class StreamRules:
                 continue
             out.append(rule)
         return out
+
+    @property
+    def stream_rules(self) -> list[StreamRule]:
+        return [*self.rules.stream, *self.builtin]
 
     def watch(self, branch: Sequence[Entry]) -> ReplyScanner | None:
         rules = self.active(branch)
@@ -140,7 +168,7 @@ class StreamRules:
                 continue
             used += len(item.text)
             parts.append(f"## Rule: {item.name}\n{item.text}")
-        for rule in self.rules.stream:
+        for rule in self.stream_rules:
             if counts[rule.name] >= DEMOTE_AFTER:
                 parts.append(f"## Rule: {rule.name} (you broke it {counts[rule.name]} times)\n"
                              f"{rule.reminder}")
