@@ -220,8 +220,8 @@ class DroppedCondition(Rule):
     and wrong. After the refusal, a reply whose first cell still spells none of them is
     sampled again (up to RESAMPLES times, then it runs): the 1.5B model re-ran its cell
     unchanged and gave the same answer, or sent it again without its first line (the
-    everyday suite's gap-brazil-rise: `[1] - [0]` for "from 1952 to 2007"). The refusal's key carries the conditions (`facts.refused`
-    is the rules' only memory)."""
+    everyday suite's gap-brazil-rise: `[1] - [0]` for "from 1952 to 2007"). The
+    refusal's key carries the conditions (`facts.refused` is the rules' only memory)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
