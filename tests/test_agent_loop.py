@@ -167,20 +167,23 @@ def test_a_cell_retyping_an_input_variable_is_not_run(_isolated_home, tmp_path):
     (tmp_path / "notes.txt").write_text("filler\n" * 1000 + "code for X is 4711\n")
     retype = "```python\nnotes = \"\"\"filler\nfiller\n\"\"\"\nprint(notes.find('X'))\n```"
     config = Config(home=_isolated_home, model="script:small", cell_timeout=60)
-    llm = _Fenced([retype, "```python\nprint(len(notes))\n```", "FINAL(ok)"])
+    llm = _Fenced([retype, retype, retype, "```python\nprint(len(notes))\n```", "FINAL(ok)"])
     session = SessionStore.create(_isolated_home, model="script:small", task="t")
     with agent_for(session, config, llm=llm) as agent:
         load_context_files(agent, [tmp_path / "notes.txt"])
         run(agent, "What is the code for X?")
-        # refused, not run: the kernel still holds the file, and the model was told why
-        assert "Not run: this cell assigns a literal to `notes`" in llm.calls[1][-1]["content"]
-        assert "7019" in llm.calls[2][-1]["content"]  # len(notes) of the untouched input
+        # two layers: the built-in stream rule stops the reply at its first quote (twice a
+        # turn at most, rlm.agent.policy.stream); past it, the cell is not run
+        for call in llm.calls[1:3]:
+            assert "`notes` already holds your input" in call[-1]["content"]
+        assert "Not run: this cell assigns a literal to `notes`" in llm.calls[3][-1]["content"]
+        assert "7019" in llm.calls[4][-1]["content"]  # len(notes) of the untouched input
     # the guard survives a resume: the input names come from the session log
     resumed = SessionStore.open(session.path)
     llm2 = _Fenced([retype, "FINAL(ok)"])
     with agent_for(resumed, config, llm=llm2) as agent:
         run(agent, "again")
-    assert "Not run" in llm2.calls[1][-1]["content"]
+    assert "`notes` already holds your input" in llm2.calls[1][-1]["content"]
 
 
 def test_a_refused_retyping_cell_sent_again_is_sampled_again(_isolated_home, tmp_path):
