@@ -219,3 +219,34 @@ def test_the_closest_answered_by_the_smallest_is_offered_the_distance(_isolated_
     assert "Lyon" in seen[0] and "none of the cells you ran measures a distance" in seen[1]
     assert _offered(seen[1]) == recast
     assert seen[2].rstrip().endswith("Cork") and final == "Cork"
+
+
+def _sales(tmp: Path) -> Path:
+    (tmp / "sales.csv").write_text(
+        "date,category,units,unit_price\n2025-01-02,audio,2,50.0\n2025-02-03,books,30,5.0\n"
+        "2025-03-04,audio,1,20.0\n2025-04-05,toys,3,12.5\n2025-05-06,books,10,4.0\n")
+    return tmp / "sales.csv"
+
+
+def test_a_name_read_off_a_printed_table_is_refused_with_the_pick(_isolated_home, tmp_path):
+    """The task suite's groupby family: totals per category printed as a table, and the
+    first row answered (verified: its name and figure were shown). Refused, and offered the
+    cell with the pick of the maximum by the table's number column."""
+    cell = ("rev = (sales['units'] * sales['unit_price']).groupby(sales['category']).sum()"
+            ".reset_index()\nprint(rev)")
+    pick = "print(rev.set_index('category').select_dtypes('number').iloc[:, 0].idxmax())"
+    seen, final = _run(_isolated_home, [_sales(tmp_path)],
+                       [_cell(cell), "FINAL(audio, with 120.0)", _cell(cell + "\n" + pick),
+                        "FINAL(books)"],
+                       "Which product category brought in the most revenue in sales.csv?")
+    assert "audio" in seen[0] and "190.0" in seen[0]
+    assert "none of the cells you ran picks it" in seen[1]
+    assert _offered(seen[1]) == cell + "\n" + pick  # the Series pick failed its check
+    assert seen[2].rstrip().endswith("books") and final == "books"
+
+
+def test_a_name_a_cell_picked_is_not_refused(_isolated_home, tmp_path):
+    cell = "print((sales['units'] * sales['unit_price']).groupby(sales['category']).sum().idxmax())"
+    seen, final = _run(_isolated_home, [_sales(tmp_path)], [_cell(cell), "FINAL(books)"],
+                       "Which product category brought in the most revenue in sales.csv?")
+    assert final == "books" and len(seen) == 1

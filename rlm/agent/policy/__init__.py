@@ -45,7 +45,7 @@ from rlm.agent.policy.decisions import (
     Resample,
     Run,
 )
-from rlm.agent.policy.recast import Closest, CountedRows, WhichAsFigure
+from rlm.agent.policy.recast import Closest, CountedRows, Unpicked, WhichAsFigure
 from rlm.agent.policy.rules import (
     RESAMPLE_TEMPERATURE,
     RESAMPLES,
@@ -86,7 +86,8 @@ def default_rules() -> list[Rule]:
     fork of the kernel after those that decide from the run's record)."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
             Ungrounded(), DroppedCondition(), QuestionOperation(), ShrunkInput(),
-            CountedRows(), WhichAsFigure(), Closest(), PartialResult(), MaskPrecedence(), RowLabel()]
+            CountedRows(), WhichAsFigure(), Unpicked(), Closest(), PartialResult(),
+            MaskPrecedence(), RowLabel()]
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:

@@ -31,6 +31,11 @@ Whether the answer is of the wrong kind is the data's to say, not a phrasing lis
   is recast grouped by that period of the date column (`pd.to_datetime(...).dt.
   month_name()`), `idxmin`/`idxmax` by the question's direction; refused once, with the
   recast when it ran.
+- `which` with a direction and a name for an answer, when no cell of the run picked an
+  extreme (`idxmax`, a sort, `nlargest`, `max`...): the name was read off a printed
+  table (the task suite's groupby family answered its first row). The newest cell that
+  printed the totals is offered with the pick added, only when the pick ran and gave a
+  value of the asked column (`Unpicked`).
 - `closest`: the question asks which is closest (nearest) and no cell of the run measured
   a distance (`abs`): the newest `idxmin`/`idxmax` is recast over the distance to a number
   the cell names (`(medians - mean).abs().idxmin()`), the guard checking it is a number.
@@ -98,9 +103,14 @@ def which(question: str, descriptions: Sequence[str]) -> tuple[str, Column] | No
     columns = table_columns(descriptions)
     low = _FILE.sub(lambda m: " " * len(m.group(0)), question).lower()
     for m in _WHICH.finditer(low):
-        c = _named(m.group(1), columns)
-        if c is not None and c.text and c.table.isidentifier():
-            return m.group(1), c
+        # the thing, or a word or two later: "which product category", "what kind of carrier"
+        words = [m.group(1), *re.findall(r"[a-z][a-z0-9_]*", low[m.end():])[:2]]
+        for w in words:
+            if w in _STOP:
+                break
+            c = _named(w, columns)
+            if c is not None and c.text and c.table.isidentifier():
+                return w, c
     return None
 
 
@@ -264,6 +274,34 @@ def period_recasts(code: str, dates: Column, word: str, way: str | None) -> list
             out.append(Rewrite(pandas + recast, f"grouped by the {word} of {dates.name!r}, the "
                                                 f"{word} of the {way}imum {node.func.attr}",
                                f"assert pd.notna({new})"))
+    return out[:MAX_RECASTS]
+
+
+_PICKED = re.compile(r"\b(?:idxmax|idxmin|argmax|argmin|nlargest|nsmallest|max|min|sort_values|"
+                     r"sorted|sort|most_common|mode|head|tail|iloc|rank)\b")
+
+
+def pick_recasts(code: str, table: str, column: str, way: str) -> list[Rewrite]:
+    """`code` and a line that picks the `column` value of the `way`imum from what it
+    printed (`print(totals)`, or its last expression): a Series' `idxmax()`, or a table's
+    row by its first number column; the guard holds when the pick is a value of
+    `table[column]`."""
+    if (parsed := _parsed(code)) is None:
+        return []
+    nodes, out = parsed[1], []
+    shown = [n.args[0] for n in nodes if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+             and n.func.id == "print" and len(n.args) == 1 and isinstance(n.args[0], ast.Name)]
+    module = nodes[0]
+    last = module.body[-1] if isinstance(module, ast.Module) and module.body else None
+    if isinstance(last, ast.Expr) and isinstance(last.value, ast.Name):
+        shown.append(last.value)
+    for name in dict.fromkeys(n.id for n in shown):
+        for pick in (f"{name}.idx{way}()",
+                     f"{name}.set_index({column!r}).select_dtypes('number').iloc[:, 0]"
+                     f".idx{way}()"):
+            out.append(Rewrite(code.rstrip("\n") + f"\nprint({pick})\n",
+                               f"picks the {column} of the {way}imum from `{name}`",
+                               f"assert str({pick}) in set({table}[{column!r}].astype(str))"))
     return out[:MAX_RECASTS]
 
 
@@ -440,3 +478,35 @@ class Closest(Rule):
         return Refuse(CLOSEST.format(offer=repair.note(found) if found else ""),
                       "the question asks for the closest; no cell measured a distance"
                       + ("; offered the cell recast" if found else ""), key=CLOSEST_KEY)
+
+
+UNPICKED = ("Not accepted yet: the question asks which {word} has the {way}imum, and none of "
+            "the cells you ran picks it (`.idx{way}()`, `.sort_values()`, `.nlargest()`): "
+            "your answer was read off a printed table.{offer} Answer with FINAL(answer) from "
+            "its output.")
+UNPICKED_KEY = "which, never picked"
+
+
+class Unpicked(Rule):
+    """A name answering "which <thing> had the most ..." when no cell of the run picked
+    an extreme (`idxmax`, a sort, `nlargest`, `max`...): the 1.5B model printed the totals
+    per category and answered the first row (the task suite's groupby family, twice, both
+    verified: the answer's name and figure were shown). Refused once per run, and only
+    with the newest cell that printed the totals followed by the pick, which ran on a fork
+    and gave a value of the asked column."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if not _open(facts, UNPICKED_KEY) or bare_figure(answer.text) \
+                or (q := _question(branch)) is None or (hit := which(*q)) is None \
+                or (way := direction(q[0])) is None \
+                or any(_PICKED.search(c) for c in facts.computed):
+            return None
+        word, column = hit
+        for cell in reversed(facts.shown[-3:]):
+            found = _offer(facts, pick_recasts(cell.code, column.table, column.name, way))
+            if found is not None:
+                return Refuse(UNPICKED.format(word=word, way=way, offer=repair.note(found)),
+                              f"the question asks which {word} has the {way}imum; no cell "
+                              "picked it; offered the cell with the pick", key=UNPICKED_KEY)
+        return None
