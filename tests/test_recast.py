@@ -250,3 +250,11 @@ def test_a_name_a_cell_picked_is_not_refused(_isolated_home, tmp_path):
     seen, final = _run(_isolated_home, [_sales(tmp_path)], [_cell(cell), "FINAL(books)"],
                        "Which product category brought in the most revenue in sales.csv?")
     assert final == "books" and len(seen) == 1
+
+
+def test_the_first_row_of_value_counts_is_a_pick(_isolated_home, tmp_path):
+    """`value_counts()` lists the most frequent first: reading its first row picks."""
+    cell = "counts = sales['category'].value_counts()\nprint(counts)"
+    seen, final = _run(_isolated_home, [_sales(tmp_path)], [_cell(cell), "FINAL(audio)"],
+                       "Which category appears most often in sales.csv?")
+    assert final == "audio" and len(seen) == 1

@@ -277,8 +277,9 @@ def period_recasts(code: str, dates: Column, word: str, way: str | None) -> list
     return out[:MAX_RECASTS]
 
 
+# a pick of an extreme, or a listing sorted by it (`value_counts()` lists the most first)
 _PICKED = re.compile(r"\b(?:idxmax|idxmin|argmax|argmin|nlargest|nsmallest|max|min|sort_values|"
-                     r"sorted|sort|most_common|mode|head|tail|iloc|rank)\b")
+                     r"sorted|sort|most_common|mode|head|tail|iloc|rank|value_counts)\b")
 
 
 def pick_recasts(code: str, table: str, column: str, way: str) -> list[Rewrite]:
