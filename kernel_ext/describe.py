@@ -22,6 +22,7 @@ import math
 from typing import Any
 
 from kernel_ext.columns import column_lines, levels_brief, parse_levels
+from kernel_ext.line_fields import field_lines
 
 PREVIEW_CHARS = 400
 MAX_NAMES = 60
@@ -32,12 +33,14 @@ LONG_TEXT_PREVIEW = 160  # measured: with 400 the 1.5B model retypes the preview
 def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
     """A DataFrame (or Series) also gets `columns`: one line per column with its dtype,
     its values when few, the range of numbers and dates and whether values are missing
-    (kernel_ext.columns); its `preview` is then its first rows.
+    (kernel_ext.columns); its `preview` is then its first rows. A text whose lines have
+    few-valued words at a position (a log's level) gets `fields`, one line per such
+    position (kernel_ext.line_fields).
 
     A long text also gets a `hint`: how to search it. Measured on the 1.5B offline model
     (bench/needle.py): with that line next to the task it searches with `find` and prints a
     window; without it, it guesses the needle's wording in a regex that matches nothing."""
-    hint = columns = ""
+    hint = columns = fields = ""
     kind = type(v).__module__ + "." + type(v).__qualname__
     kind = kind.removeprefix("builtins.")
     try:
@@ -54,6 +57,8 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
             prev = repr(v)[:n]
         elif isinstance(v, (str, bytes)):
             size = f"{len(v):,} {'characters' if isinstance(v, str) else 'bytes'}"
+            if isinstance(v, str):
+                fields = "\n".join(field_lines(v))
             long = len(v) > SEARCH_HINT_CHARS
             prev = repr(v[:min(n, LONG_TEXT_PREVIEW) if long else n])
             if long and isinstance(v, str):
@@ -72,6 +77,8 @@ def describe_value(name: str, v: Any, n: int = PREVIEW_CHARS) -> dict[str, str]:
     out = {"name": name, "type": kind, "size": size, "preview": prev}
     if columns:
         out["columns"] = columns
+    if fields:
+        out["fields"] = fields
     if hint:
         out["hint"] = hint
     return out

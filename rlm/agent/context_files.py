@@ -251,6 +251,9 @@ def format_description(items: list[dict[str, Any]], *, origin: str) -> str:
                          f"{d['columns']}\n  first rows:\n{d['preview']}")
         else:
             lines.append(f"- {d['name']}: {d['type']}, {d['size']}\n  preview: {d['preview']}")
+            if d.get("fields"):  # a line-structured text: the few values of its words
+                lines.append("  words that take few values, by position in each line:\n"
+                             f"{d['fields']}")
         if d.get("hint"):
             lines.append(f"  {d['hint']}")
     if not values:

@@ -8,13 +8,18 @@ from the data and shown by an output, so nothing else catches it.
 The conditions are found by what the data holds, not by a list of phrasings:
 - a value of the input that the question names: the input description (the
   `context_vars` entries, kernel_ext.columns) quotes every value of a few-valued column
-  (`continent (str): 5 values: 'Africa', ...`, `year (int64): ...; 12 values: 1952, ...`);
-  a question naming one of them (any case) states a condition on its column;
+  (`continent (str): 5 values: 'Africa', ...`, `year (int64): ...; 12 values: 1952, ...`),
+  and every few-valued word position of a text's lines (`split()[1] (line word): 4
+  values: '[INFO]', '[ERROR]', ...`, kernel_ext.line_fields), whose words are found by
+  their letters (`'[ERROR]'` by "ERROR"); a question naming one of them (any case) states
+  a condition;
 - a number of three or more digits in the question (a year, a threshold) that tells rows
   apart by what the description says: a listed level of a column with more than one
   value, inside the range of a number column, or a year inside the range of a date column
   that spans several years; never the one year a date column spans, nor the one value
   of a column ("in 2025" over data that is all of 2025 states no condition).
+Words inside a quoted example of the answer's format ("one line per service like
+'billing: 42'") are the example's, not conditions.
 A condition is used when some successful cell's code of this run spells it (any case, as
 a whole word; for a number, as a number). `dropped(question, descriptions, codes)` returns
 the conditions none spelled, in the question's order.
@@ -39,27 +44,40 @@ _YEAR = re.compile(r"(?<!\d)([12]\d{3})(?!\d)")
 _FILE = re.compile(r"\S+\.[A-Za-z][A-Za-z0-9]{0,9}\b")
 
 
+# a format the question shows by example ("one line per service like 'billing: 42'"):
+# its words are the example's, not a condition
+_EXAMPLE = re.compile(r"\b(?:like|e\.g\.|for example|for instance|such as)[,:]?\s*"
+                      r"(?:'[^'\n]*'|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’|`[^`\n]*`)", re.I)
+LINE_WORD = "line word"  # the dtype of a text's line position (kernel_ext.line_fields.KIND)
+_DECOR = "[](){}<>:;,.=|\"'"  # what a line word may be wrapped in: `[ERROR]`, `billing:`
 _TABLE = re.compile(r"^- ([A-Za-z_]\w*): ")
 _COLUMN = re.compile(r"^  (\S(?:[^\n]*?\S)?) \(([^()\n]*)\): (.*)$")
 
 
-def _column_lines(descriptions: Iterable[str]) -> Iterator[tuple[str, str, str]]:
-    """(table, column, the column's facts) for every column line of the descriptions."""
+def _column_lines(descriptions: Iterable[str]) -> Iterator[tuple[str, str, str, str]]:
+    """(table, column, its dtype, the column's facts) for every column line of the
+    descriptions (a text's line positions too: kernel_ext.line_fields)."""
     for text in descriptions:
         table = ""
         for line in text.splitlines():
             if m := _TABLE.match(line):
                 table = m.group(1)
             elif m := _COLUMN.match(line):  # table "": a column line outside a table
-                yield table, m.group(1), "): " + m.group(3)
+                yield table, m.group(1), m.group(2), "): " + m.group(3)
 
 
 def where_values(descriptions: Iterable[str]) -> dict[str, tuple[str, str, str]]:
     """Each value the input descriptions list, lower-cased -> (table, column, the value
-    as a literal: `'Africa'`, `2007`)."""
+    as a literal: `'Africa'`, `2007`). A text's line word is also found by its word
+    (`'[ERROR]'` by "error"), and its column is LINE_WORD."""
     out: dict[str, tuple[str, str, str]] = {}
-    for table, column, facts in _column_lines(descriptions):
+    for table, column, dtype, facts in _column_lines(descriptions):
         for m in _QUOTED.finditer(facts):
+            if dtype == LINE_WORD:
+                word = m.group(1).strip(_DECOR)
+                if word:
+                    out.setdefault(word.lower(), (table, LINE_WORD, f"'{m.group(1)}'"))
+                continue
             out.setdefault(m.group(1).lower(), (table, column, f"'{m.group(1)}'"))
         for block in _INT_LEVELS.finditer(facts):
             levels = _INT_LEVEL.findall(block.group(1))
@@ -79,7 +97,7 @@ def _ranges(descriptions: Iterable[str]) -> list[tuple[float, float, str, str]]:
     years of date ranges (a span of one value is kept too: what every row holds,
     `_tells_rows_apart` rules it out)."""
     out = []
-    for table, column, facts in _column_lines(descriptions):
+    for table, column, _dtype, facts in _column_lines(descriptions):
         for m in _RANGE.finditer(facts):
             lo, hi = m.group(1).strip("'"), m.group(2).strip("'")
             try:
@@ -108,6 +126,9 @@ def how_to_use(term: str, descriptions: Iterable[str]) -> str:
     hit = where_values(descriptions).get(term.lower())
     if hit:
         table, column, literal = hit
+        if column == LINE_WORD:
+            return (f"[line for line in {table}.splitlines() if {literal} in line.split()]"
+                    if table else "")
         return f"{table}[{table}[{column!r}] == {literal}]" if table else ""
     try:
         n = float(term)
@@ -122,7 +143,7 @@ def how_to_use(term: str, descriptions: Iterable[str]) -> str:
 def conditions(question: str, descriptions: Iterable[str]) -> list[str]:
     """The values and numbers `question` states, in its order (file names left out)."""
     descriptions = list(descriptions)
-    text = _FILE.sub(" ", question)
+    text = _FILE.sub(" ", _EXAMPLE.sub(" ", question))
     low = text.lower()
     found: list[tuple[int, str]] = []
     values, ranges = where_values(descriptions), _ranges(descriptions)

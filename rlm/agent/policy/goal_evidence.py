@@ -11,7 +11,10 @@ the answer a run would end with while its goal is active. It holds when, in orde
 2. every `--gate` passes (the autonomous policy's gates, else GoalManager's own, which
    also guard `goal.complete()` itself: rlm.longrun.gates; rerun only when something
    changed);
-3. the claim passes the answer policy's "verified" rule: every figure and name it asserts
+3. every condition the question or the goal states (a value the input lists: a level, a
+   year, a log's level; rlm.agent.policy.conditions) is spelled by some successful cell
+   of the run: for a fenced-code model, asked at every claim (the answer rule asks once);
+4. the claim passes the answer policy's "verified" rule: every figure and name it asserts
    is in an output of this run (rlm.agent.policy.verify). The message saying it does not
    quotes no claim: the words of a continuation count as the question's for that rule.
 
@@ -36,6 +39,7 @@ from rlm import safeio
 from rlm.agent.nudge import is_non_answer
 from rlm.agent.policy import AnswerPolicy, asked_prompts
 from rlm.agent.policy.decisions import Answer
+from rlm.agent.policy.rules import dropped_in_run, dropped_words
 from rlm.agent.policy.verify import ECHOED
 from rlm.agent.prompts import load_prompt
 from rlm.agent.runstate import RunState
@@ -50,6 +54,12 @@ _FILE = re.compile(
     r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 FILE_CHARS = 3000  # the head and tail of a named file the model is shown
 EVIDENCE_READ_LIMIT = 64 << 20  # the most of a named file read to check it
+
+
+GOAL_DROPPED = ("Not complete: the goal states {terms}, but none of the cells you ran uses "
+                "{them}, so what you wrote leaves out {that} condition{s}.{how} Write a cell "
+                "that applies every condition, writes the file again and prints what it "
+                "wrote; then finish.")
 
 
 def named_files(objective: str) -> list[str]:
@@ -179,6 +189,8 @@ class GoalJudge:
         gate = None if kernel else self._gate(agent)
         if gate is not None:
             return gate
+        if not agent.llm.native_tools and (dropped := self._dropped(agent)) is not None:
+            return dropped
         verdict = self._claims(agent, reason, claim)
         if verdict.get("why") == ECHOED:
             return ("Your answer repeats the words you were given; it says nothing your "
@@ -191,6 +203,20 @@ class GoalJudge:
                     "of this run shows. Print what supports each of them with a cell, then "
                     "finish again.", "an output that shows what the answer claims")
         return None
+
+    def _dropped(self, agent: JudgedHost) -> tuple[str, str] | None:
+        """The conditions the question or the goal states that no cell of this run
+        spelled (rlm.agent.policy.conditions): the 1.5B model counted every line of a log
+        for "the ERROR lines", shown the file it finished again, and the goal completed
+        wrong. Asked every time, not once: a goal never completes on a dropped condition."""
+        goal = self.goals.get()
+        missing, inputs = dropped_in_run(agent.session.branch(), agent.answers.facts.computed,
+                                         also=goal.objective if goal else "")
+        if not missing:
+            return None
+        words = dropped_words(missing, inputs)
+        return (GOAL_DROPPED.format(**words),
+                f"a cell that applies {words['terms']}, which the goal states")
 
     def _gate(self, agent: JudgedHost) -> tuple[str, str] | None:
         """The first failing gate: the autonomous policy's, else the goal's own."""

@@ -228,21 +228,11 @@ class DroppedCondition(Rule):
         if (facts.native_tools or _dropped_terms(facts) is not None or not facts.shown
                 or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
             return None
-        question = [e.message["content"] for e in prompts(branch)
-                    if isinstance(e.message.get("content"), str)][-1:]
-        if not question:
-            return None
-        inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        missing = dropped(question[0], inputs, facts.computed)[:4]
+        missing, inputs = dropped_in_run(branch, facts.computed)
         if not missing:
             return None
         terms = ", ".join(repr(t) for t in missing)
-        many = len(missing) > 1
-        hows = [h for t in missing if (h := how_to_use(t, inputs))]
-        how = (" The rows it means: " + "; ".join(hows) + ".") if hows else ""
-        return Refuse(DROPPED.format(terms=terms, them="them" if many else "it",
-                                     that="those" if many else "that", s="s" if many else "",
-                                     how=how),
+        return Refuse(DROPPED.format(**dropped_words(missing, inputs)),
                       f"the answer's cells never used {terms}, which the question states; "
                       "asked the model to apply every condition",
                       key=DROPPED_KEY + "\x1f".join(missing))
@@ -260,6 +250,36 @@ class DroppedCondition(Rule):
 
 
 DROPPED_KEY = "dropped condition:"
+
+
+def question_of(branch: Sequence[Entry], also: str = "") -> str:
+    """The words a run's conditions come from: the last prompt the user wrote (a
+    continuation's words are the host's: a goal judge's message, a heartbeat), and `also`
+    (a goal's objective)."""
+    asked = [e.message["content"] for e in prompts(branch)
+             if getattr(e, "origin", None) != "continuation"
+             and isinstance(e.message.get("content"), str)]
+    return "\n".join(t for t in (asked[-1] if asked else "", also) if t)
+
+
+def dropped_in_run(branch: Sequence[Entry], codes: Sequence[str],
+                   also: str = "") -> tuple[list[str], list[str]]:
+    """(the conditions the run's question states that no code of `codes` spells, at most
+    four; the input descriptions they were found by)."""
+    question = question_of(branch, also)
+    if not question:
+        return [], []
+    inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+    return dropped(question, inputs, codes)[:4], inputs
+
+
+def dropped_words(missing: list[str], inputs: list[str]) -> dict[str, str]:
+    """The fields of DROPPED (and the goal judge's message) for `missing`."""
+    many = len(missing) > 1
+    hows = [h for t in missing if (h := how_to_use(t, inputs))]
+    return {"terms": ", ".join(repr(t) for t in missing), "them": "them" if many else "it",
+            "that": "those" if many else "that", "s": "s" if many else "",
+            "how": (" The rows it means: " + "; ".join(hows) + ".") if hows else ""}
 
 
 def _dropped_terms(facts: Facts) -> list[str] | None:
