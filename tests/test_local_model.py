@@ -46,6 +46,21 @@ def test_completion_returns_text_and_usage_and_repeats(cfg):
     assert r2.content == r1.content  # greedy: repeatable
 
 
+def test_a_hot_draw_is_fixed_by_its_seed_and_differs_with_another(cfg):
+    """What resampling rests on (rlm.agent.modelcall.resample): on a prompt already
+    evaluated (a resample's: the turn's own call evaluated it) one seed draws the same
+    reply every time, so each resample of a turn gets its own. (The first, cold call may
+    draw otherwise: its logits come from evaluating the whole prompt.)"""
+    from rlm.llm import get_llm
+
+    llm = get_llm("local", cfg)
+    ask = [{"role": "user", "content": "Write a short, unusual Python one-liner about cats."}]
+    draw = [llm.complete(ask, temperature=1.0, max_tokens=40, seed=s).content
+            for s in (2001, 2001, 2001, 2002, 2003)]
+    assert draw[1] == draw[2]
+    assert len({draw[2], draw[3], draw[4]}) > 1, draw
+
+
 def test_streaming_yields_chunks_and_usage(cfg):
     """The handler streams several text pieces, then one last piece with the exact usage;
     the seam's reply is their join."""

@@ -575,6 +575,7 @@ def test_a_cell_repeated_through_every_resample_runs_and_raises_the_temperature(
     """When every resample repeats the failing cell too, it runs once more with the note
     that it repeats, and the next call samples at LOOP_BREAK_TEMPERATURE."""
     from rlm.agent.loop import LOOP_BREAK_TEMPERATURE, RESAMPLE_TEMPERATURE, RESAMPLES
+    from rlm.agent.modelcall import RESAMPLE_SEED_BASE
 
     bad = _cell("print({}['missing'])")
     llm = _Fenced([bad] * (RESAMPLES + 2) + [_cell("print(1 + 1)"), "FINAL(2)"])
@@ -584,6 +585,11 @@ def test_a_cell_repeated_through_every_resample_runs_and_raises_the_temperature(
     temps = [r["temperature"] for r in llm.requests]
     c = agent.config.temperature
     assert temps == [c, c] + [RESAMPLE_TEMPERATURE] * RESAMPLES + [LOOP_BREAK_TEMPERATURE, c]
+    # each resample draws with a seed of its own (with the provider's one seed the second
+    # resample was the first again); the turn's own calls keep the provider's
+    seeds = [r["seed"] for r in llm.requests]
+    assert seeds == [None, None] + [RESAMPLE_SEED_BASE + i for i in range(1, RESAMPLES + 1)] \
+        + [None, None]
     assert "exactly the same code" in llm.calls[-2][-1]["content"]
     assert ended.final == "2"
 

@@ -51,6 +51,7 @@ class ModelHost(LoopHost, Protocol):
 # a reply is looked at for its end (reply_end) while shorter than this: a runaway reply
 # full of backticks is not parsed again at each of its deltas
 CUT_SCAN_CHARS = 32_768
+RESAMPLE_SEED_BASE = 2000  # resample i of a turn draws with seed RESAMPLE_SEED_BASE + i
 
 
 class RuleMatched(RlmError):
@@ -107,10 +108,10 @@ def _carry_out(host: ModelHost, decision: Abort, usage: Usage) -> Generator[Even
         yield Notice(decision.demoted, "warning")
 
 
-def call_model(host: ModelHost, temperature: float | None = None
+def call_model(host: ModelHost, temperature: float | None = None, seed: int | None = None
                ) -> Generator[Event, None, Completion | Stopped | None]:
     """One model call (a retry after a compaction on overflow); `temperature` overrides
-    the policy's (`AnswerPolicy.temperature`). None when the call failed (said once, by
+    the policy's (`AnswerPolicy.temperature`), `seed` the provider's. None when the call failed (said once, by
     RunEnded, or by a notice); `Stopped` when a stream rule matched."""
     for attempt in range(2):
         branch = host.session.branch()  # an O(1) view; read only where rules need it
@@ -125,7 +126,7 @@ def call_model(host: ModelHost, temperature: float | None = None
         temp = host.answers.temperature(host.config.temperature) if temperature is None \
             else temperature
 
-        call = _watched_call(host.llm, messages, temp, watch)
+        call = _watched_call(host.llm, messages, temp, watch, seed)
         yield ModelCallStarted(host.llm.spec, size)
         try:
             completion: Completion = yield from host.in_thread(call)
@@ -158,7 +159,7 @@ def call_model(host: ModelHost, temperature: float | None = None
 
 
 def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
-                  watch: ReplyScanner | None) -> Work:
+                  watch: ReplyScanner | None, seed: int | None = None) -> Work:
     """The call run on the worker thread: text streamed to the user and through `watch`,
     and a native call's code through it and to the user line by line as its arguments
     stream (ModelCode); a match
@@ -211,6 +212,8 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
                 drafted(index, code, closed=args.closed)  # the user sees it being written
 
             more: dict[str, Any] = {"on_call": on_call} if native else {}
+            if seed is not None:
+                more["seed"] = seed
             try:
                 # the python tool is offered to every model: a fenced-code model's provider
                 # may read it as the reply's format (the local model's reply grammar)
@@ -240,5 +243,9 @@ def resample(host: ModelHost, rejected: Completion, decision: Resample
         data={"why": decision.why, "content": rejected.content,
               "usage": rejected.usage.to_dict()}))
     yield Notice(decision.notice)
-    return (yield from call_model(host, temperature=decision.temperature))
+    # each resample of a turn draws with a seed of its own: with the provider's one seed
+    # a second resample at the same temperature was the first one again, byte for byte
+    # (the 1.5B model's failing cell came back three times a turn: bench/longrun.py)
+    seed = RESAMPLE_SEED_BASE + host.answers.facts.resamples
+    return (yield from call_model(host, temperature=decision.temperature, seed=seed))
 

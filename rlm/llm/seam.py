@@ -639,7 +639,7 @@ class _ScriptHandler:
         params = kw.get("optional_params") or {}
         owner.requests.append(
             {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop"),
-             "temperature": params.get("temperature")}
+             "temperature": params.get("temperature"), "seed": params.get("seed")}
         )
         reply = owner.queue.replies[index]
         if reply.error:
