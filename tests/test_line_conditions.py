@@ -20,7 +20,7 @@ import pytest
 from kernel_ext.describe import describe_value
 from kernel_ext.line_fields import field_lines
 from rlm.agent.context_files import format_description
-from rlm.agent.policy.conditions import conditions, how_to_use
+from rlm.agent.policy.conditions import conditions, dropped, how_to_use
 from tests import rlmcli
 
 rlm = partial(rlmcli.rlm, timeout=220)
@@ -81,6 +81,21 @@ def test_a_question_naming_a_line_word_states_a_condition_and_the_lines_it_means
     code = how_to_use("POST", [desc])
     picked = eval(code, {"access": log})  # noqa: S307 - the host's own suggestion, run as shown
     assert picked == [ln for ln in log.splitlines() if ln.split()[1] == "POST"]
+
+
+def test_a_condition_is_applied_by_a_literal_not_by_a_comment_or_a_name():
+    """The local model's cell `# ... their error counts` / `error_counts = ...` filtered
+    nothing; the word in its comment and name counted as applying 'ERROR'."""
+    desc = describe("access", access_log())
+    q = "Count the POST requests per path."
+    said = ["# count the post requests\npost_counts = Counter(l.split()[2] for l in lines)"]
+    assert dropped(q, [desc], said) == ["POST"]
+    for applied in ["[l for l in access.splitlines() if ' POST ' in l]",
+                    "sum(1 for l in lines if l.split()[1] == \"post\".upper())",
+                    "m = re.findall(rf'^\\S+ POST (\\S+)', access, re.M)",
+                    "print(f'{\"POST\"}')"]:
+        assert dropped(q, [desc], [applied]) == [], applied
+    assert dropped("the POST requests in 2007", [desc], ["x = 2007  # POST"]) == ["POST"]
 
 
 # ------------------------------------------------------------- through `rlm run`, a goal

@@ -20,15 +20,19 @@ The conditions are found by what the data holds, not by a list of phrasings:
   of a column ("in 2025" over data that is all of 2025 states no condition).
 Words inside a quoted example of the answer's format ("one line per service like
 'billing: 42'") are the example's, not conditions.
-A condition is used when some successful cell's code of this run spells it (any case, as
-a whole word; for a number, as a number). `dropped(question, descriptions, codes)` returns
+A condition is used when a literal of some successful cell's code of this run spells it
+(any case, as a whole word; for a number, as a number): a string or a number, not a
+comment or a name (`# count the error lines` filters nothing). `dropped(question, descriptions, codes)` returns
 the conditions none spelled, in the question's order.
 """
 
 from __future__ import annotations
 
+import io
 import re
+import tokenize
 from collections.abc import Iterable, Iterator
+from functools import lru_cache
 from typing import Any
 
 # a quoted value in a column line (`'Africa', 'Asia'`), or the integer levels listed after
@@ -165,12 +169,34 @@ def conditions(question: str, descriptions: Iterable[str]) -> list[str]:
     return out
 
 
+@lru_cache(maxsize=512)
+def literals(code: str) -> str:
+    """The string and number literals of `code`, one per line: where a cell states a
+    value to filter with. Comments and names are not (the logs run's `# ... their error
+    counts` and `error_counts` applied no ERROR filter). A cell that does not tokenize is
+    read whole, less what follows a `#`."""
+    out: list[str] = []
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(code).readline):
+            if tok.type in _LITERAL_TOKENS:
+                out.append(tok.string)
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        return "\n".join(line.partition("#")[0] for line in code.splitlines())
+    return "\n".join(out)
+
+
+_LITERAL_TOKENS = {tokenize.STRING, tokenize.NUMBER,
+                   getattr(tokenize, "FSTRING_MIDDLE", tokenize.STRING)}
+
+
 def used(term: str, codes: Iterable[str]) -> bool:
+    """Whether some code's literals spell `term` (any case, as a whole word; a number as a
+    number)."""
     if re.fullmatch(r"\d+(?:\.\d+)?", term):
         pattern = rf"(?<![\w.]){re.escape(term)}(?![\w]|\.\d)"
-        return any(re.search(pattern, c) for c in codes)
+        return any(re.search(pattern, literals(c)) for c in codes)
     pattern = rf"(?<!\w){re.escape(term.lower())}(?!\w)"
-    return any(re.search(pattern, c.lower()) for c in codes)
+    return any(re.search(pattern, literals(c).lower()) for c in codes)
 
 
 def dropped(question: str, descriptions: Iterable[str], codes: Iterable[str]) -> list[str]:
