@@ -154,7 +154,7 @@ def test_an_error_text_answer_is_refused_once_for_every_model():
         p = _policy(native=native)
         p.cell("print(1)", _ok("1"), "e1")
         d = p.answer(Answer("NameError: name 'x' is not defined", "final"), _branch("q", _ok("1")))
-        assert isinstance(d, Refuse) and d.key == NUDGE_ERROR_TEXT and d.origin is None
+        assert isinstance(d, Refuse) and d.key == NUDGE_ERROR_TEXT and d.origin == "nudge"
         again = p.answer(Answer("NameError: name 'x' is not defined", "final"), [])
         assert isinstance(again, Accept) and "error message" in again.why
 

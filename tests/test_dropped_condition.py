@@ -128,3 +128,21 @@ def test_after_the_refusal_a_new_cell_that_still_leaves_the_condition_out_is_sam
     assert end.final == "6000" and end.verified is True
     outputs = [s for s in seen if s.startswith("Output of cell")]
     assert len(outputs) == 2 and "6000" in outputs[1]
+
+
+def test_after_a_host_refusal_the_question_is_still_the_users(_isolated_home, world):
+    """The logs run (stop 66): an error-text refusal was logged as a user prompt, so the
+    rules read "Not accepted: your answer is the text of an error" as the question and
+    named 'error' as its condition. The host's messages are never the question: after one,
+    the user's condition is still the one named."""
+    end, seen = run_on_input(_isolated_home, world, Q, [
+        cell("print(world.head(2))"),
+        "FINAL(NameError: name 'africa' is not defined)",  # refused as the text of an error
+        cell("print(world[world['continent'] == 'Africa']['pop'].sum())"),  # every year
+        "FINAL(8000)",
+        cell("w = world[(world['continent'] == 'Africa') & (world['year'] == 2007)]\n"
+             "print(w['pop'].sum())"),
+        "FINAL(6000)"])
+    assert "the text of an error" in seen[1]
+    assert "the question states '2007'" in seen[3], seen[3]
+    assert end.final == "6000" and end.verified is True

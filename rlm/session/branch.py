@@ -285,6 +285,14 @@ def prompts(branch: Sequence[Any]) -> list[MessageEntry]:
     return [e for e in found if isinstance(e, MessageEntry) and _kind(e) == PROMPTS]
 
 
+def user_questions(branch: Sequence[Any]) -> list[str]:
+    """The user's own prompts on `branch`, oldest first: not a continuation (a goal's, a
+    heartbeat's: the host's words) and not a note the loop wrote. What the answer rules
+    read as "the question": one place, so a host message never reads as the user's."""
+    return [e.message["content"] for e in prompts(branch)
+            if e.origin is None and isinstance(e.message.get("content"), str)]
+
+
 def reply_count(branch: Sequence[Any], *, failed: bool = False) -> int:
     """How many assistant replies `branch` holds (with `failed`, also the entries that
     stand for failed model calls); no entry read on a `Branch`."""

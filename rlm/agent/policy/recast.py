@@ -64,7 +64,7 @@ from rlm.agent.policy.operations import (
 from rlm.agent.policy.rules import OPERATION_KEY, Rule
 from rlm.agent.policy.verify import Shown
 from rlm.agent.rewrites import Rewrite, Splice
-from rlm.session.branch import custom_entries, prompts
+from rlm.session.branch import custom_entries, user_questions
 from rlm.session.entries import Entry
 
 MAX_RECASTS = 4
@@ -359,8 +359,7 @@ PERIOD_KEY = "which period, never grouped by"
 def _question(branch: Sequence[Entry]) -> tuple[str, list[str]] | None:
     """The run's one question and the input descriptions; None for a follow-up (an
     earlier run's cells, which this run does not see, may have computed its figures)."""
-    asks = [e.message["content"] for e in prompts(branch)
-            if isinstance(e.message.get("content"), str)]
+    asks = user_questions(branch)
     if len(asks) != 1:
         return None
     return asks[0], [str(e.content or "") for e in custom_entries(branch, "context_vars")]

@@ -36,7 +36,7 @@ from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.operations import note as operation_note
 from rlm.agent.policy.partial import partial_note
 from rlm.agent.policy.precedence import precedence_note
-from rlm.session.branch import custom_entries, prompts
+from rlm.session.branch import custom_entries, user_questions
 from rlm.session.entries import Entry
 
 # a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
@@ -146,7 +146,7 @@ class ErrorText(Rule):
             return None
         return Refuse(NUDGE_ERROR_TEXT.format(what=what[:80]),
                       f"the model answered with an error message ({what[:80]}); asked it to fix "
-                      "its code instead", origin=None, key=NUDGE_ERROR_TEXT)
+                      "its code instead", key=NUDGE_ERROR_TEXT)
 
 
 class NotFound(Rule):
@@ -256,9 +256,7 @@ def question_of(branch: Sequence[Entry], also: str = "") -> str:
     """The words a run's conditions come from: the last prompt the user wrote (a
     continuation's words are the host's: a goal judge's message, a heartbeat), and `also`
     (a goal's objective)."""
-    asked = [e.message["content"] for e in prompts(branch)
-             if getattr(e, "origin", None) != "continuation"
-             and isinstance(e.message.get("content"), str)]
+    asked = user_questions(branch)
     return "\n".join(t for t in (asked[-1] if asked else "", also) if t)
 
 
@@ -307,8 +305,7 @@ class QuestionOperation(Rule):
                 or any(k.startswith(OPERATION_KEY) for k in facts.refused)
                 or (facts.max_turns is not None and facts.turn >= facts.max_turns)):
             return None
-        asks = [e.message["content"] for e in prompts(branch)
-                if isinstance(e.message.get("content"), str)]
+        asks = user_questions(branch)
         if len(asks) != 1:
             return None  # a follow-up: "the mean bonus you found" was computed by a run before
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
