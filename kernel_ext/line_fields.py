@@ -11,8 +11,9 @@ condition (rlm.agent.policy.conditions reads these lines like column lines).
 Words are split on whitespace; position k is `line.split()[k]`, listed as such (Python's
 own spelling, 0-based) with its values exactly as the lines spell them (`'[ERROR]'`,
 `'billing:'`). A position is described when at least COVER of the non-blank lines have
-it and it takes between 2 and `MAX_LEVELS` values, each on four lines or more on average
-and each printable with a letter or digit;
+it takes at most `MAX_LEVELS` values, each on four lines or more on average, and at
+least 2 of them are each on MIN_SHARE of its lines (only those are listed, the rest
+counted), printable, with a letter or digit;
 prose (many first words) and ids (many values) get no line. Bounded: a text past SAMPLE_CHARS is read on SAMPLE_CHUNKS evenly spaced chunks
 (the same on every run) and says "in the sample"; never raises.
 """
@@ -26,6 +27,9 @@ from kernel_ext.columns import MAX_LEVELS, _join, _literal
 MIN_LINES = 20  # fewer non-blank lines: not described by position
 MAX_POSITIONS = 12  # positions looked at, from the first word
 COVER = 0.9  # share of the non-blank lines that must have the position
+# a value on fewer of the lines is not listed (a needle's one line is not a level: "what
+# badge did Ilse get" named 'badge', a word of one line in 3,001, as a condition)
+MIN_SHARE = 0.005
 SAMPLE_CHARS = 4_000_000  # a longer text is read on chunks
 SAMPLE_CHUNKS = 8
 KIND = "line word"  # the dtype column-line readers know a line position by
@@ -69,11 +73,14 @@ def _field_lines(text: str) -> list[str]:
         if len(words) < COVER * len(rows):
             break
         counts = Counter(words)
-        if not 2 <= len(counts) <= MAX_LEVELS or not all(_wordlike(w) for w in counts):
+        if len(counts) > MAX_LEVELS or len(counts) > len(words) // 4:
+            continue  # many values (an id, a time), or too few repeats to call levels
+        levels = [w for w, n in counts.most_common() if n >= MIN_SHARE * len(words)]
+        if len(levels) < 2 or not all(_wordlike(w) for w in levels):
             continue
-        if len(counts) > len(words) // 4:
-            continue  # a few lines: too few repeats to call these levels
         where = "" if exact else " in the sample"
-        levels = [_literal(w) for w, _ in counts.most_common()]
-        out.append(_join(f"  split()[{pos}] ({KIND}): {len(counts)} values{where}: ", levels, 0))
+        rare = len(counts) - len(levels)
+        more = f", +{rare} rarer" if rare else ""
+        out.append(_join(f"  split()[{pos}] ({KIND}): {len(levels)} values{where}: ",
+                         [_literal(w) for w in levels], 0) + more)
     return out

@@ -62,6 +62,19 @@ def test_prose_short_texts_and_garbage_get_no_positions():
     assert "fields" not in describe_value("s", "a short string")
 
 
+def test_a_needles_words_are_not_levels():
+    """One line in 3,001 is a needle, not a level: its words are not listed, so a
+    question naming them states no condition (the stream-rule test's audit log)."""
+    log = ("".join(f"2025-01-01 INFO line {i}\n" for i in range(3000))
+           + "2025-01-02 INFO badge R-4623 issued to Ilse Tanaka\n")
+    assert field_lines(log) == []
+    assert conditions("In the audit log, what badge did Ilse Tanaka get?",
+                      [describe("audit", log)]) == []
+    mixed = access_log() + "10.0.0.1 PATCH /cart 200 3ms\n"
+    line = field_lines(mixed)[0]
+    assert "'POST'" in line and "PATCH" not in line and line.endswith("+1 rarer")
+
+
 def test_a_long_text_is_read_on_a_sample_and_says_so():
     big = access_log(150_000)
     assert len(big) > 4_000_000

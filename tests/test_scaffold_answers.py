@@ -254,7 +254,9 @@ def test_a_final_that_is_an_error_message_is_refused_once_with_the_reason(_isola
                    _cell(D + "print(D['six'] * 7)"), "FINAL(42)"])
     agent, _ = _agent(_isolated_home, llm)
     with agent:
-        events = list(agent.run("total?"))
+        # not "total?": the refusal is the host's words, so that question would still
+        # ask for a sum no cell computes (QuestionOperation)
+        events = list(agent.run("six times seven?"))
     refusal = llm.calls[2][-1]
     assert refusal["role"] == "user" and "Not accepted" in refusal["content"]
     assert "FileNotFoundError:" in refusal["content"]
