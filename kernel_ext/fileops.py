@@ -97,6 +97,8 @@ def _record(target: set[str], path: Any) -> None:
     if (p + "/").startswith(_ignored_prefixes) or "/__pycache__/" in p or _is_scratch(p):
         return
     target.add(p)
+    if target is _modified:
+        provenance.note_write(p)  # which line of the cell wrote it
     if target is _read:
         provenance.note_read()  # which line of the cell read it
         if len(_cell_read) < MAX_PATHS:

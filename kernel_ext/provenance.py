@@ -9,6 +9,9 @@ file and which line wrote which output. This module records both, per cell:
          for reading (kernel_ext.fileops calls `note_read` from its audit hook);
   said   per line, the figures and words it wrote to stdout/stderr (kernel_ext.streams
          calls `note_output`), displayed (`display(...)`) or returned as the cell's value;
+  wrote  per line, the files it opened for writing (`open(..., 'w')`, `to_csv`,
+         `write_text`, `os.rename`'s target: kernel_ext.fileops calls `note_write`), at
+         most MAX_WROTE: which statement a file's content comes from;
   partial the lines whose output was not all read for tokens (past PER_WRITE characters of
          one write or MAX_TOKENS of the cell): the host does not rule on what it cannot see.
 
@@ -51,6 +54,8 @@ _active = False
 _read: set[int] = set()
 _said: dict[int, set[str]] = {}
 _partial: set[int] = set()
+_wrote: dict[int, set[str]] = {}  # line -> the files it opened for writing (absolute)
+MAX_WROTE = 64  # files a cell's record names as written, at most
 _count = 0
 MAX_BINDS = 1000  # names a cell's record carries (sorted: the first ones)
 MAX_SCAN_NAMES = 250_000  # past this many names in the namespace a cell's binds are not told
@@ -79,6 +84,14 @@ def note_read() -> None:
     line = cell_line()
     if line is not None:
         _read.add(line)
+
+
+def note_write(path: str) -> None:
+    """The line of the running cell that opened `path` for writing (kernel_ext.fileops'
+    audit hook: every spelling of a write goes through an open)."""
+    line = cell_line()
+    if line is not None and sum(map(len, _wrote.values())) < MAX_WROTE:
+        _wrote.setdefault(line, set()).add(path)
 
 
 def note_output(text: str) -> None:
@@ -119,6 +132,7 @@ def _started(info: Any = None, *_: Any) -> None:
     global _active, _count, _binds, _code
     _code = str(getattr(info, "raw_cell", "") or "")
     _read.clear()
+    _wrote.clear()
     _said.clear()
     _partial.clear()
     _count = 0
@@ -192,7 +206,8 @@ def _parse(code: str) -> ast.Module | None:
 def record() -> dict[str, Any]:
     _close_binds()
     return {"read": sorted(_read), "said": {str(k): sorted(v) for k, v in _said.items()},
-            "partial": sorted(_partial), "binds": _binds}
+            "partial": sorted(_partial), "binds": _binds,
+            "wrote": {str(k): sorted(v) for k, v in _wrote.items()}}
 
 
 _undo: list[Any] = []

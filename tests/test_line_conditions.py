@@ -174,3 +174,42 @@ def test_a_goal_is_not_completed_while_a_condition_it_states_was_never_applied(t
     assert res["reason"] == "final", (res, out.stderr[-2000:])
     got = dict(ln.split(": ") for ln in (tmp_path / "counts.txt").read_text().splitlines())
     assert {k: int(v) for k, v in got.items()} == {p: n for p, n in posts.items() if n}
+
+
+@pytest.mark.timeout(240)
+def test_a_condition_applied_beside_the_file_does_not_complete_its_goal(tmp_path):
+    """The logs run (stop 66), one step on: refused for the dropped 'ERROR', the model
+    printed the ERROR lines in a cell of their own and finished, errors.txt still as the
+    unfiltered cell wrote it. What counts is the code the file came from (the kernel's
+    record of which line wrote it: rlm.agent.policy.written), not any cell of the run."""
+    log = access_log()
+    (tmp_path / "access.log").write_text(log)
+    posts = {p: sum(1 for ln in log.splitlines() if ln.split()[1:3] == ["POST", p])
+             for p in PATHS}
+    top = max(posts, key=posts.__getitem__)
+    wrong_top = max(PATHS, key=lambda p: log.count(f" {p} "))
+    wrong = f"FINAL({wrong_top}: {log.count(f' {wrong_top} ')})"
+    beside = "print([l for l in access.splitlines() if l.split()[1] == 'POST'][:3])"
+    replies = [block(WRONG), wrong, block(beside), wrong, wrong,
+               block(RIGHT), f"FINAL({top}: {posts[top]})", f"FINAL({top}: {posts[top]})"]
+    s = fenced(tmp_path / "s.json", replies)
+    out = rlm("run", "access.log is an access log. Count the POST requests per path and "
+              "write counts.txt with one line per path like '/cart: 3'.", "--model", s,
+              "--goal", "counts.txt lists every path's POST count", "--autonomous",
+              "--gate", "grep -q '^/' counts.txt", "--max-turns", "12", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    seen = []
+    for e in entries(res["session_path"]):
+        if e["type"] == "message" and e["message"]["role"] in ("user", "tool"):
+            seen.append(str(e["message"].get("content")))
+        elif e.get("custom_type") == "thread_goal_state" and e["data"]["goal"] \
+                and e["data"]["goal"]["status"] == "complete":
+            seen.append("<complete>")
+    judged = [i for i, t in enumerate(seen)
+              if "the code that wrote counts.txt never uses 'POST'" in t]
+    assert judged, seen
+    done = seen.index("<complete>")
+    assert judged[0] < done, seen
+    assert res["reason"] == "final", (res, out.stderr[-2000:])
+    got = dict(ln.split(": ") for ln in (tmp_path / "counts.txt").read_text().splitlines())
+    assert {k: int(v) for k, v in got.items()} == {p: n for p, n in posts.items() if n}

@@ -33,6 +33,7 @@ from typing import Any
 from rlm.agent.codeparse import ran_before_error
 from rlm.agent.nudge import error_text
 from rlm.agent.policy.dataflow import DataFlow
+from rlm.agent.policy.written import Written
 from rlm.agent.policy.decisions import (
     Accept,
     Answer,
@@ -111,6 +112,7 @@ class AnswerPolicy:
         self.host_checks: Callable[[], bool] = lambda: False
         self.missing: str | None = None
         self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
+        self.written = Written()  # where each file a cell wrote comes from (the process's)
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
@@ -205,6 +207,7 @@ class AnswerPolicy:
         # a failed cell bound what ran before its error: the flow takes it too
         flow = self.flow.cell(code, getattr(result, "provenance", None),
                               getattr(result, "binds", None))
+        self.written.cell(code, getattr(result, "provenance", None), getattr(result, "binds", None))
         if result.ok:
             f.shown.append(Shown(entry_id, result.shaped, code, flow.depends, flow.evidence))
             f.final_depends = flow.final_depends

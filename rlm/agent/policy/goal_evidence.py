@@ -12,8 +12,11 @@ the answer a run would end with while its goal is active. It holds when, in orde
    also guard `goal.complete()` itself: rlm.longrun.gates; rerun only when something
    changed);
 3. every condition the question or the goal states (a value the input lists: a level, a
-   year, a log's level; rlm.agent.policy.conditions) is spelled by some successful cell
-   of the run: for a fenced-code model, asked at every claim (the answer rule asks once);
+   year, a log's level; rlm.agent.policy.conditions) is spelled by the code each named
+   file comes from (rlm.agent.policy.written), or by some successful cell of the run,
+   and every aggregate the question names (a mean, a sum, a count of distinct values:
+   rlm.agent.policy.operations) is computed by that code: for a fenced-code model, asked
+   at every claim (the answer rules ask once);
 4. the claim passes the answer policy's "verified" rule: every figure and name it asserts
    is in an output of this run (rlm.agent.policy.verify). The message saying it does not
    quotes no claim: the words of a continuation count as the question's for that rule.
@@ -39,7 +42,9 @@ from rlm import safeio
 from rlm.agent.nudge import is_non_answer
 from rlm.agent.policy import AnswerPolicy, asked_prompts
 from rlm.agent.policy.decisions import Answer
-from rlm.agent.policy.rules import dropped_in_run, dropped_words
+from rlm.agent.policy.operations import file_note
+from rlm.agent.policy.operations import missing as missing_operations
+from rlm.agent.policy.rules import dropped_in_run, dropped_words, question_of
 from rlm.agent.policy.verify import ECHOED
 from rlm.agent.prompts import load_prompt
 from rlm.agent.runstate import RunState
@@ -60,6 +65,12 @@ GOAL_DROPPED = ("Not complete: the goal states {terms}, but none of the cells yo
                 "{them}, so what you wrote leaves out {that} condition{s}.{how} Write a cell "
                 "that applies every condition, writes the file again and prints what it "
                 "wrote; then finish.")
+
+
+FILE_DROPPED = ("Not complete: the goal states {terms}, but the code that wrote {file} never "
+                "uses {them}, so {file} leaves out {that} condition{s}.{how} Write {file} "
+                "again from a cell that applies every condition and prints what it wrote; "
+                "then finish.")
 
 
 def named_files(objective: str) -> list[str]:
@@ -205,13 +216,30 @@ class GoalJudge:
         return None
 
     def _dropped(self, agent: JudgedHost) -> tuple[str, str] | None:
-        """The conditions the question or the goal states that no cell of this run
-        spelled (rlm.agent.policy.conditions): the 1.5B model counted every line of a log
-        for "the ERROR lines", shown the file it finished again, and the goal completed
-        wrong. Asked every time, not once: a goal never completes on a dropped condition."""
+        """The conditions the question or the goal states that the code a named file
+        comes from never spelled (rlm.agent.policy.written: the statement that wrote it
+        and those it read from), or, for a file no cell wrote, no cell of this run: the
+        1.5B model counted every line of a log for "the ERROR lines", shown the file it
+        finished again, and the goal completed wrong; later it printed the ERROR lines
+        and left the file as it was. Asked every time, not once: a goal never completes
+        on a dropped condition."""
         goal = self.goals.get()
-        missing, inputs = dropped_in_run(agent.session.branch(), agent.answers.facts.computed,
-                                         also=goal.objective if goal else "")
+        objective = goal.objective if goal else ""
+        branch = agent.session.branch()
+        for name in named_files(objective):
+            sources = agent.answers.written.sources(self.cwd / name)
+            if sources is None:
+                continue  # not written by a cell of this session: the run's cells below
+            missing, inputs = dropped_in_run(branch, sources, also=objective)
+            if missing:
+                words = dropped_words(missing, inputs)
+                return (FILE_DROPPED.format(file=name, **words),
+                        f"{name} written by code that applies {words['terms']}")
+            ops = missing_operations(question_of(branch, objective), inputs, sources)
+            if ops:
+                return (file_note(ops, name), f"{name} written by code that computes "
+                        + " and ".join(op.kind for op in ops[:2]))
+        missing, inputs = dropped_in_run(branch, agent.answers.facts.computed, also=objective)
         if not missing:
             return None
         words = dropped_words(missing, inputs)

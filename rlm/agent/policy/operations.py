@@ -367,3 +367,25 @@ def note(ops: list[Operation]) -> str:
                          f"names over the rows it names, e.g. `{_example(op)}`")
     return ("Not accepted yet: " + "; and ".join(parts) + ". Print it, then answer with "
             "FINAL(answer).")
+
+
+def file_note(ops: list[Operation], file: str) -> str:
+    """The goal judge's message for a named file whose code computes none of `ops` (the
+    first two): what the goal asks, what the code that wrote `file` never does, how."""
+    parts = []
+    for op in ops[:2]:
+        if op.kind == "distinct":
+            c = op.column
+            how = (f"{c.table}[...][{c.name!r}].nunique()" if c is not None and c.table
+                   else f"{op.table or 'df'}[...]['column'].nunique()")
+            parts.append(f"how many different {op.word}, but the code that wrote {file} "
+                         f"never counts distinct values (e.g. `{how}`)")
+        else:
+            the, a, _ = _NAMES[op.kind]
+            word = op.word.lower()
+            plain = the.removeprefix("the ")
+            parts.append(f"the {word}{f' ({plain})' * (word != plain)}, but the code that "
+                         f"wrote {file} never computes {a} (e.g. `{_example(op)}`)")
+    return (f"Not complete: the goal asks for " + "; and ".join(parts) + f". Write {file} "
+            "again from a cell that computes it and prints what it wrote; then finish.")
+
