@@ -548,7 +548,29 @@ def _provenance(reply: dict[str, Any] | None) -> dict[str, Any] | None:
         kept = [t[:64] for t in tokens[:budget] if isinstance(t, str)]
         budget -= len(kept)
         out[key] = kept
-    return {"read": sorted(set(read)), "said": out, "partial": sorted(set(partial))}
+    return {"read": sorted(set(read)), "said": out, "partial": sorted(set(partial)),
+            "wrote": _wrote(raw.get("wrote"))}
+
+
+MAX_WROTE = 64  # kernel_ext.provenance.MAX_WROTE: a kernel sends no more
+MAX_PATH_CHARS = 4096
+
+
+def _wrote(raw: Any) -> dict[str, list[str]]:
+    """The lines that opened files for writing ({line: [absolute path]}), bounded; what
+    is not well formed is left out (the kernel's word: it only decides which code a
+    named file's content came from)."""
+    out: dict[str, list[str]] = {}
+    budget = MAX_WROTE
+    for key, paths in (raw.items() if isinstance(raw, dict) else ()):
+        if not (isinstance(key, str) and key.isdigit() and isinstance(paths, list)):
+            continue
+        kept = [p for p in paths[:budget] if isinstance(p, str) and p.startswith("/")
+                and len(p) <= MAX_PATH_CHARS]
+        budget -= len(kept)
+        if kept:
+            out[key] = kept
+    return out
 
 
 MAX_BINDS = 1000  # kernel_ext.provenance.MAX_BINDS: a kernel sends no more

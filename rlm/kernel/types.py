@@ -76,7 +76,8 @@ class CellResult:
     elided_chars: int = 0
     files_read: list[str] | None = None  # what the audit hook saw the cell read (ok cells)
     # which lines read a file and what each line said (kernel_ext.provenance; ok and failed cells):
-    # {"read": [line], "said": {"line": [token]}, "partial": [line]}; None: not known
+    # {"read": [line], "said": {"line": [token]}, "partial": [line],
+    #  "wrote": {"line": [path]}}; None: not known
     provenance: dict[str, Any] | None = None
     # the user names the cell bound: new, rebound to another object or deleted, as the
     # kernel saw its namespace change (kernel_ext.provenance; ok and failed cells: what ran

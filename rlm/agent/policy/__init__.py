@@ -33,7 +33,6 @@ from typing import Any
 from rlm.agent.codeparse import ran_before_error
 from rlm.agent.nudge import error_text
 from rlm.agent.policy.dataflow import DataFlow
-from rlm.agent.policy.written import Written
 from rlm.agent.policy.decisions import (
     Accept,
     Answer,
@@ -68,6 +67,7 @@ from rlm.agent.policy.rules import (
 from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
+from rlm.agent.policy.written import Written
 from rlm.agent.steer.match import Match, ReplyScanner
 from rlm.protocols import End
 from rlm.session.branch import prompts

@@ -386,6 +386,6 @@ def file_note(ops: list[Operation], file: str) -> str:
             plain = the.removeprefix("the ")
             parts.append(f"the {word}{f' ({plain})' * (word != plain)}, but the code that "
                          f"wrote {file} never computes {a} (e.g. `{_example(op)}`)")
-    return (f"Not complete: the goal asks for " + "; and ".join(parts) + f". Write {file} "
+    return ("Not complete: the goal asks for " + "; and ".join(parts) + f". Write {file} "
             "again from a cell that computes it and prints what it wrote; then finish.")
 
