@@ -22,6 +22,7 @@ from kernel_ext.line_fields import field_lines
 from rlm.agent.context_files import format_description
 from rlm.agent.policy.conditions import conditions, dropped, how_to_use
 from tests import rlmcli
+from tests.test_stuck import block, entries, fenced
 
 rlm = partial(rlmcli.rlm, timeout=220)
 
@@ -112,19 +113,6 @@ def test_a_condition_is_applied_by_a_literal_not_by_a_comment_or_a_name():
 
 
 # ------------------------------------------------------------- through `rlm run`, a goal
-def fenced(path: Path, replies: list[str]) -> str:
-    path.write_text(json.dumps({"window": 32000, "fenced": True, "replies": replies}))
-    return f"script:{path}"
-
-
-def block(code: str) -> str:
-    return f"```python\n{code}\n```"
-
-
-def entries(session_path: str) -> list[dict]:
-    return [json.loads(line) for line in Path(session_path).read_text().splitlines()[1:]]
-
-
 WRONG = ("from collections import Counter\n"
          "c = Counter(line.split()[2] for line in access.splitlines())\n"
          "with open('counts.txt', 'w') as f:\n"
@@ -134,54 +122,11 @@ RIGHT = WRONG.replace("for line in access.splitlines())",
                       "for line in access.splitlines() if line.split()[1] == 'POST')")
 
 
-@pytest.mark.timeout(240)
-def test_a_goal_is_not_completed_while_a_condition_it_states_was_never_applied(tmp_path):
-    log = access_log()
-    (tmp_path / "access.log").write_text(log)
-    posts = {p: sum(1 for ln in log.splitlines() if ln.split()[1:3] == ["POST", p])
-             for p in PATHS}
-    top = max(posts, key=posts.__getitem__)
-    wrong_top = max(PATHS, key=lambda p: log.count(f" {p} "))
-    claim = "FINAL({p}: {n})"
-    replies = [block(WRONG), claim.format(p=wrong_top, n=log.count(f" {wrong_top} ")),
-               block("print(open('counts.txt').read())"),
-               claim.format(p=wrong_top, n=log.count(f" {wrong_top} ")),
-               claim.format(p=wrong_top, n=log.count(f" {wrong_top} ")),
-               block(RIGHT), claim.format(p=top, n=posts[top]),
-               claim.format(p=top, n=posts[top])]
-    s = fenced(tmp_path / "s.json", replies)
-    out = rlm("run", "access.log is an access log. Count the POST requests per path and "
-              "write counts.txt with one line per path like '/cart: 3'.", "--model", s,
-              "--goal", "counts.txt lists every path's POST count", "--autonomous",
-              "--gate", "grep -q '^/' counts.txt", "--max-turns", "12", "--json", cwd=tmp_path)
-    res = json.loads(out.stdout.strip().splitlines()[-1])
-    es = entries(res["session_path"])
-    # what the model read, in order, and when the goal completed
-    seen = []
-    for e in es:
-        if e["type"] == "message" and e["message"]["role"] in ("user", "tool"):
-            seen.append(str(e["message"].get("content")))
-        elif e.get("custom_type") == "thread_goal_state" and e["data"]["goal"] \
-                and e["data"]["goal"]["status"] == "complete":
-            seen.append("<complete>")
-    judged = [i for i, t in enumerate(seen) if "Not complete: the goal states 'POST'" in t]
-    assert judged, seen
-    assert "[line for line in access.splitlines() if 'POST' in line.split()]" in seen[judged[0]]
-    done = seen.index("<complete>")
-    ran_right = max(i for i, t in enumerate(seen) if f"{top}: {posts[top]}" in t
-                    and "Not complete" not in t)
-    assert judged[0] < ran_right < done, seen
-    assert res["reason"] == "final", (res, out.stderr[-2000:])
-    got = dict(ln.split(": ") for ln in (tmp_path / "counts.txt").read_text().splitlines())
-    assert {k: int(v) for k, v in got.items()} == {p: n for p, n in posts.items() if n}
-
-
-@pytest.mark.timeout(240)
-def test_a_condition_applied_beside_the_file_does_not_complete_its_goal(tmp_path):
-    """The logs run (stop 66), one step on: refused for the dropped 'ERROR', the model
-    printed the ERROR lines in a cell of their own and finished, errors.txt still as the
-    unfiltered cell wrote it. What counts is the code the file came from (the kernel's
-    record of which line wrote it: rlm.agent.policy.written), not any cell of the run."""
+def posts_goal(tmp_path: Path, middle: list[str]) -> tuple[list[str], dict[str, int]]:
+    """`rlm run` with a goal over an access log: the WRONG cell and its claim, `middle`
+    (replies, `{wrong}` the wrong claim), the RIGHT cell and its claim twice. What the
+    model read in order (`<complete>` where the goal completed), and the true counts;
+    the run ended with the answer and counts.txt holds them."""
     log = access_log()
     (tmp_path / "access.log").write_text(log)
     posts = {p: sum(1 for ln in log.splitlines() if ln.split()[1:3] == ["POST", p])
@@ -189,9 +134,9 @@ def test_a_condition_applied_beside_the_file_does_not_complete_its_goal(tmp_path
     top = max(posts, key=posts.__getitem__)
     wrong_top = max(PATHS, key=lambda p: log.count(f" {p} "))
     wrong = f"FINAL({wrong_top}: {log.count(f' {wrong_top} ')})"
-    beside = "print([l for l in access.splitlines() if l.split()[1] == 'POST'][:3])"
-    replies = [block(WRONG), wrong, block(beside), wrong, wrong,
-               block(RIGHT), f"FINAL({top}: {posts[top]})", f"FINAL({top}: {posts[top]})"]
+    right = f"FINAL({top}: {posts[top]})"
+    replies = [block(WRONG), wrong, *(r.format(wrong=wrong) for r in middle), block(RIGHT),
+               right, right]
     s = fenced(tmp_path / "s.json", replies)
     out = rlm("run", "access.log is an access log. Count the POST requests per path and "
               "write counts.txt with one line per path like '/cart: 3'.", "--model", s,
@@ -205,12 +150,35 @@ def test_a_condition_applied_beside_the_file_does_not_complete_its_goal(tmp_path
         elif e.get("custom_type") == "thread_goal_state" and e["data"]["goal"] \
                 and e["data"]["goal"]["status"] == "complete":
             seen.append("<complete>")
+    assert res["reason"] == "final", (res, out.stderr[-2000:])
+    got = dict(ln.split(": ") for ln in (tmp_path / "counts.txt").read_text().splitlines())
+    assert {k: int(v) for k, v in got.items()} == {p: n for p, n in posts.items() if n}
+    return seen, posts
+
+
+@pytest.mark.timeout(240)
+def test_a_goal_is_not_completed_while_a_condition_it_states_was_never_applied(tmp_path):
+    seen, posts = posts_goal(tmp_path, [block("print(open('counts.txt').read())"),
+                                        "{wrong}", "{wrong}"])
+    judged = [i for i, t in enumerate(seen) if "Not complete: the goal states 'POST'" in t]
+    assert judged, seen
+    assert "[line for line in access.splitlines() if 'POST' in line.split()]" in seen[judged[0]]
+    top = max(posts, key=posts.__getitem__)
+    ran_right = max(i for i, t in enumerate(seen) if f"{top}: {posts[top]}" in t
+                    and "Not complete" not in t)
+    assert judged[0] < ran_right < seen.index("<complete>"), seen
+
+
+@pytest.mark.timeout(240)
+def test_a_condition_applied_beside_the_file_does_not_complete_its_goal(tmp_path):
+    """The logs run (stop 66), one step on: refused for the dropped 'ERROR', the model
+    printed the ERROR lines in a cell of their own and finished, errors.txt still as the
+    unfiltered cell wrote it. What counts is the code the file came from (the kernel's
+    record of which line wrote it: rlm.agent.policy.written), not any cell of the run."""
+    beside = "print([l for l in access.splitlines() if l.split()[1] == 'POST'][:3])"
+    seen, _ = posts_goal(tmp_path, [block(beside), "{wrong}", "{wrong}"])
     judged = [i for i, t in enumerate(seen)
               if "the goal states 'POST', but the code that wrote counts.txt never uses it"
               in t]
     assert judged, "\n=====\n".join(t[:300] for t in seen)
-    done = seen.index("<complete>")
-    assert judged[0] < done, seen
-    assert res["reason"] == "final", (res, out.stderr[-2000:])
-    got = dict(ln.split(": ") for ln in (tmp_path / "counts.txt").read_text().splitlines())
-    assert {k: int(v) for k, v in got.items()} == {p: n for p, n in posts.items() if n}
+    assert judged[0] < seen.index("<complete>"), seen

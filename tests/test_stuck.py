@@ -278,7 +278,11 @@ def test_a_claim_that_the_shown_file_is_correct_completes_the_goal(tmp_path):
     """issue 33's staff run: the file was right, the host showed it, and the model's
     "FINAL(salaries.md is correct)" was refused as unsupported three times (its only claim
     was the word "correct") until the stuck watch blocked a goal that was done."""
-    write = ("means = {'Research': 71847, 'Sales': 61423}\n"
+    # the file comes from a mean (the judge asks the goal's "average" of the code that
+    # wrote it: rlm.agent.policy.written)
+    write = ("import pandas as pd\n"
+             "pay = pd.DataFrame({'dept': ['Research', 'Sales'], 'salary': [71847, 61423]})\n"
+             "means = pay.groupby('dept')['salary'].mean().round().astype(int).to_dict()\n"
              "with open('salaries.md', 'w') as f:\n"
              "    f.writelines(f'{k}: {v}\\n' for k, v in means.items())\nprint(means)")
     s = fenced(tmp_path / "file.json", [block(write), "FINAL(salaries.md is written)",

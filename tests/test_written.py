@@ -82,7 +82,8 @@ def test_a_file_written_without_the_aggregate_the_goal_names_does_not_complete_i
     every claim until a cell writes the file from a mean."""
     import json
 
-    from tests.test_line_conditions import block, entries, fenced, rlm
+    from tests.test_line_conditions import rlm
+    from tests.test_stuck import block, entries, fenced
 
     pay = [("Research", 70000), ("Research", 74000), ("Sales", 60000), ("Sales", 62000),
            ("Sales", 64000)]
