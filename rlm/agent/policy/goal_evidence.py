@@ -200,8 +200,8 @@ class GoalJudge:
         gate = None if kernel else self._gate(agent)
         if gate is not None:
             return gate
-        if not agent.llm.native_tools and (dropped := self._dropped(agent)) is not None:
-            return dropped
+        if not agent.llm.native_tools and (unapplied := self._unapplied(agent)) is not None:
+            return unapplied
         verdict = self._claims(agent, reason, claim)
         if verdict.get("why") == ECHOED:
             return ("Your answer repeats the words you were given; it says nothing your "
@@ -215,10 +215,11 @@ class GoalJudge:
                     "finish again.", "an output that shows what the answer claims")
         return None
 
-    def _dropped(self, agent: JudgedHost) -> tuple[str, str] | None:
+    def _unapplied(self, agent: JudgedHost) -> tuple[str, str] | None:
         """The conditions the question or the goal states that the code a named file
         comes from never spelled (rlm.agent.policy.written: the statement that wrote it
-        and those it read from), or, for a file no cell wrote, no cell of this run: the
+        and those it read from), then the aggregates it names that code never computes;
+        for a file no cell wrote, the conditions no cell of this run spelled. The
         1.5B model counted every line of a log for "the ERROR lines", shown the file it
         finished again, and the goal completed wrong; later it printed the ERROR lines
         and left the file as it was. Asked every time, not once: a goal never completes
