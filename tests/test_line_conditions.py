@@ -107,7 +107,7 @@ def test_a_condition_is_applied_by_a_literal_not_by_a_comment_or_a_name():
     for applied in ["[l for l in access.splitlines() if ' POST ' in l]",
                     "sum(1 for l in lines if l.split()[1] == \"post\".upper())",
                     "m = re.findall(rf'^\\S+ POST (\\S+)', access, re.M)",
-                    "print(f'{\"POST\"}')"]:
+                    "print(f'{\"POST\"}')", "!grep POST access.log | wc -l"]:
         assert dropped(q, [desc], [applied]) == [], applied
     assert dropped("the POST requests in 2007", [desc], ["x = 2007  # POST"]) == ["POST"]
 

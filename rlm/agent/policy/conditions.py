@@ -176,6 +176,12 @@ def literals(code: str) -> str:
     counts` and `error_counts` applied no ERROR filter). A cell that does not tokenize is
     read whole, less what follows a `#`."""
     out: list[str] = []
+    try:  # as the kernel ran it: `!grep ERROR app.log` is a call with that string
+        from rlm.agent.policy.dataflow import _transformer
+
+        code = _transformer().transform_cell(code)
+    except Exception:  # noqa: BLE001 - a cell IPython cannot transform is read as it is
+        pass
     try:
         for tok in tokenize.generate_tokens(io.StringIO(code).readline):
             if tok.type in _LITERAL_TOKENS:
