@@ -144,8 +144,10 @@ def _transformer() -> Any:
     return TransformerManager()
 
 
+@functools.lru_cache(maxsize=64)
 def _tree(code: str) -> ast.Module | None:
-    """The cell as the kernel ran it (IPython's transforms keep its lines)."""
+    """The cell as the kernel ran it (IPython's transforms keep its lines); cached, since
+    each cell is read by the data flow and by rlm.agent.policy.written (read only)."""
     try:
         code = _transformer().transform_cell(code)
     except Exception:  # noqa: BLE001 - a cell IPython cannot transform is parsed as it is

@@ -327,7 +327,19 @@ _NAMES = {"mean": ("the mean", "a mean", "mean"),
           "sum": ("the sum", "a sum", "sum")}
 
 
+def _asked(op: Operation) -> str:
+    """`the average (mean)`: the aggregate as the question words it, and what it is."""
+    the = _NAMES[op.kind][0]
+    word, plain = op.word.lower(), the.removeprefix("the ")
+    return f"the {word}{f' ({plain})' * (word != plain)}"
+
+
 def _example(op: Operation) -> str:
+    """The code that computes `op` over the table and column it names."""
+    if op.kind == "distinct":
+        c = op.column
+        return (f"{c.table}[...][{c.name!r}].nunique()" if c is not None and c.table
+                else f"{op.table or 'df'}[...]['column'].nunique()")
     method = _NAMES[op.kind][2]
     value = op.column
     named = value or op.by
@@ -350,21 +362,18 @@ def note(ops: list[Operation]) -> str:
                 parts.append(f"the question asks how many {op.word}; `{c.name}` repeats in "
                              f"{c.table} ({size}{k}), and none of the cells you ran counts "
                              "distinct values, so your answer counts rows. Count distinct "
-                             f"values over the rows the question names with "
-                             f"`{c.table}[...][{c.name!r}].nunique()`")
+                             f"values over the rows the question names with `{_example(op)}`")
             else:
                 parts.append(f"the question asks how many different {op.word}, and none of the "
                              "cells you ran counts distinct values, so your answer counts rows. "
                              "Count distinct values over the rows the question names with "
-                             f"`{op.table or 'df'}[...]['column'].nunique()`")
+                             f"`{_example(op)}`")
         else:
             the, a, _ = _NAMES[op.kind]
-            word = op.word.lower()
-            plain = the.removeprefix("the ")
-            parts.append(f"the question asks for the {word}{f' ({plain})' * (word != plain)}"
-                         f", but none of the cells you ran computes {a}, so your answer counts "
-                         f"or picks something else. Compute {the} of the column the question "
-                         f"names over the rows it names, e.g. `{_example(op)}`")
+            parts.append(f"the question asks for {_asked(op)}, but none of the cells you ran "
+                         f"computes {a}, so your answer counts or picks something else. "
+                         f"Compute {the} of the column the question names over the rows it "
+                         f"names, e.g. `{_example(op)}`")
     return ("Not accepted yet: " + "; and ".join(parts) + ". Print it, then answer with "
             "FINAL(answer).")
 
@@ -375,17 +384,11 @@ def file_note(ops: list[Operation], file: str) -> str:
     parts = []
     for op in ops[:2]:
         if op.kind == "distinct":
-            c = op.column
-            how = (f"{c.table}[...][{c.name!r}].nunique()" if c is not None and c.table
-                   else f"{op.table or 'df'}[...]['column'].nunique()")
             parts.append(f"how many different {op.word}, but the code that wrote {file} "
-                         f"never counts distinct values (e.g. `{how}`)")
+                         f"never counts distinct values (e.g. `{_example(op)}`)")
         else:
-            the, a, _ = _NAMES[op.kind]
-            word = op.word.lower()
-            plain = the.removeprefix("the ")
-            parts.append(f"the {word}{f' ({plain})' * (word != plain)}, but the code that "
-                         f"wrote {file} never computes {a} (e.g. `{_example(op)}`)")
+            parts.append(f"{_asked(op)}, but the code that wrote {file} never computes "
+                         f"{_NAMES[op.kind][1]} (e.g. `{_example(op)}`)")
     return ("Not complete: the goal asks for " + "; and ".join(parts) + f". Write {file} "
             "again from a cell that computes it and prints what it wrote; then finish.")
 
