@@ -115,6 +115,38 @@ def test_named_files_takes_existing_files_once_and_leaves_big_ones(tmp_path, mon
     assert load == [str(tmp_path / "sales.csv")]
 
 
+def test_no_quote_or_apostrophe_hides_a_named_file(tmp_path):
+    # the long-run shipments task loaded orders.csv only: the apostrophes of "order's" and
+    # "carrier's" were read as one quoted span around shipments.csv
+    for name in ("orders.csv", "shipments.csv", "my notes.txt", "notes.txt", "a.json"):
+        (tmp_path / name).write_text("x\n1\n")
+    tasks = {
+        "orders.csv has each order's date; shipments.csv has each carrier's name.":
+            ["orders.csv", "shipments.csv"],
+        "the students' marks in orders.csv and the teacher's list 'my notes.txt'":
+            ["orders.csv", "my notes.txt"],
+        "a 'quoted' word, then shipments.csv, then 'another' and `a.json`":
+            ["shipments.csv", "a.json"],
+        "it's a.json's twin: shipments.csv (don't skip orders.csv)":
+            ["a.json", "shipments.csv", "orders.csv"],
+    }
+    for task, want in tasks.items():
+        load, _ = named_files(task, tmp_path, [])
+        assert load == [str(tmp_path / n) for n in want], task
+
+
+def test_a_run_loads_every_file_its_task_names_between_possessives(tmp_path, _isolated_home):
+    (tmp_path / "orders.csv").write_text("order_id,due\n1,3\n2,5\n")
+    (tmp_path / "shipments.csv").write_text("order_id,carrier\n1,UPS\n2,DHL\n")
+    s = script(tmp_path / "r.json", [call("final(len(shipments))")])
+    out = rlm("run", "orders.csv has each order's due day; shipments.csv has each order's "
+              "carrier. How many shipments?", "--model", s, "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    ctx = [e for e in _entries(Path(res["session_path"])) if e.get("custom_type") == "context_vars"]
+    assert ctx[0]["data"]["names"] == ["orders", "shipments"]
+    assert res["final"] == "2"
+
+
 PENGUINS = ("species,island,bill_mm,sex,tag\n"
             + "".join(f"{s},{i},{b},{x},t{n}\n" for n, (s, i, b, x) in enumerate(
                 [("Adelie", "Dream", 39.1, "male")] * 5 + [("Gentoo", "Biscoe", 47.5, "female")] * 3

@@ -91,8 +91,11 @@ def loader_code(path: Path, name: str) -> str:
 # a file the task names is loaded like --context up to this size; a bigger one is left
 # for the model's code to read (pandas holds a CSV at several times its size on disk)
 NAMED_FILE_LIMIT = 512 * 1024 * 1024
-# a path-like word: a quoted string, or a run of non-space characters, ending in .ext
-_NAMED = re.compile(r"""["'`]([^"'`\n]+)["'`]|([^\s"'`()\[\]{}<>,;]+)""")
+# a quoted name (it may hold spaces: `"my data.csv"`), and every bare word: a word is read
+# whether or not a quote span covers it, so a possessive's apostrophe ("each order's ...
+# each carrier's") never hides the files named between two of them
+_QUOTED_NAME = re.compile(r"""(?<!\w)["'`]([^"'`\n]+)["'`](?!\w)""")
+_BARE_NAME = re.compile(r"""[^\s"'`()\[\]{}<>,;]+""")
 _EXT = re.compile(r"[^./\\]\.[A-Za-z0-9]{1,10}$")
 
 
@@ -123,9 +126,15 @@ def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], lis
 def _file_words(task: str, base: Path) -> Iterator[tuple[str, Path]]:
     """The words of `task` that look like file names, each with its path (relative ones
     under `base`)."""
-    for m in _NAMED.finditer(task):
-        word = (m.group(1) or m.group(2) or "").strip().rstrip(".:!?")
-        if _EXT.search(word):
+    quoted = [m for m in _QUOTED_NAME.finditer(task) if _EXT.search(m.group(1).strip())]
+    found = sorted([(m.start(1), m.group(1)) for m in quoted]
+                   + [(m.start(), m.group(0)) for m in _BARE_NAME.finditer(task)
+                      if not any(q.start() <= m.start() < q.end() for q in quoted)])
+    words: list[str] = []
+    for _, raw in found:  # in the order the task names them, each once
+        word = raw.strip().rstrip(".:!?")
+        if _EXT.search(word) and word not in words:
+            words.append(word)
             path = Path(word).expanduser()
             yield word, path if path.is_absolute() else base / path
 
