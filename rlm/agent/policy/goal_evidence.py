@@ -4,8 +4,10 @@ A *completion claim* is `goal.complete(summary)` from the kernel (every model), 
 fenced-code model (the small local one, which is taught `FINAL(...)` and not the goal API),
 the answer a run would end with while its goal is active. It holds when, in order:
 
-1. every file the goal names (`report.md`, `out/summary.csv`) exists, and the model has been
-   shown its current content by the host (a claim made before that is answered with the
+1. every file the goal names (`report.md`, `out/summary.csv`) exists, holds what the goal's
+   and the question's words declare of it (its columns, a row for every value of a column
+   the input lists, an order: rlm.agent.policy.file_shape, every model, every claim; the
+   refusal shows the file), and the model has been shown its current content by the host (a claim made before that is answered with the
    content, so the model checks the file against the goal before it may complete); a bare
    `goal.complete()` (no summary) is refused first: a completion states what it claims;
 2. every `--gate` passes (the autonomous policy's gates, else GoalManager's own, which
@@ -40,7 +42,7 @@ from typing import Any, Protocol
 
 from rlm import safeio
 from rlm.agent.nudge import is_non_answer
-from rlm.agent.policy import AnswerPolicy, asked_prompts
+from rlm.agent.policy import AnswerPolicy, asked_prompts, file_shape
 from rlm.agent.policy.decisions import Answer
 from rlm.agent.policy.operations import file_note
 from rlm.agent.policy.operations import missing as missing_operations
@@ -52,6 +54,7 @@ from rlm.llm.types import LLM
 from rlm.longrun.autonomous import AutonomousPolicy, gate_message, head_tail
 from rlm.longrun.goals import ClaimVerdict, GoalManager
 from rlm.protocols import SessionLog
+from rlm.session.branch import custom_entries, user_questions
 
 # a file name a goal may name: a path ending in a data or document extension
 _FILE = re.compile(
@@ -194,6 +197,8 @@ class GoalJudge:
                     "line that states what your outputs show; the host checks it against "
                     "them.", "a summary of what the outputs show")
         # its gates are GoalManager's own (rlm.longrun.gates), checked when the call goes on
+        if (shape := self._shape(agent, files)) is not None:
+            return shape
         found = check_files(files, self.cwd, self.shown)
         if found is not None:
             return found.message, f"{found.path} checked against the goal"
@@ -213,6 +218,32 @@ class GoalJudge:
             return ("Your answer is not supported: it states figures or names that no output "
                     "of this run shows. Print what supports each of them with a cell, then "
                     "finish again.", "an output that shows what the answer claims")
+        return None
+
+    def _shape(self, agent: JudgedHost, files: list[str]) -> tuple[str, str] | None:
+        """The first named file that lacks what the goal's and the question's words
+        declare of it (rlm.agent.policy.file_shape: its columns, a row for every value
+        of a column, an order), with its content; a missing or unreadable file is
+        check_files' to name."""
+        goal = self.goals.get()
+        branch = agent.session.branch()
+        asked = user_questions(branch)
+        inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+        shapes = file_shape.declared(goal.objective if goal else "", asked[-1] if asked else "",
+                                     files, inputs)
+        for shape in shapes:
+            try:
+                data = safeio.read_bytes(self.cwd, shape.file, EVIDENCE_READ_LIMIT)
+            except (OSError, ValueError):
+                continue
+            problem = file_shape.unmet(shape, data.decode(errors="replace"))
+            if problem is None:
+                continue
+            self.shown[shape.file] = _digest(data)
+            text = head_tail(data.decode(errors="replace"), FILE_CHARS)
+            return (f"{problem}\nIts content now:\n<file path=\"{shape.file}\">\n"
+                    f"{text.rstrip()}\n</file>",
+                    f"{shape.file} holding what the goal declares ({type(shape).__name__.lower()})")
         return None
 
     def _unapplied(self, agent: JudgedHost) -> tuple[str, str] | None:

@@ -1,0 +1,292 @@
+"""What the words of a goal and its question say a named file holds, checked against it.
+
+The 1.5B model finished the long-run shipments goal ("late_rate.csv gives every
+carrier's share of late orders, highest first"; its task: "... write late_rate.csv with the
+columns carrier,late_share") with a file of one carrier and an extra column, said
+"late_rate.csv is correct", and the goal completed: the file existed, its first line began
+with the gate's words, and nothing compared it with what the words declare. Three
+declarations are read here, each tied to a file by the sentence that names it:
+
+- **its columns**: a list of two or more names after "column(s)" ("with the columns
+  carrier,late_share", "columns: region, total and top_product") -> a CSV/TSV's header is
+  those names, in that order (any case); the list ends at the first word that does not
+  end an item ("..., highest share first");
+- **a row for every value of a column**: "one row per region", "one line for each origin
+  airport" (any sentence naming the file), and the goal's own "every carrier's share",
+  "each class's pass rate", "all the stations" (its objective states the end: the
+  question's "compute each station's mean, find the hottest, write hottest.json" does
+  not) -> when a word of the noun is a column of the input whose values the input's
+  description lists in full (kernel_ext.columns: at most 15; a sample's are not full),
+  the file holds each value (a CSV cell, else a whole word of the text). A noun that
+  what follows restricts ("every item whose stock fell", "every product in ...") declares
+  nothing, and neither does a question that states a condition on another column: which
+  rows remain is then the data's to say;
+- **an order**: "highest share first", "most errors first", "in descending order" -> the
+  file's number column (the one, or the one the phrase names; in a text, each line's last
+  number) never rises; "lowest first", "ascending" -> never falls.
+
+`declared` reads the words (pure); `unmet` checks one declaration against a file's bytes and
+says what is wrong in the words a small model reads, with the values it missed.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from rlm.agent.policy.conditions import LINE_WORD, _column_lines, conditions
+
+MAX_SHOWN = 6  # missing values named in a message, at most
+
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9(\"'`])|\n+")
+_COLUMNS = re.compile(r"\bcolumns?\b(?:\s+(?:named|called|names?|headers?))?\s*:?", re.I)
+_ITEM = re.compile(r"\s*([`'\"]?)([A-Za-z_][\w.-]*)\1")
+_ITEM_END = re.compile(r"\s*(?:,|\band\b|[.;:)(]|$)")
+_ITEM_SEP = re.compile(r"\s*(?:,\s*(?:and\b)?|\band\b)")
+_ROWS = re.compile(r"\bone\s+(?:row|line|entry|record)\s+(?:per|for\s+(?:each|every))\s+"
+                   r"(?:the\s+)?(\w+)(?:\s+(\w+))?", re.I)
+_EVERY = re.compile(r"\b(?:every|each|all(?:\s+the)?|all\s+of\s+the)\s+(\w+)('s\b|'(?!\w)|\b)"
+                    r"(?:\s+(\w+))?", re.I)
+# what after a noun narrows it to some of its values
+_RESTRICTS = {"whose", "that", "which", "where", "who", "whom", "when", "if", "having",
+              "except", "but", "in", "from", "at", "on", "during", "within", "under", "over",
+              "above", "below", "between", "without", "of", "than"}
+_DOWN = re.compile(r"\b(?:(?:highest|largest|biggest|greatest|most|top)\b[^.;,\n]{0,30}?\bfirst"
+                   r"|descending|decreasing|(?:from\s+)?(?:highest|largest|most)\s+to\s+"
+                   r"(?:lowest|smallest|least|fewest))\b", re.I)
+_UP = re.compile(r"\b(?:(?:lowest|smallest|least|fewest)\b[^.;,\n]{0,30}?\bfirst"
+                 r"|ascending|increasing|(?:from\s+)?(?:lowest|smallest|least|fewest)\s+to\s+"
+                 r"(?:highest|largest|most))\b", re.I)
+_LAST_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)(?!.*\d)")
+_LEVELS = re.compile(r"^\): (\d+) values?: (.*)$|; (\d+) values?: (-?\d+(?:, -?\d+)*)")
+_QUOTED_VALUE = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?=,|$)")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """`file`'s header is `names`."""
+
+    file: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Covers:
+    """`file` holds every value of the input's `column` (`noun`: the words that asked)."""
+
+    file: str
+    noun: str
+    column: str
+    values: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Order:
+    """`file`'s numbers never rise (`down`) or never fall; `phrase`: the words that asked."""
+
+    file: str
+    down: bool
+    phrase: str
+
+
+Shape = Columns | Covers | Order
+
+
+def sentences(text: str) -> list[str]:
+    return [s for s in _SENTENCE.split(text or "") if s.strip()]
+
+
+def _names_file(sentence: str, file: str) -> bool:
+    return re.search(rf"(?<![\w/.-]){re.escape(file)}(?![\w-])", sentence) is not None
+
+
+def column_list(text: str, start: int) -> list[str]:
+    """The names listed from `start` (just after "columns"): each must end an item (a
+    comma, "and", the clause's end); the list stops at the first that does not."""
+    names: list[str] = []
+    pos = start
+    while (m := _ITEM.match(text, pos)) and _ITEM_END.match(text, m.end()):
+        names.append(m.group(2).rstrip(".-"))
+        sep = _ITEM_SEP.match(text, m.end())
+        if sep is None:
+            break
+        pos = sep.end()
+    return names
+
+
+def full_levels(descriptions: Iterable[str]) -> dict[str, set[str] | None]:
+    """Each input column (lower-cased name) -> every value the description lists of it,
+    or None when some table's description of a column of that name is not complete (too
+    many values, a sample). A text's line words are not columns."""
+    out: dict[str, set[str] | None] = {}
+    for _table, column, dtype, facts in _column_lines(descriptions):
+        if dtype == LINE_WORD:
+            continue
+        key = column.lower()
+        m = _LEVELS.search(facts)
+        if m is None or "in the sample" in facts:
+            out[key] = None
+            continue
+        if m.group(1):
+            values = {v.group(1) for v in _QUOTED_VALUE.finditer(m.group(2))}
+            complete = len(values) == int(m.group(1))
+        else:
+            values = set(m.group(4).split(", "))
+            complete = len(values) == int(m.group(3))
+        if not complete:
+            out[key] = None
+        elif key not in out:
+            out[key] = values
+        elif out[key] is not None:
+            out[key] = out[key] | values  # type: ignore[operator]
+    return out
+
+
+def _singular(word: str) -> str:
+    w = word.lower()
+    for end, to in (("ies", "y"), ("sses", "ss"), ("ches", "ch"), ("shes", "sh"),
+                     ("xes", "x"), ("s", "")):
+        if w.endswith(end) and len(w) > len(end) + 2 and not w.endswith("ss"):
+            return w[: -len(end)] + to
+    return w
+
+
+def _column_of(words: Sequence[str], levels: dict[str, set[str] | None]) -> str | None:
+    """The input column a noun (one or two words) names: a word of it, or both joined."""
+    low = [_singular(w) for w in words if w]
+    joined = "_".join(low)
+    for name in levels:
+        if name in (joined, *low) or _singular(name) in (joined, *low):
+            return name
+    return None
+
+
+def declared(objective: str, question: str, files: list[str],
+             descriptions: Sequence[str]) -> list[Shape]:
+    """What the goal's `objective` and the `question` declare of each of `files`."""
+    levels = full_levels(descriptions)
+    stated = [c.lower() for c in conditions(f"{question}\n{objective}", descriptions)]
+    out: list[Shape] = []
+    for file in files:
+        table = file.lower().endswith((".csv", ".tsv"))
+        found: list[Shape] = []
+        for text, is_goal in ((objective, True), (question, False)):
+            for s in sentences(text):
+                if not _names_file(s, file):
+                    continue
+                if table:
+                    for m in _COLUMNS.finditer(s):
+                        names = column_list(s, m.end())
+                        if len(names) > 1:
+                            found.append(Columns(file, tuple(names)))
+                nouns = [(s[m.start():m.end(1)], (m.group(1), m.group(2) or ""))
+                         for m in _ROWS.finditer(s)]
+                if is_goal:
+                    nouns += [(s[m.start():m.end(2)], (m.group(1), "")) for m in _EVERY.finditer(s)
+                              if m.group(2) or (m.group(3) or "").lower() not in _RESTRICTS]
+                for words, noun in nouns:
+                    column = _column_of(noun, levels)
+                    values = levels.get(column) if column else None
+                    if column is None or not values:
+                        continue
+                    low = {v.lower() for v in values}
+                    if any(c not in low for c in stated):
+                        continue  # the question narrows the rows: which remain is unknown
+                    found.append(Covers(file, words.strip(), column, tuple(sorted(values))))
+                for pattern, down in ((_DOWN, True), (_UP, False)):
+                    if order := pattern.search(s):
+                        found.append(Order(file, down, order.group(0)))
+        for shape in found:  # the first declaration of each kind (of each column)
+            if not any(type(o) is type(shape) and o.file == file
+                       and getattr(o, "column", "") == getattr(shape, "column", "")
+                       for o in out):
+                out.append(shape)
+    kinds = (Columns, Covers, Order)  # what a file is before what it holds, then its order
+    return sorted(out, key=lambda o: kinds.index(type(o)))
+
+
+def _rows(name: str, text: str) -> list[list[str]] | None:
+    """A CSV/TSV file's rows (its cells stripped), or None when it does not parse."""
+    try:
+        rows = list(csv.reader(io.StringIO(text),
+                               delimiter="\t" if name.lower().endswith(".tsv") else ","))
+    except csv.Error:
+        return None
+    return [[c.strip() for c in r] for r in rows if any(c.strip() for c in r)]
+
+
+def _number(cell: str) -> float | None:
+    try:
+        return float(cell.replace(",", "").rstrip("%"))
+    except ValueError:
+        return None
+
+
+def _numbers(shape: Order, text: str) -> list[float] | None:
+    """The numbers whose order the phrase declares: a table's number column (the only
+    one, or the one the phrase names), else each line's last number."""
+    rows = _rows(shape.file, text) if shape.file.lower().endswith((".csv", ".tsv")) else None
+    if rows and len(rows) > 2:
+        head, body = rows[0], rows[1:]
+        numeric = [i for i in range(len(head))
+                   if all(len(r) > i and _number(r[i]) is not None for r in body)]
+        words = set(re.findall(r"[a-z]+", shape.phrase.lower()))
+        named = [i for i in numeric if words & set(re.findall(r"[a-z]+", head[i].lower()))]
+        pick = named if len(named) == 1 else numeric
+        if len(pick) != 1:
+            return None
+        return [_number(r[pick[0]]) or 0.0 for r in body]
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    found = [_LAST_NUMBER.search(ln) for ln in lines]
+    if len(lines) < 2 or not all(found):
+        return None
+    return [float(m.group(1)) for m in found if m]
+
+
+def unmet(shape: Shape, text: str) -> str | None:
+    """What `text` (the file's content) lacks of `shape`, as the model reads it; None when
+    it holds (or cannot be told: a file that does not parse as a table)."""
+    f = shape.file
+    if isinstance(shape, Columns):
+        rows = _rows(f, text)
+        if rows is None:
+            return None
+        head = rows[0] if rows else []
+        if [h.lower() for h in head] == [n.lower() for n in shape.names]:
+            return None
+        want = ",".join(shape.names)
+        return (f"Not complete: the task asks for {f} with the columns {want}, but its "
+                f"header is {','.join(head) or '(empty)'}. Write {f} again with exactly "
+                f"those columns, in that order (`table[{list(shape.names)!r}].to_csv("
+                f"{f!r}, index=False)`), print it, then finish.")
+    if isinstance(shape, Covers):
+        if f.lower().endswith((".csv", ".tsv")):
+            rows = _rows(f, text) or []
+            held = {c.lower() for r in rows for c in r}
+        else:
+            held = {w.lower() for w in re.findall(r"[\w][\w.-]*[\w]|\w", text)}
+        missing = [v for v in shape.values if v.lower() not in held]
+        if not missing:
+            return None
+        shown = ", ".join(repr(v) for v in missing[:MAX_SHOWN])
+        more = f" and {len(missing) - MAX_SHOWN} more" if len(missing) > MAX_SHOWN else ""
+        return (f"Not complete: the words \"{shape.noun}\" ask {f} for each of the "
+                f"{len(shape.values)} values of the column {shape.column!r} in your input, "
+                f"but {f} leaves out {len(missing)} of them: {shown}{more}. Write {f} again "
+                f"from a table with one row for each {shape.column} (group by "
+                f"{shape.column!r} over all the rows; a value with no matching rows still "
+                "gets its row), print it, then finish.")
+    numbers = _numbers(shape, text)
+    if numbers is None:
+        return None
+    for a, b in zip(numbers, numbers[1:], strict=False):
+        if (b > a) if shape.down else (b < a):
+            way = "highest" if shape.down else "lowest"
+            return (f"Not complete: \"{shape.phrase}\" asks {f} to list the {way} first, but "
+                    f"{b:g} comes after {a:g}. Sort it "
+                    f"(`sort_values(..., ascending={not shape.down})`), write {f} again, "
+                    "print it, then finish.")
+    return None

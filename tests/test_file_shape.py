@@ -1,0 +1,147 @@
+"""What a goal's words declare of a named file, checked against the file before the goal
+completes (rlm.agent.policy.file_shape): its columns, a row for every value of a column the
+input lists, an order. The phrasings here are not the long-run suite's."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from kernel_ext.columns import column_lines
+from rlm.agent.policy import file_shape
+from rlm.agent.policy.file_shape import Columns, Covers, Order, declared, unmet
+
+
+def describe(**tables: pd.DataFrame) -> list[str]:
+    """The input description the host posts (kernel_ext.columns), one table each."""
+    return [f"- {name}: pandas.DataFrame\n  columns (dtype: values):\n"
+            + "\n".join(column_lines(df)) for name, df in tables.items()]
+
+
+PETS = pd.DataFrame({"species": ["cat", "dog", "hamster", "parrot"] * 5,
+                     "clinic": ["North", "South"] * 10, "weight": range(20),
+                     "owner": [f"o{i}" for i in range(20)]})
+
+
+def test_columns_are_read_up_to_the_word_that_ends_the_list():
+    inputs = describe(pets=PETS)
+    cases = {
+        "Save summary.tsv with columns: species, mean_weight and visits.":
+            ("species", "mean_weight", "visits"),
+        "write out/w.csv holding the columns `species`,`heaviest`, largest first":
+            ("species", "heaviest"),
+        "out/w.csv: column names species, n (sorted).": ("species", "n"),
+    }
+    for text, names in cases.items():
+        file = "summary.tsv" if "tsv" in text else "out/w.csv"
+        got = [s for s in declared("", text, [file], inputs) if isinstance(s, Columns)]
+        assert got == [Columns(file, names)], text
+    # one name is not a list; a column "for each species" names none
+    for text in ("Write w.csv with a column for each species.", "w.csv has the column total."):
+        assert not [s for s in declared("", text, ["w.csv"], inputs) if isinstance(s, Columns)]
+
+
+def test_a_row_for_every_value_is_declared_only_where_the_words_say_so():
+    inputs = describe(pets=PETS)
+    covers = {
+        ("", "List the heaviest pet in notes.md, one line for each species."): "species",
+        ("every species' weight is in w.csv", ""): "species",
+        ("w.csv has the mean weight of all the clinics", ""): "clinic",
+        ("w.csv gives each clinic's heaviest pet", ""): "clinic",
+    }
+    for (goal, question), column in covers.items():
+        file = "notes.md" if "notes.md" in question else "w.csv"
+        got = [s for s in declared(goal, question, [file], inputs) if isinstance(s, Covers)]
+        assert [c.column for c in got] == [column], (goal, question)
+        assert set(got[0].values) == set(PETS[column])
+    nothing = [
+        ("w.csv lists every species whose mean weight is above 9", ""),
+        ("w.csv lists every species in the North clinic", ""),
+        ("w.csv gives the mean weight of each species in North", ""),  # a stated condition
+        ("", "Compute each species' mean weight, find the heaviest and write w.csv."),
+        ("w.csv names every owner", ""),  # 20 owners: not listed in full
+        ("w.csv covers every colour", ""),  # no such column
+    ]
+    for goal, question in nothing:
+        assert not [s for s in declared(goal, question, ["w.csv"], inputs)
+                    if isinstance(s, Covers)], (goal, question)
+
+
+def test_an_order_is_checked_on_the_column_the_words_name():
+    text = "species,n,mean_weight\ncat,5,3.5\ndog,5,9.1\nhamster,5,1.0\n"
+    down = Order("w.csv", True, "from largest to smallest mean weight")
+    assert "9.1 comes after 3.5" in unmet(down, text)
+    assert unmet(Order("w.csv", False, "in ascending order"), text) is None  # n ties, 2 numbers
+    assert unmet(Order("w.md", False, "fewest visits first"), "a: 1\nb: 3\nc: 3\n") is None
+    assert "1 comes after 3" in unmet(Order("w.md", False, "fewest first"), "a: 3\nb: 1\n")
+    assert unmet(Order("w.md", True, "most first"), "/home\n/cart\n") is None  # no numbers
+
+
+def test_values_are_found_as_cells_of_a_table_and_whole_words_of_a_text():
+    pets = Covers("w.csv", "every species'", "species", ("cat", "dog", "hamster", "parrot"))
+    assert unmet(pets, "species,kg\nCat,1\ndog,2\nhamster,3\nparrot,4\n") is None
+    msg = unmet(pets, "species,kg\ncatdog,1\nhamster,3\n")
+    assert "leaves out 3 of them: 'cat', 'dog', 'parrot'" in msg
+    text = Covers("w.md", "one line for each species", "species", pets.values)
+    assert unmet(text, "- cat: 4\n- dog: 9\n- hamster: 1\n- parrot: 2\n") is None
+    assert "'parrot'" in unmet(text, "- cat: 4\n- dog: 9\n- hamster: 1\n- parrots: 2\n")
+
+
+FARES = [("Oslo", 30), ("Oslo", 33), ("Bergen", 20), ("Tromso", 25), ("Bergen", 22),
+         ("Stavanger", 18)]
+WRITE = ("import pandas as pd\ntrips = pd.read_csv('trips.csv')\n{make}\n"
+         "table.to_csv('fares.csv', index=False)\nprint(open('fares.csv').read())")
+QUESTION = ("trips.csv has each trip's city and fare. Compute each city's mean fare and write "
+            "fares.csv with the columns city,mean_fare, highest first.")
+GOAL = "fares.csv gives every city's mean fare, highest first"
+
+
+def run_fares(tmp_path, replies):
+    from tests.test_line_conditions import rlm
+    from tests.test_stuck import entries, fenced, user_texts
+
+    (tmp_path / "trips.csv").write_text("city,fare\n" + "".join(f"{c},{f}\n" for c, f in FARES))
+    out = rlm("run", QUESTION, "--model", fenced(tmp_path / "s.json", replies), "--goal", GOAL,
+              "--autonomous", "--gate", "head -1 fares.csv | grep -q '^city,mean_fare'",
+              "--max-turns", "14", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    es = entries(res["session_path"])
+    states = [e["data"]["goal"] for e in es if e.get("custom_type") == "thread_goal_state"]
+    return res, user_texts(es), states[-1]["status"], out
+
+
+def _replies():
+    from tests.test_stuck import block
+
+    mean = "trips.groupby('city', as_index=False)['fare'].mean().rename(columns={'fare': 'mean_fare'})"
+    claim = "FINAL(fares.csv is correct)"
+    return [
+        block(WRITE.format(make=f"m = {mean}\ntable = m.head(1).assign(top=m.mean_fare)")), claim,
+        block(WRITE.format(make=f"table = {mean}.head(1)")), claim,
+        block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare')")), claim,
+        block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare', ascending=False)")),
+        "FINAL(Oslo: 31.5)", "FINAL(Oslo: 31.5)", "FINAL(Oslo: 31.5)"]
+
+
+@pytest.mark.timeout(180)
+def test_a_goal_completes_only_when_its_file_holds_what_its_words_declare(tmp_path):
+    res, seen, status, out = run_fares(tmp_path, _replies())
+    said = "\n".join(seen)
+    assert "with the columns city,mean_fare, but its header is city,mean_fare,top" in said
+    assert "leaves out 3 of them: 'Oslo', 'Stavanger', 'Tromso'" in said
+    assert "asks fares.csv to list the highest first, but 21 comes after 18" in said
+    assert status == "complete", (res, said[-3000:], out.stderr[-2000:])
+    assert (tmp_path / "fares.csv").read_text().splitlines()[:2] == ["city,mean_fare", "Oslo,31.5"]
+
+
+@pytest.mark.timeout(180)
+def test_without_the_shape_check_the_wrong_file_completes_the_goal(tmp_path, monkeypatch):
+    """The guard switched off: the first claim over a one-row file with an extra column
+    completes the goal once its content was shown (what the long-run suite measured)."""
+    monkeypatch.setattr(file_shape, "declared", lambda *a, **k: [])
+    replies = _replies()
+    res, seen, status, _ = run_fares(tmp_path, replies[:2] + replies[1:])
+    assert status == "complete"
+    assert (tmp_path / "fares.csv").read_text().splitlines() == ["city,mean_fare,top", "Bergen,21.0,21.0"]
