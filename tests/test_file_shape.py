@@ -145,3 +145,38 @@ def test_without_the_shape_check_the_wrong_file_completes_the_goal(tmp_path, mon
     res, seen, status, _ = run_fares(tmp_path, replies[:2] + replies[1:])
     assert status == "complete"
     assert (tmp_path / "fares.csv").read_text().splitlines() == ["city,mean_fare,top", "Bergen,21.0,21.0"]
+
+
+@pytest.mark.timeout(180)
+def test_a_run_without_a_goal_is_told_once_what_its_file_lacks(tmp_path):
+    """No goal: the answer rules ask the same of a file the question names that a cell
+    wrote, once per run and file; a file the cells did not write (the input) is not theirs
+    to judge."""
+    from tests.test_line_conditions import rlm
+    from tests.test_stuck import block, entries, fenced, user_texts
+
+    (tmp_path / "trips.csv").write_text("city,fare\n" + "".join(f"{c},{f}\n" for c, f in FARES))
+    mean = "trips.groupby('city', as_index=False)['fare'].mean().rename(columns={'fare': 'mean_fare'})"
+    replies = [block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare')")),
+               "FINAL(Stavanger: 18.0)",
+               block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare', ascending=False)")),
+               "FINAL(Oslo: 31.5)"]
+    out = rlm("run", "Using trips.csv, write fares.csv with the columns city,mean_fare, the "
+              "highest mean fare first. Which city is first?", "--model",
+              fenced(tmp_path / "s.json", replies), "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    said = "\n".join(user_texts(entries(res["session_path"])))
+    assert said.count("asks fares.csv to list the highest first, but 21 comes after 18") == 1
+    assert res["final"] == "Oslo: 31.5", (res, said[-2000:])
+    # the refusal is given once: a file left wrong is then answered as it is
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "trips.csv").write_text((tmp_path / "trips.csv").read_text())
+    replies = [block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare')")),
+               "FINAL(Stavanger: 18.0)", block("print(1)"), "FINAL(Stavanger: 18.0)"]
+    out = rlm("run", "Write fares.csv from trips.csv with the columns city,mean_fare, "
+              "highest first.", "--model", fenced(other / "s2.json", replies), "--json",
+              cwd=other)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    said = "\n".join(user_texts(entries(res["session_path"])))
+    assert said.count("to list the highest first") == 1 and res["final"] == "Stavanger: 18.0"

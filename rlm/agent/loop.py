@@ -17,8 +17,10 @@ The loop only yields `rlm.events` dataclasses; it never prints.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Generator, Iterator
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from rlm.agent import child_report, notices, repair
@@ -289,7 +291,8 @@ class Agent:
                                held=lambda: recorded_names(self.session.branch()),
                                offer=lambda rewrites: repair.tried(
                                    rewrites, self.executor,
-                                   min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)))
+                                   min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)),
+                               cwd=Path(self.config.kernel_cwd or os.getcwd()))
         self.chain.call(self.chain.start, self)
         notices_now, self.notices = self.notices, []
         yield from notices_now

@@ -28,8 +28,10 @@ Verification is not a rule that can refuse: it is how an accepted answer is judg
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 from typing import Any
 
+from rlm import safeio
 from rlm.agent.codeparse import ran_before_error
 from rlm.agent.nudge import error_text
 from rlm.agent.policy.dataflow import DataFlow
@@ -45,6 +47,7 @@ from rlm.agent.policy.decisions import (
     Resample,
     Run,
 )
+from rlm.agent.policy.file_shape import DeclaredFile
 from rlm.agent.policy.recast import Closest, CountedRows, Unpicked, WhichAsFigure
 from rlm.agent.policy.rules import (
     RESAMPLE_TEMPERATURE,
@@ -74,6 +77,7 @@ from rlm.session.branch import prompts
 from rlm.session.entries import CustomEntry, Entry
 
 LOOP_BREAK_TEMPERATURE = 0.7
+READ_WRITTEN_LIMIT = 64 << 20  # the most of a written file read to check what it holds
 
 __all__ = [
     "LOOP_BREAK_TEMPERATURE", "RESAMPLES", "RESAMPLE_TEMPERATURE", "Abort", "Accept", "Answer",
@@ -86,7 +90,7 @@ def default_rules() -> list[Rule]:
     """The built-in rules in the order they are consulted (the ones that try the data on a
     fork of the kernel after those that decide from the run's record)."""
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
-            Ungrounded(), DroppedCondition(), QuestionOperation(), ShrunkInput(),
+            Ungrounded(), DroppedCondition(), QuestionOperation(), DeclaredFile(), ShrunkInput(),
             CountedRows(), WhichAsFigure(), Unpicked(), Closest(), PartialResult(),
             MaskPrecedence(), RowLabel()]
 
@@ -116,14 +120,18 @@ class AnswerPolicy:
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
-                  offer: Callable[[list[Any]], Any] | None = None) -> None:
+                  offer: Callable[[list[Any]], Any] | None = None,
+                  cwd: Path | None = None) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
         the session: the first run in this process starts from what the session's last run
         recorded (`held`) and the inputs; every run adds the inputs it was given. `offer`
-        tries rewrites of a cell on a fork of the kernel (Facts.offer)."""
+        tries rewrites of a cell on a fork of the kernel (Facts.offer); `cwd`, the kernel's
+        working directory, is where the files the cells wrote are read (Facts.read_written)."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
         if offer is not None:
             self.facts.offer = offer
+        if cwd is not None:
+            self.facts.read_written = lambda name: self._read_written(cwd, name)
         if self.flow is None:
             self.flow = DataFlow(held() if held is not None else set())
         inputs = list(inputs)
@@ -132,6 +140,14 @@ class AnswerPolicy:
         self.stream.builtin = (rule,) if rule is not None else ()
         self.stuck = StuckWatch(thresholds_for(native_tools))
         self.missing = None
+
+    def _read_written(self, cwd: Path, name: str) -> str | None:
+        if self.host_checks() or self.written.sources(cwd / name) is None:
+            return None  # a goal's judge checks its files; a file no cell wrote is input
+        try:  # the kernel wrote it: never followed through a link (rlm.safeio)
+            return safeio.read_bytes(cwd, name, READ_WRITTEN_LIMIT).decode(errors="replace")
+        except (OSError, ValueError):
+            return None
 
     def halt(self, turn: int, tokens: int) -> End | None:
         """Before turn `turn` (`tokens` spent so far): end the run when it is stuck and the

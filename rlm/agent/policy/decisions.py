@@ -138,6 +138,10 @@ class Facts:
     # namespace and returns the first that ran whole (rlm.agent.repair.tried), or None; the
     # data a rule asks about before it decides (none where the executor cannot fork)
     offer: Callable[[list[Any]], Any] = field(default=lambda rewrites: None)
+    # the text of a file a cell of this session wrote, by the name the question gives it
+    # (under the kernel's working directory); None when no cell wrote it, it cannot be
+    # read as a regular file there, or a goal's judge checks it (rlm.agent.policy.file_shape)
+    read_written: Callable[[str], str | None] = field(default=lambda name: None)
 
     @property
     def outputs(self) -> list[str]:

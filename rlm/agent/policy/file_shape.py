@@ -34,12 +34,23 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rlm.agent.policy.conditions import LINE_WORD, _column_lines, conditions
+from rlm.agent.policy.decisions import Answer, Facts, Refuse
+from rlm.agent.policy.rules import Rule
+from rlm.longrun.gates import head_tail
+from rlm.session.branch import custom_entries, user_questions
+from rlm.session.entries import Entry
 
 MAX_SHOWN = 6  # missing values named in a message, at most
+FILE_CHARS = 3000  # the head and tail of a file a refusal shows
+
+# a file name a goal may name: a path ending in a data or document extension
+_FILE = re.compile(
+    r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
+    r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9(\"'`])|\n+")
 _COLUMNS = re.compile(r"\bcolumns?\b(?:\s+(?:named|called|names?|headers?))?\s*:?", re.I)
@@ -93,6 +104,15 @@ class Order:
 
 
 Shape = Columns | Covers | Order
+
+
+def named_files(text: str) -> list[str]:
+    """The files a goal's text names, in order, once each."""
+    out: list[str] = []
+    for m in _FILE.finditer(text):
+        if m.group(1) not in out:
+            out.append(m.group(1))
+    return out
 
 
 def sentences(text: str) -> list[str]:
@@ -290,3 +310,46 @@ def unmet(shape: Shape, text: str) -> str | None:
                     f"(`sort_values(..., ascending={not shape.down})`), write {f} again, "
                     "print it, then finish.")
     return None
+
+
+def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None]
+                ) -> tuple[Shape, str] | None:
+    """The first of `shapes` its file (`read(name)`: its text, None when there is none to
+    check) lacks, with what the model reads: the problem, then the file's content."""
+    for shape in shapes:
+        text = read(shape.file)
+        problem = None if text is None else unmet(shape, text)
+        if problem is not None and text is not None:
+            shown = head_tail(text, FILE_CHARS).rstrip()
+            return shape, (f"{problem}\nIts content now:\n<file path=\"{shape.file}\">\n"
+                           f"{shown}\n</file>")
+    return None
+
+
+SHAPE_KEY = "file shape:"
+
+
+class DeclaredFile(Rule):
+    """An answer while a file the question names, written by a cell of this session, lacks
+    what the question's words declare of it (its columns, a row per value, an order):
+    refused once per run and file while a turn is left, with what is wrong and the file's
+    content. The run without a goal gets what a goal's judge asks at every claim
+    (rlm.agent.policy.goal_evidence; with a goal in force, the judge's, not this)."""
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if facts.max_turns is not None and facts.turn >= facts.max_turns:
+            return None
+        questions = user_questions(branch)
+        question = questions[-1] if questions else ""
+        files = [f for f in named_files(question) if SHAPE_KEY + f not in facts.refused]
+        if not files:
+            return None
+        inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
+        found = first_unmet(declared("", question, files, inputs), facts.read_written)
+        if found is None:
+            return None
+        shape, message = found
+        return Refuse(message, f"{shape.file} lacks what the question declares of it "
+                               f"({type(shape).__name__.lower()}); asked the model to write it again",
+                      key=SHAPE_KEY + shape.file)

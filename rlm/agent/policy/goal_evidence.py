@@ -35,7 +35,6 @@ file contents were shown and reads the agent's facts.
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,6 +43,7 @@ from rlm import safeio
 from rlm.agent.nudge import is_non_answer
 from rlm.agent.policy import AnswerPolicy, asked_prompts, file_shape
 from rlm.agent.policy.decisions import Answer
+from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.operations import file_note
 from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.rules import dropped_in_run, dropped_words, question_of
@@ -56,10 +56,6 @@ from rlm.longrun.goals import ClaimVerdict, GoalManager
 from rlm.protocols import SessionLog
 from rlm.session.branch import custom_entries, user_questions
 
-# a file name a goal may name: a path ending in a data or document extension
-_FILE = re.compile(
-    r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
-    r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 FILE_CHARS = 3000  # the head and tail of a named file the model is shown
 EVIDENCE_READ_LIMIT = 64 << 20  # the most of a named file read to check it
 
@@ -74,15 +70,6 @@ FILE_DROPPED = ("Not complete: the goal states {terms}, but the code that wrote 
                 "uses {them}, so {file} leaves out {that} condition{s}.{how} Write {file} "
                 "again from a cell that applies every condition and prints what it wrote; "
                 "then finish.")
-
-
-def named_files(objective: str) -> list[str]:
-    """The files a goal's objective names, in order, once each."""
-    out: list[str] = []
-    for m in _FILE.finditer(objective):
-        if m.group(1) not in out:
-            out.append(m.group(1))
-    return out
 
 
 def done_means(files: list[str], gates: list[str]) -> str:
@@ -231,20 +218,22 @@ class GoalJudge:
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
         shapes = file_shape.declared(goal.objective if goal else "", asked[-1] if asked else "",
                                      files, inputs)
-        for shape in shapes:
+        digests: dict[str, str] = {}
+
+        def read(name: str) -> str | None:
             try:
-                data = safeio.read_bytes(self.cwd, shape.file, EVIDENCE_READ_LIMIT)
+                data = safeio.read_bytes(self.cwd, name, EVIDENCE_READ_LIMIT)
             except (OSError, ValueError):
-                continue
-            problem = file_shape.unmet(shape, data.decode(errors="replace"))
-            if problem is None:
-                continue
-            self.shown[shape.file] = _digest(data)
-            text = head_tail(data.decode(errors="replace"), FILE_CHARS)
-            return (f"{problem}\nIts content now:\n<file path=\"{shape.file}\">\n"
-                    f"{text.rstrip()}\n</file>",
-                    f"{shape.file} holding what the goal declares ({type(shape).__name__.lower()})")
-        return None
+                return None
+            digests[name] = _digest(data)
+            return data.decode(errors="replace")
+
+        found = file_shape.first_unmet(shapes, read)
+        if found is None:
+            return None
+        shape, message = found
+        self.shown[shape.file] = digests[shape.file]  # the refusal showed it
+        return message, f"{shape.file} holding what the goal declares ({type(shape).__name__.lower()})"
 
     def _unapplied(self, agent: JudgedHost) -> tuple[str, str] | None:
         """The conditions the question or the goal states that the code a named file
