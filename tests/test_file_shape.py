@@ -180,3 +180,18 @@ def test_a_run_without_a_goal_is_told_once_what_its_file_lacks(tmp_path):
     res = json.loads(out.stdout.strip().splitlines()[-1])
     said = "\n".join(user_texts(entries(res["session_path"])))
     assert said.count("to list the highest first") == 1 and res["final"] == "Stavanger: 18.0"
+
+
+def test_a_json_file_has_the_keys_of_the_object_the_words_show():
+    inputs = describe(pets=PETS)
+    text = "Find the heaviest pet and save it to top.json as {'species': ..., 'kg': 0.0}."
+    assert declared("", text, ["top.json"], inputs) == [Columns("top.json", ("species", "kg"))]
+    shape = Columns("top.json", ("species", "kg"))
+    assert unmet(shape, '{"kg": 9.5, "Species": "dog"}') is None
+    assert unmet(shape, '[{"species": "dog", "kg": 9}, {"species": "cat", "kg": 3}]') is None
+    assert "holds the keys species, kg, n" in unmet(shape, '{"species": "dog", "kg": 9, "n": 1}')
+    assert "is not JSON" in unmet(shape, "species=dog")
+    assert "holds str" in unmet(shape, '"dog"')
+    # "fields" and "header" list a table's columns too
+    got = declared("", "Write w.csv with the fields species, kg.", ["w.csv"], inputs)
+    assert got == [Columns("w.csv", ("species", "kg"))]

@@ -7,10 +7,12 @@ columns carrier,late_share") with a file of one carrier and an extra column, sai
 with the gate's words, and nothing compared it with what the words declare. Three
 declarations are read here, each tied to a file by the sentence that names it:
 
-- **its columns**: a list of two or more names after "column(s)" ("with the columns
-  carrier,late_share", "columns: region, total and top_product") -> a CSV/TSV's header is
-  those names, in that order (any case); the list ends at the first word that does not
-  end an item ("..., highest share first");
+- **its columns**: a list of two or more names after "column(s)", "field(s)", "header"
+  ("with the columns carrier,late_share", "columns: region, total and top_product") -> a
+  CSV/TSV's header is those names, in that order (any case); the list ends at the first
+  word that does not end an item ("..., highest share first"); for a JSON file, the keys
+  of an object the words show ('as {"station": ..., "day": "YYYY-MM-DD"}') -> the file is
+  JSON and its object (each object of its list) has those keys;
 - **a row for every value of a column**: "one row per region", "one line for each origin
   airport" (any sentence naming the file), and the goal's own "every carrier's share",
   "each class's pass rate", "all the stations" (its objective states the end: the
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -53,7 +56,11 @@ _FILE = re.compile(
     r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9(\"'`])|\n+")
-_COLUMNS = re.compile(r"\bcolumns?\b(?:\s+(?:named|called|names?|headers?))?\s*:?", re.I)
+_COLUMNS = re.compile(r"\b(?:columns?|fields?|header)\b(?:\s+(?:named|called|names?|headers?))?"
+                      r"\s*:?", re.I)
+# a JSON object the words show ('as {"station": ..., "day": "YYYY-MM-DD"}'): its keys
+_JSON_OBJECT = re.compile(r"\{[^{}\n]*\}")
+_JSON_KEY = re.compile(r"[\"']([^\"'\n]{1,40})[\"']\s*:")
 _ITEM = re.compile(r"\s*([`'\"]?)([A-Za-z_][\w.-]*)\1")
 _ITEM_END = re.compile(r"\s*(?:,|\band\b|[.;:)(]|$)")
 _ITEM_SEP = re.compile(r"\s*(?:,\s*(?:and\b)?|\band\b)")
@@ -202,6 +209,11 @@ def declared(objective: str, question: str, files: list[str],
                         names = column_list(s, m.end())
                         if len(names) > 1:
                             found.append(Columns(file, tuple(names)))
+                elif file.lower().endswith(".json"):
+                    for m in _JSON_OBJECT.finditer(s):
+                        keys = _JSON_KEY.findall(m.group(0))
+                        if keys:
+                            found.append(Columns(file, tuple(keys)))
                 nouns = [(s[m.start():m.end(1)], (m.group(1), m.group(2) or ""))
                          for m in _ROWS.finditer(s)]
                 if is_goal:
@@ -266,10 +278,32 @@ def _numbers(shape: Order, text: str) -> list[float] | None:
     return [float(m.group(1)) for m in found if m]
 
 
+def _json_keys(shape: Columns, text: str) -> str | None:
+    """A JSON file's object (or each object of its list) has the keys the words show."""
+    f, want = shape.file, list(shape.names)
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return (f"Not complete: the task shows {f} as an object with the keys "
+                f"{', '.join(want)}, but {f} is not JSON. Write it with json.dump "
+                "(`json.dump({...}, open(...), default=str)`), print it, then finish.")
+    objects = data if isinstance(data, list) else [data]
+    for obj in objects:
+        got = list(obj) if isinstance(obj, dict) else None
+        if got is None or sorted(k.lower() for k in got) != sorted(k.lower() for k in want):
+            return (f"Not complete: the task shows {f} as an object with the keys "
+                    f"{', '.join(want)}, but it holds "
+                    f"{'the keys ' + ', '.join(map(str, got)) if got is not None else type(obj).__name__}. "
+                    f"Write {f} again with exactly those keys, print it, then finish.")
+    return None
+
+
 def unmet(shape: Shape, text: str) -> str | None:
     """What `text` (the file's content) lacks of `shape`, as the model reads it; None when
     it holds (or cannot be told: a file that does not parse as a table)."""
     f = shape.file
+    if isinstance(shape, Columns) and f.lower().endswith(".json"):
+        return _json_keys(shape, text)
     if isinstance(shape, Columns):
         rows = _rows(f, text)
         if rows is None:
