@@ -195,3 +195,9 @@ def test_a_json_file_has_the_keys_of_the_object_the_words_show():
     # "fields" and "header" list a table's columns too
     got = declared("", "Write w.csv with the fields species, kg.", ["w.csv"], inputs)
     assert got == [Columns("w.csv", ("species", "kg"))]
+
+
+def test_integer_values_may_be_spelled_another_way_but_not_left_out():
+    months = Covers("m.md", "every month's", "month", ("1", "2", "3"))
+    assert unmet(months, "January: 4\nFebruary: 5\nMarch: 1\n") is None
+    assert "leaves out 2 of them: '2', '3'" in unmet(months, "1: 4\n")

@@ -19,7 +19,8 @@ declarations are read here, each tied to a file by the sentence that names it:
   question's "compute each station's mean, find the hottest, write hottest.json" does
   not) -> when a word of the noun is a column of the input whose values the input's
   description lists in full (kernel_ext.columns: at most 15; a sample's are not full),
-  the file holds each value (a CSV cell, else a whole word of the text). A noun that
+  the file holds each value (a CSV cell, else a whole word of the text; integers, which a
+  file may spell another way, "March" for 3, are met by as many rows). A noun that
   what follows restricts ("every item whose stock fell", "every product in ...") declares
   nothing, and neither does a question that states a condition on another column: which
   rows remain is then the data's to say;
@@ -250,6 +251,13 @@ def _rows(name: str, text: str) -> list[list[str]] | None:
     return [[c.strip() for c in r] for r in rows if any(c.strip() for c in r)]
 
 
+def _entries(name: str, text: str) -> int:
+    """A table's data rows, or a text's non-empty lines."""
+    if name.lower().endswith((".csv", ".tsv")):
+        return max(0, len(_rows(name, text) or []) - 1)
+    return sum(1 for line in text.splitlines() if line.strip())
+
+
 def _number(cell: str) -> float | None:
     try:
         return float(cell.replace(",", "").rstrip("%"))
@@ -325,6 +333,9 @@ def unmet(shape: Shape, text: str) -> str | None:
         missing = [v for v in shape.values if v.lower() not in held]
         if not missing:
             return None
+        if all(re.fullmatch(r"-?\d+", v) for v in shape.values) and _entries(f, text) >= len(
+                shape.values):
+            return None  # numbers the file may spell another way ("March" for 3): counted
         shown = ", ".join(repr(v) for v in missing[:MAX_SHOWN])
         more = f" and {len(missing) - MAX_SHOWN} more" if len(missing) > MAX_SHOWN else ""
         return (f"Not complete: the words \"{shape.noun}\" ask {f} for each of the "
