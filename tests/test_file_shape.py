@@ -77,6 +77,9 @@ def test_an_order_is_checked_on_the_column_the_words_name():
     assert unmet(Order("w.md", False, "fewest visits first"), "a: 1\nb: 3\nc: 3\n") is None
     assert "1 comes after 3" in unmet(Order("w.md", False, "fewest first"), "a: 3\nb: 1\n")
     assert unmet(Order("w.md", True, "most first"), "/home\n/cart\n") is None  # no numbers
+    log = ("2024-05-01T00:13:00 [ERROR] billing: request 100013 handled in 192 ms\n"
+           "2024-05-01T02:58:00 [ERROR] upload: request 100058 handled in 691 ms\n")
+    assert unmet(Order("e.txt", True, "most errors first"), log) is None  # not name: count
 
 
 def test_values_are_found_as_cells_of_a_table_and_whole_words_of_a_text():
@@ -119,6 +122,7 @@ def _replies():
     claim = "FINAL(fares.csv is correct)"
     return [
         block(WRITE.format(make=f"m = {mean}\ntable = m.head(1).assign(top=m.mean_fare)")), claim,
+        claim,  # again over the same file: told again, not shown it again
         block(WRITE.format(make=f"table = {mean}.head(1)")), claim,
         block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare')")), claim,
         block(WRITE.format(make=f"table = {mean}.sort_values('mean_fare', ascending=False)")),
@@ -129,7 +133,9 @@ def _replies():
 def test_a_goal_completes_only_when_its_file_holds_what_its_words_declare(tmp_path):
     res, seen, status, out = run_fares(tmp_path, _replies())
     said = "\n".join(seen)
-    assert "with the columns city,mean_fare, but its header is city,mean_fare,top" in said
+    assert said.count("with the columns city,mean_fare, but its header is city,mean_fare,top") == 2
+    assert said.count("(fares.csv is as it was when you were shown it.)") == 1
+    assert said.count("city,mean_fare,top\nBergen,21.0,21.0\n</file>") == 1
     assert "leaves out 3 of them: 'Oslo', 'Stavanger', 'Tromso'" in said
     assert "asks fares.csv to list the highest first, but 21 comes after 18" in said
     assert status == "complete", (res, said[-3000:], out.stderr[-2000:])
@@ -142,7 +148,7 @@ def test_without_the_shape_check_the_wrong_file_completes_the_goal(tmp_path, mon
     completes the goal once its content was shown (what the long-run suite measured)."""
     monkeypatch.setattr(file_shape, "declared", lambda *a, **k: [])
     replies = _replies()
-    res, seen, status, _ = run_fares(tmp_path, replies[:2] + replies[1:])
+    res, seen, status, _ = run_fares(tmp_path, replies[:2] + replies[2:])
     assert status == "complete"
     assert (tmp_path / "fares.csv").read_text().splitlines() == ["city,mean_fare,top", "Bergen,21.0,21.0"]
 

@@ -77,6 +77,7 @@ def test_the_same_cell_three_times_is_stuck_then_halts_after_one_recovery_turn()
                         "same output again)")
     assert w.escalated_turn == 5 and w.detected == {"turn": 5, "tokens": 500,
                                                      "signal": w.signal}
+    assert w.halting() and w.halting()  # known before the halt, asked as often as needed
     halt = w.halt(6, tokens=600)
     assert halt is not None and halt.reason == "stuck"
     assert halt.report["turns_after_detection"] == 1
@@ -220,6 +221,25 @@ def test_a_model_repeating_one_cell_forever_ends_stuck_with_its_goal_blocked(tmp
     shown = rlm("goal", res["session_id"], cwd=tmp_path)
     assert "goal [blocked]" in shown.stdout and "blocked by the host: stuck" in shown.stdout
     assert (tmp_path / "report.md").read_text().startswith("EWR: month 0")
+
+
+def test_a_run_the_stuck_watch_ends_gets_no_compaction_after_its_last_turn(tmp_path):
+    """The logs run of stop 67 spent its last minutes summarising a context for a turn the
+    halt then never took (a summary on the local model: 3 minutes): the compaction after
+    a turn asks the policy whether the run goes on."""
+    cell = block("print('x' * 3000)\nprint(len('row'))")
+    path = tmp_path / "loop.json"
+    path.write_text(json.dumps({"window": 2600, "fenced": True, "replies": [cell] * 60}))
+    out = rlm("run", "Print the rows.", "--model", f"script:{path}", "--max-turns", "30",
+              "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    assert res["reason"] == "stuck", (res, out.stderr[-2000:])
+    es = entries(res["session_path"])
+    kinds = [e.get("custom_type") or e["type"] for e in es]
+    assert "context_relief" in kinds or "compaction" in kinds  # the window does fill
+    last_turn = max(i for i, e in enumerate(es) if e["type"] == "message")
+    after = kinds[last_turn + 1:]
+    assert not {"context_relief", "compaction", "compaction_outcome"} & set(after), after
 
 
 def test_a_gate_that_passes_does_not_complete_a_goal_whose_claim_no_output_supports(tmp_path):

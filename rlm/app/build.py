@@ -153,6 +153,8 @@ def attach_compaction(agent: Agent, wiring: Wiring) -> None:
         return compacted(ctl.before_prompt(agent.executor))
 
     def after_turn(a: LoopHost) -> list[Event]:
+        if agent.answers.halting():
+            return []  # the run ends before its next turn: no summary for a turn never taken
         last = next((e for e in reversed(a.session.branch())
                      if isinstance(e, MessageEntry) and e.role == "assistant"), None)
         if last is not None and last.error is None:

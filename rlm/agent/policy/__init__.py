@@ -154,6 +154,11 @@ class AnswerPolicy:
         one escalation note did not help."""
         return self.stuck.halt(turn, tokens)
 
+    def halting(self) -> bool:
+        """Whether `halt` ends the run before its next turn (the turn just taken closed):
+        work done between turns for the next one (a compaction) is then not done."""
+        return self.stuck.halting()
+
     # ------------------------------------------------------------------------ turns
     def turn_note(self, turn: int) -> Note | None:
         """A turn starts: a note the model should read before it replies, or None."""

@@ -25,8 +25,9 @@ declarations are read here, each tied to a file by the sentence that names it:
   nothing, and neither does a question that states a condition on another column: which
   rows remain is then the data's to say;
 - **an order**: "highest share first", "most errors first", "in descending order" -> the
-  file's number column (the one, or the one the phrase names; in a text, each line's last
-  number) never rises; "lowest first", "ascending" -> never falls.
+  file's number column (the one, or the one the phrase names; in a text whose every line
+  holds one number, "billing: 42", those) never rises; "lowest first", "ascending" -> never
+  falls.
 
 `declared` reads the words (pure); `unmet` checks one declaration against a file's bytes and
 says what is wrong in the words a small model reads, with the values it missed.
@@ -79,7 +80,7 @@ _DOWN = re.compile(r"\b(?:(?:highest|largest|biggest|greatest|most|top)\b[^.;,\n
 _UP = re.compile(r"\b(?:(?:lowest|smallest|least|fewest)\b[^.;,\n]{0,30}?\bfirst"
                  r"|ascending|increasing|(?:from\s+)?(?:lowest|smallest|least|fewest)\s+to\s+"
                  r"(?:highest|largest|most))\b", re.I)
-_LAST_NUMBER = re.compile(r"(-?\d+(?:\.\d+)?)(?!.*\d)")
+_A_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 _LEVELS = re.compile(r"^\): (\d+) values?: (.*)$|; (\d+) values?: (-?\d+(?:, -?\d+)*)")
 _QUOTED_VALUE = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?=,|$)")
 
@@ -280,10 +281,10 @@ def _numbers(shape: Order, text: str) -> list[float] | None:
             return None
         return [_number(r[pick[0]]) or 0.0 for r in body]
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    found = [_LAST_NUMBER.search(ln) for ln in lines]
-    if len(lines) < 2 or not all(found):
-        return None
-    return [float(m.group(1)) for m in found if m]
+    found = [_A_NUMBER.findall(ln) for ln in lines]
+    if len(lines) < 2 or any(len(f) != 1 for f in found):
+        return None  # a line of several numbers (a log line, a date) is no "name: count"
+    return [float(f[0]) for f in found]
 
 
 def _json_keys(shape: Columns, text: str) -> str | None:
@@ -357,17 +358,22 @@ def unmet(shape: Shape, text: str) -> str | None:
     return None
 
 
-def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None]
+def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None],
+                shown: Callable[[str, str], bool] = lambda name, text: False
                 ) -> tuple[Shape, str] | None:
     """The first of `shapes` its file (`read(name)`: its text, None when there is none to
-    check) lacks, with what the model reads: the problem, then the file's content."""
+    check) lacks, with what the model reads: the problem, then the file's content unless
+    `shown(name, text)` says the model has seen it as it is (a refusal repeated over an
+    unchanged file filled the logs run's context with it: two compactions of 3 minutes)."""
     for shape in shapes:
         text = read(shape.file)
         problem = None if text is None else unmet(shape, text)
-        if problem is not None and text is not None:
-            shown = head_tail(text, FILE_CHARS).rstrip()
-            return shape, (f"{problem}\nIts content now:\n<file path=\"{shape.file}\">\n"
-                           f"{shown}\n</file>")
+        if problem is None or text is None:
+            continue
+        if shown(shape.file, text):
+            return shape, f"{problem}\n({shape.file} is as it was when you were shown it.)"
+        return shape, (f"{problem}\nIts content now:\n<file path=\"{shape.file}\">\n"
+                       f"{head_tail(text, FILE_CHARS).rstrip()}\n</file>")
     return None
 
 

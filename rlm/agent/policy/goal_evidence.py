@@ -228,11 +228,12 @@ class GoalJudge:
             digests[name] = _digest(data)
             return data.decode(errors="replace")
 
-        found = file_shape.first_unmet(shapes, read)
+        found = file_shape.first_unmet(
+            shapes, read, lambda name, _text: self.shown.get(name) == digests[name])
         if found is None:
             return None
         shape, message = found
-        self.shown[shape.file] = digests[shape.file]  # the refusal showed it
+        self.shown[shape.file] = digests[shape.file]  # the refusal shows it
         return message, f"{shape.file} holding what the goal declares ({type(shape).__name__.lower()})"
 
     def _unapplied(self, agent: JudgedHost) -> tuple[str, str] | None:

@@ -153,10 +153,10 @@ class StuckWatch:
     def halt(self, turn: int, tokens: int) -> End | None:
         """Before turn `turn`: close the previous turn; End("stuck") when the recovery turn
         after the note brought nothing new. Records when the stuck state was detected."""
-        self.turn_ended()
+        ending = self.halting()
         if self.signal is not None and self.detected is None:
             self.detected = {"turn": turn, "tokens": tokens, "signal": self.signal}
-        if self.escalated_turn is None or self.after < self.limits.grace:
+        if not ending:
             return None
         d = self.detected or {"turn": turn, "tokens": tokens, "signal": self.signal}
         detail = (f"{d['signal']} (detected before turn {d['turn']}); "
@@ -170,6 +170,11 @@ class StuckWatch:
             "tokens_after_detection": tokens - d["tokens"],
             "tried": self.tried(),
         })
+
+    def halting(self) -> bool:
+        """Whether `halt` ends the run before the next turn (closes the open turn first)."""
+        self.turn_ended()
+        return self.escalated_turn is not None and self.after >= self.limits.grace
 
     def open_turn(self) -> None:
         self.turn_open, self.progress, self.repeat = True, False, None
