@@ -7,8 +7,9 @@ the answer a run would end with while its goal is active. It holds when, in orde
 1. every file the goal names (`report.md`, `out/summary.csv`) exists, holds what the goal's
    and the question's words declare of it (its columns, a row for every value of a column
    the input lists, an order: rlm.agent.policy.file_shape, every model, every claim; the
-   refusal shows the file), and the model has been shown its current content by the host (a claim made before that is answered with the
-   content, so the model checks the file against the goal before it may complete); a bare
+   refusal shows the file), and the model has been shown its current content by the host
+   (a claim made before that is answered with the content, so the model checks the file
+   against the goal before it may complete); a bare
    `goal.complete()` (no summary) is refused first: a completion states what it claims;
 2. every `--gate` passes (the autonomous policy's gates, else GoalManager's own, which
    also guard `goal.complete()` itself: rlm.longrun.gates; rerun only when something
