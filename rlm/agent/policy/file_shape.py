@@ -42,7 +42,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from rlm.agent.policy.conditions import LINE_WORD, _column_lines, conditions
+from rlm.agent.policy.conditions import _QUOTED, LINE_WORD, _column_lines, conditions
 from rlm.agent.policy.decisions import Answer, Facts, Refuse
 from rlm.agent.policy.rules import Rule
 from rlm.longrun.gates import head_tail
@@ -82,7 +82,6 @@ _UP = re.compile(r"\b(?:(?:lowest|smallest|least|fewest)\b[^.;,\n]{0,30}?\bfirst
                  r"(?:highest|largest|most))\b", re.I)
 _A_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
 _LEVELS = re.compile(r"^\): (\d+) values?: (.*)$|; (\d+) values?: (-?\d+(?:, -?\d+)*)")
-_QUOTED_VALUE = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'(?=,|$)")
 
 
 @dataclass(frozen=True)
@@ -160,7 +159,7 @@ def full_levels(descriptions: Iterable[str]) -> dict[str, set[str] | None]:
             out[key] = None
             continue
         if m.group(1):
-            values = {v.group(1) for v in _QUOTED_VALUE.finditer(m.group(2))}
+            values = {v.group(1) for v in _QUOTED.finditer(m.group(2))}
             complete = len(values) == int(m.group(1))
         else:
             values = set(m.group(4).split(", "))
