@@ -31,7 +31,7 @@ def _call(model: local.LocalModel, messages: list[dict], grammar: bool, max_toke
     first = end = None
     parts: list[str] = []
     n = 0
-    for chunk in model.generate(prep, temperature=0.0, seed=0, cell_or_answer=grammar):
+    for chunk in model.generate(prep, temperature=0.0, seed=0, form="cell_or_answer" if grammar else None):
         if chunk["text"]:
             first = first or time.perf_counter()
             parts.append(chunk["text"])

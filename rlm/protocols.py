@@ -131,9 +131,12 @@ Handler = Callable[[dict[str, Any]], Any]
 # -- the run decision (S1): what a policy that steers the run hands the loop -------------
 @dataclass(frozen=True)
 class Continue:
-    """Go on: `prompt` becomes the next user message (origin "continuation")."""
+    """Go on: `prompt` becomes the next user message (origin "continuation"). `work`: the
+    prompt refused an answer whose fix is work (a gate failing, a file wrong), so the next
+    reply must run a cell (rlm.agent.policy `AnswerPolicy.continued`)."""
 
     prompt: str
+    work: bool = False
 
 
 @dataclass(frozen=True)

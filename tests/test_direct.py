@@ -87,7 +87,8 @@ def _outcome(llm, **call):
         return type(e).__name__
 
 
-CALLS = [{}, {"tools": []}, {"temperature": 0.3, "max_tokens": 500}]
+CALLS = [{}, {"tools": []}, {"temperature": 0.3, "max_tokens": 500},
+         {"tool_choice": "required"}]
 
 
 def test_every_openai_model_gets_litellms_bodies_and_replies(endpoint):

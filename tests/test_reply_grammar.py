@@ -31,13 +31,13 @@ def stub_local(tmp_path):
     def build(config: Config):
         llm = get_llm(f"local:{path}", config)
         model = llm._handler.model
-        calls: list[bool] = []
+        calls: list[str | None] = []
 
         def prepare(messages, max_tokens, stop=None):
             return local.Prepared("p", list(stop or []), 1, 16)
 
-        def generate(prep, *, temperature, seed, prefixes=None, cell_or_answer=False):
-            calls.append(cell_or_answer)
+        def generate(prep, *, temperature, seed, prefixes=None, form=None):
+            calls.append(form)
             yield inproc.chunk("FINAL(3)")
             yield inproc.chunk(finished=True, finish_reason="stop",
                                usage={"prompt_tokens": 1, "completion_tokens": 3,
@@ -55,13 +55,14 @@ def test_an_agent_turn_is_sampled_under_the_grammar_other_calls_are_not(stub_loc
     assert llm.complete(USER, tools=[PYTHON_TOOL]).content == "FINAL(3)"  # a turn
     llm.complete(USER, tools=[])  # a summary, an llm_query sub-call
     llm.complete(USER)  # the advisor on a fenced-code model
-    assert calls == [True, False, False]
+    assert calls == ["cell_or_answer", None, None]
 
 
 def test_config_local_grammar_off_samples_every_call_freely(stub_local, tmp_path):
     llm, calls = stub_local(Config(home=tmp_path, local_grammar=False))
     llm.complete(USER, tools=[PYTHON_TOOL])
-    assert calls == [False]
+    llm.complete(USER, tools=[PYTHON_TOOL], tool_choice="required")
+    assert calls == [None, None]
 
 
 def test_local_grammar_is_read_from_the_users_config_file(tmp_path, monkeypatch):
@@ -148,6 +149,16 @@ def test_the_grammar_rejects_prose_extra_text_and_other_forms(vocab, text):
 
 
 @pytest.mark.slow
+def test_the_cell_form_accepts_the_cell_and_no_answer(vocab):
+    from rlm.llm.reply_grammar import CELL_GBNF, Matcher
+
+    cell = Matcher(vocab, CELL_GBNF)
+    assert [cell.status(t) for t in (CELL, ACCEPTED[1], ACCEPTED[3])] == ["complete"] * 3
+    assert [cell.status(t) for t in ("FINAL(42)", "FINAL_VAR(result)", "The answer is 42.")] \
+        == ["rejected"] * 3
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("text", PARTIAL)
 def test_a_reply_cut_inside_the_grammar_still_parses(vocab, text):
     from rlm.llm.reply_grammar import Matcher
@@ -172,6 +183,19 @@ def test_a_turn_that_would_be_prose_is_a_cell_or_an_answer_under_the_grammar(
     assert len(fenced_blocks(turn)) == 1 or text_final(turn) is not None, turn
     cut = llm.complete(ask, tools=[PYTHON_TOOL], max_tokens=6).content
     assert fenced_blocks(cut) or text_final(cut) is not None, cut
+
+
+@pytest.mark.slow
+def test_a_turn_that_must_run_a_cell_is_a_cell_where_it_would_answer(local_model,
+                                                                     _isolated_home):
+    from rlm.llm import get_llm
+
+    llm = get_llm("local", Config(home=_isolated_home, temperature=0.0))
+    ask = [{"role": "user", "content": "What is 6*7? Reply with only FINAL(answer)."}]
+    free = llm.complete(ask, tools=[PYTHON_TOOL], max_tokens=48).content
+    assert text_final(free) is not None and not fenced_blocks(free), free
+    cell = llm.complete(ask, tools=[PYTHON_TOOL], tool_choice="required", max_tokens=48).content
+    assert len(fenced_blocks(cell)) == 1 and text_final(cell) is None, cell
 
 
 @pytest.mark.slow

@@ -332,6 +332,7 @@ class Agent:
                 decision = decision or End(outcome[0], st.error_detail)
                 if isinstance(decision, Continue):
                     st.final = st.shown = None
+                    self.answers.continued(decision.work)
                     self.session.append(MessageEntry(
                         message={"role": "user", "content": decision.prompt},
                         origin="continuation"))

@@ -126,7 +126,8 @@ def call_model(host: ModelHost, temperature: float | None = None, seed: int | No
         temp = host.answers.temperature(host.config.temperature) if temperature is None \
             else temperature
 
-        call = _watched_call(host.llm, messages, temp, watch, seed)
+        call = _watched_call(host.llm, messages, temp, watch, seed,
+                             host.answers.tool_choice(host.state.turns))
         yield ModelCallStarted(host.llm.spec, size)
         try:
             completion: Completion = yield from host.in_thread(call)
@@ -159,7 +160,8 @@ def call_model(host: ModelHost, temperature: float | None = None, seed: int | No
 
 
 def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
-                  watch: ReplyScanner | None, seed: int | None = None) -> Work:
+                  watch: ReplyScanner | None, seed: int | None = None,
+                  tool_choice: str | None = None) -> Work:
     """The call run on the worker thread: text streamed to the user and through `watch`,
     and a native call's code through it and to the user line by line as its arguments
     stream (ModelCode); a match
@@ -214,6 +216,8 @@ def _watched_call(llm: LLM, messages: list[dict[str, Any]], temp: float | None,
             more: dict[str, Any] = {"on_call": on_call} if native else {}
             if seed is not None:
                 more["seed"] = seed
+            if tool_choice is not None:  # the policy's: the reply must run a cell
+                more["tool_choice"] = tool_choice
             try:
                 # the python tool is offered to every model: a fenced-code model's provider
                 # may read it as the reply's format (the local model's reply grammar)

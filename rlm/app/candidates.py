@@ -113,10 +113,14 @@ def choose(agent: Agent, reply: Completion, k: int) -> Generator[Event, None, Co
 
 
 def _drawing(agent: Agent, i: int) -> Callable[[Callable[[Event], None]], Completion]:
-    """Candidate i: the turn's prompt sampled hot with a seed of its own."""
+    """Candidate i: the turn's prompt sampled hot with a seed of its own, in the form the
+    turn's reply was asked for (a cell, after a refused answer)."""
+    choice = agent.answers.tool_choice(agent.state.turns)
+
     def work(emit: Callable[[Event], None]) -> Completion:
         return agent.llm.complete(assemble(agent).messages, tools=[PYTHON_TOOL],
-                                  temperature=CANDIDATE_TEMPERATURE, seed=SEED_BASE + i)
+                                  temperature=CANDIDATE_TEMPERATURE, seed=SEED_BASE + i,
+                                  tool_choice=choice)
     return work
 
 

@@ -58,7 +58,8 @@ MAX_ERROR_BYTES = 64 * 1024  # of a refusal's body
 DRAIN_LINES = 64  # read after [DONE] so the connection goes back to the pool
 MAX_LINE_CHARS = 4 * 1024 * 1024  # one event's line: far above the seam's 512 KB reply cap
 # what the seam sends that reaches the body as given; anything else goes through litellm
-PLAIN = frozenset({"model", "messages", "tools", "stop", "stream", "stream_options"})
+PLAIN = frozenset({"model", "messages", "tools", "tool_choice", "stop", "stream",
+                   "stream_options"})
 MAPPED_FOR_REASONING = frozenset({"temperature", "max_tokens"})
 CONNECT_S, READ_S = 10.0, 600.0  # the openai SDK's read timeout; a slow start fails sooner
 

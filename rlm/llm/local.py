@@ -36,7 +36,8 @@ Runtime rules:
 - Generation stops where the model starts inventing the next turn (`TURN_STOPS`), on top
   of the template's end-of-turn token and any `stop` the caller passes.
 - A call that offers the python tool (an agent's turn) is sampled under the reply grammar
-  (rlm.llm.reply_grammar: one fenced cell or FINAL), unless config `local_grammar` is off;
+  (rlm.llm.reply_grammar: one fenced cell or FINAL; a call requiring the tool: the cell),
+  unless config `local_grammar` is off;
   the grammar acts on sampling only, so the prompt and its KV-cache reuse are unchanged.
 - `verbose=False`; every loaded model is closed at exit, so shutdown prints nothing.
 """
@@ -282,7 +283,7 @@ class LocalModel:
         self._evals: list[tuple[int, int]] = []  # llama.cpp eval calls: (start, n tokens)
         self.ident: str | None = None  # what a state saved on disk is valid for (at load)
         self._system_tokens: dict[str, list[int]] = {}  # a system prompt's tokens, alone
-        self._grammar: Any = None  # the reply grammar, compiled on first use
+        self._grammars: dict[str, Any] = {}  # the reply grammar's forms, compiled on first use
 
     def load(self) -> Any:
         """Load the model if needed (thread-safe); returns the `Llama` object."""
@@ -417,11 +418,12 @@ class LocalModel:
 
     def generate(
         self, prep: Prepared, *, temperature: float | None, seed: int | None,
-        prefixes: PrefixStore | None = None, cell_or_answer: bool = False,
+        prefixes: PrefixStore | None = None, form: str | None = None,
     ) -> Iterator[dict[str, Any]]:
         """Stream inproc chunks; the last one carries finish_reason and exact usage.
         `prefixes`: where system prompts' states are kept between runs (None: nowhere);
-        `cell_or_answer`: the reply is sampled under rlm.llm.reply_grammar."""
+        `form`: the reply is sampled under that form of rlm.llm.reply_grammar
+        ("cell_or_answer", "cell"); None: free text."""
         from llama_cpp import StoppingCriteriaList
 
         counter = _TokenCounter()
@@ -429,10 +431,12 @@ class LocalModel:
             llm = self._llm
             temp = 0.0 if temperature is None else float(temperature)
             grammar: Any = None
-            if cell_or_answer and self._grammar is None:
-                self._grammar = reply_grammar.check(llm)
-            if cell_or_answer:
-                grammar = reply_grammar.GreedyGrammar(llm) if temp == 0 else self._grammar
+            if form is not None:
+                text = reply_grammar.FORMS[form]
+                if form not in self._grammars:
+                    self._grammars[form] = reply_grammar.check(llm, text)
+                grammar = reply_grammar.GreedyGrammar(llm, text) if temp == 0 \
+                    else self._grammars[form]
             self._evals.clear()
             stats = CallStats(prep.n_prompt, 0, False, False)
             if self.reuse:
@@ -519,8 +523,9 @@ class LocalHandler:
 
     Which replies are legal is this provider's policy: a call that offers the python tool
     is an agent's turn, and with `grammar` (config `local_grammar`) its reply is sampled
-    under rlm.llm.reply_grammar (one fenced cell or a FINAL answer). Other calls
-    (summaries, sub-calls, the advisor) offer no tool and stay free text."""
+    under rlm.llm.reply_grammar (one fenced cell or a FINAL answer; only the cell when the
+    call requires the tool, `tool_choice="required"`). Other calls (summaries, sub-calls,
+    the advisor) offer no tool and stay free text."""
 
     def __init__(self, default_key: str, prefixes: PrefixStore | None = None,
                  grammar: bool = True):
@@ -544,9 +549,10 @@ class LocalHandler:
         prep = local.prepare(messages, params.get("max_tokens"), params.get("stop"))
         turn = any((t.get("function") or {}).get("name") == "python"
                    for t in params.get("tools") or ())
+        form = None if not (self.grammar and turn) else \
+            "cell" if params.get("tool_choice") == "required" else "cell_or_answer"
         return local.generate(prep, temperature=params.get("temperature"),
-                              seed=params.get("seed"), prefixes=self.prefixes,
-                              cell_or_answer=self.grammar and turn)
+                              seed=params.get("seed"), prefixes=self.prefixes, form=form)
 
 
 N_CTX_ENV = modelfile.N_CTX_ENV

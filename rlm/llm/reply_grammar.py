@@ -14,6 +14,10 @@ grammar sampler), and the reply is exactly one of:
 - `FINAL(answer)`, its parentheses balanced (what codeparse.text_final reads), or
   `FINAL_VAR(name)`.
 
+A call that requires the tool (`tool_choice="required"`: the host refused an answer and the
+fix is work, rlm.agent.policy `AnswerPolicy.tool_choice`) is sampled under the `cell` form:
+the same cell, no answer. The forms share their rules (`FORMS`).
+
 The grammar is small on purpose: its cost grows with the alternatives open at a position.
 llama-cpp-python's grammar sampler checks every one of the 151k vocabulary tokens at every
 step: +42% per generated token on 2 cores (bench/grammar_local.py). A greedy turn (the
@@ -37,35 +41,41 @@ from typing import Any
 from rlm.errors import ModelError
 
 ROOT = "root"
-GBNF = r"""
-root  ::= cell | final
+CELL_RULES = r"""
 cell  ::= "```python\n" "\n"* first line* "```"
 first ::= [^`\n \t] [^\n]* "\n"
 line  ::= [^`\n] [^\n]* "\n" | "\n"
+"""
+FINAL_RULES = r"""
 final ::= "FINAL(" arg ")" | "FINAL_VAR(" name ")"
 arg   ::= ([^()] | "(" arg ")")*
 name  ::= [A-Za-z_] [A-Za-z0-9_]*
 """
+GBNF = "root  ::= cell | final" + CELL_RULES + FINAL_RULES.lstrip("\n")
+CELL_GBNF = "root  ::= cell" + CELL_RULES
+# a reply's form -> its grammar: an agent's turn, and a turn that must run a cell
+FORMS = {"cell_or_answer": GBNF, "cell": CELL_GBNF}
 
 
-def _sampler(llm: Any) -> Any:
+def _sampler(llm: Any, text: str = GBNF) -> Any:
     import llama_cpp
 
     smpl = llama_cpp.llama_sampler_init_grammar(
-        llm._model.vocab, GBNF.encode("utf-8"), ROOT.encode("utf-8"))
+        llm._model.vocab, text.encode("utf-8"), ROOT.encode("utf-8"))
     if not smpl:
         raise ModelError("llama.cpp could not parse the local model's reply grammar")
     return smpl
 
 
-def check(llm: Any) -> Any:
-    """The grammar as llama-cpp-python takes it (`grammar=`), after llama.cpp compiled it
-    against `llm`'s vocabulary (a grammar it cannot parse would crash the sampler chain)."""
+def check(llm: Any, text: str = GBNF) -> Any:
+    """The grammar `text` as llama-cpp-python takes it (`grammar=`), after llama.cpp
+    compiled it against `llm`'s vocabulary (a grammar it cannot parse would crash the
+    sampler chain)."""
     import llama_cpp
     from llama_cpp import LlamaGrammar
 
-    llama_cpp.llama_sampler_free(_sampler(llm))
-    return LlamaGrammar.from_string(GBNF, verbose=False)
+    llama_cpp.llama_sampler_free(_sampler(llm, text))
+    return LlamaGrammar.from_string(text, verbose=False)
 
 
 def _allowed(smpl: Any, token: int) -> bool:
@@ -85,9 +95,9 @@ class GreedyGrammar:
     generated since the last step are read from the model's input ids and fed to the
     grammar first. `close()` frees the grammar; `full` counts the steps that checked all."""
 
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, text: str = GBNF) -> None:
         self.llm = llm
-        self.smpl = _sampler(llm)
+        self.smpl = _sampler(llm, text)
         self.fed: int | None = None
         self.steps = self.full = 0
 
@@ -120,15 +130,15 @@ class Matcher:
     """The grammar stepped over a text's tokens by llama.cpp's own sampler: whether each
     token is allowed where it comes, and whether the text is a whole reply."""
 
-    def __init__(self, llm: Any) -> None:
-        self.llm = llm
+    def __init__(self, llm: Any, text: str = GBNF) -> None:
+        self.llm, self.text = llm, text
 
     def status(self, text: str) -> str:
         """"complete" (a whole reply: the end of turn is allowed after it), "partial"
         (a prefix of one) or "rejected"."""
         import llama_cpp
 
-        smpl = _sampler(self.llm)
+        smpl = _sampler(self.llm, self.text)
         try:
             for token in self.llm.tokenize(text.encode("utf-8"), add_bos=False,
                                            special=False):

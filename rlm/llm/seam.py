@@ -228,9 +228,12 @@ class SeamLLM:
         max_tokens: int | None = None,
         on_call: CallStreamCallback | None = None,
         seed: int | None = None,
+        tool_choice: str | None = None,
     ) -> Completion:
         """One reply. Streamed (`stream`): text goes to `on_text` and native tool calls'
-        argument text to `on_call` as it comes; either may raise to stop the stream."""
+        argument text to `on_call` as it comes; either may raise to stop the stream.
+        `tool_choice="required"`: the reply must call a tool it is offered (sent only with
+        the tools: a fenced-code model that is not sent tools is not sent this either)."""
         durability.settle()  # no request before every log line it could follow is on disk
         if tools is None:
             tools = [PYTHON_TOOL] if self.native_tools else []
@@ -241,6 +244,8 @@ class SeamLLM:
         }
         if tools and (self.native_tools or self.tools_as_format):
             kwargs["tools"] = tools
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         if not self.native_tools:  # fenced code: stop where the model invents the next turn
             kwargs["stop"] = list(TURN_STOPS)
         if temperature is not None:
@@ -608,7 +613,7 @@ class InProcessLLM(SeamLLM):
     error classification as a hosted model's stream, and no litellm."""
 
     _handler: Any
-    _PARAMS = ("tools", "stop", "temperature", "max_tokens", "seed")
+    _PARAMS = ("tools", "tool_choice", "stop", "temperature", "max_tokens", "seed")
     shares_messages = True
 
     def _attempt(
@@ -638,7 +643,8 @@ class _ScriptHandler:
         owner.calls.append(list(messages))  # read-only dicts: the host never changes them
         params = kw.get("optional_params") or {}
         owner.requests.append(
-            {"messages": owner.calls[-1], "tools": params.get("tools"), "stop": params.get("stop"),
+            {"messages": owner.calls[-1], "tools": params.get("tools"),
+             "tool_choice": params.get("tool_choice"), "stop": params.get("stop"),
              "temperature": params.get("temperature"), "seed": params.get("seed")}
         )
         reply = owner.queue.replies[index]

@@ -119,6 +119,7 @@ class LLM(Protocol):
         max_tokens: int | None = None,
         on_call: CallStreamCallback | None = None,
         seed: int | None = None,  # a draw of its own (candidates); None: the provider's
+        tool_choice: str | None = None,  # "required": the reply must call a tool offered
     ) -> Completion: ...
 
     def context_window(self) -> int | None: ...

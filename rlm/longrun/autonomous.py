@@ -58,6 +58,7 @@ class RunState:
 @dataclass
 class Continue:
     message: str | None = None  # None: nothing to inject, the run simply goes on
+    work: bool = False  # the message refuses an answer whose fix is work (a gate failing)
 
 
 @dataclass
@@ -140,7 +141,7 @@ class AutonomousPolicy:
                 limit="max_continuations",
             )
         self.continuations += 1
-        return Continue(gate_message(failure))
+        return Continue(gate_message(failure), work=True)
 
     def check_gates(self, cells: int | None) -> GateResult | None:
         """The first failing gate now (`cells`: the run's cell count), else None: what a
@@ -193,7 +194,8 @@ def run_decision(decision: Continue | Stop, *, finished: bool
     """The policy's decision as the loop's: a gate's message goes on; an answer that did
     not pass the gates ends on the limit; anything else leaves the run to end as it would."""
     if isinstance(decision, Continue):
-        return protocols.Continue(decision.message) if decision.message else None
+        return protocols.Continue(decision.message, work=decision.work) \
+            if decision.message else None
     if decision.limit == "interrupted":
         return protocols.End("interrupted", decision.reason)
     if not decision.ok and finished:

@@ -53,6 +53,7 @@ class ClaimVerdict:
     message: str = ""  # what is missing: the model reads it when the claim does not hold
     summary: str = ""  # the claim, kept as the goal's last reason when it holds
     evidence: dict[str, Any] | None = None
+    work: bool = True  # what is missing takes a cell (not: a file shown to be checked)
 
 
 # judge(agent, reason, claim): reason is the run's ("final", "no_code") or "goal.complete";
@@ -418,7 +419,8 @@ def attach_goals(agent: LoopHost, goals: GoalManager, judge: CompletionJudge | N
             goals.complete_by_host(verdict.summary, verdict.evidence)
             return None
         context = goals.continuation_message()
-        return None if context is None else Continue(f"{verdict.message}\n{context}")
+        return None if context is None else Continue(f"{verdict.message}\n{context}",
+                                                      work=verdict.work)
 
     def on_end(_agent: LoopHost, reason: str, detail: str | None) -> None:
         if reason == "stuck":

@@ -11,6 +11,10 @@ facts. Decisions (rlm.agent.policy.decisions):
   answer(Answer, branch)         -> Refuse | Accept     refuse with a note, or accept with
                                                         verified + evidence / claims
   temperature(configured)        -> float | None        for the next model call
+  tool_choice(turn)              -> "required" | None   the next reply must run a cell:
+                                                        an answer was refused (a rule's
+                                                        refusal, a goal's or a gate's:
+                                                        `continued`) and none ran since
   watch(branch)                  -> ReplyScanner | None the stream rules watching the next
                                                         reply (rlm.agent.policy.stream)
   rule_hit(match, branch)        -> Abort               drop the reply, inject, retry
@@ -185,6 +189,23 @@ class AnswerPolicy:
             return max(configured or 0.0, LOOP_BREAK_TEMPERATURE)
         return configured
 
+    def tool_choice(self, turn: int) -> str | None:
+        """"required" when an answer was refused for work not done and no cell ran since,
+        unless this is the last turn a limit allows (it asks for FINAL alone): the 1.5B
+        model answered a failing gate, a wrong header or an unsupported claim with the
+        same FINAL four times in a row, never running the fix it was shown (the long-run
+        shipments, grades, contracts and survey tasks ended stuck so). Every model: a
+        fenced-code model not sent tools is not sent this either (rlm.llm.seam)."""
+        f = self.facts
+        if not f.work_asked or (f.max_turns is not None and turn >= f.max_turns):
+            return None
+        return "required"
+
+    def continued(self, work: bool) -> None:
+        """The run goes on with a continuation (a goal's judge, a failing gate: rlm.
+        protocols.Continue); `work`: it refused an answer whose fix is work."""
+        self.facts.work_asked = self.facts.work_asked or work
+
     def reply(self, content: str, tool_calls: bool) -> Run | Resample:
         decision = _first(r.on_reply(self.facts, Reply(content, tool_calls)) for r in self.rules)
         if decision is None:
@@ -220,6 +241,7 @@ class AnswerPolicy:
         session entry `entry_id`."""
         f = self.facts
         f.cells += 1
+        f.work_asked = False
         f.last_cell_ok = result.ok
         f.codes.append(code)
         f.last_entry = entry_id
@@ -269,8 +291,9 @@ class AnswerPolicy:
         """Refuse `answer` (once per rule and run), or accept it, verified or not."""
         asked = asked_prompts(branch) + [g for g in (self.goal(),) if g]
         refusal = _first(r.on_answer(self.facts, answer, asked, branch) for r in self.rules)
-        if refusal is not None:
+        if refusal is not None:  # every refusal asks for a cell (its note says which)
             self.facts.refused.add(refusal.key)
+            self.facts.work_asked = True
             self.facts.nudges += refusal.counts_as_nudge
             return refusal
         return self.judge(answer, asked)

@@ -38,7 +38,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from rlm import safeio
 from rlm.agent.nudge import is_non_answer
@@ -93,10 +93,21 @@ def _digest(data: bytes) -> str:
 
 @dataclass
 class FileCheck:
-    """A named file the model must see before completing: (missing | unseen) or None."""
+    """A named file the model must see before completing: (missing | unseen) or None.
+    `work`: the fix takes a cell (a missing file); a file shown to be checked does not."""
 
     path: str
     message: str
+    work: bool = True
+
+
+class Missing(NamedTuple):
+    """What a claim lacks: what the model reads, one line for a stuck note, and whether
+    the fix takes a cell (the next reply must run one: `ClaimVerdict.work`)."""
+
+    message: str
+    short: str
+    work: bool = True
 
 
 def check_files(files: list[str], cwd: Path, shown: dict[str, str]) -> FileCheck | None:
@@ -121,7 +132,8 @@ def check_files(files: list[str], cwd: Path, shown: dict[str, str]) -> FileCheck
         return FileCheck(name, (
             f"Before the goal can be complete, check {name} against it. Its content now:\n"
             f"<file path=\"{name}\">\n{text.rstrip()}\n</file>\n"
-            "If every line is right, finish again; if not, fix the code that wrote it."))
+            "If every line is right, finish again; if not, fix the code that wrote it."),
+            work=False)
     return None
 
 
@@ -161,35 +173,35 @@ class GoalJudge:
             agent.answers.missing = None
             return ClaimVerdict(True, summary=claim or "", evidence={
                 "files": dict(self.shown), "gates": gates, **self._claims(agent, reason, claim)})
-        message, short = missing
+        message, short, work = missing
         agent.answers.missing = short
         if small:
             message = f"{message}\n{done_means(files, gates)}"
-        return ClaimVerdict(False, message=message)
+        return ClaimVerdict(False, message=message, work=work)
 
     def _missing(self, agent: JudgedHost, reason: str, claim: str | None,
-                 files: list[str]) -> tuple[str, str] | None:
+                 files: list[str]) -> Missing | None:
         """(what the model reads, one line for a stuck note), or None: the claim holds."""
         kernel = reason == "goal.complete"
         if not kernel and claim is not None and is_non_answer(claim):
             # FINAL(None) beside a file the gates accept completed a goal (the flights run
             # of stop 45: 40,000 wrong lines in report.md); nothing found is not done
-            return (f"Your answer ({claim.strip()[:60]}) says nothing was found: that does not "
-                    "complete the goal. Print what the goal needs with a cell, then finish "
-                    "with one line of what your outputs show.",
-                    "a finish that states what the outputs show")
+            return Missing(f"Your answer ({claim.strip()[:60]}) says nothing was found: that "
+                           "does not complete the goal. Print what the goal needs with a cell, "
+                           "then finish with one line of what your outputs show.",
+                           "a finish that states what the outputs show")
         if kernel and not (claim or "").strip():
             # a bare goal.complete() would complete on the model's word alone: what it
             # claims is what the host checks (a goal was completed with its file missing)
-            return ("goal.complete() needs a summary: call goal.complete(summary) with one "
-                    "line that states what your outputs show; the host checks it against "
-                    "them.", "a summary of what the outputs show")
+            return Missing("goal.complete() needs a summary: call goal.complete(summary) with one "
+                           "line that states what your outputs show; the host checks it against "
+                           "them.", "a summary of what the outputs show")
         # its gates are GoalManager's own (rlm.longrun.gates), checked when the call goes on
         if (shape := self._shape(agent, files)) is not None:
             return shape
         found = check_files(files, self.cwd, self.shown)
         if found is not None:
-            return found.message, f"{found.path} checked against the goal"
+            return Missing(found.message, f"{found.path} checked against the goal", found.work)
         gate = None if kernel else self._gate(agent)
         if gate is not None:
             return gate
@@ -197,18 +209,19 @@ class GoalJudge:
             return unapplied
         verdict = self._claims(agent, reason, claim)
         if verdict.get("why") == ECHOED:
-            return ("Your answer repeats the words you were given; it says nothing your "
-                    "outputs showed. Check the file against the goal with a cell, then "
-                    "finish with one line of what your outputs show.",
-                    "a finish that states what the outputs show")
+            return Missing("Your answer repeats the words you were given; it says nothing your "
+                           "outputs showed. Check the file against the goal with a cell, then "
+                           "finish with one line of what your outputs show.",
+                           "a finish that states what the outputs show")
         if verdict.get("verified") is False:
             # the claims are not quoted: a continuation's words count as the question's
-            return ("Your answer is not supported: it states figures or names that no output "
-                    "of this run shows. Print what supports each of them with a cell, then "
-                    "finish again.", "an output that shows what the answer claims")
+            return Missing("Your answer is not supported: it states figures or names that no "
+                           "output of this run shows. Print what supports each of them with a "
+                           "cell, then finish again.",
+                           "an output that shows what the answer claims")
         return None
 
-    def _shape(self, agent: JudgedHost, files: list[str]) -> tuple[str, str] | None:
+    def _shape(self, agent: JudgedHost, files: list[str]) -> Missing | None:
         """The first named file that lacks what the goal's and the question's words
         declare of it (rlm.agent.policy.file_shape: its columns, a row for every value
         of a column, an order), with its content; a missing or unreadable file is
@@ -235,9 +248,10 @@ class GoalJudge:
             return None
         shape, message = found
         self.shown[shape.file] = digests[shape.file]  # the refusal shows it
-        return message, f"{shape.file} holding what the goal declares ({type(shape).__name__.lower()})"
+        return Missing(message, f"{shape.file} holding what the goal declares "
+                       f"({type(shape).__name__.lower()})")
 
-    def _unapplied(self, agent: JudgedHost) -> tuple[str, str] | None:
+    def _unapplied(self, agent: JudgedHost) -> Missing | None:
         """The conditions the question or the goal states that the code a named file
         comes from never spelled (rlm.agent.policy.written: the statement that wrote it
         and those it read from), then the aggregates it names that code never computes;
@@ -256,29 +270,29 @@ class GoalJudge:
             missing, inputs = dropped_in_run(branch, sources, also=objective)
             if missing:
                 words = dropped_words(missing, inputs)
-                return (FILE_DROPPED.format(file=name, **words),
-                        f"{name} written by code that applies {words['terms']}")
+                return Missing(FILE_DROPPED.format(file=name, **words),
+                               f"{name} written by code that applies {words['terms']}")
             ops = missing_operations(question_of(branch, objective), inputs, sources)
             if ops:
-                return (file_note(ops, name), f"{name} written by code that computes "
-                        + " and ".join(op.kind for op in ops[:2]))
+                return Missing(file_note(ops, name), f"{name} written by code that computes "
+                               + " and ".join(op.kind for op in ops[:2]))
         missing, inputs = dropped_in_run(branch, agent.answers.facts.computed, also=objective)
         if not missing:
             return None
         words = dropped_words(missing, inputs)
-        return (GOAL_DROPPED.format(**words),
-                f"a cell that applies {words['terms']}, which the goal states")
+        return Missing(GOAL_DROPPED.format(**words),
+                       f"a cell that applies {words['terms']}, which the goal states")
 
-    def _gate(self, agent: JudgedHost) -> tuple[str, str] | None:
+    def _gate(self, agent: JudgedHost) -> Missing | None:
         """The first failing gate: the autonomous policy's, else the goal's own."""
         if self.policy is not None and self.policy.gates:
             failure = self.policy.check_gates(agent.answers.facts.cells)
             if failure is not None:
-                return gate_message(failure), f"the check `{failure.command}` passing"
+                return Missing(gate_message(failure), f"the check `{failure.command}` passing")
         elif (gate := getattr(self.goals, "gate", None)) is not None:  # --gate, not --autonomous
             refusal = gate.refusal()
             if refusal is not None:
-                return refusal, "every --gate passing"
+                return Missing(refusal, "every --gate passing")
         return None
 
     def _claims(self, agent: JudgedHost, reason: str, claim: str | None) -> dict[str, Any]:
