@@ -207,3 +207,28 @@ def test_integer_values_may_be_spelled_another_way_but_not_left_out():
     months = Covers("m.md", "every month's", "month", ("1", "2", "3"))
     assert unmet(months, "January: 4\nFebruary: 5\nMarch: 1\n") is None
     assert "leaves out 2 of them: '2', '3'" in unmet(months, "1: 4\n")
+
+
+def test_a_header_fix_names_the_written_table_and_runs_as_sent(tmp_path):
+    """The refusal's fix names what the file was written from (rlm.agent.policy.written),
+    never a placeholder the model would send as it is; sent as it stands, it writes the
+    declared header from a table with extra columns or from a Series whose index is the
+    first column."""
+    from rlm.agent.policy.written import Written
+
+    w = Written()
+    w.cell("import pandas as pd\nout = 1\nby.round(2).to_csv('r.csv')", {"wrote": {"3": ["r.csv"]}})
+    w.cell("pd.DataFrame({'a': [1]}).to_csv('p.csv')", {"wrote": {"1": ["p.csv"]}})
+    assert (w.writer("r.csv"), w.writer("p.csv"), w.writer("none.csv")) == ("by", None, None)
+    shape = Columns("r.csv", ("region", "rate"))
+    assert "table[" not in unmet(shape, "region,0\nN,1\n")  # no name known: said in words
+    tables = {"by": pd.Series([0.5, 0.25], index=pd.Index(["N", "S"], name="region")),
+              "wide": pd.DataFrame({"region": ["N", "S"], "rate": [0.5, 0.25], "top": [1, 2]})}
+    for name, value in tables.items():
+        message = unmet(shape, "region,0\nN,1\n", writer=name)
+        fix = message.split("(`", 1)[1].split("`)", 1)[0]
+        assert fix.startswith(f"({name}.")
+        path = tmp_path / name
+        path.mkdir()
+        exec(fix.replace("'r.csv'", repr(str(path / "r.csv"))), {name: value})  # noqa: S102
+        assert (path / "r.csv").read_text().splitlines() == ["region,rate", "N,0.5", "S,0.25"]

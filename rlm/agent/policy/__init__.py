@@ -136,6 +136,7 @@ class AnswerPolicy:
             self.facts.offer = offer
         if cwd is not None:
             self.facts.read_written = lambda name: self._read_written(cwd, name)
+            self.facts.writer = lambda name: self.written.writer(cwd / name)
         if self.flow is None:
             self.flow = DataFlow(held() if held is not None else set())
         inputs = list(inputs)

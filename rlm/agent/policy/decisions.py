@@ -145,6 +145,8 @@ class Facts:
     # (under the kernel's working directory); None when no cell wrote it, it cannot be
     # read as a regular file there, or a goal's judge checks it (rlm.agent.policy.file_shape)
     read_written: Callable[[str], str | None] = field(default=lambda name: None)
+    # the name a file a cell wrote was written from (rlm.agent.policy.written.Written.writer)
+    writer: Callable[[str], str | None] = field(default=lambda name: None)
 
     @property
     def outputs(self) -> list[str]:

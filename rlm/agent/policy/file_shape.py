@@ -306,9 +306,10 @@ def _json_keys(shape: Columns, text: str) -> str | None:
     return None
 
 
-def unmet(shape: Shape, text: str) -> str | None:
+def unmet(shape: Shape, text: str, writer: str | None = None) -> str | None:
     """What `text` (the file's content) lacks of `shape`, as the model reads it; None when
-    it holds (or cannot be told: a file that does not parse as a table)."""
+    it holds (or cannot be told: a file that does not parse as a table). `writer`: the
+    name the file was written from (rlm.agent.policy.written), which a fix names."""
     f = shape.file
     if isinstance(shape, Columns) and f.lower().endswith(".json"):
         return _json_keys(shape, text)
@@ -322,8 +323,8 @@ def unmet(shape: Shape, text: str) -> str | None:
         want = ",".join(shape.names)
         return (f"Not complete: the task asks for {f} with the columns {want}, but its "
                 f"header is {','.join(head) or '(empty)'}. Write {f} again with exactly "
-                f"those columns, in that order (`table[{list(shape.names)!r}].to_csv("
-                f"{f!r}, index=False)`), print it, then finish.")
+                f"those columns, in that order ({_select(shape, writer)}), print it, then "
+                "finish.")
     if isinstance(shape, Covers):
         if f.lower().endswith((".csv", ".tsv")):
             rows = _rows(f, text) or []
@@ -357,8 +358,21 @@ def unmet(shape: Shape, text: str) -> str | None:
     return None
 
 
+def _select(shape: Columns, writer: str | None) -> str:
+    """How to write `shape.file` with its columns from `writer` (a table, or a Series whose
+    index is the first column), or in words when no name is known: never a placeholder
+    name, which the 1.5B model sends as it is."""
+    cols, f = list(shape.names), shape.file
+    if writer is None:
+        return f"select exactly those columns of the table you write, then `.to_csv({f!r}, " \
+               "index=False)`"
+    return (f"`({writer}.to_frame({cols[-1]!r}) if {writer}.ndim == 1 else {writer})"
+            f".reset_index()[{cols!r}].to_csv({f!r}, index=False)`")
+
+
 def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None],
-                shown: Callable[[str, str], bool] = lambda name, text: False
+                shown: Callable[[str, str], bool] = lambda name, text: False,
+                writer: Callable[[str], str | None] = lambda name: None,
                 ) -> tuple[Shape, str] | None:
     """The first of `shapes` its file (`read(name)`: its text, None when there is none to
     check) lacks, with what the model reads: the problem, then the file's content unless
@@ -366,7 +380,7 @@ def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None],
     unchanged file filled the logs run's context with it: two compactions of 3 minutes)."""
     for shape in shapes:
         text = read(shape.file)
-        problem = None if text is None else unmet(shape, text)
+        problem = None if text is None else unmet(shape, text, writer(shape.file))
         if problem is None or text is None:
             continue
         if shown(shape.file, text):
@@ -396,7 +410,8 @@ class DeclaredFile(Rule):
         if not files:
             return None
         inputs = [str(e.content or "") for e in custom_entries(branch, "context_vars")]
-        found = first_unmet(declared("", question, files, inputs), facts.read_written)
+        found = first_unmet(declared("", question, files, inputs), facts.read_written,
+                            writer=facts.writer)
         if found is None:
             return None
         shape, message = found

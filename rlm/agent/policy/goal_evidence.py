@@ -243,7 +243,8 @@ class GoalJudge:
             return data.decode(errors="replace")
 
         found = file_shape.first_unmet(
-            shapes, read, lambda name, _text: self.shown.get(name) == digests[name])
+            shapes, read, lambda name, _text: self.shown.get(name) == digests[name],
+            writer=lambda name: agent.answers.written.writer(self.cwd / name))
         if found is None:
             return None
         shape, message = found

@@ -20,6 +20,7 @@ binds say which statements bound names, and only lines that really opened a file
 
 from __future__ import annotations
 
+import ast
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +28,9 @@ from typing import Any
 from rlm.agent.policy.dataflow import _names, _tree
 
 MAX_STATEMENTS = 5000  # statements remembered per session; past it, no file has sources
+# pandas' writers: `X.to_csv(path)` writes what the name X holds
+WRITERS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_markdown", "to_string",
+                     "to_html", "to_feather", "to_pickle"})
 
 
 @dataclass
@@ -36,6 +40,8 @@ class Written:
     statements: list[str] = field(default_factory=list)  # statement code by id
     origin: dict[str, frozenset[int]] = field(default_factory=dict)  # name -> its sources
     files: dict[str, frozenset[int]] = field(default_factory=dict)  # abs path -> sources
+    wrote: dict[str, int] = field(default_factory=dict)  # abs path -> the writing statement
+    modules: set[str] = field(default_factory=set)  # names an import bound (`pd`)
     full: bool = False  # MAX_STATEMENTS reached: sources are no longer known
 
     def cell(self, code: str, provenance: dict[str, Any] | None,
@@ -50,7 +56,7 @@ class Written:
         lines = code.splitlines()
         for stmt in tree.body:
             if len(self.statements) >= MAX_STATEMENTS:
-                self.full, self.files = True, {}
+                self.full, self.files, self.wrote = True, {}, {}
                 return
             end = stmt.end_lineno or stmt.lineno
             sid = len(self.statements)
@@ -63,6 +69,10 @@ class Written:
                                                for n in reads | changes))
             for name in binds:
                 self.origin[name] = sources
+            if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                self.modules |= binds
+            else:
+                self.modules -= binds
             for name in changes:
                 self.origin[name] = self.origin.get(name, frozenset()) | sources
             for line, paths in wrote.items():
@@ -70,6 +80,7 @@ class Written:
                     for path in paths if isinstance(paths, list) else []:
                         if isinstance(path, str):
                             self.files[os.path.abspath(path)] = sources
+                            self.wrote[os.path.abspath(path)] = sid
 
     def sources(self, path: str | os.PathLike[str]) -> list[str] | None:
         """The code of the statements `path`'s content comes from, in order; None when no
@@ -78,3 +89,22 @@ class Written:
         if got is None:
             got = self.files.get(os.path.realpath(path))
         return None if got is None else [self.statements[i] for i in sorted(got)]
+
+    def writer(self, path: str | os.PathLike[str]) -> str | None:
+        """The name whose value the statement that last wrote `path` wrote through one of
+        pandas' writers (`region_summary` of `region_summary.round(2).to_csv(...)`), or
+        None: a host note that shows a fix names it instead of a placeholder (the 1.5B
+        model sent `table[[...]].to_csv(...)` from the example as it was, five times)."""
+        sid = self.wrote.get(os.path.abspath(path))
+        if sid is None:
+            sid = self.wrote.get(os.path.realpath(path))
+        tree = None if sid is None else _tree(self.statements[sid])
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                    and node.func.attr in WRITERS:
+                base: ast.expr = node.func.value
+                while isinstance(base, (ast.Attribute, ast.Subscript, ast.Call)):
+                    base = base.func if isinstance(base, ast.Call) else base.value
+                return base.id if isinstance(base, ast.Name) and base.id not in self.modules \
+                    else None  # `pd.DataFrame(rows).to_csv(...)` wrote no name
+        return None
