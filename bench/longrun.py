@@ -84,6 +84,17 @@ def make_flights(d: Path) -> dict:
     return peak
 
 
+def checked(task: LongTask, work: Path, truth: dict) -> bool:
+    """Whether the task's files hold the truth; a file its check cannot read (a total
+    column holding region names, a header renamed over other columns) is not right."""
+    try:
+        return bool(task.check(work, truth))
+    except (ValueError, KeyError, IndexError, TypeError, OSError, UnicodeDecodeError) as e:
+        print(f"{task.name}: the output could not be read as the task asks ({type(e).__name__}: "
+              f"{e}); counted as not right", file=sys.stderr)
+        return False
+
+
 def check_flights(d: Path, truth: dict) -> bool:
     lines = _lines(d / "report.md")
     found = {}
@@ -620,7 +631,7 @@ def run_task(task: LongTask, root: Path, max_turns: int, timeout: float) -> dict
         states = [e["data"]["goal"] for e in entries if e.get("custom_type") == "thread_goal_state"
                   and e["data"]["goal"]]
         goal = states[-1] if states else None
-    correct = task.check(work, truth)
+    correct = checked(task, work, truth)
     rep = first_repeat(entries)
     after = None
     if rep is not None and entries:

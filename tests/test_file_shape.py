@@ -87,6 +87,10 @@ def test_values_are_found_as_cells_of_a_table_and_whole_words_of_a_text():
     assert unmet(pets, "species,kg\nCat,1\ndog,2\nhamster,3\nparrot,4\n") is None
     msg = unmet(pets, "species,kg\ncatdog,1\nhamster,3\n")
     assert "leaves out 3 of them: 'cat', 'dog', 'parrot'" in msg
+    # a header renamed over other columns: the values sit under another name
+    moved = unmet(pets, "species,kg\n0,cat\n1,dog\n2,hamster\n3,parrot\n")
+    assert "w.csv (its column 'species') leaves out 4 of them" in moved
+    assert unmet(pets, "kind,kg\ncat,1\ndog,2\nhamster,3\nparrot,4\n") is None  # no such column
     text = Covers("w.md", "one line for each species", "species", pets.values)
     assert unmet(text, "- cat: 4\n- dog: 9\n- hamster: 1\n- parrot: 2\n") is None
     assert "'parrot'" in unmet(text, "- cat: 4\n- dog: 9\n- hamster: 1\n- parrots: 2\n")
@@ -212,8 +216,8 @@ def test_integer_values_may_be_spelled_another_way_but_not_left_out():
 def test_a_header_fix_names_the_written_table_and_runs_as_sent(tmp_path):
     """The refusal's fix names what the file was written from (rlm.agent.policy.written),
     never a placeholder the model would send as it is; sent as it stands, it writes the
-    declared header from a table with extra columns or from a Series whose index is the
-    first column."""
+    declared header from a table with extra columns, or from a Series whose index is the
+    first column. A column the table lacks is asked for, not selected or renamed into."""
     from rlm.agent.policy.written import Written
 
     w = Written()
@@ -221,14 +225,20 @@ def test_a_header_fix_names_the_written_table_and_runs_as_sent(tmp_path):
     w.cell("pd.DataFrame({'a': [1]}).to_csv('p.csv')", {"wrote": {"1": ["p.csv"]}})
     assert (w.writer("r.csv"), w.writer("p.csv"), w.writer("none.csv")) == ("by", None, None)
     shape = Columns("r.csv", ("region", "rate"))
-    assert "table[" not in unmet(shape, "region,0\nN,1\n")  # no name known: said in words
-    tables = {"by": pd.Series([0.5, 0.25], index=pd.Index(["N", "S"], name="region")),
-              "wide": pd.DataFrame({"region": ["N", "S"], "rate": [0.5, 0.25], "top": [1, 2]})}
-    for name, value in tables.items():
-        message = unmet(shape, "region,0\nN,1\n", writer=name)
+    assert "table[" not in unmet(shape, "rate,region,top\n1,N,2\n")  # no name: in words
+    written = {  # what was written, its header as to_csv wrote it
+        "by": (pd.Series([0.5, 0.25], index=pd.Index(["N", "S"], name="region")), "region,0"),
+        "wide": (pd.DataFrame({"top": [1, 2], "rate": [0.5, 0.25], "region": ["N", "S"]}),
+                 "top,rate,region"),
+        "keyed": (pd.DataFrame({"rate": [0.5, 0.25], "x": [1, 2]},
+                               index=pd.Index(["N", "S"], name="region")), "region,rate,x")}
+    for name, (value, header) in written.items():
+        message = unmet(shape, f"{header}\n", writer=name)
         fix = message.split("(`", 1)[1].split("`)", 1)[0]
-        assert fix.startswith(f"({name}.")
+        assert fix.startswith(f"{name}."), message
         path = tmp_path / name
         path.mkdir()
         exec(fix.replace("'r.csv'", repr(str(path / "r.csv"))), {name: value})  # noqa: S102
         assert (path / "r.csv").read_text().splitlines() == ["region,rate", "N,0.5", "S,0.25"]
+    lacking = unmet(Columns("r.csv", ("region", "total", "top")), "region,total\n", writer="t")
+    assert "It has no column top: compute it" in lacking and "`" not in lacking

@@ -322,15 +322,20 @@ def unmet(shape: Shape, text: str, writer: str | None = None) -> str | None:
             return None
         want = ",".join(shape.names)
         return (f"Not complete: the task asks for {f} with the columns {want}, but its "
-                f"header is {','.join(head) or '(empty)'}. Write {f} again with exactly "
-                f"those columns, in that order ({_select(shape, writer)}), print it, then "
-                "finish.")
+                f"header is {','.join(head) or '(empty)'}. {_fix(shape, head, writer)}, "
+                "print it, then finish.")
     if isinstance(shape, Covers):
         if f.lower().endswith((".csv", ".tsv")):
             rows = _rows(f, text) or []
-            held = {c.lower() for r in rows for c in r}
+            # in the column of that name when the file has one: a header renamed over
+            # other columns held 'East' under `total` and row numbers under `region`
+            heads = [h.lower() for h in rows[0]] if rows else []
+            at = heads.index(shape.column.lower()) if shape.column.lower() in heads else None
+            held = {c.lower() for r in rows for i, c in enumerate(r) if at is None or i == at}
+            where = f"{f} (its column {rows[0][at]!r})" if at is not None else f
         else:
             held = {w.lower() for w in re.findall(r"[\w][\w.-]*[\w]|\w", text)}
+            where = f
         missing = [v for v in shape.values if v.lower() not in held]
         if not missing:
             return None
@@ -341,7 +346,7 @@ def unmet(shape: Shape, text: str, writer: str | None = None) -> str | None:
         more = f" and {len(missing) - MAX_SHOWN} more" if len(missing) > MAX_SHOWN else ""
         return (f"Not complete: the words \"{shape.noun}\" ask {f} for each of the "
                 f"{len(shape.values)} values of the column {shape.column!r} in your input, "
-                f"but {f} leaves out {len(missing)} of them: {shown}{more}. Write {f} again "
+                f"but {where} leaves out {len(missing)} of them: {shown}{more}. Write {f} again "
                 f"from a table with one row for each {shape.column} (group by "
                 f"{shape.column!r} over all the rows; a value with no matching rows still "
                 "gets its row), print it, then finish.")
@@ -358,16 +363,30 @@ def unmet(shape: Shape, text: str, writer: str | None = None) -> str | None:
     return None
 
 
-def _select(shape: Columns, writer: str | None) -> str:
-    """How to write `shape.file` with its columns from `writer` (a table, or a Series whose
-    index is the first column), or in words when no name is known: never a placeholder
-    name, which the 1.5B model sends as it is."""
+def _fix(shape: Columns, head: list[str], writer: str | None) -> str:
+    """How to write `shape.file` with its columns, as far as the header shows it can be
+    done from what was written (`writer`: its name): a selection when every column is
+    there (extra ones, another order), naming the values of a Series written with its
+    index as the first column (header `class,0`), else computing what is missing. Never a
+    placeholder name (the 1.5B model sent `table[[...]]` as it was) nor a selection of a
+    column the table lacks (it then renamed the columns it had)."""
     cols, f = list(shape.names), shape.file
-    if writer is None:
-        return f"select exactly those columns of the table you write, then `.to_csv({f!r}, " \
-               "index=False)`"
-    return (f"`({writer}.to_frame({cols[-1]!r}) if {writer}.ndim == 1 else {writer})"
-            f".reset_index()[{cols!r}].to_csv({f!r}, index=False)`")
+    have = {h.lower() for h in head}
+    lacking = [c for c in cols if c.lower() not in have]
+    how = f"Write {f} again with exactly those columns, in that order"
+    if not lacking:
+        if writer is None:
+            return f"{how} (select them from the table you write, then `.to_csv({f!r}, " \
+                   "index=False)`)"
+        return f"{how} (`{writer}.reset_index()[{cols!r}].to_csv({f!r}, index=False)`)"
+    if writer is not None and len(head) == len(cols) == 2 and lacking == cols[1:] \
+            and head[0].lower() == cols[0].lower():  # a Series: its values had no name
+        return (f"{how} (`{writer}.rename({cols[1]!r}).reset_index().to_csv({f!r}, "
+                "index=False)`)")
+    names = ", ".join(lacking)
+    return (f"It has no column {names}: compute {'it' if len(lacking) == 1 else 'them'} "
+            f"from the data as a column of the table (do not rename another column to "
+            f"{lacking[0]!r}), then write {f} with exactly those columns, in that order")
 
 
 def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None],
