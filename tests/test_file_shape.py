@@ -242,3 +242,23 @@ def test_a_header_fix_names_the_written_table_and_runs_as_sent(tmp_path):
         assert (path / "r.csv").read_text().splitlines() == ["region,rate", "N,0.5", "S,0.25"]
     lacking = unmet(Columns("r.csv", ("region", "total", "top")), "region,total\n", writer="t")
     assert "It has no column top: compute it" in lacking and "`" not in lacking
+
+
+def test_a_share_lies_between_0_and_1_or_a_percentage_between_0_and_100():
+    def shares(text: str) -> list:
+        return [s for s in declared("", text, ["out.csv"], []) if isinstance(s, file_shape.Share)]
+
+    assert [s.high for s in shares("Write out.csv with the proportion of delayed trains "
+                                   "on each line.")] == [1.0]
+    assert [s.high for s in shares("out.csv: the fraction of refunds per shop, as a "
+                                   "percentage.")] == [100.0]
+    assert shares("Write out.csv with each brand's change in market share.") == []
+    assert shares("Write out.csv with the mean price per shop.") == []
+    share = file_shape.Share("out.csv", "proportion of delayed trains", 1.0)
+    msg = unmet(share, "line,trains,delayed_rate\nA,120,3.5\nB,80,0.25\n")
+    assert "its column 'delayed_rate' holds 3.5" in msg and "from 0 to 1" in msg
+    assert unmet(share, "line,trains,delayed_rate\nA,120,0.5\nB,80,0.25\n") is None  # counts
+    assert unmet(share, "line,share\nA,29%\nB,71%\n") is None  # written as a percent
+    text = file_shape.Share("out.txt", share.phrase, 1.0)
+    assert unmet(text, "A: 0.4\nB: 0.6\n") is None and "holds 40" in unmet(text, "A: 40\nB: 60\n")
+    assert unmet(share, "line,a,b\nA,1,2\n") is None  # which column is not clear: no verdict

@@ -24,6 +24,11 @@ declarations are read here, each tied to a file by the sentence that names it:
   what follows restricts ("every item whose stock fell", "every product in ...") declares
   nothing, and neither does a question that states a condition on another column: which
   rows remain is then the data's to say;
+- **a share**: "each carrier's share of late orders", "the proportion of ...", "the
+  fraction ..." in a sentence naming the file -> the file's share column (the one whose
+  name says share/rate/proportion/fraction/pct, else its one number column; in a text of
+  one number a line, those) lies between 0 and 1; with "percent"/"percentage"/"%" in the
+  sentence, between 0 and 100. A change of a share ("the change in share") declares none;
 - **an order**: "highest share first", "most errors first", "in descending order" -> the
   file's number column (the one, or the one the phrase names; in a text whose every line
   holds one number, "billing: 42", those) never rises; "lowest first", "ascending" -> never
@@ -81,6 +86,13 @@ _UP = re.compile(r"\b(?:(?:lowest|smallest|least|fewest)\b[^.;,\n]{0,30}?\bfirst
                  r"|ascending|increasing|(?:from\s+)?(?:lowest|smallest|least|fewest)\s+to\s+"
                  r"(?:highest|largest|most))\b", re.I)
 _A_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+_SHARE = re.compile(r"\b(?:share|proportion|fraction|percentage)s?\b(?:\s+of\s+[\w\s']{1,40}?"
+                    r"(?=[,.;()]|\band\b|$))?", re.I)
+_PERCENT = re.compile(r"\bper\s?cent(?:age)?s?\b|%", re.I)
+_CHANGE = re.compile(r"\b(?:change|changes|difference|growth|increase|decrease|delta|grew|rose|"
+                     r"fell|shift)\b", re.I)
+# a column whose name says it holds a share
+_SHARE_COLUMN = re.compile(r"share|rate|proportion|fraction|pct|percent|ratio", re.I)
 _LEVELS = re.compile(r"^\): (\d+) values?: (.*)$|; (\d+) values?: (-?\d+(?:, -?\d+)*)")
 
 
@@ -111,7 +123,16 @@ class Order:
     phrase: str
 
 
-Shape = Columns | Covers | Order
+@dataclass(frozen=True)
+class Share:
+    """`file`'s share column lies in [0, `high`] (`phrase`: the words that asked)."""
+
+    file: str
+    phrase: str
+    high: float
+
+
+Shape = Columns | Covers | Share | Order
 
 
 def named_files(text: str) -> list[str]:
@@ -229,6 +250,9 @@ def declared(objective: str, question: str, files: list[str],
                     if any(c not in low for c in stated):
                         continue  # the question narrows the rows: which remain is unknown
                     found.append(Covers(file, words.strip(), column, tuple(sorted(values))))
+                if (share := _SHARE.search(s)) and not _CHANGE.search(s):
+                    found.append(Share(file, share.group(0).strip(),
+                                       100.0 if _PERCENT.search(s) else 1.0))
                 for pattern, down in ((_DOWN, True), (_UP, False)):
                     if order := pattern.search(s):
                         found.append(Order(file, down, order.group(0)))
@@ -237,7 +261,8 @@ def declared(objective: str, question: str, files: list[str],
                        and getattr(o, "column", "") == getattr(shape, "column", "")
                        for o in out):
                 out.append(shape)
-    kinds = (Columns, Covers, Order)  # what a file is before what it holds, then its order
+    # what a file is before what it holds, then its values, then its order
+    kinds = (Columns, Covers, Share, Order)
     return sorted(out, key=lambda o: kinds.index(type(o)))
 
 
@@ -265,25 +290,30 @@ def _number(cell: str) -> float | None:
         return None
 
 
-def _numbers(shape: Order, text: str) -> list[float] | None:
-    """The numbers whose order the phrase declares: a table's number column (the only
-    one, or the one the phrase names), else each line's last number."""
+def _numbers(shape: Order | Share, text: str, least: int = 2
+             ) -> tuple[str, list[float]] | None:
+    """The numbers the phrase declares something of, with their column's name: a table's
+    number column (a share: the one whose name says share, rate, ...; else the only one,
+    or the one the phrase names), else each line's one number; None with fewer than
+    `least` of them, or when which column is not clear."""
     rows = _rows(shape.file, text) if shape.file.lower().endswith((".csv", ".tsv")) else None
-    if rows and len(rows) > 2:
+    if rows and len(rows) > least:
         head, body = rows[0], rows[1:]
         numeric = [i for i in range(len(head))
                    if all(len(r) > i and _number(r[i]) is not None for r in body)]
         words = set(re.findall(r"[a-z]+", shape.phrase.lower()))
         named = [i for i in numeric if words & set(re.findall(r"[a-z]+", head[i].lower()))]
+        if isinstance(shape, Share):
+            named = [i for i in numeric if _SHARE_COLUMN.search(head[i])] or named
         pick = named if len(named) == 1 else numeric
         if len(pick) != 1:
             return None
-        return [_number(r[pick[0]]) or 0.0 for r in body]
+        return head[pick[0]], [_number(r[pick[0]]) or 0.0 for r in body]
     lines = [ln for ln in text.splitlines() if ln.strip()]
     found = [_A_NUMBER.findall(ln) for ln in lines]
-    if len(lines) < 2 or any(len(f) != 1 for f in found):
+    if len(lines) < least or any(len(f) != 1 for f in found):
         return None  # a line of several numbers (a log line, a date) is no "name: count"
-    return [float(f[0]) for f in found]
+    return "", [float(f[0]) for f in found]
 
 
 def _json_keys(shape: Columns, text: str) -> str | None:
@@ -350,9 +380,12 @@ def unmet(shape: Shape, text: str, writer: str | None = None) -> str | None:
                 f"from a table with one row for each {shape.column} (group by "
                 f"{shape.column!r} over all the rows; a value with no matching rows still "
                 "gets its row), print it, then finish.")
-    numbers = _numbers(shape, text)
-    if numbers is None:
+    if isinstance(shape, Share):
+        return _share(shape, text)
+    got = _numbers(shape, text)
+    if got is None:
         return None
+    numbers = got[1]
     for a, b in zip(numbers, numbers[1:], strict=False):
         if (b > a) if shape.down else (b < a):
             way = "highest" if shape.down else "lowest"
@@ -387,6 +420,26 @@ def _fix(shape: Columns, head: list[str], writer: str | None) -> str:
     return (f"It has no column {names}: compute {'it' if len(lacking) == 1 else 'them'} "
             f"from the data as a column of the table (do not rename another column to "
             f"{lacking[0]!r}), then write {f} with exactly those columns, in that order")
+
+
+def _share(shape: Share, text: str) -> str | None:
+    """A share outside [0, high]: the 1.5B model wrote each class's passing scores over its
+    mean score (3.89) as a "pass rate (the share of its students who pass)"."""
+    got = _numbers(shape, text, least=1)
+    if got is None:
+        return None
+    column, numbers = got
+    high = 100.0 if "%" in text else shape.high  # "29%" is a share written as a percent
+    bad = next((v for v in numbers if not 0 <= v <= high), None)
+    if bad is None:
+        return None
+    f, what = shape.file, "a percentage" if shape.high == 100 else "a share"
+    where = f"its column {column!r}" if column else "it"
+    return (f"Not complete: \"{shape.phrase}\" asks {f} for {what}, a number from 0 to "
+            f"{shape.high:g} (the part divided by the whole{', times 100' if shape.high == 100 else ''}), "
+            f"but {where} holds {bad:g}. For each group, divide the number of rows that meet "
+            f"the condition by the number of all its rows; write {f} again, print it, then "
+            "finish.")
 
 
 def first_unmet(shapes: Iterable[Shape], read: Callable[[str], str | None],
