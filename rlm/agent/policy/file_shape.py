@@ -4,7 +4,7 @@ The 1.5B model finished the long-run shipments goal ("late_rate.csv gives every
 carrier's share of late orders, highest first"; its task: "... write late_rate.csv with the
 columns carrier,late_share") with a file of one carrier and an extra column, said
 "late_rate.csv is correct", and the goal completed: the file existed, its first line began
-with the gate's words, and nothing compared it with what the words declare. Three
+with the gate's words, and nothing compared it with what the words declare. Four
 declarations are read here, each tied to a file by the sentence that names it:
 
 - **its columns**: a list of two or more names after "column(s)", "field(s)", "header"
