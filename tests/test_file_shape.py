@@ -254,6 +254,9 @@ def test_a_share_lies_between_0_and_1_or_a_percentage_between_0_and_100():
                                    "percentage.")] == [100.0]
     assert shares("Write out.csv with each brand's change in market share.") == []
     assert shares("Write out.csv with the mean price per shop.") == []
+    assert shares("Write out.csv with the mean price per shop and share it with the team.") == []
+    assert [s.phrase for s in shares("out.csv gives each shop's share of refunds, rounded.")] \
+        == ["share of refunds"]
     share = file_shape.Share("out.csv", "proportion of delayed trains", 1.0)
     msg = unmet(share, "line,trains,delayed_rate\nA,120,3.5\nB,80,0.25\n")
     assert "its column 'delayed_rate' holds 3.5" in msg and "from 0 to 1" in msg

@@ -86,8 +86,11 @@ _UP = re.compile(r"\b(?:(?:lowest|smallest|least|fewest)\b[^.;,\n]{0,30}?\bfirst
                  r"|ascending|increasing|(?:from\s+)?(?:lowest|smallest|least|fewest)\s+to\s+"
                  r"(?:highest|largest|most))\b", re.I)
 _A_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-_SHARE = re.compile(r"\b(?:share|proportion|fraction|percentage)s?\b(?:\s+of\s+[\w\s']{1,40}?"
-                    r"(?=[,.;()]|\band\b|$))?", re.I)
+# a share as a noun ("each carrier's share of", "the share", "proportion"), not the verb
+# ("share it with the team")
+_SHARE = re.compile(r"(?:\b(?:proportion|fraction|percentage)s?|(?:'s|\b(?:the|a|its|their|"
+                    r"market|each|what))\s+shares?|\bshares?(?=\s+of\b))\b"
+                    r"(?:\s+of\s+[\w\s']{1,40}?(?=[,.;()]|\band\b|$))?", re.I)
 _PERCENT = re.compile(r"\bper\s?cent(?:age)?s?\b|%", re.I)
 _CHANGE = re.compile(r"\b(?:change|changes|difference|growth|increase|decrease|delta|grew|rose|"
                      r"fell|shift)\b", re.I)
@@ -251,7 +254,7 @@ def declared(objective: str, question: str, files: list[str],
                         continue  # the question narrows the rows: which remain is unknown
                     found.append(Covers(file, words.strip(), column, tuple(sorted(values))))
                 if (share := _SHARE.search(s)) and not _CHANGE.search(s):
-                    found.append(Share(file, share.group(0).strip(),
+                    found.append(Share(file, re.sub(r"^'s\s+", "", share.group(0)).strip(),
                                        100.0 if _PERCENT.search(s) else 1.0))
                 for pattern, down in ((_DOWN, True), (_UP, False)):
                     if order := pattern.search(s):
