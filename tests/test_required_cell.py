@@ -149,3 +149,24 @@ def test_a_hosted_model_receives_tool_choice_required_after_a_failing_gate(tmp_p
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert [r.get("tool_choice") for r in server.requests] == [None, "required", None]
     assert (tmp_path / "answer.txt").read_text() == "42"
+
+
+@pytest.mark.timeout(180)
+def test_a_cell_the_host_refuses_to_run_meets_the_requirement(tmp_path, scripted_local):
+    """Required to write a cell, the 1.5B model typed its input into a literal, which the
+    host stops (the input-literal stream rule) or does not run; required again, it typed
+    it again until the time limit (task suite needle, farapart: 240 s). A cell sent is
+    what was asked: the retry is free to answer."""
+    (tmp_path / "notes.txt").write_text("".join(f"line {i}: nothing\n" for i in range(50))
+                                        + "the badge of Ilse is K-4347\n")
+    spec, forms = scripted_local(["FINAL(K-1)", block('notes = "line 0: nothing\\nline 1"'),
+                                  block("print(notes[notes.find('Ilse'):][:40])"),
+                                  "FINAL(K-4347)"])
+    out = rlm("run", "In notes.txt, what badge did Ilse get?", "--model", spec, "--json",
+              cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    said = "\n".join(user_texts(entries(res["session_path"])))
+    assert "You have not looked at the data yet" in said
+    assert res["final"] == "K-4347", (res, said[-1500:])
+    assert [f for f in forms if f is not None] == [
+        "cell_or_answer", "cell", "cell_or_answer", "cell_or_answer"]

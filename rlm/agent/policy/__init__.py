@@ -191,7 +191,8 @@ class AnswerPolicy:
         return configured
 
     def tool_choice(self, turn: int) -> str | None:
-        """"required" when an answer was refused for work not done and no cell ran since,
+        """"required" when an answer was refused for work not done and no cell was sent since
+        (one the host did not run, or a stream rule stopped, counts: sent),
         unless this is the last turn a limit allows (it asks for FINAL alone): the 1.5B
         model answered a failing gate, a wrong header or an unsupported claim with the
         same FINAL four times in a row, never running the fix it was shown (the long-run
@@ -227,6 +228,7 @@ class AnswerPolicy:
         return self.stream.watch(branch) if self.stream.stream_rules else None
 
     def rule_hit(self, match: Match, branch: Sequence[Entry]) -> Abort:
+        self.facts.work_asked = False  # it wrote a cell the host stopped: the call is free
         return self.stream.hit(match, branch)
 
     def rule_note(self, match: Match, branch: Sequence[Entry]) -> CustomEntry:
@@ -286,6 +288,9 @@ class AnswerPolicy:
         like a repeated failing one (RepeatedCell)."""
         self.facts.last_cell_ok = False
         self.facts.last_failed_code = code
+        # a cell was sent: what the requirement asked. Required again, the 1.5B model typed
+        # its input into a literal until the time limit (task suite needle, farapart)
+        self.facts.work_asked = False
 
     # ---------------------------------------------------------------------- answers
     def answer(self, answer: Answer, branch: Sequence[Entry]) -> Refuse | Accept:
