@@ -14,7 +14,8 @@ facts. Decisions (rlm.agent.policy.decisions):
   tool_choice(turn)              -> "required" | None   the next reply must run a cell:
                                                         an answer was refused (a rule's
                                                         refusal, a goal's or a gate's:
-                                                        `continued`) and none ran since
+                                                        `continued`) and none was sent
+                                                        since
   watch(branch)                  -> ReplyScanner | None the stream rules watching the next
                                                         reply (rlm.agent.policy.stream)
   rule_hit(match, branch)        -> Abort               drop the reply, inject, retry

@@ -128,8 +128,8 @@ class Facts:
     stale: set[str] = field(default_factory=set)  # codes whose newest run brought nothing new
     looping: bool = False  # the newest cell repeated the failing one, or a successful one
     refused: set[str] = field(default_factory=set)  # refusals given (their keys)
-    # an answer was refused and the fix is work: the next reply must run a cell (cleared
-    # when one runs; AnswerPolicy.tool_choice)
+    # an answer was refused and the fix is work: the next reply must be a cell (cleared
+    # when one is sent, run or not; AnswerPolicy.tool_choice)
     work_asked: bool = False
     nudges: int = 0
     resamples: int = 0  # in this turn
