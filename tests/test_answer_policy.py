@@ -228,6 +228,30 @@ def _v(answer, outputs, *, source="text", codes=(), prompts=("?",)):
                   final_entry=f"e{len(outputs)}" if outputs else "e0")
 
 
+def test_a_claim_a_refusal_named_stays_a_claim_though_a_prompt_now_holds_it():
+    """A goal's refusal is a prompt; a prompt's words are the question's. The claims it named
+    (the policy's `dispute`) are still checked after it: otherwise repeating the same invented
+    answer would pass the second time, the refusal having quoted it."""
+    refusal = ("Your answer is not supported: the answer's figures (1,800 and 12.5%) and names "
+               "(Lyon) appear in no output of this run.")
+    prompts = ["Which city is busiest?", refusal]
+    answer = "Lyon, with 1,800 orders (12.5%)"
+    assert [c.text for c in claims(answer, prompts)] == ["orders"]  # the guard off: laundered
+    off = verify(answer, source="text", shown=[Shown("e1", "orders by city: Paris 431")],
+                 codes=["print(t)"], prompts=prompts, cells_run=1, last_cell_ok=True)
+    assert off.verified  # an invented figure and city pass on a word an output holds
+    named = frozenset({"lyon", "1,800", "12.5%"})
+    assert [c.text for c in claims(answer, prompts, disputed=named)] == ["Lyon", "1,800", "12.5%"]
+    shown = [Shown("e1", "orders by city: Paris 431")]
+    v = verify(answer, source="text", shown=shown, codes=["print(t)"], prompts=prompts,
+               cells_run=1, last_cell_ok=True, disputed=named)
+    assert not v.verified and set(v.unverified_claims) == {"Lyon", "1,800", "12.5%"}
+    p = AnswerPolicy()
+    p.dispute(["Lyon", "1,800"])
+    p.start_run(native_tools=False, max_turns=None, has_data=False)  # a continuation's run
+    assert p.disputed == {"lyon", "1,800"}  # the session's, not the run's
+
+
 def test_claims_are_figures_and_names_else_content_words():
     assert [c.text for c in claims("N725MQ, with 1000 flights", ["Which plane flew most?"])] == \
         ["N725MQ", "1000"]

@@ -261,7 +261,9 @@ def test_a_gate_that_passes_does_not_complete_a_goal_whose_claim_no_output_suppo
     tool_out = [str(e["message"].get("content")) for e in es
                 if e["type"] == "message" and e["message"]["role"] == "tool"]
     assert any("the goal is not complete yet" in t and "LGA" in t for t in tool_out), tool_out
-    assert any("Your answer is not supported" in t for t in user_texts(es))
+    refusals = [t for t in user_texts(es) if "Your answer is not supported" in t]
+    # it names what no output shows (the invented figure and name), not only that something is
+    assert refusals and all("99" in t and "LGA" in t for t in refusals), refusals
     assert res["reason"] == "stuck"  # the same unsupported claim again and again
 
 

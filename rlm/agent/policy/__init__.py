@@ -122,6 +122,10 @@ class AnswerPolicy:
         self.missing: str | None = None
         self.flow: DataFlow | None = None  # which names hold the task's data (the session's)
         self.written = Written()  # where each file a cell wrote comes from (the process's)
+        # claims a refusal named as unsupported (lowercased; the session's): a refusal the
+        # goal's judge gives is a prompt, and a prompt's words are the question's: naming an
+        # invented figure there would make it pass next time (rlm.agent.policy.verify.claims)
+        self.disputed: set[str] = set()
 
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
@@ -311,8 +315,13 @@ class AnswerPolicy:
         v = verify(text, source=answer.source, shown=f.shown, codes=f.codes, prompts=asked,
                    cells_run=f.cells, last_cell_ok=f.last_cell_ok, error_like=error_text(text),
                    final_entry=f.last_entry if answer.from_kernel else None,
-                   final_depends=f.final_depends, host_checks=self.host_checks())
+                   final_depends=f.final_depends, host_checks=self.host_checks(),
+                   disputed=frozenset(self.disputed))
         return Accept(v.verified, v.why, v.evidence, v.unverified_claims)
+
+    def dispute(self, claims: Iterable[str]) -> None:
+        """A refusal names `claims` as unsupported: they stay claims for this session."""
+        self.disputed.update(c.lower() for c in claims)
 
 
 def _first(decisions: Any) -> Any:

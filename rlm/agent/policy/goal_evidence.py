@@ -48,7 +48,7 @@ from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.operations import file_note
 from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.rules import dropped_in_run, dropped_words, question_of
-from rlm.agent.policy.verify import ECHOED
+from rlm.agent.policy.verify import ECHOED, claims
 from rlm.agent.prompts import load_prompt
 from rlm.agent.runstate import RunState
 from rlm.llm.types import LLM
@@ -185,7 +185,10 @@ class GoalJudge:
         kernel = reason == "goal.complete"
         if not kernel and claim is not None and is_non_answer(claim):
             # FINAL(None) beside a file the gates accept completed a goal (the flights run
-            # of stop 45: 40,000 wrong lines in report.md); nothing found is not done
+            # of stop 45: 40,000 wrong lines in report.md); nothing found is not done. It
+            # quotes the answer: what that asserts stays a claim (AnswerPolicy.dispute)
+            agent.answers.dispute(c.text for c in claims(claim.strip()[:60], [])
+                                  if c.kind != "word")
             return Missing(f"Your answer ({claim.strip()[:60]}) says nothing was found: that "
                            "does not complete the goal. Print what the goal needs with a cell, "
                            "then finish with one line of what your outputs show.",
@@ -215,9 +218,14 @@ class GoalJudge:
                            "a finish that states what the outputs show")
         if verdict.get("verified") is False:
             # the claims are not quoted: a continuation's words count as the question's
-            return Missing("Your answer is not supported: it states figures or names that no "
-                           "output of this run shows. Print what supports each of them with a "
-                           "cell, then finish again.",
+            # what is unsupported, by name: told only "figures or names", the 1.5B model
+            # finished with the same invented page again (visits: /cart beside a file that
+            # held /blog)
+            why = verdict.get("why") or "it states figures or names that no output of this " \
+                                        "run shows"
+            agent.answers.dispute(verdict.get("unverified") or ())
+            return Missing(f"Your answer is not supported: {why}. Print what supports each of "
+                           "them with a cell, or finish with what your outputs show.",
                            "an output that shows what the answer claims")
         return None
 
@@ -303,10 +311,11 @@ class GoalJudge:
             if accepted is None:
                 return {}
             return {"verified": accepted.verified, "why": accepted.why,
-                    "claims": accepted.evidence}
+                    "claims": accepted.evidence, "unverified": accepted.unverified_claims}
         if not claim:
             return {}
         goal = self.goals.get()
         asked = asked_prompts(agent.session.branch()) + ([goal.objective] if goal else [])
         v = agent.answers.judge(Answer(claim, "text"), asked)
-        return {"verified": v.verified, "why": v.why, "claims": v.evidence}
+        return {"verified": v.verified, "why": v.why, "claims": v.evidence,
+                "unverified": v.unverified_claims}

@@ -159,11 +159,17 @@ def _phrase(answer: str) -> list[Claim]:
     return out
 
 
-def claims(answer: str, prompts: list[str], host_checks: bool = False) -> list[Claim]:
+def claims(answer: str, prompts: list[str], host_checks: bool = False,
+           disputed: frozenset[str] = frozenset()) -> list[Claim]:
     """Every figure and named entity `answer` asserts that the prompts do not hold; its
     content words when it asserts none; its phrase (`phrase`) when it has no content word
-    either: an answer is never verified for saying nothing checkable."""
+    either: an answer is never verified for saying nothing checkable. `disputed`: claims
+    (lowercased, as written) a refusal named; they stay claims though that refusal, a
+    prompt, now holds them."""
     asked_words, asked_figures = question_vocabulary(prompts)
+    asked_words -= disputed
+    gone = {f[0] for d in disputed if (f := _figure(d.rstrip("%"), False)) is not None}
+    asked_figures = [f for f in asked_figures if f not in gone]
     percent_words = bool(_PERCENT.search(answer))
     strong: list[Claim] = []
     words: list[Claim] = []
@@ -365,20 +371,21 @@ def _is_text(node: ast.expr) -> bool:
 def verify(answer: str, *, source: str, shown: list[Shown], codes: list[str], prompts: list[str],
            cells_run: int, last_cell_ok: bool | None, error_like: str | None = None,
            final_entry: str | None = None, final_depends: bool = True,
-           host_checks: bool = False) -> Verdict:
+           host_checks: bool = False, disputed: frozenset[str] = frozenset()) -> Verdict:
     """Whether `answer` is verified by this run, with the evidence for each claim or the
     claims nothing supports. `source` is final | final_var (a value from the kernel,
     computed by the cell `final_entry`; `final_depends`: by a statement that depends on the
     task's data), or text | reply (written by the model); `codes` are the cells this run
     executed; `prompts` every user prompt of the session. A claim is supported only by
     what code that depends on the task's data printed (rlm.agent.policy.dataflow).
-    `host_checks`: a goal is in force, so "done" is the host's to check (`phrase`)."""
+    `host_checks`: a goal is in force, so "done" is the host's to check (`phrase`);
+    `disputed`: claims a refusal named, claims still (`claims`)."""
     echo = _echoed(answer, prompts)
     if echo:
         return Verdict(False, echo, {}, [])
     if not _phrase(answer):
         return Verdict(False, NOTHING_SAID, {}, [])
-    found = claims(answer, prompts, host_checks)
+    found = claims(answer, prompts, host_checks, disputed)
     read = [_supported(s) for s in shown]
     evidence: dict[str, list[str]] = {}
     for c in found:
