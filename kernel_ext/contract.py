@@ -115,9 +115,11 @@ TRIAL = Call("kernel_ext.trial", "trials_json")
 WHERE_VALUE = Call("kernel_ext.columns", "where_value_json")
 # how filtered text columns are written (table, column, literal): after an empty result
 HOW_WRITTEN = Call("kernel_ext.columns", "how_written_json")
+# the lines of the kernel's texts holding terms (terms): after a search found nothing
+WHERE_TEXT = Call("kernel_ext.texts", "where_text_json")
 
 CALLS = (HANDSHAKE, RESTORE_REPORT, REBUILD, REBUILD_PLAN, SNAPSHOT_NAMESPACE, SNAPSHOT_NOW, FILE_OPS,
-         DESCRIBE, TRIAL, WHERE_VALUE, HOW_WRITTEN)
+         DESCRIBE, TRIAL, WHERE_VALUE, HOW_WRITTEN, WHERE_TEXT)
 
 # -- the bridge: kernel -> host requests ---------------------------------------------
 @dataclass(frozen=True)
@@ -224,6 +226,7 @@ HOST_IMPORTS: dict[str, frozenset[str]] = {
     "kernel_ext.snapshot": frozenset({"namespace_json"}),
     "kernel_ext.fileops": frozenset({"file_ops_json", "watch"}),
     "kernel_ext.columns": frozenset({"where_value_json", "how_written_json"}),
+    "kernel_ext.texts": frozenset({"where_text_json"}),
     # which line of an agent cell read a file and said what (the verified rule)
     "kernel_ext.provenance": frozenset({"begin", "end", "note_output", "note_data"}),
     # %load_ext rlm leaves the notebook's globals alone; %%rlm lends the API for its run

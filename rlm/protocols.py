@@ -65,13 +65,16 @@ class Trials(Protocol):
 @runtime_checkable
 class ValueLookup(Protocol):
     """An executor that reads its DataFrames' text columns (kernel_ext.columns): which hold
-    a value (the note after `KeyError: 'F9'`), and how a column a filter compared is
-    written (the note after a filter that selected nothing)."""
+    a value (the note after `KeyError: 'F9'`), how a column a filter compared is
+    written (the note after a filter that selected nothing), and which lines of its texts
+    hold a term (the note after a search that found nothing)."""
 
     def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]: ...
 
     def how_written(self, filters: list[tuple[str, str, str]], timeout: float = 5.0
                     ) -> list[dict[str, Any]]: ...
+
+    def where_text(self, terms: list[str], timeout: float = 5.0) -> list[dict[str, Any]]: ...
 
 
 def started(executor: Executor | None) -> Executor:

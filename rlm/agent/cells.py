@@ -11,7 +11,7 @@ import signal
 from collections.abc import Callable, Generator
 from typing import Any, Protocol
 
-from rlm.agent import notices, repair
+from rlm.agent import notices, repair, searched
 from rlm.agent.children import Watchers
 from rlm.agent.codeparse import overwritten_inputs
 from rlm.agent.context_files import input_previews_of
@@ -26,6 +26,7 @@ from rlm.events import CellFinished, CellStarted, Event, KernelRestarted, Notice
 from rlm.kernel.types import CellResult
 from rlm.llm.types import ToolCall
 from rlm.protocols import Executor, SessionLog, Trials, ValueLookup, started
+from rlm.session.branch import user_questions
 from rlm.session.entries import MessageEntry, new_id
 
 NOT_RUN_UNSEEN = ("Not run: this block comes after a block whose output you had not seen when "
@@ -131,7 +132,8 @@ def run_cell(host: CellHost, call: ToolCall, index: int,
     entry_id = new_id()
     verdict = host.answers.cell(code, result, entry_id)
     content = pre_notice + notices.cell_content(result) + _error_note(host, result, code) \
-        + _shrunk_input_note(host, result) + verdict.note + _empty_filter_note(host, result, code)
+        + _shrunk_input_note(host, result) + verdict.note + (
+            _empty_filter_note(host, result, code) or _missed_search_note(host, result, code))
     # a blocker's interrupt is the advisor's, not a bare KeyboardInterrupt (rlm.app.advising)
     stopped_by = host.state.blockers.get(reply) if result.status == "interrupted" else None
     if stopped_by is not None:
@@ -219,6 +221,23 @@ def _shrunk_input_note(host: CellHost, result: CellResult) -> str:
     shrunk = notices.shrunk_inputs(rebound, loaded, rows)
     host.answers.inputs_read(rebound & set(loaded), shrunk)  # an answer on them is refused once
     return notices.shrunk_note(shrunk)
+
+
+def _missed_search_note(host: CellHost, result: CellResult, code: str) -> str:
+    """After a cell whose search of a text found nothing (rlm.agent.searched): the lines
+    of the kernel's texts that hold the names the question gives, as written."""
+    ex = host.executor
+    if not isinstance(ex, ValueLookup) or result.status not in ("ok", "error") \
+            or not searched.missed(code, result.ok, result.shaped):
+        return ""
+    asked = user_questions(host.session.branch())
+    terms = searched.names(asked[-1]) if asked else []
+    if not terms:
+        return ""
+    try:
+        return searched.note(ex.where_text(terms))
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: the output alone stands
+        return ""
 
 
 def _empty_filter_note(host: CellHost, result: CellResult, code: str) -> str:

@@ -425,6 +425,11 @@ class Kernel:
         expr = contract.HOW_WRITTEN.expression([list(f) for f in filters])
         return list(json.loads(self._expression(expr, timeout)))
 
+    def where_text(self, terms: list[str], timeout: float = 5.0) -> list[dict[str, Any]]:
+        """The lines of the kernel's texts holding each term (kernel_ext.texts)."""
+        expr = contract.WHERE_TEXT.expression(list(terms))
+        return list(json.loads(self._expression(expr, timeout)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         """User names with type and size; KernelDied if dead. While a cell runs the kernel
         answers on a subshell; failing that the names come from the last snapshot, with

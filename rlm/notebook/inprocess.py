@@ -167,6 +167,11 @@ class InProcessExecutor:
         return list(json.loads(columns.how_written_json([list(f) for f in filters],
                                                         ip=self.shell)))
 
+    def where_text(self, terms: list[str], timeout: float = 5.0) -> list[dict[str, Any]]:
+        from kernel_ext import texts
+
+        return list(json.loads(texts.where_text_json(list(terms), ip=self.shell)))
+
     def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
         from kernel_ext import snapshot
 
