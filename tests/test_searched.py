@@ -96,3 +96,17 @@ def test_the_kernel_side_is_bounded_and_reads_only_texts():
                                               "_hidden": "Halcyon " * 100, "n": 3})
     assert [(h["name"], h["term"], h["count"]) for h in hits] == [("t", "halcyon", 1)]
     assert len(hits[0]["lines"][0]) == LINE_CHARS
+
+
+def test_an_answer_before_looking_is_asked_for_the_search_its_input_description_showed(
+        _isolated_home, log):
+    """Told only "you have not looked at the data", the 1.5B model typed the log into a
+    literal, then answered an invented badge: the refusal carries the search as a cell."""
+    _, seen = run_on_input(_isolated_home, log, "In the log, what badge did Ilse Tanaka get?", [
+        "FINAL(Badge: K-4347)",
+        cell("i = project.find('Tanaka')\nprint(project[max(0, i-300):i+300])"),
+        "FINAL(Q-7781)"])
+    assert "You have not looked at the data yet" in seen[0]
+    assert "For this question:\n```python\ni = project.find('Tanaka')\n" \
+        "print(project[max(0, i-300):i+300])\n```" in seen[0]
+    assert "Q-7781" in seen[1]

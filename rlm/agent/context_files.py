@@ -302,10 +302,24 @@ def with_question_example(entry: CustomEntry, question: str | None) -> CustomEnt
     words = question_words(question, set(data.get("names", [])))
     if words is None:
         return entry
-    lines = [f"  for this question, e.g.: i = {n}.find({words!r}); "
+    lines = [f"{EXAMPLE_MARK}i = {n}.find({words!r}); "
              f"print({n}[max(0, i-300):i+300])" for n in long_texts]
     return CustomEntry(custom_type=entry.custom_type, data=data, display=entry.display,
                        content=entry.content + "\n" + "\n".join(lines))
+
+
+EXAMPLE_MARK = "  for this question, e.g.: "
+_EXAMPLE = re.compile(rf"^{re.escape(EXAMPLE_MARK)}(.+)$", re.M)
+
+
+def question_example(entries: Sequence[Any]) -> str | None:
+    """The search example `with_question_example` gave the newest input description on
+    `entries`, as a cell (one statement a line), or None."""
+    for e in reversed(custom_entries(entries, "context_vars")):
+        m = _EXAMPLE.search(e.content) if isinstance(e.content, str) else None
+        if m:
+            return m.group(1).replace("; ", "\n")
+    return None
 
 
 def input_names_of(entries: Sequence[Any]) -> set[str]:

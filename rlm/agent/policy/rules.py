@@ -18,8 +18,10 @@ from collections.abc import Sequence
 
 from rlm.agent import repair
 from rlm.agent.codeparse import code_tool_calls
+from rlm.agent.context_files import question_example
 from rlm.agent.nudge import (
     NUDGE_ERROR_TEXT,
+    NUDGE_LOOK,
     NUDGE_NOT_FOUND,
     NUDGE_UNGROUNDED,
     WHY,
@@ -132,8 +134,12 @@ class NoCodeNudge(Rule):
                              cells_run=facts.cells, refused=facts.refused)
         if nudge is None:
             return None
-        return Refuse(nudge, f"the model answered without code {WHY[nudge]}; asked it to use a "
-                             "cell first", key=nudge, counts_as_nudge=True)
+        # the search its input's description showed, as a cell to send: told only to look,
+        # the 1.5B model typed the log into a literal, then answered an invented badge
+        example = question_example(branch) if nudge == NUDGE_LOOK else None
+        text = nudge + (f"\nFor this question:\n```python\n{example}\n```" if example else "")
+        return Refuse(text, f"the model answered without code {WHY[nudge]}; asked it to use a "
+                            "cell first", key=nudge, counts_as_nudge=True)
 
 
 class ErrorText(Rule):
