@@ -206,7 +206,10 @@ def test_a_refused_retyping_cell_sent_again_is_sampled_again(_isolated_home, tmp
                and "Not run: this cell assigns a literal" in str(e.message.get("content"))]
     resampled = [e for e in branch if isinstance(e, CustomEntry) and e.custom_type == "resampled"]
     assert len(refused) == 1 and len(resampled) == 1
-    assert llm.calls[2] == llm.calls[1]  # the repeat never reached the context
+    # the rejected reply is not in the context, and the resample is drawn without the
+    # failed exchange: a note of what failed in its place (rlm.agent.policy.retry)
+    assert llm.calls[2][:-1] == llm.calls[1][:-2]
+    assert llm.calls[2][-1]['content'].startswith('A cell you sent failed')
     assert "298" in llm.calls[3][-1]["content"]
 
 

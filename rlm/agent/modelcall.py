@@ -11,13 +11,14 @@ Used by the loop (rlm.agent.loop) through `ModelHost`, the part of the Agent a c
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Protocol
 
 from rlm.agent import notices
 from rlm.agent.assembly import assemble
 from rlm.agent.codeparse import reply_end
 from rlm.agent.policy import Abort, AnswerPolicy, Resample
+from rlm.agent.policy.retry import without_cell
 from rlm.agent.policy.stream import what_matched
 from rlm.agent.progress import ModelCodeStream, ModelTextStream, prompt_tokens
 from rlm.agent.runner import Work
@@ -31,7 +32,7 @@ from rlm.llm.seam import retry_notices
 from rlm.llm.tokens import count_text
 from rlm.llm.types import LLM, PYTHON_TOOL, Completion, Usage, copy_message
 from rlm.protocols import Compact, End, SessionLog
-from rlm.session.entries import CustomEntry, MessageEntry
+from rlm.session.entries import CustomEntry, Entry, MessageEntry
 
 
 class ModelHost(LoopHost, Protocol):
@@ -108,18 +109,22 @@ def _carry_out(host: ModelHost, decision: Abort, usage: Usage) -> Generator[Even
         yield Notice(decision.demoted, "warning")
 
 
-def call_model(host: ModelHost, temperature: float | None = None, seed: int | None = None
+def call_model(host: ModelHost, temperature: float | None = None, seed: int | None = None,
+               view: Callable[[Sequence[Entry]], Sequence[Entry] | None] | None = None
                ) -> Generator[Event, None, Completion | Stopped | None]:
     """One model call (a retry after a compaction on overflow); `temperature` overrides
-    the policy's (`AnswerPolicy.temperature`), `seed` the provider's. None when the call failed (said once, by
-    RunEnded, or by a notice); `Stopped` when a stream rule matched."""
+    the policy's (`AnswerPolicy.temperature`), `seed` the provider's; `view`, the branch
+    this call's context is assembled from (None from it: the whole branch). None when the
+    call failed (said once, by RunEnded, or by a notice); `Stopped` when a stream rule
+    matched."""
     for attempt in range(2):
         branch = host.session.branch()  # an O(1) view; read only where rules need it
         watch = host.answers.watch(branch)
         # what compaction counts (rlm.agent.assembly): the same dicts each turn (counted
         # by identity); copied per message for a provider that may change them, so the
         # store's cache never sees provider-side mutation
-        shared = assemble(host).messages
+        shown = view(branch) if view is not None else None
+        shared = assemble(host, shown).messages
         size = prompt_tokens(shared)
         messages = shared if getattr(host.llm, "shares_messages", False) \
             else [copy_message(m) for m in shared]
@@ -251,5 +256,7 @@ def resample(host: ModelHost, rejected: Completion, decision: Resample
     # a second resample at the same temperature was the first one again, byte for byte
     # (the 1.5B model's failing cell came back three times a turn: bench/longrun.py)
     seed = RESAMPLE_SEED_BASE + host.answers.facts.resamples
-    return (yield from call_model(host, temperature=decision.temperature, seed=seed))
+    left = decision.leave_out
+    view = (lambda branch: without_cell(branch, left)) if left is not None else None
+    return (yield from call_model(host, temperature=decision.temperature, seed=seed, view=view))
 

@@ -68,6 +68,8 @@ class Resample:
 
     why: str
     temperature: float
+    # the cell whose exchanges the new reply's context leaves out (rlm.agent.policy.retry)
+    leave_out: str | None = None
 
     @property
     def notice(self) -> str:

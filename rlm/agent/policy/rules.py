@@ -42,7 +42,8 @@ from rlm.session.branch import custom_entries, user_questions
 from rlm.session.entries import Entry
 
 # a fenced-code reply whose first cell is the failing cell again is not run: it is sampled
-# again (up to RESAMPLES times, at RESAMPLE_TEMPERATURE) and kept out of the context
+# again (up to RESAMPLES times, at RESAMPLE_TEMPERATURE) from a context that leaves the
+# failed cell out (rlm.agent.policy.retry), and itself kept out of the context
 RESAMPLES = 2
 RESAMPLE_TEMPERATURE = 1.0
 REPEATED = ("\n[You sent exactly the same code as your previous cell and it failed again. "
@@ -99,7 +100,8 @@ class RepeatedCell(Rule):
     output again, then answers from it (the e2e region test: resampling that repeat made
     it answer a bare total instead of the region). A small model that sees its own cell
     repeated in the context repeats it more (the task suite's 1.5B model sent one failing
-    groupby four times in a row; `rlm run`'s own example got one cell sixteen times)."""
+    groupby four times in a row; `rlm run`'s own example got one cell sixteen times), so
+    the resample of a failing cell is drawn without it in the context (`leave_out`)."""
 
     def on_reply(self, facts: Facts, reply: Reply) -> Resample | None:
         if facts.native_tools or reply.tool_calls or facts.resamples >= RESAMPLES:
@@ -109,7 +111,7 @@ class RepeatedCell(Rule):
         failed = facts.last_failed_code
         if code and failed is not None and code == failed.strip():
             return Resample("the reply's first cell repeats the cell that just failed",
-                            RESAMPLE_TEMPERATURE)
+                            RESAMPLE_TEMPERATURE, leave_out=code)
         if code and facts.succeeded.get(code, 0) >= 2 and code in facts.stale:
             return Resample("the reply's first cell repeats a cell that already ran twice in "
                             "this run and brought nothing new", RESAMPLE_TEMPERATURE)
