@@ -179,6 +179,14 @@ DESC = ("- t: pandas.DataFrame, 1,704 rows x 4 columns\n  columns (dtype: values
     ("What is the sum of total_bill and the median flight?", ["sum", "median"]),
     ("What is the standard deviation of total_bill?", ["std"]),
     ("How many different airlines are in data.csv?", ["distinct"]),
+    # one spelling of each value first, when the question says they vary
+    ("The country names are spelled inconsistently. How many unique countries are there?",
+     ["normalise", "distinct"]),
+    ("How many customers are there, ignoring typos?", ["normalise"]),
+    ("Customer names were entered in different ways; count the distinct customers.",
+     ["normalise", "distinct"]),
+    ("Which country is spelled inconsistently?", []),  # no count
+    ("How many rows have 'Inc' vs 'Ltd'?", []),
 ])
 def test_the_operations_a_question_names(question, kinds):
     assert [op.kind for op in asked(question, [DESC])] == kinds
@@ -194,6 +202,10 @@ def test_the_operations_a_question_names(question, kinds):
     ("sum", "total = 0\nfor v in xs:\n    total += v", True),
     ("distinct", "%time print(df.x.nunique())", True),
     ("distinct", "print(len(df))", False),
+    ("normalise", "df.vendor.str.casefold().nunique()", True),
+    ("normalise", "re.sub(r'\\s+', ' ', v)", True),
+    ("normalise", "{v.strip() for v in names}", True),
+    ("normalise", "df.vendor.nunique()", False),
 ])
 def test_an_operation_is_computed_in_the_usual_spellings(kind, code, ok):
     assert computed(kind, [code]) is ok
@@ -218,3 +230,26 @@ def test_a_mean_a_failed_cell_computed_before_its_error_counts(_isolated_home, g
         cell("print(g['continent'].value_counts().idxmin())"), "FINAL(Oceania)",
         "FINAL(Oceania)"])
     assert len(_refusals(seen)) == 1
+
+
+def test_a_distinct_count_over_values_said_to_vary_is_refused_until_they_are_rewritten(
+        _isolated_home, tmp_path):
+    """The task suite's dedupe family: "vendor names with inconsistent spelling ... how many
+    distinct vendors?" was answered from `unique()` five times in five (260 for 32)."""
+    names = ["Acme Inc", "ACME Inc.", "acme  incorporated", "Brill Ltd", "brill limited",
+             "Corvo", "corvo "]
+    path = tmp_path / "vendors.csv"
+    pd.DataFrame({"vendor": names * 3, "amount": range(21)}).to_csv(path, index=False)
+    q = ("vendors.csv lists vendor names with inconsistent spelling (case, spacing, 'Inc' vs "
+         "'Incorporated', 'Ltd' vs 'Limited'). How many distinct vendors are there?")
+    rewrite = ("v = vendors['vendor'].str.lower().str.replace(r'[^a-z0-9]+', ' ', regex=True)"
+               ".str.strip()\nv = v.str.replace(r'\\bincorporated\\b', 'inc', regex=True)"
+               ".str.replace(r'\\blimited\\b', 'ltd', regex=True)\nprint(v.nunique())")
+    end, seen = run_on_input(_isolated_home, path, q, [
+        cell("print(vendors['vendor'].nunique())"), "FINAL(7)", cell(rewrite), "FINAL(3)"])
+    refusal = seen[1]
+    assert refusal.startswith("Not accepted yet: the question says the values are written in "
+                              "different ways (inconsistent spelling)")
+    assert "`vendors['vendor'].str.lower().str.replace(r'[^a-z0-9]+', ' ', regex=True)" \
+        ".str.strip()`" in refusal
+    assert "3" in seen[2] and end.final == "3" and len(_refusals(seen)) == 1

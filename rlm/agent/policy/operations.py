@@ -18,6 +18,12 @@ rarely means anything else.
   the refusal made the 1.5B model drop its filters; only the data can tell the two
   apart). A number column of that name (`flight`), a column whose values are all
   different: no condition either.
+- one spelling of each value (`normalise`), when the question counts distinct things and
+  says their values are written in different ways ("inconsistent spelling", "spelled
+  differently", "typos"): the 1.5B model counted
+  `vendors['vendor'].unique()` (260 spellings of 32 vendors), five times in five. Computed
+  when a cell spells a string normalisation (`lower`, `casefold`, `strip`, `replace`,
+  `re.sub`, ...).
 Minimum and maximum are left out: "the most", "the lowest" are answered by sorting,
 `idxmax`, `nlargest`, `head`... too many spellings to tell a miss from another way.
 
@@ -67,7 +73,7 @@ class Column:
 
 @dataclass(frozen=True)
 class Operation:
-    kind: str  # mean | median | sum | std | distinct
+    kind: str  # mean | median | sum | std | distinct | normalise
     word: str  # the question's word for it
     column: Column | None = None  # distinct: the repeating column; else the column to use
     by: Column | None = None  # the column the question groups by ("which continent")
@@ -93,6 +99,14 @@ _STOP = {"had", "have", "has", "are", "is", "were", "was", "did", "do", "does", 
          "with", "for", "that", "which", "who", "to", "on", "at", "by", "there", "per", "and",
          "or", "than", "between", "during", "where", "when", "whose", "appear", "appears"}
 _BY = re.compile(r"\b(?:which|what|each|every|per|by)\s+([a-z][a-z0-9_]*)")
+# the question says one value is written in several ways
+_SPELLINGS = re.compile(
+    r"\b(?:inconsistent(?:ly)?|different|differing|varying|various|mixed|messy|non-?standard)"
+    r"\s+(?:\w+\s+)?(?:spellings?|capitali[sz]ations?|case|casing|spacing|formatting|forms|"
+    r"variants|ways of writing)\b"
+    r"|\b(?:spelled|spelt|written|typed|entered)\s+(?:\w+\s+)?(?:differently|inconsistently|"
+    r"in (?:several|different|various) ways)\b"
+    r"|\btypos\b|\bmisspell\w*|\bspelling (?:variants|differences)\b")
 
 
 def _verb(low: str, m: re.Match[str]) -> bool:
@@ -211,6 +225,11 @@ def asked(question: str, descriptions: Iterable[str]) -> list[Operation]:
         if column is not None or noun:
             found.append((m.start(), Operation("distinct", noun, column, table=table)))
             break
+    spelled = _SPELLINGS.search(question.lower())
+    if spelled and counting:
+        distinct = next((op for _, op in found if op.kind == "distinct"), None)
+        found.append((-1, Operation("normalise", question[spelled.start():spelled.end()],
+                                    distinct.column if distinct else None, table=table)))
     return [op for _, op in sorted(found, key=lambda x: x[0])]
 
 
@@ -226,11 +245,15 @@ _CALLS = {
     "distinct": {"nunique", "unique", "drop_duplicates", "value_counts", "groupby", "ngroups",
                  "pivot_table", "crosstab", "Counter", "duplicated", "set", "frozenset",
                  "fromkeys", "factorize"},
+    "normalise": {"lower", "casefold", "upper", "title", "capitalize", "swapcase", "strip",
+                  "lstrip", "rstrip", "replace", "sub", "subn", "normalize", "translate"},
 }
 _STRINGS = {"mean": {"mean", "average"}, "median": {"median", "50%"}, "std": {"std", "var"},
-            "sum": {"sum"}, "distinct": {"nunique", "unique", "count_distinct"}}
+            "sum": {"sum"}, "distinct": {"nunique", "unique", "count_distinct"},
+            "normalise": set()}
 _SQL = {"mean": r"\bavg\s*\(", "median": r"\bmedian\s*\(", "std": r"\b(?:stddev\w*|std)\s*\(",
-        "sum": r"\bsum\s*\(", "distinct": r"\bdistinct\b|\bgroup\s+by\b"}
+        "sum": r"\bsum\s*\(", "distinct": r"\bdistinct\b|\bgroup\s+by\b",
+        "normalise": r"\b(?:lower|upper|trim|replace)\s*\("}
 
 
 @dataclass
@@ -336,6 +359,11 @@ def _asked(op: Operation) -> str:
 
 def _example(op: Operation) -> str:
     """The code that computes `op` over the table and column it names."""
+    if op.kind == "normalise":
+        c = op.column
+        col = f"{c.table}[{c.name!r}]" if c is not None and c.table else \
+            f"{op.table or 'df'}['column']"
+        return f"{col}.str.lower().str.replace(r'[^a-z0-9]+', ' ', regex=True).str.strip()"
     if op.kind == "distinct":
         c = op.column
         return (f"{c.table}[...][{c.name!r}].nunique()" if c is not None and c.table
@@ -350,11 +378,20 @@ def _example(op: Operation) -> str:
     return f"{table}[{col}].{method}()"
 
 
+_NORMALISE = ("the question says the values are written in different ways ({word}), and none "
+              "of the cells you ran rewrites them, so every spelling counts as a value of its "
+              "own. Write each value one way first: `{example}`, then replace each variant "
+              "the question names by one spelling (e.g. `.str.replace(r'\bincorporated\b', "
+              "'inc', regex=True)`), and count the values of that")
+
+
 def note(ops: list[Operation]) -> str:
     """The refusal for the operations asked and not computed (the first two)."""
     parts = []
     for op in ops[:2]:
-        if op.kind == "distinct":
+        if op.kind == "normalise":
+            parts.append(_NORMALISE.format(word=op.word, example=_example(op)))
+        elif op.kind == "distinct":
             c = op.column
             if c is not None and c.table:
                 size = f"{c.rows:,} rows, " if c.rows is not None else ""
@@ -383,7 +420,11 @@ def file_note(ops: list[Operation], file: str) -> str:
     first two): what the goal asks, what the code that wrote `file` never does, how."""
     parts = []
     for op in ops[:2]:
-        if op.kind == "distinct":
+        if op.kind == "normalise":
+            parts.append(f"one spelling of each value ({op.word}), but the code that wrote "
+                         f"{file} never rewrites the values (e.g. `{_example(op)}`, then the "
+                         "variants it names replaced by one)")
+        elif op.kind == "distinct":
             parts.append(f"how many different {op.word}, but the code that wrote {file} "
                          f"never counts distinct values (e.g. `{_example(op)}`)")
         else:
