@@ -341,6 +341,9 @@ def test_the_search_example_uses_the_questions_words_or_none():
     assert question_words("Which vendor shipped the 'blue crate' last?", set()) == "blue crate"
     assert question_words("What did the lighthouse keeper record?", set()) == "lighthouse"
     assert question_words("What is in it?", set()) is None
+    # a name before a longer common word: "issued" found another person's badge
+    assert question_words("Which badge code was issued to Bruno Brandt?", set()) == "Brandt"
+    assert question_words("What did project Orion's log say?", {"Orion"}) == "project"
     entry = CustomEntry(custom_type="context_vars", data={"names": ["log"], "long_texts": ["log"]},
                         content="Input: ...")
     assert "log.find('lighthouse')" in with_question_example(

@@ -7,6 +7,7 @@ import pytest
 
 from kernel_ext.texts import LINE_CHARS, where_text
 from rlm.agent import searched
+from rlm.agent.context_files import question_names
 from tests.fenced import cell, run_on_input
 
 NOISE = "\n".join(f"2025-01-{d % 28 + 1:02d} 0{d % 10}:00:00 INFO job {d} finished #{d * 7}"
@@ -72,7 +73,7 @@ def test_no_note_when_the_text_does_not_hold_the_name_or_the_cell_did_not_search
     ("Where did “Zephyr-9” ship from?", ["Zephyr-9"]),
 ])
 def test_the_names_a_question_gives(question, want):
-    assert searched.names(question) == want
+    assert question_names(question) == want
 
 
 @pytest.mark.parametrize("code, ok, out, want", [

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from rlm.agent import notices, repair, searched
 from rlm.agent.children import Watchers
 from rlm.agent.codeparse import overwritten_inputs
-from rlm.agent.context_files import input_previews_of
+from rlm.agent.context_files import input_previews_of, question_names
 from rlm.agent.policy import AnswerPolicy
 from rlm.agent.policy.partial import filters_of, is_empty
 from rlm.agent.progress import OutputStream
@@ -231,7 +231,7 @@ def _missed_search_note(host: CellHost, result: CellResult, code: str) -> str:
             or not searched.missed(code, result.ok, result.shaped):
         return ""
     asked = user_questions(host.session.branch())
-    terms = searched.names(asked[-1]) if asked else []
+    terms = question_names(asked[-1]) if asked else []
     if not terms:
         return ""
     try:

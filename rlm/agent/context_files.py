@@ -283,13 +283,51 @@ _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_-]{3,}")
 
 
 def question_words(question: str, avoid: set[str]) -> str | None:
-    """Words to search a long input for: a quoted phrase of the question, else its longest
-    word that is not a stop word or a variable name; None when there is none."""
+    """Words to search a long input for: a quoted phrase of the question, else the longest
+    word of the first name it gives (`question_names`: "Which badge was issued to Bruno
+    Brandt?" searched its longest word, `issued`, and the 1.5B model answered from another
+    badge's line), else its longest word that is not a stop word or a variable name; None
+    when there is none."""
     m = _QUOTED.search(question)
     if m and m.group(1).strip():
         return m.group(1).strip()
+    for name in question_names(question):
+        word = max(name.split(), key=len)
+        if len(word) >= 3 and word not in avoid and word.lower() not in _STOP:
+            return word
     words = [w for w in _WORD.findall(question) if w.lower() not in _STOP and w not in avoid]
     return max(words, key=len) if words else None
+
+
+_NAME_RUN = re.compile(r"[A-Z][\w'’.-]*(?:\s+[A-Z][\w'’.-]*)*")
+_QUOTED_NAME = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{2,40})['\"’”](?!\w)")
+_OPENERS = frozenset("""in on at what which who whom whose when where why how find give list
+show tell name is are was were did does do the a an of for from to by with reply answer
+according please return print count compute""".split())
+MAX_NAMES = 4
+
+
+def question_names(question: str) -> list[str]:
+    """The names `question` gives, at most MAX_NAMES: quoted text, runs of capitalised
+    words not opening a sentence ("Ilse Tanaka", "Halcyon"), and a multi-word name's
+    longest word (a text may write "Tanaka, Ilse")."""
+    found: list[str] = [q.strip() for q in _QUOTED_NAME.findall(question) if q.strip()]
+    for m in _NAME_RUN.finditer(question):
+        words = [re.sub(r"(?:'s|’s|[.'’-])$", "", w) for w in m.group(0).split()]
+        before = question[:m.start()].rstrip()
+        if (not before or before[-1] in ".?!:;\n") and words[0].lower() in _OPENERS:
+            words = words[1:]  # the sentence's first word, not a name
+        words = [w for w in words if w]
+        if not words:
+            continue
+        found.append(" ".join(words))
+        if len(words) > 1:
+            found.append(max(words, key=len))
+    out: list[str] = []
+    for term in found:
+        if term.lower() not in {t.lower() for t in out} and len(term) >= 2:
+            out.append(term)
+    return out[:MAX_NAMES]
 
 
 def with_question_example(entry: CustomEntry, question: str | None) -> CustomEntry:

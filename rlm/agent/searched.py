@@ -11,9 +11,8 @@ them: the next pattern is then written from the data.
 A search found nothing when a cell that searches (`find`, `re.search`, `findall`,
 `.str.contains`, `next(...)`, `index`) failed the way a missed match fails (`None.group`,
 StopIteration, an empty list indexed), or printed that nothing matched ("not found",
-"None", "[]", "-1", an empty result). The names are the question's: runs of capitalised
-words not opening a sentence ("Ilse Tanaka", "Halcyon"), quoted text, and a multi-word
-name's longest word (a text may write "Tanaka, Ilse").
+"None", "[]", "-1", an empty result). The names are the question's
+(rlm.agent.context_files.question_names).
 """
 
 from __future__ import annotations
@@ -31,12 +30,6 @@ _MISSED = re.compile(r"'NoneType' object has no attribute '(?:group|groups|group
 _NOTHING = re.compile(r"^\s*(?:none|\[\]|-1|\(\)|set\(\)|\{\}|false)\s*$|\bnot (?:be )?found\b|"
                       r"\bno (?:\w+ ){0,3}(?:found|match(?:es|ed)?)\b|\bnothing (?:was )?found\b|"
                       r"\bdoes not (?:exist|appear)\b", re.I)
-_NAME_RUN = re.compile(r"[A-Z][\w'’.-]*(?:\s+[A-Z][\w'’.-]*)*")
-_QUOTED = re.compile(r"(?<!\w)['\"‘“]([^'\"‘’“”\n]{2,40})['\"’”](?!\w)")
-_OPENERS = frozenset("""in on at what which who whom whose when where why how find give list
-show tell name is are was were did does do the a an of for from to by with reply answer
-according please return print count compute""".split())
-MAX_TERMS = 4
 SHOWN = 2  # terms shown in the note
 
 
@@ -47,27 +40,6 @@ def missed(code: str, ok: bool, shaped: str) -> bool:
     if not ok:
         return bool(_MISSED.search(shaped))
     return bool(_NOTHING.search(shaped)) or is_empty(shaped)
-
-
-def names(question: str) -> list[str]:
-    """The names `question` gives (quoted text first), at most MAX_TERMS."""
-    found: list[str] = [q.strip() for q in _QUOTED.findall(question) if q.strip()]
-    for m in _NAME_RUN.finditer(question):
-        words = [re.sub(r"(?:'s|’s|[.'’-])$", "", w) for w in m.group(0).split()]
-        before = question[:m.start()].rstrip()
-        if (not before or before[-1] in ".?!:;\n") and words[0].lower() in _OPENERS:
-            words = words[1:]  # the sentence's first word, not a name
-        words = [w for w in words if w]
-        if not words:
-            continue
-        found.append(" ".join(words))
-        if len(words) > 1:
-            found.append(max(words, key=len))
-    out: list[str] = []
-    for term in found:
-        if term.lower() not in {t.lower() for t in out} and len(term) >= 2:
-            out.append(term)
-    return out[:MAX_TERMS]
 
 
 def note(hits: list[dict[str, Any]]) -> str:
