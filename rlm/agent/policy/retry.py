@@ -23,11 +23,11 @@ import re
 from collections.abc import Sequence
 
 from rlm.agent.codeparse import code_tool_calls
+from rlm.agent.notices import failing_line
 from rlm.session.entries import Entry, MessageEntry
 
 NOTE = ("A cell you sent failed{where}:\n{error}\nDo not send that cell again: write a "
         "different one from what the error and the notes say.")
-_ARROW = re.compile(r"^-+>\s*\d+\s(.*)$", re.M)
 _ERROR_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Iteration|Interrupt|Exit)\b.*$",
                          re.M)
 NOTE_CHARS = 3000  # of the failed cell's result the note keeps
@@ -66,9 +66,9 @@ def without_cell(branch: Sequence[Entry], code: str) -> list[Entry] | None:
 def note(result: str) -> str:
     """What failed, from a cell's result: the failing line, then the error line and all
     after it (the host's notes), bounded."""
-    arrows = _ARROW.findall(result)
+    line = failing_line(result).strip()
     errors = list(_ERROR_LINE.finditer(result))
     tail = result[errors[-1].start():] if errors else result[-NOTE_CHARS:]
     tail = "\n".join(ln for ln in tail.splitlines() if "frame(s) hidden" not in ln).strip()
-    where = f" at `{arrows[-1].strip()}`" if arrows else ""
+    where = f" at `{line}`" if line else ""
     return NOTE.format(where=where, error=tail[:NOTE_CHARS])
