@@ -53,3 +53,92 @@ def test_labels_and_positions_taken_off_a_column(code, output):
 ])
 def test_no_note_where_the_number_is_a_value(code, output, earlier):
     assert label_note(code, output, earlier) == ""
+
+
+@pytest.fixture
+def flights(tmp_path):
+    """Two airports over three months; each airport's worst month is its own."""
+    path = tmp_path / "flights.csv"
+    worst = {"EWR": 2, "JFK": 3}
+    rows = [f"{o},{m},{40 if m == worst[o] else 5 + m + k}"
+            for o in worst for m in (1, 2, 3) for k in (0, 1)]
+    path.write_text("origin,month,dep_delay\n" + "\n".join(rows) + "\n")
+    return path
+
+
+MEANS = ("avg = flights.groupby(['origin', 'month'])['dep_delay'].mean().reset_index()\n")
+
+
+def test_a_groups_row_numbers_are_named_and_the_rows_offered(_isolated_home, flights):
+    """The long-run flights task asked one step at a time: `idxmax()` per origin over a
+    `reset_index()` table printed 2 and 5 under `dep_delay`, read as the worst months.
+    The note says they are row numbers (the data said so, on a fork) and offers the rows;
+    the offered cell prints the months."""
+    worst = "w = avg.groupby('origin')['dep_delay'].idxmax().reset_index()\nprint(w)"
+    offered = ("w = avg.loc[avg.groupby('origin')['dep_delay'].idxmax()].reset_index()\n"
+               "print(w)")
+    end, seen = run_on_input(_isolated_home, flights, "the worst month of each origin?", [
+        cell(MEANS + "print(avg)"), cell(worst), cell(offered), "FINAL(EWR: month 2, JFK: month 3)"])
+    assert "of each group gives the label of a row of `avg`" in seen[1]
+    assert "its labels are row numbers" not in seen[0] and "row numbers" not in seen[0]
+    assert f"```python\n{offered}\n```" in seen[1]
+    assert "month" in seen[2] and "row numbers" not in seen[2]  # the rows read: no note
+    assert end.final == "EWR: month 2, JFK: month 3"
+
+
+@pytest.mark.parametrize("own_index", [
+    "avg = avg.set_index('month')",
+    "avg.index = avg['month']",  # no set_index spelled: only the data says it
+])
+def test_no_group_note_where_the_tables_labels_are_its_own(_isolated_home, flights, own_index):
+    """Where the grouped table's labels are values (months), its `idxmax()` per group is
+    the answer: the data decides, not a spelling of `set_index`."""
+    worst = f"{own_index}\nprint(avg.groupby('origin')['dep_delay'].idxmax())"
+    end, seen = run_on_input(_isolated_home, flights, "the worst month of each origin?", [
+        cell(MEANS + worst), "FINAL(EWR: month 2, JFK: month 3)"])
+    assert "row numbers" not in seen[0] and "label of a row" not in seen[0]
+    assert "EWR" in seen[0]
+
+
+def test_a_failing_cell_that_read_labels_as_rows_is_corrected(_isolated_home, flights):
+    """The first cell of the long-run flights run: the per-origin `idxmin()` zipped as if
+    it held months (`KeyError: 'month'`), sent unchanged until the run stopped. The
+    corrected cell reads the rows the labels point at, and runs."""
+    whole = (MEANS + "w = avg.groupby('origin')['dep_delay'].idxmax().reset_index()\n"
+             "for o, m in zip(w['origin'], w['month']):\n    print(f'{o}: month {m}')")
+    fixed = whole.replace("avg.groupby('origin')['dep_delay'].idxmax()",
+                          "avg.loc[avg.groupby('origin')['dep_delay'].idxmax()]")
+    end, seen = run_on_input(_isolated_home, flights, "the worst month of each origin?", [
+        cell(whole), cell(fixed), "FINAL(EWR: month 2, JFK: month 3)"])
+    assert "KeyError" in seen[0]
+    assert "`avg.loc[...]` reads the rows `.idxmax()` points at" in seen[0]
+    assert f"```python\n{fixed}\n```" in seen[0]
+    assert "EWR: month 2" in seen[1] and "JFK: month 3" in seen[1]
+
+
+@pytest.mark.parametrize("code", [
+    "print(t.groupby('k')['v'].idxmax())",
+    "print(t[t.v > 0].groupby('k').v.idxmin())",
+    "w = t.groupby(['a', 'b'])['v'].idxmax().reset_index()\nprint(w)",
+])
+def test_a_grouped_label_call_is_found_and_recast_with_its_check(code):
+    import ast
+
+    from rlm.agent.rewrites import label_calls, row_label_rewrites
+    (call,) = label_calls(ast.parse(code))
+    assert call.grouped and call.table == "t"
+    (r,) = row_label_rewrites(code, ast.parse(code))
+    assert "t.loc[t" in r.code and r.guard.startswith("assert t.index.name is None")
+
+
+@pytest.mark.parametrize("code", [
+    "print(t.loc[t.groupby('k')['v'].idxmax()])",                 # the rows were read
+    "i = t.groupby('k')['v'].idxmax()\nprint(t.loc[i, 'month'])",
+    "print(t.groupby('k')['v'].sum().idxmax())",                    # a group's label
+    "print(t.groupby('k')['v'].argmax())",                          # no positions per group
+])
+def test_no_grouped_label_call_where_the_labels_are_read_or_are_groups(code):
+    import ast
+
+    from rlm.agent.rewrites import label_calls
+    assert label_calls(ast.parse(code)) == []

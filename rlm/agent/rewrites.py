@@ -15,7 +15,10 @@ rewrite names what the data names, and the trial (rlm.agent.repair) decides.
 - a comparison Python grouped around a bare `&`/`|` (`d >= '2025' & d <= '2026'`, rule
   MaskPrecedence's finding): each comparison in parentheses (`mask_rewrites`);
 - an error that names its own replacement (`'M' is no longer supported ... Please use
-  'ME' instead`): that replacement for the literal (`replacement_rewrites`).
+  'ME' instead`): that replacement for the literal (`replacement_rewrites`);
+- and with a `KeyError`, first: a row's label taken as a value (`t.groupby('k')['v'].
+  idxmax()` read as if it held the rows' columns, its `month`): the rows it labels read
+  with `t.loc[...]`, where the table's labels are row numbers (`row_label_rewrites`).
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def for_error(code: str, error: str, scope: Scope) -> list[Rewrite]:
         out = name_rewrites(code, name, scope.names, scope.inputs, scope.columns(),
                             notices.import_line(name))
     elif (key := notices.missing_key(error)) is not None:
-        out = key_rewrites(code, key, scope.columns()) or label_rewrites(code, tree, key, scope)
+        out = row_label_rewrites(code, tree) + (
+            key_rewrites(code, key, scope.columns()) or label_rewrites(code, tree, key, scope))
     elif (op := notices.text_reduction(error)) is not None:
         out = reduction_rewrites(code, tree, op)
     elif _NOT_DATETIME_INDEX in error:
@@ -357,6 +361,116 @@ def label_rewrites(code: str, tree: ast.AST, key: str, scope: Scope) -> list[Rew
             out.append(Rewrite(new, f"looked up by the column {col!r} of `{table}`, which "
                                     f"holds {key!r}"))
     return out
+
+
+# the calls that give where a row is, and the indexer that reads the row they give
+LABEL_CALLS = {"idxmin": "loc", "idxmax": "loc", "argmin": "iloc", "argmax": "iloc"}
+# a table whose labels are row numbers: one unnamed level of whole numbers (read from a
+# file, `reset_index()`, a row filter of those); `set_index('year')` names its labels
+ROW_NUMBERS = ("assert {t}.index.name is None and {t}.index.nlevels == 1 "
+               "and {t}.index.dtype.kind in 'iu'")
+
+
+@dataclass(frozen=True)
+class LabelCall:
+    """`t['c'].idxmax()` (`grouped`: `t.groupby(k)['c'].idxmax()`, one label per group):
+    a call whose result is where rows of `table` are, not a value of them."""
+
+    node: ast.Call
+    fn: str
+    table: str
+    grouped: bool
+
+
+def table_of(column: ast.expr) -> str | None:
+    """`t` for a column taken straight off a table: `t['c']`, `t.c`, `t[mask]['c']`."""
+    if isinstance(column, ast.Subscript) and isinstance(column.slice, ast.Constant) \
+            and isinstance(column.slice.value, str):
+        base = column.value
+    elif isinstance(column, ast.Attribute):
+        base = column.value
+    else:
+        return None
+    return _row_filtered(base)
+
+
+def _row_filtered(base: ast.expr) -> str | None:
+    """`t` for `t` or `t[mask]` (any index but a column name)."""
+    while isinstance(base, ast.Subscript) and not (
+            isinstance(base.slice, ast.Constant) and isinstance(base.slice.value, str)):
+        base = base.value  # a row filter: `t[t['x'] > 0]`
+    return base.id if isinstance(base, ast.Name) else None
+
+
+def _grouped_table(receiver: ast.expr) -> str | None:
+    """`t` for `t.groupby(k)`, `t.groupby(k)['c']`, `t.groupby(k).c` (`t` maybe filtered)."""
+    base = receiver
+    if isinstance(base, ast.Subscript) or (isinstance(base, ast.Attribute)
+                                           and isinstance(base.value, ast.Call)):
+        base = base.value
+    if isinstance(base, ast.Call) and isinstance(base.func, ast.Attribute) \
+            and base.func.attr == "groupby":
+        return _row_filtered(base.func.value)
+    return None
+
+
+def _in_index(tree: ast.AST) -> set[int]:
+    """The ids of nodes inside some subscript's index (`t.loc[t.c.idxmin()]`)."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            inside.update(id(n) for n in ast.walk(node.slice))
+    return inside
+
+
+def label_calls(tree: ast.AST) -> list[LabelCall]:
+    """The cell's label calls on a table's column or on a table grouped whose result no
+    subscript of the cell reads: not inside an index (`t.loc[t.c.idxmin()]`), not bound
+    to a name an index uses (`i = t.c.idxmax(); t.loc[i]`). Positions (`argmax`) only
+    off a column: a grouped object has none."""
+    inside = _in_index(tree)
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and id(n) in inside}
+    bound = {id(node.value) for node in ast.walk(tree) if isinstance(node, ast.Assign)
+             and any(isinstance(t, ast.Name) and t.id in used for t in node.targets)}
+    out = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in LABEL_CALLS) or id(node) in inside or id(node) in bound:
+            continue
+        if (table := table_of(node.func.value)) is not None:
+            out.append(LabelCall(node, node.func.attr, table, False))
+        elif node.func.attr.startswith("idx") \
+                and (table := _grouped_table(node.func.value)) is not None:
+            out.append(LabelCall(node, node.func.attr, table, True))
+    return out
+
+
+def _at(node: ast.AST) -> tuple[int, int]:
+    n: Any = node
+    return n.lineno, n.col_offset
+
+
+def row_label_rewrites(code: str, tree: ast.AST, only: LabelCall | None = None
+                       ) -> list[Rewrite]:
+    """The cell with its label calls (`only` that one) turned into the rows they label,
+    `t.loc[t.groupby('k')['v'].idxmax()]`, checked in the trial to be read off a table
+    whose labels are row numbers (ROW_NUMBERS): the 1.5B model zipped the per-origin
+    `idxmin()` of a `reset_index()` table as if it held months (`KeyError: 'month'`), and
+    printed 5, 15 and 25 as the worst months."""
+    calls = [c for c in label_calls(tree) if only is None or _at(c.node) == _at(only.node)][:3]
+    if not calls or any(not c.table.isidentifier() for c in calls):
+        return []
+    sp = Splice(code)
+    new = sp.apply({sp.span(c.node): f"{c.table}.{LABEL_CALLS[c.fn]}[{sp.text(c.node)}]"
+                    for c in calls})
+    if not new:
+        return []
+    tables = list(dict.fromkeys(c.table for c in calls if c.fn.startswith("idx")))
+    fns = ", ".join(dict.fromkeys(f"`.{c.fn}()`" for c in calls))
+    reads = ", ".join(f"`{t}.{LABEL_CALLS[c.fn]}[...]`" for t, c in
+                      {c.table: c for c in calls}.items())
+    return [Rewrite(new, f"{reads} reads the rows {fns} points at",
+                    "\n".join(ROW_NUMBERS.format(t=t) for t in tables))]
 
 
 _OPS = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",

@@ -55,7 +55,7 @@ def filters_of(code: str) -> list[tuple[str, str, str, str]]:
     """(table, column, literal, op) for each condition of `code` comparing a table's
     column with a text literal: `t['c'] == 'x'`, `t.c != 'x'`, `t['c'].str.startswith('x')`,
     `.str.contains`, `t['c'].isin(['x', ...])`; op: "equal", "starts", "contains", "ends"."""
-    from rlm.agent.policy.labels import table_of
+    from rlm.agent.rewrites import table_of
 
     try:
         tree = ast.parse(code)

@@ -33,7 +33,7 @@ from rlm.agent.nudge import (
 )
 from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
-from rlm.agent.policy.labels import label_note, row_recasts
+from rlm.agent.policy.labels import label_note, needs_data, row_recasts
 from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.operations import note as operation_note
 from rlm.agent.policy.partial import partial_note
@@ -379,15 +379,20 @@ class ShrunkInput(Rule):
 
 class RowLabel(Rule):
     """A successful cell whose printed result is a row's label or position
-    (`df['temp_min'].idxmin()` -> 706), not a value of the row: a note says what it is and
-    how to read that row (rlm.agent.policy.labels), with the cell recast to print the row
-    when that ran on a fork. A repeated cell already has its note."""
+    (`df['temp_min'].idxmin()` -> 706; per group, `t.groupby(k)['v'].idxmax()` on a table
+    whose labels are row numbers), not a value of the row: a note says what it is and how
+    to read that row (rlm.agent.policy.labels), with the cell recast to print the row
+    when that ran on a fork (a group's note only then: the data decides). A repeated cell
+    already has its note."""
 
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
         if not cell.ok or (cell.runs_before and cell.repeat):
             return None
-        note = label_note(cell.code, cell.output, facts.codes[:-1])
+        earlier = facts.codes[:-1]
+        note = label_note(cell.code, cell.output, earlier)
         if not note:
             return None
-        found = facts.offer(row_recasts(cell.code, cell.output, facts.codes[:-1]))
+        found = facts.offer(row_recasts(cell.code, cell.output, earlier))
+        if found is None and needs_data(cell.code, cell.output, earlier):
+            return None  # a group's labels: row numbers only where the trial showed it
         return note + (repair.note(found) if found is not None else "")
