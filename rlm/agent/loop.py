@@ -292,7 +292,7 @@ class Agent:
                                offer=lambda rewrites: repair.tried(
                                    rewrites, self.executor,
                                    min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)),
-                               cwd=Path(self.config.kernel_cwd or os.getcwd()))
+                               cwd=Path(self.config.kernel_cwd or os.getcwd()), prompt=prompt)
         self.chain.call(self.chain.start, self)
         notices_now, self.notices = self.notices, []
         yield from notices_now

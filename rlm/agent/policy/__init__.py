@@ -72,6 +72,7 @@ from rlm.agent.policy.rules import (
     Ungrounded,
     UnknownTool,
 )
+from rlm.agent.policy.steps import Steps, steps_of
 from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
@@ -97,7 +98,7 @@ def default_rules() -> list[Rule]:
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
             Ungrounded(), DroppedCondition(), QuestionOperation(), DeclaredFile(), ShrunkInput(),
             CountedRows(), WhichAsFigure(), Unpicked(), Closest(), PartialResult(),
-            MaskPrecedence(), RowLabel()]
+            MaskPrecedence(), RowLabel(), Steps()]
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
@@ -130,18 +131,21 @@ class AnswerPolicy:
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
                   offer: Callable[[list[Any]], Any] | None = None,
-                  cwd: Path | None = None) -> None:
+                  cwd: Path | None = None, prompt: str | None = None) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
         the session: the first run in this process starts from what the session's last run
         recorded (`held`) and the inputs; every run adds the inputs it was given. `offer`
         tries rewrites of a cell on a fork of the kernel (Facts.offer); `cwd`, the kernel's
-        working directory, is where the files the cells wrote are read (Facts.read_written)."""
-        self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data)
+        working directory, is where the files the cells wrote are read (Facts.read_written);
+        `prompt`, the run's, is read for the steps it gives (rlm.agent.policy.steps)."""
+        self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data,
+                           steps=steps_of(prompt) if prompt else [])
         if offer is not None:
             self.facts.offer = offer
         if cwd is not None:
             self.facts.read_written = lambda name: self._read_written(cwd, name)
             self.facts.writer = lambda name: self.written.writer(cwd / name)
+            self.facts.wrote = lambda name: self.written.sources(cwd / name) is not None
         if self.flow is None:
             self.flow = DataFlow(held() if held is not None else set())
         inputs = list(inputs)

@@ -117,6 +117,7 @@ class Facts:
     native_tools: bool = False
     max_turns: int | None = None
     has_data: bool = False  # input was attached for this run's prompt
+    steps: list[str] = field(default_factory=list)  # the prompt's steps (policy.steps)
     turn: int = 0
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
@@ -149,6 +150,9 @@ class Facts:
     read_written: Callable[[str], str | None] = field(default=lambda name: None)
     # the name a file a cell wrote was written from (rlm.agent.policy.written.Written.writer)
     writer: Callable[[str], str | None] = field(default=lambda name: None)
+    # whether a cell of this session wrote the file the question names so (rlm.agent.
+    # policy.written), goal or none
+    wrote: Callable[[str], bool] = field(default=lambda name: False)
 
     @property
     def outputs(self) -> list[str]:

@@ -24,7 +24,14 @@ from __future__ import annotations
 import ast
 import re
 
-from rlm.agent.rewrites import LABEL_CALLS, LabelCall, Rewrite, label_calls, row_label_rewrites
+from rlm.agent.rewrites import (
+    LABEL_CALLS,
+    LabelCall,
+    Rewrite,
+    Splice,
+    label_calls,
+    row_label_rewrites,
+)
 
 NOTE = ("\n[{value} is {what} of a row of `{table}`, not a value of its columns: "
         "`.{fn}()` gives where the row is. Read that row with `{table}.{loc}[{value}]` "
@@ -81,4 +88,19 @@ def row_recasts(code: str, output: str, earlier: list[str]) -> list[Rewrite]:
     hit = _found(code, output, earlier)
     if hit is None:
         return []
-    return row_label_rewrites(code, ast.parse(code), only=hit[0])
+    whole = row_label_rewrites(code, ast.parse(code), only=hit[0])
+    if not whole or not hit[0].grouped:
+        return whole
+    # the rows alone, where the rest of the cell breaks on them (`w.columns = [two names]`)
+    rows = Splice(whole[0].code).text(_outer(whole[0].code, hit[0]))
+    return [*whole, Rewrite(f"print({rows})", whole[0].change, whole[0].guard)]
+
+
+def _outer(code: str, call: LabelCall) -> ast.expr:
+    """The `t.loc[...]` around `call` in its recast cell."""
+    for node in ast.walk(ast.parse(code)):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in ("loc", "iloc") and (node.lineno, node.col_offset) \
+                == (call.node.lineno, call.node.col_offset):
+            return node
+    raise LookupError(call.fn)

@@ -1,0 +1,215 @@
+"""A task given in steps, done one step a cell (issue 60).
+
+The long-run suite's tasks say what to do in order ("First compute ... Then, for each
+origin airport, find ... Finally write ..."; "Join them, compute ..., and write ..."), and
+the 1.5B default model wrote all of it in one cell: one mistake anywhere (an `idxmin`
+read as a month, a column the merge dropped) failed the whole cell, and the fixes the host
+offers mend one line of a cell it cannot see working. Asked one step at a time (`rlm run`
+then `rlm resume` per step, by hand), its first step was right in two tasks of three
+where the whole cell was right in none.
+
+`steps_of(task)` reads the steps from the task's words: its sentences (and numbered items,
+`1) ...`), each cut where a new instruction starts (`, then ...`, `, find ...`, `, and
+write ...`, ` and write ...`), an instruction being a clause that begins with a verb that
+asks for work on data (VERBS) or follows "then". Clauses before it in its sentence ("for
+each item, sort ...") stay with it; a sentence that asks for nothing ("sales.csv holds
+orders.", "A student passes when ...") is context, not a step. Fewer than two steps: no
+plan (a question is one step).
+
+Rule `Steps` (fenced-code models, which write one cell a turn; a model with native tools
+plans its own calls): before the first turn, the plan and "start with step 1"; after each
+successful cell that printed something, the next step, its words as the task gave them;
+an answer while more than the last step is left, refused once, naming the steps left.
+The step the run is at is read from the run's facts (successful cells with an output), not
+kept: a cell that only looked at the data counts as a step done, and the model is told
+which step is next, never stopped from going back.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse
+from rlm.agent.policy.rules import Rule
+from rlm.session.entries import Entry
+
+# verbs that ask for work on data, as an instruction begins (imperative, lowercase or not)
+VERBS = frozenset("""
+add aggregate average build calculate check clean combine compare compute convert count
+create deduplicate determine drop estimate export extract fill filter find flag get group
+identify join keep list load make match measure merge normalise normalize parse pick pivot
+plot print rank read remove report save select show sort split store sum summarise
+summarize take tally write
+""".split())
+# the verbs whose clause is its own step even after a bare " and ": a file written
+WRITE_VERBS = frozenset({"write", "save", "export", "store"})
+SEQUENCE = re.compile(r"^(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|next|then|finally|lastly|"
+                      r"after that|afterwards|and then)\b[,:]?\s*", re.I)
+_NUMBERED = re.compile(r"(?:^|\s)\(?\d{1,2}[.)]\s+(?=[A-Za-z])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
+_FILE = re.compile(r"\b[\w-]+\.(?:csv|tsv|md|txt|json|jsonl|xlsx|parquet|html|png|svg|pdf)\b")
+MAX_STEPS = 8
+MAX_STEP_CHARS = 300
+
+PLAN = ("[This task has {n} steps. Do them in order, one step per cell, and print each "
+        "step's result before the next:\n{steps}\nStart with step 1.]")
+NEXT = "\n[Next, step {k} of {n}: {step}. Write a new cell for it{how}.]"
+# how a file of each kind is written, for a step that writes one: the 1.5B model, told
+# "Next, step 3 of 3: Write one line per origin airport to report.md", printed the rows
+# it had again, four times, and answered without the file
+WRITE_HOW = {".csv": "the table's `.to_csv({f!r}, index=False)`",
+             ".json": "`json.dump` of a dict into `open({f!r}, 'w')`"}
+WRITE_TEXT = "`with open({f!r}, 'w') as f:` and `f.write(line + '\\n')` for each line"
+LEFT = ("Not finished yet: the task's step{s} {which} {are} left: {steps}. Do step {k} with "
+        "a cell and print its result; answer with FINAL(answer) when every step is done.")
+LEFT_KEY = "steps left"
+
+
+def steps_of(task: str) -> list[str]:
+    """The instructions of `task`, in order ([] when it gives fewer than two)."""
+    steps: list[str] = []
+    for sentence in _sentences(task):
+        if sentence.rstrip().endswith("?"):  # a question asked after the steps: the last
+            steps.append(_tidy(sentence))
+            continue
+        prefix = ""
+        for clause, after_then in _clauses(sentence):
+            text = SEQUENCE.sub("", clause.strip(" ,;:")).strip(" ,;:")
+            if not text:
+                continue
+            if after_then and not _verb_first(text) and steps:
+                text = f"{steps[-1].split(' ', 1)[0].lower()} {text}"  # ", then the product"
+            if after_then or _verb_first(text):
+                steps.append(_tidy(f"{prefix}, {text}" if prefix else text))
+                prefix = ""
+            else:
+                prefix = f"{prefix}, {text}" if prefix else text
+    steps = [s for s in steps if s][:MAX_STEPS]
+    return steps if len(steps) >= 2 else []
+
+
+def _sentences(task: str) -> list[str]:
+    out = []
+    for sentence in _SENTENCE_END.split(" ".join(task.split())):
+        out += [p for p in _NUMBERED.split(sentence) if p.strip()]
+    return out
+
+
+def _clauses(sentence: str) -> list[tuple[str, bool]]:
+    """The sentence cut where an instruction starts, outside brackets and quotes: each
+    clause, and whether "then" came before it."""
+    cuts: list[tuple[int, int, bool]] = []  # (cut from, clause from, after "then")
+    depth, quote = 0, ""
+    for i, ch in enumerate(sentence):
+        if quote:
+            quote = "" if ch == quote else quote
+            continue
+        if ch in "'\"" and (i == 0 or not sentence[i - 1].isalnum()):
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0 and ch in ",;":
+            rest = sentence[i + 1:]
+            m = re.match(r"\s*(and then|then|and)?\s*", rest)
+            assert m is not None
+            word = rest[m.end():].split(" ", 1)[0].lower().strip(",")
+            then = (m.group(1) or "").endswith("then")
+            if then or word in VERBS:
+                cuts.append((i, i + 1 + m.end(), then))
+        elif depth == 0 and sentence.startswith(" and ", i):
+            word = sentence[i + 5:].split(" ", 1)[0].lower()
+            then = word == "then"
+            if then or word in WRITE_VERBS:
+                cuts.append((i, i + 5 + (5 if then else 0), then))
+    out, start, then = [], 0, False
+    for cut, nxt, after in cuts:
+        out.append((sentence[start:cut], then))
+        start, then = nxt, after
+    out.append((sentence[start:], then))
+    return out
+
+
+def _verb_first(text: str) -> bool:
+    return text.split(" ", 1)[0].lower().strip(",:") in VERBS
+
+
+def _tidy(step: str) -> str:
+    step = step.strip().rstrip(".;,")
+    step = step[:1].upper() + step[1:]
+    return step if len(step) <= MAX_STEP_CHARS else step[:MAX_STEP_CHARS - 3] + "..."
+
+
+def done(facts: Facts) -> int:
+    """How many steps the run has done: its successful cells that printed something."""
+    return sum(1 for s in facts.shown if s.text.strip())
+
+
+def written_by(step: str) -> list[str]:
+    """The files a step asks to write ("Write errors.txt with ..."): [] for another step."""
+    return _FILE.findall(step) if step.split(" ", 1)[0].lower() in WRITE_VERBS else []
+
+
+def left(facts: Facts) -> list[int]:
+    """The steps not done yet, in order: a step that writes files until a cell of the
+    session wrote them all; the others in order, one for each successful cell that printed
+    (a cell that only looked at the data counts: the model is told the next step, never
+    held at one); a question asked last is done by the answer. The files a last step
+    writes, written, are every step done: the steps were for them (one cell may do all)."""
+    if (last := written_by(facts.steps[-1])) and all(facts.wrote(f) for f in last):
+        return []
+    k, out = done(facts), []
+    for i, step in enumerate(facts.steps):
+        if files := written_by(step):
+            if not all(facts.wrote(f) for f in files):
+                out.append(i)
+        elif k:
+            k -= 1
+        elif not (i == len(facts.steps) - 1 and step.endswith("?")):
+            out.append(i)
+    return out
+
+
+def _how(step: str) -> str:
+    """For a step that writes files: how the first is written, then read back."""
+    files = written_by(step)
+    if not files:
+        return ""
+    f = files[0]
+    how = WRITE_HOW.get(f[f.rfind("."):], WRITE_TEXT).format(f=f)
+    return f" ({how}), then print {f}"
+
+
+class Steps(Rule):
+    """A task in steps, one step a cell (module docstring)."""
+
+    def on_turn(self, facts: Facts, turn: int) -> Note | None:
+        if facts.native_tools or not facts.steps or turn != 1 or facts.cells:
+            return None
+        listed = "\n".join(f"{i}. {s}" for i, s in enumerate(facts.steps, 1))
+        return Note(PLAN.format(n=len(facts.steps), steps=listed),
+                    f"the task has {len(facts.steps)} steps: asked for one a cell")
+
+    def on_cell(self, facts: Facts, cell: Cell) -> str | None:
+        if facts.native_tools or not facts.steps or not cell.ok or not cell.output.strip() \
+                or (cell.runs_before and cell.repeat) or not (todo := left(facts)):
+            return None
+        step = facts.steps[todo[0]]
+        return NEXT.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
+
+    def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
+                  branch: Sequence[Entry]) -> Refuse | None:
+        if facts.native_tools or not facts.steps or LEFT_KEY in facts.refused \
+                or (facts.max_turns is not None and facts.turn >= facts.max_turns) \
+                or not (todo := left(facts)):
+            return None
+        n, many = len(facts.steps), len(todo) > 1
+        which = (f"{todo[0] + 1} to {todo[-1] + 1}" if todo == list(range(todo[0], todo[-1] + 1))
+                 else ", ".join(str(i + 1) for i in todo)) if many else str(todo[0] + 1)
+        return Refuse(LEFT.format(s="s" if many else "", which=which, are="are" if many else "is",
+                                  steps="; ".join(f"{i + 1}. {facts.steps[i]}" for i in todo),
+                                  k=todo[0] + 1),
+                      f"the model answered with {len(todo)} of the task's {n} steps left; "
+                      "asked for the next", key=LEFT_KEY)
