@@ -3,8 +3,8 @@
     python -m bench.bench_untrusted [--mb 20] [--rounds 3]
 
 1. A runaway model reply (`--mb` MB of text) through the seam (a scripted provider),
-   streamed and not, vs a reply of exactly the bound (rlm.llm.seam.MAX_REPLY_CHARS): wall
-   time and peak RSS, each case in its own interpreter.
+   streamed and not, vs a reply of exactly the bound (rlm.llm.assemble.MAX_REPLY_CHARS):
+   wall time and peak RSS, each case in its own interpreter.
 2. Kernel start + first cell with the default sandbox vs `--no-sandbox`, interleaved.
 """
 
@@ -20,15 +20,15 @@ from pathlib import Path
 
 from rlm.config import Config
 from rlm.kernel import Kernel, runtime
-from rlm.llm import seam
+from rlm.llm import assemble
 
 _CHILD = """
 import resource, sys, time
-from rlm.llm import seam
+from rlm.llm.inproc_models import ScriptedLLM
 block = " ".join(f"w{i}" for i in range(200)) + "\\n"  # no run of equal chunks
 chars, stream = int(sys.argv[1]), sys.argv[2] == "1"
 text = (block * (chars // len(block) + 1))[:chars]
-llm = seam.ScriptedLLM([text], stream=stream)
+llm = ScriptedLLM([text], stream=stream)
 t = time.perf_counter()
 got = llm.complete([{"role": "user", "content": "go"}])
 took = time.perf_counter() - t
@@ -45,7 +45,7 @@ def _reply(chars: int, stream: bool) -> tuple[float, float, int]:
 
 
 def replies(mb: int) -> None:
-    cap = seam.MAX_REPLY_CHARS
+    cap = assemble.MAX_REPLY_CHARS
     print("| reply | path | wall in complete() | peak RSS | kept chars |\n|---|---|---:|---:|---:|")
     for stream in (True, False):
         path = "streamed" if stream else "whole"

@@ -21,7 +21,8 @@ from rlm.compaction.plan import (
 from rlm.config import Config
 from rlm.errors import ConfigError, ContextOverflow, RateLimited
 from rlm.llm import ScriptedLLM
-from rlm.llm.seam import DEFAULT_SCRIPT_WINDOW, normalize_error
+from rlm.llm.errormap import normalize_error
+from rlm.llm.script import DEFAULT_SCRIPT_WINDOW
 from rlm.llm.tokens import count_messages
 from rlm.session.context import build_messages
 from rlm.session.entries import CompactionEntry, CustomEntry, MessageEntry

@@ -322,7 +322,7 @@ def test_kernel_ext_refuses_an_undeclared_method_or_parameter_before_sending():
 
 def _built(home: Path, entry: str, **config: object):
     from rlm.app import build_agent
-    from rlm.llm.seam import ScriptedLLM
+    from rlm.llm.inproc_models import ScriptedLLM
     from rlm.session.store import SessionStore
 
     session = SessionStore.create(home, model="script:t", task="t")

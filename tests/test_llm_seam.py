@@ -19,13 +19,10 @@ from rlm.errors import (
     ScriptExhausted,
 )
 from rlm.llm import count_messages, count_text, get_llm
-from rlm.llm.seam import (
-    DEFAULT_SCRIPT_WINDOW,
-    LiteLLMModel,
-    OpenAIModel,
-    ScriptedLLM,
-    normalize_error,
-)
+from rlm.llm.errormap import normalize_error
+from rlm.llm.inproc_models import ScriptedLLM
+from rlm.llm.script import DEFAULT_SCRIPT_WINDOW
+from rlm.llm.seam import LiteLLMModel, OpenAIModel
 from rlm.llm.types import PYTHON_TOOL
 
 USER = [{"role": "user", "content": "hello"}]

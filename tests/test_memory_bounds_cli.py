@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rlmcli import call, rlm, script
 
-from rlm.llm import seam
+from rlm.llm import inproc_models
 from rlm.llm.tokens import count_message
 from rlm.memory import MEMORY_MARK
 
@@ -23,15 +23,15 @@ SECRET = "tok-Zq81pLx0Vw27Yb5N"  # a value of a *_TOKEN variable: a key the host
 @pytest.fixture
 def models(monkeypatch):
     """Every scripted model `rlm` makes in this process; `.calls` holds what reached each."""
-    made: list[seam.ScriptedLLM] = []
-    original = seam.ScriptedLLM.from_file.__func__
+    made: list[inproc_models.ScriptedLLM] = []
+    original = inproc_models.ScriptedLLM.from_file.__func__
 
     def from_file(cls, *args, **kw):
         llm = original(cls, *args, **kw)
         made.append(llm)
         return llm
 
-    monkeypatch.setattr(seam.ScriptedLLM, "from_file", classmethod(from_file))
+    monkeypatch.setattr(inproc_models.ScriptedLLM, "from_file", classmethod(from_file))
     return made
 
 

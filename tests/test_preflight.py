@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import AuthError, ConfigError, RateLimited, RlmError
+from rlm.llm.errormap import normalize_error
+from rlm.llm.inproc_models import ScriptedLLM
 from rlm.llm.providers import preflight
-from rlm.llm.seam import ScriptedLLM, normalize_error, retry_notices
+from rlm.llm.seam import retry_notices
 from tests import rlmcli
 from tests.rlmcli import call, script
 

@@ -75,7 +75,7 @@ def test_local_grammar_is_read_from_the_users_config_file(tmp_path, monkeypatch)
 
 
 def test_a_fenced_code_model_of_another_provider_is_never_sent_tools():
-    from rlm.llm.seam import ScriptedLLM
+    from rlm.llm.inproc_models import ScriptedLLM
 
     llm = ScriptedLLM(["```python\nprint(1)\n```"])
     llm.native_tools = False  # a fenced-code script, like a hosted model without tools

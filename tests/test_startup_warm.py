@@ -16,7 +16,7 @@ import pytest
 from rlm.config import Config
 from rlm.errors import RlmError
 from rlm.llm import tokens
-from rlm.llm.seam import ScriptedLLM
+from rlm.llm.inproc_models import ScriptedLLM
 from rlm.session.store import SessionStore
 
 

@@ -1,6 +1,6 @@
 """Issue 26 item 8: what a model reply cannot do to the run. A call to a tool that does not
 exist is answered (the model is told, the run goes on); a runaway reply is cut at
-rlm.llm.seam.MAX_REPLY_CHARS, streamed or not (time and memory: bench/bench_untrusted.py);
+rlm.llm.assemble.MAX_REPLY_CHARS, streamed or not (time and memory: bench/bench_untrusted.py);
 a long reply is echoed to the terminal once, not as prose and again as the answer."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from rlm import events as ev
 from rlm.agent.policy import AnswerPolicy, Refuse
 from rlm.agent.policy.decisions import Answer
 from rlm.cli.render import Renderer
-from rlm.llm import ScriptedLLM, seam
+from rlm.llm import ScriptedLLM, assemble
 from rlm.session.store import SessionStore
 
 
@@ -64,8 +64,8 @@ def test_a_runaway_reply_is_cut_at_the_bound_streamed_or_not():
             [{"role": "user", "content": "go"}], on_text=shown.append)
         assert got.finish_reason == "length", stream
         assert got.content.startswith(text[:1000])
-        assert len(got.content) < seam.MAX_REPLY_CHARS + 200
-        assert got.content.endswith(seam.CUT_NOTE.format(cap=seam.MAX_REPLY_CHARS))
+        assert len(got.content) < assemble.MAX_REPLY_CHARS + 200
+        assert got.content.endswith(assemble.CUT_NOTE.format(cap=assemble.MAX_REPLY_CHARS))
         assert got.usage.output_tokens > 0  # counted even though the usage chunk was never read
         assert sum(map(len, shown)) == len(got.content)
 

@@ -4,7 +4,8 @@ Policy lives here: timeouts (interrupt, grace, restart), death (report the cause
 restore the snapshot), helper calls into kernel_ext through `user_expressions` (silent, no
 history, no snapshot hook), each one a `kernel_ext.contract.Call`. The process mechanics
 are in runtime.py, the wait loop and output collection in execution.py, the bridge in
-bridge.py.
+bridge.py, the host's queries over helper calls (`describe`, `list_namespace`, `file_ops`,
+`trial`, `snapshot_now`, ...) in queries.py.
 
 Thread model: the caller's thread (one at a time, `_shell_lock`) uses the shell socket;
 the runtime's IOPub listener thread reads IOPub and writes control; bridge handlers run
@@ -34,6 +35,7 @@ from rlm.kernel.bridge import BridgeDispatcher, BridgeHandler
 from rlm.kernel.execution import CellCollector, CellTags, WaitOutcome, wait_for
 from rlm.kernel.interrupting import CellInterrupt
 from rlm.kernel.kinds import Runtime, make_runtime
+from rlm.kernel.queries import KernelQueries
 from rlm.kernel.runtime import died_cause, network_note
 from rlm.kernel.state import (
     expression_value,
@@ -42,11 +44,10 @@ from rlm.kernel.state import (
     replay_announcement,
     replay_off,
     scrub_snapshot_url,
-    snapshot_fallback,
     snapshot_location,
     snapshot_size,
 )
-from rlm.kernel.subshell import RuntimeLister, SubshellUnavailable, busy_reason
+from rlm.kernel.subshell import RuntimeLister
 from rlm.kernel.types import CellResult, Output, RestoreReport
 from rlm.paths import private_dir
 
@@ -58,15 +59,13 @@ NO_REPLY_NOTE = ("[the kernel ended this cell without a reply: an interrupt land
                  "kernel's own code around the cell (ipykernel catches it there); what the "
                  "cell printed is above, and its code may not have run to its end]")
 HANDSHAKE_EXPR = contract.HANDSHAKE.expression()
-TRIAL_PARALLEL = 2  # kernel_ext.trial.PARALLEL: children a kernel runs at once
-TRIAL_SLACK_S = 10.0  # fork, collection and the reply, per round of trials and once more
 
 
 def _tell_stderr(line: str) -> None:
     print(f"rlm: {line}", file=sys.stderr, flush=True)
 
 
-class Kernel:
+class Kernel(KernelQueries):
     def __init__(
         self, session_dir: Path | str, config: Config, bridge_handler: BridgeHandler | None = None
     ):
@@ -408,78 +407,6 @@ class Kernel:
     def _announce(self, line: str | None) -> None:
         if line is not None:
             self.replay_notice(line)
-
-    def describe(self, names: list[str] | None = None, timeout: float = 30.0) -> list[dict[str, str]]:
-        """Type, size and a short preview of kernel values (kernel_ext.describe), silently."""
-        expr = contract.DESCRIBE.expression(list(names) if names is not None else None)
-        return list(json.loads(self._expression(expr, timeout)))
-
-    def where_value(self, key: str, timeout: float = 5.0) -> list[dict[str, str]]:
-        """The text columns of the kernel's DataFrames holding the value `key`
-        (kernel_ext.columns.where_value): table, column, value."""
-        return list(json.loads(self._expression(contract.WHERE_VALUE.expression(key), timeout)))
-
-    def how_written(self, filters: list[tuple[str, str, str]], timeout: float = 5.0
-                    ) -> list[dict[str, Any]]:
-        """How the text columns a filter compared are written (kernel_ext.columns)."""
-        expr = contract.HOW_WRITTEN.expression([list(f) for f in filters])
-        return list(json.loads(self._expression(expr, timeout)))
-
-    def where_text(self, terms: list[str], timeout: float = 5.0) -> list[dict[str, Any]]:
-        """The lines of the kernel's texts holding each term (kernel_ext.texts)."""
-        expr = contract.WHERE_TEXT.expression(list(terms))
-        return list(json.loads(self._expression(expr, timeout)))
-
-    def list_namespace(self, timeout: float = 5.0) -> dict[str, Any]:
-        """User names with type and size; KernelDied if dead. While a cell runs the kernel
-        answers on a subshell; failing that the names come from the last snapshot, with
-        `"source": "snapshot"` and a `note` saying so (KernelBusy when there is none)."""
-        if self._rt is None or self._rt.poll() is not None:
-            rc = self._rt.poll() if self._rt is not None else None
-            raise KernelDied(self._exit_text(rc) if rc is not None else "the kernel is not running")
-        if self._int.running or not self._shell_lock.acquire(blocking=False):
-            return self._busy_listing(timeout)
-        try:
-            return json.loads(self._expression(contract.SNAPSHOT_NAMESPACE.expression(), timeout))
-        finally:
-            self._shell_lock.release()
-
-    def _busy_listing(self, timeout: float) -> dict[str, Any]:
-        rt = self._rt
-        if rt is None:
-            raise KernelBusy("the kernel is restarting; try again when it is up")
-        try:
-            return self._lister.namespace(rt, timeout)
-        except SubshellUnavailable as e:
-            why = busy_reason(e)
-        fallback = snapshot_fallback(self.session_dir, why, self.config.snapshot_url)
-        if fallback is None:
-            raise KernelBusy(f"{why}, and no snapshot exists yet; try again when the cell ends")
-        return {"names": fallback["names"], "source": "snapshot", "note": fallback["note"]}
-
-    def file_ops(self, timeout: float = 5.0) -> dict[str, list[str]]:
-        """Files the user's code read and modified ({"read": [...], "modified": [...]}).
-        KernelBusy at once while a cell runs (a compaction then goes on without them)."""
-        if self._int.running:
-            raise KernelBusy("a cell is running; file operations are known when it ends")
-        return json.loads(self._expression(contract.FILE_OPS.expression(), timeout))
-
-    def trial(self, codes: list[str], timeout: float = 30.0, cap: int = 4000) -> list[dict[str, Any]]:
-        """Run each code against a forked copy of the namespace (kernel_ext.trial); one
-        result per code, in order: {status, output, final, error, seconds}. Nothing a
-        candidate does to the namespace stays; files it writes do. Holds the shell lock,
-        so no cell runs meanwhile; the deadline covers every trial (two at a time)."""
-        codes = [str(c) for c in codes]
-        if not codes:
-            return []
-        rounds = -(-len(codes) // TRIAL_PARALLEL)
-        deadline = rounds * (timeout + TRIAL_SLACK_S) + TRIAL_SLACK_S
-        expr = contract.TRIAL.expression(codes, float(timeout), int(cap))
-        return list(json.loads(self._expression(expr, deadline)))
-
-    def snapshot_now(self, timeout: float = 120.0) -> dict[str, Any]:
-        """Force a snapshot now; returns kernel_ext.snapshot's summary."""
-        return json.loads(self._expression(contract.SNAPSHOT_NOW.expression(), timeout))
 
 
 def _status_note(res: CellResult) -> str:

@@ -24,10 +24,14 @@ def get_llm(spec: str, config: Config | None = None) -> LLM:
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("ScriptedLLM", "LiteLLMModel"):
-        from rlm.llm import seam
+    if name == "ScriptedLLM":
+        from rlm.llm.inproc_models import ScriptedLLM
 
-        return getattr(seam, name)
+        return ScriptedLLM
+    if name == "LiteLLMModel":
+        from rlm.llm.seam import LiteLLMModel
+
+        return LiteLLMModel
     raise AttributeError(name)
 
 

@@ -1,8 +1,8 @@
 """The embedded offline model: llama.cpp in-process, an in-process provider of the seam.
 
-This module imports `llama_cpp` (never litellm), and only `rlm.llm.seam` imports it,
-lazily, when a `local` / `local:PATH.gguf` spec is used; hosted-model users never load
-llama.cpp. The seam's `LocalModel` calls `handler.streaming(...)`, which yields
+This module imports `llama_cpp` (never litellm), and only `rlm.llm.inproc_models`
+imports it, lazily, when a `local` / `local:PATH.gguf` spec is used; hosted-model users
+never load llama.cpp. The seam's `LocalModel` calls `handler.streaming(...)`, which yields
 rlm.llm.inproc chunks, so the loop sees the local model exactly like any other model
 (streaming, usage counts, error mapping).
 

@@ -46,13 +46,13 @@ def _is_local(spec: str) -> bool:
 
 
 def _build_script(spec: str, config: Config | None, **kw: Any) -> SeamLLM:
-    from rlm.llm.seam import ScriptedLLM
+    from rlm.llm.inproc_models import ScriptedLLM
 
     return ScriptedLLM.from_file(spec.removeprefix("script:"), config, **kw)
 
 
 def _build_local(spec: str, config: Config | None, **kw: Any) -> SeamLLM:
-    from rlm.llm.seam import LocalModel
+    from rlm.llm.inproc_models import LocalModel
 
     return LocalModel(spec.partition(":")[2] or None, config, **kw)
 
