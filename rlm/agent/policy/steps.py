@@ -60,7 +60,8 @@ NEXT = "\n[Next, step {k} of {n}: {step}. Write a new cell for it{how}.]"
 # it had again, four times, and answered without the file
 WRITE_HOW = {".csv": "the table's `.to_csv({f!r}, index=False)`",
              ".json": "`json.dump` of a dict into `open({f!r}, 'w')`"}
-WRITE_TEXT = "`with open({f!r}, 'w') as f:` and `f.write(line + '\\n')` for each line"
+WRITE_TEXT = ("`with open({f!r}, 'w') as f:` and a loop over the rows your steps computed, "
+              "`f.write(line + '\\n')` for each")
 LEFT = ("Not finished yet: the task's step{s} {which} {are} left: {steps}. Do step {k} with "
         "a cell and print its result; answer with FINAL(answer) when every step is done.")
 LEFT_KEY = "steps left"
