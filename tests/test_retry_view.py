@@ -7,13 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from rlm.agent.context_files import load_context_files
 from rlm.agent.policy import retry
-from rlm.app import build_agent
-from rlm.config import Config
 from rlm.events import RunEnded
 from rlm.session.store import SessionStore
-from tests.fenced import Fenced, cell
+from tests.fenced import Fenced, cell, run_fenced
 
 FAILING = "best = sales.groupby('region')['amount'].sum().reset_index()\nprint(best['month'])"
 OTHER = "print(sales.groupby('region')['amount'].sum().idxmax())"
@@ -22,14 +19,7 @@ OTHER = "print(sales.groupby('region')['amount'].sum().idxmax())"
 def _run(home: Path, tmp: Path, replies: list[str]) -> tuple[Fenced, RunEnded, SessionStore]:
     path = tmp / "sales.csv"
     path.write_text("region,amount\nNorth,10\nSouth,30\nNorth,5\n")
-    llm = Fenced(replies)
-    session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, Config(home=home, model="script:small", cell_timeout=60,
-                                        max_turns=10), llm=llm)
-    with agent:
-        load_context_files(agent, [path])
-        end = [e for e in agent.run("Which region sold most?") if isinstance(e, RunEnded)][-1]
-    return llm, end, session
+    return run_fenced(home, path, "Which region sold most?", replies, max_turns=10)
 
 
 def _text(call: list[dict]) -> str:

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rlm.agent.policy.steps import steps_of
-from rlm.events import RunEnded
-from tests.fenced import cell, run_on_input
+from tests.fenced import cell, run_fenced, run_on_input
 
 FLIGHTS = ("Explore flights.csv step by step. First compute the average departure delay "
            "(dep_delay) for each origin airport in each month. Then, for each origin airport, "
@@ -84,19 +83,7 @@ SHOW = "print(open('report.md').read())"
 
 def _run(home, path, task, replies):
     """What the model read before each call (the first: the prompt and the plan)."""
-    from rlm.agent.context_files import load_context_files
-    from rlm.app import build_agent
-    from rlm.config import Config
-    from rlm.session.store import SessionStore
-    from tests.fenced import Fenced
-
-    llm = Fenced(replies)
-    session = SessionStore.create(home, model="script:small", task="t")
-    agent = build_agent(session, Config(home=home, model="script:small", cell_timeout=60,
-                                        max_turns=30), llm=llm)
-    with agent:
-        load_context_files(agent, [path])
-        end = [e for e in agent.run(task) if isinstance(e, RunEnded)][-1]
+    llm, end, _ = run_fenced(home, path, task, replies)
     return end, [str(call[-1]["content"]) for call in llm.calls]
 
 
