@@ -20,30 +20,29 @@ FLIGHTS = ("Explore flights.csv step by step. First compute the average departur
 @pytest.mark.parametrize("task, steps", [
     (FLIGHTS, ["Compute the average departure delay (dep_delay) for each origin airport in "
                "each month",
-               "For each origin airport, find the month with the worst average departure delay",
-               "Write one line per origin airport to report.md, like 'EWR: month 7'"]),
+               "For each origin airport, find the month with the worst average departure "
+               "delay, then write one line per origin airport to report.md, like 'EWR: month "
+               "7'"]),
     ("sales.csv holds orders. Compute the total amount per region, then the product with the "
      "highest total amount in each region. Write region_summary.csv with the columns "
      "region,total,top_product (one row per region).",
      ["Compute the total amount per region",
-      "Compute the product with the highest total amount in each region",
-      "Write region_summary.csv with the columns region,total,top_product (one row per "
-      "region)"]),
-    ("A student passes when the mean of their scores is at least 60. Compute each class's "
-     "pass rate (the share of its students who pass, rounded to 2 decimals) and write "
-     "pass_rate.csv with the columns class,pass_rate.",
-     ["Compute each class's pass rate (the share of its students who pass, rounded to 2 "
-      "decimals)", "Write pass_rate.csv with the columns class,pass_rate"]),
+      "Compute the product with the highest total amount in each region, then write "
+      "region_summary.csv with the columns region,total,top_product (one row per region)"]),
     ("Work step by step. 1) Find the region with the most rows. 2) In that region, find the "
      "product with the lowest mean nps. Write out.md with two lines: 'region: ...', "
      "'product: ...'.",
      ["Find the region with the most rows",
-      "In that region, find the product with the lowest mean nps",
-      "Write out.md with two lines: 'region: ...', 'product: ...'"]),
+      "In that region, find the product with the lowest mean nps, then write out.md with two "
+      "lines: 'region: ...', 'product: ...'"]),
     ("Merge a.csv and b.csv on id; drop the rows without a price. Which city has the most "
      "orders?",
      ["Merge a.csv and b.csv on id", "Drop the rows without a price",
       "Which city has the most orders?"]),
+    ("First count the rows per city, then sort them by count. Save the counts to c.csv and "
+     "plot them.",
+     ["Count the rows per city",
+      "Sort them by count, then save the counts to c.csv and plot them"]),
 ])
 def test_the_steps_are_read_from_the_tasks_words(task, steps):
     assert steps_of(task) == steps
@@ -51,6 +50,10 @@ def test_the_steps_are_read_from_the_tasks_words(task, steps):
 
 @pytest.mark.parametrize("task", [
     "How many penguins are in penguins.csv?",
+    # one instruction and the file it is written to: one step, as the model writes it
+    "A student passes when the mean of their scores is at least 60. Compute each class's "
+    "pass rate (the share of its students who pass, rounded to 2 decimals) and write "
+    "pass_rate.csv with the columns class,pass_rate.",
     "Which region had the highest total sales in 2020, and by how much?",
     "Write the ids of the contracts whose term is longer than 24 months to long.txt, one per "
     "line.",
@@ -91,10 +94,12 @@ def test_the_plan_then_each_next_step_reach_the_model(_isolated_home, flights, m
     monkeypatch.chdir(flights.parent)
     end, seen = _run(_isolated_home, flights, FLIGHTS, [
         cell(STEP1), cell(STEP2), cell(STEP3), cell(SHOW), "FINAL(EWR: month 2, JFK: month 3)"])
-    assert "This task has 3 steps" in seen[0] and "\n1. Compute the average" in seen[0] \
-        and "\n3. Write one line per origin airport" in seen[0] and "Start with step 1" in seen[0]
-    assert "Next, step 2 of 3: For each origin airport, find the month" in seen[1]
-    assert "Next, step 3 of 3: Write one line per origin airport to report.md" in seen[2]
+    assert "This task has 2 steps" in seen[0] and "\n1. Compute the average" in seen[0] \
+        and "\n2. For each origin airport" in seen[0] and "Start with step 1" in seen[0]
+    step2 = ("Next, step 2 of 2: For each origin airport, find the month with the worst "
+             "average departure delay, then write one line per origin airport to report.md")
+    assert step2 in seen[1] and "`with open('report.md', 'w') as f:`" in seen[1]
+    assert step2 in seen[2]  # the rows printed, the file not written: still step 2
     assert not any("Next, step" in s for s in seen[3:])
     assert (flights.parent / "report.md").read_text() == "EWR: month 2\nJFK: month 3\n"
     assert end.final == "EWR: month 2, JFK: month 3"  # every step done: no refusal
@@ -105,10 +110,10 @@ def test_an_answer_with_steps_left_is_refused_once(_isolated_home, flights, monk
     monkeypatch.chdir(flights.parent)
     end, seen = _run(_isolated_home, flights, FLIGHTS, [
         cell(STEP1), "FINAL(EWR: month 2)", cell(STEP2), "FINAL(EWR: month 2, JFK: month 3)"])
-    refusal = seen[2]  # the answer after step 1: refused, the steps left named
-    assert refusal.startswith("Not finished yet: the task's steps 2 to 3 are left")
-    assert "2. For each origin airport" in refusal and "3. Write one line" in refusal
-    # once per run: after step 2 the answer is taken, step 3 left and not asked again
+    refusal = seen[2]  # the answer after step 1: refused, the step left named
+    assert refusal.startswith("Not finished yet: the task's step 2 is left: 2. For each "
+                              "origin airport")
+    # once per run: the next answer is taken, the file still not written
     assert end.final == "EWR: month 2, JFK: month 3" and len(seen) == 4
 
 
@@ -127,3 +132,14 @@ def test_a_question_alone_gets_no_plan_and_no_step_notes(_isolated_home, flights
         cell(STEP1), "FINAL(EWR)"])
     assert "step" not in seen[0].lower()
     assert end.final == "EWR"
+
+
+def test_a_question_asked_last_is_done_by_the_answer(_isolated_home, flights):
+    task = ("First compute the mean dep_delay of each origin, then the mean over all flights. "
+            "Which origin's mean is closest to that overall mean?")
+    end, seen = _run(_isolated_home, flights, task, [
+        cell("m = flights.groupby('origin')['dep_delay'].mean()\nprint(m)"),
+        cell("print(flights['dep_delay'].mean())"), "FINAL(EWR)"])
+    assert "Next, step 2 of 3: Compute the mean over all flights" in seen[1]
+    assert "Next, step 3 of 3: Which origin's mean is closest" in seen[2]
+    assert end.final == "EWR" and len(seen) == 3  # not refused: the answer is step 3

@@ -13,16 +13,20 @@ where the whole cell was right in none.
 write ...`, ` and write ...`), an instruction being a clause that begins with a verb that
 asks for work on data (VERBS) or follows "then". Clauses before it in its sentence ("for
 each item, sort ...") stay with it; a sentence that asks for nothing ("sales.csv holds
-orders.", "A student passes when ...") is context, not a step. Fewer than two steps: no
-plan (a question is one step).
+orders.", "A student passes when ...") is context, not a step; a step that only writes a
+file is joined to the step before it (`_with_writes`: alone, it was not done). Fewer than
+two steps: no plan (a question is one step; so is "compute X and write X.csv").
 
 Rule `Steps` (fenced-code models, which write one cell a turn; a model with native tools
 plans its own calls): before the first turn, the plan and "start with step 1"; after each
-successful cell that printed something, the next step, its words as the task gave them;
-an answer while more than the last step is left, refused once, naming the steps left.
-The step the run is at is read from the run's facts (successful cells with an output), not
-kept: a cell that only looked at the data counts as a step done, and the model is told
-which step is next, never stopped from going back.
+successful cell that printed something, the next step, its words as the task gave them
+(for a step that writes a file, how that kind of file is written); an answer while a step
+is left, refused once, naming the steps left. The step the run is at is read from the
+run's facts, not kept (`left`): a step that writes files is done when a cell of the
+session wrote them (the last step's files written: every step), the others one for each
+successful cell that printed (a cell that only looked at the data counts: the model is
+told which step is next, never held at one); a question asked last is done by the
+answer.
 """
 
 from __future__ import annotations
@@ -86,8 +90,24 @@ def steps_of(task: str) -> list[str]:
                 prefix = ""
             else:
                 prefix = f"{prefix}, {text}" if prefix else text
-    steps = [s for s in steps if s][:MAX_STEPS]
+    steps = _with_writes([s for s in steps if s])[:MAX_STEPS]
     return steps if len(steps) >= 2 else []
+
+
+def _with_writes(steps: list[str]) -> list[str]:
+    """A step that only writes a file joined to the step before it ("find the worst
+    month, then write ... to report.md"): the 1.5B model, given the write as a step of its
+    own, printed the rows it had again or sent a cell holding only the step's words as a
+    comment, twice of two; in one cell with what it computes (as it writes a whole task)
+    it writes it."""
+    out: list[str] = []
+    for step in steps:
+        first = step.split(" ", 1)[0].lower()
+        if out and first in WRITE_VERBS and not out[-1].endswith("?"):
+            out[-1] = f"{out[-1]}, then {step[:1].lower()}{step[1:]}"
+        else:
+            out.append(step)
+    return out
 
 
 def _sentences(task: str) -> list[str]:
@@ -149,15 +169,18 @@ def done(facts: Facts) -> int:
 
 
 def written_by(step: str) -> list[str]:
-    """The files a step asks to write ("Write errors.txt with ..."): [] for another step."""
-    return _FILE.findall(step) if step.split(" ", 1)[0].lower() in WRITE_VERBS else []
+    """The files a step asks to write ("..., then write errors.txt with ..."): the file
+    names after its first write verb; [] for a step that writes none."""
+    words = step.split(" ")
+    at = next((i for i, w in enumerate(words) if w.lower().strip(",") in WRITE_VERBS), None)
+    return [] if at is None else _FILE.findall(" ".join(words[at:]))
 
 
 def left(facts: Facts) -> list[int]:
     """The steps not done yet, in order: a step that writes files until a cell of the
     session wrote them all; the others in order, one for each successful cell that printed
     (a cell that only looked at the data counts: the model is told the next step, never
-    held at one); a question asked last is done by the answer. The files a last step
+    held at one). The files a last step
     writes, written, are every step done: the steps were for them (one cell may do all)."""
     if (last := written_by(facts.steps[-1])) and all(facts.wrote(f) for f in last):
         return []
@@ -168,9 +191,16 @@ def left(facts: Facts) -> list[int]:
                 out.append(i)
         elif k:
             k -= 1
-        elif not (i == len(facts.steps) - 1 and step.endswith("?")):
+        else:
             out.append(i)
     return out
+
+
+def unanswered(facts: Facts) -> list[int]:
+    """The steps an answer now would leave undone: those `left`, but a question asked
+    last, which the answer does."""
+    last = len(facts.steps) - 1
+    return [i for i in left(facts) if not (i == last and facts.steps[i].endswith("?"))]
 
 
 def _how(step: str) -> str:
@@ -204,7 +234,7 @@ class Steps(Rule):
                   branch: Sequence[Entry]) -> Refuse | None:
         if facts.native_tools or not facts.steps or LEFT_KEY in facts.refused \
                 or (facts.max_turns is not None and facts.turn >= facts.max_turns) \
-                or not (todo := left(facts)):
+                or not (todo := unanswered(facts)):
             return None
         n, many = len(facts.steps), len(todo) > 1
         which = (f"{todo[0] + 1} to {todo[-1] + 1}" if todo == list(range(todo[0], todo[-1] + 1))
