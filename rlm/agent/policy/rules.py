@@ -20,6 +20,7 @@ from rlm.agent import repair
 from rlm.agent.codeparse import code_tool_calls
 from rlm.agent.context_files import question_example
 from rlm.agent.nudge import (
+    NUDGE_EMPTY,
     NUDGE_ERROR_TEXT,
     NUDGE_LOOK,
     NUDGE_NOT_FOUND,
@@ -125,7 +126,8 @@ class RepeatedCell(Rule):
 
 class NoCodeNudge(Rule):
     """A fenced-code model answering without code right after a failed or silent cell,
-    or before any cell of this run (rlm.agent.nudge.choose_nudge)."""
+    or before any cell of this run (rlm.agent.nudge.choose_nudge); not after a silent cell
+    when a file the question names was written (`_wrote_asked`)."""
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
@@ -134,7 +136,7 @@ class NoCodeNudge(Rule):
         nudge = choose_nudge(branch, native_tools=facts.native_tools, nudges=facts.nudges,
                              has_data=facts.has_data, final=answer.source != "reply",
                              cells_run=facts.cells, refused=facts.refused)
-        if nudge is None:
+        if nudge is None or nudge == NUDGE_EMPTY and _wrote_asked(facts, asked):
             return None
         # the search its input's description showed, as a cell to send: told only to look,
         # the 1.5B model typed the log into a literal, then answered an invented badge
@@ -142,6 +144,17 @@ class NoCodeNudge(Rule):
         text = nudge + (f"\nFor this question:\n```python\n{example}\n```" if example else "")
         return Refuse(text, f"the model answered without code {WHY[nudge]}; asked it to use a "
                             "cell first", key=nudge, counts_as_nudge=True)
+
+
+def _wrote_asked(facts: Facts, asked: list[str]) -> bool:
+    """Whether a cell of the session wrote a file the question (or the goal) names: a cell
+    that writes the file asked for prints nothing, and the file is its output, which a
+    goal's judge shows and checks (DeclaredFile without one). Told "your last cell printed
+    nothing", the 1.5B model ran the cell that wrote a right salaries.md again, and again,
+    until the run stopped stuck (the long-run suite's staff)."""
+    from rlm.agent.policy.file_shape import named_files  # file_shape's rules import these
+
+    return any(facts.wrote(f) for f in named_files("\n".join(asked)))
 
 
 class ErrorText(Rule):

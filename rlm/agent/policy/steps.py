@@ -35,6 +35,7 @@ import re
 from collections.abc import Sequence
 
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse
+from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.rules import Rule
 from rlm.session.entries import Entry
 
@@ -52,7 +53,6 @@ SEQUENCE = re.compile(r"^(?:first(?:ly)?|second(?:ly)?|third(?:ly)?|next|then|fi
                       r"after that|afterwards|and then)\b[,:]?\s*", re.I)
 _NUMBERED = re.compile(r"(?:^|\s)\(?\d{1,2}[.)]\s+(?=[A-Za-z])")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z(\"'])")
-_FILE = re.compile(r"\b[\w-]+\.(?:csv|tsv|md|txt|json|jsonl|xlsx|parquet|html|png|svg|pdf)\b")
 MAX_STEPS = 8
 MAX_STEP_CHARS = 300
 
@@ -173,7 +173,7 @@ def written_by(step: str) -> list[str]:
     names after its first write verb; [] for a step that writes none."""
     words = step.split(" ")
     at = next((i for i, w in enumerate(words) if w.lower().strip(",") in WRITE_VERBS), None)
-    return [] if at is None else _FILE.findall(" ".join(words[at:]))
+    return [] if at is None else named_files(" ".join(words[at:]))
 
 
 def left(facts: Facts) -> list[int]:
