@@ -141,5 +141,6 @@ def test_a_question_asked_last_is_done_by_the_answer(_isolated_home, flights):
         cell("m = flights.groupby('origin')['dep_delay'].mean()\nprint(m)"),
         cell("print(flights['dep_delay'].mean())"), "FINAL(EWR)"])
     assert "Next, step 2 of 3: Compute the mean over all flights" in seen[1]
-    assert "Next, step 3 of 3: Which origin's mean is closest" in seen[2]
+    assert "Next, step 3 of 3: Which origin's mean is closest to that overall mean? Answer it " \
+        "with FINAL(answer)" in seen[2]
     assert end.final == "EWR" and len(seen) == 3  # not refused: the answer is step 3

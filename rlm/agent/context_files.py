@@ -99,6 +99,22 @@ _BARE_NAME = re.compile(r"""[^\s"'`()\[\]{}<>,;]+""")
 _EXT = re.compile(r"[^./\\]\.[A-Za-z0-9]{1,10}$")
 
 
+# a file name a task or goal may name: a path ending in a data or document extension
+FILE_NAME = re.compile(
+    r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
+    r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
+
+
+def file_names(text: str) -> list[str]:
+    """The files a task's or a goal's text names, in order, once each (whether they
+    exist or not: `named_files` finds those on disk)."""
+    out: list[str] = []
+    for m in FILE_NAME.finditer(text):
+        if m.group(1) not in out:
+            out.append(m.group(1))
+    return out
+
+
 def named_files(task: str, base: Path, given: list[str]) -> tuple[list[str], list[str]]:
     """The existing files the task names (`... in sales.csv`), relative to `base` or
     absolute, that are not among `given` (--context): (to load, too big to load up front,

@@ -47,6 +47,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from rlm.agent.context_files import file_names as named_files
 from rlm.agent.policy.conditions import _QUOTED, LINE_WORD, _column_lines, conditions
 from rlm.agent.policy.decisions import Answer, Facts, Refuse
 from rlm.agent.policy.rules import Rule
@@ -57,10 +58,6 @@ from rlm.session.entries import Entry
 MAX_SHOWN = 6  # missing values named in a message, at most
 FILE_CHARS = 3000  # the head and tail of a file a refusal shows
 
-# a file name a goal may name: a path ending in a data or document extension
-_FILE = re.compile(
-    r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.(?:md|csv|tsv|txt|json|jsonl|html|xlsx|parquet|png|svg"
-    r"|yaml|yml|log|py|tex|xml))(?![\w.-])", re.I)
 
 _SENTENCE = re.compile(r"(?<=[.!?;])\s+(?=[A-Z0-9(\"'`])|\n+")
 _COLUMNS = re.compile(r"\b(?:columns?|fields?|header)\b(?:\s+(?:named|called|names?|headers?))?"
@@ -136,15 +133,6 @@ class Share:
 
 
 Shape = Columns | Covers | Share | Order
-
-
-def named_files(text: str) -> list[str]:
-    """The files a goal's text names, in order, once each."""
-    out: list[str] = []
-    for m in _FILE.finditer(text):
-        if m.group(1) not in out:
-            out.append(m.group(1))
-    return out
 
 
 def sentences(text: str) -> list[str]:

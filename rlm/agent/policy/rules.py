@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 from rlm.agent import repair
 from rlm.agent.codeparse import code_tool_calls
-from rlm.agent.context_files import question_example
+from rlm.agent.context_files import file_names, question_example
 from rlm.agent.nudge import (
     NUDGE_EMPTY,
     NUDGE_ERROR_TEXT,
@@ -152,9 +152,7 @@ def _wrote_asked(facts: Facts, asked: list[str]) -> bool:
     goal's judge shows and checks (DeclaredFile without one). Told "your last cell printed
     nothing", the 1.5B model ran the cell that wrote a right salaries.md again, and again,
     until the run stopped stuck (the long-run suite's staff)."""
-    from rlm.agent.policy.file_shape import named_files  # file_shape's rules import these
-
-    return any(facts.wrote(f) for f in named_files("\n".join(asked)))
+    return any(facts.wrote(f) for f in file_names("\n".join(asked)))
 
 
 class ErrorText(Rule):

@@ -34,8 +34,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
+from rlm.agent.context_files import file_names
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse
-from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.rules import Rule
 from rlm.session.entries import Entry
 
@@ -59,6 +59,8 @@ MAX_STEP_CHARS = 300
 PLAN = ("[This task has {n} steps. Do them in order, one step per cell, and print each "
         "step's result before the next:\n{steps}\nStart with step 1.]")
 NEXT = "\n[Next, step {k} of {n}: {step}. Write a new cell for it{how}.]"
+ASK = ("\n[Next, step {k} of {n}: {step} Answer it with FINAL(answer) when the outputs "
+       "show it; if they do not, write a cell that prints what is missing.]")
 # how a file of each kind is written, for a step that writes one: the 1.5B model, told
 # "Next, step 3 of 3: Write one line per origin airport to report.md", printed the rows
 # it had again, four times, and answered without the file
@@ -173,7 +175,7 @@ def written_by(step: str) -> list[str]:
     names after its first write verb; [] for a step that writes none."""
     words = step.split(" ")
     at = next((i for i, w in enumerate(words) if w.lower().strip(",") in WRITE_VERBS), None)
-    return [] if at is None else named_files(" ".join(words[at:]))
+    return [] if at is None else file_names(" ".join(words[at:]))
 
 
 def left(facts: Facts) -> list[int]:
@@ -228,6 +230,8 @@ class Steps(Rule):
                 or (cell.runs_before and cell.repeat) or not (todo := left(facts)):
             return None
         step = facts.steps[todo[0]]
+        if step.endswith("?"):  # a question asked last: answered from the outputs
+            return ASK.format(k=todo[0] + 1, n=len(facts.steps), step=step)
         return NEXT.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
