@@ -15,7 +15,7 @@ the column was aggregated first (`value_counts()`: the label is the group); or a
 are checked in the data: the note is given only when the recast ran on a fork with the
 check that `t`'s labels are row numbers (rlm.agent.rewrites.ROW_NUMBERS). The note (rule
 RowLabel) says what the result is and how to read the rows it labels, and offers the
-cell recast to print those rows when the recast ran (`row_recasts`): the model answered a
+cell recast to print those rows when the recast ran (`row_label`): the model answered a
 date no output showed after the note alone.
 """
 
@@ -65,42 +65,33 @@ def _found(code: str, output: str, earlier: list[str]) -> tuple[LabelCall, str] 
 def label_note(code: str, output: str, earlier: list[str]) -> str:
     """The note for a cell that printed a row label as its result, or "". A group's
     labels are row numbers only where the data says so: the caller gives that note only
-    with the recast that checked it (`row_recasts`)."""
+    with the recast that checked it (`row_label`)."""
     hit = _found(code, output, earlier)
-    if hit is None:
-        return ""
-    call, value = hit
+    return "" if hit is None else _note(*hit)
+
+
+def _note(call: LabelCall, value: str) -> str:
     loc = LABEL_CALLS[call.fn]
     if call.grouped:
         return GROUPED.format(fn=call.fn, table=call.table)
     return NOTE.format(value=value, what=WHAT[loc], table=call.table, fn=call.fn, loc=loc)
 
 
-def needs_data(code: str, output: str, earlier: list[str]) -> bool:
-    """Whether the note on this cell stands only with a recast that ran (a group's labels)."""
-    hit = _found(code, output, earlier)
-    return hit is not None and hit[0].grouped
-
-
-def row_recasts(code: str, output: str, earlier: list[str]) -> list[Rewrite]:
-    """The cell with the label it printed turned into the row it labels
-    (`t.loc[t['c'].idxmin()]`), to try on a fork (rlm.agent.repair.tried)."""
+def row_label(code: str, output: str, earlier: list[str]
+              ) -> tuple[str, list[Rewrite], bool] | None:
+    """For a cell that printed a row label as its result: the note, the recasts to try on
+    a fork, and whether the note stands only with a recast that ran (a group's labels);
+    None for another cell. The cell is read once."""
     hit = _found(code, output, earlier)
     if hit is None:
-        return []
-    whole = row_label_rewrites(code, ast.parse(code), only=hit[0])
-    if not whole or not hit[0].grouped:
+        return None
+    return _note(*hit), _recasts(code, hit[0]), hit[0].grouped
+
+
+def _recasts(code: str, call: LabelCall) -> list[Rewrite]:
+    whole = row_label_rewrites(code, ast.parse(code), only=call)
+    if not whole or not call.grouped:
         return whole
     # the rows alone, where the rest of the cell breaks on them (`w.columns = [two names]`)
-    rows = Splice(whole[0].code).text(_outer(whole[0].code, hit[0]))
+    rows = f"{call.table}.{LABEL_CALLS[call.fn]}[{Splice(code).text(call.node)}]"
     return [*whole, Rewrite(f"print({rows})", whole[0].change, whole[0].guard)]
-
-
-def _outer(code: str, call: LabelCall) -> ast.expr:
-    """The `t.loc[...]` around `call` in its recast cell."""
-    for node in ast.walk(ast.parse(code)):
-        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
-                and node.value.attr in ("loc", "iloc") and (node.lineno, node.col_offset) \
-                == (call.node.lineno, call.node.col_offset):
-            return node
-    raise LookupError(call.fn)

@@ -34,7 +34,7 @@ from rlm.agent.nudge import (
 )
 from rlm.agent.policy.conditions import dropped, how_to_use, used
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse, Reply, Resample
-from rlm.agent.policy.labels import label_note, needs_data, row_recasts
+from rlm.agent.policy.labels import row_label
 from rlm.agent.policy.operations import missing as missing_operations
 from rlm.agent.policy.operations import note as operation_note
 from rlm.agent.policy.partial import partial_note
@@ -399,11 +399,11 @@ class RowLabel(Rule):
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
         if not cell.ok or (cell.runs_before and cell.repeat):
             return None
-        earlier = facts.codes[:-1]
-        note = label_note(cell.code, cell.output, earlier)
-        if not note:
+        hit = row_label(cell.code, cell.output, facts.codes[:-1])
+        if hit is None:
             return None
-        found = facts.offer(row_recasts(cell.code, cell.output, earlier))
-        if found is None and needs_data(cell.code, cell.output, earlier):
+        note, recasts, needs_data = hit
+        found = facts.offer(recasts)
+        if found is None and needs_data:
             return None  # a group's labels: row numbers only where the trial showed it
         return note + (repair.note(found) if found is not None else "")
