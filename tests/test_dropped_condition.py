@@ -146,3 +146,31 @@ def test_after_a_host_refusal_the_question_is_still_the_users(_isolated_home, wo
     assert "the text of an error" in seen[1]
     assert "the question states '2007'" in seen[3], seen[3]
     assert end.final == "6000" and end.verified is True
+
+
+@pytest.mark.parametrize("codes, want", [
+    # one result for each value named: a group over their column covers them all
+    (["df[df.year == 2007].groupby('continent')['pop'].sum()"], []),
+    (["pd.pivot_table(df[df['year'] == 2007], index=['continent'], values='pop')"], []),
+    # the column not named: still dropped
+    (["df[df.year == 2007]['pop'].sum()"], ["Africa", "Asia"]),
+])
+def test_values_of_one_column_named_together_are_used_by_a_group_over_it(codes, want):
+    assert dropped("Compare Africa and Asia in 2007", [DESC], codes) == want
+
+
+def test_a_value_named_alone_is_a_filter_a_group_does_not_apply():
+    codes = ["df[df.year == 2007].groupby('continent')['pop'].sum()"]
+    assert dropped("Total population of Africa in 2007?", [DESC], codes) == ["Africa"]
+    # two values of different columns are two filters
+    assert dropped("Days of rain in Asia", [DESC],
+                   ["df.groupby(['kind', 'continent']).size()"]) == ["rain", "Asia"]
+
+
+def test_an_answer_per_value_from_a_group_is_not_refused(_isolated_home, world):
+    """End to end: the answer gives each named continent's figure from a group over
+    continent, filtered to 2007: accepted at once."""
+    end, seen = run_on_input(_isolated_home, world, "Population of Africa and Asia in 2007?", [
+        cell("print(world[world['year'] == 2007].groupby('continent')['pop'].sum())"),
+        "FINAL(Africa: 6000, Asia: 3000)"])
+    assert end.final == "Africa: 6000, Asia: 3000" and not any("Not " in s for s in seen)

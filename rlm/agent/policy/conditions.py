@@ -22,8 +22,10 @@ Words inside a quoted example of the answer's format ("one line per service like
 'billing: 42'") are the example's, not conditions.
 A condition is used when a literal of some successful cell's code of this run spells it
 (any case, as a whole word; for a number, as a number): a string or a number, not a
-comment or a name (`# count the error lines` filters nothing). `dropped(question, descriptions, codes)` returns
-the conditions none spelled, in the question's order.
+comment or a name (`# count the error lines` filters nothing); values of one column named
+together are used by a literal that names the column (one result each: a group over it).
+`dropped(question, descriptions, codes)` returns the conditions none used, in the
+question's order.
 """
 
 from __future__ import annotations
@@ -206,5 +208,22 @@ def used(term: str, codes: Iterable[str]) -> bool:
 
 
 def dropped(question: str, descriptions: Iterable[str], codes: Iterable[str]) -> list[str]:
-    codes = list(codes)
-    return [t for t in conditions(question, descriptions) if not used(t, codes)]
+    """The conditions of `question` no code spells. Values of one column named together
+    ("the worst month for each of EWR, JFK and LGA") ask for one result each: a code that
+    names their column (`groupby('origin')`) covers them all without spelling one (the
+    long-run flights goal's file, written from a group over every origin, was refused for
+    never using 'EWR'). A value named alone is a filter still (`groupby('continent')` is
+    not "Africa")."""
+    descriptions, codes = list(descriptions), list(codes)
+    terms = conditions(question, descriptions)
+    where = where_values(descriptions)
+    columns: dict[tuple[str, str], int] = {}
+    for t in terms:
+        if (at := where.get(t.lower())) and at[1] != LINE_WORD:
+            columns[at[:2]] = columns.get(at[:2], 0) + 1
+
+    def grouped(term: str) -> bool:
+        at = where.get(term.lower())
+        return at is not None and columns.get(at[:2], 0) > 1 and used(at[1], codes)
+
+    return [t for t in terms if not used(t, codes) and not grouped(t)]
