@@ -144,3 +144,51 @@ def test_a_question_asked_last_is_done_by_the_answer(_isolated_home, flights):
     assert "Next, step 3 of 3: Which origin's mean is closest to that overall mean? Answer it " \
         "with FINAL(answer)" in seen[2]
     assert end.final == "EWR" and len(seen) == 3  # not refused: the answer is step 3
+
+
+SURVEY = ("Work step by step. 1) Find the region with the most rows. 2) In that region, find "
+          "the product with the lowest mean nps.")
+
+
+@pytest.fixture
+def survey(tmp_path):
+    path = tmp_path / "survey.csv"
+    rows = [("east", "plus", 3), ("east", "basic", 8), ("east", "plus", 4), ("west", "basic", 9),
+            ("east", "basic", 7)]
+    path.write_text("region,product,nps\n" + "".join(f"{r},{p},{n}\n" for r, p, n in rows))
+    return path
+
+
+@pytest.mark.parametrize("again", [
+    "region = counts.idxmax()\nprint(region)",          # step 1's result printed again
+    "print(counts.head(1))",                             # the same figures, another cell
+    "print('Now on to the product with the lowest nps.')",  # a sentence, not from the data
+])
+def test_a_cell_that_shows_no_new_result_does_not_do_the_next_step(_isolated_home, survey,
+                                                                    monkeypatch, again):
+    """Step 1's region printed again (or a sentence of the model's own) is not step 2
+    done: the model is told step 2 is still to do; the product computed then counts."""
+    monkeypatch.chdir(survey.parent)
+    step2 = ("m = survey[survey['region'] == 'east'].groupby('product')['nps'].mean()\n"
+             "print(m.idxmin())")
+    end, seen = _run(_isolated_home, survey, SURVEY, [
+        cell("counts = survey['region'].value_counts()\nprint(counts.head(1))"), cell(again),
+        "FINAL(east)", cell(step2), "FINAL(region: east, product: plus)"])
+    assert "Next, step 2 of 2: In that region" in seen[1]
+    assert "step 2 of 2 is still to do: In that region" in seen[2]
+    assert seen[3].startswith("Not ")  # the answer after it: refused (by the first rule)
+    assert "step" not in seen[4]  # the product printed: every step done
+    assert end.final == "region: east, product: plus"
+
+
+def test_a_new_result_from_the_data_does_the_step(_isolated_home, survey, monkeypatch):
+    """Guard switched off by the data: a cell printing a value no output held yet (the
+    product) moves on, though it repeats the region among its figures."""
+    monkeypatch.chdir(survey.parent)
+    end, seen = _run(_isolated_home, survey, SURVEY, [
+        cell("counts = survey['region'].value_counts()\nprint(counts.head(1))"),
+        cell("r = counts.idxmax()\nm = survey[survey['region'] == r].groupby('product')"
+             "['nps'].mean()\nprint(r, m.idxmin())"),
+        "FINAL(region: east, product: plus)"])
+    assert "still to do" not in seen[2]
+    assert end.final == "region: east, product: plus" and len(seen) == 3

@@ -24,8 +24,8 @@ successful cell that printed something, the next step, its words as the task gav
 is left, refused once, naming the steps left. The step the run is at is read from the
 run's facts, not kept (`left`): a step that writes files is done when a cell of the
 session wrote them (the last step's files written: every step), the others one for each
-successful cell that printed (a cell that only looked at the data counts: the model is
-told which step is next, never held at one); a question asked last is done by the
+successful cell that printed something new from the data (`done`: a cell that only looked
+at the data counts, one that printed an earlier result again does not); a question asked last is done by the
 answer.
 """
 
@@ -59,6 +59,9 @@ MAX_STEP_CHARS = 300
 PLAN = ("[This task has {n} steps. Do them in order, one step per cell, and print each "
         "step's result before the next:\n{steps}\nStart with step 1.]")
 NEXT = "\n[Next, step {k} of {n}: {step}. Write a new cell for it{how}.]"
+# after a cell that printed no new result from the data (`done`): the step is not done
+STILL = ("\n[That output holds no result from the data the earlier outputs did not show, so "
+         "step {k} of {n} is still to do: {step}. Write a new cell for it{how}.]")
 ASK = ("\n[Next, step {k} of {n}: {step} Answer it with FINAL(answer) when the outputs "
        "show it; if they do not, write a cell that prints what is missing.]")
 # how a file of each kind is written, for a step that writes one: the 1.5B model, told
@@ -166,8 +169,32 @@ def _tidy(step: str) -> str:
 
 
 def done(facts: Facts) -> int:
-    """How many steps the run has done: its successful cells that printed something."""
-    return sum(1 for s in facts.shown if s.text.strip())
+    """How many steps the run has done: its successful cells that printed a new result
+    from the data: output that no earlier output of the run held whole (whitespace aside,
+    on word bounds), by a cell that read the task's data. A step's result is new (rows
+    picked from a table printed before are new as a whole); a cell that prints a step's
+    result again, or a sentence the model wrote itself, does not do the next step (in the
+    long-run survey task the 1.5B model printed `region` again after step 1's counts, was
+    told step 3 and never found the product)."""
+    seen: list[str] = []
+    count = 0
+    for shown in facts.shown:
+        text = " ".join(shown.text.split())
+        if shown.depends and text and not any(_holds(t, text) for t in seen):
+            count += 1
+        seen.append(text)
+    return count
+
+
+def _holds(text: str, part: str) -> bool:
+    at = text.find(part)
+    while at >= 0:
+        end = at + len(part)
+        if (at == 0 or not text[at - 1].isalnum()) and \
+                (end == len(text) or not text[end].isalnum()):
+            return True
+        at = text.find(part, at + 1)
+    return False
 
 
 def written_by(step: str) -> list[str]:
@@ -181,8 +208,7 @@ def written_by(step: str) -> list[str]:
 def left(facts: Facts) -> list[int]:
     """The steps not done yet, in order: a step that writes files until a cell of the
     session wrote them all; the others in order, one for each successful cell that printed
-    (a cell that only looked at the data counts: the model is told the next step, never
-    held at one). The files a last step
+    something new from the data (`done`). The files a last step
     writes, written, are every step done: the steps were for them (one cell may do all)."""
     if (last := written_by(facts.steps[-1])) and all(facts.wrote(f) for f in last):
         return []
@@ -232,7 +258,9 @@ class Steps(Rule):
         step = facts.steps[todo[0]]
         if step.endswith("?"):  # a question asked last: answered from the outputs
             return ASK.format(k=todo[0] + 1, n=len(facts.steps), step=step)
-        return NEXT.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
+        before = Facts(shown=facts.shown[:-1])
+        note = STILL if facts.shown and done(facts) == done(before) else NEXT
+        return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
