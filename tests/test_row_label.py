@@ -86,6 +86,38 @@ def test_a_groups_row_numbers_are_named_and_the_rows_offered(_isolated_home, fli
     assert end.final == "EWR: month 2, JFK: month 3"
 
 
+SILENT = ("w = avg.groupby('origin')['dep_delay'].idxmax()\n"
+          "with open('report.md', 'w') as f:\n    for o, m in w.items():\n"
+          "        f.write(f'{o}: month {m}\\n')")
+
+
+def test_a_file_written_from_a_groups_row_numbers_is_named_and_the_rows_offered(
+        _isolated_home, flights, monkeypatch):
+    """The long-run flights run at stop 71: the per-origin `idxmin()` written into report.md
+    by a cell that printed nothing ('EWR: month 6' from row 6). The note names the file and
+    offers the rows alone, printed (the whole cell again would write the file from a
+    trial): the trial left report.md as the model's cell wrote it."""
+    monkeypatch.chdir(flights.parent)
+    rows = "print(avg.loc[avg.groupby('origin')['dep_delay'].idxmax()])"
+    end, seen = run_on_input(_isolated_home, flights, "the worst month of each origin?", [
+        cell(MEANS + "print(avg)"), cell(SILENT), cell(rows), "FINAL(EWR: month 2, JFK: month 3)"])
+    assert "what this cell wrote to report.md from it are row numbers" in seen[1]
+    assert f"```python\n{rows}\n```" in seen[1]
+    assert (flights.parent / "report.md").read_text() == "EWR: month 1\nJFK: month 5\n"
+    assert end.final == "EWR: month 2, JFK: month 3"
+
+
+def test_no_note_on_a_silent_cell_that_wrote_from_labels_that_are_values(
+        _isolated_home, flights, monkeypatch):
+    """Guard: the same silent cell where `avg`'s labels are the months: nothing to say."""
+    monkeypatch.chdir(flights.parent)
+    own = MEANS + "avg = avg.set_index('month')\n"
+    end, seen = run_on_input(_isolated_home, flights, "the worst month of each origin?", [
+        cell(own + "print(avg)"), cell(SILENT), "FINAL(EWR: month 2, JFK: month 3)"])
+    assert "row numbers" not in seen[1]
+    assert (flights.parent / "report.md").read_text() == "EWR: month 2\nJFK: month 3\n"
+
+
 @pytest.mark.parametrize("own_index", [
     "avg = avg.set_index('month')",
     "avg.index = avg['month']",  # no set_index spelled: only the data says it

@@ -76,7 +76,7 @@ from rlm.agent.policy.steps import Steps, steps_of
 from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
 from rlm.agent.policy.verify import Shown, verify
-from rlm.agent.policy.written import Written
+from rlm.agent.policy.written import Written, files_written
 from rlm.agent.steer.match import Match, ReplyScanner
 from rlm.protocols import End
 from rlm.session.branch import prompts
@@ -277,7 +277,8 @@ class AnswerPolicy:
         else:
             f.stale.add(code.strip())
         f.looping = failed_again or (before >= 2 and repeat is not None)
-        cell = Cell(code, result.ok, result.status, failed_again, before, repeat, result.shaped)
+        cell = Cell(code, result.ok, result.status, failed_again, before, repeat, result.shaped,
+                    files_written(getattr(result, "provenance", None)))
         note = "".join(n for r in self.rules if (n := r.on_cell(f, cell)))
         f.last_failed_code = code if result.status == "error" else None
         if result.ok:

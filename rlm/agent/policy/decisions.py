@@ -30,6 +30,7 @@ class Cell:
     runs_before: int  # how often this code already succeeded in this run
     repeat: str | None = None  # how it repeated with nothing new (None: new information)
     output: str = ""  # what the model reads of it (its shaped output)
+    wrote: tuple[str, ...] = ()  # the files it opened for writing (kernel provenance)
 
 
 class Answer:

@@ -22,6 +22,7 @@ date no output showed after the note alone.
 from __future__ import annotations
 
 import ast
+import os
 import re
 
 from rlm.agent.rewrites import (
@@ -40,14 +41,22 @@ GROUPED = ("\n[`.{fn}()` of each group gives the label of a row of `{table}`, no
            "of its columns, and `{table}`'s labels are row numbers: what it printed are "
            "row numbers. Read those rows with `{table}.loc[...]` around it, then answer "
            "from their values.]")
+# a cell that printed nothing and wrote a file from the labels (the long-run flights
+# task: `for o, m in worst.items(): f.write(f'{o}: month {m}')`, report.md holding row
+# numbers): the file is its output
+WROTE = ("\n[`.{fn}()` of each group gives the label of a row of `{table}`, not a value of "
+         "its columns, and `{table}`'s labels are row numbers: what this cell wrote to "
+         "{files} from it are row numbers. Read those rows with `{table}.loc[...]` around it "
+         "and print them, then write {files} again from their values.]")
 _LAST_WHOLE = re.compile(r"(?:^|\n)\s*(-?\d+)\s*$")
 _OWN_INDEX = re.compile(r"\bset_index\b|\bindex_col\b")
 WHAT = {"loc": "the label", "iloc": "the position"}
 
 
-def _found(code: str, output: str, earlier: list[str]) -> tuple[LabelCall, str] | None:
+def _found(code: str, output: str, earlier: list[str], wrote: tuple[str, ...] = ()
+           ) -> tuple[LabelCall, str] | None:
     """(the label call, the printed label: "" for a group's) for a cell that printed a
-    row label as its result."""
+    row label as its result (a group's: or wrote files, `wrote`, printing nothing)."""
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -55,7 +64,7 @@ def _found(code: str, output: str, earlier: list[str]) -> tuple[LabelCall, str] 
     whole = _LAST_WHOLE.search(output or "")
     own = any(_OWN_INDEX.search(c) for c in [*earlier, code])
     for call in label_calls(tree):
-        if call.grouped and (output or "").strip():
+        if call.grouped and ((output or "").strip() or wrote):
             return call, ""
         if not call.grouped and whole is not None and not own:
             return call, whole.group(1)
@@ -77,15 +86,23 @@ def _note(call: LabelCall, value: str) -> str:
     return NOTE.format(value=value, what=WHAT[loc], table=call.table, fn=call.fn, loc=loc)
 
 
-def row_label(code: str, output: str, earlier: list[str]
+def row_label(code: str, output: str, earlier: list[str], wrote: tuple[str, ...] = ()
               ) -> tuple[str, list[Rewrite], bool] | None:
     """For a cell that printed a row label as its result: the note, the recasts to try on
     a fork, and whether the note stands only with a recast that ran (a group's labels);
-    None for another cell. The cell is read once."""
-    hit = _found(code, output, earlier)
+    None for another cell. The cell is read once. A cell that printed nothing and wrote
+    files (`wrote`) is checked by the rows alone, printed: its whole recast would write
+    the files again from a trial."""
+    silent = not (output or "").strip()
+    hit = _found(code, output, earlier, wrote if silent else ())
     if hit is None:
         return None
-    return _note(*hit), _recasts(code, hit[0]), hit[0].grouped
+    call = hit[0]
+    if silent:
+        names = ", ".join(os.path.basename(f) for f in wrote)
+        return (WROTE.format(fn=call.fn, table=call.table, files=names),
+                _recasts(code, call)[-1:], True)
+    return _note(*hit), _recasts(code, call), call.grouped
 
 
 def _recasts(code: str, call: LabelCall) -> list[Rewrite]:

@@ -399,7 +399,7 @@ class RowLabel(Rule):
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
         if not cell.ok or (cell.runs_before and cell.repeat):
             return None
-        hit = row_label(cell.code, cell.output, facts.codes[:-1])
+        hit = row_label(cell.code, cell.output, facts.codes[:-1], cell.wrote)
         if hit is None:
             return None
         note, recasts, needs_data = hit

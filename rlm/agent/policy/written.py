@@ -33,6 +33,18 @@ WRITERS = frozenset({"to_csv", "to_json", "to_excel", "to_parquet", "to_markdown
                      "to_html", "to_feather", "to_pickle"})
 
 
+def files_written(provenance: dict[str, Any] | None) -> tuple[str, ...]:
+    """The paths a cell opened for writing, as the kernel recorded them (in line order)."""
+    wrote = (provenance or {}).get("wrote")
+    out: list[str] = []
+    lines = sorted(wrote.items(), key=lambda kv: int(kv[0]) if str(kv[0]).isdigit() else 0) \
+        if isinstance(wrote, dict) else []
+    for _line, paths in lines:
+        out += [p for p in paths if isinstance(p, str) and p not in out] \
+            if isinstance(paths, list) else []
+    return tuple(out)
+
+
 @dataclass
 class Written:
     """The sources of every file the session's cells wrote."""
