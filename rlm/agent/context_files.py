@@ -376,6 +376,12 @@ def question_example(entries: Sequence[Any]) -> str | None:
     return None
 
 
+def input_descriptions_of(entries: Sequence[Any]) -> list[str]:
+    """The text of the `context_vars` entries among `entries`: the input described."""
+    return [e.content for e in custom_entries(entries, "context_vars")
+            if isinstance(e.content, str)]
+
+
 def input_names_of(entries: Sequence[Any]) -> set[str]:
     """The kernel variables the `context_vars` entries among `entries` describe."""
     return {n for e in custom_entries(entries, "context_vars")

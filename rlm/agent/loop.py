@@ -27,7 +27,12 @@ from rlm.agent import child_report, notices, repair
 from rlm.agent.acting import Outcome, act, say
 from rlm.agent.budget import TokenBudget
 from rlm.agent.children import Children
-from rlm.agent.context_files import input_files_of, input_names_of, with_question_example
+from rlm.agent.context_files import (
+    input_descriptions_of,
+    input_files_of,
+    input_names_of,
+    with_question_example,
+)
 from rlm.agent.modelcall import sample
 from rlm.agent.pieces import Pieces
 from rlm.agent.policy import (
@@ -292,7 +297,8 @@ class Agent:
                                offer=lambda rewrites: repair.tried(
                                    rewrites, self.executor,
                                    min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)),
-                               cwd=Path(self.config.kernel_cwd or os.getcwd()), prompt=prompt)
+                               cwd=Path(self.config.kernel_cwd or os.getcwd()), prompt=prompt,
+                               described=lambda: input_descriptions_of(self.session.branch()))
         self.chain.call(self.chain.start, self)
         notices_now, self.notices = self.notices, []
         yield from notices_now

@@ -131,17 +131,21 @@ class AnswerPolicy:
     def start_run(self, *, native_tools: bool, max_turns: int | None, has_data: bool,
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
                   offer: Callable[[list[Any]], Any] | None = None,
-                  cwd: Path | None = None, prompt: str | None = None) -> None:
+                  cwd: Path | None = None, prompt: str | None = None,
+                  described: Callable[[], list[str]] | None = None) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
         the session: the first run in this process starts from what the session's last run
         recorded (`held`) and the inputs; every run adds the inputs it was given. `offer`
         tries rewrites of a cell on a fork of the kernel (Facts.offer); `cwd`, the kernel's
         working directory, is where the files the cells wrote are read (Facts.read_written);
-        `prompt`, the run's, is read for the steps it gives (rlm.agent.policy.steps)."""
+        `prompt`, the run's, is read for the steps it gives (rlm.agent.policy.steps);
+        `described` gives the input's descriptions as the session holds them."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data,
                            steps=steps_of(prompt) if prompt else [])
         if offer is not None:
             self.facts.offer = offer
+        if described is not None:
+            self.facts.described = described
         if cwd is not None:
             self.facts.read_written = lambda name: self._read_written(cwd, name)
             self.facts.writer = lambda name: self.written.writer(cwd / name)

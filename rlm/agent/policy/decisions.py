@@ -154,6 +154,9 @@ class Facts:
     # whether a cell of this session wrote the file the question names so (rlm.agent.
     # policy.written), goal or none
     wrote: Callable[[str], bool] = field(default=lambda name: False)
+    # the input's descriptions (the `context_vars` entries' text)
+    described: Callable[[], list[str]] = field(default=lambda: [])
+    noted: set[str] = field(default_factory=set)  # notes given once per run (their keys)
 
     @property
     def outputs(self) -> list[str]:

@@ -24,9 +24,11 @@ successful cell that printed something, the next step, its words as the task gav
 is left, refused once, naming the steps left. The step the run is at is read from the
 run's facts, not kept (`left`): a step that writes files is done when a cell of the
 session wrote them (the last step's files written: every step), the others one for each
-successful cell that printed something new from the data (`done`: a cell that only looked
-at the data counts, one that printed an earlier result again does not); a question asked last is done by the
-answer.
+successful cell that printed something new from the data (`done`: a cell that only
+looked at the data counts, one that printed an earlier result again does not); a question
+asked last is done by the answer. A step of the shape "the X with the highest Y in each Z" is shown with the
+program that computes it from the input, once, after it ran on a fork
+(rlm.agent.policy.per_group: the 1.5B model grouped by one of the two columns).
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ from collections.abc import Sequence
 
 from rlm.agent.context_files import file_names
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse
+from rlm.agent.policy.per_group import OFFER, program
 from rlm.agent.policy.rules import Rule
+from rlm.agent.rewrites import Rewrite
 from rlm.session.entries import Entry
 
 # verbs that ask for work on data, as an instruction begins (imperative, lowercase or not)
@@ -241,6 +245,19 @@ def _how(step: str) -> str:
     return f" ({how}), then print {f}"
 
 
+def _program(facts: Facts, k: int) -> str:
+    """For step `k` (0-based) of the shape "the X with the highest Y in each Z": the program
+    that computes it from the input (rlm.agent.policy.per_group), offered once and only
+    when it ran on a fork; "" otherwise."""
+    key = f"per group: step {k}"
+    if key in facts.noted or (found := program(facts.steps[k], facts.described())) is None:
+        return ""
+    facts.noted.add(key)
+    if facts.offer([Rewrite(found.code, found.what)]) is None:
+        return ""
+    return OFFER.format(k=k + 1, what=found.what, code=found.code)
+
+
 class Steps(Rule):
     """A task in steps, one step a cell (module docstring)."""
 
@@ -248,7 +265,7 @@ class Steps(Rule):
         if facts.native_tools or not facts.steps or turn != 1 or facts.cells:
             return None
         listed = "\n".join(f"{i}. {s}" for i, s in enumerate(facts.steps, 1))
-        return Note(PLAN.format(n=len(facts.steps), steps=listed),
+        return Note(PLAN.format(n=len(facts.steps), steps=listed) + _program(facts, 0),
                     f"the task has {len(facts.steps)} steps: asked for one a cell")
 
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
@@ -260,7 +277,8 @@ class Steps(Rule):
             return ASK.format(k=todo[0] + 1, n=len(facts.steps), step=step)
         before = Facts(shown=facts.shown[:-1])
         note = STILL if facts.shown and done(facts) == done(before) else NEXT
-        return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
+        return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step)) \
+            + _program(facts, todo[0])
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
