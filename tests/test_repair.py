@@ -319,3 +319,44 @@ def test_a_cell_whose_failing_line_cannot_be_mended_gets_no_first_lines_offer(
     cell = "x = sales['units'].sum()\ny = no_such_thing_anywhere + 1\nprint(x, y)"
     (first,) = _run(_isolated_home, [tmp_path / "sales.csv"], [_cell(cell), "FINAL(2)"])
     assert FIRST_LINES not in first and OFFER not in first
+
+
+
+def _quarters(tmp: Path) -> list[Path]:
+    """Four tables, one a quarter, the same columns; store S2 is best in q3 alone."""
+    paths = []
+    for q in (1, 2, 3, 4):
+        path = tmp / f"q{q}.csv"
+        path.write_text(f"store,revenue\nS1,10.0\nS2,{60.0 if q == 3 else 5.0}\nS1,12.0\n")
+        paths.append(path)
+    return paths
+
+
+def test_a_column_the_stack_of_tables_dropped_is_given_from_their_names(_isolated_home,
+                                                                      tmp_path):
+    """The long-run quarters task: the quarter of a row is which table it came from, and
+    `pd.concat` drops it (`KeyError: 'quarter'` in every pass). The corrected cell gives
+    each table the column, valued by its name, and runs."""
+    whole = ("combined = pd.concat([q1, q2, q3, q4], ignore_index=True)\n"
+             "best = combined[combined['store'] == 'S2'].groupby('quarter')['revenue'].sum()\n"
+             "print(best.idxmax())")
+    fixed = whole.replace("[q1, q2, q3, q4]", "[q1.assign(quarter='q1'), q2.assign("
+                          "quarter='q2'), q3.assign(quarter='q3'), q4.assign(quarter='q4')]")
+    seen = _run(_isolated_home, _quarters(tmp_path), [_cell(whole), _cell(fixed), "FINAL(q3)"],
+                "S2's best quarter?")
+    assert "KeyError" in seen[0] and _offered(seen[0]) == fixed
+    assert "q3" in seen[1] and "Error" not in seen[1]
+
+
+def test_no_source_column_where_the_tables_differ_or_have_it():
+    from rlm.agent.rewrites import Scope, for_error
+
+    code = "c = pd.concat([q1, q2])\nprint(c.groupby('quarter').size())"
+    for frames in ([("q1", [("store", "str")]), ("q2", [("store", "str"), ("city", "str")])],
+                   [("q1", [("quarter", "str")]), ("q2", [("quarter", "str")])]):
+        scope = Scope.of(frames, ["q1", "q2", "c"], {"q1", "q2"})
+        assert not [r for r in for_error(code, "KeyError: 'quarter'", scope)
+                    if ".assign(" in r.code]
+    same = [("q1", [("store", "str")]), ("q2", [("store", "str")])]
+    assert [r for r in for_error(code, "KeyError: 'quarter'", Scope.of(same, ["q1", "q2"], set()))
+            if ".assign(quarter='q1')" in r.code]

@@ -103,7 +103,8 @@ def for_error(code: str, error: str, scope: Scope) -> list[Rewrite]:
                             notices.import_line(name))
     elif (key := notices.missing_key(error)) is not None:
         out = row_label_rewrites(code, tree) + (
-            key_rewrites(code, key, scope.columns()) or label_rewrites(code, tree, key, scope))
+            key_rewrites(code, key, scope.columns()) or label_rewrites(code, tree, key, scope)
+            or source_rewrites(code, tree, key, scope.columns()))
     elif (op := notices.text_reduction(error)) is not None:
         out = reduction_rewrites(code, tree, op)
     elif _NOT_DATETIME_INDEX in error:
@@ -243,6 +244,45 @@ def key_rewrites(code: str, key: str, frames: list[tuple[str, list[str]]]) -> li
             if uses and (new := sp.apply(edits)):
                 out.append(Rewrite(new, f"the column is spelled {col!r}"))
     return out[:MAX_REWRITES]
+
+
+def source_rewrites(code: str, tree: ast.AST, key: str,
+                    frames: list[tuple[str, list[str]]]) -> list[Rewrite]:
+    """A column no table has, asked of tables stacked with `pd.concat([a, b, ...])` that
+    share their columns (one table a quarter, a month, a store): which table a row came
+    from is what the tables' names say, and the stack drops it. The long-run quarters task
+    (`q1` .. `q4`): `combined.groupby('quarter')` failed with `KeyError: 'quarter'` in
+    every pass. Rewritten: each table given the column, valued by its name
+    (`q1.assign(quarter='q1')`)."""
+    cols_of = dict(frames)
+    if key in {c for _, cols in frames for c in cols} or not any(
+            isinstance(c, ast.Constant) and c.value == key for c in ast.walk(tree)):
+        return []
+    sp = Splice(code)
+    edits: dict[tuple[int, int], str] = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.List)
+                and _called(node) == "concat"):
+            continue
+        parts = node.args[0].elts
+        names = [e.id for e in parts if isinstance(e, ast.Name) and e.id in cols_of]
+        if len(names) < 2 or len(names) != len(parts) \
+                or any(cols_of[n] != cols_of[names[0]] for n in names):
+            continue
+        given = f"{key}=" if key.isidentifier() else "**{" + repr(key) + ": "
+        end = "" if key.isidentifier() else "}"
+        for e in parts:
+            assert isinstance(e, ast.Name)
+            edits[sp.span(e)] = f"{e.id}.assign({given}{e.id!r}{end})"
+    if not edits or not (new := sp.apply(edits)):
+        return []
+    return [Rewrite(new, f"each stacked table given the column {key!r}: its name, the rows' "
+                         "source")]
+
+
+def _called(call: ast.Call) -> str:
+    f = call.func
+    return f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
 
 
 def _norm(name: str) -> str:
