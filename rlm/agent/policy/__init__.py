@@ -72,6 +72,7 @@ from rlm.agent.policy.rules import (
     Ungrounded,
     UnknownTool,
 )
+from rlm.agent.policy.records import RecordFields
 from rlm.agent.policy.steps import Steps, steps_of
 from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
@@ -98,7 +99,7 @@ def default_rules() -> list[Rule]:
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
             Ungrounded(), DroppedCondition(), QuestionOperation(), DeclaredFile(), ShrunkInput(),
             CountedRows(), WhichAsFigure(), Unpicked(), Closest(), PartialResult(),
-            MaskPrecedence(), RowLabel(), Steps()]
+            MaskPrecedence(), RowLabel(), RecordFields(), Steps()]
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
@@ -141,7 +142,7 @@ class AnswerPolicy:
         `prompt`, the run's, is read for the steps it gives (rlm.agent.policy.steps);
         `described` gives the input's descriptions as the session holds them."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data,
-                           steps=steps_of(prompt) if prompt else [])
+                           steps=steps_of(prompt) if prompt else [], prompt=prompt or "")
         if offer is not None:
             self.facts.offer = offer
         if described is not None:
@@ -191,7 +192,15 @@ class AnswerPolicy:
             return Note(escalation_note(w.signal, w.repeated_code, self.goal(), w.last_output,
                                         missing),
                         f"stuck ({self.stuck.signal}): told the model once what is missing")
-        return _first(r.on_turn(self.facts, turn) for r in self.rules)
+        if turn != 1:
+            return _first(r.on_turn(self.facts, turn) for r in self.rules)
+        # before the first turn the notes are what the task is (its steps, its records):
+        # every rule's, together
+        notes = [n for r in self.rules if (n := r.on_turn(self.facts, turn)) is not None]
+        if len(notes) < 2:
+            return notes[0] if notes else None
+        return Note("\n".join(n.text for n in notes), "; ".join(n.notice for n in notes),
+                    notes[0].origin)
 
     def temperature(self, configured: float | None) -> float | None:
         """The next call's temperature: at least LOOP_BREAK_TEMPERATURE for a fenced-code

@@ -119,6 +119,7 @@ class Facts:
     max_turns: int | None = None
     has_data: bool = False  # input was attached for this run's prompt
     steps: list[str] = field(default_factory=list)  # the prompt's steps (policy.steps)
+    prompt: str = ""  # the run's prompt
     turn: int = 0
     cells: int = 0  # cells executed in this run
     last_cell_ok: bool | None = None  # the status of the newest of them
