@@ -54,6 +54,7 @@ from rlm.agent.policy.decisions import (
 )
 from rlm.agent.policy.file_shape import DeclaredFile
 from rlm.agent.policy.recast import Closest, CountedRows, Unpicked, WhichAsFigure
+from rlm.agent.policy.records import RecordFields
 from rlm.agent.policy.rules import (
     RESAMPLE_TEMPERATURE,
     RESAMPLES,
@@ -72,7 +73,6 @@ from rlm.agent.policy.rules import (
     Ungrounded,
     UnknownTool,
 )
-from rlm.agent.policy.records import RecordFields
 from rlm.agent.policy.steps import Steps, steps_of
 from rlm.agent.policy.stream import Abort, StreamRules, input_literal_rule
 from rlm.agent.policy.stuck import StuckWatch, escalation_note, thresholds_for
