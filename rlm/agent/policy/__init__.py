@@ -53,6 +53,7 @@ from rlm.agent.policy.decisions import (
     Run,
 )
 from rlm.agent.policy.file_shape import DeclaredFile
+from rlm.agent.policy.line_groups import LineGroups
 from rlm.agent.policy.recast import Closest, CountedRows, Unpicked, WhichAsFigure
 from rlm.agent.policy.records import RecordFields
 from rlm.agent.policy.rules import (
@@ -99,7 +100,7 @@ def default_rules() -> list[Rule]:
     return [LastTurn(), RepeatedCell(), UnknownTool(), NoCodeNudge(), ErrorText(), NotFound(),
             Ungrounded(), DroppedCondition(), QuestionOperation(), DeclaredFile(), ShrunkInput(),
             CountedRows(), WhichAsFigure(), Unpicked(), Closest(), PartialResult(),
-            MaskPrecedence(), RowLabel(), RecordFields(), Steps()]
+            MaskPrecedence(), RowLabel(), RecordFields(), LineGroups(), Steps()]
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
