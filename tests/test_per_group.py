@@ -28,12 +28,27 @@ FLIGHTS = """- flights: pandas.DataFrame, 40 rows x 3 columns
   dep_delay (float64): -10.0 .. 300.0
 """
 
+STORES = """- shops: pandas.DataFrame, 9 rows x 5 columns
+  columns (dtype: values):
+  store (str): 3 values: 'A', 'B', 'C'
+  city (str): 2 values: 'X', 'Y'
+  revenue (float64): 1.0 .. 9.0
+  score (int64): 1 .. 5
+  delay (float64): 0.0 .. 3.0
+"""
+
 
 @pytest.mark.parametrize("step, desc, want", [
     ("Compute the product with the highest total amount in each region, then write s.csv",
      SALES, ("product", "region", "amount", "sum", "max")),
     ("For each origin airport, find the month with the worst average departure delay",
-     FLIGHTS, ("month", "origin", "dep_delay", "mean", "")),
+     FLIGHTS, ("month", "origin", "dep_delay", "mean", "max")),  # a delay's worst: largest
+    ("Find the store with the best total revenue in each city",
+     STORES, ("store", "city", "revenue", "sum", "max")),
+    ("Find the store with the worst mean score in each city",
+     STORES, ("store", "city", "score", "mean", "min")),
+    ("Find the store with the best average delay in each city",
+     STORES, ("store", "city", "delay", "mean", "min")),
     ("List the products with the fewest orders per region", SALES,
      ("product", "region", None, "size", "min")),
     ("Which region has the lowest median amount for every product?", SALES,
@@ -66,7 +81,7 @@ def test_the_program_is_offered_only_when_it_ran():
     assert _program(facts, 1) == ""  # the default offer: no fork, nothing ran
     facts = Facts(steps=facts.steps, described=lambda: [SALES], offer=lambda rewrites: object())
     got = _program(facts, 1)
-    assert "One way to do step 2" in got and "groupby(['region', 'product'])" in got
+    assert "Send this cell for it first" in got and "groupby(['region', 'product'])" in got
     assert _program(facts, 1) == ""  # once per step
 
 
@@ -94,8 +109,12 @@ def test_the_step_is_shown_with_a_program_that_ran(_isolated_home, sales, monkey
     step1 = "t = sales.groupby('region')['amount'].sum()\nprint(t)"
     llm, end, _ = run_fenced(_isolated_home, sales, TASK, [cell(step1), "FINAL(x)"])
     seen = [str(c[-1]["content"]) for c in llm.calls]
-    assert "One way to do step" not in seen[0]  # step 1 has no such shape
-    offered = seen[1].split("```python\n", 1)[1].split("\n```", 1)[0]
+    assert "Send this cell" not in seen[0]  # step 1 has no such shape
+    assert "Next, step 2 of 2: Compute the product with the highest total amount in each " \
+        "region, then write summary.csv" in seen[1]
+    assert "Then write summary.csv from the rows it prints" in seen[1]
+    offered = seen[1].split("Send this cell for it first", 1)[1].split("```python\n", 1)[1] \
+        .split("\n```", 1)[0]
     assert "groupby(['region', 'product'])['amount'].sum()" in offered
     # the program the model was shown runs and says the truth
     llm, end, session = run_fenced(_isolated_home, sales, TASK, [cell(step1), cell(offered),

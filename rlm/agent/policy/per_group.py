@@ -16,8 +16,9 @@ step), Y the number column whose name's parts begin the words after the extreme
 (`dep_delay` in "departure delay", `amount` in "total amount"); the aggregate is the
 word before Y (total/sum, average/mean, median; none: the rows themselves; "the most" with
 no Y: the rows counted). All three from one table; a step that names no such columns
-gets none. "worst" and "best" say no direction the data can tell (a delay's worst is its
-largest, a score's its smallest): both rows are shown, largest and smallest.
+gets none. "worst" and "best" take their direction from what the words after them
+measure: of a cost (a delay, errors, a loss: `_COSTS`) the worst is the largest, of
+anything else (a score, revenue) the smallest.
 
 The program is offered only after it ran on a fork of the kernel (Facts.offer), by the
 rule that shows the step (rlm.agent.policy.steps).
@@ -42,9 +43,12 @@ _WITH = re.compile(r"\b(?:the\s+)?([a-z][\w ]{0,40}?)\s+(?:with|that has|having|
 _EACH = re.compile(r"\b(?:in|for|of|within)\s+each\s+([a-z]\w*)|\bper\s+([a-z]\w*)"
                    r"|\bfor\s+every\s+([a-z]\w*)", re.I)
 _NUMBER_TYPES = ("int", "float", "uint")
+# what is worse the more of it there is: "the worst delay" is the largest, "the best
+# delay" the smallest; of anything else (a score, revenue) the worst is the smallest
+_COSTS = re.compile(r"^(?:delay|late|lateness|latency|error|fail|failure|defect|cost|loss|"
+                    r"complaint|wait|waiting|duration|downtime|churn|return|cancel|"
+                    r"cancellation|debt|expense|risk|crash|incident|bug|miss)", re.I)
 
-OFFER = ("\n[One way to do step {k}, which ran on a copy of your variables ({what}):\n"
-         "```python\n{code}\n```]")
 
 
 @dataclass(frozen=True)
@@ -107,8 +111,17 @@ def program(step: str, descriptions: Iterable[str]) -> PerGroup | None:
         agg = _agg(words[:at], value, extreme)
         if agg is None:
             continue
-        return PerGroup(table, label, by, value, agg, _EXTREME[extreme])
+        return PerGroup(table, label, by, value, agg, _direction(extreme, words))
     return None
+
+
+def _direction(extreme: str, words: list[str]) -> str:
+    """max or min for the extreme word; "worst" and "best" by what the words after them
+    measure (`_COSTS`: more is worse); "" where neither is known (not reached now)."""
+    if _EXTREME[extreme]:
+        return _EXTREME[extreme]
+    cost = any(_COSTS.match(w) for w in words[:4])
+    return "max" if (extreme == "worst") == cost else "min"
 
 
 def _named(word: str, cols: list[Column]) -> Column | None:

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 from rlm.agent.context_files import file_names
 from rlm.agent.policy.decisions import Answer, Cell, Facts, Note, Refuse
-from rlm.agent.policy.per_group import OFFER, program
+from rlm.agent.policy.per_group import program
 from rlm.agent.policy.rules import Rule
 from rlm.agent.rewrites import Rewrite
 from rlm.session.entries import Entry
@@ -63,6 +63,11 @@ MAX_STEP_CHARS = 300
 PLAN = ("[This task has {n} steps. Do them in order, one step per cell, and print each "
         "step's result before the next:\n{steps}\nStart with step 1.]")
 NEXT = "\n[Next, step {k} of {n}: {step}. Write a new cell for it{how}.]"
+# a step shown with the program that does it (`_program`)
+PROGRAM = "\n[Next, step {k} of {n}: {step}."
+OFFER = (" Send this cell for it first; it ran on a copy of your variables ({what}):\n"
+         "```python\n{code}\n```{then}]")
+THEN_WRITE = "\nThen write {f} from the rows it prints ({how}), and print {f}."
 # after a cell that printed no new result from the data (`done`): the step is not done
 STILL = ("\n[That output holds no result from the data the earlier outputs did not show, so "
          "step {k} of {n} is still to do: {step}. Write a new cell for it{how}.]")
@@ -247,15 +252,22 @@ def _how(step: str) -> str:
 
 def _program(facts: Facts, k: int) -> str:
     """For step `k` (0-based) of the shape "the X with the highest Y in each Z": the program
-    that computes it from the input (rlm.agent.policy.per_group), offered once and only
-    when it ran on a fork; "" otherwise."""
+    that computes it from the input (rlm.agent.policy.per_group), to send first, then how
+    the step's file is written from what it prints; offered once and only when it ran on a
+    fork; "" otherwise. (After the note "write a new cell ... a loop over the rows your
+    steps computed", the 1.5B model wrote every month's row and left the program below it
+    unread: the program comes first, the writing after it.)"""
     key = f"per group: step {k}"
     if key in facts.noted or (found := program(facts.steps[k], facts.described())) is None:
         return ""
     facts.noted.add(key)
     if facts.offer([Rewrite(found.code, found.what)]) is None:
         return ""
-    return OFFER.format(k=k + 1, what=found.what, code=found.code)
+    files = written_by(facts.steps[k])
+    then = "" if not files else THEN_WRITE.format(
+        f=files[0], how=WRITE_HOW.get(files[0][files[0].rfind("."):], WRITE_TEXT).format(
+            f=files[0]))
+    return OFFER.format(k=k + 1, what=found.what, code=found.code, then=then)
 
 
 class Steps(Rule):
@@ -265,7 +277,9 @@ class Steps(Rule):
         if facts.native_tools or not facts.steps or turn != 1 or facts.cells:
             return None
         listed = "\n".join(f"{i}. {s}" for i, s in enumerate(facts.steps, 1))
-        return Note(PLAN.format(n=len(facts.steps), steps=listed) + _program(facts, 0),
+        first = _program(facts, 0)
+        plan = PLAN.format(n=len(facts.steps), steps=listed)
+        return Note(plan[:-1] + first if first else plan,
                     f"the task has {len(facts.steps)} steps: asked for one a cell")
 
     def on_cell(self, facts: Facts, cell: Cell) -> str | None:
@@ -277,8 +291,9 @@ class Steps(Rule):
             return ASK.format(k=todo[0] + 1, n=len(facts.steps), step=step)
         before = Facts(shown=facts.shown[:-1])
         note = STILL if facts.shown and done(facts) == done(before) else NEXT
-        return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step)) \
-            + _program(facts, todo[0])
+        if program_note := _program(facts, todo[0]):
+            return PROGRAM.format(k=todo[0] + 1, n=len(facts.steps), step=step) + program_note
+        return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
 
     def on_answer(self, facts: Facts, answer: Answer, asked: list[str],
                   branch: Sequence[Entry]) -> Refuse | None:
