@@ -351,6 +351,34 @@ def test_a_finish_that_echoes_the_hosts_done_means_line_does_not_complete(tmp_pa
     assert "0.29" in (tmp_path / "late_rate.csv").read_text()
 
 
+def test_after_an_echoed_finish_the_file_is_shown_with_a_finish_that_states_it(tmp_path):
+    """The long-run logs run of stop 71: errors.txt right, its counts printed, and the
+    model's finish a copy of the host's "Done means" line four times until the run
+    stopped. The refusal shows the file and a finish built from its lines; sent, it is
+    supported by the outputs and completes the goal."""
+    (tmp_path / "counts.csv").write_text("service,n\nbilling,204\nupload,157\n")
+    write = ("import pandas as pd\n"
+             "counts = pd.read_csv('counts.csv').set_index('service')['n']\n"
+             "with open('errors.txt', 'w') as f:\n"
+             "    f.writelines(f'{k}: {v}\\n' for k, v in counts.items())\nprint(counts)")
+    echo = ("FINAL(errors.txt exists and holds exactly what the goal asks; the check "
+            "`grep -q '^[a-z]*: [0-9]' errors.txt` passes; your answer states only what your "
+            "outputs printed.)")
+    stated = "FINAL(errors.txt: billing: 204, upload: 157)"
+    s = fenced(tmp_path / "stated.json", [block(write), echo, echo, stated, stated])
+    out = rlm("run", "Write errors.txt.", "--model", s, "--goal",
+              "errors.txt lists every service's count, most first", "--autonomous",
+              "--gate", "grep -q '^[a-z]*: [0-9]' errors.txt", "--json", cwd=tmp_path)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    es = entries(res["session_path"])
+    said = user_texts(es)
+    refusal = next(t for t in said if t.startswith("Your answer repeats the words"))
+    assert "errors.txt now holds:" in refusal and "billing: 204\nupload: 157" in refusal
+    assert "e.g. FINAL(errors.txt: billing: 204, upload: 157)" in refusal
+    completed = [g for g in goal_states(es) if g["status"] == "complete"]
+    assert completed and "billing: 204" in completed[0]["last_reason"], said[-3:]
+
+
 def test_a_finish_saying_nothing_was_found_never_completes_a_goal(tmp_path):
     """stop 45's flights run: report.md held 40,000 wrong lines that the gate accepted, and
     FINAL(None) completed the goal (no claim to check, so "verified"). A non-answer does

@@ -58,6 +58,8 @@ from rlm.protocols import SessionLog
 from rlm.session.branch import custom_entries, user_questions
 
 FILE_CHARS = 3000  # the head and tail of a named file the model is shown
+MAX_STATED_LINES = 8  # a file's lines in the finish suggested after an echoed one
+MAX_STATED_CHARS = 240
 EVIDENCE_READ_LIMIT = 64 << 20  # the most of a named file read to check it
 
 
@@ -213,9 +215,9 @@ class GoalJudge:
         verdict = self._claims(agent, reason, claim)
         if verdict.get("why") == ECHOED:
             return Missing("Your answer repeats the words you were given; it says nothing your "
-                           "outputs showed. Check the file against the goal with a cell, then "
-                           "finish with one line of what your outputs show.",
-                           "a finish that states what the outputs show")
+                           "outputs showed." + (self._stated(files) or " Check the file against "
+                           "the goal with a cell, then finish with one line of what your "
+                           "outputs show."), "a finish that states what the outputs show")
         if verdict.get("verified") is False:
             # the claims are not quoted: a continuation's words count as the question's
             # what is unsupported, by name: told only "figures or names", the 1.5B model
@@ -228,6 +230,30 @@ class GoalJudge:
                            "them with a cell, or finish with what your outputs show.",
                            "an output that shows what the answer claims")
         return None
+
+    def _stated(self, files: list[str]) -> str:
+        """For a finish that repeated the words it was given: what the first named file
+        holds, and a finish that states it, built from its lines ("" when it cannot be
+        read). Told "finish with one line of what your outputs show" after a right
+        errors.txt, the 1.5B model sent the host's own words back four times (the long-run
+        logs run of stop 71); the file's lines are what its line can say."""
+        for name in files[:1]:
+            try:
+                text = safeio.read_bytes(self.cwd, name, EVIDENCE_READ_LIMIT).decode(
+                    errors="replace")
+            except (OSError, ValueError):
+                return ""
+            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+            if not lines:
+                return ""
+            example = ", ".join(lines[:MAX_STATED_LINES])
+            example = example if len(example) <= MAX_STATED_CHARS else \
+                example[:MAX_STATED_CHARS - 3] + "..."
+            return (f" {name} now holds:\n<file path=\"{name}\">\n"
+                    f"{head_tail(text, FILE_CHARS).rstrip()}\n</file>\nIf that is what the goal "
+                    f"asks, finish with one line that states what it holds, e.g. "
+                    f"FINAL({name}: {example}). If it is not, fix the code that wrote it.")
+        return ""
 
     def _shape(self, agent: JudgedHost, files: list[str]) -> Missing | None:
         """The first named file that lacks what the goal's and the question's words
