@@ -120,5 +120,5 @@ def test_the_step_is_shown_with_a_program_that_ran(_isolated_home, sales, monkey
     llm, end, session = run_fenced(_isolated_home, sales, TASK, [cell(step1), cell(offered),
                                                                  "FINAL(x)"])
     out = str(llm.calls[2][-1]["content"])
-    assert "East       a      35" in out and "West       c      41" in out
+    assert "East       a      35            70" in out and "West       c      41            61" in out
     assert not (sales.parent / "summary.csv").exists()  # the trial wrote nothing

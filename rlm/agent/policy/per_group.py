@@ -72,6 +72,10 @@ class PerGroup:
         else:
             y = self.value.name if self.value else ""
             lines = [f"per = {t}[[{z!r}, {x!r}, {y!r}]]"]
+        if self.agg in ("sum", "size"):
+            # each Z's own total beside its top row: the long-run sales run wrote the top
+            # product's amount as the region's total (the only figure the rows held)
+            lines.append(f"per[{z + '_total'!r}] = per.groupby({z!r})[{y!r}].transform('sum')")
         order = f"per.sort_values({y!r}).groupby({z!r})"
         if self.extreme == "max":
             lines.append(f"top = {order}.tail(1)\nprint(top)")
@@ -88,7 +92,9 @@ class PerGroup:
             else "rows" if self.agg == "size" else self.value.name if self.value else ""
         pick = {"max": "the top row", "min": "the bottom row"}.get(
             self.extreme, "the largest and the smallest row")
-        return f"{by} per {self.by.name} and {self.label.name}, then {pick} of each {self.by.name}"
+        also = f" with its {self.by.name}_total" if self.agg in ("sum", "size") else ""
+        return (f"{by} per {self.by.name} and {self.label.name}, then {pick} of each "
+                f"{self.by.name}{also}")
 
 
 def program(step: str, descriptions: Iterable[str]) -> PerGroup | None:
