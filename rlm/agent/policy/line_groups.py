@@ -23,10 +23,10 @@ from dataclasses import dataclass
 
 from rlm.agent.policy.conditions import _DECOR, _EXAMPLE
 from rlm.agent.policy.decisions import Facts, Note
+from rlm.agent.policy.records import text_names
 from rlm.agent.policy.rules import Rule
 from rlm.agent.rewrites import Rewrite
 
-_TEXT = re.compile(r"^- ([A-Za-z_]\w*): str, ", re.M)
 _POSITION = re.compile(r"^  split\(\)\[(\d+)\] \(line word\): \d+ values: (.*)$", re.M)
 _VALUE = re.compile(r"'((?:[^'\\\n]|\\.){1,40})'")
 _COUNTS = re.compile(r"\b(?:count|counts|how many|number of|tally)\b", re.I)
@@ -60,7 +60,7 @@ def program(task: str, descriptions: Iterable[str]) -> LineCount | None:
         return None
     found = []
     for d in descriptions:
-        texts = _TEXT.findall(d)
+        texts = text_names(d)
         positions = [(int(m.group(1)), [v.group(1) for v in _VALUE.finditer(m.group(2))])
                      for m in _POSITION.finditer(d)]
         if len(texts) != 1 or len(positions) != 2:

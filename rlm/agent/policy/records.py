@@ -87,9 +87,14 @@ def _raw(pattern: str) -> str:
     return repr(pattern)
 
 
+def text_names(description: str) -> list[str]:
+    """The text inputs (`- name: str, ...`) an input description lists."""
+    return _TEXT.findall(description)
+
+
 def program(task: str, descriptions: Iterable[str]) -> Records | None:
     """The records `task` describes in a text input, or None."""
-    texts = [m.group(1) for d in descriptions for m in _TEXT.finditer(d)]
+    texts = [name for d in descriptions for name in text_names(d)]
     if len(texts) != 1:
         return None
     quoted = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(task)]
