@@ -86,3 +86,12 @@ def test_the_records_and_the_steps_are_both_shown_before_the_first_turn(_isolate
     llm, end, _ = run_fenced(_isolated_home, _contracts(tmp_path), task, ["FINAL(x)"])
     first = "\n".join(str(m["content"]) for m in llm.calls[0])
     assert "a text of records" in first and "This task has 2 steps" in first
+
+
+def test_an_answer_before_any_cell_is_shown_the_records_cell_again(_isolated_home, tmp_path):
+    """The long-run contracts run of stop 71: shown the cell, the model answered at once;
+    the nudge to look at the data offered a search of the text, not the cell."""
+    llm, end, _ = run_fenced(_isolated_home, _contracts(tmp_path), TASK, ["FINAL(3)", "FINAL(3)"])
+    nudge = str(llm.calls[1][-1]["content"])
+    assert "You have not looked at the data yet" in nudge
+    assert "contracts_table = pd.DataFrame(rows)" in nudge

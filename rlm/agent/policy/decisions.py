@@ -158,6 +158,7 @@ class Facts:
     # the input's descriptions (the `context_vars` entries' text)
     described: Callable[[], list[str]] = field(default=lambda: [])
     noted: set[str] = field(default_factory=set)  # notes given once per run (their keys)
+    first_cell: str | None = None  # a cell shown before the first turn, tried on a fork
 
     @property
     def outputs(self) -> list[str]:

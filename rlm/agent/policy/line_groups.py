@@ -33,7 +33,8 @@ _COUNTS = re.compile(r"\b(?:count|counts|how many|number of|tally)\b", re.I)
 _PER = re.compile(r"\b(?:per|each|by|for every)\b", re.I)
 NOTE = ("[In {text}, the lines holding {value!r} at word {at} counted per the word at "
         "position {by} (split on spaces), most first; this cell ran on a copy of your "
-        "variables. Start from it:\n```python\n{code}\n```]")
+        "variables. Send it as your first cell, then answer from what it prints:\n```python\n"
+        "{code}\n```]")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class LineGroups(Rule):
         found = program(facts.prompt, facts.described())
         if found is None or facts.offer([Rewrite(found.code, "line counts")]) is None:
             return None
+        facts.first_cell = found.code
         return Note(NOTE.format(text=found.text, value=found.value, at=found.at, by=found.by,
                                 code=found.code),
                     f"{found.text}: lines counted per a word, on a fork")

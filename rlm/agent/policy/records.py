@@ -39,7 +39,8 @@ _ANY = {"...", "…", "<value>", "<text>"}
 MAX_FIELDS = 8
 NOTE = ("[{name} is a text of records separated by lines of {sep!r}. This cell reads it into "
         "a table, one row a record and one column a field the task names; it ran on a copy "
-        "of your variables. Start from it:\n```python\n{code}\n```]")
+        "of your variables. Send it as your first cell, then work from `{table}`:\n```python\n"
+        "{code}\n```]")
 
 
 @dataclass(frozen=True)
@@ -140,5 +141,7 @@ class RecordFields(Rule):
         found = program(facts.prompt, facts.described())
         if found is None or facts.offer([Rewrite(found.code, "records", found.guard)]) is None:
             return None
-        return Note(NOTE.format(name=found.text, sep=found.separator, code=found.code),
+        facts.first_cell = found.code
+        return Note(NOTE.format(name=found.text, sep=found.separator, code=found.code,
+                                table=found.table),
                     f"{found.text}: a text of records, read into a table on a fork")

@@ -140,7 +140,10 @@ class NoCodeNudge(Rule):
             return None
         # the search its input's description showed, as a cell to send: told only to look,
         # the 1.5B model typed the log into a literal, then answered an invented badge
-        example = question_example(branch) if nudge == NUDGE_LOOK else None
+        # the cell the host showed before the first turn (a table of records, lines
+        # counted) is this question's example; else the input's search example
+        example = (facts.first_cell or question_example(branch)) if nudge == NUDGE_LOOK \
+            else None
         text = nudge + (f"\nFor this question:\n```python\n{example}\n```" if example else "")
         return Refuse(text, f"the model answered without code {WHY[nudge]}; asked it to use a "
                             "cell first", key=nudge, counts_as_nudge=True)
