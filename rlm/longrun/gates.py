@@ -24,6 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlm.longrun.gate_why import grep_misses
+
 SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "node_modules", ".rlm",
              ".mypy_cache", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}  # fmt: skip
 MAX_FINGERPRINT_FILES = 20_000
@@ -106,6 +108,8 @@ def run_gate(command: str, cwd: Path, timeout_s: float, limit: int = 4000,
         return GateResult(command, False, None, out, time.monotonic() - started,
                           timed_out=stop == "timed out", interrupted=stop == "stopped")
     out = head_tail(raw.decode(errors="replace"), limit)
+    if proc.returncode != 0 and (why := grep_misses(command, cwd)):
+        out = head_tail(f"{out.rstrip()}\n{why}".lstrip("\n"), limit)
     return GateResult(
         command, proc.returncode == 0, proc.returncode, out, time.monotonic() - started
     )
