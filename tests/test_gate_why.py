@@ -9,7 +9,7 @@ import os
 import pytest
 
 from rlm.longrun.gate_why import grep_misses
-from rlm.longrun.gates import run_gate, gate_message
+from rlm.longrun.gates import gate_message, run_gate
 
 GATE = "grep -q '^store: S[0-9]*, quarter: Q[1-4]' best_store.txt"
 
