@@ -297,6 +297,9 @@ class Agent:
                                offer=lambda rewrites: repair.tried(
                                    rewrites, self.executor,
                                    min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)),
+                               probe=lambda code: repair.probed(
+                                   code, self.executor,
+                                   min(repair.TRIAL_TIMEOUT_S, self.config.cell_timeout)),
                                cwd=Path(self.config.kernel_cwd or os.getcwd()), prompt=prompt,
                                described=lambda: input_descriptions_of(self.session.branch()))
         self.chain.call(self.chain.start, self)

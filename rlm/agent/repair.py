@@ -143,6 +143,20 @@ def tried(rewrites: list[Rewrite], trials: object, timeout: float) -> Repair | N
                  if run.get("status") == "ok"), None)
 
 
+def probed(code: str, trials: object, timeout: float) -> str | None:
+    """What `code` prints when run on a fork of the kernel (a question the host asks of
+    the data, never run in the kernel itself), or None: it failed, the executor cannot
+    fork, or the kernel was busy or dead."""
+    if not isinstance(trials, Trials):
+        return None
+    try:
+        runs = trials.trial([code], timeout=timeout, cap=4000)
+    except Exception:  # noqa: BLE001 - a busy or dead kernel: no answer
+        return None
+    run = runs[0] if runs else {}
+    return str(run.get("output") or "") if run.get("status") == "ok" else None
+
+
 def _trial_code(rewrite: Rewrite, guards: list[str]) -> str:
     """The rewrite with the checks it and the earlier steps rest on, run after it."""
     return "\n".join([rewrite.code, *guards, *([rewrite.guard] if rewrite.guard else [])])

@@ -134,20 +134,24 @@ class AnswerPolicy:
                   inputs: Iterable[str] = (), held: Callable[[], set[str]] | None = None,
                   offer: Callable[[list[Any]], Any] | None = None,
                   cwd: Path | None = None, prompt: str | None = None,
-                  described: Callable[[], list[str]] | None = None) -> None:
+                  described: Callable[[], list[str]] | None = None,
+                  probe: Callable[[str], str | None] | None = None) -> None:
         """A run starts: its facts afresh. The names holding data (`flow`) live as long as
         the session: the first run in this process starts from what the session's last run
         recorded (`held`) and the inputs; every run adds the inputs it was given. `offer`
         tries rewrites of a cell on a fork of the kernel (Facts.offer); `cwd`, the kernel's
         working directory, is where the files the cells wrote are read (Facts.read_written);
         `prompt`, the run's, is read for the steps it gives (rlm.agent.policy.steps);
-        `described` gives the input's descriptions as the session holds them."""
+        `described` gives the input's descriptions as the session holds them; `probe`
+        runs the host's own question on a fork and returns what it printed (Facts.probe)."""
         self.facts = Facts(native_tools=native_tools, max_turns=max_turns, has_data=has_data,
                            steps=steps_of(prompt) if prompt else [], prompt=prompt or "")
         if offer is not None:
             self.facts.offer = offer
         if described is not None:
             self.facts.described = described
+        if probe is not None:
+            self.facts.probe = probe
         if cwd is not None:
             self.facts.read_written = lambda name: self._read_written(cwd, name)
             self.facts.writer = lambda name: self.written.writer(cwd / name)

@@ -159,6 +159,9 @@ class Facts:
     described: Callable[[], list[str]] = field(default=lambda: [])
     noted: set[str] = field(default_factory=set)  # notes given once per run (their keys)
     first_cell: str | None = None  # a cell shown before the first turn, tried on a fork
+    # runs the host's own code on a fork of the kernel and returns what it printed, or None
+    # (rlm.agent.repair.probed; none where the executor cannot fork)
+    probe: Callable[[str], str | None] = field(default=lambda code: None)
 
     @property
     def outputs(self) -> list[str]:

@@ -42,7 +42,7 @@ from typing import Any, NamedTuple, Protocol
 
 from rlm import safeio
 from rlm.agent.nudge import is_non_answer
-from rlm.agent.policy import AnswerPolicy, asked_prompts, file_shape
+from rlm.agent.policy import AnswerPolicy, agreement, asked_prompts, file_shape
 from rlm.agent.policy.decisions import Answer
 from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.operations import file_note
@@ -207,6 +207,8 @@ class GoalJudge:
         found = check_files(files, self.cwd, self.shown)
         if found is not None:
             return Missing(found.message, f"{found.path} checked against the goal", found.work)
+        if (odd := self._disagrees(agent, files)) is not None:
+            return odd
         gate = None if kernel else self._gate(agent)
         if gate is not None:
             return gate
@@ -229,6 +231,21 @@ class GoalJudge:
             return Missing(f"Your answer is not supported: {why}. Print what supports each of "
                            "them with a cell, or finish with what your outputs show.",
                            "an output that shows what the answer claims")
+        return None
+
+    def _disagrees(self, agent: JudgedHost, files: list[str]) -> Missing | None:
+        """The first named CSV file that gives a key another value, under the same column
+        name, than a table the session computed (rlm.agent.policy.agreement: asked of a
+        fork of the kernel; the table the file was written from is not asked)."""
+        for name in files:
+            if not name.lower().endswith(".csv"):
+                continue
+            writer = agent.answers.written.writer(self.cwd / name)
+            printed = agent.answers.facts.probe(
+                agreement.question(str(self.cwd / name), [writer] if writer else []))
+            if (d := agreement.read(printed)) is not None:
+                return Missing(agreement.note(name, d),
+                               f"{name} agreeing with `{d.table}` on {d.column!r}")
         return None
 
     def _stated(self, files: list[str]) -> str:
