@@ -63,3 +63,12 @@ def test_a_file_that_agrees_is_not_asked_again(tmp_path):
 ])
 def test_what_the_kernel_printed_is_read_as_data(printed):
     assert read(printed) is None
+
+
+def test_a_table_an_earlier_version_of_the_file_was_written_from_is_not_asked(tmp_path):
+    """The model's first summary.csv came from `top` (wrong); rewritten from `out`, `top`
+    still contradicts it but is a superseded attempt: the goal completes."""
+    es = _run(tmp_path, [block(TOTALS), block(TOP), block(RIGHT + "\ndel totals"),
+                         "FINAL(East 65 a, West 60 c)", "FINAL(East 65 a, West 60 c)"])
+    assert not any("a table your cells computed" in t for t in user_texts(es))
+    assert [g for g in goal_states(es) if g["status"] == "complete"]

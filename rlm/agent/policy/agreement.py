@@ -9,8 +9,9 @@ region. The contradiction was in the kernel: two tables of the session give the 
 region two different totals.
 
 `question(file, skip)` is the code the host runs on a fork of the kernel (Facts.probe): it
-reads the CSV file, and for every DataFrame of the namespace (not `skip`, the name the
-file was written from, nor a private name) that shares a text column whose values are
+reads the CSV file, and for every DataFrame of the namespace (not `skip`, the names the
+file was ever written from: an earlier version's table is the model's own superseded
+attempt; nor a private name) that shares a text column whose values are
 unique in both (the key) and a number column of the same name, prints the first key
 whose two values differ by more than a part in a million, as JSON, for the columns no
 such table agrees with the file on (a table left from an earlier attempt contradicts a

@@ -236,13 +236,17 @@ class GoalJudge:
     def _disagrees(self, agent: JudgedHost, files: list[str]) -> Missing | None:
         """The first named CSV file that gives a key another value, under the same column
         name, than a table the session computed (rlm.agent.policy.agreement: asked of a
-        fork of the kernel; the table the file was written from is not asked)."""
+        fork of the kernel; the tables the file was ever written from are not asked)."""
         for name in files:
             if not name.lower().endswith(".csv"):
                 continue
-            writer = agent.answers.written.writer(self.cwd / name)
+            # the tables it was written from, now and in its earlier versions (the model's
+            # own superseded attempts), are not asked
+            written = agent.answers.written
+            skip = written.all_writers(self.cwd / name) | (
+                {w} if (w := written.writer(self.cwd / name)) else set())
             printed = agent.answers.facts.probe(
-                agreement.question(str(self.cwd / name), [writer] if writer else []))
+                agreement.question(str(self.cwd / name), sorted(skip)))
             if (d := agreement.read(printed)) is not None:
                 return Missing(agreement.note(name, d),
                                f"{name} agreeing with `{d.table}` on {d.column!r}")

@@ -53,6 +53,8 @@ class Written:
     origin: dict[str, frozenset[int]] = field(default_factory=dict)  # name -> its sources
     files: dict[str, frozenset[int]] = field(default_factory=dict)  # abs path -> sources
     wrote: dict[str, int] = field(default_factory=dict)  # abs path -> the writing statement
+    # abs path -> the names every statement that wrote it wrote through pandas' writers
+    writers: dict[str, set[str]] = field(default_factory=dict)
     modules: set[str] = field(default_factory=set)  # names an import bound (`pd`)
     full: bool = False  # MAX_STATEMENTS reached: sources are no longer known
 
@@ -93,6 +95,8 @@ class Written:
                         if isinstance(path, str):
                             self.files[os.path.abspath(path)] = sources
                             self.wrote[os.path.abspath(path)] = sid
+                            if (who := self._writer_of(sid)) is not None:
+                                self.writers.setdefault(os.path.abspath(path), set()).add(who)
 
     def sources(self, path: str | os.PathLike[str]) -> list[str] | None:
         """The code of the statements `path`'s content comes from, in order; None when no
@@ -110,7 +114,16 @@ class Written:
         sid = self.wrote.get(os.path.abspath(path))
         if sid is None:
             sid = self.wrote.get(os.path.realpath(path))
-        tree = None if sid is None else _tree(self.statements[sid])
+        return None if sid is None else self._writer_of(sid)
+
+    def all_writers(self, path: str | os.PathLike[str]) -> set[str]:
+        """Every name the session's cells wrote `path` from through pandas' writers: its
+        earlier versions' too (a table the model replaced is its own superseded attempt)."""
+        return set(self.writers.get(os.path.abspath(path))
+                   or self.writers.get(os.path.realpath(path)) or ())
+
+    def _writer_of(self, sid: int) -> str | None:
+        tree = _tree(self.statements[sid])
         for node in ast.walk(tree) if tree is not None else ():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
                     and node.func.attr in WRITERS:
