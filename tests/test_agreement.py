@@ -72,3 +72,42 @@ def test_a_table_an_earlier_version_of_the_file_was_written_from_is_not_asked(tm
                          "FINAL(East 65 a, West 60 c)", "FINAL(East 65 a, West 60 c)"])
     assert not any("a table your cells computed" in t for t in user_texts(es))
     assert [g for g in goal_states(es) if g["status"] == "complete"]
+
+
+FLIGHTS = "origin,month,delay\nEWR,1,5\nEWR,2,40\nJFK,1,7\nJFK,3,41\n"
+WORST = ("import pandas as pd\nf = pd.read_csv('flights.csv')\n"
+         "top = f.sort_values('delay').groupby('origin').tail(1)\nprint(top)\n"
+         "with open('report.md', 'w') as out:\n"
+         "    for o, m in zip(top['origin'], top['month']):\n"
+         "        out.write(f'{o}: month {m}\\n')")
+ECHO = "FINAL(report.md names the worst month of each origin)"
+
+
+def _flights(tmp_path, replies):
+    (tmp_path / "flights.csv").write_text(FLIGHTS)
+    s = fenced(tmp_path / "f.json", replies)
+    out = rlm("run", "Write report.md.", "--model", s, "--goal",
+              "report.md names the worst month of each origin", "--autonomous", "--json",
+              cwd=tmp_path)
+    return entries(json.loads(out.stdout.strip().splitlines()[-1])["session_path"])
+
+
+def test_an_echo_after_the_file_was_shown_affirms_the_claim_before_it(tmp_path):
+    """The long-run flights run of stop 71: a right report.md, the finish "LGA: month 3,
+    JFK: month 12, EWR: month 7", the file shown to check, then the objective's words:
+    the earlier claim completes the goal, its words the goal's reason."""
+    es = _flights(tmp_path, [block(WORST), "FINAL(EWR: month 2, JFK: month 3)", ECHO, ECHO])
+    said = user_texts(es)
+    assert any(t.startswith("Before the goal can be complete, check report.md") for t in said)
+    completed = [g for g in goal_states(es) if g["status"] == "complete"]
+    assert completed and completed[0]["last_reason"] == "EWR: month 2, JFK: month 3", said
+
+
+def test_an_echo_after_the_file_changed_affirms_nothing(tmp_path):
+    """Guard: the file rewritten after the claim (here, emptied) is not what was claimed:
+    the echo is refused."""
+    wipe = "open('report.md', 'w').write('EWR: month 9\\n')\nprint('rewritten')"
+    es = _flights(tmp_path, [block(WORST), "FINAL(EWR: month 2, JFK: month 3)", block(wipe),
+                             ECHO, ECHO, ECHO])
+    assert not [g for g in goal_states(es) if g["status"] == "complete"
+                and g["last_reason"] == "EWR: month 2, JFK: month 3"]

@@ -158,6 +158,11 @@ class GoalJudge:
     cwd: Path
     policy: AutonomousPolicy | None = None  # its gates, or None
     shown: dict[str, str] = field(default_factory=dict)  # named file -> digest shown
+    # the newest claim that stated what the outputs show (verified, with claims), and the
+    # named files' digests then; a finish that echoes the host's words after the files
+    # were shown unchanged affirms it (`_affirmed`)
+    stated: tuple[str, dict[str, str | None]] | None = None
+    affirmed: str | None = None
 
     def __call__(self, agent: JudgedHost, reason: str, claim: str | None) -> ClaimVerdict | None:
         small = not agent.llm.native_tools
@@ -170,11 +175,16 @@ class GoalJudge:
             return None
         files = named_files(goal.objective)
         gates = list(getattr(self.policy, "gates", []) or [])
+        self._remember(agent, reason, claim, files)
+        self.affirmed = None
         missing = self._missing(agent, reason, claim, files)
         if missing is None:
             agent.answers.missing = None
-            return ClaimVerdict(True, summary=claim or "", evidence={
-                "files": dict(self.shown), "gates": gates, **self._claims(agent, reason, claim)})
+            evidence = {"files": dict(self.shown), "gates": gates,
+                        **self._claims(agent, reason, claim)}
+            if self.affirmed is not None:  # the echo affirmed the claim before it
+                evidence.update(affirmed=claim, verified=True, why=None)
+            return ClaimVerdict(True, summary=self.affirmed or claim or "", evidence=evidence)
         message, short, work = missing
         agent.answers.missing = short
         if small:
@@ -216,6 +226,9 @@ class GoalJudge:
             return unapplied
         verdict = self._claims(agent, reason, claim)
         if verdict.get("why") == ECHOED:
+            if (earlier := self._earlier(files)) is not None:
+                self.affirmed = earlier
+                return None
             return Missing("Your answer repeats the words you were given; it says nothing your "
                            "outputs showed." + (self._stated(files) or " Check the file against "
                            "the goal with a cell, then finish with one line of what your "
@@ -232,6 +245,40 @@ class GoalJudge:
                            "them with a cell, or finish with what your outputs show.",
                            "an output that shows what the answer claims")
         return None
+
+    def _digests(self, files: list[str]) -> dict[str, str | None]:
+        out: dict[str, str | None] = {}
+        for name in files:
+            try:
+                out[name] = _digest(safeio.read_bytes(self.cwd, name, EVIDENCE_READ_LIMIT))
+            except (OSError, ValueError):
+                out[name] = None
+        return out
+
+    def _remember(self, agent: JudgedHost, reason: str, claim: str | None,
+                  files: list[str]) -> None:
+        """Keep a claim that states what the outputs show (verified, with claims), with
+        the named files as they are now."""
+        if not claim or reason == "goal.complete":
+            return
+        v = self._claims(agent, reason, claim)
+        if v.get("verified") and v.get("claims") and v.get("why") != ECHOED:
+            self.stated = (claim, self._digests(files))
+
+    def _earlier(self, files: list[str]) -> str | None:
+        """The stated claim a finish that echoed the host's words affirms: the long-run
+        flights run of stop 71 finished "LGA: month 3, JFK: month 12, EWR: month 7" beside
+        a right report.md, was shown the file to check ("if every line is right, finish
+        again") and finished with the objective's words, then ran out of turns. Only when
+        every named file is as it was at that claim and as the model was shown it."""
+        if self.stated is None or not files:
+            return None
+        claim, then = self.stated
+        now = self._digests(files)
+        if any(now[f] is None or now[f] != then.get(f) or self.shown.get(f) != now[f]
+               for f in files):
+            return None
+        return claim
 
     def _disagrees(self, agent: JudgedHost, files: list[str]) -> Missing | None:
         """The first named CSV file that gives a key another value, under the same column
