@@ -57,8 +57,8 @@ for _n, _t in list(globals().items())[:{cap}]:
 print(_json.dumps([_x for _x in _found if _x[2] not in _agreed][:3]))
 """
 
-NOTE = ("Not complete: {file}'s {column!r} for {key} is {mine:g}, but `{table}`, a table your "
-        "cells computed, holds {theirs:g} for {key} under the same column. One of them is not "
+NOTE = ("Not complete: {file}'s {column!r} for {key} is {mine:.10g}, but `{table}`, a table your "
+        "cells computed, holds {theirs:.10g} for {key} under the same column. One of them is not "
         "what the goal asks: print both, decide which is, and write {file} again from it; "
         "then finish.")
 
