@@ -356,7 +356,7 @@ def test_after_an_echoed_finish_the_file_is_shown_with_a_finish_that_states_it(t
     model's finish a copy of the host's "Done means" line four times until the run
     stopped. The refusal shows the file and a finish built from its lines; sent, it is
     supported by the outputs and completes the goal."""
-    (tmp_path / "counts.csv").write_text("service,n\nbilling,204\nupload,157\n")
+    (tmp_path / "counts.csv").write_text("service,n\nbilling,204\nupload,157\nsearch,93\n")
     write = ("import pandas as pd\n"
              "counts = pd.read_csv('counts.csv').set_index('service')['n']\n"
              "with open('errors.txt', 'w') as f:\n"
@@ -364,7 +364,9 @@ def test_after_an_echoed_finish_the_file_is_shown_with_a_finish_that_states_it(t
     echo = ("FINAL(errors.txt exists and holds exactly what the goal asks; the check "
             "`grep -q '^[a-z]*: [0-9]' errors.txt` passes; your answer states only what your "
             "outputs printed.)")
-    stated = "FINAL(errors.txt: billing: 204, upload: 157)"
+    # long enough to be an "echo" of the refusal that suggests it, were the file's lines
+    # the question's words (the stop 71 logs run: refused four times)
+    stated = "FINAL(errors.txt: billing: 204, upload: 157, search: 93)"
     s = fenced(tmp_path / "stated.json", [block(write), echo, echo, stated, stated])
     out = rlm("run", "Write errors.txt.", "--model", s, "--goal",
               "errors.txt lists every service's count, most first", "--autonomous",
@@ -374,7 +376,7 @@ def test_after_an_echoed_finish_the_file_is_shown_with_a_finish_that_states_it(t
     said = user_texts(es)
     refusal = next(t for t in said if t.startswith("Your answer repeats the words"))
     assert "errors.txt now holds:" in refusal and "billing: 204\nupload: 157" in refusal
-    assert "e.g. FINAL(errors.txt: billing: 204, upload: 157)" in refusal
+    assert "e.g. FINAL(errors.txt: billing: 204, upload: 157, search: 93)" in refusal
     completed = [g for g in goal_states(es) if g["status"] == "complete"]
     assert completed and "billing: 204" in completed[0]["last_reason"], said[-3:]
 

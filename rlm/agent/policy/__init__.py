@@ -32,6 +32,7 @@ Verification is not a rule that can refuse: it is how an accepted answer is judg
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,10 +104,20 @@ def default_rules() -> list[Rule]:
             MaskPrecedence(), RowLabel(), RecordFields(), LineGroups(), Steps()]
 
 
+# what the host read from a file and put in a continuation (a goal's judge shows a named
+# file, and a finish built from its lines): data, not the question's words. Left in, a
+# finish that stated the file's figures had no claim left to check and was an "echo" of
+# the host's note (the long-run logs run of stop 71, refused four times with a right file)
+HOST_DATA = re.compile(r'(<file path="[^"\n]*">).*?(</file>)|(e\.g\. FINAL\().*?(\)\. If it is not)',
+                       re.S)
+
+
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:
     """Every user prompt on the branch (the user's and continuations; not the loop's own
-    nudges): their words and figures are the question's, not an answer's claims."""
-    return [e.message["content"] for e in prompts(branch)  # O(prompts) on a long log
+    nudges): their words and figures are the question's, not an answer's claims; what the
+    host read from a file and showed in them is not (`HOST_DATA`)."""
+    return [HOST_DATA.sub(lambda m: "".join(g for g in m.groups() if g), e.message["content"])
+            for e in prompts(branch)  # O(prompts) on a long log
             if isinstance(e.message.get("content"), str)]
 
 
