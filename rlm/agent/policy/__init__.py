@@ -108,8 +108,10 @@ def default_rules() -> list[Rule]:
 # file, and a finish built from its lines): data, not the question's words. Left in, a
 # finish that stated the file's figures had no claim left to check and was an "echo" of
 # the host's note (the long-run logs run of stop 71, refused four times with a right file)
-HOST_DATA = re.compile(r'(<file path="[^"\n]*">).*?(</file>)|(e\.g\. FINAL\().*?(\)\. If it is not)',
-                       re.S)
+# the finish the host builds from a file's lines is written between these (GoalJudge._stated)
+FINISH_OPEN, FINISH_CLOSE = "e.g. FINAL(", "). If it is not"
+HOST_DATA = re.compile(r'(<file path="[^"\n]*">).*?(</file>)|'
+                       f"({re.escape(FINISH_OPEN)}).*?({re.escape(FINISH_CLOSE)})", re.S)
 
 
 def asked_prompts(branch: Sequence[Entry]) -> list[str]:

@@ -42,7 +42,14 @@ from typing import Any, NamedTuple, Protocol
 
 from rlm import safeio
 from rlm.agent.nudge import is_non_answer
-from rlm.agent.policy import AnswerPolicy, agreement, asked_prompts, file_shape
+from rlm.agent.policy import (
+    FINISH_CLOSE,
+    FINISH_OPEN,
+    AnswerPolicy,
+    agreement,
+    asked_prompts,
+    file_shape,
+)
 from rlm.agent.policy.decisions import Answer
 from rlm.agent.policy.file_shape import named_files
 from rlm.agent.policy.operations import file_note
@@ -319,8 +326,8 @@ class GoalJudge:
                 example[:MAX_STATED_CHARS - 3] + "..."
             return (f" {name} now holds:\n<file path=\"{name}\">\n"
                     f"{head_tail(text, FILE_CHARS).rstrip()}\n</file>\nIf that is what the goal "
-                    f"asks, finish with one line that states what it holds, e.g. "
-                    f"FINAL({name}: {example}). If it is not, fix the code that wrote it.")
+                    f"asks, finish with one line that states what it holds, {FINISH_OPEN}"
+                    f"{name}: {example}{FINISH_CLOSE}, fix the code that wrote it.")
         return ""
 
     def _shape(self, agent: JudgedHost, files: list[str]) -> Missing | None:

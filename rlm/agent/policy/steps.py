@@ -179,20 +179,25 @@ def _tidy(step: str) -> str:
 
 def done(facts: Facts) -> int:
     """How many steps the run has done: its successful cells that printed a new result
-    from the data: output that no earlier output of the run held whole (whitespace aside,
-    on word bounds), by a cell that read the task's data. A step's result is new (rows
-    picked from a table printed before are new as a whole); a cell that prints a step's
-    result again, or a sentence the model wrote itself, does not do the next step (in the
-    long-run survey task the 1.5B model printed `region` again after step 1's counts, was
-    told step 3 and never found the product)."""
+    from the data (`new_results`)."""
+    return sum(new_results(facts))
+
+
+def new_results(facts: Facts) -> list[bool]:
+    """For each successful cell of the run, whether it printed a new result from the data:
+    output that no earlier output of the run held whole (whitespace aside, on word
+    bounds), by a cell that read the task's data. A step's result is new (rows picked from
+    a table printed before are new as a whole); a cell that prints a step's result again,
+    or a sentence the model wrote itself, does not do the next step (in the long-run survey
+    task the 1.5B model printed `region` again after step 1's counts, was told step 3 and
+    never found the product)."""
     seen: list[str] = []
-    count = 0
+    out: list[bool] = []
     for shown in facts.shown:
         text = " ".join(shown.text.split())
-        if shown.depends and text and not any(_holds(t, text) for t in seen):
-            count += 1
+        out.append(bool(shown.depends and text and not any(_holds(t, text) for t in seen)))
         seen.append(text)
-    return count
+    return out
 
 
 def _holds(text: str, part: str) -> bool:
@@ -243,11 +248,12 @@ def unanswered(facts: Facts) -> list[int]:
 def _how(step: str) -> str:
     """For a step that writes files: how the first is written, then read back."""
     files = written_by(step)
-    if not files:
-        return ""
-    f = files[0]
-    how = WRITE_HOW.get(f[f.rfind("."):], WRITE_TEXT).format(f=f)
-    return f" ({how}), then print {f}"
+    return f" ({_write_how(files[0])}), then print {files[0]}" if files else ""
+
+
+def _write_how(f: str) -> str:
+    """How a file of `f`'s kind is written."""
+    return WRITE_HOW.get(f[f.rfind("."):], WRITE_TEXT).format(f=f)
 
 
 def _program(facts: Facts, k: int) -> str:
@@ -264,9 +270,7 @@ def _program(facts: Facts, k: int) -> str:
     if facts.offer([Rewrite(found.code, found.what)]) is None:
         return ""
     files = written_by(facts.steps[k])
-    then = "" if not files else THEN_WRITE.format(
-        f=files[0], how=WRITE_HOW.get(files[0][files[0].rfind("."):], WRITE_TEXT).format(
-            f=files[0]))
+    then = THEN_WRITE.format(f=files[0], how=_write_how(files[0])) if files else ""
     return OFFER.format(k=k + 1, what=found.what, code=found.code, then=then)
 
 
@@ -289,8 +293,8 @@ class Steps(Rule):
         step = facts.steps[todo[0]]
         if step.endswith("?"):  # a question asked last: answered from the outputs
             return ASK.format(k=todo[0] + 1, n=len(facts.steps), step=step)
-        before = Facts(shown=facts.shown[:-1])
-        note = STILL if facts.shown and done(facts) == done(before) else NEXT
+        fresh = new_results(facts)
+        note = STILL if fresh and not fresh[-1] else NEXT
         if program_note := _program(facts, todo[0]):
             return PROGRAM.format(k=todo[0] + 1, n=len(facts.steps), step=step) + program_note
         return note.format(k=todo[0] + 1, n=len(facts.steps), step=step, how=_how(step))
